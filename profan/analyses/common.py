@@ -1,0 +1,28 @@
+"""Small helpers the analyses share: formatting numbers in messages and picking evidence lines."""
+
+from __future__ import annotations
+
+import polars as pl
+
+
+def ms(us: float | None) -> str:
+    return "n/a" if us is None else f"{us / 1000:,.1f} ms"
+
+
+def pct(x: float | None) -> str:
+    return "n/a" if x is None else f"{100 * x:.1f}%"
+
+
+def top_lines(groups: pl.DataFrame, k: int) -> list[int]:
+    """The k largest rows (by duration) across kernel groups, largest first."""
+    if groups.is_empty():
+        return []
+    ex = groups.select("lines", "line_durs").explode(["lines", "line_durs"]).drop_nulls()
+    return ex.sort("line_durs", descending=True).head(k)["lines"].to_list()
+
+
+def fmt_ranks(ranks: list[int]) -> str:
+    ranks = sorted(ranks)
+    if len(ranks) > 2 and ranks == list(range(ranks[0], ranks[-1] + 1)):
+        return f"{ranks[0]}–{ranks[-1]}"
+    return ", ".join(str(r) for r in ranks)

@@ -1,0 +1,147 @@
+"""Cross-rank compute imbalance from step_trace_time.csv: pipeline stages, or ranks that should be equal.
+
+Pipeline stages come from ``profiler_metadata.json`` ``parallel_group_info``: a rank's stage is its position in
+its ``pp`` group. The wait the faster stages pay shows up as p2p wait in their ``communication.json``.
+"""
+
+from __future__ import annotations
+
+import statistics
+
+import polars as pl
+
+from profan.analyses.common import fmt_ranks, ms
+from profan.evidence import Evidence, cite_lines, cite_pointers, make_pointer
+from profan.findings import Finding
+from profan.rankmap import RankData
+from profan.rulepack import RulePack
+from profan.sources.ascend_meta import ParallelGroup, double_hash
+
+
+def pp_stages(ranks: list[RankData]) -> tuple[dict[int, int], dict[int, tuple[str, ParallelGroup]]]:
+    """rank -> pipeline stage, and rank -> (metadata file, pp group) for evidence."""
+    stage: dict[int, int] = {}
+    source: dict[int, tuple[str, ParallelGroup]] = {}
+    groups: list[tuple[str, ParallelGroup]] = []
+    for r in ranks:
+        if r.metadata is not None:
+            groups += [(r.files["profiler_metadata"], g) for g in r.metadata.groups if g.group_name == "pp"]
+    for r in ranks:
+        for file, g in groups:
+            if r.rank in g.global_ranks and len(g.global_ranks) > 1:
+                stage[r.rank] = sorted(g.global_ranks).index(r.rank)
+                source[r.rank] = (file, g)
+                break
+    return stage, source
+
+
+def _pp_wait(r: RankData, group: ParallelGroup, step: int | None) -> tuple[float, list[str]]:
+    """p2p wait (ms) of this rank in the pp group's ops, and pointers to those ops (largest wait first)."""
+    if r.comm_ops is None or r.comm_ops.is_empty():
+        return 0.0, []
+    h = str(double_hash(group.hccl_name))
+    ops = r.comm_ops.filter((pl.col("group_hash") == h) & (pl.col("kind") == "p2p"))
+    if step is not None:
+        ops = ops.filter(pl.col("step") == step)
+    ops = ops.sort("wait_ms", descending=True, nulls_last=True)
+    return float(ops["wait_ms"].fill_null(0).sum()), ops["pointer"].to_list()
+
+
+def _severity(ratio: float, chk) -> str | None:
+    if ratio >= chk["critical_ratio"]:
+        return "critical"
+    if ratio >= chk["warning_ratio"]:
+        return "warning"
+    return None
+
+
+def imbalance_findings(ranks: list[RankData], steps: pl.DataFrame, pack: RulePack) -> list[Finding]:
+    if steps.is_empty() or steps["rank"].n_unique() < 2:
+        return []
+    stage, source = pp_stages(ranks)
+    by_rank = {r.rank: r for r in ranks}
+    out: list[Finding] = []
+    for (step,), s in steps.group_by(["step"], maintain_order=True):
+        s = s.filter(pl.col("computing_us").is_not_null())
+        if s.height < 2:
+            continue
+        if stage and all(rk in stage for rk in s["rank"].to_list()) and len(set(stage.values())) > 1:
+            f = _pp_finding(step, s, stage, source, by_rank, pack)
+        else:
+            f = _spread_finding(step, s, pack)
+        if f is not None:
+            out.append(f)
+    return out
+
+
+def _step_evidence(s: pl.DataFrame) -> list[Evidence]:
+    return [cite_lines(row["file"], [row["src_line"]], 1, {"source": "step_trace_time", "step": row["step"]},
+                       values={"rank": row["rank"], "Computing": row["computing_us"]})
+            for row in s.sort("rank").iter_rows(named=True)]
+
+
+def _pp_finding(step, s, stage, source, by_rank, pack) -> Finding | None:
+    chk = pack.check("pipeline-stage-imbalance")
+    s = s.with_columns(pl.col("rank").replace_strict(stage, return_dtype=pl.Int64).alias("stage"))
+    per = s.group_by("stage").agg(pl.col("computing_us").mean().alias("mean_us"), pl.col("rank")).sort("stage")
+    hi = per.sort("mean_us", descending=True).row(0, named=True)
+    lo = per.sort("mean_us").row(0, named=True)
+    ratio = hi["mean_us"] / lo["mean_us"] if lo["mean_us"] else float("inf")
+    sev = _severity(ratio, chk)
+    if sev is None:
+        return None
+    evidence = _step_evidence(s)
+    waits = []
+    for rk in sorted(lo["rank"]):
+        r = by_rank[rk]
+        file, group = source[rk]
+        w, ptrs = _pp_wait(r, group, step)
+        if ptrs:
+            waits.append((rk, w))
+            evidence.append(cite_pointers(r.files["communication"], ptrs,
+                                          {"source": "communication", "step": step, "kind": "p2p",
+                                           "group": group.hccl_name},
+                                          values={"rank": rk, "wait_ms": round(w, 3)}))
+    files = sorted({source[rk][0] for rk in s["rank"].to_list()})
+    for file in files[:1]:
+        hccl = source[hi["rank"][0]][1].hccl_name
+        evidence.append(cite_pointers(file, [make_pointer("parallel_group_info", hccl)],
+                                      {"source": "profiler_metadata", "group_name": "pp"}))
+    wait_txt = ""
+    if waits:
+        wait_txt = (f" Stage {lo['stage']} ranks wait " + " / ".join(f"{w:,.1f}" for _, w in waits)
+                    + f" ms in PP send/receive (ranks {fmt_ranks([rk for rk, _ in waits])}).")
+    return Finding(
+        check=chk.id, severity=sev, step=step,
+        title=(f"Step {step}: pipeline stage {hi['stage']} (ranks {fmt_ranks(hi['rank'])}) computes "
+               f"{ratio:.2f}× stage {lo['stage']} (ranks {fmt_ranks(lo['rank'])})"),
+        message=(f"Step {step}: pipeline stage {hi['stage']} (ranks {fmt_ranks(hi['rank'])}) computes "
+                 f"{ms(hi['mean_us'])} against {ms(lo['mean_us'])} on stage {lo['stage']} "
+                 f"(ranks {fmt_ranks(lo['rank'])}), {ratio:.2f}× (+{ms(hi['mean_us'] - lo['mean_us'])}). "
+                 f"The slowest stage sets the pipeline's pace.{wait_txt}"),
+        metrics={"ratio": round(ratio, 4), "slow_stage": hi["stage"], "slow_ranks": sorted(hi["rank"]),
+                 "slow_computing_us": round(hi["mean_us"], 3), "fast_stage": lo["stage"],
+                 "fast_ranks": sorted(lo["rank"]), "fast_computing_us": round(lo["mean_us"], 3),
+                 "pp_wait_ms": {str(rk): round(w, 3) for rk, w in waits}},
+        evidence=tuple(evidence))
+
+
+def _spread_finding(step, s, pack) -> Finding | None:
+    chk = pack.check("compute-imbalance")
+    vals = s["computing_us"].to_list()
+    med = statistics.median(vals)
+    top = s.sort("computing_us", descending=True).row(0, named=True)
+    if not med:
+        return None
+    ratio = top["computing_us"] / med
+    sev = _severity(ratio, chk)
+    if sev is None:
+        return None
+    return Finding(
+        check=chk.id, severity=sev, step=step, rank=top["rank"],
+        title=f"Step {step}: rank {top['rank']} computes {ratio:.2f}× the median rank",
+        message=(f"Step {step}: rank {top['rank']} computes {ms(top['computing_us'])} against a median of "
+                 f"{ms(med)} over {s.height} ranks ({ratio:.2f}×). No pipeline-parallel layout was found in "
+                 "profiler_metadata.json, so the ranks are compared as if they ran the same work."),
+        metrics={"ratio": round(ratio, 4), "max_computing_us": top["computing_us"], "median_computing_us": med},
+        evidence=tuple(_step_evidence(s)))

@@ -1,0 +1,112 @@
+"""Per-step time split (Computing / Communication not overlapped / Free) and the findings it supports.
+
+Numbers come straight from ``step_trace_time.csv``, which the profiler computes from its Overlap Analysis lanes;
+each finding cites the row it read.
+"""
+
+from __future__ import annotations
+
+import polars as pl
+
+from profan.analyses.common import ms, pct, top_lines
+from profan.evidence import cite_lines
+from profan.findings import Finding
+from profan.rankmap import RankData
+from profan.rulepack import RulePack
+
+STEP_COLUMNS = ["rank", "step", "device_id", "computing_us", "comm_not_overlapped_us", "overlapped_us",
+                "communication_us", "free_us", "bubble_us", "preparing_us", "step_us", "src_line", "file"]
+
+
+def step_table(ranks: list[RankData]) -> pl.DataFrame:
+    parts = []
+    for r in ranks:
+        if r.steps is None or r.steps.is_empty():
+            continue
+        parts.append(r.steps.with_columns(pl.lit(r.rank, pl.Int64).alias("rank"),
+                                          pl.lit(r.files["step_trace_time"]).alias("file")))
+    if not parts:
+        return pl.DataFrame()
+    return pl.concat(parts, how="diagonal_relaxed").select(STEP_COLUMNS).sort("rank", "step")
+
+
+def _sev(value: float, chk) -> str | None:
+    if value >= chk["critical_share"]:
+        return "critical"
+    if value >= chk["warning_share"]:
+        return "warning"
+    return None
+
+
+def share_findings(steps: pl.DataFrame, pack: RulePack) -> list[Finding]:
+    """Exposed communication and device idle per rank and step."""
+    out: list[Finding] = []
+    if steps.is_empty():
+        return out
+    specs = (("exposed-communication", "comm_not_overlapped_us", "Communication(Not Overlapped)",
+              "communication not overlapped with compute"),
+             ("device-idle", "free_us", "Free", "the device is idle (Free)"))
+    for row in steps.iter_rows(named=True):
+        step_us = row["step_us"]
+        if not step_us:
+            continue
+        for check_id, col, label, what in specs:
+            chk = pack.check(check_id)
+            v = row[col]
+            if v is None:
+                continue
+            share = v / step_us
+            sev = _sev(share, chk)
+            if sev is None:
+                continue
+            step_txt = f"step {row['step']}" if row["step"] is not None else "the profile"
+            out.append(Finding(
+                check=check_id, severity=sev, rank=row["rank"], step=row["step"],
+                title=f"Rank {row['rank']}, {step_txt}: {pct(share)} of the step {what}",
+                message=(f"Rank {row['rank']}, {step_txt}: {label} is {ms(v)} of the {ms(step_us)} step "
+                         f"({pct(share)}); Computing {ms(row['computing_us'])}, "
+                         f"Communication(Not Overlapped) {ms(row['comm_not_overlapped_us'])}, "
+                         f"Free {ms(row['free_us'])}."),
+                metrics={col: v, "step_us": step_us, "share": round(share, 4)},
+                evidence=(cite_lines(row["file"], [row["src_line"]], 1,
+                                     {"source": "step_trace_time", "step": row["step"]},
+                                     values={label: v, "step_us": step_us}),)))
+    return out
+
+
+def reconcile_findings(ranks: list[RankData], steps: pl.DataFrame, pack: RulePack) -> list[Finding]:
+    """Kernel rows that cannot account for the step's Computing time (trimmed or partial kernel_details)."""
+    chk = pack.check("kernels-vs-step-trace")
+    out: list[Finding] = []
+    if steps.is_empty():
+        return out
+    for r in ranks:
+        if r.groups is None or r.groups.is_empty():
+            continue
+        compute = (r.groups.filter(pl.col("bucket") != "communication").group_by("step")
+                   .agg(pl.col("time_us").sum(), pl.col("count").sum()))
+        for row in steps.filter(pl.col("rank") == r.rank).iter_rows(named=True):
+            match = compute.filter(pl.col("step") == row["step"]) if row["step"] is not None else compute
+            k_us = float(match["time_us"].sum()) if match.height else 0.0
+            comp = row["computing_us"] or 0.0
+            if comp <= 0 or k_us / comp >= chk["min_ratio"]:
+                continue
+            n = int(match["count"].sum()) if match.height else 0
+            out.append(Finding(
+                check=chk.id, severity="warning", rank=r.rank, step=row["step"],
+                title=f"Rank {r.rank}, step {row['step']}: kernel rows cover only {pct(k_us / comp)} of Computing",
+                message=(f"Rank {r.rank}, step {row['step']}: the {n} compute rows of kernel_details.csv sum to "
+                         f"{ms(k_us)} but step_trace_time.csv reports Computing {ms(comp)} "
+                         f"({pct(k_us / comp)}). Kernel rows look trimmed or partial: per-kernel shares describe "
+                         "only the rows present."),
+                metrics={"kernel_compute_us": round(k_us, 3), "computing_us": comp, "ratio": round(k_us / comp, 4)},
+                evidence=(cite_lines(row["file"], [row["src_line"]], 1,
+                                     {"source": "step_trace_time", "step": row["step"]},
+                                     values={"Computing": comp}),
+                          cite_lines(r.files["kernel_details"],
+                                     top_lines(r.groups.filter(pl.col("bucket") != "communication"), 20), n,
+                                     {"source": "kernel_details", "step": row["step"],
+                                      "bucket_not": "communication"},
+                                     values={"time_us": round(k_us, 3)}))))
+    return out
+

@@ -1,0 +1,245 @@
+"""Discovery: a path in, the ranks and their files out. No file bodies are parsed here beyond rank ids.
+
+Ascend layouts recognised (see shared reference `ascend-formats.md` §1):
+
+* a rank directory holds ``ASCEND_PROFILER_OUTPUT/`` and/or ``profiler_info_{rank}.json`` — whatever its name
+  (``*_ascend_pt``, ``*_ascend_ms``, or renamed like ``test_rank_0``);
+* a bare ``ASCEND_PROFILER_OUTPUT/`` folder, or any folder holding ``kernel_details.csv`` directly;
+* msprof's ``PROF_*`` directory with ``mindstudio_profiler_output/op_summary_*.csv``.
+
+Derived outputs (msprof-analyze's ``cluster_analysis_output/``) are skipped and that is said.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from profan.errors import ProfanInputError
+
+OUTPUT_DIR = "ASCEND_PROFILER_OUTPUT"
+DERIVED_DIRS = {"cluster_analysis_output"}
+_PROF_DIR = re.compile(r"^PROF_\d+_\d+_[0-9A-Za-z]+$")
+_INFO_FILE = re.compile(r"^profiler_info(?:_(\d+))?\.json$")
+_RANK_IN_NAME = re.compile(r"rank[_-]?(\d+)", re.IGNORECASE)
+_TRACE_SUFFIXES = (".json", ".json.gz")
+
+# logical name -> file name inside ASCEND_PROFILER_OUTPUT
+ASCEND_FILES = {
+    "kernel_details": "kernel_details.csv",
+    "step_trace_time": "step_trace_time.csv",
+    "op_statistic": "op_statistic.csv",
+    "communication": "communication.json",
+    "communication_matrix": "communication_matrix.json",
+    "trace_view": "trace_view.json",
+}
+
+
+@dataclass
+class RankSource:
+    """One rank's files. ``rank`` is None until resolved; ``rank_origin`` says how it was decided."""
+
+    path: Path
+    kind: str  # "ascend" | "msprof"
+    files: dict[str, Path] = field(default_factory=dict)
+    rank: int | None = None
+    rank_origin: str = ""
+    device_id: int | None = None
+
+    def rel(self, root: Path, logical: str) -> str:
+        return relpath(self.files[logical], root)
+
+
+@dataclass
+class Discovery:
+    root: Path
+    ranks: list[RankSource]
+    warnings: list[str] = field(default_factory=list)
+    notes: list[str] = field(default_factory=list)
+
+    @property
+    def format(self) -> str:
+        kinds = sorted({r.kind for r in self.ranks})
+        return kinds[0] if len(kinds) == 1 else "+".join(kinds)
+
+
+def relpath(path: Path, root: Path) -> str:
+    base = root if root.is_dir() else root.parent
+    try:
+        return path.resolve().relative_to(base.resolve()).as_posix()
+    except ValueError:
+        return path.as_posix()
+
+
+def discover(path: str | Path) -> Discovery:
+    root = Path(path)
+    if not root.exists():
+        raise ProfanInputError(root, "no such file or directory")
+    if root.is_file():
+        return _discover_file(root)
+    found: list[RankSource] = []
+    notes: list[str] = []
+    for dirpath, dirnames, filenames in os.walk(root):
+        d = Path(dirpath)
+        dirnames.sort()
+        skipped = [n for n in dirnames if n in DERIVED_DIRS or n.startswith(".")]
+        for n in skipped:
+            if n in DERIVED_DIRS:
+                notes.append(f"skipped {relpath(d / n, root)}/: derived output of another tool, not profiler data")
+        dirnames[:] = [n for n in dirnames if n not in skipped]
+        rank = _rank_dir(d, dirnames, filenames)
+        if rank is not None:
+            found.append(rank)
+            dirnames[:] = []  # a rank directory's subfolders (PROF_*, FRAMEWORK, logs) are its raw data
+    if not found:
+        raise ProfanInputError(root, "no profiler output found (looked for ASCEND_PROFILER_OUTPUT/, "
+                                     "profiler_info_*.json, kernel_details.csv, PROF_*/mindstudio_profiler_output/)")
+    disc = Discovery(root=root, ranks=found, notes=notes)
+    _resolve_ranks(disc)
+    _note_missing_files(disc)
+    return disc
+
+
+def _discover_file(path: Path) -> Discovery:
+    name = path.name
+    if name in ("kernel_details.csv",) or re.match(r"^op_summary_.*\.csv$", name):
+        rs = RankSource(path=path.parent, kind="ascend" if name == "kernel_details.csv" else "msprof",
+                        files={"kernel_details": path})
+        disc = Discovery(root=path, ranks=[rs])
+        _resolve_ranks(disc)
+        return disc
+    raise ProfanInputError(path, "not a profiler output file profan can read "
+                                 "(expected a directory, kernel_details.csv or op_summary_*.csv)")
+
+
+def _rank_dir(d: Path, dirnames: list[str], filenames: list[str]) -> RankSource | None:
+    infos = [f for f in filenames if _INFO_FILE.match(f)]
+    if d.name == OUTPUT_DIR:
+        # A bare ASCEND_PROFILER_OUTPUT passed directly: its parent may still hold profiler_info_*.json.
+        parent_infos = [p.name for p in d.parent.glob("profiler_info*.json") if _INFO_FILE.match(p.name)]
+        return _ascend_rank(d.parent, d, parent_infos)
+    if OUTPUT_DIR in dirnames or infos:
+        out = d / OUTPUT_DIR
+        return _ascend_rank(d, out if out.is_dir() else None, infos)
+    if _PROF_DIR.match(d.name) and "mindstudio_profiler_output" in dirnames:
+        return _msprof_rank(d)
+    if "kernel_details.csv" in filenames:
+        return _ascend_rank(d, d, [])
+    return None
+
+
+def _ascend_rank(d: Path, out: Path | None, infos: list[str]) -> RankSource:
+    rs = RankSource(path=d, kind="ascend")
+    if out is not None:
+        for logical, fname in ASCEND_FILES.items():
+            p = out / fname
+            if p.is_file():
+                rs.files[logical] = p
+    for f in sorted(infos):
+        rs.files["profiler_info"] = d / f
+    meta = d / "profiler_metadata.json"
+    if meta.is_file():
+        rs.files["profiler_metadata"] = meta
+    return rs
+
+
+def _msprof_rank(d: Path) -> RankSource:
+    out = d / "mindstudio_profiler_output"
+    rs = RankSource(path=d, kind="msprof")
+    summaries = sorted(out.glob("op_summary_*.csv"))
+    if summaries:
+        rs.files["kernel_details"] = summaries[-1]
+    stats = sorted(out.glob("op_statistic_*.csv"))
+    if stats:
+        rs.files["op_statistic"] = stats[-1]
+    for info in sorted(d.glob("device_*/info.json.*")):
+        rs.files["device_info"] = info
+        break
+    return rs
+
+
+def _read_json_quiet(path: Path) -> dict | None:
+    try:
+        with open(path, "rb") as fh:
+            data = json.loads(fh.read())
+        return data if isinstance(data, dict) else None
+    except (OSError, ValueError):
+        return None
+
+
+def _rank_of(rs: RankSource) -> tuple[int | None, str]:
+    info = rs.files.get("profiler_info")
+    if info is not None:
+        m = _INFO_FILE.match(info.name)
+        if m and m.group(1) is not None:
+            return int(m.group(1)), f"file name {info.name}"
+        data = _read_json_quiet(info) or {}
+        rid = data.get("rank_id")
+        try:
+            if rid is not None and int(rid) >= 0:
+                return int(rid), f"rank_id in {info.name}"
+        except (TypeError, ValueError):
+            pass
+    dev = rs.files.get("device_info")
+    if dev is not None:
+        data = _read_json_quiet(dev) or {}
+        rid = data.get("rank_id")
+        try:
+            if rid is not None and int(rid) >= 0:
+                return int(rid), f"rank_id in {dev.name}"
+        except (TypeError, ValueError):
+            pass
+    m = _RANK_IN_NAME.search(rs.path.name)
+    if m:
+        return int(m.group(1)), f"folder name {rs.path.name}"
+    return None, ""
+
+
+def _resolve_ranks(disc: Discovery) -> None:
+    for rs in disc.ranks:
+        rs.rank, rs.rank_origin = _rank_of(rs)
+    unknown = [rs for rs in disc.ranks if rs.rank is None]
+    if unknown:
+        used = {rs.rank for rs in disc.ranks if rs.rank is not None}
+        nxt = 0
+        for rs in unknown:
+            while nxt in used:
+                nxt += 1
+            rs.rank, rs.rank_origin = nxt, "assumed (no profiler_info_{rank}.json, no rank in folder name)"
+            used.add(nxt)
+        if len(disc.ranks) == 1:
+            disc.notes.append("no rank id in the data: treated as rank 0")
+        else:
+            disc.warnings.append(f"{len(unknown)} folder(s) carry no rank id; numbered by path order: "
+                                 + ", ".join(f"{relpath(r.path, disc.root) or '.'} -> rank {r.rank}"
+                                             for r in unknown))
+    by_rank: dict[int, list[RankSource]] = {}
+    for rs in disc.ranks:
+        by_rank.setdefault(rs.rank, []).append(rs)  # type: ignore[arg-type]
+    keep: list[RankSource] = []
+    for rank, group in sorted(by_rank.items()):
+        if len(group) > 1:
+            group.sort(key=lambda r: r.path.name)
+            chosen = group[-1]
+            disc.warnings.append(f"rank {rank} appears in {len(group)} folders; using the last by name "
+                                 f"({relpath(chosen.path, disc.root)}), skipped "
+                                 + ", ".join(relpath(r.path, disc.root) for r in group[:-1]))
+            keep.append(chosen)
+        else:
+            keep.append(group[0])
+    disc.ranks = keep
+
+
+def _note_missing_files(disc: Discovery) -> None:
+    wanted = ("kernel_details", "step_trace_time")
+    for rs in disc.ranks:
+        if rs.kind != "ascend":
+            continue
+        missing = [ASCEND_FILES[w] for w in wanted if w not in rs.files]
+        if missing and rs.files:
+            have = sorted(Path(p).name for k, p in rs.files.items() if k in ASCEND_FILES)
+            disc.warnings.append(f"rank {rs.rank} ({relpath(rs.path, disc.root)}) has no {', '.join(missing)}; "
+                                 f"using what it has: {', '.join(have) or 'nothing'}")

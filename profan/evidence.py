@@ -1,0 +1,152 @@
+"""Evidence: the source rows behind a claim, and reading them back from the original files.
+
+A locator is one of three kinds, each exact and stable across caching because it is computed from the source
+file itself, never from a derived table:
+
+* ``lines``    — 1-based physical line numbers of a CSV file (header = line 1), as an editor shows them;
+* ``events``   — indexes into a chrome trace's event array (``traceEvents`` or the bare array);
+* ``pointers`` — RFC 6901 JSON pointers into a JSON document (``communication.json`` and friends).
+
+``lines``/``events``/``pointers`` list the cited rows (for an aggregate: the largest ones); ``row_count`` says how
+many rows the claim covers in total and ``select`` is the filter that selects all of them again.
+"""
+
+from __future__ import annotations
+
+import gzip
+import json
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from profan.errors import ProfanInputError
+
+MAX_CITED = 20  # locators listed per evidence item; the rest are reachable through `select`
+
+
+@dataclass(frozen=True)
+class Evidence:
+    """Rows of one source file that support a claim."""
+
+    file: str  # path relative to the analysed root, '/'-separated
+    row_count: int
+    select: dict[str, Any]
+    lines: tuple[int, ...] = ()
+    events: tuple[int, ...] = ()
+    pointers: tuple[str, ...] = ()
+    note: str = ""
+    values: dict[str, Any] = field(default_factory=dict)  # the summed/compared value(s) the rows produce
+
+    def __post_init__(self) -> None:
+        kinds = [k for k in (self.lines, self.events, self.pointers) if k]
+        if len(kinds) != 1:
+            raise ValueError(f"evidence for {self.file} needs exactly one kind of locator (lines/events/pointers)")
+        if self.row_count < len(kinds[0]):
+            raise ValueError(f"evidence for {self.file}: row_count {self.row_count} < cited {len(kinds[0])}")
+        if not self.file:
+            raise ValueError("evidence needs a file")
+
+    @property
+    def kind(self) -> str:
+        return "lines" if self.lines else "events" if self.events else "pointers"
+
+    @property
+    def locators(self) -> tuple:
+        return self.lines or self.events or self.pointers
+
+    def to_dict(self) -> dict[str, Any]:
+        out: dict[str, Any] = {"file": self.file, self.kind: list(self.locators), "row_count": self.row_count,
+                               "truncated": self.row_count > len(self.locators), "select": self.select}
+        if self.values:
+            out["values"] = self.values
+        if self.note:
+            out["note"] = self.note
+        return out
+
+    @classmethod
+    def from_dict(cls, d: dict[str, Any]) -> Evidence:
+        return cls(file=d["file"], row_count=int(d["row_count"]), select=d.get("select", {}),
+                   lines=tuple(d.get("lines", ())), events=tuple(d.get("events", ())),
+                   pointers=tuple(d.get("pointers", ())), note=d.get("note", ""), values=d.get("values", {}))
+
+
+def cite_lines(file: str, lines: Iterable[int], row_count: int, select: dict[str, Any], **kw: Any) -> Evidence:
+    """Evidence on CSV lines, keeping at most MAX_CITED of them (callers pass largest first)."""
+    cited = tuple(int(x) for x in list(lines)[:MAX_CITED])
+    return Evidence(file=file, lines=cited, row_count=max(row_count, len(cited)), select=select, **kw)
+
+
+def cite_pointers(file: str, pointers: Sequence[str], select: dict[str, Any], **kw: Any) -> Evidence:
+    ptrs = tuple(pointers)
+    return Evidence(file=file, pointers=ptrs[:MAX_CITED], row_count=len(ptrs), select=select, **kw)
+
+
+def cite_events(file: str, events: Iterable[int], row_count: int, select: dict[str, Any], **kw: Any) -> Evidence:
+    cited = tuple(int(x) for x in list(events)[:MAX_CITED])
+    return Evidence(file=file, events=cited, row_count=max(row_count, len(cited)), select=select, **kw)
+
+
+# ---------------------------------------------------------------------------------------------- reading back
+
+
+def read_lines(path: Path, wanted: Iterable[int]) -> dict[int, str]:
+    """Return the physical lines `wanted` (1-based) of a text file verbatim, without the line terminator.
+
+    Streams the file, so it works on GB files; stops after the last wanted line.
+    """
+    want = sorted(set(int(w) for w in wanted))
+    if not want:
+        return {}
+    out: dict[int, str] = {}
+    last = want[-1]
+    targets = set(want)
+    with open(path, "rb") as fh:
+        for no, raw in enumerate(fh, start=1):
+            if no in targets:
+                out[no] = raw.rstrip(b"\r\n").decode("utf-8", errors="replace")
+            if no >= last:
+                break
+    return out
+
+
+def resolve_pointer(doc: Any, pointer: str) -> Any:
+    """Resolve an RFC 6901 JSON pointer."""
+    if pointer in ("", "/"):
+        return doc
+    node = doc
+    for part in pointer.lstrip("/").split("/"):
+        key = part.replace("~1", "/").replace("~0", "~")
+        node = node[int(key)] if isinstance(node, list) else node[key]
+    return node
+
+
+def make_pointer(*parts: str | int) -> str:
+    return "/" + "/".join(str(p).replace("~", "~0").replace("/", "~1") for p in parts)
+
+
+def load_json_document(path: Path) -> Any:
+    opener = gzip.open if path.suffix == ".gz" else open
+    with opener(path, "rb") as fh:
+        return json.loads(fh.read())
+
+
+def trace_events(doc: Any) -> list:
+    if isinstance(doc, dict):
+        return doc.get("traceEvents", [])
+    return doc
+
+
+def read_back(root: Path, ev: Evidence) -> list[tuple[str, str]]:
+    """The raw text behind one evidence item, as (locator, text) pairs in the cited order."""
+    path = root / ev.file
+    if not path.exists():
+        raise ProfanInputError(path, "cited file no longer exists")
+    if ev.lines:
+        got = read_lines(path, ev.lines)
+        return [(f"line {n}", got.get(n, "<beyond end of file>")) for n in ev.lines]
+    doc = load_json_document(path)
+    if ev.events:
+        events = trace_events(doc)
+        return [(f"event {i}", json.dumps(events[i], ensure_ascii=False)) for i in ev.events]
+    return [(p, json.dumps(resolve_pointer(doc, p), ensure_ascii=False)) for p in ev.pointers]

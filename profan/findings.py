@@ -1,0 +1,58 @@
+"""Findings: claims with numbers, each impossible to build without evidence."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field, replace
+from typing import Any
+
+from profan.evidence import Evidence
+
+SEVERITIES = ("critical", "warning", "info")
+SEVERITY_ORDER = {s: i for i, s in enumerate(SEVERITIES)}
+
+
+@dataclass(frozen=True)
+class Finding:
+    """One claim. ``id`` is assigned when the report is assembled (F1, F2, … in severity order)."""
+
+    check: str  # id of the check in the rule pack that produced it
+    severity: str
+    title: str
+    message: str
+    evidence: tuple[Evidence, ...]
+    rank: int | None = None
+    step: int | None = None
+    metrics: dict[str, Any] = field(default_factory=dict)
+    id: str = ""
+
+    def __post_init__(self) -> None:
+        if self.severity not in SEVERITY_ORDER:
+            raise ValueError(f"unknown severity {self.severity!r}")
+        if not self.evidence:
+            raise ValueError(f"finding {self.check!r} ({self.title}) has no evidence")
+        if not all(isinstance(e, Evidence) for e in self.evidence):
+            raise TypeError("evidence items must be Evidence")
+
+    def with_id(self, fid: str) -> Finding:
+        return replace(self, id=fid)
+
+    def sort_key(self) -> tuple:
+        return (SEVERITY_ORDER[self.severity], self.check, -1 if self.rank is None else self.rank,
+                -1 if self.step is None else self.step, self.title)
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"id": self.id, "check": self.check, "severity": self.severity, "title": self.title,
+                "message": self.message, "rank": self.rank, "step": self.step, "metrics": self.metrics,
+                "evidence": [e.to_dict() for e in self.evidence]}
+
+    @classmethod
+    def from_dict(cls, d: dict[str, Any]) -> Finding:
+        return cls(check=d["check"], severity=d["severity"], title=d["title"], message=d["message"],
+                   evidence=tuple(Evidence.from_dict(e) for e in d["evidence"]), rank=d.get("rank"),
+                   step=d.get("step"), metrics=d.get("metrics", {}), id=d.get("id", ""))
+
+
+def number_findings(findings: list[Finding]) -> list[Finding]:
+    """Sort by severity (then check, rank, step) and assign F1…Fn — deterministic for the same input."""
+    ordered = sorted(findings, key=Finding.sort_key)
+    return [f.with_id(f"F{i}") for i, f in enumerate(ordered, start=1)]

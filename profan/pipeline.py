@@ -1,0 +1,83 @@
+"""The pipeline, one direction: discover -> per-rank map -> analyses -> Report."""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+from pathlib import Path
+
+import polars as pl
+
+from profan.analyses import boundness as bound
+from profan.analyses import breakdown as bd
+from profan.analyses import comm, imbalance, steps
+from profan.discover import discover
+from profan.findings import number_findings
+from profan.rankmap import RankData, load_rank
+from profan.report import Report
+from profan.rulepack import RulePack, load
+
+Progress = Callable[[str], None]
+
+
+def analyze(path: str | Path, *, rules: list[str | Path] | None = None, progress: Progress | None = None,
+            pack: RulePack | None = None) -> Report:
+    """Analyse a profiler output directory (or one kernel file) into a Report."""
+    t0 = time.perf_counter()
+    say = progress or (lambda _msg: None)
+    pack = pack or load([Path(p) for p in rules or []])
+    disc = discover(path)
+    root = disc.root
+    say(f"found {len(disc.ranks)} rank(s) in {root}")
+    ranks: list[RankData] = []
+    for i, rs in enumerate(disc.ranks, start=1):
+        say(f"[{i}/{len(disc.ranks)}] reading rank {rs.rank}")
+        ranks.append(load_rank(rs, root, pack))
+    t_read = time.perf_counter()
+    report = build_report(ranks, pack, root=root, fmt=disc.format, warnings=disc.warnings, notes=disc.notes)
+    report.meta["timings_s"] = {"read": round(t_read - t0, 3), "analyse": round(time.perf_counter() - t_read, 3)}
+    return report
+
+
+def build_report(ranks: list[RankData], pack: RulePack, *, root: Path, fmt: str, warnings: list[str],
+                 notes: list[str]) -> Report:
+    """The reduce: pure analyses over the per-rank results."""
+    from profan import __version__
+
+    step_tab = steps.step_table(ranks)
+    breakdown = bd.breakdown(ranks)
+    bound_tab = bound.boundness(ranks, pack)
+    comm_tab = comm.comm_table(ranks)
+    findings = [
+        *bd.step_breakdown_findings(ranks, pack),
+        *bd.coverage_findings(ranks, pack),
+        *steps.share_findings(step_tab, pack),
+        *steps.reconcile_findings(ranks, step_tab, pack),
+        *imbalance.imbalance_findings(ranks, step_tab, pack),
+        *bound.boundness_findings(ranks, bound_tab, pack),
+        *comm.wait_findings(comm_tab, step_tab, pack),
+        *comm.transit_quirk_findings(comm_tab, pack),
+    ]
+    all_warnings = list(warnings)
+    for r in ranks:
+        all_warnings += [f"rank {r.rank}: {w}" for w in r.warnings]
+    notes = list(notes)
+    if any(r.groups is not None and not r.has_pipe_ratios for r in ranks):
+        notes.append("kernel boundness not assessed for ranks whose kernel_details.csv has no PipeUtilization "
+                     "ratios: " + ", ".join(str(r.rank) for r in ranks
+                                            if r.groups is not None and not r.has_pipe_ratios))
+    if not any(r.groups is not None for r in ranks):
+        notes.append("no kernel_details.csv / op_summary found: no per-kernel breakdown")
+    source = {
+        "root": str(root),
+        "root_abs": str(root.resolve()),
+        "format": fmt,
+        "ranks": [{"rank": r.rank, "path": r.path, "kind": r.kind, "rank_origin": r.rank_origin,
+                   "files": r.files, "info": r.info, "kernel_header": r.kernel_variant or None,
+                   "rows_read": r.rows_read, "rows_skipped": r.rows_skipped} for r in ranks],
+    }
+    tables = {"breakdown": breakdown, "steps": step_tab, "top_kernels": bd.top_kernels(ranks),
+              "boundness": bound_tab, "communication": comm_tab}
+    tables = {k: v for k, v in tables.items() if isinstance(v, pl.DataFrame) and not v.is_empty()}
+    return Report(source=source, findings=number_findings(findings), tables=tables, warnings=all_warnings,
+                  notes=notes, meta={"profan": __version__, "rule_files": pack.files})

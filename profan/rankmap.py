@@ -1,0 +1,122 @@
+"""Per-rank work: read one rank's sources and reduce them to small tables.
+
+This is the *map* of the pipeline. Its result (`RankData`) is small — distinct kernels per step, the rank's
+step_trace rows, its communication ops — so ranks can be reduced in parallel processes (or on other machines) and
+only these results travel. Nothing here formats text for a report; analyses work on `RankData` only.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import polars as pl
+
+from profan.classify import classify
+from profan.discover import RankSource, relpath
+from profan.errors import ProfanInputError
+from profan.rulepack import RulePack
+from profan.sources import ascend_comm, ascend_kernels, ascend_meta, ascend_steps
+
+TOP_LINES = 20  # largest rows kept per kernel group, for evidence
+
+
+@dataclass
+class RankData:
+    rank: int
+    path: str  # rank directory relative to the root
+    kind: str
+    rank_origin: str
+    files: dict[str, str] = field(default_factory=dict)  # logical -> path relative to root
+    info: dict = field(default_factory=dict)  # profiler level, versions, aic metrics
+    kernel_variant: str = ""
+    has_pipe_ratios: bool = False
+    groups: pl.DataFrame | None = None  # one row per (step, op, name, type, core, input_shapes)
+    steps: pl.DataFrame | None = None  # step_trace_time rows
+    comm_ops: pl.DataFrame | None = None
+    comm_bw: pl.DataFrame | None = None
+    metadata: ascend_meta.Metadata | None = None
+    rows_read: dict[str, int] = field(default_factory=dict)
+    rows_skipped: dict[str, int] = field(default_factory=dict)
+    warnings: list[str] = field(default_factory=list)
+
+
+def _group_kernels(lf: pl.LazyFrame, pipes: list[str]) -> pl.LazyFrame:
+    keys = ["step", "op", "name", "type", "core", "input_shapes"]
+    aggs = [
+        pl.len().alias("count"),
+        pl.col("dur_us").sum().alias("time_us"),
+        pl.col("dur_us").max().alias("max_us"),
+        pl.col("wait_us").sum().alias("wait_us"),
+        pl.col("start_us").min().alias("first_start_us"),
+        (pl.col("start_us") + pl.col("dur_us")).max().alias("last_end_us"),
+        pl.col("src_line").top_k_by("dur_us", TOP_LINES).alias("lines"),
+        pl.col("dur_us").top_k(TOP_LINES).alias("line_durs"),
+    ]
+    for p in pipes:
+        aggs.append((pl.col(p) * pl.col("dur_us")).sum().alias(f"{p}_wsum"))
+        aggs.append(pl.col("dur_us").filter(pl.col(p).is_not_null()).sum().alias(f"{p}_wden"))
+    return lf.filter(~pl.col("bad")).group_by(keys).agg(aggs)
+
+
+def reduce_kernels(path: Path, pack: RulePack, rules_for: str = "ascend") -> tuple[pl.DataFrame, dict, str, bool]:
+    """Stream a kernel file once: (classified groups, counts, header variant, has pipe ratios)."""
+    kf = ascend_kernels.inspect(path)
+    pipes = list(kf.pipe_columns)
+    lf = ascend_kernels.scan(kf)
+    groups, stats = pl.collect_all([
+        _group_kernels(lf, pipes),
+        lf.select(pl.len().alias("rows"), pl.col("bad").sum().alias("bad")),
+    ])
+    n_rows = int(stats["rows"][0])
+    if n_rows == 0:
+        raise ProfanInputError(path, "no data rows (header only)")
+    if not ascend_kernels.verify_lines(kf, n_rows):
+        # A quoted field holds a line break: map record index -> true physical line, then redo the reduction.
+        line_map = ascend_kernels.exact_line_map(kf).lazy()
+        lf = (lf.join(line_map, on="src_line", how="left")
+              .with_columns(pl.col("true_line").alias("src_line")).drop("true_line"))
+        groups = _group_kernels(lf, pipes).collect()
+    groups = classify(groups, pack.rules_for(rules_for))
+    counts = {"rows": n_rows, "skipped": int(stats["bad"][0])}
+    return groups, counts, kf.variant, kf.has_pipe_ratios
+
+
+def load_rank(rs: RankSource, root: Path, pack: RulePack) -> RankData:
+    """Read everything profan uses from one rank. Input errors propagate as ProfanInputError."""
+    rd = RankData(rank=int(rs.rank or 0), path=relpath(rs.path, root) or ".", kind=rs.kind,
+                  rank_origin=rs.rank_origin, files={k: relpath(p, root) for k, p in rs.files.items()})
+    if "profiler_info" in rs.files:
+        try:
+            info = ascend_meta.read_info(rs.files["profiler_info"])
+            rd.info = {k: v for k, v in vars(info).items() if v is not None}
+        except ProfanInputError as exc:
+            rd.warnings.append(f"ignored {rd.files['profiler_info']}: {exc.problem}")
+    if "profiler_metadata" in rs.files:
+        try:
+            rd.metadata = ascend_meta.read_metadata(rs.files["profiler_metadata"])
+        except ProfanInputError as exc:
+            rd.warnings.append(f"ignored {rd.files['profiler_metadata']}: {exc.problem}")
+    if "kernel_details" in rs.files:
+        groups, counts, variant, has_pipes = reduce_kernels(rs.files["kernel_details"], pack)
+        rd.groups, rd.kernel_variant, rd.has_pipe_ratios = groups, variant, has_pipes
+        rd.rows_read["kernel_details"] = counts["rows"]
+        if counts["skipped"]:
+            rd.rows_skipped["kernel_details"] = counts["skipped"]
+            rd.warnings.append(f"{rd.files['kernel_details']}: skipped {counts['skipped']} of {counts['rows']} "
+                               "rows whose start time or duration is not a number")
+    if "step_trace_time" in rs.files:
+        steps, skipped = ascend_steps.read(rs.files["step_trace_time"])
+        rd.steps = steps
+        rd.rows_read["step_trace_time"] = steps.height + skipped
+        if skipped:
+            rd.rows_skipped["step_trace_time"] = skipped
+            rd.warnings.append(f"{rd.files['step_trace_time']}: skipped {skipped} unreadable rows")
+    if "communication" in rs.files:
+        ops, bw, skipped = ascend_comm.read(rs.files["communication"])
+        rd.comm_ops, rd.comm_bw = ops, bw
+        rd.rows_read["communication"] = ops.height
+        if skipped:
+            rd.rows_skipped["communication"] = skipped
+            rd.warnings.append(f"{rd.files['communication']}: skipped {skipped} entries of unexpected shape")
+    return rd

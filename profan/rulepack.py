@@ -1,0 +1,149 @@
+"""The rule pack: bucket rules and diagnostic checks loaded from TOML (``rules/`` plus user files).
+
+The engine knows nothing about kernels; everything it needs to decide a bucket or a threshold is here as data.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import polars as pl
+import tomllib
+
+from profan.errors import ProfanInputError
+from profan.paths import rules_dir
+
+MATCH_FIELDS = ("op", "name", "type", "core")
+
+
+@dataclass(frozen=True)
+class BucketRule:
+    id: str
+    name: str
+    bucket: str
+    match: dict[str, str]
+    why: str
+    example: str
+    applies_to: str  # "ascend" | "gpu" | "cpu" | "any"
+    source: str  # file the rule came from
+
+
+@dataclass(frozen=True)
+class Check:
+    id: str
+    name: str
+    detects: str
+    why: str
+    params: dict[str, Any]
+    source: str
+
+    def __getitem__(self, key: str) -> Any:
+        return self.params[key]
+
+
+@dataclass
+class RulePack:
+    rules: list[BucketRule] = field(default_factory=list)
+    checks: dict[str, Check] = field(default_factory=dict)
+    buckets: dict[str, list[str]] = field(default_factory=dict)  # applies_to -> bucket order
+    files: list[str] = field(default_factory=list)
+
+    def rules_for(self, applies_to: str) -> list[BucketRule]:
+        return [r for r in self.rules if r.applies_to in (applies_to, "any")]
+
+    def check(self, check_id: str) -> Check:
+        return self.checks[check_id]
+
+    def find(self, ident: str) -> BucketRule | Check | None:
+        if ident in self.checks:
+            return self.checks[ident]
+        return next((r for r in self.rules if r.id == ident), None)
+
+
+def _validate_regex(path: Path, rule_id: str, pattern: str) -> None:
+    try:
+        pl.Series([""]).str.contains(pattern)
+    except Exception as exc:  # polars raises ComputeError with the regex parser's message
+        raise ProfanInputError(path, f"rule {rule_id}: invalid regular expression {pattern!r}: "
+                                     f"{str(exc).splitlines()[0]}") from None
+
+
+def _load_toml(path: Path) -> dict[str, Any]:
+    try:
+        with open(path, "rb") as fh:
+            return tomllib.load(fh)
+    except OSError as exc:
+        raise ProfanInputError(path, f"cannot read rules file: {exc.strerror or exc}") from None
+    except tomllib.TOMLDecodeError as exc:
+        raise ProfanInputError(path, f"invalid TOML: {exc}") from None
+
+
+def _read_rules(path: Path, doc: dict[str, Any], seen: set[str]) -> tuple[list[BucketRule], str, list[str]]:
+    pack = doc.get("pack", {})
+    applies = str(pack.get("applies_to", "any"))
+    rules = []
+    for i, r in enumerate(doc.get("rule", []), start=1):
+        rid = r.get("id")
+        if not rid or "bucket" not in r or not isinstance(r.get("match"), dict) or not r["match"]:
+            raise ProfanInputError(path, f"rule #{i} needs id, bucket and a non-empty match table")
+        if rid in seen:
+            raise ProfanInputError(path, f"rule id {rid} is defined twice")
+        bad = [k for k in r["match"] if k not in MATCH_FIELDS]
+        if bad:
+            raise ProfanInputError(path, f"rule {rid}: unknown match field(s) {', '.join(bad)} "
+                                         f"(use {', '.join(MATCH_FIELDS)})")
+        for pattern in r["match"].values():
+            _validate_regex(path, rid, str(pattern))
+        seen.add(rid)
+        rules.append(BucketRule(id=rid, name=r.get("name", rid), bucket=r["bucket"],
+                                match={k: str(v) for k, v in r["match"].items()}, why=r.get("why", ""),
+                                example=r.get("example", ""), applies_to=str(r.get("applies_to", applies)),
+                                source=path.name))
+    return rules, applies, list(pack.get("buckets", []))
+
+
+def load(extra: list[Path] | None = None) -> RulePack:
+    """Built-in pack plus user rule files; user bucket rules take precedence (are tried first)."""
+    base = rules_dir()
+    pack = RulePack()
+    seen: set[str] = set()
+    user_rules: list[BucketRule] = []
+    for path in [*(Path(p) for p in (extra or []))]:
+        doc = _load_toml(path)
+        rules, _, _ = _read_rules(path, doc, seen)
+        user_rules.extend(rules)
+        for c in doc.get("check", []):
+            _add_check(pack, path, c, override=True)
+        pack.files.append(str(path))
+    builtin: list[BucketRule] = []
+    for path in sorted((base / "buckets").glob("*.toml")):
+        doc = _load_toml(path)
+        rules, applies, buckets = _read_rules(path, doc, seen)
+        builtin.extend(rules)
+        pack.buckets.setdefault(applies, buckets)
+        pack.files.append(f"rules/buckets/{path.name}")
+    checks_doc = _load_toml(base / "checks.toml")
+    for c in checks_doc.get("check", []):
+        _add_check(pack, base / "checks.toml", c, override=False)
+    pack.files.append("rules/checks.toml")
+    pack.rules = user_rules + builtin
+    return pack
+
+
+def _add_check(pack: RulePack, path: Path, c: dict[str, Any], *, override: bool) -> None:
+    cid = c.get("id")
+    if not cid:
+        raise ProfanInputError(path, "a [[check]] entry has no id")
+    params = {k: v for k, v in c.items() if k not in ("id", "name", "detects", "why")}
+    if cid in pack.checks:
+        if override:
+            raise ProfanInputError(path, f"check {cid} is defined twice")
+        # a user file overrides thresholds of a built-in check; keep the user's params on top
+        existing = pack.checks[cid]
+        merged = {**params, **existing.params}
+        pack.checks[cid] = Check(cid, c.get("name", cid), c.get("detects", ""), c.get("why", ""), merged,
+                                 existing.source)
+        return
+    pack.checks[cid] = Check(cid, c.get("name", cid), c.get("detects", ""), c.get("why", ""), params, path.name)

@@ -1,0 +1,139 @@
+"""Reader for Ascend ``kernel_details.csv`` and msprof ``op_summary_*.csv``.
+
+Columns are matched by name (every header variant K1–K8 of the format reference), never by position; metric
+columns are matched by suffix so ``aic_mac_ratio`` and un-prefixed ``mac_ratio`` both count. Each row keeps the
+physical line it came from (``src_line``), the locator every piece of evidence cites.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import polars as pl
+
+from profan.errors import ProfanInputError
+from profan.sources.csvtext import (
+    count_lines,
+    is_bad_number,
+    num,
+    read_header,
+    record_start_lines,
+    scan_text_csv,
+    text,
+)
+
+# canonical name -> accepted header names (torch_npu kernel_details first, msprof op_summary second)
+ALIASES: dict[str, tuple[str, ...]] = {
+    "step": ("Step Id",),
+    "device_id": ("Device_id",),
+    "name": ("Name", "Op Name"),
+    "type": ("Type", "OP Type"),
+    "op_state": ("OP State",),
+    "core": ("Accelerator Core", "Task Type"),
+    "start_us": ("Start Time(us)", "Task Start Time(us)"),
+    "dur_us": ("Duration(us)", "Task Duration(us)"),
+    "wait_us": ("Wait Time(us)", "Task Wait Time(us)"),
+    "block_dim": ("Block Dim", "Block Num"),
+    "input_shapes": ("Input Shapes",),
+    "input_dtypes": ("Input Data Types",),
+}
+REQUIRED = ("name", "start_us", "dur_us")
+PIPES = ("mac", "vec", "scalar", "mte1", "mte2", "mte3", "fixpipe")
+
+
+@dataclass
+class KernelFile:
+    """What the header of one kernel file told us."""
+
+    path: Path
+    header: list[str]
+    columns: dict[str, str]  # canonical -> header name
+    pipe_columns: dict[str, list[str]] = field(default_factory=dict)  # pipe -> ratio columns (aic_/aiv_/bare)
+
+    @property
+    def has_pipe_ratios(self) -> bool:
+        return bool(self.pipe_columns)
+
+    @property
+    def variant(self) -> str:
+        parts = [f"{len(self.header)} columns"]
+        for canon, label in (("step", "Step Id"), ("device_id", "Device_id"), ("op_state", "OP State")):
+            parts.append(label if canon in self.columns else f"no {label}")
+        parts.append("pipe ratios" if self.pipe_columns else "no pipe ratios")
+        return ", ".join(parts)
+
+
+def inspect(path: Path) -> KernelFile:
+    header = read_header(path)
+    cols: dict[str, str] = {}
+    for canon, names in ALIASES.items():
+        for n in names:
+            if n in header:
+                cols[canon] = n
+                break
+    missing = [ALIASES[c][0] for c in REQUIRED if c not in cols]
+    if missing:
+        raise ProfanInputError(path, f"missing column(s) {', '.join(missing)}; header has "
+                                     f"{', '.join(header[:12])}{'…' if len(header) > 12 else ''}")
+    pipes: dict[str, list[str]] = {}
+    for pipe in PIPES:
+        matches = [h for h in header if h in (f"{pipe}_ratio", f"aic_{pipe}_ratio", f"aiv_{pipe}_ratio")]
+        if matches:
+            pipes[pipe] = matches
+    return KernelFile(path=path, header=header, columns=cols, pipe_columns=pipes)
+
+
+def scan(kf: KernelFile, *, line_offset_check: bool = True) -> pl.LazyFrame:
+    """Canonical lazy table: src_line, step, name, type, core, start_us, dur_us, wait_us, input_shapes,
+    op_state, pipe ratios, and ``bad`` (row whose start/duration cannot be parsed).
+
+    ``src_line`` assumes one physical line per record; ``verify_lines`` checks that and the caller falls back to
+    ``exact_line_map`` when a quoted field holds a line break.
+    """
+    c = kf.columns
+    wanted = sorted(set(c.values()) | {col for cols in kf.pipe_columns.values() for col in cols})
+    lf = scan_text_csv(kf.path, wanted).with_row_index("src_line", offset=2)
+    exprs: list[pl.Expr] = [
+        pl.col("src_line").cast(pl.Int64),
+        (num(c["step"]).cast(pl.Int64) if "step" in c else pl.lit(None, pl.Int64)).alias("step"),
+        text(c["name"]).alias("name"),
+        (text(c["type"]) if "type" in c else pl.lit("N/A")).alias("type"),
+        (text(c["core"]) if "core" in c else pl.lit("N/A")).alias("core"),
+        num(c["start_us"]).alias("start_us"),
+        num(c["dur_us"]).alias("dur_us"),
+        (num(c["wait_us"]) if "wait_us" in c else pl.lit(None, pl.Float64)).alias("wait_us"),
+        (pl.col(c["input_shapes"]).str.strip_chars(' \t\r"') if "input_shapes" in c else pl.lit(None, pl.Utf8)).alias("input_shapes"),
+        (text(c["op_state"]) if "op_state" in c else pl.lit(None, pl.Utf8)).alias("op_state"),
+        (is_bad_number(c["start_us"]) | is_bad_number(c["dur_us"]) | pl.col(c["dur_us"]).is_null()
+         ).alias("bad"),
+    ]
+    for pipe, cols in kf.pipe_columns.items():
+        exprs.append(pl.max_horizontal([num(x) for x in cols]).alias(pipe))
+    return lf.select(exprs).with_columns(op_expr())
+
+
+def op_expr() -> pl.Expr:
+    """The op type a rule matches on: ``Type`` where present, else derived from the kernel name.
+
+    Level0 files write ``Type`` = N/A; their names still carry the op: ``aclnnAdd_AddAiCore_Add`` -> Add,
+    ``trans_TransData_0`` -> TransData, ``Conv2D1`` -> Conv2D.
+    """
+    name = pl.col("name")
+    derived = (pl.when(name.str.starts_with("aclnn")).then(name.str.split("_").list.last())
+               .when(name.str.starts_with("trans_")).then(name.str.extract(r"^trans_([A-Za-z0-9]+)", 1))
+               .otherwise(name.str.replace(r"\d+$", "")))
+    typ = pl.col("type")
+    return (pl.when(typ.is_null() | typ.is_in(["N/A", "", "0"])).then(derived).otherwise(typ)).alias("op")
+
+
+def verify_lines(kf: KernelFile, n_records: int) -> bool:
+    """True when the file has exactly one physical line per record (the fast src_line is then exact)."""
+    return count_lines(kf.path) == n_records + 1
+
+
+def exact_line_map(kf: KernelFile) -> pl.DataFrame:
+    """record index (as the fast src_line) -> true physical line, for files with multi-line quoted fields."""
+    starts = record_start_lines(kf.path)
+    return pl.DataFrame({"src_line": pl.Series(range(2, len(starts) + 2), dtype=pl.Int64),
+                         "true_line": pl.Series(starts, dtype=pl.Int64)})

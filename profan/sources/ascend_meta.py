@@ -1,0 +1,98 @@
+"""Readers for the small JSON side files: ``profiler_info_{rank}.json`` and ``profiler_metadata.json``."""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from profan.errors import ProfanInputError
+
+
+def load_json(path: Path) -> Any:
+    try:
+        with open(path, "rb") as fh:
+            raw = fh.read()
+    except OSError as exc:
+        raise ProfanInputError(path, f"cannot read: {exc.strerror or exc}") from None
+    if not raw.strip():
+        raise ProfanInputError(path, "empty file")
+    try:
+        return json.loads(raw)
+    except ValueError as exc:
+        raise ProfanInputError(path, f"not valid JSON ({exc.args[0].split(':')[0]} at byte "
+                                     f"{getattr(exc, 'pos', '?')}; truncated?)") from None
+
+
+@dataclass
+class ProfilerInfo:
+    level: str | None = None
+    aic_metrics: str | None = None
+    torch_npu_version: str | None = None
+    cann_version: str | None = None
+    rank_id: int | None = None
+
+
+def read_info(path: Path) -> ProfilerInfo:
+    data = load_json(path)
+    if not isinstance(data, dict):
+        raise ProfanInputError(path, "expected a JSON object")
+    exp = (data.get("config") or {}).get("experimental_config") or {}
+    rid = data.get("rank_id")
+    try:
+        rank = int(rid) if rid is not None else None
+    except (TypeError, ValueError):
+        rank = None
+    return ProfilerInfo(level=exp.get("_profiler_level"), aic_metrics=exp.get("_aic_metrics"),
+                        torch_npu_version=data.get("torch_npu_version"), cann_version=data.get("cann_version"),
+                        rank_id=rank)
+
+
+@dataclass
+class ParallelGroup:
+    hccl_name: str  # the HCCL group name (key of parallel_group_info); its double_hash is the op '@' suffix
+    group_name: str  # the framework's name: 'pp', 'dp', 'tp', 'exp', …
+    global_ranks: list[int]
+
+    def local_to_global(self, local: int) -> int | None:
+        ranks = sorted(self.global_ranks)
+        return ranks[local] if 0 <= local < len(ranks) else None
+
+
+@dataclass
+class Metadata:
+    distributed_args: dict[str, Any] = field(default_factory=dict)
+    groups: list[ParallelGroup] = field(default_factory=list)
+
+    def group(self, name: str, rank: int) -> ParallelGroup | None:
+        """The group of framework name `name` ('pp', 'dp', …) that contains global `rank`."""
+        for g in self.groups:
+            if g.group_name == name and rank in g.global_ranks:
+                return g
+        return None
+
+
+def read_metadata(path: Path) -> Metadata:
+    data = load_json(path)
+    if not isinstance(data, dict):
+        raise ProfanInputError(path, "expected a JSON object")
+    groups = []
+    for key, g in (data.get("parallel_group_info") or {}).items():
+        if isinstance(g, dict) and isinstance(g.get("global_ranks"), list):
+            groups.append(ParallelGroup(hccl_name=key, group_name=str(g.get("group_name", "")),
+                                        global_ranks=[int(r) for r in g["global_ranks"]]))
+    return Metadata(distributed_args=data.get("distributed_args") or {}, groups=groups)
+
+
+def double_hash(text: str) -> int:
+    """HCCL's group id: the ``@<uint64>`` suffix of communication op keys (format reference §1.2).
+
+    Two 32-bit polynomial string hashes (primes 29 and 131), packed ``h29 << 32 | h131``.
+    """
+    h29 = 0
+    h131 = 0
+    for ch in text:
+        h29 = (h29 * 29 + ord(ch)) & 0xFFFFFFFF
+        h131 = (h131 * 131 + ord(ch)) & 0xFFFFFFFF
+    return (h29 << 32) | h131

@@ -1,0 +1,65 @@
+"""Reader for ``step_trace_time.csv``: the profiler's own per-step Computing / Communication / Free split.
+
+Header variants: with/without a leading ``Device_id``, with/without ``Preparing`` (format reference §4). The file
+is small (one row per device and step), so it is read exactly with its physical line numbers.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import polars as pl
+
+from profan.errors import ProfanInputError
+from profan.sources.csvtext import small_csv
+
+COLUMNS = {
+    "Computing": "computing_us",
+    "Communication(Not Overlapped)": "comm_not_overlapped_us",
+    "Overlapped": "overlapped_us",
+    "Communication": "communication_us",
+    "Free": "free_us",
+    "Stage": "stage_us",
+    "Bubble": "bubble_us",
+    "Communication(Not Overlapped and Exclude Receive)": "comm_not_overlapped_excl_recv_us",
+    "Preparing": "preparing_us",
+}
+REQUIRED = ("Step", "Computing", "Communication(Not Overlapped)", "Free")
+SCHEMA = {"src_line": pl.Int64, "step": pl.Int64, "device_id": pl.Int64, **{v: pl.Float64 for v in COLUMNS.values()}}
+
+
+def _float(cell: str) -> float | None:
+    cell = cell.strip(" \t\r\"")
+    if cell in ("", "N/A"):
+        return None
+    return float(cell)
+
+
+def read(path: Path) -> tuple[pl.DataFrame, int]:
+    """(table, skipped row count). One row per (device, step); ``step`` is null when the profile had no steps."""
+    header, rows = small_csv(path)
+    missing = [c for c in REQUIRED if c not in header]
+    if missing:
+        raise ProfanInputError(path, f"missing column(s) {', '.join(missing)}")
+    idx = {h: i for i, h in enumerate(header)}
+    records = []
+    skipped = 0
+    for line, cells in rows:
+        try:
+            rec: dict = {"src_line": line}
+            step = cells[idx["Step"]].strip() if idx["Step"] < len(cells) else ""
+            rec["step"] = int(float(step)) if step else None
+            dev = cells[idx["Device_id"]] if "Device_id" in idx and idx["Device_id"] < len(cells) else ""
+            rec["device_id"] = int(float(dev)) if dev.strip() else None
+            for src, dst in COLUMNS.items():
+                rec[dst] = _float(cells[idx[src]]) if src in idx and idx[src] < len(cells) else None
+            if rec["computing_us"] is None:
+                raise ValueError("no Computing value")
+            records.append(rec)
+        except (ValueError, IndexError):
+            skipped += 1
+    df = pl.DataFrame(records, schema=SCHEMA, orient="row") if records else pl.DataFrame(schema=SCHEMA)
+    # step wall time: Stage = step end-to-end minus Bubble; fall back to the sum of the three lanes.
+    df = df.with_columns(
+        (pl.col("computing_us") + pl.col("comm_not_overlapped_us") + pl.col("free_us")).alias("step_us"))
+    return df, skipped

@@ -1,0 +1,95 @@
+"""Small helpers shared by the CSV readers: header sniffing, tolerant number parsing, physical line numbers."""
+
+from __future__ import annotations
+
+import csv
+import io
+from pathlib import Path
+
+import polars as pl
+
+from profan.errors import ProfanInputError
+
+NULL_TOKENS = ("", "N/A", "NA", "n/a", "null", "None")
+_STRIP = " \t\r\n\""
+
+
+def read_header(path: Path) -> list[str]:
+    """The header row of a CSV, tolerant of a BOM, CRLF and a missing trailing newline."""
+    try:
+        with open(path, "rb") as fh:
+            first = fh.readline(1 << 20)
+    except OSError as exc:
+        raise ProfanInputError(path, f"cannot read: {exc.strerror or exc}") from None
+    if not first.strip():
+        raise ProfanInputError(path, "empty file (no header row)")
+    text = first.decode("utf-8-sig", errors="replace").rstrip("\r\n")
+    return [c.strip() for c in next(csv.reader([text]))]
+
+
+def num(col: str) -> pl.Expr:
+    """Parse a numeric CSV text column: strip the TAB torch_npu appends to timestamps, quotes, CR; N/A -> null."""
+    return pl.col(col).str.strip_chars(_STRIP).cast(pl.Float64, strict=False)
+
+
+def is_bad_number(col: str) -> pl.Expr:
+    """True where a cell holds text that is neither a number nor a null marker (so the row cannot be used)."""
+    raw = pl.col(col).str.strip_chars(_STRIP)
+    return raw.is_not_null() & ~raw.is_in(list(NULL_TOKENS)) & raw.cast(pl.Float64, strict=False).is_null()
+
+
+def text(col: str) -> pl.Expr:
+    return pl.col(col).str.strip_chars(" \t\r")
+
+
+def count_lines(path: Path) -> int:
+    """Number of physical lines (a last line without a newline counts)."""
+    n = 0
+    last = b"\n"
+    with open(path, "rb") as fh:
+        while chunk := fh.read(1 << 24):
+            n += chunk.count(b"\n")
+            last = chunk[-1:]
+    return n + (0 if last == b"\n" else 1)
+
+
+def record_start_lines(path: Path) -> list[int]:
+    """Physical line (1-based) where each data record starts — the slow, exact path for files whose quoted
+    fields contain line breaks. Record 0 is the first data row."""
+    starts: list[int] = []
+    with open(path, encoding="utf-8-sig", errors="replace", newline="") as fh:
+        reader = csv.reader(fh)
+        prev = 0
+        for i, _row in enumerate(reader):
+            if i > 0:
+                starts.append(prev + 1)
+            prev = reader.line_num
+    return starts
+
+
+def scan_text_csv(path: Path, columns: list[str]) -> pl.LazyFrame:
+    """Lazy scan reading every column as text (types are decided by the readers, tolerantly)."""
+    return pl.scan_csv(path, infer_schema=False, truncate_ragged_lines=True, encoding="utf8-lossy",
+                       quote_char='"').select(columns)
+
+
+def small_csv(path: Path) -> tuple[list[str], list[tuple[int, list[str]]]]:
+    """Read a small CSV fully with exact line numbers: (header, [(line, cells), …]). For step/statistic files."""
+    with open(path, encoding="utf-8-sig", errors="replace", newline="") as fh:
+        data = fh.read()
+    reader = csv.reader(io.StringIO(data, newline=""))
+    rows: list[tuple[int, list[str]]] = []
+    header: list[str] = []
+    prev = 0
+    for i, row in enumerate(reader):
+        start = prev + 1
+        prev = reader.line_num
+        if i == 0:
+            header = [c.strip() for c in row]
+            continue
+        if not any(c.strip() for c in row):
+            continue
+        rows.append((start, [c.strip(" \t\r") for c in row]))
+    if not header:
+        raise ProfanInputError(path, "empty file (no header row)")
+    return header, rows
