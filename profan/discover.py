@@ -201,6 +201,7 @@ def _rank_of(rs: RankSource) -> tuple[int | None, str]:
 def _resolve_ranks(disc: Discovery) -> None:
     for rs in disc.ranks:
         rs.rank, rs.rank_origin = _rank_of(rs)
+    _refuse_mixed_collections(disc)
     unknown = [rs for rs in disc.ranks if rs.rank is None]
     if unknown:
         used = {rs.rank for rs in disc.ranks if rs.rank is not None}
@@ -222,15 +223,42 @@ def _resolve_ranks(disc: Discovery) -> None:
     keep: list[RankSource] = []
     for rank, group in sorted(by_rank.items()):
         if len(group) > 1:
+            # Re-runs written side by side (same parent): keep the newest, as msprof-analyze does — the
+            # profiler's folder names end in a timestamp, so the last by name is the newest.
             group.sort(key=lambda r: r.path.name)
             chosen = group[-1]
             disc.warnings.append(f"rank {rank} appears in {len(group)} folders; using the last by name "
-                                 f"({relpath(chosen.path, disc.root)}), skipped "
+                                 f"({relpath(chosen.path, disc.root)}), skipped {len(group) - 1}: "
                                  + ", ".join(relpath(r.path, disc.root) for r in group[:-1]))
             keep.append(chosen)
         else:
             keep.append(group[0])
     disc.ranks = keep
+
+
+def _refuse_mixed_collections(disc: Discovery) -> None:
+    """Several separate collections under one root (e.g. level0/, level1/, level2/ of one job, or unrelated
+    single-rank fragments) cannot be merged into one job: say which ones, instead of guessing."""
+    if len(disc.ranks) < 2:
+        return
+    parents: dict[Path, list[RankSource]] = {}
+    for rs in disc.ranks:
+        parents.setdefault(rs.path.parent, []).append(rs)
+    if len(parents) < 2:
+        return
+    clash = False
+    seen: dict[int, Path] = {}
+    for parent, members in parents.items():
+        for rs in members:
+            if rs.rank is None or (rs.rank in seen and seen[rs.rank] != parent):
+                clash = True
+            else:
+                seen.setdefault(rs.rank, parent)
+    if clash:
+        names = sorted(relpath(m[0].path if len(m) == 1 else p, disc.root) or "." for p, m in parents.items())
+        raise ProfanInputError(disc.root, f"holds {len(parents)} separate profiler collections whose ranks "
+                                          f"overlap or carry no rank id ({', '.join(names[:6])}"
+                                          f"{', …' if len(names) > 6 else ''}); analyse one of them at a time")
 
 
 def _note_missing_files(disc: Discovery) -> None:

@@ -48,3 +48,38 @@ def evidence_rows(root: Path, finding: Finding) -> list[dict[str, Any]]:
         out.append({"file": ev.file, "row_count": ev.row_count, "select": ev.select, "rows": rows,
                     ev.kind: list(ev.locators)})
     return out
+
+
+def select_filter(select: dict[str, Any]):
+    """The polars predicate a kernel evidence item's `select` stands for."""
+    import polars as pl
+
+    cond = pl.lit(True)
+    for key, value in select.items():
+        if key == "source":
+            continue
+        if key == "bucket_not":
+            cond = cond & (pl.col("bucket") != value)
+        elif key in ("step", "bucket", "op", "input_shapes", "core", "name"):
+            cond = cond & pl.col(key).eq_missing(value)
+    return cond
+
+
+def select_kernel_rows(root: Path, file: str, select: dict[str, Any], rules: list | None = None):
+    """Every row of a kernel file that a `select` covers: src_line, step, name, bucket, dur_us.
+
+    Re-reads and re-classifies the file, so it reproduces an aggregate claim from the raw rows.
+    """
+    import polars as pl
+
+    from profan.classify import classify
+    from profan.rulepack import load
+    from profan.sources import ascend_kernels
+
+    base = root if root.is_dir() else root.parent
+    kf = ascend_kernels.inspect(base / file)
+    lf = ascend_kernels.scan(kf)
+    lf = ascend_kernels.with_exact_lines(kf, lf, lf.select(pl.len()).collect().item()).filter(~pl.col("bad"))
+    pack = load(rules or [])
+    df = classify(lf, pack.rules_for("ascend")).filter(select_filter(select)).collect()
+    return df.select("src_line", "step", "name", "op", "core", "bucket", "rule_id", "dur_us").sort("src_line")

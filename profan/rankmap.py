@@ -50,13 +50,16 @@ def _group_kernels(lf: pl.LazyFrame, pipes: list[str]) -> pl.LazyFrame:
         pl.col("wait_us").sum().alias("wait_us"),
         pl.col("start_us").min().alias("first_start_us"),
         (pl.col("start_us") + pl.col("dur_us")).max().alias("last_end_us"),
-        pl.col("src_line").top_k_by("dur_us", TOP_LINES).alias("lines"),
-        pl.col("dur_us").top_k(TOP_LINES).alias("line_durs"),
+        # one top-k of (line, duration) pairs: two separate top-k's need not list equal durations in the same order
+        pl.struct("src_line", "dur_us").top_k_by("dur_us", TOP_LINES).alias("_top"),
     ]
     for p in pipes:
         aggs.append((pl.col(p) * pl.col("dur_us")).sum().alias(f"{p}_wsum"))
         aggs.append(pl.col("dur_us").filter(pl.col(p).is_not_null()).sum().alias(f"{p}_wden"))
-    return lf.filter(~pl.col("bad")).group_by(keys).agg(aggs)
+    return (lf.filter(~pl.col("bad")).group_by(keys).agg(aggs)
+            .with_columns(pl.col("_top").list.eval(pl.element().struct.field("src_line")).alias("lines"),
+                          pl.col("_top").list.eval(pl.element().struct.field("dur_us")).alias("line_durs"))
+            .drop("_top"))
 
 
 def reduce_kernels(path: Path, pack: RulePack, rules_for: str = "ascend") -> tuple[pl.DataFrame, dict, str, bool]:

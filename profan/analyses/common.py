@@ -6,7 +6,12 @@ import polars as pl
 
 
 def ms(us: float | None) -> str:
-    return "n/a" if us is None else f"{us / 1000:,.1f} ms"
+    """Milliseconds with one decimal; small values in µs so they never print as 0.0 ms."""
+    if us is None:
+        return "n/a"
+    if abs(us) < 100:
+        return f"{us:,.2f} µs"
+    return f"{us / 1000:,.1f} ms" if abs(us) >= 1000 else f"{us / 1000:,.3f} ms"
 
 
 def pct(x: float | None) -> str:

@@ -137,3 +137,12 @@ def exact_line_map(kf: KernelFile) -> pl.DataFrame:
     starts = record_start_lines(kf.path)
     return pl.DataFrame({"src_line": pl.Series(range(2, len(starts) + 2), dtype=pl.Int64),
                          "true_line": pl.Series(starts, dtype=pl.Int64)})
+
+
+def with_exact_lines(kf: KernelFile, lf: pl.LazyFrame, n_records: int) -> pl.LazyFrame:
+    """`lf` with src_line corrected to the true physical line when quoted fields hold line breaks."""
+    if verify_lines(kf, n_records):
+        return lf
+    line_map = exact_line_map(kf).lazy()
+    return (lf.join(line_map, on="src_line", how="left")
+            .with_columns(pl.col("true_line").alias("src_line")).drop("true_line"))

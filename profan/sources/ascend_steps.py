@@ -59,7 +59,8 @@ def read(path: Path) -> tuple[pl.DataFrame, int]:
         except (ValueError, IndexError):
             skipped += 1
     df = pl.DataFrame(records, schema=SCHEMA, orient="row") if records else pl.DataFrame(schema=SCHEMA)
-    # step wall time: Stage = step end-to-end minus Bubble; fall back to the sum of the three lanes.
-    df = df.with_columns(
-        (pl.col("computing_us") + pl.col("comm_not_overlapped_us") + pl.col("free_us")).alias("step_us"))
+    # Step wall time: the profiler defines Stage = step end-to-end minus Bubble, so end-to-end = Stage + Bubble;
+    # older files without Stage fall back to the sum of the three lanes.
+    lanes = pl.col("computing_us") + pl.col("comm_not_overlapped_us") + pl.col("free_us")
+    df = df.with_columns(pl.coalesce(pl.col("stage_us") + pl.col("bubble_us").fill_null(0.0), lanes).alias("step_us"))
     return df, skipped

@@ -1,0 +1,5 @@
+"""`python -m profan` runs the CLI."""
+
+from profan.cli import main
+
+main()

@@ -1,0 +1,45 @@
+"""Shared test helpers: fixture paths, running the real CLI, and an independent CSV reader for ground truth."""
+
+from __future__ import annotations
+
+import csv
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parent.parent
+FIXTURES = ROOT / "fixtures"
+ASCEND = FIXTURES / "ascend"
+QWEN3 = ASCEND / "msinsight-qwen3-4rank-2025q4"
+
+
+def run_cli(*args: str, cwd: Path | None = None) -> subprocess.CompletedProcess:
+    """Run `profan ...` exactly as a user would (a subprocess), capturing output."""
+    return subprocess.run([sys.executable, "-m", "profan", *args], capture_output=True, text=True,
+                          cwd=cwd or ROOT, timeout=300)
+
+
+def raw_rows(path: Path) -> tuple[list[str], dict[int, dict[str, str]]]:
+    """Ground truth straight from the file with the csv module: header, and {physical line: row dict}."""
+    with open(path, encoding="utf-8-sig", newline="") as fh:
+        reader = csv.reader(fh)
+        header = next(reader)
+        rows: dict[int, dict[str, str]] = {}
+        prev = reader.line_num
+        for row in reader:
+            rows[prev + 1] = dict(zip(header, row, strict=False))
+            prev = reader.line_num
+    return header, rows
+
+
+def fnum(cell: str) -> float:
+    return float(cell.strip().strip("\t"))
+
+
+@pytest.fixture(scope="session")
+def qwen3_report():
+    import profan
+
+    return profan.analyze(QWEN3)

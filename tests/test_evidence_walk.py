@@ -1,0 +1,110 @@
+"""Every cited row of every finding, read back from the raw file, is a row of the claimed rank/step whose values
+produce what the finding says — on every Ascend sample. And `profan evidence` prints exactly those lines."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+from conftest import ASCEND, fnum, raw_rows, run_cli
+
+import profan
+from profan.drill import select_kernel_rows
+from profan.evidence import load_json_document, resolve_pointer
+
+FOLDERS = [
+    "msinsight-qwen3-4rank-2025q4",
+    "msinsight-alexnet-2rank-2025/level0",
+    "msinsight-alexnet-2rank-2025/level1",
+    "msinsight-alexnet-2rank-2025/level2",
+    "msinsight-gpt3-2rank-2023",
+    "mstt-advisor-ut/test/ut/advisor/compute_advice/data",
+    "mstt-advisor-ut/test/ut/advisor/advisor_backend/compute_advice",
+    "vllm-ascend-msprof-gmm-1op",
+]
+DUR = ("Duration(us)", "Task Duration(us)")
+STEP_TRACE_VALUES = {"Computing": "Computing", "Communication(Not Overlapped)": "Communication(Not Overlapped)",
+                     "Free": "Free"}
+
+
+def _dur(row: dict) -> float:
+    return fnum(next(row[k] for k in DUR if k in row))
+
+
+def _check_kernel_evidence(root, ev, finding):
+    _, rows = raw_rows(root / ev.file)
+    selected = select_kernel_rows(root, ev.file, ev.select)
+    lines = set(selected["src_line"].to_list())
+    assert len(lines) == ev.row_count, (finding.id, ev.select)
+    for n in ev.lines:
+        assert n in rows, f"{finding.id}: line {n} is not a data row of {ev.file}"
+        assert n in lines, f"{finding.id}: line {n} is not selected by {ev.select}"
+        if ev.select.get("step") is not None:
+            assert int(rows[n]["Step Id"]) == ev.select["step"]
+    # the cited rows are the largest of the set, and the set sums to the claimed time (from the raw cells)
+    raw_durs = {n: _dur(rows[n]) for n in lines}
+    if "time_us" in ev.values:
+        assert sum(raw_durs.values()) == pytest.approx(ev.values["time_us"], rel=1e-6, abs=1e-3)
+    cited = [raw_durs[n] for n in ev.lines]
+    assert cited == sorted(cited, reverse=True)
+    if len(lines) > len(ev.lines):
+        assert min(cited) >= max(d for n, d in raw_durs.items() if n not in ev.lines) - 1e-9
+
+
+def _check_step_trace_evidence(root, ev, finding):
+    _, rows = raw_rows(root / ev.file)
+    (n,) = ev.lines
+    row = rows[n]
+    assert int(row["Step"]) == ev.select["step"] == finding.step or finding.step is None
+    for key, header in STEP_TRACE_VALUES.items():
+        if key in ev.values:
+            assert fnum(row[header]) == pytest.approx(ev.values[key])
+
+
+def _check_pointer_evidence(root, ev, finding):
+    doc = load_json_document(root / ev.file)
+    for p in ev.pointers:
+        node = resolve_pointer(doc, p)
+        assert isinstance(node, dict)
+        if ev.select.get("source") == "communication" and ev.select.get("step") is not None:
+            assert p.startswith(f"/step{ev.select['step']}/")
+
+
+@pytest.mark.parametrize("folder", FOLDERS)
+def test_every_finding_is_backed_by_its_rows(folder):
+    root = ASCEND / folder
+    report = profan.analyze(root)
+    assert report.findings, "every real sample yields at least one finding"
+    ranks = {r["rank"]: r["path"] for r in report.source["ranks"]}
+    for f in report.findings:
+        for ev in f.evidence:
+            if f.rank is not None and ranks[f.rank] != ".":
+                assert ev.file.startswith(ranks[f.rank] + "/"), (f.id, ev.file)
+            src = ev.select.get("source")
+            if src == "kernel_details":
+                _check_kernel_evidence(root, ev, f)
+            elif src == "step_trace_time":
+                _check_step_trace_evidence(root, ev, f)
+            elif ev.pointers:
+                _check_pointer_evidence(root, ev, f)
+            else:
+                pytest.fail(f"{folder} {f.id}: evidence of unknown source {ev.select}")
+
+
+@pytest.mark.parametrize("folder", ["msinsight-gpt3-2rank-2023", "msinsight-alexnet-2rank-2025/level0"])
+def test_evidence_command_prints_exactly_the_cited_lines(folder, tmp_path):
+    root = ASCEND / folder
+    out = tmp_path / "r.json"
+    assert run_cli("analyze", str(root), "-f", "json", "-o", str(out), "-q").returncode == 0
+    doc = json.loads(out.read_text())
+    checked = 0
+    for f in doc["findings"]:
+        res = run_cli("evidence", str(out), f["id"], "--format", "json")
+        assert res.returncode == 0, res.stderr
+        got = json.loads(res.stdout)["evidence"]
+        for ev, item in zip(f["evidence"], got, strict=True):
+            if "lines" in ev:
+                raw = (root / ev["file"]).read_bytes().decode().splitlines()
+                assert [r["text"] for r in item["rows"]] == [raw[n - 1] for n in ev["lines"]]
+                checked += len(ev["lines"])
+    assert checked > 0

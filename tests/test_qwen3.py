@@ -1,0 +1,128 @@
+"""The foundation's acceptance checks on the real Qwen3 4-rank set (torch_npu 2.7.1 / CANN 8.3.RC1)."""
+
+from __future__ import annotations
+
+import json
+
+import polars as pl
+import pytest
+from conftest import QWEN3, fnum, raw_rows, run_cli
+
+STEP_COLS = {"computing_us": "Computing", "comm_not_overlapped_us": "Communication(Not Overlapped)",
+             "free_us": "Free"}
+
+
+def kernel_file(rank: int):
+    return QWEN3 / f"rank_{rank}_ascend_pt" / "ASCEND_PROFILER_OUTPUT" / "kernel_details.csv"
+
+
+def test_all_four_ranks_discovered_and_missing_files_warned(qwen3_report):
+    ranks = {r["rank"]: r for r in qwen3_report.source["ranks"]}
+    assert sorted(ranks) == [0, 1, 2, 3]
+    assert ranks[2]["rank_origin"] == "file name profiler_info_2.json"
+    assert "kernel_details" in ranks[0]["files"] and "kernel_details" not in ranks[1]["files"]
+    missing = [w for w in qwen3_report.warnings if "has no kernel_details.csv" in w]
+    assert len(missing) == 2 and "rank 1 " in missing[0] and "rank 3 " in missing[1]
+
+
+@pytest.mark.parametrize("rank", [0, 1, 2, 3])
+def test_step_split_equals_step_trace_time(qwen3_report, rank):
+    path = QWEN3 / f"rank_{rank}_ascend_pt" / "ASCEND_PROFILER_OUTPUT" / "step_trace_time.csv"
+    _, rows = raw_rows(path)
+    (line, raw), = rows.items()
+    got = qwen3_report.tables["steps"].filter(pl.col("rank") == rank).row(0, named=True)
+    assert got["step"] == int(raw["Step"]) == 13
+    assert got["src_line"] == line == 2
+    for col, header in STEP_COLS.items():
+        assert got[col] == pytest.approx(fnum(raw[header]), abs=1e-9)
+    assert got["device_id"] == int(raw["Device_id"])  # 0,1,4,5: the physical NPU, not the rank
+    assert got["step_us"] == pytest.approx(fnum(raw["Stage"]), rel=1e-9)
+
+
+@pytest.mark.parametrize("rank", [0, 2])
+def test_communication_bucket_equals_sum_of_communication_rows(qwen3_report, rank):
+    _, rows = raw_rows(kernel_file(rank))
+    expected = sum(fnum(r["Duration(us)"]) for r in rows.values() if r["Accelerator Core"] == "COMMUNICATION")
+    count = sum(1 for r in rows.values() if r["Accelerator Core"] == "COMMUNICATION")
+    got = qwen3_report.breakdown.filter((pl.col("rank") == rank) & (pl.col("bucket") == "communication"))
+    assert got["time_us"].item() == pytest.approx(expected, rel=1e-12)
+    assert got["kernels"].item() == count
+    assert expected > 100_000  # it is a real quantity: hundreds of ms on this set
+
+
+def test_attention_and_matmul_buckets(qwen3_report):
+    tk = qwen3_report.tables["top_kernels"]
+    ops = {(o, b) for o, b in tk.select("op", "bucket").iter_rows()}
+    assert ("FlashAttentionScore", "attention") in ops
+    assert ("FlashAttentionScoreGrad", "attention") in ops
+    assert ("MatMulV3", "ffn") in ops
+    # every FlashAttention row of rank 0 is in the attention bucket; its time equals the raw sum
+    _, rows = raw_rows(kernel_file(0))
+    fa = sum(fnum(r["Duration(us)"]) for r in rows.values() if r["Type"].startswith("FlashAttentionScore"))
+    fa_rows = tk.filter((pl.col("rank") == 0) & pl.col("op").str.starts_with("FlashAttentionScore"))
+    assert fa_rows["time_us"].sum() == pytest.approx(fa, rel=1e-12)
+    assert set(fa_rows["bucket"]) == {"attention"} and set(fa_rows["rule_id"]) == {"ASC-ATTN-001"}
+
+
+def test_bucket_shares_sum_to_one_and_nothing_unclassified(qwen3_report):
+    bd = qwen3_report.breakdown
+    for (rank, _step), g in bd.group_by(["rank", "step"]):
+        assert g["share"].sum() == pytest.approx(1.0)
+        _, rows = raw_rows(kernel_file(rank))
+        assert g["time_us"].sum() == pytest.approx(sum(fnum(r["Duration(us)"]) for r in rows.values()), rel=1e-12)
+    assert "unclassified" not in set(bd["bucket"])
+
+
+def test_pipeline_stage_imbalance_finding(qwen3_report):
+    (f,) = [f for f in qwen3_report.findings if f.check == "pipeline-stage-imbalance"]
+    assert f.step == 13 and f.severity == "critical"
+    assert f.metrics["slow_ranks"] == [2, 3] and f.metrics["fast_ranks"] == [0, 1]
+    # magnitude: stage means of Computing from the four step_trace_time.csv files
+    comp = {}
+    for r in range(4):
+        _, rows = raw_rows(QWEN3 / f"rank_{r}_ascend_pt" / "ASCEND_PROFILER_OUTPUT" / "step_trace_time.csv")
+        comp[r] = fnum(next(iter(rows.values()))["Computing"])
+    ratio = ((comp[2] + comp[3]) / 2) / ((comp[0] + comp[1]) / 2)
+    assert f.metrics["ratio"] == pytest.approx(ratio, abs=1e-4)
+    assert 1.72 < ratio < 1.74
+    assert "ranks 2, 3" in f.message and "1.73×" in f.message
+    files = [e.file for e in f.evidence if e.lines]
+    assert files == [f"rank_{r}_ascend_pt/ASCEND_PROFILER_OUTPUT/step_trace_time.csv" for r in range(4)]
+    # the stage-0 ranks' PP receive wait, read from communication.json
+    assert f.metrics["pp_wait_ms"] == {"0": pytest.approx(158.50548, abs=1e-3), "1": pytest.approx(164.05138, abs=1e-3)}
+
+
+def test_exposed_communication_uses_step_trace_row(qwen3_report):
+    f = next(f for f in qwen3_report.findings if f.check == "exposed-communication" and f.rank == 0)
+    assert f.severity == "critical" and f.metrics["share"] == pytest.approx(420174.26 / 810022.25, abs=1e-4)
+    (ev,) = f.evidence
+    assert ev.lines == (2,) and ev.file.endswith("rank_0_ascend_pt/ASCEND_PROFILER_OUTPUT/step_trace_time.csv")
+
+
+def test_cli_json_and_evidence_round_trip(tmp_path):
+    out = tmp_path / "report.json"
+    res = run_cli("analyze", str(QWEN3), "-f", "json", "-o", str(out), "-q")
+    assert res.returncode == 0, res.stderr
+    doc = json.loads(out.read_text())
+    assert doc["schema"] == "profan.report/1"
+    f = next(f for f in doc["findings"] if f["check"] == "kernel-boundness")
+    ev = f["evidence"][0]
+    res = run_cli("evidence", str(out), f["id"])
+    assert res.returncode == 0, res.stderr
+    raw = (QWEN3 / ev["file"]).read_text().splitlines()
+    for line in ev["lines"]:
+        assert f"line {line}: {raw[line - 1]}" in res.stdout
+    # JSON form for programs
+    res = run_cli("evidence", str(out), f["id"], "--format", "json")
+    rows = json.loads(res.stdout)["evidence"][0]["rows"]
+    assert [r["text"] for r in rows] == [raw[n - 1] for n in ev["lines"]]
+
+
+def test_markdown_report(tmp_path):
+    out = tmp_path / "report.md"
+    res = run_cli("analyze", str(QWEN3), "-o", str(out), "-q")
+    assert res.returncode == 0, res.stderr
+    md = out.read_text()
+    assert "| 2 | 13 | 809.80 | 400.45 | 277.65 | 131.71 |" in md
+    assert "pipeline stage 1 (ranks 2, 3) computes 400.8 ms against 231.1 ms" in md
+    assert "rank_0_ascend_pt/ASCEND_PROFILER_OUTPUT/step_trace_time.csv:2" in md
