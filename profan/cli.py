@@ -128,7 +128,10 @@ def rules(
 def main() -> None:
     """Entry point: map errors to one line on stderr and a documented exit code."""
     try:
-        app(standalone_mode=False)
+        # With standalone_mode=False click *returns* the code of a typer.Exit instead of raising it.
+        rc = app(standalone_mode=False)
+        if isinstance(rc, int) and rc != EXIT_OK:
+            sys.exit(rc)
     except typer.Exit as exc:
         sys.exit(exc.exit_code)
     except ProfanError as exc:

@@ -16,7 +16,7 @@ from profan.classify import classify
 from profan.discover import RankSource, relpath
 from profan.errors import ProfanInputError
 from profan.rulepack import RulePack
-from profan.sources import ascend_comm, ascend_kernels, ascend_meta, ascend_steps
+from profan.sources import ascend_comm, ascend_kernels, ascend_matrix, ascend_meta, ascend_packets, ascend_steps
 
 TOP_LINES = 20  # largest rows kept per kernel group, for evidence
 
@@ -35,6 +35,8 @@ class RankData:
     steps: pl.DataFrame | None = None  # step_trace_time rows
     comm_ops: pl.DataFrame | None = None
     comm_bw: pl.DataFrame | None = None
+    comm_packets: pl.DataFrame | None = None  # communication.json Size Distribution rows
+    comm_matrix: pl.DataFrame | None = None  # communication_matrix.json links, group-local ranks mapped to global
     metadata: ascend_meta.Metadata | None = None
     rows_read: dict[str, int] = field(default_factory=dict)
     rows_skipped: dict[str, int] = field(default_factory=dict)
@@ -101,7 +103,11 @@ def load_rank(rs: RankSource, root: Path, pack: RulePack) -> RankData:
         except ProfanInputError as exc:
             rd.warnings.append(f"ignored {rd.files['profiler_metadata']}: {exc.problem}")
     if "kernel_details" in rs.files:
-        groups, counts, variant, has_pipes = reduce_kernels(rs.files["kernel_details"], pack)
+        try:
+            groups, counts, variant, has_pipes = reduce_kernels(rs.files["kernel_details"], pack)
+        except pl.exceptions.PolarsError as exc:  # malformed beyond what the tolerant reader accepts
+            first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
+            raise ProfanInputError(rs.files["kernel_details"], f"cannot be parsed as CSV ({first})") from None
         rd.groups, rd.kernel_variant, rd.has_pipe_ratios = groups, variant, has_pipes
         rd.rows_read["kernel_details"] = counts["rows"]
         if counts["skipped"]:
@@ -122,4 +128,15 @@ def load_rank(rs: RankSource, root: Path, pack: RulePack) -> RankData:
         if skipped:
             rd.rows_skipped["communication"] = skipped
             rd.warnings.append(f"{rd.files['communication']}: skipped {skipped} entries of unexpected shape")
+        rd.comm_packets = ascend_packets.read(rs.files["communication"])
+    if "communication_matrix" in rs.files:
+        links, skipped = ascend_matrix.read(rs.files["communication_matrix"])
+        rd.comm_matrix = ascend_matrix.map_ranks(links, rd.metadata)
+        rd.rows_read["communication_matrix"] = links.height
+        if skipped:
+            rd.rows_skipped["communication_matrix"] = skipped
+            rd.warnings.append(f"{rd.files['communication_matrix']}: skipped {skipped} entries of unexpected shape")
+    platform = ascend_matrix.platform_version(rs.path)
+    if platform is not None:
+        rd.info["platform_version"] = platform
     return rd

@@ -103,7 +103,9 @@ def scan(kf: KernelFile, *, line_offset_check: bool = True) -> pl.LazyFrame:
         num(c["start_us"]).alias("start_us"),
         num(c["dur_us"]).alias("dur_us"),
         (num(c["wait_us"]) if "wait_us" in c else pl.lit(None, pl.Float64)).alias("wait_us"),
-        (pl.col(c["input_shapes"]).str.strip_chars(' \t\r"') if "input_shapes" in c else pl.lit(None, pl.Utf8)).alias("input_shapes"),
+        # shapes are written as """4096,1024""": drop the quote characters
+        (pl.col(c["input_shapes"]).str.strip_chars(' \t\r"') if "input_shapes" in c
+         else pl.lit(None, pl.Utf8)).alias("input_shapes"),
         (text(c["op_state"]) if "op_state" in c else pl.lit(None, pl.Utf8)).alias("op_state"),
         (is_bad_number(c["start_us"]) | is_bad_number(c["dur_us"]) | pl.col(c["dur_us"]).is_null()
          ).alias("bad"),
@@ -117,10 +119,12 @@ def op_expr() -> pl.Expr:
     """The op type a rule matches on: ``Type`` where present, else derived from the kernel name.
 
     Level0 files write ``Type`` = N/A; their names still carry the op: ``aclnnAdd_AddAiCore_Add`` -> Add,
-    ``trans_TransData_0`` -> TransData, ``Conv2D1`` -> Conv2D.
+    ``trans_TransData_0`` -> TransData, ``Conv2D1`` -> Conv2D, ``hcom_allReduce__868_0_1`` -> hcom_allReduce_ (the
+    Type newer files write for the same op).
     """
     name = pl.col("name")
-    derived = (pl.when(name.str.starts_with("aclnn")).then(name.str.split("_").list.last())
+    derived = (pl.when(name.str.starts_with("hcom_")).then(name.str.extract(r"^(hcom_[A-Za-z]+_)", 1))
+               .when(name.str.starts_with("aclnn")).then(name.str.split("_").list.last())
                .when(name.str.starts_with("trans_")).then(name.str.extract(r"^trans_([A-Za-z0-9]+)", 1))
                .otherwise(name.str.replace(r"\d+$", "")))
     typ = pl.col("type")

@@ -1,0 +1,103 @@
+"""Bad input: one clear line on stderr naming the file and the problem, exit 2, never a traceback; unreadable rows
+are counted and reported, not dropped silently."""
+
+from __future__ import annotations
+
+import shutil
+
+import pytest
+from conftest import QWEN3, run_cli
+
+import profan
+
+KD = "ASCEND_PROFILER_OUTPUT/kernel_details.csv"
+
+
+def one_rank(tmp_path):
+    """A writable copy of rank 0 of the real Qwen3 set."""
+    dst = tmp_path / "rank_0_ascend_pt"
+    shutil.copytree(QWEN3 / "rank_0_ascend_pt", dst)
+    return dst
+
+
+def assert_one_line_error(res, *needles):
+    assert res.returncode == 2, (res.returncode, res.stdout, res.stderr)
+    lines = [x for x in res.stderr.splitlines() if x.strip()]
+    assert len(lines) == 1, res.stderr
+    assert "Traceback" not in res.stderr
+    for n in needles:
+        assert n in lines[0], lines[0]
+
+
+def test_missing_directory(tmp_path):
+    assert_one_line_error(run_cli("analyze", str(tmp_path / "nope"), "-q"), "nope", "no such file or directory")
+
+
+def test_directory_without_profiler_output(tmp_path):
+    (tmp_path / "notes.txt").write_text("hello")
+    assert_one_line_error(run_cli("analyze", str(tmp_path), "-q"), "no profiler output found")
+
+
+@pytest.mark.parametrize(("content", "problem"), [
+    (b"", "empty file (no header row)"),
+    (None, "no data rows (header only)"),
+    (b"Step Id,Name,Type\n13,Add,Add\n", "missing column(s) Start Time(us), Duration(us)"),
+    (b"\x00\x01\x02garbage\xff\xfe\n\x00,\x00\n", "missing column(s)"),
+])
+def test_broken_kernel_details(tmp_path, content, problem):
+    rank = one_rank(tmp_path)
+    path = rank / KD
+    if content is None:  # header only
+        content = path.read_bytes().splitlines(keepends=True)[0]
+    path.write_bytes(content)
+    assert_one_line_error(run_cli("analyze", str(tmp_path), "-q"), "kernel_details.csv", problem)
+
+
+def test_truncated_communication_json(tmp_path):
+    rank = one_rank(tmp_path)
+    path = rank / "ASCEND_PROFILER_OUTPUT/communication.json"
+    path.write_bytes(path.read_bytes()[:5000])
+    assert_one_line_error(run_cli("analyze", str(tmp_path), "-q"), "communication.json", "not valid JSON")
+
+
+def test_step_trace_missing_columns(tmp_path):
+    rank = one_rank(tmp_path)
+    (rank / "ASCEND_PROFILER_OUTPUT/step_trace_time.csv").write_text("Step,Computing\n13,1.0\n")
+    assert_one_line_error(run_cli("analyze", str(tmp_path), "-q"), "step_trace_time.csv",
+                          "missing column(s) Communication(Not Overlapped), Free")
+
+
+def test_unparseable_rows_are_counted_not_dropped(tmp_path):
+    """A truncated last row and a row with text in Duration are skipped, counted, and reported."""
+    rank = one_rank(tmp_path)
+    path = rank / KD
+    lines = path.read_bytes().splitlines(keepends=True)
+    bad = lines[3].replace(b",16.620,", b",sixteen,")
+    assert b"sixteen" in bad
+    truncated = lines[-1][: lines[-1].index(b"\t,") + 2]  # cut right after the start time: no duration
+    path.write_bytes(b"".join([*lines[:3], bad, *lines[4:-1], truncated]))
+    report = profan.analyze(tmp_path)
+    (r,) = report.source["ranks"]
+    assert r["rows_skipped"] == {"kernel_details": 2}
+    assert r["rows_read"]["kernel_details"] == len(lines) - 1
+    assert any("skipped 2 of 2463 rows" in w for w in report.warnings)
+    res = run_cli("analyze", str(tmp_path), "-q")
+    assert res.returncode == 0 and "skipped 2 of 2463 rows" in res.stdout
+
+
+def test_unknown_format_option():
+    res = run_cli("analyze", str(QWEN3), "--format", "pdf", "-q")
+    assert_one_line_error(res, "unknown format 'pdf'")
+
+
+def test_unknown_finding_id(tmp_path):
+    out = tmp_path / "r.json"
+    assert run_cli("analyze", str(QWEN3), "-f", "json", "-o", str(out), "-q").returncode == 0
+    assert_one_line_error(run_cli("evidence", str(out), "F999"), "no finding F999")
+
+
+def test_invalid_user_rules(tmp_path):
+    rules = tmp_path / "mine.toml"
+    rules.write_text('[[rule]]\nid = "X1"\nbucket = "moe"\nmatch = { op = "(unclosed" }\n')
+    assert_one_line_error(run_cli("analyze", str(QWEN3), "--rules", str(rules), "-q"), "mine.toml",
+                          "rule X1: invalid regular expression")

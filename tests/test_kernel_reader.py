@@ -1,0 +1,85 @@
+"""kernel_details.csv / op_summary header variants (K1–K8 of the format reference) on the real files."""
+
+from __future__ import annotations
+
+import polars as pl
+import pytest
+from conftest import ASCEND, fnum, raw_rows
+
+from profan.sources import ascend_kernels
+
+OUT = "ASCEND_PROFILER_OUTPUT/kernel_details.csv"
+FILES = {
+    "K1 gpt3 2023 (no OP State)": f"msinsight-gpt3-2rank-2023/test_rank_0/{OUT}",
+    "K2 ArithmeticUtilization": "mstt-advisor-ut/test/ut/advisor/advisor_backend/compute_advice/kernel_details.csv",
+    "K3 alexnet level1 CRLF": f"msinsight-alexnet-2rank-2025/level1/rank0_ascend_pt/{OUT}",
+    "K3 quoted TAB timestamps": "mstt-advisor-ut/test/ut/advisor/compute_advice/data/kernel_details.csv",
+    "K4 qwen3 Device_id": f"msinsight-qwen3-4rank-2025q4/rank_0_ascend_pt/{OUT}",
+    "K5 level0 8 columns": f"msinsight-alexnet-2rank-2025/level0/rank0_ascend_pt/{OUT}",
+    "K7 msprof op_summary": "vllm-ascend-msprof-gmm-1op/PROF_000001_20260823165413436_00626258NIRJNPIC/"
+                            "mindstudio_profiler_output/op_summary_20260823165421.csv",
+}
+
+
+@pytest.mark.parametrize("variant", list(FILES))
+def test_every_row_keeps_its_line_and_values(variant):
+    path = ASCEND / FILES[variant]
+    header, rows = raw_rows(path)
+    kf = ascend_kernels.inspect(path)
+    df = ascend_kernels.scan(kf).collect()
+    assert df.height == len(rows)
+    assert df["src_line"].to_list() == list(rows)
+    name_col = "Name" if "Name" in header else "Op Name"
+    dur_col = "Duration(us)" if "Duration(us)" in header else "Task Duration(us)"
+    start_col = "Start Time(us)" if "Start Time(us)" in header else "Task Start Time(us)"
+    for rec in df.iter_rows(named=True):
+        raw = rows[rec["src_line"]]
+        assert rec["name"] == raw[name_col]
+        assert rec["dur_us"] == pytest.approx(fnum(raw[dur_col]))
+        assert rec["start_us"] == pytest.approx(float(raw[start_col].strip().strip('"').strip()))
+        assert not rec["bad"]
+    assert ascend_kernels.verify_lines(kf, df.height)
+
+
+def test_level0_op_derived_from_name():
+    kf = ascend_kernels.inspect(ASCEND / FILES["K5 level0 8 columns"])
+    df = ascend_kernels.scan(kf).collect()
+    assert set(df["type"]) == {"N/A"}
+    ops = dict(zip(df["name"], df["op"], strict=True))
+    assert ops["trans_TransData_0"] == "TransData"
+    assert ops["hcom_allReduce__868_0_1"] == "hcom_allReduce_"
+    assert any(n.startswith("aclnn") and o == n.split("_")[-1] for n, o in ops.items())
+
+
+def test_pipe_ratios_matched_by_suffix():
+    k4 = ascend_kernels.inspect(ASCEND / FILES["K4 qwen3 Device_id"])
+    assert k4.pipe_columns["mac"] == ["aic_mac_ratio"]
+    assert k4.pipe_columns["mte2"] == ["aic_mte2_ratio", "aiv_mte2_ratio"]
+    assert not ascend_kernels.inspect(ASCEND / FILES["K2 ArithmeticUtilization"]).has_pipe_ratios
+    assert ascend_kernels.inspect(ASCEND / FILES["K7 msprof op_summary"]).columns["block_dim"] == "Block Num"
+
+
+def test_unprefixed_metric_columns(tmp_path):
+    """K8 (chips without split Cube/Vector PMU): bare `mac_ratio`, `vec_ratio`, … columns."""
+    path = tmp_path / "kernel_details.csv"
+    path.write_text("Step Id,Name,Type,Accelerator Core,Start Time(us),Duration(us),Wait Time(us),Block Dim,"
+                    "vec_ratio,mac_ratio,mte2_ratio\n"
+                    "1,MatMul1,MatMul,AI_CORE,100.5\t,40.0,0,8,0.1,0.9,0.3\n")
+    kf = ascend_kernels.inspect(path)
+    assert set(kf.pipe_columns) == {"vec", "mac", "mte2"}
+    row = ascend_kernels.scan(kf).collect().row(0, named=True)
+    assert (row["mac"], row["vec"], row["mte2"], row["src_line"]) == (0.9, 0.1, 0.3, 2)
+
+
+def test_multiline_quoted_field_keeps_physical_lines(tmp_path):
+    """A quoted cell with a line break shifts every later row by one physical line; locators must follow."""
+    path = tmp_path / "kernel_details.csv"
+    path.write_text('Step Id,Name,Type,Accelerator Core,Start Time(us),Duration(us),Input Shapes\n'
+                    '1,A,Add,AI_VECTOR_CORE,1.0,2.0,"1,2\n3"\n'
+                    '1,B,Mul,AI_VECTOR_CORE,5.0,7.0,"4"\n')
+    kf = ascend_kernels.inspect(path)
+    lf = ascend_kernels.scan(kf)
+    df = ascend_kernels.with_exact_lines(kf, lf, 2).collect()
+    assert dict(zip(df["name"], df["src_line"], strict=True)) == {"A": 2, "B": 4}
+    assert path.read_text().splitlines()[3].startswith("1,B,")
+    assert df.filter(pl.col("name") == "B")["dur_us"].item() == 7.0
