@@ -1,0 +1,799 @@
+"""Synthetic Ascend clusters: N ``*_ascend_pt`` rank directories of an MoE transformer in the current real format.
+
+Why: real multi-rank captures with a known fault are rare, and a straggler finder is only trustworthy if it is
+tested on data where the answer is known. This module simulates one training step per rank — attention, dense
+matmuls, MoE routing and grouped matmuls, EP all-to-all, DP gradient sync — with collectives that end together on
+every member rank (each member waits for the last arrival), then writes what torch_npu writes:
+
+* ``kernel_details.csv`` with the 47-column PipeUtilization header of CANN 8.3 (TAB after timestamps, shapes
+  quoted as ``\"\"\"4096,2048\"\"\"``, one ``COMMUNICATION`` row per HCCL op);
+* ``step_trace_time.csv`` (with ``Device_id``), ``communication.json``, the aggregated
+  ``communication_matrix.json``, ``trace_view.json`` (Ascend Hardware, HCCL Group/Plane and Overlap Analysis lanes);
+* ``profiler_info_{rank}.json`` and ``profiler_metadata.json`` whose ``parallel_group_info`` keys hash (double_hash)
+  to the ``@<hash>`` suffixes of the op names;
+* ``ground_truth.json`` beside the rank directories: what was injected and the numbers a correct analysis finds.
+
+Faults to inject: a straggler rank (extra compute in one kernel class, or a host gap with no device work), expert
+imbalance (one hot expert receives more tokens: larger GroupedMatmul inputs on its rank), a slow link, and a
+cluster-wide slowdown of one kernel class (for ``profan compare``). Deterministic for a given seed.
+
+``python -m profan.synth OUT --ranks 8 --straggler-rank 5 --straggler-kind compute``
+"""
+
+from __future__ import annotations
+
+import argparse
+import csv
+import json
+import random
+import re
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+
+from profan.sources.ascend_meta import double_hash
+
+EPOCH_US = 1_764_246_877_000_000.0  # a plausible epoch-µs origin (2025-11)
+RANKS_PER_NODE = 8
+CUBE_FLOP_PER_US = 150e6  # ~150 TFLOP/s effective
+VEC_BYTES_PER_US = 0.8e6  # ~0.8 TB/s effective
+HCCS_GBPS = 20.0
+RDMA_GBPS = 12.0
+HOST_PID = 41000
+
+KERNEL_HEADER_LINE = (  # the K4 header of CANN 8.3 with PipeUtilization, exactly as written
+    "Step Id,Device_id,Model ID,Task ID,Stream ID,Name,Type,OP State,Accelerator Core,Start Time(us),Duration(us),"
+    "Wait Time(us),Block Dim,Mix Block Dim,HF32 Eligible,Input Shapes,Input Data Types,Input Formats,Output Shapes,"
+    "Output Data Types,Output Formats,Context ID,aicore_time(us),aic_total_cycles,aic_mac_time(us),aic_mac_ratio,"
+    "aic_scalar_time(us),aic_scalar_ratio,aic_mte1_time(us),aic_mte1_ratio,aic_mte2_time(us),aic_mte2_ratio,"
+    "aic_fixpipe_time(us),aic_fixpipe_ratio,aic_icache_miss_rate,aiv_time(us),aiv_total_cycles,aiv_vec_time(us),"
+    "aiv_vec_ratio,aiv_scalar_time(us),aiv_scalar_ratio,aiv_mte2_time(us),aiv_mte2_ratio,aiv_mte3_time(us),"
+    "aiv_mte3_ratio,aiv_icache_miss_rate,cube_utilization(%)"
+)
+KERNEL_HEADER = KERNEL_HEADER_LINE.split(",")
+STEP_HEADER = ["Device_id", "Step", "Computing", "Communication(Not Overlapped)", "Overlapped", "Communication",
+               "Free", "Stage", "Bubble", "Communication(Not Overlapped and Exclude Receive)", "Preparing"]
+TRANSPORTS = ("RDMA", "HCCS", "PCIE", "SDMA", "SIO")
+MATRIX_TYPES = ("send", "reduce", "invalid", "broadcast", "allreduce", "receive", "allgather", "reducescatter",
+                "scatter", "alltoall", "alltoallv", "alltoallvc", "batchsendrecv")
+
+
+@dataclass
+class SynthParams:
+    ranks: int = 8
+    steps: int = 2
+    first_step: int = 1
+    layers: int = 4
+    tp: int = 1
+    experts_per_rank: int = 2
+    tokens: int = 4096  # tokens per rank per micro-batch
+    hidden: int = 2048
+    ffn: int = 1408  # expert FFN width
+    topk: int = 2
+    seed: int = 0
+    jitter: float = 0.01  # relative sd of kernel durations
+    dispatcher: str = "alltoallv"  # "alltoallv" (hcom_alltoallv_) or "mc2" (MoeDistributeDispatch/Combine)
+    straggler_rank: int | None = None
+    straggler_kind: str = "compute"  # "compute" | "host_gap"
+    straggler_op: str = "FlashAttentionScore"  # op type made slower (compute straggler)
+    straggler_extra_us: float = 5000.0  # extra time per step on the straggler
+    straggler_layer: int | None = None  # host gap: before the MoE block of this layer (default: middle layer)
+    hot_expert: int | None = None
+    hot_factor: float = 1.0  # relative routing weight of the hot expert (others 1)
+    slow_link: tuple[int, int] | None = None
+    slow_link_factor: float = 4.0
+    slow_kernel: str | None = None  # op type slowed on every rank (a "regressed run" for compare)
+    slow_kernel_factor: float = 1.0
+    clock_skew_us: float = 0.0  # max |clock offset| per node (ranks of one node share a clock)
+    trace: bool = True  # write trace_view.json
+
+    @property
+    def experts(self) -> int:
+        return self.ep * self.experts_per_rank
+
+    @property
+    def ep(self) -> int:
+        return self.ranks // self.tp
+
+
+@dataclass
+class Group:
+    hccl_name: str
+    group_name: str  # default_group / dp / tp / exp
+    ranks: list[int]
+
+    @property
+    def hash(self) -> int:
+        return double_hash(self.hccl_name)
+
+
+@dataclass
+class Row:
+    """One device task of one rank (compute kernel or HCCL op), in true (unskewed) time."""
+
+    step: int
+    name: str
+    type: str
+    core: str
+    start: float
+    dur: float
+    shapes: str = ""
+    dtypes: str = ""
+    out_shapes: str = ""
+    group: Group | None = None
+    size_mb: float = 0.0
+    transit_ms: float = 0.0
+    wait_ms: float = 0.0
+    count: int = 0
+    links: dict[int, float] = field(default_factory=dict)  # peer -> transfer ms (collectives)
+
+
+def build_groups(p: SynthParams) -> dict[str, list[Group]]:
+    """world, tp blocks (consecutive ranks), dp blocks (same tp index); the EP group is the dp block."""
+    if p.ranks % p.tp:
+        raise ValueError("ranks must be a multiple of tp")
+    n = 0
+
+    def name() -> str:
+        nonlocal n
+        n += 1
+        return f"group_name_{n - 1}"
+
+    world = [Group(name(), "default_group", list(range(p.ranks)))]
+    tp = [Group(name(), "tp", list(range(b * p.tp, (b + 1) * p.tp))) for b in range(p.ranks // p.tp)]
+    dp = [Group(name(), "dp", list(range(i, p.ranks, p.tp))) for i in range(p.tp)]
+    exp = [Group(name(), "exp", list(g.ranks)) for g in dp]
+    return {"world": world, "tp": tp, "dp": dp, "exp": exp}
+
+
+def group_of(groups: dict[str, list[Group]], kind: str, rank: int) -> Group:
+    return next(g for g in groups[kind] if rank in g.ranks)
+
+
+def expert_tokens(p: SynthParams, rng: random.Random) -> list[list[int]]:
+    """Per layer, token copies routed to each expert (total preserved; hot expert weighted by hot_factor)."""
+    total = p.ranks * p.tokens * p.topk // p.tp
+    out = []
+    for _ in range(p.layers):
+        w = [(p.hot_factor if e == p.hot_expert else 1.0) * (1 + rng.gauss(0, 0.01)) for e in range(p.experts)]
+        s = sum(w)
+        out.append([round(total * x / s) for x in w])
+    return out
+
+
+class _Sim:
+    """Lock-step simulation: every rank runs the same op list; a collective ends when its last member arrives
+    plus the transfer time, so waiting shows up on the early ranks exactly as HCCL records it."""
+
+    def __init__(self, p: SynthParams):
+        self.p = p
+        self.rng = random.Random(p.seed)
+        self.groups = build_groups(p)
+        self.t = [0.0] * p.ranks
+        self.rows: list[list[Row]] = [[] for _ in range(p.ranks)]
+        self.seq: dict[str, int] = {}
+        self.tokens = expert_tokens(p, self.rng)
+        self.step_bounds: dict[int, tuple[float, float]] = {}
+
+    def jit(self) -> float:
+        return max(0.5, 1 + self.rng.gauss(0, self.p.jitter))
+
+    def kernel(self, step: int, op: str, name: str, core: str, base_us: float | list[float], shapes: str,
+               dtypes: str, out_shapes: str, extra: dict[int, float] | None = None) -> None:
+        p = self.p
+        for r in range(p.ranks):
+            base = base_us[r] if isinstance(base_us, list) else base_us
+            d = base * self.jit()
+            if p.slow_kernel and op == p.slow_kernel:
+                d *= p.slow_kernel_factor
+            if extra and r in extra:
+                d += extra[r]
+            start = self.t[r] + 1.0 + abs(self.rng.gauss(0, 0.3))
+            self.rows[r].append(Row(step, name, op, core, start, d, shapes, dtypes, out_shapes))
+            self.t[r] = start + d
+
+    def gap(self, rank: int, us: float) -> None:
+        self.t[rank] += us
+
+    def collective(self, step: int, op: str, kind: str, size_mb: list[float] | float, dtype: str = "BF16") -> None:
+        p = self.p
+        done: set[int] = set()
+        for r in range(p.ranks):
+            if r in done:
+                continue
+            g = group_of(self.groups, kind, r)
+            done.update(g.ranks)
+            idx = self.seq.get(g.hccl_name, 0) + 1
+            self.seq[g.hccl_name] = idx
+            name = f"hcom_{op}__{str(g.hash)[-3:]}_{idx}_1"
+            arrive = {m: self.t[m] + 2.0 + abs(self.rng.gauss(0, 0.5)) for m in g.ranks}
+            links: dict[int, dict[int, float]] = {}
+            transfer = 0.0
+            for m in g.ranks:
+                sz = size_mb[m] if isinstance(size_mb, list) else size_mb
+                peers = [q for q in g.ranks if q != m]
+                per_link = sz / max(1, len(peers))
+                links[m] = {}
+                for q in peers:
+                    bw = HCCS_GBPS if m // RANKS_PER_NODE == q // RANKS_PER_NODE else RDMA_GBPS
+                    if p.slow_link and {m, q} == set(p.slow_link):
+                        bw /= p.slow_link_factor
+                    links[m][q] = per_link / bw  # MB / (GB/s) = ms
+                    transfer = max(transfer, links[m][q])
+            transfer_us = 15.0 + transfer * 1000.0
+            end = max(arrive.values()) + transfer_us
+            last = max(arrive.values())
+            for m in g.ranks:
+                sz = size_mb[m] if isinstance(size_mb, list) else size_mb
+                self.rows[m].append(Row(step, name, f"hcom_{op}_", "COMMUNICATION", arrive[m], end - arrive[m],
+                                        group=g, size_mb=sz, transit_ms=transfer_us / 1000.0,
+                                        wait_ms=(last - arrive[m]) / 1000.0,
+                                        count=int(sz * 1e6 / 2), links=links[m]))
+                self.t[m] = end
+
+    # -- the model ---------------------------------------------------------------------------------------------
+
+    def run(self) -> None:
+        p = self.p
+        T, H, F, E = p.tokens // p.tp, p.hidden, p.ffn, p.experts_per_rank
+        for s in range(p.first_step, p.first_step + p.steps):
+            start = max(self.t) + 300.0
+            self.t = [start + 50.0] * p.ranks
+            self.step_bounds[s] = (start, 0.0)
+            straggle = self._straggle_extra(s)
+            for layer in range(p.layers):
+                self._forward_layer(s, layer, T, H, F, E, straggle)
+            for layer in reversed(range(p.layers)):
+                self._backward_layer(s, layer, T, H, F, E, straggle)
+            grads_mb = p.layers * (4 * H * H + E * 3 * H * F) * 2 / 1e6 / p.tp
+            self.collective(s, "reduceScatter", "dp", grads_mb)
+            self.kernel(s, "ApplyAdamWV2", "aclnnApplyAdamWV2_ApplyAdamWV2_ApplyAdamWV2", "AI_VECTOR_CORE",
+                        grads_mb * 1e6 * 8 / max(1, p.ep) / VEC_BYTES_PER_US, f'"{int(grads_mb * 5e5)}"', "FLOAT",
+                        f'"{int(grads_mb * 5e5)}"')
+            self.collective(s, "allGather", "dp", grads_mb)
+            self.collective(s, "allReduce", "world", 0.000004, "FP32")
+            self.step_bounds[s] = (start, max(self.t) + 100.0)
+
+    def _straggle_extra(self, step: int) -> dict:
+        """Compute straggler: the extra time per step, spread evenly over the instances of the slowed op."""
+        p = self.p
+        if p.straggler_rank is None or p.straggler_kind != "compute":
+            return {}
+        if p.straggler_op not in INSTANCES_PER_LAYER:
+            raise ValueError(f"straggler_op must be one of {', '.join(INSTANCES_PER_LAYER)}")
+        n = p.layers * INSTANCES_PER_LAYER[p.straggler_op]
+        return {p.straggler_op: {p.straggler_rank: p.straggler_extra_us / n}}
+
+    def _forward_layer(self, s, layer, T, H, F, E, straggle) -> None:
+        p = self.p
+        k = self.kernel
+        k(s, "RmsNorm", "RmsNorm", "AI_VECTOR_CORE", T * H * 4 / VEC_BYTES_PER_US, f'"{T},{H};{H}"',
+          "DT_BF16;DT_BF16", f'"{T},{H};{T},1"', straggle.get("RmsNorm"))
+        k(s, "MatMulV3", "aclnnMatmul_MatMulV3Common_MatMulV3", "AI_CORE", 2 * T * H * 3 * H / CUBE_FLOP_PER_US,
+          f'"{T},{H};{3 * H},{H}"', "DT_BF16;DT_BF16", f'"{T},{3 * H}"', straggle.get("MatMulV3"))
+        k(s, "FlashAttentionScore", "aclnnFlashAttentionScore_FlashAttentionScore_FlashAttentionScore", "MIX_AIC",
+          4 * T * T * H / 2 / CUBE_FLOP_PER_US, f'"1,{T},{H};1,{T},{H};1,{T},{H}"', "DT_BF16;DT_BF16;DT_BF16",
+          f'"1,{T},{H}"', straggle.get("FlashAttentionScore"))
+        k(s, "MatMulV3", "aclnnMatmul_MatMulV3Common_MatMulV3", "AI_CORE", 2 * T * H * H / CUBE_FLOP_PER_US,
+          f'"{T},{H};{H},{H}"', "DT_BF16;DT_BF16", f'"{T},{H}"', straggle.get("MatMulV3"))
+        if p.tp > 1:
+            self.collective(s, "allReduce", "tp", T * H * 2 / 1e6)
+        if (p.straggler_rank is not None and p.straggler_kind == "host_gap"
+                and layer == (p.straggler_layer if p.straggler_layer is not None else p.layers // 2)):
+            self.gap(p.straggler_rank, p.straggler_extra_us)
+        k(s, "RmsNorm", "RmsNorm", "AI_VECTOR_CORE", T * H * 4 / VEC_BYTES_PER_US, f'"{T},{H};{H}"',
+          "DT_BF16;DT_BF16", f'"{T},{H};{T},1"', straggle.get("RmsNorm"))
+        k(s, "MatMulV3", "aclnnMatmul_MatMulV3Common_MatMulV3", "AI_CORE",
+          max(8.0, 2 * T * H * p.experts / CUBE_FLOP_PER_US), f'"{T},{H};{p.experts},{H}"', "DT_BF16;DT_BF16",
+          f'"{T},{p.experts}"')
+        k(s, "MoeGatingTopKSoftmax", "aclnnMoeGatingTopKSoftmax_MoeGatingTopKSoftmax_MoeGatingTopKSoftmax",
+          "AI_VECTOR_CORE", 18.0, f'"{T},{p.experts};;"', "DT_BF16;BOOL;", f'"{T},{p.topk};{T},{p.topk}"')
+        k(s, "MoeInitRoutingV2", "aclnnMoeInitRoutingV2_MoeInitRoutingV2_MoeInitRoutingV2", "AI_VECTOR_CORE",
+          T * p.topk * H * 2 * 2 / VEC_BYTES_PER_US, f'"{T},{H};{T},{p.topk}"', "DT_BF16;INT32",
+          f'"{T * p.topk},{H};{T * p.topk};{p.experts}"')
+        recv = self._recv_tokens(layer)
+        if p.dispatcher == "mc2":
+            k(s, "MoeDistributeDispatch", "aclnnMoeDistributeDispatch_MoeDistributeDispatch_MoeDistributeDispatch",
+              "AI_VECTOR_CORE", [40.0 + n * H * 2 / 1e6 / HCCS_GBPS * 1000 for n in recv],
+              f'"{T},{H};{T},{p.topk}"', "DT_BF16;INT32", f'"{max(recv)},{H}"')
+        else:
+            self.collective(s, "allGather", "exp", p.experts * 8 / 1e6, "INT64")
+            self.collective(s, "alltoallv", "exp", [n * H * 2 / 1e6 for n in recv])
+        self._experts(s, recv, H, F, E, straggle)
+        if p.dispatcher == "mc2":
+            k(s, "MoeDistributeCombine", "aclnnMoeDistributeCombine_MoeDistributeCombine_MoeDistributeCombine",
+              "AI_VECTOR_CORE", [40.0 + n * H * 2 / 1e6 / HCCS_GBPS * 1000 for n in recv],
+              f'"{max(recv)},{H};{T},{p.topk}"', "DT_BF16;INT32", f'"{T},{H}"')
+        else:
+            self.collective(s, "alltoallv", "exp", [n * H * 2 / 1e6 for n in recv])
+        k(s, "MoeFinalizeRoutingV2", "aclnnMoeFinalizeRoutingV2_MoeFinalizeRoutingV2_MoeFinalizeRoutingV2",
+          "AI_VECTOR_CORE", T * p.topk * H * 2 * 2 / VEC_BYTES_PER_US,
+          f'"{T * p.topk},{H};{T},{H};{T},{p.topk};{T},{p.topk}"', "DT_BF16;DT_BF16;DT_BF16;INT32", f'"{T},{H}"')
+
+    def _recv_tokens(self, layer: int) -> list[int]:
+        """Tokens each rank's local experts receive in this layer (the x rows of its GroupedMatmul)."""
+        p = self.p
+        per_e = self.tokens[layer]
+        out = []
+        for r in range(p.ranks):
+            local = group_of(self.groups, "exp", r).ranks.index(r)
+            out.append(sum(per_e[local * p.experts_per_rank:(local + 1) * p.experts_per_rank]))
+        return out
+
+    def _experts(self, s, recv, H, F, E, straggle, grad: bool = False) -> None:
+        k = self.kernel
+        gmm = "aclnnGroupedMatmulV4_GroupedMatmul_GroupedMatmul"
+        fc1 = [2 * n * H * 2 * F / CUBE_FLOP_PER_US + 12.0 for n in recv]
+        fc2 = [2 * n * F * H / CUBE_FLOP_PER_US + 12.0 for n in recv]
+        dt = "DT_BF16;DT_BF16;FLOAT;UINT64;FLOAT;FLOAT16;FLOAT16;INT64"
+        extra = straggle.get("GroupedMatmul")
+        if not grad:
+            k(s, "GroupedMatmul", gmm, "MIX_AIC", fc1, _gmm_shapes(recv, H, 2 * F, E), dt, _out(recv, 2 * F), extra)
+            k(s, "SwiGlu", "SwiGlu", "AI_VECTOR_CORE", [n * 2 * F * 2 * 2 / VEC_BYTES_PER_US for n in recv],
+              _per_rank(recv, lambda n: f'"{n},{2 * F}"'), "DT_BF16", _out(recv, F), straggle.get("SwiGlu"))
+            k(s, "GroupedMatmul", gmm, "MIX_AIC", fc2, _gmm_shapes(recv, F, H, E), dt, _out(recv, H), extra)
+            return
+        k(s, "GroupedMatmul", gmm, "MIX_AIC", fc2, _gmm_shapes(recv, H, F, E), dt, _out(recv, F), extra)
+        k(s, "SwiGluGrad", "SwiGluGrad", "AI_VECTOR_CORE", [n * 2 * F * 2 * 3 / VEC_BYTES_PER_US for n in recv],
+          _per_rank(recv, lambda n: f'"{n},{F};{n},{2 * F}"'), "DT_BF16;DT_BF16", _out(recv, 2 * F),
+          straggle.get("SwiGluGrad"))
+        k(s, "GroupedMatmul", gmm, "MIX_AIC", fc1, _gmm_shapes(recv, 2 * F, H, E), dt, _out(recv, H), extra)
+        # weight gradients: x^T of shape [H, tokens] — the first dim is not tokens (ascend-moe-ops §1)
+        k(s, "GroupedMatmul", gmm, "MIX_AIC", fc1, _per_rank(recv, lambda n: f'"{H},{n};{n},{2 * F};;;;;;{E}"'),
+          dt, f'"{E},{H},{2 * F}"', extra)
+        k(s, "GroupedMatmul", gmm, "MIX_AIC", fc2, _per_rank(recv, lambda n: f'"{F},{n};{n},{H};;;;;;{E}"'),
+          dt, f'"{E},{F},{H}"', extra)
+
+    def _backward_layer(self, s, layer, T, H, F, E, straggle) -> None:
+        p = self.p
+        k = self.kernel
+        recv = self._recv_tokens(layer)
+        k(s, "MoeFinalizeRoutingV2Grad", "aclnnMoeFinalizeRoutingV2Grad_MoeFinalizeRoutingV2Grad_"
+          "MoeFinalizeRoutingV2Grad", "AI_VECTOR_CORE", T * p.topk * H * 2 * 2 / VEC_BYTES_PER_US,
+          f'"{T},{H};{T * p.topk},{H}"', "DT_BF16;DT_BF16", f'"{T * p.topk},{H}"')
+        if p.dispatcher == "mc2":
+            k(s, "MoeDistributeDispatch", "aclnnMoeDistributeDispatch_MoeDistributeDispatch_MoeDistributeDispatch",
+              "AI_VECTOR_CORE", [40.0 + n * H * 2 / 1e6 / HCCS_GBPS * 1000 for n in recv],
+              f'"{T},{H};{T},{p.topk}"', "DT_BF16;INT32", f'"{max(recv)},{H}"')
+        else:
+            self.collective(s, "alltoallv", "exp", [n * H * 2 / 1e6 for n in recv])
+        self._experts(s, recv, H, F, E, straggle, grad=True)
+        if p.dispatcher == "mc2":
+            k(s, "MoeDistributeCombine", "aclnnMoeDistributeCombine_MoeDistributeCombine_MoeDistributeCombine",
+              "AI_VECTOR_CORE", [40.0 + n * H * 2 / 1e6 / HCCS_GBPS * 1000 for n in recv],
+              f'"{max(recv)},{H};{T},{p.topk}"', "DT_BF16;INT32", f'"{T},{H}"')
+        else:
+            self.collective(s, "alltoallv", "exp", [n * H * 2 / 1e6 for n in recv])
+        k(s, "RmsNormGrad", "RmsNormGrad", "AI_VECTOR_CORE", T * H * 6 / VEC_BYTES_PER_US,
+          f'"{T},{H};{T},{H};{T},1;{H}"', "DT_BF16;DT_BF16;FLOAT;DT_BF16", f'"{T},{H};{H}"',
+          straggle.get("RmsNormGrad"))
+        if p.tp > 1:
+            self.collective(s, "allReduce", "tp", T * H * 2 / 1e6)
+        for _ in range(2):
+            k(s, "MatMulV3", "aclnnMatmul_MatMulV3Common_MatMulV3", "AI_CORE", 2 * T * H * H / CUBE_FLOP_PER_US,
+              f'"{T},{H};{H},{H}"', "DT_BF16;DT_BF16", f'"{T},{H}"', straggle.get("MatMulV3"))
+        k(s, "FlashAttentionScoreGrad", "aclnnFlashAttentionScoreGrad_FlashAttentionScoreGrad_"
+          "FlashAttentionScoreGrad", "MIX_AIC", 2.5 * 4 * T * T * H / 2 / CUBE_FLOP_PER_US,
+          f'"1,{T},{H};1,{T},{H};1,{T},{H};1,{T},{H}"', "DT_BF16;DT_BF16;DT_BF16;DT_BF16", f'"1,{T},{H}"',
+          straggle.get("FlashAttentionScoreGrad"))
+        for _ in range(2):
+            k(s, "MatMulV3", "aclnnMatmul_MatMulV3Common_MatMulV3", "AI_CORE",
+              2 * T * H * 3 * H / CUBE_FLOP_PER_US, f'"{T},{3 * H};{3 * H},{H}"', "DT_BF16;DT_BF16",
+              f'"{T},{H}"', straggle.get("MatMulV3"))
+        k(s, "RmsNormGrad", "RmsNormGrad", "AI_VECTOR_CORE", T * H * 6 / VEC_BYTES_PER_US,
+          f'"{T},{H};{T},{H};{T},1;{H}"', "DT_BF16;DT_BF16;FLOAT;DT_BF16", f'"{T},{H};{H}"',
+          straggle.get("RmsNormGrad"))
+
+
+# instances per layer of the ops a compute straggler can slow (router MatMulV3 excluded)
+INSTANCES_PER_LAYER = {"FlashAttentionScore": 1, "FlashAttentionScoreGrad": 1, "RmsNorm": 2, "RmsNormGrad": 2,
+                       "SwiGlu": 1, "SwiGluGrad": 1, "MatMulV3": 6, "GroupedMatmul": 6}
+_MATRIX_TYPE = re.compile("|".join(MATRIX_TYPES))
+
+
+def _per_rank(recv: list[int], fmt) -> list[str]:
+    return [fmt(n) for n in recv]
+
+
+def _gmm_shapes(recv: list[int], k_in: int, n_out: int, e: int) -> list[str]:
+    """x, weight, bias, scale, offset, antiquant_scale, antiquant_offset, group_list (observed layout)."""
+    return [f'"{n},{k_in};{e},{k_in},{n_out};;;;;;{e}"' for n in recv]
+
+
+def _out(recv: list[int], width: int) -> list[str]:
+    return [f'"{n},{width}"' for n in recv]
+
+
+# ------------------------------------------------------------------------------------------------- writing
+
+
+def _pick(v, r: int):
+    return v[r] if isinstance(v, list) else v
+
+
+def _fmt_ts(us: float) -> str:
+    return f"{us:.3f}"
+
+
+def _union(intervals: list[tuple[float, float]]) -> list[tuple[float, float]]:
+    out: list[tuple[float, float]] = []
+    for a, b in sorted(intervals):
+        if out and a <= out[-1][1]:
+            out[-1] = (out[-1][0], max(out[-1][1], b))
+        else:
+            out.append((a, b))
+    return out
+
+
+def _subtract(xs: list[tuple[float, float]], ys: list[tuple[float, float]]) -> list[tuple[float, float]]:
+    out = []
+    for a, b in xs:
+        cur = a
+        for c, d in ys:
+            if d <= cur or c >= b:
+                continue
+            if c > cur:
+                out.append((cur, c))
+            cur = max(cur, d)
+        if cur < b:
+            out.append((cur, b))
+    return out
+
+
+def _length(xs: list[tuple[float, float]]) -> float:
+    return sum(b - a for a, b in xs)
+
+
+def _pipes(core: str, rng: random.Random, dur: float) -> list[str]:
+    """The 25 PMU columns after Context ID: plausible ratios for cube / vector / mixed kernels."""
+    if core == "COMMUNICATION":
+        return ["N/A"] * 25
+    cube = core in ("AI_CORE", "MIX_AIC")
+    vec = core in ("AI_VECTOR_CORE", "MIX_AIC", "MIX_AIV")
+    mac = round(0.6 + 0.2 * rng.random(), 3) if cube else 0.0
+    aic = [round(dur, 3) if cube else 0.0, int(dur * 1800) if cube else 0, round(dur * mac, 3), mac,
+           round(dur * 0.05, 3) if cube else 0.0, 0.05 if cube else 0.0, round(dur * 0.2, 3) if cube else 0.0,
+           0.2 if cube else 0.0, round(dur * 0.3, 3) if cube else 0.0, 0.3 if cube else 0.0,
+           round(dur * 0.1, 3) if cube else 0.0, 0.1 if cube else 0.0, 0.01 if cube else 0.0]
+    vr = round(0.3 + 0.3 * rng.random(), 3) if vec else 0.0
+    aiv = [round(dur, 3) if vec else 0.0, int(dur * 1800) if vec else 0, round(dur * vr, 3), vr,
+           round(dur * 0.05, 3) if vec else 0.0, 0.05 if vec else 0.0, round(dur * 0.6, 3) if vec else 0.0,
+           0.6 if vec else 0.0, round(dur * 0.2, 3) if vec else 0.0, 0.2 if vec else 0.0, 0.01 if vec else 0.0]
+    cu = round(100 * mac * 0.9, 3) if cube else 0.0
+    return [str(x) for x in [*aic, *aiv, cu]]
+
+
+def _block_dim(core: str) -> tuple[str, str]:
+    return {"AI_CORE": ("24", "0"), "MIX_AIC": ("24", "48"), "AI_VECTOR_CORE": ("48", "0"),
+            "COMMUNICATION": ("0", "N/A")}.get(core, ("48", "0"))
+
+
+class _Writer:
+    def __init__(self, sim: _Sim, out: Path):
+        self.sim, self.p, self.out = sim, sim.p, out
+        rng = random.Random(sim.p.seed + 7)
+        nodes = (sim.p.ranks + RANKS_PER_NODE - 1) // RANKS_PER_NODE
+        self.skew = [0.0] + [rng.uniform(-1, 1) * sim.p.clock_skew_us for _ in range(nodes - 1)]
+
+    def clock(self, rank: int, t: float) -> float:
+        return EPOCH_US + t + self.skew[rank // RANKS_PER_NODE]
+
+    def rank_dir(self, r: int) -> Path:
+        return self.out / f"synth-node{r // RANKS_PER_NODE}_{HOST_PID + r}_20251127190000{r % 1000:03d}_ascend_pt"
+
+    def write(self) -> dict:
+        for r in range(self.p.ranks):
+            d = self.rank_dir(r)
+            (d / "ASCEND_PROFILER_OUTPUT").mkdir(parents=True, exist_ok=True)
+            self.kernel_details(r, d)
+            self.step_trace(r, d)
+            self.communication(r, d)
+            self.matrix(r, d)
+            if self.p.trace:
+                self.trace_view(r, d)
+            self.info(r, d)
+            self.metadata(r, d)
+        text = json.dumps(self.ground_truth(), indent=1)
+        (self.out / "ground_truth.json").write_text(text)
+        return json.loads(text)  # as a reader sees it (rank keys are strings)
+
+    def kernel_details(self, r: int, d: Path) -> None:
+        rng = random.Random(self.p.seed * 1000 + r)
+        with open(d / "ASCEND_PROFILER_OUTPUT" / "kernel_details.csv", "w", newline="", encoding="utf-8") as fh:
+            w = csv.writer(fh, lineterminator="\n")
+            w.writerow(KERNEL_HEADER)
+            prev_end = None
+            task = 30000
+            for row in self.sim.rows[r]:
+                task += 1
+                wait = 0.0 if prev_end is None else max(0.0, row.start - prev_end)
+                prev_end = row.start + row.dur
+                start = _fmt_ts(self.clock(r, row.start)) + "\t"
+                dev = str(r % RANKS_PER_NODE)
+                if row.core == "COMMUNICATION":
+                    w.writerow([row.step, dev, 4294967295, "N/A", "N/A", row.name, row.type, "N/A", row.core, start,
+                                f"{row.dur:.3f}", f"{wait:.6f}", 0, *["N/A"] * 34])
+                    continue
+                bd, mbd = _block_dim(row.core)
+                shapes = _pick(row.shapes, r)
+                out_shapes = _pick(row.out_shapes, r)
+                nin = shapes.count(";") + 1
+                w.writerow([row.step, dev, 4294967295, task, 2, row.name, row.type, "dynamic", row.core, start,
+                            f"{row.dur:.3f}", f"{wait:.6f}", bd, mbd, "NO", shapes, row.dtypes,
+                            ";".join(["ND"] * nin), out_shapes, "DT_BF16", "ND", "N/A",
+                            *_pipes(row.core, rng, row.dur)])
+
+    def _step_rows(self, r: int, step: int) -> list[Row]:
+        return [x for x in self.sim.rows[r] if x.step == step]
+
+    def step_trace(self, r: int, d: Path) -> None:
+        with open(d / "ASCEND_PROFILER_OUTPUT" / "step_trace_time.csv", "w", newline="", encoding="utf-8") as fh:
+            w = csv.writer(fh, lineterminator="\n")
+            w.writerow(STEP_HEADER)
+            for step, (s0, s1) in self.sim.step_bounds.items():
+                rows = self._step_rows(r, step)
+                comp = _union([(x.start, x.start + x.dur) for x in rows if x.core != "COMMUNICATION"])
+                comm = _union([(x.start, x.start + x.dur) for x in rows if x.core == "COMMUNICATION"])
+                notov = _subtract(comm, comp)
+                busy = _length(_union(comp + comm))
+                free = (s1 - s0) - busy
+                prep = min(x.start for x in rows) - s0
+                w.writerow([r % RANKS_PER_NODE, step, _length(comp), _length(notov), _length(comm) - _length(notov),
+                            _length(comm), free, s1 - s0, 0, _length(notov), prep])
+
+    def _comm_ops(self, r: int, step: int) -> list[Row]:
+        return [x for x in self._step_rows(r, step) if x.core == "COMMUNICATION"]
+
+    def _bw_info(self, r: int, x: Row) -> dict:
+        """Bandwidth per transport of one op on rank r: intra-node peers over HCCS, others over RDMA."""
+        info = {}
+        for tr in TRANSPORTS:
+            peers = {q: ms for q, ms in x.links.items()
+                     if (tr == "HCCS" and q // RANKS_PER_NODE == r // RANKS_PER_NODE)
+                     or (tr == "RDMA" and q // RANKS_PER_NODE != r // RANKS_PER_NODE)}
+            size = x.size_mb * len(peers) / max(1, len(x.links)) if peers else 0
+            t = max(peers.values()) if peers else 0
+            info[tr] = {"Transit Size(MB)": size, "Transit Time(ms)": round(t, 5),
+                        "Bandwidth(GB/s)": round(size / t, 4) if t else 0, "Large Packet Ratio": 1.0 if size else 0,
+                        "Size Distribution": {f"{size / max(1, len(peers)):.6f}": [len(peers), round(t, 5)]}
+                        if size else {}}
+        return info
+
+    def communication(self, r: int, d: Path) -> None:
+        doc = {}
+        for step in self.sim.step_bounds:
+            ops = {}
+            tot = dict.fromkeys(("Elapse Time(ms)", "Transit Time(ms)", "Wait Time(ms)",
+                                 "Synchronization Time(ms)", "Idle Time(ms)"), 0.0)
+            for x in self._comm_ops(r, step):
+                el = x.dur / 1000.0
+                idle = max(0.0, el - x.transit_ms - x.wait_ms)
+                ops[f"{x.name}@{x.group.hash}"] = {
+                    "Communication Time Info": {
+                        "Start Timestamp(us)": round(self.clock(r, x.start), 3), "Elapse Time(ms)": el,
+                        "Transit Time(ms)": x.transit_ms, "Wait Time(ms)": x.wait_ms,
+                        "Synchronization Time(ms)": x.wait_ms, "Idle Time(ms)": idle,
+                        "Wait Time Ratio": round(x.wait_ms / (x.wait_ms + x.transit_ms), 4)
+                        if x.wait_ms + x.transit_ms else 0,
+                        "Synchronization Time Ratio": round(x.wait_ms / (x.wait_ms + x.transit_ms), 4)
+                        if x.wait_ms + x.transit_ms else 0},
+                    "Communication Bandwidth Info": self._bw_info(r, x)}
+                for key, v in (("Elapse Time(ms)", el), ("Transit Time(ms)", x.transit_ms),
+                               ("Wait Time(ms)", x.wait_ms), ("Synchronization Time(ms)", x.wait_ms),
+                               ("Idle Time(ms)", idle)):
+                    tot[key] += v
+            if ops:
+                ops["Total Op Info"] = {"Communication Time Info": {**tot, "Wait Time Ratio": 0,
+                                                                    "Synchronization Time Ratio": 0},
+                                        "Communication Bandwidth Info": {}}
+            doc[f"step{step}"] = {"p2p": {}, "collective": ops}
+        (d / "ASCEND_PROFILER_OUTPUT" / "communication.json").write_text(json.dumps(doc))
+
+    def matrix(self, r: int, d: Path) -> None:
+        """Aggregated shape: ``<type>-top1/middle/bottom1-3/total@hash`` -> ``{"src-dst": link}`` (group-local)."""
+        doc = {}
+        for step in self.sim.step_bounds:
+            sect: dict = {}
+            by_key: dict[tuple[str, int], list[Row]] = {}
+            for x in self._comm_ops(r, step):
+                low = x.type.lower()
+                m = _MATRIX_TYPE.search(low)  # first regex hit, as torch_npu does (alltoallv -> alltoall)
+                t = m.group(0) if m else "invalid"
+                by_key.setdefault((t, x.group.hash), []).append(x)
+            for (t, h), xs in by_key.items():
+                g = xs[0].group
+                me = g.ranks.index(r)
+                xs = sorted(xs, key=lambda x: x.dur, reverse=True)
+                picks = {"top1": xs[0], "middle": xs[len(xs) // 2], "bottom1": xs[-1]}
+                for label, x in picks.items():
+                    sect[f"{t}-{label}@{h}"] = {f"{me}-{g.ranks.index(q)}": self._link(r, q, x, True)
+                                               for q in x.links}
+                sect[f"{t}-total@{h}"] = {
+                    f"{me}-{g.ranks.index(q)}": {k: v for k, v in self._link(r, q, xs[0], False, xs).items()}
+                    for q in xs[0].links}
+            doc[f"step{step}"] = {"p2p": {}, "collective": sect}
+        (d / "ASCEND_PROFILER_OUTPUT" / "communication_matrix.json").write_text(json.dumps(doc))
+
+    def _link(self, r: int, q: int, x: Row, with_name: bool, xs: list[Row] | None = None) -> dict:
+        xs = xs or [x]
+        size = sum(y.size_mb / max(1, len(y.links)) for y in xs)
+        t = sum(y.links.get(q, 0.0) for y in xs)
+        same = q // RANKS_PER_NODE == r // RANKS_PER_NODE
+        link = {"Transport Type": "HCCS" if same else "RDMA", "Transit Size(MB)": size,
+                "Transit Time(ms)": round(t, 5), "Bandwidth(GB/s)": round(size / t, 4) if t else 0}
+        if with_name:
+            link["Op Name"] = x.name
+        return link
+
+    def trace_view(self, r: int, d: Path) -> None:
+        dev = r % RANKS_PER_NODE
+        pid = HOST_PID + r
+
+        def fpid(sort_index: int) -> int:
+            return (pid << 10) | (sort_index << 5) | dev
+
+        hw, hccl, ov = fpid(13), fpid(15), fpid(23)
+        ev: list[dict] = [
+            {"ph": "M", "name": "process_name", "pid": pid, "tid": 0, "args": {"name": "Python"}},
+            {"ph": "M", "name": "process_labels", "pid": pid, "tid": 0, "args": {"labels": "CPU"}},
+            {"name": "process_name", "pid": hw, "tid": 0, "args": {"name": "Ascend Hardware"}, "ph": "M"},
+            {"name": "process_labels", "pid": hw, "tid": 0, "args": {"labels": "NPU"}, "ph": "M"},
+            {"name": "thread_name", "pid": hw, "tid": 2, "args": {"name": "Stream 2"}, "ph": "M"},
+            {"name": "process_name", "pid": hccl, "tid": 0, "args": {"name": "HCCL"}, "ph": "M"},
+            {"name": "process_labels", "pid": hccl, "tid": 0, "args": {"labels": "NPU"}, "ph": "M"},
+            {"name": "process_name", "pid": ov, "tid": 0, "args": {"name": "Overlap Analysis"}, "ph": "M"},
+            {"name": "process_labels", "pid": ov, "tid": 0, "args": {"labels": "NPU"}, "ph": "M"},
+        ]
+        lanes = ["Computing", "Communication", "Communication(Not Overlapped)", "Free"]
+        ev += [{"name": "thread_name", "pid": ov, "tid": i, "args": {"name": n}, "ph": "M"}
+               for i, n in enumerate(lanes)]
+        groups = sorted({x.group.hccl_name: x.group for x in self.sim.rows[r] if x.group}.values(),
+                        key=lambda g: g.hccl_name)
+        gtid = {g.hccl_name: i * 16 for i, g in enumerate(groups)}
+        for g in groups:
+            ev.append({"name": "thread_name", "pid": hccl, "tid": gtid[g.hccl_name],
+                       "args": {"name": f"Group {g.hash} Communication"}, "ph": "M"})
+            for pl_ in range(min(8, len(g.ranks) - 1)):
+                ev.append({"name": "thread_name", "pid": hccl, "tid": gtid[g.hccl_name] + 1 + pl_,
+                           "args": {"name": f"Plane {pl_}"}, "ph": "M"})
+        conn = 1000
+        for step, (s0, s1) in self.sim.step_bounds.items():
+            ev.append({"ph": "X", "name": f"ProfilerStep#{step}", "pid": pid, "tid": pid,
+                       "ts": _fmt_ts(self.clock(r, s0)), "dur": round(s1 - s0, 3), "cat": "cpu_op", "args": {}})
+        for x in self.sim.rows[r]:
+            conn += 1
+            ts = _fmt_ts(self.clock(r, x.start))
+            if x.core != "COMMUNICATION":
+                ev.append({"name": x.name, "pid": hw, "tid": 2, "ts": ts, "dur": round(x.dur, 6),
+                           "args": {"Model Id": 4294967295, "Task Type": "AI_CORE" if "AIC" in x.core or
+                                    x.core == "AI_CORE" else "AI_VECTOR_CORE", "Physic Stream Id": 2,
+                                    "Task Id": conn, "Batch Id": 0, "Subtask Id": 4294967295,
+                                    "connection_id": conn}, "ph": "X"})
+                continue
+            tid = gtid[x.group.hccl_name]
+            ev.append({"name": x.name, "pid": hccl, "tid": tid, "ts": ts, "dur": round(x.dur, 6),
+                       "args": {"connection_id": conn, "model id": 4294967295, "data_type": "BF16",
+                                "alg_type": "MESH", "count": x.count}, "ph": "X"})
+            peers = sorted(x.links)[:8]
+            t0 = x.start + x.dur - x.transit_ms * 1000
+            for i, q in enumerate(peers):
+                ev.append({"name": "Memcpy", "pid": hccl, "tid": tid + 1 + i, "ts": _fmt_ts(self.clock(r, t0)),
+                           "dur": round(x.links[q] * 1000, 6),
+                           "args": {"notify_id": "4294967295", "duration estimated(us)": round(x.links[q] * 1000, 3),
+                                    "stream id": 3, "task id": conn, "context id": i, "task type": "Memcpy",
+                                    "src rank": x.group.ranks.index(r), "dst rank": x.group.ranks.index(q),
+                                    "transport type": "SDMA" if q // RANKS_PER_NODE == r // RANKS_PER_NODE
+                                    else "RDMA", "size(Byte)": int(x.size_mb * 1e6 / max(1, len(x.links))),
+                                    "data type": "BF16", "link type": "HCCS" if q // RANKS_PER_NODE ==
+                                    r // RANKS_PER_NODE else "ROCE",
+                                    "bandwidth(GB/s)": round(x.size_mb / max(1, len(x.links)) / x.links[q], 4)
+                                    if x.links[q] else 0.0, "model id": 4294967295}, "ph": "X"})
+        for step, (s0, s1) in self.sim.step_bounds.items():
+            rows = self._step_rows(r, step)
+            comp = _union([(x.start, x.start + x.dur) for x in rows if x.core != "COMMUNICATION"])
+            comm = _union([(x.start, x.start + x.dur) for x in rows if x.core == "COMMUNICATION"])
+            free = _subtract([(s0, s1)], _union(comp + comm))
+            for tid, name, spans in ((0, "Computing", comp), (1, "Communication", comm),
+                                     (2, "Communication(Not Overlapped)", _subtract(comm, comp)), (3, "Free", free)):
+                ev += [{"name": name, "pid": ov, "tid": tid, "ts": _fmt_ts(self.clock(r, a)), "dur": round(b - a, 3),
+                        "ph": "X"} for a, b in spans]
+        with open(d / "ASCEND_PROFILER_OUTPUT" / "trace_view.json", "w", encoding="utf-8") as fh:
+            json.dump(ev, fh, separators=(",", ":"))
+
+    def info(self, r: int, d: Path) -> None:
+        doc = {"config": {"common_config": {"activities": ["ProfilerActivity.CPU", "ProfilerActivity.NPU"],
+                                            "schedule": {"wait": 0, "active": self.p.steps, "warmup": 1,
+                                                         "repeat": 1, "skip_first": self.p.first_step - 1},
+                                            "record_shapes": True, "profile_memory": False, "with_stack": False,
+                                            "with_flops": False, "with_modules": False},
+                          "experimental_config": {"_profiler_level": "Level1",
+                                                  "_aic_metrics": "ACL_AICORE_PIPE_UTILIZATION", "_l2_cache": False,
+                                                  "_msprof_tx": False, "_mstx": False, "_data_simplification": True,
+                                                  "record_op_args": False, "_export_type": ["text"]}},
+               "start_info": {"syscnt_enable": True, "freq": 100}, "end_info": {},
+               "torch_npu_version": "2.7.1", "cann_version": "8.3.RC1", "rank_id": str(r)}
+        (d / f"profiler_info_{r}.json").write_text(json.dumps(doc, indent=4))
+
+    def metadata(self, r: int, d: Path) -> None:
+        p = self.p
+        info = {}
+        for kind in ("world", "tp", "dp", "exp"):
+            g = group_of(self.sim.groups, kind, r)
+            info[g.hccl_name] = {"group_name": g.group_name, "group_rank": g.ranks.index(r), "global_ranks": g.ranks}
+        doc = {"distributed_args": {"tensor_model_parallel_size": p.tp, "pipeline_model_parallel_size": 1,
+                                    "data_parallel_size": p.ranks // p.tp, "context_parallel_size": 1,
+                                    "expert_model_parallel_size": p.ep, "sequence_parallel": p.tp > 1,
+                                    "rank": r, "world_size": p.ranks},
+               "ENV_VARIABLES": {"ASCEND_GLOBAL_LOG_LEVEL": "3"}, "parallel_group_info": info}
+        (d / "profiler_metadata.json").write_text(json.dumps(doc))
+
+    def ground_truth(self) -> dict:
+        p, sim = self.p, self.sim
+        truth: dict = {"params": {k: (list(v) if isinstance(v, tuple) else v) for k, v in asdict(p).items()},
+                       "steps": list(sim.step_bounds),
+                       "rank_dirs": {r: self.rank_dir(r).name for r in range(p.ranks)},
+                       "groups": {g.hccl_name: {"group_name": g.group_name, "ranks": g.ranks, "hash": str(g.hash)}
+                                  for gs in sim.groups.values() for g in gs},
+                       "straggler": None, "expert_imbalance": None, "slow_link": None, "slow_kernel": None}
+        if p.straggler_rank is not None:
+            truth["straggler"] = {"rank": p.straggler_rank, "kind": p.straggler_kind,
+                                  "cause_class": "compute" if p.straggler_kind == "compute" else "host_gap",
+                                  "op": p.straggler_op if p.straggler_kind == "compute" else None,
+                                  "extra_us_per_step": p.straggler_extra_us}
+        if p.hot_expert is not None and p.hot_factor != 1.0:
+            recv = [sim._recv_tokens(layer) for layer in range(p.layers)]
+            per_rank = [sum(x[r] for x in recv) for r in range(p.ranks)]
+            mean = sum(per_rank) / len(per_rank)
+            hot_rank = max(range(p.ranks), key=lambda r: per_rank[r])
+            per_expert = [sum(t[e] for t in sim.tokens) for e in range(p.experts)]
+            truth["expert_imbalance"] = {
+                "hot_expert": p.hot_expert, "hot_rank": hot_rank,
+                "experts_of_hot_rank": [group_of(sim.groups, "exp", hot_rank).ranks.index(hot_rank)
+                                        * p.experts_per_rank + j for j in range(p.experts_per_rank)],
+                "tokens_per_rank": per_rank, "tokens_per_expert": per_expert,
+                "rank_max_over_mean": max(per_rank) / mean,
+                "expert_max_over_mean": max(per_expert) / (sum(per_expert) / len(per_expert))}
+        if p.slow_link is not None:
+            truth["slow_link"] = {"ranks": list(p.slow_link), "factor": p.slow_link_factor}
+        if p.slow_kernel is not None:
+            truth["slow_kernel"] = {"op": p.slow_kernel, "factor": p.slow_kernel_factor}
+        return truth
+
+
+def generate(out: str | Path, params: SynthParams | None = None, **kw) -> dict:
+    """Write a synthetic cluster under `out` (created) and return its ground truth."""
+    p = params or SynthParams(**kw)
+    if params is not None and kw:
+        p = SynthParams(**{**asdict(params), **kw})
+    if p.slow_link is not None:
+        p.slow_link = tuple(p.slow_link)  # type: ignore[assignment]
+    out = Path(out)
+    out.mkdir(parents=True, exist_ok=True)
+    sim = _Sim(p)
+    sim.run()
+    return _Writer(sim, out).write()
+
+
+def main(argv: list[str] | None = None) -> None:
+    ap = argparse.ArgumentParser(prog="python -m profan.synth", description=__doc__.split("\n\n")[0])
+    ap.add_argument("out", type=Path)
+    d = SynthParams()
+    for f, v in asdict(d).items():
+        flag = "--" + f.replace("_", "-")
+        if isinstance(v, bool):
+            ap.add_argument(flag, type=lambda s: s.lower() in ("1", "true", "yes"), default=v)
+        elif f == "slow_link":
+            ap.add_argument(flag, type=lambda s: tuple(int(x) for x in s.split(",")), default=None,
+                            help="two ranks, e.g. 0,5")
+        elif v is None:
+            ap.add_argument(flag, type=str if f in ("slow_kernel",) else int, default=None)
+        else:
+            ap.add_argument(flag, type=type(v), default=v)
+    a = ap.parse_args(argv)
+    kw = {f: getattr(a, f) for f in asdict(d)}
+    truth = generate(a.out, **kw)
+    print(json.dumps({k: truth[k] for k in ("straggler", "expert_imbalance", "slow_link", "slow_kernel")}))
+
+
+if __name__ == "__main__":
+    main()
+
