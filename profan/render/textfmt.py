@@ -30,3 +30,79 @@ def locators(ev: dict, limit: int = 8) -> str:
 
 
 FILTERS = {"ms": fmt_ms, "us": fmt_us, "pct": fmt_pct, "locators": locators}
+
+
+# ------------------------------------------------------------------ generic table columns (HTML and Excel)
+
+PIPE_COLUMNS = ("mac", "vec", "scalar", "mte1", "mte2", "mte3", "fixpipe", "cube", "vector")
+_TIMESTAMP_PREFIXES = ("start", "end", "ts", "begin", "timestamp")
+
+
+def column_kind(name: str, dtype: str = "") -> str:
+    """How a report-table column is shown, decided from its name (units live in the suffix) and dtype.
+
+    One of: ``us`` (duration in µs), ``ms`` (duration in ms), ``timestamp`` (absolute µs), ``pct`` (0–1 share),
+    ``ratio`` (a multiple, 1.7×), ``mb``, ``int``, ``float``, ``list``, ``file``, ``text``.
+    """
+    n = name.lower()
+    if dtype.startswith("List") or dtype.startswith("Array"):
+        return "list"
+    if n in ("file", "src_file", "path") or n.endswith("_file"):
+        return "file"
+    numeric = any(dtype.startswith(t) for t in ("Int", "UInt", "Float", "Decimal")) or not dtype
+    if not numeric:
+        return "text"
+    if n.startswith(_TIMESTAMP_PREFIXES) and n.endswith(("_us", "_ns")):
+        return "timestamp"
+    if n.endswith("_us"):
+        return "us"
+    if n.endswith("_ms"):
+        return "ms"
+    if n.endswith("_mb"):
+        return "mb"
+    if n in PIPE_COLUMNS or n.startswith("share") or n.endswith(("share", "_pct", "_frac", "_ratio")):
+        return "pct"
+    if n == "ratio" or n.endswith("_x"):
+        return "ratio"
+    if dtype.startswith(("Int", "UInt")):
+        return "int"
+    return "float"
+
+
+def column_label(name: str, kind: str, *, ms_for_us: bool = False) -> str:
+    """'comm_not_overlapped_us' -> 'comm not overlapped (µs)' (or '(ms)' where durations are shown in ms)."""
+    base = name
+    for suffix in ("_us", "_ms", "_mb", "_pct"):
+        if kind != "text" and base.lower().endswith(suffix):
+            base = base[: -len(suffix)]
+            break
+    base = base.replace("_", " ")
+    unit = {"us": "ms" if ms_for_us else "µs", "ms": "ms", "mb": "MB", "timestamp": "µs"}.get(kind)
+    return f"{base} ({unit})" if unit else base
+
+
+def fmt_cell(value, kind: str, *, list_limit: int = 6) -> str:
+    """Text for one cell of a generic table (durations in µs columns are shown in ms, as everywhere in text)."""
+    if value is None or (isinstance(value, float) and value != value):
+        return "—"
+    if kind == "list":
+        items = [str(v) for v in value]
+        more = len(items) - list_limit
+        return ", ".join(items[:list_limit]) + (f" (+{more} more)" if more > 0 else "")
+    if not isinstance(value, int | float) or isinstance(value, bool):
+        return str(value)
+    if kind == "us":
+        return fmt_ms(value)
+    if kind == "ms":
+        return f"{value:,.3f}"
+    if kind == "timestamp":
+        return f"{value:.1f}"
+    if kind == "pct":
+        return fmt_pct(value)
+    if kind == "ratio":
+        return f"{value:.2f}×"
+    if kind == "mb":
+        return f"{value:,.2f}"
+    if kind == "int" or isinstance(value, int):
+        return f"{value:,}"
+    return f"{value:,.3f}"

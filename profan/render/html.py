@@ -1,0 +1,389 @@
+"""HTML renderer: one self-contained file (Plotly inlined, no network request) with charts and evidence drill-down.
+
+Profiling happens on air-gapped clusters, so the page carries everything it needs: the Plotly library, the CSS,
+the script and the data. A Content-Security-Policy forbids every fetch, so a regression cannot quietly reach out.
+
+Every string taken from the traces (kernel names, shapes, paths, args) goes through Jinja2 autoescaping; the chart
+data is embedded as JSON with ``<``, ``>`` and ``&`` escaped, and labels handed to Plotly (which understands a few
+HTML tags) are HTML-escaped first so a kernel called ``<b>x</b>`` is drawn as exactly that text.
+
+The renderer formats and lays out the Report; it computes nothing. The one thing it reads from disk is the cited
+source rows, to show them (see ``evidence_rows``).
+"""
+
+from __future__ import annotations
+
+import html
+import json
+from pathlib import Path
+from typing import Any
+
+import jinja2
+import polars as pl
+from markupsafe import Markup
+
+from profan.findings import SEVERITIES, Finding
+from profan.paths import templates_dir
+from profan.render.evidence_rows import EvidenceTable, read_evidence
+from profan.render.textfmt import FILTERS, PIPE_COLUMNS, column_kind, column_label, fmt_cell, locators
+from profan.report import Report
+
+ROW_BUDGET = 2400  # evidence rows embedded in the page, all findings together
+ITEM_CAPS = (20, 10, 5, 3, 2, 1)  # rows shown per evidence item: the largest cap that fits the budget
+CELL_CHARS = 240  # longer cells are cut (the full text is in the cell's tooltip up to TITLE_CHARS)
+TITLE_CHARS = 2000
+TABLE_ROWS = 2000  # rows of a summary table shown in the page; the JSON/Excel reports have them all
+HEATMAP_ROWS = 40
+
+TABLE_INFO: dict[str, tuple[str, str]] = {
+    "breakdown": ("Device time by bucket", "Summed kernel durations per rank, step and bucket, from "
+                                           "kernel_details.csv. Overlapping kernels are summed, so shares are of "
+                                           "summed kernel time, not of the step."),
+    "steps": ("Step time per rank", "One row per rank and step, from step_trace_time.csv."),
+    "top_kernels": ("Top kernels per bucket", "The kernels that carry each bucket, with the kernel_details.csv "
+                                              "lines behind them."),
+    "boundness": ("Boundness of the hot kernels", "Duration-weighted pipe utilisation ratios (PipeUtilization "
+                                                  "columns of kernel_details.csv): the dominant pipe says what bounds "
+                                                  "the kernel."),
+    "communication": ("Communication", "Per-operation times from communication.json."),
+}
+SECTION_ORDER = ("breakdown", "steps", "top_kernels", "boundness", "communication")
+
+BUCKET_COLORS = {
+    "attention": "#3b6fb6", "ffn": "#5aa469", "moe": "#8e6cc0", "communication": "#d9534f", "conv": "#2fa3a8",
+    "optimizer": "#e0a030", "memory": "#b07a4f", "vector": "#9aa5b1", "ai_cpu": "#c76fa8", "other": "#c4c9cf",
+    "idle": "#e8eaed", "free": "#e8eaed",
+}
+PALETTE = ("#3b6fb6", "#5aa469", "#8e6cc0", "#e0a030", "#2fa3a8", "#c76fa8", "#b07a4f", "#6b8e23", "#708090")
+STEP_PARTS = (("computing_us", "Computing", "#3b6fb6"),
+              ("comm_not_overlapped_us", "Communication (not overlapped)", "#d9534f"),
+              ("free_us", "Free (device idle)", "#c4c9cf"))
+HIGHLIGHT = "#7a0019"
+
+# metrics keys through which a finding names the rank(s) that hold the others back
+_SLOW_RANK_KEYS = ("straggler_ranks", "slow_ranks", "late_ranks", "straggler_rank", "slow_rank", "late_rank")
+
+
+def render_html(report: Report, out: Path | None = None) -> str | None:
+    text = build_html(report)
+    if out is not None:
+        out.write_text(text, encoding="utf-8")
+        return None
+    return text
+
+
+def build_html(report: Report, *, row_budget: int = ROW_BUDGET) -> str:
+    root = data_root(report)
+    caps = item_caps(report.findings, row_budget)
+    tables = read_evidence(root, report.findings, caps)
+    highlights = highlighted_ranks(report.findings)
+    ctx = {
+        "title": f"profan report — {Path(str(report.source.get('root', ''))).name}",
+        "source": report.source,
+        "ranks": [rank_view(r) for r in report.source.get("ranks", [])],
+        "steps": steps_seen(report),
+        "warnings": report.warnings,
+        "notes": report.notes,
+        "meta": report.meta,
+        "counts": {s: sum(f.severity == s for f in report.findings) for s in SEVERITIES},
+        "groups": [(s, [finding_view(f, tables[f.id]) for f in report.findings if f.severity == s])
+                   for s in SEVERITIES],
+        "highlights": highlights,
+        "sections": table_sections(report),
+        "charts": chart_specs(report, highlights),
+        "row_budget": row_budget,
+        "embedded_rows": sum(t.shown for ts in tables.values() for t in ts),
+        "css": Markup(_asset("report.css")),
+        "js": Markup(_asset("report.js")),
+        "plotly_js": Markup(plotly_js()),
+    }
+    return environment().get_template("report.html.j2").render(**ctx)
+
+
+def environment() -> jinja2.Environment:
+    env = jinja2.Environment(loader=jinja2.FileSystemLoader(str(templates_dir())), autoescape=True,
+                             trim_blocks=True, lstrip_blocks=True, undefined=jinja2.StrictUndefined)
+    env.filters.update(FILTERS)
+    return env
+
+
+def plotly_js() -> str:
+    """The bundled plotly.min.js of the installed plotly package, safe to inline in a <script> element."""
+    from plotly.offline import get_plotlyjs
+
+    return get_plotlyjs().replace("</script", "<\\/script")
+
+
+def _asset(name: str) -> str:
+    text = (templates_dir() / name).read_text(encoding="utf-8")
+    return text.replace("</", "<\\/") if name.endswith(".js") else text
+
+
+def data_root(report: Report) -> Path:
+    for key in ("root_abs", "root"):
+        p = report.source.get(key)
+        if p and Path(p).exists():
+            return Path(p)
+    return Path(report.source.get("root_abs") or report.source.get("root") or ".")
+
+
+# ------------------------------------------------------------------------------------------ evidence
+
+
+def item_caps(findings: list[Finding], budget: int) -> dict[tuple[str, int], int]:
+    """Rows shown per evidence item: the same cap for every item, the largest that keeps the page within budget;
+    if even one row each is too many, the first findings (most severe) keep one row and the rest show locators."""
+    items = [(f.id, i, len(ev.locators)) for f in findings for i, ev in enumerate(f.evidence, start=1)]
+    for cap in ITEM_CAPS:
+        if sum(min(n, cap) for _, _, n in items) <= budget:
+            return {(fid, i): min(n, cap) for fid, i, n in items}
+    out, left = {}, budget
+    for fid, i, n in items:
+        out[(fid, i)] = 1 if left > 0 and n else 0
+        left -= out[(fid, i)]
+    return out
+
+
+def _cut(text: str, limit: int = CELL_CHARS) -> dict[str, str]:
+    if len(text) <= limit:
+        return {"t": text, "title": ""}
+    return {"t": text[: limit - 1] + "…", "title": text[:TITLE_CHARS]}
+
+
+def evidence_view(t: EvidenceTable, finding_id: str) -> dict[str, Any]:
+    ev = t.evidence
+    rows = []
+    for r in t.rows:
+        d = r.as_dict()
+        rows.append({"loc": r.locator, "cells": [_cut(d.get(c, "")) for c in t.columns]})
+    more = ev.row_count - t.shown
+    return {
+        "id": f"{finding_id}-e{t.index}", "file": ev.file, "kind": ev.kind, "summary": locators(ev.to_dict()),
+        "row_count": ev.row_count, "cited": t.cited, "shown": t.shown, "truncated": more > 0,
+        "select": json.dumps(ev.select, ensure_ascii=False, default=str),
+        "vals": [(k, fmt_value(v)) for k, v in ev.values.items()], "ev_note": ev.note,
+        "columns": t.columns, "rows": rows, "error": t.error,
+    }
+
+
+def fmt_value(v: Any) -> str:
+    if isinstance(v, bool) or v is None:
+        return str(v)
+    if isinstance(v, int):
+        return f"{v:,}"
+    if isinstance(v, float):
+        return f"{v:,.1f}" if abs(v) >= 1000 else f"{v:.4g}"
+    if isinstance(v, list | tuple):
+        return ", ".join(fmt_value(x) for x in v)
+    if isinstance(v, dict):
+        return ", ".join(f"{k}: {fmt_value(x)}" for k, x in v.items())
+    return str(v)
+
+
+def finding_view(f: Finding, tables: list[EvidenceTable]) -> dict[str, Any]:
+    return {"id": f.id, "check": f.check, "severity": f.severity, "title": f.title, "message": f.message,
+            "rank": f.rank, "step": f.step, "metrics": [(k, fmt_value(v)) for k, v in f.metrics.items()],
+            "evidence": [evidence_view(t, f.id) for t in tables],
+            "rows_total": sum(ev.row_count for ev in f.evidence)}
+
+
+def highlighted_ranks(findings: list[Finding]) -> dict[int, list[dict[str, str]]]:
+    """Ranks a finding names as holding the job back (straggler, slow pipeline stage), with those findings."""
+    out: dict[int, list[dict[str, str]]] = {}
+    for f in findings:
+        ranks: list[int] = []
+        for key in _SLOW_RANK_KEYS:
+            v = f.metrics.get(key)
+            if isinstance(v, list | tuple):
+                ranks += [int(x) for x in v if isinstance(x, int)]
+            elif isinstance(v, int) and not isinstance(v, bool):
+                ranks.append(v)
+        if not ranks and "straggler" in f.check and f.rank is not None:
+            ranks = [f.rank]
+        for r in dict.fromkeys(ranks):
+            out.setdefault(r, []).append({"id": f.id, "check": f.check, "title": f.title})
+    return out
+
+
+# ------------------------------------------------------------------------------------------ summary
+
+
+def rank_view(r: dict[str, Any]) -> dict[str, Any]:
+    info = r.get("info") or {}
+    return {
+        "rank": r.get("rank"), "path": r.get("path", ""), "origin": r.get("rank_origin", ""),
+        "files": sorted((r.get("files") or {}).items()),
+        "rows_read": ", ".join(f"{k} {v:,}" for k, v in (r.get("rows_read") or {}).items()) or "—",
+        "skipped": ", ".join(f"{k} {v:,}" for k, v in (r.get("rows_skipped") or {}).items() if v) or "none",
+        "info": ", ".join(f"{k} {v}" for k, v in info.items() if v not in (None, "")),
+    }
+
+
+def steps_seen(report: Report) -> list[Any]:
+    for name in ("steps", "breakdown"):
+        df = report.tables.get(name)
+        if df is not None and "step" in df.columns:
+            return [s for s in df.get_column("step").unique(maintain_order=True).to_list() if s is not None]
+    return []
+
+
+# ------------------------------------------------------------------------------------------ tables
+
+
+def table_view(name: str, df: pl.DataFrame, max_rows: int = TABLE_ROWS) -> dict[str, Any]:
+    cols = []
+    for c, dt in df.schema.items():
+        kind = column_kind(c, str(dt))
+        cols.append({"name": c, "label": column_label(c, kind, ms_for_us=True), "kind": kind,
+                     "num": kind not in ("text", "file", "list")})
+    rows = []
+    for rec in df.head(max_rows).iter_rows():
+        cells = []
+        for col, v in zip(cols, rec, strict=True):
+            cell = _cut(fmt_cell(v, col["kind"]), 120)
+            cell["wrap"] = col["kind"] != "file" and len(cell["t"]) > 60
+            cell["v"] = v if col["num"] and isinstance(v, int | float) and v == v else ""
+            cells.append(cell)
+        rows.append(cells)
+    title, intro = TABLE_INFO.get(name, (name.replace("_", " ").capitalize(), ""))
+    return {"name": name, "title": title, "intro": intro, "columns": cols, "rows": rows, "total": df.height,
+            "shown": min(df.height, max_rows)}
+
+
+def table_sections(report: Report) -> list[dict[str, Any]]:
+    """A section per report table, known ones first; tables added later get a generic section."""
+    names = [n for n in SECTION_ORDER if n in report.tables]
+    names += [n for n in report.tables if n not in names]
+    out = []
+    for n in names:
+        df = report.tables[n]
+        if df is None or df.is_empty():
+            continue
+        sec = {"name": n, **table_view(n, df), "groups": []}
+        if n == "top_kernels" and "bucket" in df.columns:
+            sec["groups"] = [(str(b), table_view(n, part.drop("bucket")))
+                             for (b,), part in df.group_by("bucket", maintain_order=True)]
+        out.append(sec)
+    return out
+
+
+# ------------------------------------------------------------------------------------------ charts
+
+
+def _esc(s: Any) -> str:
+    """Text for Plotly labels: Plotly reads a few HTML tags in strings, so untrusted text is entity-escaped."""
+    return html.escape(str(s), quote=False)
+
+
+def _label(rank: Any, step: Any, many_steps: bool) -> str:
+    return f"r{rank} · s{step}" if many_steps and step is not None else f"rank {rank}"
+
+
+def _ms(us: Any) -> float | None:
+    return None if us is None else us / 1000.0
+
+
+def bucket_color(bucket: str, i: int) -> str:
+    return BUCKET_COLORS.get(bucket.lower(), PALETTE[i % len(PALETTE)])
+
+
+def _layout(ytitle: str, **kw: Any) -> dict[str, Any]:
+    base = {"barmode": "stack", "height": 380, "margin": {"l": 64, "r": 16, "t": 24, "b": 64},
+            "yaxis": {"title": {"text": ytitle}, "gridcolor": "#eceff3", "zeroline": False},
+            "xaxis": {"type": "category", "automargin": True, "tickangle": -40},
+            "legend": {"orientation": "h", "y": 1.12, "x": 0, "traceorder": "normal"}, "hovermode": "closest",
+            "font": {"family": "system-ui, -apple-system, Segoe UI, Roboto, sans-serif", "size": 12},
+            "paper_bgcolor": "#ffffff", "plot_bgcolor": "#ffffff", "bargap": 0.25}
+    base.update(kw)
+    return base
+
+
+def breakdown_chart(df: pl.DataFrame) -> dict[str, Any] | None:
+    if df.is_empty() or not {"rank", "bucket", "time_us"} <= set(df.columns):
+        return None
+    has_step = "step" in df.columns
+    many = has_step and df.get_column("step").n_unique() > 1
+    xs: list[str] = []
+    traces: dict[str, dict[str, Any]] = {}
+    for rec in df.iter_rows(named=True):
+        x = _label(rec["rank"], rec.get("step"), many)
+        if x not in xs:
+            xs.append(x)
+        b = str(rec["bucket"])
+        t = traces.setdefault(b, {"type": "bar", "name": _esc(b), "x": [], "y": [], "customdata": [],
+                                  "marker": {"color": bucket_color(b, len(traces))},
+                                  "hovertemplate": "%{x}<br>" + _esc(b) + ": %{y:,.2f} ms"
+                                                   "<br>share %{customdata[0]}<br>%{customdata[1]} kernels"
+                                                   "<extra></extra>"})
+        t["x"].append(x)
+        t["y"].append(_ms(rec["time_us"]))
+        t["customdata"].append([fmt_cell(rec.get("share"), "pct"), rec.get("kernels", "")])
+    layout = _layout("summed kernel time (ms)")
+    layout["xaxis"]["categoryorder"] = "array"
+    layout["xaxis"]["categoryarray"] = xs
+    return {"id": "chart-breakdown", "data": list(traces.values()), "layout": layout}
+
+
+def rank_chart(df: pl.DataFrame, highlights: dict[int, list[dict[str, str]]]) -> dict[str, Any] | None:
+    parts = [p for p in STEP_PARTS if p[0] in df.columns]
+    if df.is_empty() or "rank" not in df.columns or not parts:
+        return None
+    many = "step" in df.columns and df.get_column("step").n_unique() > 1
+    recs = list(df.iter_rows(named=True))
+    xs = [_label(r["rank"], r.get("step"), many) for r in recs]
+    hot = [r["rank"] in highlights for r in recs]
+    src = [_esc(f"{r.get('file', '')}:{r.get('src_line', '')}") for r in recs]
+    data = []
+    for col, name, color in parts:
+        data.append({"type": "bar", "name": name, "x": xs, "y": [_ms(r[col]) for r in recs],
+                     "customdata": src,
+                     "marker": {"color": color, "line": {"color": [HIGHLIGHT if h else "rgba(0,0,0,0)" for h in hot],
+                                                         "width": [2.5 if h else 0 for h in hot]}},
+                     "hovertemplate": "%{x}<br>" + name + ": %{y:,.2f} ms<br>%{customdata}<extra></extra>"})
+    annotations = []
+    for r, x in zip(recs, xs, strict=True):
+        fs = highlights.get(r["rank"])
+        if not fs:
+            continue
+        top = _ms(r.get("step_us")) if r.get("step_us") is not None else sum(_ms(r[c]) or 0 for c, _, _ in parts)
+        annotations.append({"x": x, "y": top, "text": "<b>" + " ".join(f["id"] for f in fs) + "</b>",
+                            "showarrow": True, "arrowhead": 0, "ay": -22, "ax": 0,
+                            "font": {"color": HIGHLIGHT}, "captureevents": True,
+                            "hovertext": _esc("; ".join(f["title"] for f in fs)), "name": fs[0]["id"]})
+    layout = _layout("time in step (ms)", annotations=annotations)
+    return {"id": "chart-ranks", "data": data, "layout": layout}
+
+
+def boundness_chart(df: pl.DataFrame) -> dict[str, Any] | None:
+    pipes = [p for p in PIPE_COLUMNS if p in df.columns]
+    if df.is_empty() or not pipes:
+        return None
+    recs = list(df.head(HEATMAP_ROWS).iter_rows(named=True))
+    labels, hover = [], []
+    for i, r in enumerate(recs):
+        name = str(r.get("op") or r.get("name") or i)
+        short = name if len(name) <= 36 else name[:35] + "…"
+        labels.append(_esc(f"{i + 1}. r{r.get('rank', '?')} {short}"))
+        hover.append(_esc(f"{name} ({r.get('input_shapes') or ''})"[:200]))
+    z = [[r.get(p) for p in pipes] for r in recs]
+    data = [{"type": "heatmap", "x": list(pipes), "y": labels, "z": z, "zmin": 0, "zmax": 1,
+             "colorscale": [[0, "#f4f7fb"], [0.5, "#7fa7d6"], [1, "#173f7a"]],
+             "customdata": [[h] * len(pipes) for h in hover],
+             "hovertemplate": "%{y}<br>%{customdata}<br>%{x}: %{z:.0%}<extra></extra>",
+             "texttemplate": "%{z:.0%}", "textfont": {"size": 11},
+             "colorbar": {"title": {"text": "ratio"}, "tickformat": ".0%"}}]
+    layout = _layout("", height=max(260, 26 * len(recs) + 90), barmode=None,
+                     yaxis={"autorange": "reversed", "automargin": True, "type": "category"},
+                     xaxis={"side": "top", "type": "category"}, margin={"l": 16, "r": 16, "t": 40, "b": 16})
+    return {"id": "chart-boundness", "data": data, "layout": layout,
+            "note": f"first {len(recs)} of {df.height} rows" if df.height > len(recs) else ""}
+
+
+def chart_specs(report: Report, highlights: dict[int, list[dict[str, str]]]) -> dict[str, dict[str, Any]]:
+    out = {}
+    for key, spec in (("breakdown", breakdown_chart(report.tables.get("breakdown", pl.DataFrame()))),
+                      ("steps", rank_chart(report.tables.get("steps", pl.DataFrame()), highlights)),
+                      ("boundness", boundness_chart(report.tables.get("boundness", pl.DataFrame())))):
+        if spec is not None:
+            out[key] = spec
+    return out

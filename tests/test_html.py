@@ -1,0 +1,182 @@
+"""The HTML report on real data: self-contained, every finding with its cited rows read back from the files, charts
+fed with the report's own numbers, and nothing from a trace able to become markup."""
+
+from __future__ import annotations
+
+import csv
+import html
+import json
+import re
+
+import pytest
+from conftest import ASCEND, QWEN3, raw_rows
+
+import profan
+from profan.evidence import load_json_document, read_back, resolve_pointer
+from profan.render.evidence_rows import KEY_SEP
+from profan.render.html import build_html, item_caps
+
+ALEXNET2 = ASCEND / "msinsight-alexnet-2rank-2025" / "level2"
+
+
+@pytest.fixture(scope="module")
+def qwen_html(qwen3_report) -> str:
+    return build_html(qwen3_report)
+
+
+def _block(doc: str, element_id: str) -> str:
+    """The markup of the evidence item / element with this id (up to the next evidence item or finding)."""
+    start = doc.index(f'id="{element_id}"')
+    ends = [i for i in (doc.find('<div class="evidence"', start + 1), doc.find("<details", start + 1)) if i > 0]
+    return doc[start: min(ends) if ends else len(doc)]
+
+
+def _table_rows(block: str) -> list[list[str]]:
+    """Rows of the evidence table: the locator header cell, then the data cells, unescaped."""
+    body = block[block.index("<tbody>"): block.index("</tbody>")]
+    rows = []
+    for tr in re.findall(r"<tr>(.*?)</tr>", body, flags=re.S):
+        loc = re.findall(r'<th class="loc" scope="row">(.*?)</th>', tr, flags=re.S)
+        cells = re.findall(r"<td[^>]*>(.*?)</td>", tr, flags=re.S)
+        rows.append([html.unescape(x) for x in loc + cells])
+    return rows
+
+
+def _columns(block: str) -> list[str]:
+    head = block[block.index("<thead>"): block.index("</thead>")]
+    return [html.unescape(x) for x in re.findall(r"<th(?:\s[^>]*)?>(.*?)</th>", head, flags=re.S)]
+
+
+def test_self_contained_no_external_references(qwen_html):
+    assert qwen_html.startswith("<!DOCTYPE html>")
+    assert "plotly.js v" in qwen_html[:6_000_000]  # the library itself is inlined
+    assert not re.search(r"<script[^>]+src=", qwen_html)
+    assert not re.search(r"<link[^>]+rel=\"stylesheet\"", qwen_html)
+    assert [m for m in re.findall(r"<link[^>]*>", qwen_html)] == ['<link rel="icon" href="data:,">']
+    csp = re.search(r'http-equiv="Content-Security-Policy" content="([^"]+)"', qwen_html).group(1)
+    assert "default-src 'none'" in csp and "connect-src 'none'" in csp
+    assert len(qwen_html.encode()) < 8_000_000
+
+
+def test_every_finding_has_an_anchor_and_its_evidence(qwen3_report, qwen_html):
+    for f in qwen3_report.findings:
+        assert f'<details class="finding sev-{f.severity}" id="{f.id}">' in qwen_html
+        for i, _ev in enumerate(f.evidence, start=1):
+            assert f'id="{f.id}-e{i}"' in qwen_html
+
+
+def test_csv_evidence_rows_are_the_file_rows_under_the_header(qwen3_report, qwen_html):
+    """F1 cites step_trace_time.csv line 2: the table shows that line split by the csv module under the header."""
+    f = qwen3_report.findings[0]
+    ev = f.evidence[0]
+    assert ev.kind == "lines"
+    block = _block(qwen_html, f"{f.id}-e1")
+    header, rows = raw_rows(QWEN3 / ev.file)
+    assert _columns(block) == ["line", *header]
+    got = _table_rows(block)
+    assert [r[0] for r in got] == [f"line {n}" for n in ev.lines]
+    for n, row, (loc, text) in zip(ev.lines, got, read_back(QWEN3, ev), strict=True):
+        assert row[1:] == [rows[n][h] for h in header]
+        assert (loc, next(csv.reader([text]))) == (row[0], row[1:])
+
+
+def test_truncated_evidence_says_how_many_rows(qwen3_report, qwen_html):
+    caps = item_caps(qwen3_report.findings, 2400)
+    checked = 0
+    for f in qwen3_report.findings:
+        for i, ev in enumerate(f.evidence, start=1):
+            block = _block(qwen_html, f"{f.id}-e{i}")
+            shown = len(_table_rows(block))
+            assert shown == caps[(f.id, i)] == min(len(ev.locators), 20)
+            if ev.row_count > shown:
+                checked += 1
+                assert f"Showing {shown} of {ev.row_count:,} rows" in block
+                assert f"profan evidence report.json {f.id}" in block
+    assert checked >= 3  # qwen3 has aggregate findings over more rows than are cited
+
+
+def test_json_pointer_evidence_shows_the_object_at_the_pointer(qwen3_report, qwen_html):
+    f = next(f for f in qwen3_report.findings if f.evidence[0].kind == "pointers")
+    ev = f.evidence[0]
+    block = _block(qwen_html, f"{f.id}-e1")
+    cols = _columns(block)
+    rows = _table_rows(block)
+    doc = load_json_document(QWEN3 / ev.file)
+    elapse = "Communication Time Info" + KEY_SEP + "Elapse Time(ms)"
+    assert elapse in cols
+    for ptr, row in zip(ev.pointers, rows, strict=True):
+        assert row[0] == ptr
+        want = resolve_pointer(doc, ptr)["Communication Time Info"]["Elapse Time(ms)"]
+        assert float(row[cols.index(elapse)]) == want
+
+
+def _charts(doc: str) -> dict:
+    m = re.search(r'<script type="application/json" id="chart-data">(.*?)</script>', doc, flags=re.S)
+    return json.loads(m.group(1))
+
+
+def test_charts_carry_the_report_tables(qwen3_report, qwen_html):
+    charts = _charts(qwen_html)
+    bd = qwen3_report.tables["breakdown"]
+    traces = {t["name"]: t for t in charts["breakdown"]["data"]}
+    assert set(traces) == set(bd["bucket"].to_list())
+    for rec in bd.iter_rows(named=True):
+        t = traces[rec["bucket"]]
+        y = dict(zip(t["x"], t["y"], strict=True))[f"rank {rec['rank']}"]
+        assert y == pytest.approx(rec["time_us"] / 1000)
+    steps = qwen3_report.tables["steps"]
+    comp = next(t for t in charts["steps"]["data"] if t["name"] == "Computing")
+    assert comp["y"] == pytest.approx([v / 1000 for v in steps["computing_us"].to_list()])
+
+
+def test_slow_stage_named_by_a_finding_is_highlighted(qwen3_report, qwen_html):
+    stage = next(f for f in qwen3_report.findings if f.check == "pipeline-stage-imbalance")
+    assert stage.metrics["slow_ranks"] == [2, 3]
+    chart = _charts(qwen_html)["steps"]
+    widths = chart["data"][0]["marker"]["line"]["width"]
+    hot = {x for x, w in zip(chart["data"][0]["x"], widths, strict=True) if w > 0}
+    assert hot == {"rank 2", "rank 3"}
+    assert [a["name"] for a in chart["layout"]["annotations"]] == [stage.id, stage.id]
+    for rank in (2, 3):
+        assert re.search(rf'<strong>Rank {rank}</strong> is named as holding the job back by\s*<a href="#{stage.id}">',
+                         qwen_html)
+
+
+def test_summary_lists_warnings_and_what_was_read(qwen3_report, qwen_html):
+    for w in qwen3_report.warnings:
+        assert f"<li>{html.escape(w)}</li>" in qwen_html
+    for r in qwen3_report.source["ranks"]:
+        assert html.escape(r["path"]) in qwen_html
+    assert "kernel_details 2,463" in qwen_html  # rows read on rank 0
+
+
+def test_budget_caps_evidence_rows_uniformly(qwen3_report):
+    items = [(f.id, i, len(ev.locators)) for f in qwen3_report.findings for i, ev in enumerate(f.evidence, start=1)]
+    caps = item_caps(qwen3_report.findings, 100)
+    assert sum(caps.values()) <= 100
+    cap = max(caps.values())
+    assert all(caps[(fid, i)] == min(n, cap) for fid, i, n in items)
+    tiny = item_caps(qwen3_report.findings, 3)
+    assert sum(tiny.values()) == 3 and tiny[(items[0][0], 1)] == 1
+
+
+def test_alexnet_level2_renders(tmp_path):
+    report = profan.analyze(ALEXNET2)
+    out = tmp_path / "r.html"
+    from profan.render import render
+
+    render(report, "html", out)
+    doc = out.read_text(encoding="utf-8")
+    for f in report.findings:
+        assert f'id="{f.id}"' in doc
+    assert "breakdown" in _charts(doc)
+
+
+def test_missing_data_is_said_not_crashed(qwen3_report, tmp_path):
+    """A report rendered where the data no longer is: findings stay, evidence says it cannot be read."""
+    from profan.report import from_dict
+
+    d = qwen3_report.to_dict()
+    d["source"] = {**d["source"], "root": str(tmp_path / "gone"), "root_abs": str(tmp_path / "gone")}
+    doc = build_html(from_dict(d))
+    assert doc.count("could not read") == sum(len(f.evidence) for f in qwen3_report.findings)
