@@ -36,6 +36,8 @@ def analyze(
     fail_on: Annotated[str | None, typer.Option(
         "--fail-on", help="Exit 1 when a finding of this severity or worse exists: warning | critical.")] = None,
     quiet: Annotated[bool, typer.Option("--quiet", "-q", help="No progress on stderr.")] = False,
+    hardware: Annotated[Path | None, typer.Option(
+        "--hardware", help="TOML file of link-bandwidth priors / the device, on top of rules/hardware.")] = None,
 ) -> None:
     """Analyse a profiler output directory into a report."""
     from profan.pipeline import analyze as run
@@ -49,7 +51,7 @@ def analyze(
         raise typer.Exit(EXIT_BAD_INPUT)
     if fmt in ("html", "xlsx") and out is None:
         out = Path(f"report.{fmt}")
-    report = run(path, rules=rules or [], progress=_progress(quiet))
+    report = run(path, rules=rules or [], progress=_progress(quiet), hardware=hardware)
     text = render(report, fmt, out)
     if text is not None:
         sys.stdout.write(text if text.endswith("\n") else text + "\n")

@@ -8,11 +8,13 @@ from pathlib import Path
 
 import polars as pl
 
+from profan.analyses import bandwidth, comm, imbalance, steps
 from profan.analyses import boundness as bound
 from profan.analyses import breakdown as bd
-from profan.analyses import comm, imbalance, steps
 from profan.discover import discover
 from profan.findings import number_findings
+from profan.hardware import Hardware
+from profan.hardware import load as load_hardware
 from profan.rankmap import RankData, load_rank
 from profan.report import Report
 from profan.rulepack import RulePack, load
@@ -21,11 +23,15 @@ Progress = Callable[[str], None]
 
 
 def analyze(path: str | Path, *, rules: list[str | Path] | None = None, progress: Progress | None = None,
-            pack: RulePack | None = None) -> Report:
-    """Analyse a profiler output directory (or one kernel file) into a Report."""
+            pack: RulePack | None = None, hardware: str | Path | Hardware | None = None) -> Report:
+    """Analyse a profiler output directory (or one kernel file) into a Report.
+
+    ``hardware``: a TOML file of link-bandwidth priors (or a loaded Hardware) on top of ``rules/hardware``.
+    """
     t0 = time.perf_counter()
     say = progress or (lambda _msg: None)
     pack = pack or load([Path(p) for p in rules or []])
+    hw = hardware if isinstance(hardware, Hardware) else load_hardware(hardware)
     disc = discover(path)
     root = disc.root
     say(f"found {len(disc.ranks)} rank(s) in {root}")
@@ -34,13 +40,14 @@ def analyze(path: str | Path, *, rules: list[str | Path] | None = None, progress
         say(f"[{i}/{len(disc.ranks)}] reading rank {rs.rank}")
         ranks.append(load_rank(rs, root, pack))
     t_read = time.perf_counter()
-    report = build_report(ranks, pack, root=root, fmt=disc.format, warnings=disc.warnings, notes=disc.notes)
+    report = build_report(ranks, pack, root=root, fmt=disc.format, warnings=disc.warnings, notes=disc.notes,
+                          hardware=hw)
     report.meta["timings_s"] = {"read": round(t_read - t0, 3), "analyse": round(time.perf_counter() - t_read, 3)}
     return report
 
 
 def build_report(ranks: list[RankData], pack: RulePack, *, root: Path, fmt: str, warnings: list[str],
-                 notes: list[str]) -> Report:
+                 notes: list[str], hardware: Hardware | None = None) -> Report:
     """The reduce: pure analyses over the per-rank results."""
     from profan import __version__
 
@@ -58,10 +65,13 @@ def build_report(ranks: list[RankData], pack: RulePack, *, root: Path, fmt: str,
         *comm.wait_findings(comm_tab, step_tab, pack),
         *comm.transit_quirk_findings(comm_tab, pack),
     ]
+    hw = hardware or load_hardware()
+    comm_tables, comm_findings, comm_notes = bandwidth.communication_section(ranks, step_tab, comm_tab, pack, hw)
+    findings += comm_findings
     all_warnings = list(warnings)
     for r in ranks:
         all_warnings += [f"rank {r.rank}: {w}" for w in r.warnings]
-    notes = list(notes)
+    notes = [*notes, *comm_notes]
     if any(r.groups is not None and not r.has_pipe_ratios for r in ranks):
         notes.append("kernel boundness not assessed for ranks whose kernel_details.csv has no PipeUtilization "
                      "ratios: " + ", ".join(str(r.rank) for r in ranks
@@ -77,7 +87,9 @@ def build_report(ranks: list[RankData], pack: RulePack, *, root: Path, fmt: str,
                    "rows_read": r.rows_read, "rows_skipped": r.rows_skipped} for r in ranks],
     }
     tables = {"breakdown": breakdown, "steps": step_tab, "top_kernels": bd.top_kernels(ranks),
-              "boundness": bound_tab, "communication": comm_tab}
+              "boundness": bound_tab, "communication": comm_tab,
+              **comm_tables}
     tables = {k: v for k, v in tables.items() if isinstance(v, pl.DataFrame) and not v.is_empty()}
     return Report(source=source, findings=number_findings(findings), tables=tables, warnings=all_warnings,
-                  notes=notes, meta={"profan": __version__, "rule_files": pack.files})
+                  notes=notes, meta={"profan": __version__, "rule_files": pack.files,
+                                      "hardware_files": hw.files})

@@ -16,7 +16,15 @@ from profan.classify import classify
 from profan.discover import RankSource, relpath
 from profan.errors import ProfanInputError
 from profan.rulepack import RulePack
-from profan.sources import ascend_comm, ascend_kernels, ascend_matrix, ascend_meta, ascend_packets, ascend_steps
+from profan.sources import (
+    ascend_comm,
+    ascend_device,
+    ascend_kernels,
+    ascend_matrix,
+    ascend_meta,
+    ascend_packets,
+    ascend_steps,
+)
 
 TOP_LINES = 20  # largest rows kept per kernel group, for evidence
 
@@ -136,7 +144,7 @@ def load_rank(rs: RankSource, root: Path, pack: RulePack) -> RankData:
         if skipped:
             rd.rows_skipped["communication_matrix"] = skipped
             rd.warnings.append(f"{rd.files['communication_matrix']}: skipped {skipped} entries of unexpected shape")
-    platform = ascend_matrix.platform_version(rs.path)
+    platform = ascend_device.platform_version(rs.path)
     if platform is not None:
         rd.info["platform_version"] = platform
     return rd

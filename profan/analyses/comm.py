@@ -9,29 +9,72 @@ from profan.evidence import cite_pointers
 from profan.findings import Finding
 from profan.rankmap import RankData
 from profan.rulepack import RulePack
+from profan.sources import ascend_matrix
+
+LINK_TRANSPORTS = ("HCCS", "PCIE", "SIO")  # on-node links; SDMA is the copy engine's total over these
+
+
+def op_bytes(bw: pl.DataFrame) -> pl.DataFrame:
+    """Per op: bytes moved (MB), link busy time (ms) and the transports that carried data.
+
+    One transfer is listed under the SDMA engine *and* under the link it crossed (HCCS, PCIE or SIO), so the op's
+    size is RDMA + max(SDMA, HCCS + PCIE + SIO), never the sum of all entries. Transports with no data are left out.
+    """
+    keys = ["step", "kind", "op"]
+    size = pl.col("size_mb").fill_null(0)
+    moved = bw.filter(size > 0)
+    return (bw.group_by(keys).agg(
+        size.filter(pl.col("transport") == "RDMA").sum().alias("_rdma"),
+        size.filter(pl.col("transport") == "SDMA").sum().alias("_sdma"),
+        size.filter(pl.col("transport").is_in(LINK_TRANSPORTS)).sum().alias("_links"),
+        pl.col("time_ms").max().alias("bw_transit_ms"))
+        .join(moved.group_by(keys).agg(pl.col("transport").filter(pl.col("transport") != "SDMA").unique()
+                                       .sort().str.join("+").alias("transports")),
+              on=keys, how="left", nulls_equal=True)
+        .with_columns((pl.col("_rdma") + pl.max_horizontal("_sdma", "_links")).alias("size_mb"))
+        .drop("_rdma", "_sdma", "_links"))
 
 
 def comm_table(ranks: list[RankData]) -> pl.DataFrame:
-    """Per rank and op: elapse / transit / wait / idle, and the bandwidth-info transit time (ms).
+    """Per rank and op: elapse / transit / wait / idle, bytes and link time from the bandwidth info, the group's
+    framework name and global ranks (from profiler_metadata.json), and the transfer/waiting split.
 
-    One transfer can be listed under several transports (the SDMA engine and the HCCS link it crossed), so the
-    op's bandwidth-info transfer is the largest transport entry, not their sum.
+    ``transfer_ms`` is the Time Info transit; where that is 0 although the bandwidth info records a transfer (a
+    known torch_npu quirk) the bandwidth info's link time is used instead and ``transfer_source`` says so.
+    ``waiting_ms`` = elapse − transfer: time inside the op not moving data (waiting for peers, synchronising).
     """
     parts = []
     for r in ranks:
         if r.comm_ops is None or r.comm_ops.is_empty():
             continue
-        bw = (r.comm_bw.group_by("step", "kind", "op")
-              .agg(pl.col("time_ms").max().alias("bw_transit_ms"), pl.col("size_mb").max().alias("size_mb"))
-              if r.comm_bw is not None and not r.comm_bw.is_empty() else None)
         ops = r.comm_ops
-        if bw is not None:
-            ops = ops.join(bw, on=["step", "kind", "op"], how="left", nulls_equal=True)
+        if r.comm_bw is not None and not r.comm_bw.is_empty():
+            ops = ops.join(op_bytes(r.comm_bw), on=["step", "kind", "op"], how="left", nulls_equal=True)
+        else:
+            ops = ops.with_columns(pl.lit(None, pl.Float64).alias("bw_transit_ms"),
+                                   pl.lit(None, pl.Float64).alias("size_mb"), pl.lit(None, pl.Utf8).alias("transports"))
+        groups = ascend_matrix.group_table(r.metadata).select(
+            "group_hash", "group_name", pl.col("group_ranks").cast(pl.List(pl.Utf8)).list.join(","))
+        ops = ops.join(groups, on="group_hash", how="left")
         parts.append(ops.with_columns(pl.lit(r.rank, pl.Int64).alias("rank"),
                                       pl.lit(r.files["communication"]).alias("file")))
     if not parts:
         return pl.DataFrame()
-    return pl.concat(parts, how="diagonal_relaxed")
+    t = pl.concat(parts, how="diagonal_relaxed")
+    transit = pl.col("transit_ms").fill_null(0)
+    bw_t = pl.col("bw_transit_ms").fill_null(0)
+    quirk = (transit == 0) & (bw_t > 0)
+    # ops with no transit, no bandwidth info and no wait recorded: their split is unknown, not "all waiting"
+    unknown = (transit == 0) & (bw_t == 0) & (pl.col("wait_ms").fill_null(0) == 0)
+    return t.with_columns(
+        # bandwidth-info time sums the links, which run in parallel: never more than the op's elapse
+        pl.when(quirk).then(pl.min_horizontal("bw_transit_ms", "elapse_ms")).otherwise(transit).alias("transfer_ms"),
+        pl.when(quirk).then(pl.lit("bandwidth info")).when(unknown).then(pl.lit("not recorded"))
+        .otherwise(pl.lit("time info")).alias("transfer_source"),
+    ).with_columns(
+        pl.when(unknown).then(None)
+        .otherwise((pl.col("elapse_ms").fill_null(0) - pl.col("transfer_ms")).clip(lower_bound=0))
+        .alias("waiting_ms"))
 
 
 def wait_findings(table: pl.DataFrame, steps: pl.DataFrame, pack: RulePack) -> list[Finding]:
@@ -56,9 +99,9 @@ def wait_findings(table: pl.DataFrame, steps: pl.DataFrame, pack: RulePack) -> l
                      f"({pct(wait * 1000 / step_us)} of the {ms(step_us)} step; {elapse:,.1f} ms elapsed in "
                      f"{g.height} ops). Largest waits: {top_txt}. Waiting is time lost to a later rank or "
                      "pipeline stage, not to the link."),
-            metrics={"wait_ms": round(wait, 3), "elapse_ms": round(elapse, 3), "step_us": step_us},
+            metrics={"wait_ms": round(wait, 6), "elapse_ms": round(elapse, 6), "step_us": step_us},
             evidence=(cite_pointers(file, top["pointer"].to_list(), {"source": "communication", "step": step},
-                                    values={"wait_ms": round(wait, 3)}),)))
+                                    values={"wait_ms": round(wait, 6)}),)))
     return out
 
 

@@ -1,0 +1,433 @@
+"""Is each transfer as fast as its link allows, which links are slow, and how much communication is exposed.
+
+Ascend's ``communication.json`` gives, per op and transport, bytes and busy time (so a per-link copy rate:
+Σ size / Σ transit time, not a bus bandwidth); ``communication_matrix.json`` gives the same per link
+(source → destination rank). Priors for what a link delivers come from ``rules/hardware`` and are applied only to a
+device that was detected or that the user named (``--hardware``); otherwise links are only compared with their
+peers, and the report says so.
+
+Unit note: MB / ms = 10^6 B / 10^-3 s = GB/s, so ``size_mb / time_ms`` is GB/s directly.
+"""
+
+from __future__ import annotations
+
+import polars as pl
+
+from profan.analyses.common import ms, pct
+from profan.evidence import cite_lines, cite_pointers
+from profan.findings import Finding
+from profan.hardware import Hardware
+from profan.rankmap import RankData
+from profan.rulepack import RulePack
+from profan.sources import ascend_matrix
+
+ENGINE = "SDMA"  # communication.json: the copy engine's total over HCCS + PCIE + SIO — not a link of its own
+NOT_LINKS = ("LOCAL", "", "N/A", "INVALID_TYPE")  # matrix entries that are on-chip copies, not links
+STRAGGLER_CHECKS = "pipeline-stage-imbalance / compute-imbalance"
+
+
+# ------------------------------------------------------------------------------------------------- devices
+
+
+def device_table(ranks: list[RankData], hw: Hardware) -> pl.DataFrame:
+    """Per rank: the device whose priors apply (or null) and how that was decided."""
+    rows = []
+    for r in ranks:
+        if r.kind not in ("ascend", "msprof"):
+            continue
+        dev, how = hw.detect_ascend(r.info.get("platform_version"))
+        rows.append({"rank": r.rank, "device": dev.id if dev else None, "device_name": dev.name if dev else None,
+                     "detected_by": how})
+    schema = {"rank": pl.Int64, "device": pl.Utf8, "device_name": pl.Utf8, "detected_by": pl.Utf8}
+    return pl.DataFrame(rows, schema=schema, orient="row") if rows else pl.DataFrame(schema=schema)
+
+
+def _prior_frame(devices: pl.DataFrame, hw: Hardware, links: list[str]) -> pl.DataFrame:
+    """(rank, transport) → usable GB/s and a label naming the prior and its source."""
+    rows = []
+    for rank, dev in devices.select("rank", "device").iter_rows():
+        for link in links:
+            p = hw.prior(dev, link) if dev else None
+            if p is not None and p.usable_gbps is not None:
+                rows.append({"rank": rank, "transport": link, "prior_gbps": p.usable_gbps,
+                             "prior": f"{p.device} {p.link} {p.usable_gbps:g} GB/s ({p.file})"})
+    schema = {"rank": pl.Int64, "transport": pl.Utf8, "prior_gbps": pl.Float64, "prior": pl.Utf8}
+    return pl.DataFrame(rows, schema=schema, orient="row") if rows else pl.DataFrame(schema=schema)
+
+
+def device_notes(devices: pl.DataFrame) -> list[str]:
+    unknown = devices.filter(pl.col("device").is_null())["rank"].to_list()
+    known = devices.filter(pl.col("device").is_not_null())
+    notes = []
+    if unknown:
+        notes.append("communication: no absolute link-bandwidth prior applied on rank(s) "
+                     f"{', '.join(str(r) for r in sorted(unknown))}: the profile does not record the NPU model "
+                     "(torch_npu text exports carry no chip id), so links are only compared with their peers. "
+                     "Name the device with --hardware FILE ([assume] device = \"ascend_910b\") to hold each link "
+                     "against rules/hardware (e.g. 910B HCCS 28 GB/s, RDMA 25 GB/s; 910A HCCS 18 GB/s).")
+    for dev, g in known.group_by("device", maintain_order=True):
+        notes.append(f"communication: link priors of {dev[0]} applied on rank(s) "
+                     f"{', '.join(str(r) for r in sorted(g['rank'].to_list()))} ({g['detected_by'][0]}).")
+    return notes
+
+
+# ------------------------------------------------------------------------------------- per op and transport
+
+
+def transport_table(ranks: list[RankData], devices: pl.DataFrame, hw: Hardware) -> pl.DataFrame:
+    """Per rank, op and transport with data: bytes, busy time, GB/s (= size/time), and the prior it is held to.
+
+    ``is_link`` is false for SDMA, which repeats the HCCS/PCIE/SIO entries of the same transfer (never add both).
+    """
+    parts = []
+    for r in ranks:
+        if r.comm_bw is None or r.comm_bw.is_empty():
+            continue
+        groups = ascend_matrix.group_table(r.metadata).select("group_hash", "group_name", "group_ranks")
+        t = (r.comm_bw.filter((pl.col("size_mb").fill_null(0) > 0) & (pl.col("time_ms").fill_null(0) > 0))
+             .with_columns(pl.col("op").str.split("@").list.get(0).alias("op_name"),
+                           pl.col("op").str.split("@").list.get(1, null_on_oob=True).alias("group_hash"),
+                           pl.lit(r.rank, pl.Int64).alias("rank"), pl.lit(r.files["communication"]).alias("file"))
+             .join(groups, on="group_hash", how="left"))
+        parts.append(t)
+    if not parts:
+        return pl.DataFrame()
+    t = pl.concat(parts, how="diagonal_relaxed")
+    priors = _prior_frame(devices, hw, sorted(set(t["transport"].to_list()) - {ENGINE}))
+    t = t.join(priors, on=["rank", "transport"], how="left")
+    return t.select(
+        "rank", "step", "kind", "op", "op_name", "group_name", "group_ranks", "transport",
+        (pl.col("transport") != ENGINE).alias("is_link"), "size_mb", "time_ms",
+        (pl.col("size_mb") / pl.col("time_ms")).alias("bandwidth_gbps"),
+        pl.col("bandwidth_gbps").alias("reported_gbps"), "large_packet_ratio", "prior_gbps",
+        (pl.col("size_mb") / pl.col("time_ms") / pl.col("prior_gbps")).alias("prior_share"), "prior",
+        "pointer", "file").sort("rank", "step", "op", "transport")
+
+
+def below_prior_findings(tt: pl.DataFrame, pack: RulePack) -> list[Finding]:
+    """Large transfers on a link that reach less than `min_share` of the link's prior (device known only)."""
+    chk = pack.check("comm-below-prior")
+    out: list[Finding] = []
+    if tt.is_empty():
+        return out
+    slow = tt.filter(pl.col("is_link") & pl.col("prior_gbps").is_not_null()
+                     & (pl.col("size_mb") >= chk["min_size_mb"]) & (pl.col("prior_share") < chk["min_share"]))
+    for (rank, transport, file), g in slow.group_by(["rank", "transport", "file"], maintain_order=True):
+        g = g.sort("time_ms", descending=True)
+        size, t = float(g["size_mb"].sum()), float(g["time_ms"].sum())
+        bw, prior = size / t, float(g["prior_gbps"][0])
+        ops = ", ".join(f"{o} {b:.1f} GB/s" for o, b in g.select("op_name", "bandwidth_gbps").head(4).iter_rows())
+        out.append(Finding(
+            check=chk.id, severity="warning", rank=rank,
+            title=f"Rank {rank}: {transport} transfers reach {pct(bw / prior)} of the link's prior",
+            message=(f"Rank {rank}: {g.height} transfer(s) of ≥ {chk['min_size_mb']:g} MB over {transport} moved "
+                     f"{size:,.1f} MB in {t:,.2f} ms = {bw:.2f} GB/s, {pct(bw / prior)} of the prior "
+                     f"{g['prior'][0]} (threshold {pct(chk['min_share'])}). Largest: {ops}."),
+            metrics={"size_mb": round(size, 6), "time_ms": round(t, 6), "bandwidth_gbps": round(bw, 4),
+                     "prior_gbps": prior},
+            evidence=(cite_pointers(file, g["pointer"].to_list(),
+                                    {"source": "communication", "transport": transport,
+                                     "min_size_mb": chk["min_size_mb"]},
+                                    values={"size_mb": round(size, 6), "time_ms": round(t, 6)}),)))
+    return out
+
+
+# ----------------------------------------------------------------------------------------- matrix links
+
+
+def link_table(ranks: list[RankData], pack: RulePack) -> pl.DataFrame:
+    """One row per (rank, step, group, op type, src→dst, transport) from communication_matrix.json, on-chip copies
+    excluded, with the median bandwidth of its peers: links of the same transport, group and op type whose size is
+    within `size_ratio` of the group's median size (the same size class).
+
+    Aggregated matrices contribute their ``-total`` entries; per-op matrices are summed per link.
+    """
+    chk = pack.check("comm-slow-link")
+    parts = []
+    keys = ["step", "kind", "op_type", "group_hash", "group_name", "src_local", "dst_local", "src_rank", "dst_rank",
+            "transport"]
+    for r in ranks:
+        m = r.comm_matrix
+        if m is None or m.is_empty():
+            continue
+        m = m.filter(~pl.col("transport").is_in(NOT_LINKS) & (pl.col("size_mb").fill_null(0) > 0)
+                     & (pl.col("time_ms").fill_null(0) > 0))
+        m = m.filter((pl.col("shape") == "per-op") | (pl.col("rank_class") == "total"))
+        agg = (m.group_by(keys, maintain_order=True)
+               .agg(pl.col("size_mb").sum(), pl.col("time_ms").sum(), pl.col("pointer").alias("pointers"),
+                    pl.col("shape").first()))
+        parts.append(agg.with_columns(pl.lit(r.rank, pl.Int64).alias("rank"),
+                                      pl.lit(r.files["communication_matrix"]).alias("file")))
+    if not parts:
+        return pl.DataFrame()
+    t = pl.concat(parts, how="diagonal_relaxed").with_columns(
+        (pl.col("size_mb") / pl.col("time_ms")).alias("bandwidth_gbps"))
+    part = ["step", "group_hash", "op_type", "transport"]
+    ratio = float(chk["size_ratio"])
+    med = pl.col("size_mb").median().over(part)
+    t = t.with_columns(((pl.col("size_mb") >= med / ratio) & (pl.col("size_mb") <= med * ratio)).alias("in_class"))
+    t = t.with_columns(
+        pl.col("in_class").sum().over(part).alias("peers"),
+        pl.col("bandwidth_gbps").filter(pl.col("in_class")).median().over(part).alias("peer_median_gbps"),
+    ).with_columns((pl.col("bandwidth_gbps") / pl.col("peer_median_gbps")).alias("peer_ratio"))
+    return t.select("rank", "step", "kind", "op_type", "group_name", "group_hash", "src_local", "dst_local",
+                    "src_rank", "dst_rank", "transport", "size_mb", "time_ms", "bandwidth_gbps", "in_class", "peers",
+                    "peer_median_gbps", "peer_ratio", "shape", "pointers", "file").sort(
+        "step", "group_hash", "op_type", "transport", "rank", "src_local", "dst_local")
+
+
+def _link_name(row: dict) -> str:
+    if row["src_rank"] is not None and row["dst_rank"] is not None:
+        return f"rank {row['src_rank']} → rank {row['dst_rank']}"
+    return (f"group-local {row['src_local']} → {row['dst_local']} (global ranks unknown: no parallel_group_info in "
+            "profiler_metadata.json)")
+
+
+def slow_link_findings(links: pl.DataFrame, pack: RulePack) -> list[Finding]:
+    chk = pack.check("comm-slow-link")
+    out: list[Finding] = []
+    if links.is_empty():
+        return out
+    slow = links.filter(pl.col("in_class") & (pl.col("peers") >= chk["min_peers"])
+                        & (pl.col("size_mb") >= chk["min_size_mb"]) & (pl.col("peer_ratio") < chk["slow_ratio"]))
+    for row in slow.iter_rows(named=True):
+        peers = links.filter((pl.col("step").eq_missing(row["step"])) & (pl.col("group_hash") == row["group_hash"])
+                             & (pl.col("op_type") == row["op_type"]) & (pl.col("transport") == row["transport"])
+                             & pl.col("in_class"))
+        group = row["group_name"] or f"group @{row['group_hash']}"
+        ev = [cite_pointers(row["file"], row["pointers"],
+                            {"source": "communication_matrix", "step": row["step"], "link": _link_name(row),
+                             "op_type": row["op_type"], "transport": row["transport"]},
+                            values={"size_mb": row["size_mb"], "time_ms": row["time_ms"]},
+                            note="the slow link")]
+        for (file,), g in peers.group_by(["file"], maintain_order=True):
+            ptrs = [p for ps in g["pointers"].to_list() for p in ps]
+            ev.append(cite_pointers(file, ptrs, {"source": "communication_matrix", "step": row["step"],
+                                                 "group_hash": row["group_hash"], "op_type": row["op_type"],
+                                                 "transport": row["transport"], "peers": True},
+                                    note="its peers (same transport, group, op type and size class)"))
+        out.append(Finding(
+            check=chk.id, severity="warning", rank=row["rank"], step=row["step"],
+            title=(f"Slow {row['transport']} link {_link_name(row).split(' (')[0]}: {row['bandwidth_gbps']:.2f} GB/s, "
+                   f"{pct(row['peer_ratio'])} of its peers"),
+            message=(f"{row['transport']} link {_link_name(row)} in {group} ({row['op_type']} ops, step "
+                     f"{row['step']}) moved {row['size_mb']:,.2f} MB in {row['time_ms']:,.3f} ms = "
+                     f"{row['bandwidth_gbps']:.2f} GB/s, {pct(row['peer_ratio'])} of the median "
+                     f"{row['peer_median_gbps']:.2f} GB/s of the {row['peers']} links of its class (same transport, "
+                     f"group, op type and size class; itself included; threshold {pct(chk['slow_ratio'])}). "
+                     "Check that link's cabling/port, or whether the two ranks share a switch or a contended "
+                     "path."),
+            metrics={"bandwidth_gbps": round(row["bandwidth_gbps"], 4),
+                     "peer_median_gbps": round(row["peer_median_gbps"], 4), "peers": row["peers"]},
+            evidence=tuple(ev)))
+    return out
+
+
+# ----------------------------------------------------------------------------------------- small packets
+
+
+def packet_table(ranks: list[RankData], pack: RulePack) -> pl.DataFrame:
+    """Per rank, step and link transport: transfers under the transport's small-packet size, their time and rate,
+    the rate of the large ones, and the time the small ones cost beyond moving the same bytes at the large rate."""
+    chk = pack.check("comm-small-packets")
+    small_mb: dict = chk["small_mb"]
+    parts = []
+    for r in ranks:
+        p = r.comm_packets
+        if p is None or p.is_empty():
+            continue
+        parts.append(p.filter(pl.col("transport") != ENGINE).with_columns(
+            pl.lit(r.rank, pl.Int64).alias("rank"), pl.lit(r.files["communication"]).alias("file")))
+    if not parts:
+        return pl.DataFrame()
+    p = pl.concat(parts, how="diagonal_relaxed").with_columns(
+        pl.col("transport").replace_strict(small_mb, default=None, return_dtype=pl.Float64).alias("small_limit_mb"))
+    p = p.with_columns((pl.col("packet_mb") < pl.col("small_limit_mb")).alias("small"),
+                       (pl.col("packet_mb") * pl.col("count")).alias("bytes_mb"))
+    keys = ["rank", "step", "transport", "file"]
+    t = p.group_by(keys, maintain_order=True).agg(
+        pl.col("small_limit_mb").first(),
+        pl.col("count").sum().alias("transfers"),
+        pl.col("count").filter(pl.col("small")).sum().alias("small_transfers"),
+        pl.col("bytes_mb").filter(pl.col("small")).sum().alias("small_mb"),
+        pl.col("time_ms").filter(pl.col("small")).sum().alias("small_time_ms"),
+        pl.col("bytes_mb").filter(~pl.col("small")).sum().alias("large_mb"),
+        pl.col("time_ms").filter(~pl.col("small")).sum().alias("large_time_ms"),
+        pl.col("transport_pointer").filter(pl.col("small")).sort_by(pl.col("time_ms").filter(pl.col("small")),
+                                                                    descending=True).unique(maintain_order=True)
+        .alias("small_pointers"),
+    )
+    return t.with_columns(
+        (pl.col("small_transfers") / pl.col("transfers")).alias("small_share"),
+        (pl.col("small_mb") / pl.col("small_time_ms")).alias("small_gbps"),
+        (pl.col("large_mb") / pl.col("large_time_ms")).alias("large_gbps"),
+    ).with_columns(
+        pl.when(pl.col("large_time_ms") > 0)
+        .then((pl.col("small_time_ms") - pl.col("small_mb") / pl.col("large_gbps")).clip(lower_bound=0))
+        .alias("lost_ms")).sort("rank", "step", "transport")
+
+
+def small_packet_findings(pt: pl.DataFrame, pack: RulePack) -> list[Finding]:
+    chk = pack.check("comm-small-packets")
+    out: list[Finding] = []
+    if pt.is_empty():
+        return out
+    hits = pt.filter((pl.col("small_share") >= chk["min_share"])
+                     & (pl.col("lost_ms").fill_null(0) >= chk["min_lost_ms"]))
+    for row in hits.iter_rows(named=True):
+        out.append(Finding(
+            check=chk.id, severity="info", rank=row["rank"], step=row["step"],
+            title=(f"Rank {row['rank']}, step {row['step']}: {pct(row['small_share'])} of {row['transport']} "
+                   f"transfers are under {row['small_limit_mb']:g} MB"),
+            message=(f"Rank {row['rank']}, step {row['step']}: {row['small_transfers']} of {row['transfers']} "
+                     f"{row['transport']} transfers are smaller than {row['small_limit_mb']:g} MB; they moved "
+                     f"{row['small_mb']:,.3f} MB in {row['small_time_ms']:,.3f} ms ({row['small_gbps']:.2f} GB/s) "
+                     f"while the large ones ran at {row['large_gbps']:.2f} GB/s — {row['lost_ms']:,.2f} ms more than "
+                     "the same bytes would take at the large-transfer rate. Bucket small tensors together (larger "
+                     "gradient buckets, fused collectives)."),
+            metrics={k: row[k] for k in ("transfers", "small_transfers", "small_mb", "small_time_ms", "large_gbps",
+                                         "lost_ms")},
+            evidence=(cite_pointers(row["file"], row["small_pointers"],
+                                    {"source": "communication", "step": row["step"], "transport": row["transport"],
+                                     "size_distribution_packet_mb_below": row["small_limit_mb"]},
+                                    values={"small_mb": row["small_mb"], "small_time_ms": row["small_time_ms"]}),)))
+    return out
+
+
+# ------------------------------------------------------------------------------ waiting and exposed time
+
+
+def _peers(group_ranks: str | None, rank: int) -> str:
+    if not group_ranks:
+        return "peers unknown (no parallel_group_info)"
+    others = [x for x in group_ranks.split(",") if x != str(rank)]
+    return "peer rank(s) " + ", ".join(others) if others else "no peer"
+
+
+def wait_dominated_findings(comm: pl.DataFrame, steps: pl.DataFrame, pack: RulePack) -> list[Finding]:
+    """Collectives whose time inside the op is mostly not transfer: a peer arrived late."""
+    chk = pack.check("comm-wait-dominated")
+    out: list[Finding] = []
+    if comm.is_empty() or "waiting_ms" not in comm.columns:
+        return out
+    hits = comm.filter((pl.col("elapse_ms") >= chk["min_elapse_ms"]) & pl.col("waiting_ms").is_not_null()
+                       & (pl.col("waiting_ms") >= chk["wait_ratio"] * pl.col("transfer_ms")))
+    for (rank, step, file), g in hits.group_by(["rank", "step", "file"], maintain_order=True):
+        g = g.sort("waiting_ms", descending=True)
+        waiting, elapse = float(g["waiting_ms"].sum()), float(g["elapse_ms"].sum())
+        step_row = steps.filter((pl.col("rank") == rank) & pl.col("step").eq_missing(step)) \
+            if not steps.is_empty() else pl.DataFrame()
+        step_us = float(step_row["step_us"][0]) if step_row.height and step_row["step_us"][0] else None
+        share = waiting * 1000 / step_us if step_us else None
+        sev = "warning" if share is not None and share >= chk["warning_share"] else "info"
+
+        items = []
+        for row in g.head(4).iter_rows(named=True):
+            grp = row.get("group_name") or "group ?"
+            peers = _peers(row.get("group_ranks"), rank)
+            items.append(f"{row['op_name']} ({grp}, {peers}): {row['elapse_ms']:,.2f} ms, "
+                         f"transfer {row['transfer_ms']:,.2f} ({row['transfer_source']}), not transferring "
+                         f"{row['waiting_ms']:,.2f} (profiler Wait Time {(row['wait_ms'] or 0):,.2f})")
+        out.append(Finding(
+            check=chk.id, severity=sev, rank=rank, step=step,
+            title=(f"Rank {rank}, step {step}: {g.height} collective(s) spend {waiting:,.1f} ms waiting, not "
+                   "transferring"),
+            message=(f"Rank {rank}, step {step}: in {g.height} op(s) the time not spent transferring is ≥ "
+                     f"{chk['wait_ratio']:g}× the transfer: {waiting:,.1f} of {elapse:,.1f} ms"
+                     f"{f' ({pct(share)} of the step)' if share is not None else ''}. " + "; ".join(items)
+                     + f". The link is not the bottleneck: a peer arrives late — see the straggler findings "
+                     f"({STRAGGLER_CHECKS})."),
+            metrics={"waiting_ms": round(waiting, 6), "elapse_ms": round(elapse, 6), "ops": g.height},
+            evidence=(cite_pointers(file, g["pointer"].to_list(),
+                                    {"source": "communication", "step": step, "wait_dominated": True},
+                                    values={"waiting_ms": round(waiting, 6), "elapse_ms": round(elapse, 6)}),)))
+    return out
+
+
+def exposed_table(comm: pl.DataFrame, steps: pl.DataFrame) -> pl.DataFrame:
+    """Per rank and step: exposed communication (step_trace) and what the comm ops' time is made of."""
+    if comm.is_empty() or steps.is_empty() or "waiting_ms" not in comm.columns:
+        return pl.DataFrame()
+    ops = comm.group_by(["rank", "step"], maintain_order=True).agg(
+        pl.len().alias("ops"), pl.col("elapse_ms").sum(), pl.col("transfer_ms").sum(),
+        pl.col("wait_ms").fill_null(0).sum(), pl.col("idle_ms").fill_null(0).sum(),
+        pl.col("waiting_ms").fill_null(0).sum(), pl.col("file").first().alias("comm_file"),
+        pl.col("elapse_ms").filter(pl.col("waiting_ms").is_null()).sum().alias("unrecorded_ms"),
+        (pl.col("transfer_source") == "bandwidth info").sum().alias("ops_transfer_from_bandwidth_info"),
+        pl.col("pointer").sort_by("elapse_ms", descending=True).alias("pointers"))
+    st = steps.select("rank", "step", "step_us", "comm_not_overlapped_us", "src_line",
+                      pl.col("file").alias("step_file"))
+    t = st.join(ops, on=["rank", "step"], how="inner", nulls_equal=True)
+    return t.with_columns((pl.col("comm_not_overlapped_us") / pl.col("step_us")).alias("exposed_share"),
+                          (pl.col("waiting_ms") / pl.col("elapse_ms")).alias("waiting_share_of_comm")
+                          ).sort("rank", "step")
+
+
+def exposed_findings(et: pl.DataFrame, pack: RulePack) -> list[Finding]:
+    chk = pack.check("comm-exposed-split")
+    out: list[Finding] = []
+    if et.is_empty():
+        return out
+    for row in et.filter(pl.col("exposed_share") >= chk["min_share"]).iter_rows(named=True):
+        waiting_dominates = (row["waiting_share_of_comm"] or 0) >= chk["waiting_share"]
+        sev = "warning" if row["exposed_share"] >= chk["warning_share"] and waiting_dominates else "info"
+        verdict = ("mostly waiting for peers, not transfer" if waiting_dominates
+                   else "mostly transfer: faster links, fewer bytes or more overlap would help")
+        fallback = (f" ({row['ops_transfer_from_bandwidth_info']} op(s) report Transit Time 0; their transfer is "
+                    "read from the bandwidth info)" if row["ops_transfer_from_bandwidth_info"] else "")
+        exposed = row["comm_not_overlapped_us"]
+        unknown = (f"; {row['unrecorded_ms']:,.2f} ms in ops that record neither transfer nor wait"
+                   if row["unrecorded_ms"] else "")
+        out.append(Finding(
+            check=chk.id, severity=sev, rank=row["rank"], step=row["step"],
+            title=(f"Rank {row['rank']}, step {row['step']}: {pct(row['exposed_share'])} of the step is exposed "
+                   f"communication, {verdict.split(':')[0]}"),
+            message=(f"Rank {row['rank']}, step {row['step']}: communication not overlapped with compute is "
+                     f"{ms(exposed)} of the {ms(row['step_us'])} step ({pct(row['exposed_share'])}). Inside its "
+                     f"{row['ops']} communication ops ({row['elapse_ms']:,.2f} ms elapsed): transfer "
+                     f"{row['transfer_ms']:,.2f} ms{fallback}; not moving data {row['waiting_ms']:,.2f} ms "
+                     f"({pct(row['waiting_share_of_comm'])}: profiler Wait Time {row['wait_ms']:,.2f} ms, the rest "
+                     f"idle{unknown}; profiler Idle Time {row['idle_ms']:,.2f} ms) — {verdict}."),
+            metrics={"comm_not_overlapped_us": exposed, "step_us": row["step_us"],
+                     "exposed_share": round(row["exposed_share"], 6), "elapse_ms": round(row["elapse_ms"], 6),
+                     "transfer_ms": round(row["transfer_ms"], 6), "wait_ms": round(row["wait_ms"], 6),
+                     "idle_ms": round(row["idle_ms"], 6), "waiting_ms": round(row["waiting_ms"], 6)},
+            evidence=(cite_lines(row["step_file"], [row["src_line"]], 1, {"source": "step_trace_time",
+                                                                            "step": row["step"]},
+                                 values={"Communication(Not Overlapped)": exposed, "step_us": row["step_us"]}),
+                      cite_pointers(row["comm_file"], row["pointers"], {"source": "communication", "step": row["step"]},
+                                    values={"elapse_ms": round(row["elapse_ms"], 6),
+                                            "wait_ms": round(row["wait_ms"], 6),
+                                            "idle_ms": round(row["idle_ms"], 6)}))))
+    return out
+
+
+# ------------------------------------------------------------------------------------------- the section
+
+
+def communication_section(ranks: list[RankData], step_tab: pl.DataFrame, comm_tab: pl.DataFrame, pack: RulePack,
+                          hw: Hardware) -> tuple[dict[str, pl.DataFrame], list[Finding], list[str]]:
+    """Everything this module adds to the report: tables, findings and notes (one call for the pipeline)."""
+    devices = device_table(ranks, hw)
+    tt = transport_table(ranks, devices, hw)
+    links = link_table(ranks, pack)
+    packets = packet_table(ranks, pack)
+    exposed = exposed_table(comm_tab, step_tab)
+    findings = [*below_prior_findings(tt, pack), *slow_link_findings(links, pack),
+                *small_packet_findings(packets, pack), *wait_dominated_findings(comm_tab, step_tab, pack),
+                *exposed_findings(exposed, pack)]
+    notes = device_notes(devices) if not tt.is_empty() else []
+    if any(r.comm_matrix is not None and not r.comm_matrix.is_empty()
+           and r.comm_matrix["src_rank"].null_count() == r.comm_matrix.height for r in ranks):
+        notes.append("communication: communication_matrix.json ranks are group-local where profiler_metadata.json "
+                     "has no parallel_group_info (ranks " + ", ".join(
+                         str(r.rank) for r in ranks if r.comm_matrix is not None and not r.comm_matrix.is_empty()
+                         and r.comm_matrix["src_rank"].null_count() == r.comm_matrix.height) + ")")
+    if any("trace_view" in r.files for r in ranks):
+        notes.append("communication: HCCL task lanes of trace_view.json (per-link Notify_Wait / Memcpy) are not "
+                     "summarised yet; the link figures come from communication.json and communication_matrix.json")
+    tables = {"comm_devices": devices, "comm_bandwidth": tt.drop("group_ranks") if not tt.is_empty() else tt,
+              "comm_links": links.drop("pointers") if not links.is_empty() else links,
+              "comm_packets": packets.drop("small_pointers") if not packets.is_empty() else packets,
+              "comm_exposed": exposed.drop("pointers") if not exposed.is_empty() else exposed}
+    return tables, findings, notes

@@ -1,0 +1,150 @@
+"""Hardware priors: what bandwidth each link type can deliver, per device, as data (``rules/hardware/*.toml``).
+
+Profilers report what a collective achieved; judging it needs an expectation. The figures live in the rule pack,
+each with the public source it came from, and a user file (``profan analyze DIR --hardware FILE``) can override
+any figure, add devices, or pin the device when the profile does not record it (Ascend text exports do not):
+
+    [assume]
+    device = "ascend_910b"
+
+    [[link]]
+    device = "ascend_910b"
+    link = "HCCS"
+    usable_gbps = 25.0
+    source = "our own hccl_test runs, 2025-06"
+
+A prior is only ever applied to a device that was detected or assumed; the report says which it was.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import tomllib
+
+from profan.errors import ProfanInputError
+from profan.paths import rules_dir
+
+
+@dataclass(frozen=True)
+class LinkPrior:
+    device: str  # device id, or "any" for host PCIe / NICs
+    link: str  # HCCS, RDMA, PCIE, SIO, NVLink3, PCIe4, NIC400, …
+    usable_gbps: float | None  # what a healthy transfer reaches, GB/s per direction
+    peak_gbps: float | None = None
+    scope: str = ""
+    measured: str = ""
+    source: str = ""
+    file: str = ""
+
+    def describe(self) -> str:
+        fig = f"{self.usable_gbps:g} GB/s" if self.usable_gbps is not None else "no usable figure"
+        return f"{self.device} {self.link} {fig} ({self.scope}; source: {self.source}; {self.file})"
+
+
+@dataclass(frozen=True)
+class Device:
+    id: str
+    vendor: str
+    name: str
+    match: str = ""  # regex on a GPU's deviceProperties name
+    platform_version: tuple[int, ...] = ()  # msprof info.json platform_version
+    scale_up: str = ""  # link type used inside a node (GPU)
+
+
+@dataclass
+class Hardware:
+    links: dict[tuple[str, str], LinkPrior] = field(default_factory=dict)
+    devices: dict[str, Device] = field(default_factory=dict)
+    assume: dict[str, Any] = field(default_factory=dict)
+    files: list[str] = field(default_factory=list)
+
+    def prior(self, device: str | None, link: str) -> LinkPrior | None:
+        """The prior for `link` on `device` (falls back to device-independent entries such as PCIe5)."""
+        hit = self.links.get((device, link)) if device else None
+        return hit or self.links.get(("any", link))
+
+    def detect_gpu(self, name: str | None) -> Device | None:
+        if self.assume.get("device") in self.devices:
+            return self.devices[self.assume["device"]]
+        if not name:
+            return None
+        for d in self.devices.values():
+            if d.match and re.search(d.match, name):
+                return d
+        return None
+
+    def detect_ascend(self, platform_version: int | None) -> tuple[Device | None, str]:
+        """(device, how it was decided)."""
+        assumed = self.assume.get("device")
+        if assumed in self.devices:
+            return self.devices[assumed], f"assumed by {self.assume.get('_file', 'the hardware file')}"
+        if platform_version is not None:
+            for d in self.devices.values():
+                if d.vendor == "ascend" and platform_version in d.platform_version:
+                    return d, f"msprof info.json platform_version {platform_version}"
+        return None, "not recorded in the profile"
+
+
+def _load_toml(path: Path) -> dict[str, Any]:
+    try:
+        with open(path, "rb") as fh:
+            return tomllib.load(fh)
+    except OSError as exc:
+        raise ProfanInputError(path, f"cannot read hardware file: {exc.strerror or exc}") from None
+    except tomllib.TOMLDecodeError as exc:
+        raise ProfanInputError(path, f"invalid TOML: {exc}") from None
+
+
+def _num(path: Path, entry: dict[str, Any], key: str) -> float | None:
+    v = entry.get(key)
+    if v is None:
+        return None
+    if isinstance(v, bool) or not isinstance(v, int | float) or v <= 0:
+        raise ProfanInputError(path, f"link {entry.get('device')}/{entry.get('link')}: {key} must be a positive "
+                                     f"number (GB/s), got {v!r}")
+    return float(v)
+
+
+def _add(hw: Hardware, path: Path, doc: dict[str, Any], label: str) -> None:
+    for d in doc.get("device", []):
+        if not d.get("id"):
+            raise ProfanInputError(path, "a [[device]] entry has no id")
+        if d.get("match"):
+            try:
+                re.compile(str(d["match"]))
+            except re.error as exc:
+                raise ProfanInputError(path, f"device {d['id']}: invalid regular expression: {exc}") from None
+        hw.devices[d["id"]] = Device(id=d["id"], vendor=str(d.get("vendor", "")), name=str(d.get("name", d["id"])),
+                                     match=str(d.get("match", "")),
+                                     platform_version=tuple(int(x) for x in d.get("platform_version", [])),
+                                     scale_up=str(d.get("scale_up", "")))
+    for e in doc.get("link", []):
+        if not e.get("device") or not e.get("link"):
+            raise ProfanInputError(path, "a [[link]] entry needs device and link")
+        hw.links[(e["device"], e["link"])] = LinkPrior(
+            device=e["device"], link=e["link"], usable_gbps=_num(path, e, "usable_gbps"),
+            peak_gbps=_num(path, e, "peak_gbps"), scope=str(e.get("scope", "")), measured=str(e.get("measured", "")),
+            source=str(e.get("source", "")), file=label)
+    if isinstance(doc.get("assume"), dict):
+        hw.assume = {**doc["assume"], "_file": label}
+
+
+def load(user: str | Path | None = None) -> Hardware:
+    """Built-in priors (``rules/hardware/*.toml``), then the user's file on top (its entries win)."""
+    hw = Hardware()
+    for path in sorted((rules_dir() / "hardware").glob("*.toml")):
+        _add(hw, path, _load_toml(path), f"rules/hardware/{path.name}")
+        hw.files.append(f"rules/hardware/{path.name}")
+    if user is not None:
+        p = Path(user)
+        _add(hw, p, _load_toml(p), str(p))
+        hw.files.append(str(p))
+        dev = hw.assume.get("device")
+        if dev is not None and dev not in hw.devices:
+            raise ProfanInputError(p, f"[assume] device {dev!r} is not a known device "
+                                      f"({', '.join(sorted(hw.devices))})")
+    return hw
