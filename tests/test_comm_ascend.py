@@ -179,6 +179,18 @@ def _copy(src: Path, tmp: Path) -> Path:
     return dst
 
 
+def _slow_and_peers(root: Path, f):
+    slow = [(ev, resolve_pointer(_json(root / ev.file), p)) for ev in f.evidence if ev.note == "the slow link"
+            for p in ev.pointers]
+    peers = [resolve_pointer(_json(root / ev.file), p) for ev in f.evidence if ev.note != "the slow link"
+             for p in ev.pointers]
+    return slow, peers
+
+
+def _rate(entries) -> float:
+    return sum(e["Transit Size(MB)"] for e in entries) / sum(e["Transit Time(ms)"] for e in entries)
+
+
 def test_injected_slow_link_is_named_aggregated(tmp_path):
     root = _copy(ALEXNET2, tmp_path)
     path = root / "rank0_ascend_pt" / OUT / "communication_matrix.json"
@@ -188,13 +200,11 @@ def test_injected_slow_link_is_named_aggregated(tmp_path):
     path.write_text(json.dumps(doc))
     rep = profan.analyze(root)
     (f,) = [f for f in rep.findings if f.check == "comm-slow-link"]
-    assert f.rank == 0 and "0 → 5" in f.title and "HCCS" in f.title
-    slow = f.evidence[0]
-    assert slow.pointers == (f"/step50/collective/{key}/0-5",)
-    v = resolve_pointer(_json(root / slow.file), slow.pointers[0])
-    assert f.metrics["bandwidth_gbps"] == pytest.approx(v["Transit Size(MB)"] / v["Transit Time(ms)"], rel=1e-4)
-    peers = [resolve_pointer(_json(root / ev.file), p) for ev in f.evidence[1:] for p in ev.pointers]
-    rates = sorted(p["Transit Size(MB)"] / p["Transit Time(ms)"] for p in peers)
+    assert f.rank == 0 and "0 ↔ 5" in f.title and "HCCS" in f.title
+    slow, peers = _slow_and_peers(root, f)
+    assert [ev.pointers for ev, _ in slow] == [(f"/step50/collective/{key}/0-5",)]
+    assert f.metrics["bandwidth_gbps"] == pytest.approx(_rate([v for _, v in slow]), rel=1e-4)
+    rates = sorted(_rate([p]) for p in peers)
     assert len(rates) == f.metrics["peers"] == 14
     assert f.metrics["peer_median_gbps"] == pytest.approx((rates[6] + rates[7]) / 2, rel=1e-4)
 
@@ -210,11 +220,30 @@ def test_injected_slow_link_is_named_per_op(tmp_path):
     path.write_text(json.dumps(doc))
     rep = profan.analyze(root)
     (f,) = [f for f in rep.findings if f.check == "comm-slow-link"]
-    assert "0 → 3" in f.title and f.rank == 0
-    cited = [resolve_pointer(_json(root / f.evidence[0].file), p) for p in f.evidence[0].pointers]
-    assert len(cited) == f.evidence[0].row_count >= 8  # the per-op entries summed into this link
-    size, t = sum(c["Transit Size(MB)"] for c in cited), sum(c["Transit Time(ms)"] for c in cited)
-    assert f.metrics["bandwidth_gbps"] == pytest.approx(size / t, rel=1e-4)
+    assert "0 ↔ 3" in f.title and f.rank == 0
+    slow, _ = _slow_and_peers(root, f)
+    assert len(slow) >= 8  # the per-op entries summed into this link
+    assert all(p.endswith("/0-3") for ev, _ in slow for p in ev.pointers)
+    assert f.metrics["bandwidth_gbps"] == pytest.approx(_rate([v for _, v in slow]), rel=1e-4)
+
+
+def test_synthetic_cluster_slow_link_is_named(tmp_path):
+    from profan.synth import generate
+
+    truth = generate(tmp_path / "syn", ranks=8, slow_link=(2, 5))
+    rep = profan.analyze(tmp_path / "syn")
+    fs = [f for f in rep.findings if f.check == "comm-slow-link"]
+    assert len(fs) == 1  # one link, one finding (both directions, every op type and step it slows)
+    (f,) = fs
+    assert "rank 2 ↔ rank 5" in f.title
+    a, b = truth["slow_link"]["ranks"]
+    slow, peers = _slow_and_peers(tmp_path / "syn", f)
+    assert {ev.file.split("/")[0] for ev, _ in slow} == {
+        r["path"] for r in rep.source["ranks"] if r["rank"] in (a, b)}
+    # the injected factor is what the cited rows show: slow rate / median peer rate = 1 / factor
+    rates = sorted(_rate([p]) for p in peers)
+    med = (rates[len(rates) // 2 - 1] + rates[len(rates) // 2]) / 2 if len(rates) % 2 == 0 else rates[len(rates) // 2]
+    assert _rate([v for _, v in slow]) / med == pytest.approx(1 / truth["slow_link"]["factor"], rel=0.02)
 
 
 # ------------------------------------------------------------------------------ alexnet: exposed = waiting

@@ -176,49 +176,72 @@ def link_table(ranks: list[RankData], pack: RulePack) -> pl.DataFrame:
         "step", "group_hash", "op_type", "transport", "rank", "src_local", "dst_local")
 
 
-def _link_name(row: dict) -> str:
+def _pair(row: dict) -> tuple:
+    """The unordered link a row belongs to: both directions of one cable are one finding."""
     if row["src_rank"] is not None and row["dst_rank"] is not None:
-        return f"rank {row['src_rank']} → rank {row['dst_rank']}"
-    return (f"group-local {row['src_local']} → {row['dst_local']} (global ranks unknown: no parallel_group_info in "
-            "profiler_metadata.json)")
+        return (row["transport"], None, *sorted((row["src_rank"], row["dst_rank"])))
+    return (row["transport"], row["group_hash"], *sorted((row["src_local"], row["dst_local"])))
+
+
+def _pair_name(key: tuple) -> str:
+    _transport, group, a, b = key
+    if group is None:
+        return f"rank {a} ↔ rank {b}"
+    return f"group-local {a} ↔ {b} of group @{group}"
 
 
 def slow_link_findings(links: pl.DataFrame, pack: RulePack) -> list[Finding]:
+    """One finding per slow link (both directions, all op types and steps it is slow in)."""
     chk = pack.check("comm-slow-link")
     out: list[Finding] = []
     if links.is_empty():
         return out
     slow = links.filter(pl.col("in_class") & (pl.col("peers") >= chk["min_peers"])
                         & (pl.col("size_mb") >= chk["min_size_mb"]) & (pl.col("peer_ratio") < chk["slow_ratio"]))
-    for row in slow.iter_rows(named=True):
-        peers = links.filter((pl.col("step").eq_missing(row["step"])) & (pl.col("group_hash") == row["group_hash"])
-                             & (pl.col("op_type") == row["op_type"]) & (pl.col("transport") == row["transport"])
+    pairs: dict[tuple, list[dict]] = {}
+    for row in slow.sort("peer_ratio").iter_rows(named=True):
+        pairs.setdefault(_pair(row), []).append(row)
+    for key, rows in pairs.items():
+        worst = rows[0]
+        size, t = sum(r["size_mb"] for r in rows), sum(r["time_ms"] for r in rows)
+        where = sorted({f"{r['group_name'] or 'group @' + str(r['group_hash'])} {r['op_type']}" for r in rows})
+        steps_ = sorted({r["step"] for r in rows if r["step"] is not None})
+        ev = []
+        for file in dict.fromkeys(r["file"] for r in rows):
+            mine = [r for r in rows if r["file"] == file]
+            ev.append(cite_pointers(file, [p for r in mine for p in r["pointers"]],
+                                    {"source": "communication_matrix", "link": _pair_name(key),
+                                     "transport": key[0], "entries": [f"{r['op_type']}@{r['group_hash']} step "
+                                                                      f"{r['step']}" for r in mine]},
+                                    values={"size_mb": round(sum(r["size_mb"] for r in mine), 6),
+                                            "time_ms": round(sum(r["time_ms"] for r in mine), 6)},
+                                    note="the slow link"))
+        peers = links.filter((pl.col("step").eq_missing(worst["step"])) & (pl.col("group_hash") == worst["group_hash"])
+                             & (pl.col("op_type") == worst["op_type"]) & (pl.col("transport") == worst["transport"])
                              & pl.col("in_class"))
-        group = row["group_name"] or f"group @{row['group_hash']}"
-        ev = [cite_pointers(row["file"], row["pointers"],
-                            {"source": "communication_matrix", "step": row["step"], "link": _link_name(row),
-                             "op_type": row["op_type"], "transport": row["transport"]},
-                            values={"size_mb": row["size_mb"], "time_ms": row["time_ms"]},
-                            note="the slow link")]
         for (file,), g in peers.group_by(["file"], maintain_order=True):
-            ptrs = [p for ps in g["pointers"].to_list() for p in ps]
-            ev.append(cite_pointers(file, ptrs, {"source": "communication_matrix", "step": row["step"],
-                                                 "group_hash": row["group_hash"], "op_type": row["op_type"],
-                                                 "transport": row["transport"], "peers": True},
-                                    note="its peers (same transport, group, op type and size class)"))
+            ev.append(cite_pointers(file, [p for ps in g["pointers"].to_list() for p in ps],
+                                    {"source": "communication_matrix", "step": worst["step"],
+                                     "group_hash": worst["group_hash"], "op_type": worst["op_type"],
+                                     "transport": worst["transport"], "peers": True},
+                                    note="the links of its class where it is slowest (itself included)"))
+        bw = size / t
         out.append(Finding(
-            check=chk.id, severity="warning", rank=row["rank"], step=row["step"],
-            title=(f"Slow {row['transport']} link {_link_name(row).split(' (')[0]}: {row['bandwidth_gbps']:.2f} GB/s, "
-                   f"{pct(row['peer_ratio'])} of its peers"),
-            message=(f"{row['transport']} link {_link_name(row)} in {group} ({row['op_type']} ops, step "
-                     f"{row['step']}) moved {row['size_mb']:,.2f} MB in {row['time_ms']:,.3f} ms = "
-                     f"{row['bandwidth_gbps']:.2f} GB/s, {pct(row['peer_ratio'])} of the median "
-                     f"{row['peer_median_gbps']:.2f} GB/s of the {row['peers']} links of its class (same transport, "
-                     f"group, op type and size class; itself included; threshold {pct(chk['slow_ratio'])}). "
-                     "Check that link's cabling/port, or whether the two ranks share a switch or a contended "
-                     "path."),
-            metrics={"bandwidth_gbps": round(row["bandwidth_gbps"], 4),
-                     "peer_median_gbps": round(row["peer_median_gbps"], 4), "peers": row["peers"]},
+            check=chk.id, severity="warning", rank=worst["rank"], step=steps_[0] if len(steps_) == 1 else None,
+            title=(f"Slow {key[0]} link {_pair_name(key)}: {bw:.2f} GB/s, {pct(worst['peer_ratio'])} of its "
+                   "peers"),
+            message=(f"{key[0]} link {_pair_name(key)} is slow in {len(rows)} matrix entr"
+                     f"{'y' if len(rows) == 1 else 'ies'} ({', '.join(where)}; step(s) "
+                     f"{', '.join(str(x) for x in steps_) or '—'}): {size:,.2f} MB in {t:,.3f} ms = {bw:.2f} GB/s. "
+                     f"Worst: {worst['group_name'] or 'group @' + str(worst['group_hash'])} {worst['op_type']} ops, "
+                     f"step {worst['step']}, {worst['bandwidth_gbps']:.2f} GB/s = {pct(worst['peer_ratio'])} of the "
+                     f"median {worst['peer_median_gbps']:.2f} GB/s of the {worst['peers']} links of its class (same "
+                     f"transport, group, op type and size class; itself included; threshold "
+                     f"{pct(chk['slow_ratio'])}). Every collective over this link waits for it: check the link's "
+                     "port/cabling, or whether the two ranks share a contended path."),
+            metrics={"bandwidth_gbps": round(bw, 4), "worst_gbps": round(worst["bandwidth_gbps"], 4),
+                     "peer_median_gbps": round(worst["peer_median_gbps"], 4), "peers": worst["peers"],
+                     "entries": len(rows)},
             evidence=tuple(ev)))
     return out
 
