@@ -8,7 +8,7 @@ from pathlib import Path
 
 import polars as pl
 
-from profan.analyses import bandwidth, comm, imbalance, steps
+from profan.analyses import bandwidth, comm, crossrank, imbalance, steps
 from profan.analyses import boundness as bound
 from profan.analyses import breakdown as bd
 from profan.discover import discover
@@ -68,10 +68,12 @@ def build_report(ranks: list[RankData], pack: RulePack, *, root: Path, fmt: str,
     hw = hardware or load_hardware()
     comm_tables, comm_findings, comm_notes = bandwidth.communication_section(ranks, step_tab, comm_tab, pack, hw)
     findings += comm_findings
+    xr_tables, xr_findings, xr_notes = crossrank.cross_rank_section(ranks, step_tab, pack)
+    findings += xr_findings
     all_warnings = list(warnings)
     for r in ranks:
         all_warnings += [f"rank {r.rank}: {w}" for w in r.warnings]
-    notes = [*notes, *comm_notes]
+    notes = [*notes, *comm_notes, *xr_notes]
     if any(r.groups is not None and not r.has_pipe_ratios for r in ranks):
         notes.append("kernel boundness not assessed for ranks whose kernel_details.csv has no PipeUtilization "
                      "ratios: " + ", ".join(str(r.rank) for r in ranks
@@ -88,7 +90,7 @@ def build_report(ranks: list[RankData], pack: RulePack, *, root: Path, fmt: str,
     }
     tables = {"breakdown": breakdown, "steps": step_tab, "top_kernels": bd.top_kernels(ranks),
               "boundness": bound_tab, "communication": comm_tab,
-              **comm_tables}
+              **comm_tables, **xr_tables}
     tables = {k: v for k, v in tables.items() if isinstance(v, pl.DataFrame) and not v.is_empty()}
     return Report(source=source, findings=number_findings(findings), tables=tables, warnings=all_warnings,
                   notes=notes, meta={"profan": __version__, "rule_files": pack.files,

@@ -46,6 +46,8 @@ class RankData:
     comm_packets: pl.DataFrame | None = None  # communication.json Size Distribution rows
     comm_matrix: pl.DataFrame | None = None  # communication_matrix.json links, group-local ranks mapped to global
     metadata: ascend_meta.Metadata | None = None
+    collectives: pl.DataFrame | None = None  # communication ops in order, with group/seq (profan.collectives)
+    windows: pl.DataFrame | None = None  # kernels in each op's pre-collective window (profan.collectives)
     rows_read: dict[str, int] = field(default_factory=dict)
     rows_skipped: dict[str, int] = field(default_factory=dict)
     warnings: list[str] = field(default_factory=list)
@@ -144,7 +146,18 @@ def load_rank(rs: RankSource, root: Path, pack: RulePack) -> RankData:
         if skipped:
             rd.rows_skipped["communication_matrix"] = skipped
             rd.warnings.append(f"{rd.files['communication_matrix']}: skipped {skipped} entries of unexpected shape")
+    _load_collectives(rd, rs, pack)
     platform = ascend_device.platform_version(rs.path)
     if platform is not None:
         rd.info["platform_version"] = platform
     return rd
+
+def _load_collectives(rd: RankData, rs: RankSource, pack: RulePack) -> None:
+    """The rank's communication ops and their pre-collective windows, for cross-rank alignment and stragglers."""
+    from profan.collectives import ascend_collectives
+
+    if rs.kind != "ascend" or not ({"kernel_details", "communication"} & set(rs.files)):
+        return
+    rd.collectives, rd.windows = ascend_collectives(
+        rs.files.get("kernel_details"), rd.files.get("kernel_details"), rd.rows_read.get("kernel_details"),
+        rd.comm_ops, rd.files.get("communication"), pack)

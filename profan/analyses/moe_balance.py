@@ -1,0 +1,137 @@
+"""MoE / expert-parallel load balance: which rank's experts get the most tokens, and what it costs.
+
+Sources, best first (``ascend-moe-ops.md`` §2):
+
+* tokens — the first dim of GroupedMatmul's ``x`` (its first input shape) is the tokens routed to the rank's local
+  experts, for the GMMs whose weight is ``[E, K, N]`` (forward and dX); weight-gradient GMMs (``x^T`` is
+  ``[H, tokens]``, 2-D weight) are skipped so they are not miscounted as tokens. The last shape part is the
+  group_list length = local experts ``E``; with Megatron's layout the rank at position i of its EP group holds
+  experts ``i*E … i*E+E-1``. Per-expert counts are not in the profile; with ``E == 1`` the rank names the expert.
+* time — GroupedMatmul time, else the whole ``moe`` bucket, when shapes are absent.
+
+max/mean per EP group (``parallel_group_info`` group ``exp``; else all ranks with MoE kernels) against the rule
+pack's thresholds.
+"""
+
+from __future__ import annotations
+
+import polars as pl
+
+from profan.analyses.common import fmt_ranks, ms, top_lines
+from profan.evidence import cite_lines
+from profan.findings import Finding
+from profan.rankmap import RankData
+from profan.rulepack import RulePack
+
+CHECK = "moe-expert-imbalance"
+GMM = r"(?i)^grouped_?matmul"
+
+
+def _token_expr() -> tuple[pl.Expr, pl.Expr, pl.Expr]:
+    parts = pl.col("input_shapes").str.strip_chars('"').str.split(";")
+    x = parts.list.get(0, null_on_oob=True).str.split(",")
+    w = parts.list.get(1, null_on_oob=True).str.split(",")
+    tokens = pl.when((x.list.len() == 2) & (w.list.len() == 3)).then(
+        x.list.get(0, null_on_oob=True).cast(pl.Int64, strict=False))
+    local = parts.list.last().cast(pl.Int64, strict=False)
+    return tokens.alias("tok"), local.alias("local_experts"), (pl.col("count") * tokens).alias("tok_rows")
+
+
+def moe_table(ranks: list[RankData]) -> pl.DataFrame:
+    """rank, moe_us, gmm_us, gmm_count, tokens (x first dims summed over token-bearing GMMs), local_experts."""
+    parts = []
+    for r in ranks:
+        g = r.groups
+        if g is None or g.is_empty() or "bucket" not in g.columns:
+            continue
+        moe = g.filter(pl.col("bucket") == "moe")
+        if moe.is_empty():
+            continue
+        gmm = moe.filter(pl.col("op").str.contains(GMM))
+        tok, local, rows = _token_expr()
+        gm = gmm.with_columns(tok, local).with_columns(rows) if gmm.height else gmm
+        tokens = int(gm["tok_rows"].sum()) if gm.height and gm["tok_rows"].drop_nulls().len() else None
+        le = gm["local_experts"].drop_nulls() if gm.height else pl.Series([], dtype=pl.Int64)
+        parts.append({"rank": r.rank, "moe_us": float(moe["time_us"].sum()), "gmm_us": float(gmm["time_us"].sum()),
+                      "gmm_count": int(gmm["count"].sum()), "tokens": tokens,
+                      "local_experts": int(le.mode()[0]) if le.len() else None,
+                      "file": r.files.get("kernel_details"),
+                      "gmm_lines": top_lines(gmm, 20) if gmm.height else top_lines(moe, 20),
+                      "rows": int(gmm["count"].sum()) if gmm.height else int(moe["count"].sum())})
+    if not parts:
+        return pl.DataFrame()
+    return pl.DataFrame(parts)
+
+
+def _ep_groups(ranks: list[RankData], present: list[int]) -> list[tuple[str, list[int]]]:
+    seen: dict[tuple[int, ...], str] = {}
+    for r in ranks:
+        if r.metadata is None:
+            continue
+        for g in r.metadata.groups:
+            if g.group_name == "exp" and len(g.global_ranks) > 1:
+                seen.setdefault(tuple(sorted(g.global_ranks)), g.hccl_name)
+    if seen:
+        return [(name, list(k)) for k, name in seen.items() if len(set(k) & set(present)) > 1]
+    return [("", sorted(present))]
+
+
+def moe_findings(ranks: list[RankData], pack: RulePack) -> tuple[pl.DataFrame, list[Finding]]:
+    chk = pack.check(CHECK)
+    tab = moe_table(ranks)
+    if tab.is_empty() or tab.height < chk["min_ranks"]:
+        return tab.drop("gmm_lines", "file", "rows", strict=False) if not tab.is_empty() else tab, []
+    out: list[Finding] = []
+    for hccl, members in _ep_groups(ranks, tab["rank"].to_list()):
+        g = tab.filter(pl.col("rank").is_in(members))
+        if g.height < chk["min_ranks"]:
+            continue
+        use_tokens = g["tokens"].null_count() == 0
+        metric = "tokens" if use_tokens else ("gmm_us" if g["gmm_us"].sum() > 0 else "moe_us")
+        vals = g[metric].cast(pl.Float64)
+        mean = float(vals.mean())
+        if not mean:
+            continue
+        hot = g.sort(metric, descending=True).row(0, named=True)
+        ratio = float(hot[metric]) / mean
+        sev = "critical" if ratio >= chk["critical_ratio"] else "warning" if ratio >= chk["warning_ratio"] else None
+        if sev is None:
+            continue
+        med = g.sort(metric).row(g.height // 2, named=True)
+        out.append(_finding(chk, sev, hot, med, g, members, metric, ratio, mean, hccl))
+    return tab.drop("gmm_lines", "file", "rows"), out
+
+
+def _finding(chk, sev, hot, med, g, members, metric, ratio, mean, hccl) -> Finding:
+    local = hot["local_experts"]
+    pos = sorted(members).index(hot["rank"])
+    experts = list(range(pos * local, pos * local + local)) if local else []
+    exp_txt = (f"expert {experts[0]}" if len(experts) == 1 else
+               f"experts {experts[0]}–{experts[-1]}" if experts else "its local experts")
+    grp = f"EP group {hccl} (ranks {fmt_ranks(members)})" if hccl else f"ranks {fmt_ranks(members)}"
+    if metric == "tokens":
+        what = (f"its GroupedMatmul inputs carry {hot['tokens']:,} token rows against a mean of {mean:,.0f} "
+                f"({ratio:.2f}×); GroupedMatmul time {ms(hot['gmm_us'])} vs {ms(med['gmm_us'])} on rank "
+                f"{med['rank']} (median)")
+    else:
+        what = (f"its {'GroupedMatmul' if metric == 'gmm_us' else 'MoE-bucket'} time is {ms(hot[metric])} against "
+                f"a mean of {ms(mean)} ({ratio:.2f}×); the kernel rows carry no usable GroupedMatmul shapes, so "
+                "tokens are not counted")
+    evidence = []
+    for row, role in ((hot, "hot"), (med, "median")):
+        if row["file"] and row["gmm_lines"]:
+            evidence.append(cite_lines(row["file"], row["gmm_lines"], row["rows"],
+                                       {"source": "kernel_details", "op": "GroupedMatmul" if row["gmm_count"]
+                                        else "bucket moe", "rank": row["rank"], "role": role},
+                                       values={"tokens": row["tokens"], "gmm_us": round(row["gmm_us"], 3)}))
+    return Finding(
+        check=CHECK, severity=sev, rank=hot["rank"],
+        title=f"MoE imbalance: rank {hot['rank']} ({exp_txt}) gets {ratio:.2f}× the mean {metric.replace('_us', '')}"
+              f" of {grp}",
+        message=(f"MoE load imbalance in {grp}: rank {hot['rank']}, which holds {exp_txt}, is the hot rank — "
+                 f"{what}. Every EP all-to-all waits for the hottest rank, so the others idle for the difference. "
+                 f"Threshold max/mean {chk['warning_ratio']} (warning), {chk['critical_ratio']} (critical)."),
+        metrics={"ratio": round(ratio, 4), "metric": metric, "hot_rank": hot["rank"], "hot_experts": experts,
+                 "local_experts": local, "values": {str(k): v for k, v in g.select("rank", metric).iter_rows()},
+                 "mean": round(mean, 3), "median_rank": med["rank"]},
+        evidence=tuple(evidence))

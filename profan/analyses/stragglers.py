@@ -1,0 +1,311 @@
+"""Stragglers: which rank arrives last at the collectives, how much the others wait for it, and why it is late.
+
+Per aligned collective (``align.align``) the last-arriving rank is the one with the shortest op; its lateness is
+``median(duration) - its duration``. A rank is flagged at a collective only when it is last *and* its lateness is
+an outlier — above ``mad_z`` robust standard deviations (1.4826 × median absolute deviation of that collective's
+lateness) and above ``min_lag_us`` — so ordinary jitter never names anyone. Per step, a rank whose flagged lateness
+adds up to at least ``min_step_share`` of the step is a straggler.
+
+Then the explanation: for each flagged collective, the straggler's pre-collective window (end of its previous
+communication op -> start of this one) is compared with a typical rank's. The extra window time splits into extra
+device work (by bucket and kernel, "more kernels" or "slower kernels of the same name") and time with no device
+work at all (a host-side gap: dispatch, data loading, Python). Evidence cites the collective rows and the kernel
+rows on both the slow and the typical rank.
+"""
+
+from __future__ import annotations
+
+import statistics
+
+import polars as pl
+
+from profan.analyses.common import fmt_ranks, ms
+from profan.evidence import Evidence, cite_events, cite_lines, cite_pointers
+from profan.findings import Finding
+from profan.rankmap import RankData
+from profan.rulepack import RulePack
+
+KEY = ["step", "group", "seq"]
+CHECK = "straggler"
+
+
+def lateness_table(aligned: pl.DataFrame, pack: RulePack) -> pl.DataFrame:
+    """aligned rows + is_last, second lateness, robust scale, flagged, caused/peer wait per instance."""
+    chk = pack.check(CHECK)
+    a = aligned.filter(pl.col("present") >= chk["min_ranks"])
+    if a.is_empty():
+        return a
+    a = a.with_columns(
+        (pl.col("lateness_us").rank("ordinal", descending=True).over(KEY) == 1).alias("is_last"),
+        pl.col("lateness_us").sort(descending=True).get(1).over(KEY).alias("second_us"),
+        pl.col("lateness_us").sum().over(KEY).alias("_sum"),
+    )
+    a = a.with_columns(
+        (1.4826 * (pl.col("lateness_us") - pl.col("lateness_us").median().over(KEY)).abs().median().over(KEY))
+        .alias("sigma_us"))
+    a = a.with_columns(
+        (pl.col("is_last") & (pl.col("lateness_us") >= chk["min_lag_us"])
+         & (pl.col("lateness_us") >= chk["mad_z"] * pl.col("sigma_us"))).alias("flagged"),
+        ((pl.col("present") - 1) * (pl.col("lateness_us") - pl.col("second_us"))).alias("caused_us"),
+        # every peer waited (its lateness gap to the last rank); summed over peers
+        (pl.col("present") * pl.col("lateness_us") - pl.col("_sum")).alias("peers_wait_us"),
+    ).drop("_sum")
+    return a
+
+
+def rank_step_table(late: pl.DataFrame) -> pl.DataFrame:
+    """Per (step, rank): collectives, times last, times flagged, flagged lateness, wait caused to peers."""
+    if late.is_empty():
+        return pl.DataFrame()
+    return (late.group_by("step", "rank")
+            .agg(pl.len().alias("collectives"), pl.col("is_last").sum().alias("times_last"),
+                 pl.col("flagged").sum().alias("times_flagged"),
+                 pl.col("lateness_us").filter(pl.col("flagged")).sum().alias("lag_us"),
+                 pl.col("caused_us").filter(pl.col("flagged")).sum().alias("caused_wait_us"),
+                 pl.col("peers_wait_us").filter(pl.col("is_last")).sum().alias("peers_wait_us"),
+                 pl.col("lateness_us").sum().alias("lateness_sum_us"))
+            .sort("step", "rank"))
+
+
+def instance_table(late: pl.DataFrame) -> pl.DataFrame:
+    """One row per aligned collective: who was last, by how much, spreads of starts and ends."""
+    if late.is_empty():
+        return pl.DataFrame()
+    last = late.filter(pl.col("is_last"))
+    return last.select("step", "group", "group_name", "seq", "name", "present", pl.col("rank").alias("last_rank"),
+                       pl.col("lateness_us").alias("last_lateness_us"), "sigma_us", "flagged", "start_spread_us",
+                       "end_spread_us").sort("step", "group", "seq")
+
+
+def _step_time(steps: pl.DataFrame, step) -> float | None:
+    if steps.is_empty() or "step_us" not in steps.columns:
+        return None
+    s = steps.filter(pl.col("step").eq_missing(step))["step_us"].drop_nulls()
+    return float(s.median()) if s.len() else None
+
+
+def _cite_ops(rows: pl.DataFrame, rank: int, select: dict) -> Evidence | None:
+    """Evidence on one rank's communication op rows (pointer, CSV line or event index, whichever the source has)."""
+    if rows.is_empty():
+        return None
+    rows = rows.sort("lateness_us", descending=True)
+    values = {"rank": rank, "dur_us": [round(x, 3) for x in rows["dur_us"].to_list()[:20]],
+              "lateness_us": [round(x, 3) for x in rows["lateness_us"].to_list()[:20]]}
+    kind, file = rows["loc_kind"][0], rows["file"][0]
+    if kind == "pointers":
+        return cite_pointers(file, rows["pointer"].to_list(), select, values=values)
+    if kind == "events":
+        return cite_events(file, rows["loc"].to_list(), rows.height, select, values=values)
+    return cite_lines(file, rows["loc"].to_list(), rows.height, select, values=values)
+
+
+def _window(ranks_by: dict[int, RankData], rank: int, cids: list[int]) -> tuple[float, pl.DataFrame | None]:
+    """(summed window length, summed kernels per (op, name)) over the given ops of one rank."""
+    r = ranks_by[rank]
+    c = r.collectives.filter(pl.col("cid").is_in(cids))
+    length = float((c["start_us"] - c["win_start_us"]).fill_null(0).sum())
+    if r.windows is None or r.windows.is_empty():
+        return length, None
+    w = (r.windows.filter(pl.col("cid").is_in(cids))
+         .group_by("op", "name", "bucket")
+         .agg(pl.col("count").sum(), pl.col("time_us").sum(),
+              pl.col("locs").list.explode(keep_nulls=False, empty_as_null=False).alias("locs"),
+              pl.col("loc_file").first(), pl.col("loc_kind").first()))
+    return length, w
+
+
+def explain(ranks_by: dict[int, RankData], late: pl.DataFrame, slow: int, typical: int, inst: pl.DataFrame,
+            pack: RulePack) -> dict:
+    """Compare the pre-collective windows of the slow and the typical rank at the flagged collectives."""
+    chk = pack.check(CHECK)
+    rows = late.join(inst.select(KEY), on=KEY, how="semi")
+    s_cids = rows.filter(pl.col("rank") == slow)["cid"].to_list()
+    t_rows = rows.filter(pl.col("rank") == typical)
+    t_cids = t_rows["cid"].to_list()
+    len_s, w_s = _window(ranks_by, slow, s_cids)
+    len_t, w_t = _window(ranks_by, typical, t_cids)
+    out: dict = {"window_us": round(len_s, 3), "typical_window_us": round(len_t, 3),
+                 "extra_window_us": round(len_s - len_t, 3), "cause_class": "unknown", "kernels": [],
+                 "by_bucket": {}, "kernel_rows": None}
+    if w_s is None or w_t is None:
+        return out
+    busy_s, busy_t = float(w_s["time_us"].sum()), float(w_t["time_us"].sum())
+    extra_busy = busy_s - busy_t
+    extra_idle = (len_s - busy_s) - (len_t - busy_t)
+    out.update(extra_compute_us=round(extra_busy, 3), extra_idle_us=round(extra_idle, 3))
+    both = w_s.join(w_t, on=["op", "name", "bucket"], how="full", coalesce=True, suffix="_t").with_columns(
+        pl.col("time_us").fill_null(0.0), pl.col("time_us_t").fill_null(0.0), pl.col("count").fill_null(0),
+        pl.col("count_t").fill_null(0))
+    both = both.with_columns((pl.col("time_us") - pl.col("time_us_t")).alias("delta_us")).sort(
+        "delta_us", descending=True)
+    out["by_bucket"] = {b: round(v, 3) for b, v in both.group_by("bucket").agg(pl.col("delta_us").sum())
+                        .sort("delta_us", descending=True).iter_rows() if abs(v) >= 1.0}
+    top = both.filter(pl.col("delta_us") > max(1.0, 0.05 * max(extra_busy, 0.0))).head(5)
+    out["kernels"] = [{"op": r["op"], "name": r["name"], "bucket": r["bucket"], "delta_us": round(r["delta_us"], 3),
+                       "time_us": round(r["time_us"], 3), "typical_time_us": round(r["time_us_t"], 3),
+                       "count": int(r["count"]), "typical_count": int(r["count_t"]),
+                       "how": "slower kernels of the same name" if r["count"] == r["count_t"] else "extra kernels"}
+                      for r in top.iter_rows(named=True)]
+    out["kernel_rows"] = top
+    total = max(len_s - len_t, extra_busy + max(extra_idle, 0.0), 1e-9)
+    out["cause_class"] = "host_gap" if extra_idle >= chk["host_gap_share"] * total else "compute"
+    return out
+
+
+def _kernel_evidence(top: pl.DataFrame | None, side: str, rank: int, step) -> list[Evidence]:
+    if top is None or top.is_empty():
+        return []
+    sfx = "" if side == "slow" else "_t"
+    rows = top.filter(pl.col(f"count{sfx}") > 0)
+    if rows.is_empty():
+        return []
+    locs = [x for lst in rows[f"locs{sfx}"].to_list() if lst for x in lst]
+    file, kind = rows[f"loc_file{sfx}"].drop_nulls()[0], rows[f"loc_kind{sfx}"].drop_nulls()[0]
+    n = int(rows[f"count{sfx}"].sum())
+    select = {"source": "kernels in pre-collective windows", "rank": rank, "step": step,
+              "names": rows["name"].to_list()}
+    values = {"time_us": round(float(rows[f"time_us{sfx}"].sum()), 3)}
+    if kind == "events":
+        return [cite_events(file, locs, n, select, values=values)]
+    return [cite_lines(file, locs, n, select, values=values)]
+
+
+def _step_rows(steps: pl.DataFrame, rank: int, step_list: list) -> list[Evidence]:
+    if steps.is_empty():
+        return []
+    s = steps.filter((pl.col("rank") == rank) & pl.col("step").is_in([x for x in step_list if x is not None]))
+    if s.is_empty():
+        return []
+    return [cite_lines(s["file"][0], s["src_line"].to_list(), s.height, {"source": "step_trace_time", "rank": rank},
+                       values={"Free": s["free_us"].to_list(), "Computing": s["computing_us"].to_list()})]
+
+
+def straggler_findings(ranks: list[RankData], aligned: pl.DataFrame, steps: pl.DataFrame,
+                       pack: RulePack) -> tuple[dict[str, pl.DataFrame], list[Finding]]:
+    """Tables (per rank and step; per collective) and findings: named stragglers, or an explicit 'none'."""
+    chk = pack.check(CHECK)
+    late = lateness_table(aligned, pack) if not aligned.is_empty() else pl.DataFrame()
+    if late.is_empty():
+        return {}, []
+    per = rank_step_table(late)
+    inst = instance_table(late)
+    tables = {"straggler_ranks": per, "collective_arrivals": inst}
+    step_us = {s: _step_time(steps, s) for s in per["step"].unique().to_list()}
+    per = per.with_columns(pl.col("step").replace_strict(step_us, default=None, return_dtype=pl.Float64)
+                           .alias("step_us"))
+    per = per.with_columns(pl.coalesce(pl.col("step_us"), pl.col("lag_us") * 0 + float("inf")).alias("step_us"))
+    hits = per.filter((pl.col("times_flagged") > 0) & (pl.col("lag_us") >= chk["min_step_share"] * pl.col("step_us")))
+    ranks_by = {r.rank: r for r in ranks}
+    findings: list[Finding] = []
+    if hits.is_empty():
+        findings.append(_none_finding(late, inst, per, chk))
+        return tables, findings
+    for (slow,), h in hits.group_by(["rank"], maintain_order=True):
+        findings.append(_straggler_finding(int(slow), h.sort("step"), late, per, steps, ranks_by, pack))
+    return tables, findings
+
+
+def _typical_rank(per: pl.DataFrame, step, exclude: set[int], candidates: set[int]) -> int:
+    s = per.filter(pl.col("step").eq_missing(step) & ~pl.col("rank").is_in(list(exclude))
+                   & pl.col("rank").is_in(list(candidates)))
+    vals = sorted(s.select("lateness_sum_us", "rank").iter_rows())
+    return int(vals[len(vals) // 2][1])
+
+
+def _straggler_finding(slow: int, h: pl.DataFrame, late: pl.DataFrame, per: pl.DataFrame, steps: pl.DataFrame,
+                       ranks_by: dict[int, RankData], pack: RulePack) -> Finding:
+    chk = pack.check(CHECK)
+    worst = h.sort("lag_us", descending=True).row(0, named=True)
+    step = worst["step"]
+    flagged = late.filter((pl.col("rank") == slow) & pl.col("flagged") & pl.col("step").eq_missing(step))
+    members = set(late.join(flagged.select(KEY), on=KEY, how="semi")["rank"].to_list())
+    stragglers = set(per.filter(pl.col("times_flagged") > 0)["rank"].to_list())
+    typical = _typical_rank(per, step, stragglers | {slow}, members) if members - stragglers - {slow} else \
+        _typical_rank(per, step, {slow}, members)
+    why = explain(ranks_by, late, slow, typical, flagged.select(KEY), pack)
+    n_coll = int(worst["collectives"])
+    share = worst["lag_us"] / worst["step_us"] if worst["step_us"] not in (None, float("inf")) else None
+    sev = "critical" if share is not None and share >= chk["critical_share"] else "warning"
+    cause_txt = _cause_text(why)
+    steps_txt = (f" It is flagged in {h.height} steps ({', '.join(str(s) for s in h['step'].to_list())}), "
+                 f"{ms(float(h['lag_us'].mean()))} late per step on average." if h.height > 1 else "")
+    spread = flagged.select(pl.col("start_spread_us").max(), pl.col("end_spread_us").max()).row(0)
+    clock_txt = (f" Raw clocks agree: starts spread up to {ms(spread[0])}, ends within {spread[1]:,.0f} µs."
+                 if spread[1] is not None and spread[1] <= chk["min_lag_us"] else "")
+    step_txt = f"step {step}" if step is not None else "the profile"
+    message = (f"Rank {slow} arrives last at {int(worst['times_last'])} of {n_coll} aligned collectives in "
+               f"{step_txt} and is an outlier at {int(worst['times_flagged'])} of them, "
+               f"{ms(worst['lag_us'])} after the median rank in total"
+               + (f" ({100 * share:.1f}% of the step)" if share is not None else "")
+               + f"; peers wait {ms(worst['peers_wait_us'])} on it (summed over the peers), "
+               f"{ms(worst['caused_wait_us'])} of which only because of it.{clock_txt} "
+               f"Compared with rank {typical} (typical): {cause_txt}{steps_txt}")
+    evidence: list[Evidence] = []
+    sel = {"source": "aligned collectives", "step": step, "flagged_rank": slow}
+    for rk, label in ((slow, "slow"), (typical, "typical")):
+        rows = late.join(flagged.select(KEY), on=KEY, how="semi").filter(pl.col("rank") == rk)
+        ev = _cite_ops(rows, rk, {**sel, "rank": rk, "role": label})
+        if ev is not None:
+            evidence.append(ev)
+    evidence += _kernel_evidence(why["kernel_rows"], "slow", slow, step)
+    evidence += _kernel_evidence(why["kernel_rows"], "typical", typical, step)
+    if why["cause_class"] == "host_gap":
+        evidence += _step_rows(steps, slow, [step]) + _step_rows(steps, typical, [step])
+    metrics = {"rank": slow, "step": step, "typical_rank": typical, "lag_us": round(worst["lag_us"], 3),
+               "lag_us_per_step": {str(s): round(v, 3) for s, v in h.select("step", "lag_us").iter_rows()},
+               "times_last": int(worst["times_last"]), "times_flagged": int(worst["times_flagged"]),
+               "collectives": n_coll, "peers_wait_us": round(worst["peers_wait_us"], 3),
+               "caused_wait_us": round(worst["caused_wait_us"], 3), "step_share": round(share, 4) if share else None,
+               **{k: v for k, v in why.items() if k != "kernel_rows"}}
+    return Finding(check=CHECK, severity=sev, rank=slow, step=step,
+                   title=(f"Rank {slow} is a straggler in {step_txt}: {ms(worst['lag_us'])} late over "
+                          f"{int(worst['times_flagged'])} collectives ({why['cause_class'].replace('_', ' ')})"),
+                   message=message, metrics=metrics, evidence=tuple(evidence))
+
+
+def _cause_text(why: dict) -> str:
+    if why["cause_class"] == "unknown":
+        return (f"its pre-collective windows are {ms(why['extra_window_us'])} longer; the kernel rows needed to "
+                "split that into device work and idle time are missing on one of the two ranks.")
+    parts = [f"its pre-collective windows are {ms(why['extra_window_us'])} longer: "
+             f"{ms(why['extra_compute_us'])} more device work and {ms(why['extra_idle_us'])} more time with no "
+             "device work"]
+    if why["cause_class"] == "host_gap":
+        parts.append(" — a host-side gap (the device sat idle waiting for work: dispatch, data loading, "
+                     "synchronisation or Python).")
+    else:
+        ks = "; ".join(f"{k['op']} +{k['delta_us'] / 1000:,.2f} ms ({k['how']}: {k['count']} vs "
+                       f"{k['typical_count']} launches)" for k in why["kernels"][:3])
+        buckets = ", ".join(f"{b} {v / 1000:+,.2f} ms" for b, v in list(why["by_bucket"].items())[:3])
+        parts.append(f" — extra compute, by bucket {buckets}; largest: {ks}.")
+    return "".join(parts)
+
+
+def _none_finding(late: pl.DataFrame, inst: pl.DataFrame, per: pl.DataFrame, chk) -> Finding:
+    top = inst.sort("last_lateness_us", descending=True).row(0, named=True)
+    rows = late.filter(pl.col("step").eq_missing(top["step"]) & (pl.col("group") == top["group"])
+                       & (pl.col("seq") == top["seq"]))
+    med_rank = sorted(rows.select("lateness_us", "rank").iter_rows())[rows.height // 2][1]
+    evidence = [e for e in (_cite_ops(rows.filter(pl.col("rank") == top["last_rank"]), top["last_rank"],
+                                      {"source": "aligned collectives", "step": top["step"], "role": "last"}),
+                            _cite_ops(rows.filter(pl.col("rank") == med_rank), med_rank,
+                                      {"source": "aligned collectives", "step": top["step"], "role": "median"}))
+                if e is not None]
+    n_steps = per["step"].n_unique()
+    lags = per["lag_us"].to_list()
+    return Finding(
+        check=CHECK, severity="info",
+        title=f"No straggler: {inst.height} aligned collectives, last arrivals within normal jitter",
+        message=(f"No straggler: across {inst.height} aligned collectives in {n_steps} step(s) on "
+                 f"{per['rank'].n_unique()} ranks ({fmt_ranks(per['rank'].unique().to_list())}), the largest "
+                 f"lateness of a last-arriving rank is {top['last_lateness_us']:,.1f} µs (rank {top['last_rank']} at "
+                 f"{top['name']}, step {top['step']}); a rank is named only when it is above {chk['min_lag_us']:,.0f} "
+                 f"µs and {chk['mad_z']} robust deviations at a collective, and its flagged lateness reaches "
+                 f"{100 * chk['min_step_share']:.0f}% of the step."
+                 + (f" Flagged lateness summed per rank and step stays at or below {max(lags):,.1f} µs." if lags
+                    else "")),
+        metrics={"collectives": inst.height, "max_last_lateness_us": round(top["last_lateness_us"], 3),
+                 "median_rank": med_rank, "last_rank": top["last_rank"],
+                 "median_of_median_lateness_us": round(statistics.median(
+                     inst["last_lateness_us"].to_list()), 3)},
+        evidence=tuple(evidence))

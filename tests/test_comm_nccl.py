@@ -1,0 +1,100 @@
+"""NCCL collective bandwidth on the real A100 trace: bytes, algbw and busbw per kernel, from values read straight out
+of the trace with the standard library."""
+
+from __future__ import annotations
+
+import gzip
+import json
+import statistics
+
+import polars as pl
+import pytest
+from conftest import FIXTURES
+
+from profan.analyses import bandwidth
+from profan.hardware import load as load_hardware
+from profan.rulepack import load
+
+NCCL = FIXTURES / "torch" / "nccl_a100_1rank" / "nccl_data.json.gz"
+
+
+@pytest.fixture(scope="module")
+def trace() -> dict:
+    with gzip.open(NCCL, "rb") as fh:
+        return json.loads(fh.read())
+
+
+@pytest.fixture(scope="module")
+def kernels(trace) -> pl.DataFrame:
+    """The NCCL kernels as a reader would hand them over: one row per event, its index in traceEvents."""
+    rows = []
+    for i, e in enumerate(trace["traceEvents"]):
+        a = e.get("args") or {}
+        if e.get("cat") == "kernel" and "Collective name" in a:
+            rows.append({"event_idx": i, "name": e["name"], "coll_name": a["Collective name"],
+                         "in_nelems": a["In msg nelems"], "out_nelems": a["Out msg nelems"], "dtype": a["dtype"],
+                         "group_size": a["Group size"], "pg_ranks": a["Process Group Ranks"], "dur_us": e["dur"]})
+    return pl.DataFrame(rows)
+
+
+def test_every_nccl_kernel_gets_bytes_algbw_busbw(trace, kernels):
+    t = bandwidth.nccl_bandwidth(kernels)
+    assert t.height == 21 and t["busbw_gbps"].null_count() == 0
+    sizes = {"Float": 4, "Long": 8, "Int": 4, "Half": 2, "BFloat16": 2}
+    for row in t.iter_rows(named=True):
+        a = trace["traceEvents"][row["event_idx"]]["args"]
+        n = a["Group size"]
+        nbytes = max(a["In msg nelems"], a["Out msg nelems"]) * sizes[a["dtype"]]
+        algbw = nbytes / (trace["traceEvents"][row["event_idx"]]["dur"] * 1e-6) / 1e9
+        factor = {"allreduce": 2 * (n - 1) / n, "broadcast": 1.0}[a["Collective name"]]
+        assert row["bytes"] == nbytes
+        assert row["algbw_gbps"] == pytest.approx(algbw)
+        assert row["busbw_gbps"] == pytest.approx(algbw * factor)
+
+
+def test_the_issue_all_reduce(kernels):
+    t = bandwidth.nccl_bandwidth(kernels)
+    row = t.filter((pl.col("in_nelems") == 6_637_568) & (pl.col("dur_us") == 2636.669)).row(0, named=True)
+    assert row["collective"] == "allreduce" and row["ranks_in_group"] == 2 and row["bus_factor"] == 1.0
+    assert row["bytes"] == 6_637_568 * 4
+    assert round(row["algbw_gbps"], 2) == 10.07 and round(row["busbw_gbps"], 2) == 10.07
+
+
+def test_all_reduce_spread_matches_the_trace(trace, kernels):
+    t = bandwidth.nccl_bandwidth(kernels).filter(pl.col("collective") == "allreduce")
+    ev = trace["traceEvents"]
+    rates = sorted(ev[i]["args"]["In msg nelems"] * 4 / ev[i]["dur"] / 1e3 for i in t["event_idx"].to_list())
+    assert t.height == 15
+    assert t["busbw_gbps"].min() == pytest.approx(rates[0])
+    assert t["busbw_gbps"].median() == pytest.approx(statistics.median(rates))
+    assert t["busbw_gbps"].max() == pytest.approx(rates[-1])
+    assert (round(rates[0], 2), round(statistics.median(rates), 2), round(rates[-1], 2)) == (1.37, 5.76, 12.99)
+
+
+def test_bus_factors_follow_nccl_tests():
+    df = pl.DataFrame({"event_idx": [0, 1, 2, 3, 4], "name": ["k"] * 5,
+                       "coll_name": ["_allgather_base", "reduce_scatter_tensor", "all_to_all", "allreduce", "recv"],
+                       "in_nelems": [1000, 8000, 8000, 1000, 1000], "out_nelems": [8000, 1000, 8000, 1000, 1000],
+                       "dtype": ["BFloat16"] * 5, "group_size": [8] * 5, "dur_us": [100.0] * 5})
+    t = bandwidth.nccl_bandwidth(df)
+    assert t["collective"].to_list() == ["allgather", "reducescatter", "alltoall", "allreduce", "recv"]
+    assert t["bytes"].to_list() == [16000, 16000, 16000, 2000, 2000]  # totals for the gather/scatter family
+    assert t["bus_factor"].to_list() == pytest.approx([7 / 8, 7 / 8, 7 / 8, 2 * 7 / 8, 1.0])
+
+
+def test_findings_name_the_prior_and_the_assumption(trace, kernels):
+    t = bandwidth.nccl_bandwidth(kernels)
+    device = trace["deviceProperties"][0]["name"]
+    fs = bandwidth.nccl_findings(t, load_hardware(), load(), device_name=device,
+                                 file="nccl_data.json.gz", rank=0)
+    ar = next(f for f in fs if "allreduce" in f.title)
+    assert ar.metrics["link"] == "NVLink3" and ar.metrics["prior_gbps"] == 240.0
+    assert "assuming the ranks share one node connected by NVLink" in ar.message
+    assert ar.severity == "info"  # 13 GB/s is not called slow from this file alone
+    ev = trace["traceEvents"]
+    cited = ar.evidence[0].events
+    assert ar.evidence[0].row_count == 15 == len(cited)
+    assert all(ev[i]["args"]["Collective name"] == "allreduce" for i in cited)
+    assert ar.evidence[0].values["bytes"] == sum(ev[i]["args"]["In msg nelems"] * 4 for i in cited)
+    unknown = bandwidth.nccl_findings(t, load_hardware(), load(), device_name=None, file="x", rank=0)
+    assert all(f.metrics["prior_gbps"] is None and "link unknown" in f.message for f in unknown)
