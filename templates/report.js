@@ -37,11 +37,11 @@
     });
   }
 
-  function cellValue(td) {
-    if (!td) return "";
-    var v = td.getAttribute("data-v");
-    if (v !== null && v !== "") return parseFloat(v);
-    return td.textContent;
+  function cellValue(td, numeric) {
+    var text = td ? td.textContent : "";
+    if (!numeric) return text;
+    var v = parseFloat(text.replace(/,/g, ""));
+    return isNaN(v) ? -Infinity : v;
   }
 
   function initSort() {
@@ -50,13 +50,14 @@
         var table = th.closest("table");
         var idx = Array.prototype.indexOf.call(th.parentNode.children, th);
         var dir = th.getAttribute("data-sort") === "asc" ? "desc" : "asc";
+        var numeric = th.classList.contains("num");
         th.parentNode.querySelectorAll("th").forEach(function (o) { o.removeAttribute("data-sort"); });
         th.setAttribute("data-sort", dir);
         var body = table.tBodies[0];
         var rows = Array.prototype.slice.call(body.rows);
         rows.sort(function (a, b) {
-          var x = cellValue(a.cells[idx]), y = cellValue(b.cells[idx]);
-          var c = (typeof x === "number" && typeof y === "number") ? x - y : String(x).localeCompare(String(y));
+          var x = cellValue(a.cells[idx], numeric), y = cellValue(b.cells[idx], numeric);
+          var c = numeric ? (x === y ? 0 : (x < y ? -1 : 1)) : String(x).localeCompare(String(y));
           return dir === "asc" ? c : -c;
         });
         rows.forEach(function (r) { body.appendChild(r); });

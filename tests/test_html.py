@@ -14,7 +14,7 @@ from conftest import ASCEND, QWEN3, raw_rows
 import profan
 from profan.evidence import load_json_document, read_back, resolve_pointer
 from profan.render.evidence_rows import KEY_SEP
-from profan.render.html import build_html, item_caps
+from profan.render.html import ROW_BUDGET, build_html, item_caps
 
 ALEXNET2 = ASCEND / "msinsight-alexnet-2rank-2025" / "level2"
 
@@ -81,7 +81,7 @@ def test_csv_evidence_rows_are_the_file_rows_under_the_header(qwen3_report, qwen
 
 
 def test_truncated_evidence_says_how_many_rows(qwen3_report, qwen_html):
-    caps = item_caps(qwen3_report.findings, 2400)
+    caps = item_caps(qwen3_report.findings, ROW_BUDGET)
     checked = 0
     for f in qwen3_report.findings:
         for i, ev in enumerate(f.evidence, start=1):
@@ -151,13 +151,17 @@ def test_summary_lists_warnings_and_what_was_read(qwen3_report, qwen_html):
 
 
 def test_budget_caps_evidence_rows_uniformly(qwen3_report):
+    """Each shown table costs its rows plus a header row; one cap for all items while it fits the budget."""
     items = [(f.id, i, len(ev.locators)) for f in qwen3_report.findings for i, ev in enumerate(f.evidence, start=1)]
-    caps = item_caps(qwen3_report.findings, 100)
-    assert sum(caps.values()) <= 100
+    budget = sum(min(n, 3) + 1 for _, _, n in items)
+    caps = item_caps(qwen3_report.findings, budget)
     cap = max(caps.values())
+    assert cap >= 3
     assert all(caps[(fid, i)] == min(n, cap) for fid, i, n in items)
-    tiny = item_caps(qwen3_report.findings, 3)
-    assert sum(tiny.values()) == 3 and tiny[(items[0][0], 1)] == 1
+    assert sum(c + 1 for c in caps.values() if c) <= budget
+    tiny = item_caps(qwen3_report.findings, 7)  # room for three one-row tables, in report order
+    assert [tiny[(fid, i)] for fid, i, _ in items[:4]] == [1, 1, 1, 0]
+    assert sum(tiny.values()) == 3
 
 
 def test_alexnet_level2_renders(tmp_path):

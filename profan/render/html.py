@@ -28,11 +28,11 @@ from profan.render.evidence_rows import EvidenceTable, read_evidence
 from profan.render.textfmt import FILTERS, PIPE_COLUMNS, column_kind, column_label, fmt_cell, locators
 from profan.report import Report
 
-ROW_BUDGET = 2400  # evidence rows embedded in the page, all findings together
+ROW_BUDGET = 1000  # evidence rows (and their table headers) embedded in the page, all findings together
 ITEM_CAPS = (20, 10, 5, 3, 2, 1)  # rows shown per evidence item: the largest cap that fits the budget
 CELL_CHARS = 240  # longer cells are cut (the full text is in the cell's tooltip up to TITLE_CHARS)
-TITLE_CHARS = 2000
-TABLE_ROWS = 2000  # rows of a summary table shown in the page; the JSON/Excel reports have them all
+TITLE_CHARS = 600
+TABLE_ROWS = 500  # rows of a summary table shown in the page; the JSON/Excel reports have them all
 HEATMAP_ROWS = 40
 
 TABLE_INFO: dict[str, tuple[str, str]] = {
@@ -73,6 +73,7 @@ def render_html(report: Report, out: Path | None = None) -> str | None:
 
 
 def build_html(report: Report, *, row_budget: int = ROW_BUDGET) -> str:
+    """The page as text. `row_budget` bounds the evidence rows embedded (a 64-rank job cites thousands)."""
     root = data_root(report)
     caps = item_caps(report.findings, row_budget)
     tables = read_evidence(root, report.findings, caps)
@@ -131,16 +132,17 @@ def data_root(report: Report) -> Path:
 
 
 def item_caps(findings: list[Finding], budget: int) -> dict[tuple[str, int], int]:
-    """Rows shown per evidence item: the same cap for every item, the largest that keeps the page within budget;
-    if even one row each is too many, the first findings (most severe) keep one row and the rest show locators."""
+    """Rows shown per evidence item: the same cap for every item, the largest that keeps the page within budget
+    (each table's header row counts as a row: a kernel_details.csv header is as wide as a row); if even one row
+    each is too many, the first findings (most severe) keep one row and the rest show their locators only."""
     items = [(f.id, i, len(ev.locators)) for f in findings for i, ev in enumerate(f.evidence, start=1)]
     for cap in ITEM_CAPS:
-        if sum(min(n, cap) for _, _, n in items) <= budget:
+        if sum(min(n, cap) + 1 for _, _, n in items if n) <= budget:
             return {(fid, i): min(n, cap) for fid, i, n in items}
     out, left = {}, budget
     for fid, i, n in items:
-        out[(fid, i)] = 1 if left > 0 and n else 0
-        left -= out[(fid, i)]
+        out[(fid, i)] = 1 if left >= 2 and n else 0
+        left -= 2 * out[(fid, i)]
     return out
 
 
@@ -163,6 +165,7 @@ def evidence_view(t: EvidenceTable, finding_id: str) -> dict[str, Any]:
         "select": json.dumps(ev.select, ensure_ascii=False, default=str),
         "vals": [(k, fmt_value(v)) for k, v in ev.values.items()], "ev_note": ev.note,
         "columns": t.columns, "rows": rows, "error": t.error,
+        "hl": [c in ev.values or c in ev.select for c in t.columns],  # the columns the claim sums or filters on
     }
 
 
@@ -234,15 +237,16 @@ def table_view(name: str, df: pl.DataFrame, max_rows: int = TABLE_ROWS) -> dict[
     cols = []
     for c, dt in df.schema.items():
         kind = column_kind(c, str(dt))
-        cols.append({"name": c, "label": column_label(c, kind, ms_for_us=True), "kind": kind,
-                     "num": kind not in ("text", "file", "list")})
+        num = kind not in ("text", "file", "list")
+        code = kind in ("file", "list") or c in ("op", "name", "op_name", "kernel")
+        cols.append({"name": c, "label": column_label(c, kind, ms_for_us=True), "kind": kind, "num": num,
+                     "cls": "num" if num else "code" if code else ""})
     rows = []
     for rec in df.head(max_rows).iter_rows():
         cells = []
         for col, v in zip(cols, rec, strict=True):
             cell = _cut(fmt_cell(v, col["kind"]), 120)
             cell["wrap"] = col["kind"] != "file" and len(cell["t"]) > 60
-            cell["v"] = v if col["num"] and isinstance(v, int | float) and v == v else ""
             cells.append(cell)
         rows.append(cells)
     title, intro = TABLE_INFO.get(name, (name.replace("_", " ").capitalize(), ""))
@@ -275,8 +279,14 @@ def _esc(s: Any) -> str:
     return html.escape(str(s), quote=False)
 
 
-def _label(rank: Any, step: Any, many_steps: bool) -> str:
-    return f"r{rank} · s{step}" if many_steps and step is not None else f"rank {rank}"
+def _label(rank: Any, step: Any, many_steps: bool, many_ranks: bool = False) -> str:
+    if many_steps and step is not None:
+        return f"r{rank} · s{step}"
+    return f"r{rank}" if many_ranks else f"rank {rank}"
+
+
+def _many_ranks(df: pl.DataFrame) -> bool:
+    return "rank" in df.columns and df.get_column("rank").n_unique() > 16
 
 
 def _ms(us: Any) -> float | None:
@@ -303,10 +313,11 @@ def breakdown_chart(df: pl.DataFrame) -> dict[str, Any] | None:
         return None
     has_step = "step" in df.columns
     many = has_step and df.get_column("step").n_unique() > 1
+    many_ranks = _many_ranks(df)
     xs: list[str] = []
     traces: dict[str, dict[str, Any]] = {}
     for rec in df.iter_rows(named=True):
-        x = _label(rec["rank"], rec.get("step"), many)
+        x = _label(rec["rank"], rec.get("step"), many, many_ranks)
         if x not in xs:
             xs.append(x)
         b = str(rec["bucket"])
@@ -330,7 +341,8 @@ def rank_chart(df: pl.DataFrame, highlights: dict[int, list[dict[str, str]]]) ->
         return None
     many = "step" in df.columns and df.get_column("step").n_unique() > 1
     recs = list(df.iter_rows(named=True))
-    xs = [_label(r["rank"], r.get("step"), many) for r in recs]
+    many_ranks = _many_ranks(df)
+    xs = [_label(r["rank"], r.get("step"), many, many_ranks) for r in recs]
     hot = [r["rank"] in highlights for r in recs]
     src = [_esc(f"{r.get('file', '')}:{r.get('src_line', '')}") for r in recs]
     data = []
