@@ -98,3 +98,23 @@ def test_findings_name_the_prior_and_the_assumption(trace, kernels):
     assert ar.evidence[0].values["bytes"] == sum(ev[i]["args"]["In msg nelems"] * 4 for i in cited)
     unknown = bandwidth.nccl_findings(t, load_hardware(), load(), device_name=None, file="x", rank=0)
     assert all(f.metrics["prior_gbps"] is None and "link unknown" in f.message for f in unknown)
+
+
+def test_kineto_rank_gets_the_nccl_table_and_findings(trace, kernels):
+    """Through the report section, as the pipeline calls it for a Kineto rank (kernel rows of its comm events)."""
+    from profan.rankmap import RankData
+
+    rd = RankData(rank=0, path=".", kind="kineto", rank_origin="distributedInfo.rank",
+                  files={"kineto_trace": "nccl_data.json.gz"}, info={"device": trace["deviceProperties"][0]["name"]})
+    cpu_side = kernels.head(3).with_columns(pl.lit("cpu_op").alias("source"))  # record_param_comms twins: skipped
+    rd.trace_comm = pl.concat([kernels.with_columns(pl.lit("kernel").alias("source")), cpu_side])
+    tables, findings, _ = bandwidth.communication_section([rd], pl.DataFrame(), pl.DataFrame(), load(),
+                                                          load_hardware())
+    t = tables["comm_nccl"]
+    assert t.height == 21 and set(t["rank"].to_list()) == {0}
+    row = t.filter(pl.col("event_idx") == 16818).row(0, named=True)
+    ev = trace["traceEvents"][16818]
+    assert ev["args"]["In msg nelems"] == 6_637_568 and ev["dur"] == 2636.669
+    assert round(row["algbw_gbps"], 2) == round(row["busbw_gbps"], 2) == 10.07
+    assert row["link"] == "NVLink3" and row["prior_share"] == pytest.approx(row["busbw_gbps"] / 240.0)
+    assert {f.check for f in findings} == {"nccl-bandwidth"} and len(findings) == 2

@@ -449,7 +449,10 @@ def communication_section(ranks: list[RankData], step_tab: pl.DataFrame, comm_ta
     if any("trace_view" in r.files for r in ranks):
         notes.append("communication: HCCL task lanes of trace_view.json (per-link Notify_Wait / Memcpy) are not "
                      "summarised yet; the link figures come from communication.json and communication_matrix.json")
-    tables = {"comm_devices": devices, "comm_bandwidth": tt.drop("group_ranks") if not tt.is_empty() else tt,
+    nccl_tab, nccl_found = nccl_section(ranks, hw, pack)
+    findings += nccl_found
+    tables = {"comm_nccl": nccl_tab,
+              "comm_devices": devices, "comm_bandwidth": tt.drop("group_ranks") if not tt.is_empty() else tt,
               "comm_links": links.drop("pointers") if not links.is_empty() else links,
               "comm_packets": packets.drop("small_pointers") if not packets.is_empty() else packets,
               "comm_exposed": exposed.drop("pointers") if not exposed.is_empty() else exposed}
@@ -566,3 +569,34 @@ def nccl_findings(table: pl.DataFrame, hw: Hardware, pack: RulePack, *, device_n
                                   {"source": "kineto", "collective": kind, "cat": "kernel"},
                                   values={"bytes": float(g["bytes"].sum())}),)))
     return out
+
+
+NCCL_COLUMNS = ["rank", "step", "event_idx", "name", "collective", "dtype", "in_nelems", "out_nelems",
+                "ranks_in_group", "bytes", "dur_us", "algbw_gbps", "bus_factor", "busbw_gbps", "link", "prior_gbps",
+                "prior_share", "assumed", "file"]
+
+
+def nccl_section(ranks: list[RankData], hw: Hardware, pack: RulePack) -> tuple[pl.DataFrame, list[Finding]]:
+    """Per Kineto rank: every NCCL kernel with message-size args → bytes, algbw, busbw, and the findings."""
+    parts: list[pl.DataFrame] = []
+    findings: list[Finding] = []
+    for r in ranks:
+        tc = getattr(r, "trace_comm", None)
+        file = r.files.get("kineto_trace")
+        if tc is None or tc.is_empty() or file is None or "coll_name" not in tc.columns:
+            continue
+        k = tc.filter(pl.col("source") == "kernel") if "source" in tc.columns else tc
+        k = k.filter(pl.col("coll_name").is_not_null())
+        if k.is_empty():
+            continue
+        t = nccl_bandwidth(k.drop("bytes", strict=False))
+        device = r.info.get("device")
+        link, prior, assumed = nccl_link_prior(device, hw)
+        findings += nccl_findings(t, hw, pack, device_name=device, file=file, rank=r.rank)
+        parts.append(t.with_columns(
+            pl.lit(r.rank, pl.Int64).alias("rank"), pl.lit(link, pl.String).alias("link"),
+            pl.lit(prior, pl.Float64).alias("prior_gbps"), pl.lit(assumed).alias("assumed"), pl.lit(file).alias("file"),
+            *([] if "step" in t.columns else [pl.lit(None, pl.Int64).alias("step")]),
+        ).with_columns((pl.col("busbw_gbps") / pl.col("prior_gbps")).alias("prior_share")).select(NCCL_COLUMNS))
+    table = pl.concat(parts, how="diagonal_relaxed") if parts else pl.DataFrame()
+    return table, findings
