@@ -22,7 +22,8 @@ def _err(msg: str) -> None:
 
 
 def _progress(quiet: bool):
-    if quiet:
+    """Progress lines go to stderr, and only to a terminal: a program reading stderr wants errors, not chatter."""
+    if quiet or not sys.stderr.isatty():
         return None
     return lambda msg: typer.echo(f"profan: {msg}", err=True)
 
@@ -30,7 +31,7 @@ def _progress(quiet: bool):
 @app.command()
 def analyze(
     path: Annotated[Path, typer.Argument(help="Profiler output directory (or one kernel_details.csv).")],
-    fmt: Annotated[str, typer.Option("--format", "-f", help="md | json | html | xlsx")] = "md",
+    fmt: Annotated[str | None, typer.Option("--format", "-f", help="md | json | html | xlsx  [default: md]")] = None,
     out: Annotated[Path | None, typer.Option("--output", "-o", help="Write here instead of stdout.")] = None,
     rules: Annotated[list[Path] | None, typer.Option("--rules", help="Extra rule file(s), tried first.")] = None,
     fail_on: Annotated[str | None, typer.Option(
@@ -38,25 +39,38 @@ def analyze(
     quiet: Annotated[bool, typer.Option("--quiet", "-q", help="No progress on stderr.")] = False,
     hardware: Annotated[Path | None, typer.Option(
         "--hardware", help="TOML file of link-bandwidth priors / the device, on top of rules/hardware.")] = None,
+    brief: Annotated[bool, typer.Option(
+        "--brief", help="Compact JSON (< 8 KB) on stdout: summary and top findings with evidence locators. "
+                        "With -o, the full report (--format, default json) is written there too.")] = False,
 ) -> None:
     """Analyse a profiler output directory into a report."""
     from profan.pipeline import analyze as run
     from profan.render import FORMATS, render
 
+    fmt = fmt or ("json" if brief else "md")
     if fmt not in FORMATS:
         _err(f"unknown format {fmt!r}; use one of {', '.join(FORMATS)}")
         raise typer.Exit(EXIT_BAD_INPUT)
     if fail_on is not None and fail_on not in ("warning", "critical"):
         _err("--fail-on takes 'warning' or 'critical'")
         raise typer.Exit(EXIT_BAD_INPUT)
-    if fmt in ("html", "xlsx") and out is None:
+    if fmt in ("html", "xlsx") and out is None and not brief:
         out = Path(f"report.{fmt}")
     report = run(path, rules=rules or [], progress=_progress(quiet), hardware=hardware)
-    text = render(report, fmt, out)
-    if text is not None:
-        sys.stdout.write(text if text.endswith("\n") else text + "\n")
-    elif not quiet:
-        typer.echo(f"profan: wrote {out}", err=True)
+    if brief:
+        from profan.brief import brief as make_brief
+        from profan.brief import dumps
+
+        if out is not None:
+            render(report, fmt, out)
+        report_file = str(out.resolve()) if fmt == "json" and out is not None else None
+        sys.stdout.write(dumps(make_brief(report, report_file=report_file)) + "\n")
+    else:
+        text = render(report, fmt, out)
+        if text is not None:
+            sys.stdout.write(text if text.endswith("\n") else text + "\n")
+        elif not quiet:
+            typer.echo(f"profan: wrote {out}", err=True)
     if fail_on is not None and any(SEVERITY_RANK[f.severity] >= SEVERITY_RANK[fail_on] for f in report.findings):
         raise typer.Exit(EXIT_FINDINGS)
 
@@ -67,26 +81,24 @@ def evidence(
     finding_id: Annotated[str, typer.Argument(help="Finding id, e.g. F3.")],
     fmt: Annotated[str, typer.Option("--format", "-f", help="text | json")] = "text",
     root: Annotated[Path | None, typer.Option("--root", help="Data directory, if moved since the report.")] = None,
+    limit: Annotated[int | None, typer.Option(
+        "--limit", min=1, help="At most this many rows per evidence item.")] = None,
 ) -> None:
     """Print the raw source lines behind one finding, read back from the original files."""
-    from profan.drill import evidence_rows, load_report_or_analyze
+    from profan.brief import dumps, evidence_doc
+    from profan.drill import load_report_or_analyze
 
+    if fmt not in ("text", "json"):
+        _err(f"unknown format {fmt!r}; use text or json")
+        raise typer.Exit(EXIT_BAD_INPUT)
     report, data_root = load_report_or_analyze(report_or_dir, root)
-    try:
-        finding = report.finding(finding_id)
-    except KeyError:
-        raise ProfanInputError(report_or_dir, f"no finding {finding_id} (report has "
-                                              f"{', '.join(f.id for f in report.findings[:12]) or 'none'}"
-                                              f"{'…' if len(report.findings) > 12 else ''})") from None
-    items = evidence_rows(data_root, finding)
+    doc = evidence_doc(report, data_root, finding_id, where=report_or_dir, limit=limit)
     if fmt == "json":
-        typer.echo(json.dumps({"id": finding.id, "check": finding.check, "message": finding.message,
-                               "root": str(data_root), "evidence": items}, indent=1, ensure_ascii=False))
+        typer.echo(dumps(doc))
         return
-    typer.echo(f"{finding.id} [{finding.severity}] {finding.message}")
-    for item in items:
-        shown = len(item["rows"])
-        typer.echo(f"\n{item['file']}  ({shown} of {item['row_count']} rows cited; select: "
+    typer.echo(f"{doc['id']} [{doc['severity']}] {doc['message']}")
+    for item in doc["evidence"]:
+        typer.echo(f"\n{item['file']}  ({len(item['rows'])} of {item['row_count']} rows cited; select: "
                    f"{json.dumps(item['select'], ensure_ascii=False)})")
         for row in item["rows"]:
             typer.echo(f"{row['locator']:>12}: {row['text']}")
@@ -96,42 +108,108 @@ def evidence(
 def rules(
     ident: Annotated[str | None, typer.Argument(help="A rule or check id to explain.")] = None,
     extra: Annotated[list[Path] | None, typer.Option("--rules", help="Extra rule file(s) to include.")] = None,
+    fmt: Annotated[str, typer.Option("--format", "-f", help="text | json")] = "text",
 ) -> None:
     """List the rule pack (bucket rules and checks), or explain one rule."""
-    from profan.rulepack import BucketRule, load
+    from profan.brief import dumps, rules_doc
 
-    pack = load(extra or [])
+    if fmt not in ("text", "json"):
+        _err(f"unknown format {fmt!r}; use text or json")
+        raise typer.Exit(EXIT_BAD_INPUT)
+    doc = rules_doc(extra or [], ident)
+    if fmt == "json":
+        typer.echo(dumps(doc))
+        return
     if ident:
-        item = pack.find(ident)
-        if item is None:
-            raise ProfanInputError(None, f"no rule or check {ident!r}; run 'profan rules' for the list")
-        if isinstance(item, BucketRule):
-            typer.echo(f"{item.id} ({item.name}) -> bucket '{item.bucket}'  [{item.source}, {item.applies_to}]")
-            typer.echo("matches: " + "; ".join(f"{k} ~ /{v}/" for k, v in item.match.items()))
-            typer.echo(f"why: {item.why}")
-            if item.example:
-                typer.echo(f"example: {item.example}")
+        item = doc["item"]
+        if item["kind"] == "bucket-rule":
+            typer.echo(f"{item['id']} ({item['name']}) -> bucket '{item['bucket']}'  "
+                       f"[{item['source']}, {item['applies_to']}]")
+            typer.echo("matches: " + "; ".join(f"{k} ~ /{v}/" for k, v in item["match"].items()))
+            typer.echo(f"why: {item['why']}")
+            if item["example"]:
+                typer.echo(f"example: {item['example']}")
         else:
-            typer.echo(f"{item.id} ({item.name})  [{item.source}]")
-            typer.echo(f"detects: {item.detects}")
-            typer.echo(f"why: {item.why}")
-            if item.params:
-                typer.echo("parameters: " + ", ".join(f"{k}={v}" for k, v in item.params.items()))
+            typer.echo(f"{item['id']} ({item['name']})  [{item['source']}]")
+            typer.echo(f"detects: {item['detects']}")
+            typer.echo(f"why: {item['why']}")
+            if item["params"]:
+                typer.echo("parameters: " + ", ".join(f"{k}={v}" for k, v in item["params"].items()))
         return
     typer.echo("Bucket rules (first match wins):")
-    for r in pack.rules:
-        typer.echo(f"  {r.id:<16} {r.bucket:<14} {r.name:<28} {r.applies_to:<7} {r.source}")
+    for r in doc["rules"]:
+        typer.echo(f"  {r['id']:<16} {r['bucket']:<14} {r['name']:<28} {r['applies_to']:<7} {r['source']}")
     typer.echo("\nChecks:")
-    for c in pack.checks.values():
-        typer.echo(f"  {c.id:<28} {c.name}")
+    for c in doc["checks"]:
+        typer.echo(f"  {c['id']:<28} {c['name']}")
     typer.echo("\n'profan rules ID' explains one.")
+
+
+SCHEMAS = ("report", "brief", "evidence")
+
+
+@app.command()
+def schema(
+    which: Annotated[str, typer.Argument(help="report | brief | evidence")] = "report",
+) -> None:
+    """Print the JSON Schema of the JSON report (or of the --brief / evidence documents)."""
+    if which not in SCHEMAS:
+        _err(f"unknown schema {which!r}; use one of {', '.join(SCHEMAS)}")
+        raise typer.Exit(EXIT_BAD_INPUT)
+    sys.stdout.write(_schema_path(which).read_text(encoding="utf-8"))
+
+
+def _schema_path(which: str) -> Path:
+    return Path(__file__).resolve().parent / "schema" / f"{which}.schema.json"
+
+
+skill_app = typer.Typer(no_args_is_help=True, help="The agent skill (SKILL.md + references) shipped with profan.")
+app.add_typer(skill_app, name="skill")
+
+
+def _skill_dir() -> Path:
+    return Path(__file__).resolve().parent / "skill" / "profan"
+
+
+@skill_app.command("path")
+def skill_path() -> None:
+    """Print the folder holding the skill (SKILL.md and references/)."""
+    typer.echo(str(_skill_dir()))
+
+
+@skill_app.command("install")
+def skill_install(
+    dest: Annotated[Path, typer.Argument(
+        help="A skills directory, e.g. ~/.claude/skills; the skill goes in DEST/profan.")],
+    force: Annotated[bool, typer.Option("--force", help="Replace an existing DEST/profan.")] = False,
+) -> None:
+    """Copy the skill folder into a skills directory (never asks; refuses to overwrite without --force)."""
+    import shutil
+
+    target = dest.expanduser() / "profan"
+    if dest.exists() and not dest.is_dir():
+        raise ProfanInputError(dest, "not a directory")
+    if target.exists():
+        if not force:
+            raise ProfanInputError(target, "already exists; pass --force to replace it")
+        shutil.rmtree(target) if target.is_dir() else target.unlink()
+    shutil.copytree(_skill_dir(), target, ignore=shutil.ignore_patterns("__pycache__"))
+    typer.echo(str(target))
+
+
+@app.command()
+def mcp() -> None:
+    """Serve profan's tools (analyze, evidence, rules, …) over MCP on stdio; needs 'pip install profan[mcp]'."""
+    from profan.mcp_server import serve
+
+    serve()
 
 
 def main() -> None:
     """Entry point: map errors to one line on stderr and a documented exit code."""
     try:
         # With standalone_mode=False click *returns* the code of a typer.Exit instead of raising it.
-        rc = app(standalone_mode=False)
+        rc = app(standalone_mode=False, prog_name="profan")
         if isinstance(rc, int) and rc != EXIT_OK:
             sys.exit(rc)
     except typer.Exit as exc:
@@ -141,13 +219,14 @@ def main() -> None:
         sys.exit(EXIT_BAD_INPUT)
     except (KeyboardInterrupt, BrokenPipeError):
         sys.exit(130)
-    except Exception as exc:  # click usage errors and genuine bugs
-        import click
-
-        if isinstance(exc, click.exceptions.ClickException):
-            exc.show()
+    except Exception as exc:  # usage errors of the CLI framework, and genuine bugs
+        # typer vendors click, so recognise its usage errors by shape rather than by importing click
+        if hasattr(exc, "format_message") and isinstance(getattr(exc, "exit_code", None), int):
+            ctx = getattr(exc, "ctx", None)
+            where = f" (see '{ctx.command_path} --help')" if ctx is not None else ""
+            _err(f"{exc.format_message()}{where}")
             sys.exit(EXIT_BAD_INPUT)
-        if isinstance(exc, click.exceptions.Abort):
+        if type(exc).__name__ == "Abort":
             sys.exit(130)
         _err(f"internal error: {type(exc).__name__}: {exc} (please report with the command you ran)")
         sys.exit(EXIT_INTERNAL)

@@ -1,0 +1,247 @@
+"""`profan mcp`: the same answers as the CLI, as MCP tools on stdio, for agents that speak MCP.
+
+Built on the official ``mcp`` SDK (2.x, ``mcp.server.mcpserver``), an optional dependency
+(``pip install 'profan[mcp]'``) because it brings an HTTP stack the CLI does not need. The tools return the very
+documents the CLI prints (``profan.brief``, ``profan.evidence``, ``profan.rules`` — built by ``profan.brief``), as
+structured results with an output schema. A bad input comes back as a tool error whose text is the CLI's one-line
+message (``profan: error: PATH: problem``), so an agent reads the same words whichever door it used.
+
+Reports are kept in memory per (path, rule files, hardware file): ``evidence`` on a directory just analysed by
+``analyze`` answers from the same report, so its finding ids are the ones the agent saw.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Annotated, Any, Literal
+
+from profan.errors import ProfanError
+from profan.report import Report
+
+try:
+    from mcp.server.mcpserver import MCPServer
+    from mcp.types import CallToolResult, TextContent, ToolAnnotations
+    from typing_extensions import NotRequired, TypedDict
+except ImportError as exc:  # pragma: no cover - exercised only without the extra
+    from profan.errors import ProfanInputError
+
+    raise ProfanInputError(None, f"'profan mcp' needs the MCP SDK ({exc.name} is missing): "
+                                 "pip install 'profan[mcp]'") from None
+
+INSTRUCTIONS = """profan analyses profiler output (Ascend PyTorch profiler / msprof directories, PyTorch chrome traces)
+into findings, each backed by the exact source rows. Start with `analyze` on the profiler directory: it returns a
+compact summary and the top findings with evidence locators (CSV line numbers with header = line 1, trace event
+indexes, or JSON pointers). To check a claim, call `evidence` with the same path and the finding id: it returns the
+raw source lines verbatim. `rules` lists or explains the checks and bucket rules behind the findings."""
+
+Severity = Literal["critical", "warning", "info"]
+
+# --------------------------------------------------------------------------------------- output schemas
+# TypedDicts (not the JSON Schema files) because the SDK derives the advertised schema and validates results from a
+# Python type; tests hold both against the same real outputs.
+
+
+class BriefSource(TypedDict):
+    root: str | None
+    root_abs: str | None
+    format: str | None
+    ranks: list[int | None]
+
+
+class BucketShare(TypedDict):
+    bucket: str
+    share: float | None
+    time_ms: float
+
+
+class Summary(TypedDict):
+    findings: int
+    critical: int
+    warning: int
+    info: int
+    worst: Severity | None
+    time_by_bucket: list[BucketShare]
+
+
+class EvidenceStub(TypedDict):
+    file: str
+    row_count: int
+    lines: NotRequired[list[int]]
+    events: NotRequired[list[int]]
+    pointers: NotRequired[list[str]]
+
+
+class FindingStub(TypedDict):
+    id: str
+    severity: Severity
+    check: str
+    rank: int | None
+    step: int | None
+    title: str
+    evidence: list[EvidenceStub]
+    evidence_items: NotRequired[int]
+
+
+class Clipped(TypedDict):
+    count: int
+    first: list[str]
+
+
+class BriefDoc(TypedDict):
+    schema: str
+    report_schema: str
+    source: BriefSource
+    report_file: str | None
+    summary: Summary
+    findings: list[FindingStub]
+    omitted: dict[str, list[str]]
+    warnings: Clipped
+    notes: Clipped
+    drill: str
+
+
+class Row(TypedDict):
+    locator: str
+    text: str
+
+
+class EvidenceItem(TypedDict):
+    file: str
+    row_count: int
+    cited: int
+    select: dict[str, Any]
+    rows: list[Row]
+    lines: NotRequired[list[int]]
+    events: NotRequired[list[int]]
+    pointers: NotRequired[list[str]]
+    header: NotRequired[str]
+
+
+class EvidenceDoc(TypedDict):
+    schema: str
+    id: str
+    check: str
+    severity: Severity
+    rank: int | None
+    step: int | None
+    title: str
+    message: str
+    metrics: dict[str, Any]
+    root: str
+    evidence: list[EvidenceItem]
+
+
+class RuleItem(TypedDict):
+    kind: Literal["bucket-rule", "check"]
+    id: str
+    name: str
+    source: str
+    why: str
+    bucket: NotRequired[str]
+    match: NotRequired[dict[str, str]]
+    example: NotRequired[str]
+    applies_to: NotRequired[str]
+    detects: NotRequired[str]
+    params: NotRequired[dict[str, Any]]
+
+
+class RulesDoc(TypedDict):
+    schema: str
+    files: NotRequired[list[str]]
+    rules: NotRequired[list[RuleItem]]
+    checks: NotRequired[list[RuleItem]]
+    item: NotRequired[RuleItem]
+
+
+# --------------------------------------------------------------------------------------- tools
+
+
+def _result(doc: dict[str, Any]) -> CallToolResult:
+    return CallToolResult(content=[TextContent(type="text", text=json.dumps(doc, ensure_ascii=False))],
+                          structured_content=doc)
+
+
+def _error(exc: Exception) -> CallToolResult:
+    """The CLI's one-line message, as a tool error the model can read and act on."""
+    if isinstance(exc, ProfanError):
+        text = f"profan: error: {exc}"
+    else:
+        text = f"profan: error: internal error: {type(exc).__name__}: {exc} (please report with the call you made)"
+    return CallToolResult(content=[TextContent(type="text", text=text.splitlines()[0])], is_error=True)
+
+
+class Reports:
+    """Reports analysed in this session, keyed by what determines their finding ids."""
+
+    def __init__(self) -> None:
+        self._cache: dict[tuple, Report] = {}
+
+    def get(self, path: str, rules: list[str] | None, hardware: str | None) -> Report:
+        from profan.pipeline import analyze
+
+        key = (str(Path(path).expanduser().resolve()), tuple(rules or ()), hardware)
+        if key not in self._cache:
+            self._cache[key] = analyze(Path(path).expanduser(), rules=[Path(r) for r in rules or []],
+                                       hardware=hardware)
+        return self._cache[key]
+
+
+def build_server() -> MCPServer:
+    """The MCP server with profan's tools registered (no transport started)."""
+    from profan import __version__
+    from profan.brief import MAX_BYTES, brief, evidence_doc, rules_doc
+    from profan.drill import load_report_or_analyze
+
+    server = MCPServer(name="profan", version=__version__, instructions=INSTRUCTIONS)
+    reports = Reports()
+    read_only = ToolAnnotations(read_only_hint=True, open_world_hint=False)
+
+    @server.tool(annotations=read_only)
+    def analyze(path: str, rules: list[str] | None = None, hardware: str | None = None,
+                max_bytes: int = MAX_BYTES) -> Annotated[CallToolResult, BriefDoc]:
+        """Analyse a profiler output directory (a job folder with one folder per rank, one rank folder,
+        ASCEND_PROFILER_OUTPUT, an msprof PROF_* folder, or one kernel_details.csv). Returns a compact report:
+        summary counts, kernel time by bucket, and the top findings (most severe first), each with its evidence
+        locators. `rules`: extra rule TOML files tried before the built-in ones; `hardware`: a TOML of
+        link-bandwidth priors; `max_bytes`: size cap of the result (default 8000)."""
+        try:
+            report = reports.get(path, rules, hardware)
+            hint = f"call the evidence tool with source={json.dumps(path)} and a finding_id"
+            return _result(brief(report, max_bytes=max_bytes, drill=hint))
+        except Exception as exc:
+            return _error(exc)
+
+    @server.tool(annotations=read_only)
+    def evidence(source: str, finding_id: str, limit: int | None = None, rules: list[str] | None = None,
+                 hardware: str | None = None, root: str | None = None) -> Annotated[CallToolResult, EvidenceDoc]:
+        """The raw source rows behind one finding, read back verbatim from the original files: CSV lines (with
+        the file's header line), trace events or JSON values. `source` is the profiler directory given to
+        `analyze` (same `rules`/`hardware`, so ids match) or a report.json written by `profan analyze -f json -o`.
+        `limit` caps rows per evidence item; `root` is the data directory if a report.json's data has moved."""
+        try:
+            src = Path(source).expanduser()
+            if src.is_file() and src.suffix == ".json":
+                report, data_root = load_report_or_analyze(src, Path(root) if root else None)
+            else:
+                report = reports.get(source, rules, hardware)
+                data_root = Path(root) if root else Path(report.source["root_abs"])
+            return _result(evidence_doc(report, data_root, finding_id, where=source, limit=limit))
+        except Exception as exc:
+            return _error(exc)
+
+    @server.tool(name="rules", annotations=read_only)
+    def rules_tool(id: str | None = None, rules: list[str] | None = None) -> Annotated[CallToolResult, RulesDoc]:
+        """List the rule pack (bucket rules that classify kernels, and the checks that produce findings with their
+        thresholds), or explain one rule or check by id (e.g. a finding's `check`)."""
+        try:
+            return _result(rules_doc([Path(r) for r in rules or []], id))
+        except Exception as exc:
+            return _error(exc)
+
+    return server
+
+
+def serve() -> None:
+    """Run on stdio until the client closes the pipe."""
+    build_server().run("stdio")

@@ -1,0 +1,273 @@
+"""The CLI as a program calls it: results on stdout, nothing but errors on a piped stderr, never a prompt, and the
+documented exit codes (0 ran, 1 findings at/above --fail-on, 2 bad input in one line, 3 internal error)."""
+
+from __future__ import annotations
+
+import json
+import os
+import pty
+import subprocess
+import sys
+
+import jsonschema
+import pytest
+import tomllib
+from conftest import ASCEND, QWEN3, ROOT, run_cli
+
+VLLM = ASCEND / "vllm-ascend-msprof-gmm-1op"  # one op, worst finding 'info'
+
+
+def one_line_error(res: subprocess.CompletedProcess, code: int = 2) -> str:
+    assert res.returncode == code, (res.returncode, res.stdout, res.stderr)
+    assert "Traceback" not in res.stderr
+    lines = res.stderr.splitlines()
+    assert len(lines) == 1, res.stderr
+    assert lines[0].startswith("profan: error: ")
+    assert res.stdout == ""
+    return lines[0]
+
+
+def report_json(path) -> dict:
+    res = run_cli("analyze", str(path), "-f", "json")
+    assert res.returncode == 0, res.stderr
+    return json.loads(res.stdout)
+
+
+# ---------------------------------------------------------------------------------------------- exit codes 0 / 1
+
+
+def test_json_on_stdout_and_silent_piped_stderr():
+    """No -q: with stderr a pipe there is no progress chatter, and stdout is exactly one JSON document."""
+    res = run_cli("analyze", str(QWEN3), "-f", "json")
+    assert res.returncode == 0
+    assert res.stderr == ""
+    doc = json.loads(res.stdout)
+    assert doc["schema"] == "profan.report/1"
+    assert [r["rank"] for r in doc["source"]["ranks"]] == [0, 1, 2, 3]
+
+
+def test_progress_only_on_a_terminal():
+    """The same run with stderr on a pseudo-terminal shows progress there (and still only JSON on stdout)."""
+    master, slave = pty.openpty()
+    try:
+        res = subprocess.run([sys.executable, "-m", "profan", "analyze", str(QWEN3), "-f", "json"], cwd=ROOT,
+                             stdout=subprocess.PIPE, stderr=slave, stdin=subprocess.DEVNULL, timeout=300)
+        os.close(slave)
+        chunks = []
+        while True:
+            try:
+                data = os.read(master, 65536)
+            except OSError:  # EIO: the other end is closed
+                break
+            if not data:
+                break
+            chunks.append(data)
+    finally:
+        os.close(master)
+    err = b"".join(chunks).decode()
+    assert res.returncode == 0
+    assert "profan: found 4 rank(s)" in err
+    assert "profan: [4/4] reading rank 3" in err
+    assert json.loads(res.stdout)["schema"] == "profan.report/1"
+
+
+def test_fail_on_exit_codes():
+    """Exit 1 exactly when a finding at/above the level exists; the output is complete either way."""
+    qwen = report_json(QWEN3)
+    sev = {f["severity"] for f in qwen["findings"]}
+    assert {"critical", "warning"} <= sev
+    for level in ("warning", "critical"):
+        res = run_cli("analyze", str(QWEN3), "--brief", "--fail-on", level)
+        assert res.returncode == 1, res.stderr
+        assert json.loads(res.stdout)["summary"]["critical"] == sum(f["severity"] == "critical"
+                                                                    for f in qwen["findings"])
+    vllm = report_json(VLLM)
+    assert {f["severity"] for f in vllm["findings"]} == {"info"}
+    res = run_cli("analyze", str(VLLM), "-f", "json", "--fail-on", "warning")
+    assert res.returncode == 0, res.stderr
+    assert json.loads(res.stdout)["findings"] == vllm["findings"]
+    # without --fail-on findings are data, not failure
+    assert run_cli("analyze", str(QWEN3), "--brief").returncode == 0
+
+
+# ---------------------------------------------------------------------------------------------- exit code 2
+
+
+def test_bad_input_is_one_line(tmp_path):
+    line = one_line_error(run_cli("analyze", str(tmp_path / "missing")))
+    assert str(tmp_path / "missing") in line and "no such file or directory" in line
+
+
+@pytest.mark.parametrize(("args", "needle"), [
+    (["analyze", str(QWEN3), "-f", "pdf"], "unknown format 'pdf'"),
+    (["analyze", str(QWEN3), "--fail-on", "info"], "--fail-on takes 'warning' or 'critical'"),
+    (["analyze", str(QWEN3), "--bogus"], "No such option: --bogus (see 'profan analyze --help')"),
+    (["analyze"], "Missing argument"),
+    (["evidence", str(QWEN3), "F9999"], "no finding F9999 (report has F1, F2"),
+    (["evidence", str(QWEN3), "F1", "-f", "xml"], "unknown format 'xml'; use text or json"),
+    (["rules", "NOPE-1"], "no rule or check 'NOPE-1'"),
+    (["schema", "nope"], "unknown schema 'nope'"),
+    (["nonsense"], "No such command"),
+])
+def test_usage_and_lookup_errors_are_one_line(args, needle):
+    assert needle in one_line_error(run_cli(*args))
+
+
+def test_not_a_report(tmp_path):
+    bogus = tmp_path / "report.json"
+    bogus.write_text('{"schema": "something/else"}')
+    line = one_line_error(run_cli("evidence", str(bogus), "F1", "--format", "json"))
+    assert str(bogus) in line and "not a profan JSON report" in line
+
+
+def test_moved_data_names_the_fix(tmp_path):
+    doc = report_json(QWEN3)
+    doc["source"]["root"] = doc["source"]["root_abs"] = str(tmp_path / "gone")
+    path = tmp_path / "report.json"
+    path.write_text(json.dumps(doc))
+    assert "pass --root DIR" in one_line_error(run_cli("evidence", str(path), "F1"))
+    res = run_cli("evidence", str(path), "F1", "--format", "json", "--root", str(QWEN3))
+    assert res.returncode == 0, res.stderr
+    assert json.loads(res.stdout)["root"] == str(QWEN3)
+
+
+# ---------------------------------------------------------------------------------------------- exit code 3
+
+
+def test_internal_error_exit_3():
+    """A bug (any unexpected exception) is one line naming it, exit 3, no traceback."""
+    code = ("import sys, profan.pipeline as p\n"
+            "def boom(*a, **k):\n    raise RuntimeError('synthetic failure')\n"
+            "p.analyze = boom\n"
+            f"sys.argv = ['profan', 'analyze', {str(QWEN3)!r}]\n"
+            "from profan.cli import main\nmain()\n")
+    res = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=ROOT, timeout=120)
+    line = one_line_error(res, code=3)
+    assert line == ("profan: error: internal error: RuntimeError: synthetic failure "
+                    "(please report with the command you ran)")
+
+
+def test_no_prompt_with_closed_stdin(tmp_path):
+    """Nothing waits for input: every command finishes with stdin closed."""
+    dest = tmp_path / "skills"
+    dest.mkdir()
+    for args in (["analyze", str(VLLM), "--brief"], ["skill", "install", str(dest)],
+                 ["skill", "install", str(dest), "--force"], ["rules", "--format", "json"]):
+        res = subprocess.run([sys.executable, "-m", "profan", *args], capture_output=True, text=True, cwd=ROOT,
+                             stdin=subprocess.DEVNULL, timeout=120)
+        assert res.returncode == 0, (args, res.stderr)
+
+
+# ---------------------------------------------------------------------------------------------- commands
+
+
+def test_brief_with_full_report_file(tmp_path):
+    """--brief -o: the full report goes to the file, the brief (pointing at it) to stdout, and evidence on that
+    file returns the rows of the finding the brief names."""
+    out = tmp_path / "report.json"
+    res = run_cli("analyze", str(QWEN3), "--format", "json", "--brief", "-o", str(out))
+    assert res.returncode == 0 and res.stderr == ""
+    brief = json.loads(res.stdout)
+    full = json.loads(out.read_text())
+    assert brief["report_file"] == str(out.resolve())
+    assert brief["drill"] == f'profan evidence "{out.resolve()}" FINDING_ID --format json'
+    assert brief["summary"]["findings"] == len(full["findings"])
+    shown = brief["findings"][0]
+    ev = run_cli("evidence", str(out), shown["id"], "--format", "json")
+    assert ev.returncode == 0, ev.stderr
+    doc = json.loads(ev.stdout)
+    assert doc["id"] == shown["id"] and doc["check"] == shown["check"]
+    item = doc["evidence"][0]
+    kind = next(k for k in ("lines", "events", "pointers") if k in shown["evidence"][0])
+    assert item[kind][: len(shown["evidence"][0][kind])] == shown["evidence"][0][kind]
+
+
+def test_evidence_text_and_limit():
+    """Text output: the finding line, then the cited rows verbatim; --limit cuts rows per item."""
+    doc = report_json(QWEN3)
+    f = next(f for f in doc["findings"] if f["evidence"][0].get("lines") and len(f["evidence"][0]["lines"]) >= 3)
+    ev = f["evidence"][0]
+    raw = (QWEN3 / ev["file"]).read_bytes().splitlines()
+    res = run_cli("evidence", str(QWEN3), f["id"])
+    assert res.returncode == 0, res.stderr
+    out = res.stdout.splitlines()
+    assert out[0] == f"{f['id']} [{f['severity']}] {f['message']}"
+    for n in ev["lines"]:
+        assert f"{'line ' + str(n):>12}: {raw[n - 1].decode()}" in out
+    res = run_cli("evidence", str(QWEN3), f["id"], "--format", "json", "--limit", "2")
+    rows = json.loads(res.stdout)["evidence"][0]["rows"]
+    assert [r["locator"] for r in rows] == [f"line {n}" for n in ev["lines"][:2]]
+
+
+def test_schema_command_and_real_reports_validate():
+    """`profan schema` prints a valid JSON Schema and the real reports of the bundled samples satisfy it; so do the
+    brief and evidence documents against theirs (built in-process: the CLI prints exactly these documents)."""
+    import profan
+    from profan.brief import brief, evidence_doc
+
+    schemas = {}
+    for which in ("report", "brief", "evidence"):
+        res = run_cli("schema", which)
+        assert res.returncode == 0
+        schemas[which] = json.loads(res.stdout)
+        jsonschema.Draft202012Validator.check_schema(schemas[which])
+    assert schemas["report"]["properties"]["schema"]["const"] == "profan.report/1"
+
+    def valid(doc, which):
+        jsonschema.validate(doc, schemas[which], cls=jsonschema.Draft202012Validator)
+
+    valid(report_json(QWEN3), "report")
+    for sample in (QWEN3, ASCEND / "msinsight-gpt3-2rank-2023", VLLM):
+        report = profan.analyze(sample)
+        doc = json.loads(json.dumps(report.to_dict()))
+        valid(doc, "report")
+        valid(brief(report), "brief")
+        kinds = set()
+        for f in report.findings:
+            if f.evidence[0].kind not in kinds:
+                kinds.add(f.evidence[0].kind)
+                valid(evidence_doc(report, sample, f.id), "evidence")
+    # the schema rejects what it should: evidence with two locator kinds, a finding without evidence
+    bad = json.loads(json.dumps(profan.analyze(VLLM).to_dict()))
+    bad["findings"][0]["evidence"][0]["events"] = [1]
+    with pytest.raises(jsonschema.ValidationError):
+        valid(bad, "report")
+    bad["findings"][0]["evidence"] = []
+    with pytest.raises(jsonschema.ValidationError):
+        valid(bad, "report")
+
+
+def test_rules_json_matches_the_pack_files():
+    """`rules --format json` lists every check of rules/checks.toml with its thresholds; one id explains one."""
+    with open(ROOT / "rules" / "checks.toml", "rb") as fh:
+        checks = {c["id"]: c for c in tomllib.load(fh)["check"]}
+    doc = json.loads(run_cli("rules", "--format", "json").stdout)
+    assert [c["id"] for c in doc["checks"]] == list(checks)
+    idle = next(c for c in doc["checks"] if c["id"] == "device-idle")
+    assert idle["params"] == {k: v for k, v in checks["device-idle"].items() if k not in ("id", "name", "detects",
+                                                                                            "why")}
+    with open(ROOT / "rules" / "buckets" / "ascend.toml", "rb") as fh:
+        first = tomllib.load(fh)["rule"][0]
+    one = json.loads(run_cli("rules", first["id"], "-f", "json").stdout)["item"]
+    assert one["kind"] == "bucket-rule" and one["match"] == first["match"] and one["bucket"] == first["bucket"]
+    text = run_cli("rules", first["id"]).stdout
+    assert text.startswith(f"{first['id']} ({first['name']}) -> bucket '{first['bucket']}'")
+
+
+def test_skill_path_and_install(tmp_path):
+    path = run_cli("skill", "path").stdout.strip()
+    src = ROOT / "profan" / "skill" / "profan"
+    assert path == str(src)
+    res = run_cli("skill", "install", str(tmp_path))
+    assert res.returncode == 0, res.stderr
+    assert res.stdout.strip() == str(tmp_path / "profan")
+    files = sorted(p.relative_to(src) for p in src.rglob("*") if p.is_file())
+    assert [p for p in files if p.name == "SKILL.md"]
+    assert sorted(p.relative_to(tmp_path / "profan") for p in (tmp_path / "profan").rglob("*") if p.is_file()) == files
+    for rel in files:
+        assert (tmp_path / "profan" / rel).read_bytes() == (src / rel).read_bytes()
+    line = one_line_error(run_cli("skill", "install", str(tmp_path)))
+    assert line == f"profan: error: {tmp_path / 'profan'}: already exists; pass --force to replace it"
+    (tmp_path / "profan" / "SKILL.md").write_text("stale")
+    assert run_cli("skill", "install", str(tmp_path), "--force").returncode == 0
+    assert (tmp_path / "profan" / "SKILL.md").read_bytes() == (src / "SKILL.md").read_bytes()

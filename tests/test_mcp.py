@@ -1,0 +1,126 @@
+"""`profan mcp` end to end: start it as a subprocess, talk to it with the MCP SDK's stdio client, analyse a real
+sample, drill into one returned finding, and hold the returned rows against the fixture file read directly."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+
+import anyio
+import jsonschema
+from conftest import QWEN3, ROOT, run_cli
+from mcp import Client
+from mcp.client.stdio import StdioServerParameters
+
+SERVER = StdioServerParameters(command=sys.executable, args=["-m", "profan", "mcp"], cwd=str(ROOT))
+
+
+def schema(which: str) -> dict:
+    return json.loads(run_cli("schema", which).stdout)
+
+
+def call_session(steps):
+    """Run `steps(client)` against a fresh `profan mcp` subprocess and return what it returns."""
+    async def main():
+        async with Client(SERVER) as client:
+            return await steps(client)
+
+    return anyio.run(main)
+
+
+def test_analyze_then_evidence_rows_equal_the_source_lines():
+    async def steps(client):
+        tools = await client.list_tools()
+        by_name = {t.name: t for t in tools.tools}
+        brief = await client.call_tool("analyze", {"path": str(QWEN3)})
+        shown = brief.structured_content["findings"]
+        # a finding citing CSV lines, and one citing JSON pointers
+        f_lines = next(f for f in shown if "lines" in f["evidence"][0] and f["evidence"][0]["row_count"] > 1)
+        f_ptr = next(f for f in shown if "pointers" in f["evidence"][0])
+        ev_lines = await client.call_tool("evidence", {"source": str(QWEN3), "finding_id": f_lines["id"]})
+        ev_ptr = await client.call_tool("evidence", {"source": str(QWEN3), "finding_id": f_ptr["id"], "limit": 2})
+        return by_name, brief, f_lines, ev_lines, f_ptr, ev_ptr
+
+    tools, brief, f_lines, ev_lines, f_ptr, ev_ptr = call_session(steps)
+
+    assert {"analyze", "evidence", "rules"} <= set(tools)
+    for name in ("analyze", "evidence", "rules"):
+        assert tools[name].output_schema and tools[name].output_schema["type"] == "object"
+        assert tools[name].annotations.read_only_hint is True
+    assert "path" in tools["analyze"].input_schema["properties"]
+    assert {"source", "finding_id"} <= set(tools["evidence"].input_schema["required"])
+
+    # analyze: the same brief the CLI prints, except the drill hint that points at the evidence tool
+    assert not brief.is_error
+    doc = brief.structured_content
+    jsonschema.validate(doc, schema("brief"), cls=jsonschema.Draft202012Validator)
+    cli = json.loads(run_cli("analyze", str(QWEN3), "--brief").stdout)
+    assert doc["drill"] == f'call the evidence tool with source="{QWEN3}" and a finding_id'
+    assert {k: v for k, v in doc.items() if k != "drill"} == {k: v for k, v in cli.items() if k != "drill"}
+    assert len(json.dumps(doc, separators=(",", ":"), ensure_ascii=False).encode()) <= 8000
+    assert json.loads(brief.content[0].text) == doc
+
+    # evidence on CSV lines: the rows are the physical lines of the fixture file, cited in the brief's order
+    assert not ev_lines.is_error
+    got = ev_lines.structured_content
+    jsonschema.validate(got, schema("evidence"), cls=jsonschema.Draft202012Validator)
+    assert got["id"] == f_lines["id"] and got["check"] == f_lines["check"]
+    item = got["evidence"][0]
+    stub = f_lines["evidence"][0]
+    assert item["file"] == stub["file"] and item["lines"][:3] == stub["lines"]
+    raw = (QWEN3 / item["file"]).read_bytes().decode("utf-8").splitlines()
+    assert [r["locator"] for r in item["rows"]] == [f"line {n}" for n in item["lines"]]
+    assert [r["text"] for r in item["rows"]] == [raw[n - 1] for n in item["lines"]]
+    assert item["header"] == raw[0].lstrip("\ufeff")
+
+    # evidence on JSON pointers: each row is the value at the pointer in the raw file; limit honoured
+    ptr_item = ev_ptr.structured_content["evidence"][0]
+    src = json.loads((QWEN3 / ptr_item["file"]).read_text(encoding="utf-8"))
+    assert len(ptr_item["rows"]) == min(2, ptr_item["cited"])
+    for row, ptr in zip(ptr_item["rows"], f_ptr["evidence"][0]["pointers"], strict=False):
+        assert row["locator"] == ptr
+        node = src
+        for part in ptr.lstrip("/").split("/"):
+            node = node[part.replace("~1", "/").replace("~0", "~")]
+        assert json.loads(row["text"]) == node
+
+
+def test_errors_are_the_cli_one_liners(tmp_path):
+    missing = str(tmp_path / "missing")
+
+    async def steps(client):
+        return (await client.call_tool("analyze", {"path": missing}),
+                await client.call_tool("evidence", {"source": str(QWEN3), "finding_id": "F999"}),
+                await client.call_tool("rules", {"id": "NOPE-1"}),
+                await client.call_tool("rules", {"id": "device-idle"}),
+                await client.call_tool("rules", {}))
+
+    bad_path, bad_id, bad_rule, one, listing = call_session(steps)
+    for result, args in ((bad_path, ["analyze", missing]), (bad_id, ["evidence", str(QWEN3), "F999"]),
+                         (bad_rule, ["rules", "NOPE-1"])):
+        assert result.is_error
+        assert result.structured_content is None
+        cli = run_cli(*args)
+        assert cli.returncode == 2
+        assert [c.text for c in result.content] == [cli.stderr.strip()]
+    assert one.structured_content == json.loads(run_cli("rules", "device-idle", "-f", "json").stdout)
+    assert listing.structured_content == json.loads(run_cli("rules", "-f", "json").stdout)
+
+
+def test_report_file_source_and_closed_stdin(tmp_path):
+    """evidence also takes a report.json written by the CLI; the server exits cleanly when its stdin closes."""
+    out = tmp_path / "report.json"
+    assert run_cli("analyze", str(QWEN3), "-f", "json", "-o", str(out), "-q").returncode == 0
+    full = json.loads(out.read_text())
+    fid = full["findings"][-1]["id"]
+
+    async def steps(client):
+        return await client.call_tool("evidence", {"source": str(out), "finding_id": fid})
+
+    got = call_session(steps).structured_content
+    cli = json.loads(run_cli("evidence", str(out), fid, "--format", "json").stdout)
+    assert got == cli
+    res = subprocess.run([sys.executable, "-m", "profan", "mcp"], stdin=subprocess.DEVNULL, capture_output=True,
+                         text=True, cwd=ROOT, timeout=120)
+    assert res.returncode == 0 and res.stdout == ""
