@@ -20,7 +20,7 @@ from conftest import ASCEND, QWEN3, ROOT
 import profan
 from profan.render import render
 from profan.render.evidence_rows import locator_label
-from profan.render.html import ROW_BUDGET, item_caps
+from profan.render.html import ROW_BUDGET, chart_specs, highlighted_ranks, item_caps, step_table
 
 CHROMIUM = Path("/usr/bin/chromium")
 ARGS = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-background-networking",
@@ -31,6 +31,8 @@ SCRIPT = "<script>alert(1)</script>"
 CASES = {
     "qwen3-4rank": QWEN3,
     "alexnet-2rank-level2": ASCEND / "msinsight-alexnet-2rank-2025" / "level2",
+    "dlrm-v100-8rank": ROOT / "fixtures" / "torch" / "dlrm_v100_8rank",
+    "moe-b200-rank0": ROOT / "fixtures" / "torch" / "moe_b200_rank0",
 }
 
 
@@ -86,6 +88,10 @@ class Page:
         self.page.close()
 
 
+def report_charts(report) -> dict:
+    return chart_specs(report, highlighted_ranks(report.findings))
+
+
 def _html(report, tmp_path: Path, name: str) -> Path:
     out = tmp_path / f"{name}.html"
     render(report, "html", out)
@@ -97,11 +103,12 @@ def test_report_in_browser(browser, tmp_path, name):
     report = profan.analyze(CASES[name])
     pg = Page(browser, _html(report, tmp_path, name))
     page = pg.page
-    # charts are drawn: one bar path per breakdown row, one per step-table row and part
+    # charts are drawn: one bar path per breakdown row, one per step-table row and part (Ascend step_trace_time)
     bd = report.tables["breakdown"]
     assert page.locator("#chart-breakdown g.point path").count() == bd.height
-    steps = report.tables["steps"]
+    _, steps = step_table(report)
     assert page.locator("#chart-ranks g.point path").count() == 3 * steps.height
+    assert page.locator(".chart").count() == len(report_charts(report))
     for chart in page.locator(".chart").all():
         assert chart.locator("svg.main-svg").count() >= 1
         box = chart.bounding_box()

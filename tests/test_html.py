@@ -9,7 +9,7 @@ import json
 import re
 
 import pytest
-from conftest import ASCEND, QWEN3, raw_rows
+from conftest import ASCEND, QWEN3, ROOT, raw_rows
 
 import profan
 from profan.evidence import load_json_document, read_back, resolve_pointer
@@ -184,3 +184,24 @@ def test_missing_data_is_said_not_crashed(qwen3_report, tmp_path):
     d["source"] = {**d["source"], "root": str(tmp_path / "gone"), "root_abs": str(tmp_path / "gone")}
     doc = build_html(from_dict(d))
     assert doc.count("could not read") == sum(len(f.evidence) for f in qwen3_report.findings)
+
+
+def test_trace_event_evidence_shows_the_cited_events(tmp_path):
+    """Kineto traces: each cited event index is shown as that event of traceEvents, flattened into columns."""
+    from profan.evidence import trace_events
+
+    data = ROOT / "fixtures" / "torch" / "dlrm_v100_8rank"
+    report = profan.analyze(data)
+    doc = build_html(report)
+    f = next(f for f in report.findings if f.evidence[0].kind == "events")
+    ev = f.evidence[0]
+    block = _block(doc, f"{f.id}-e1")
+    cols, rows = _columns(block), _table_rows(block)
+    events = trace_events(load_json_document(data / ev.file))
+    assert len(rows) == min(len(ev.events), 20)
+    for idx, row in zip(ev.events, rows, strict=False):
+        e = events[idx]
+        assert row[0] == f"event {idx}"
+        assert row[cols.index("name")] == (e["name"] if len(e["name"]) <= 240 else e["name"][:239] + "…")
+        assert row[cols.index("dur")] == json.dumps(e["dur"])
+        assert row[cols.index("ts")] == json.dumps(e["ts"])

@@ -36,18 +36,20 @@ TABLE_ROWS = 500  # rows of a summary table shown in the page; the JSON/Excel re
 HEATMAP_ROWS = 40
 
 TABLE_INFO: dict[str, tuple[str, str]] = {
-    "breakdown": ("Device time by bucket", "Summed kernel durations per rank, step and bucket, from "
-                                           "kernel_details.csv. Overlapping kernels are summed, so shares are of "
-                                           "summed kernel time, not of the step."),
+    "breakdown": ("Device time by bucket", "Summed kernel durations per rank, step and bucket. Overlapping "
+                                           "kernels are summed, so shares are of summed kernel time, not of the "
+                                           "step."),
     "steps": ("Step time per rank", "One row per rank and step, from step_trace_time.csv."),
-    "top_kernels": ("Top kernels per bucket", "The kernels that carry each bucket, with the kernel_details.csv "
-                                              "lines behind them."),
+    "trace_steps": ("Step time per rank", "Per rank and step, from the device events of the trace."),
+    "top_kernels": ("Top kernels per bucket", "The kernels that carry each bucket, with the source rows behind "
+                                              "them (kernel_details.csv lines or trace event indexes)."),
     "boundness": ("Boundness of the hot kernels", "Duration-weighted pipe utilisation ratios (PipeUtilization "
                                                   "columns of kernel_details.csv): the dominant pipe says what bounds "
                                                   "the kernel."),
     "communication": ("Communication", "Per-operation times from communication.json."),
 }
-SECTION_ORDER = ("breakdown", "steps", "top_kernels", "boundness", "communication")
+SECTION_ORDER = ("breakdown", "steps", "trace_steps", "top_kernels", "boundness", "communication")
+STEP_TABLES = ("steps", "trace_steps")  # the first with computing/communication/free columns feeds the rank chart
 
 BUCKET_COLORS = {
     "attention": "#3b6fb6", "ffn": "#5aa469", "moe": "#8e6cc0", "communication": "#d9534f", "conv": "#2fa3a8",
@@ -91,6 +93,7 @@ def build_html(report: Report, *, row_budget: int = ROW_BUDGET) -> str:
                    for s in SEVERITIES],
         "highlights": highlights,
         "sections": table_sections(report),
+        "rank_table": step_table(report)[0],
         "charts": chart_specs(report, highlights),
         "row_budget": row_budget,
         "embedded_rows": sum(t.shown for ts in tables.values() for t in ts),
@@ -280,9 +283,14 @@ def _esc(s: Any) -> str:
 
 
 def _label(rank: Any, step: Any, many_steps: bool, many_ranks: bool = False) -> str:
-    if many_steps and step is not None:
-        return f"r{rank} · s{step}"
+    if many_steps:
+        return f"r{rank} · s{step}" if step is not None else f"r{rank} · no step"
     return f"r{rank}" if many_ranks else f"rank {rank}"
+
+
+def _many_steps(df: pl.DataFrame) -> bool:
+    """Label bars with their step when a rank has more than one (kernels outside any step count as one)."""
+    return "step" in df.columns and df.get_column("step").n_unique() > 1
 
 
 def _many_ranks(df: pl.DataFrame) -> bool:
@@ -311,8 +319,7 @@ def _layout(ytitle: str, **kw: Any) -> dict[str, Any]:
 def breakdown_chart(df: pl.DataFrame) -> dict[str, Any] | None:
     if df.is_empty() or not {"rank", "bucket", "time_us"} <= set(df.columns):
         return None
-    has_step = "step" in df.columns
-    many = has_step and df.get_column("step").n_unique() > 1
+    many = _many_steps(df)
     many_ranks = _many_ranks(df)
     xs: list[str] = []
     traces: dict[str, dict[str, Any]] = {}
@@ -339,7 +346,7 @@ def rank_chart(df: pl.DataFrame, highlights: dict[int, list[dict[str, str]]]) ->
     parts = [p for p in STEP_PARTS if p[0] in df.columns]
     if df.is_empty() or "rank" not in df.columns or not parts:
         return None
-    many = "step" in df.columns and df.get_column("step").n_unique() > 1
+    many = _many_steps(df)
     recs = list(df.iter_rows(named=True))
     many_ranks = _many_ranks(df)
     xs = [_label(r["rank"], r.get("step"), many, many_ranks) for r in recs]
@@ -391,10 +398,23 @@ def boundness_chart(df: pl.DataFrame) -> dict[str, Any] | None:
             "note": f"first {len(recs)} of {df.height} rows" if df.height > len(recs) else ""}
 
 
+def step_table(report: Report) -> tuple[str, pl.DataFrame]:
+    """The table the rank comparison draws: step_trace_time rows (Ascend) or per-step rows of a trace; when a
+    table also holds whole-trace rows (``scope``), the per-step ones are drawn if there are any."""
+    for name in STEP_TABLES:
+        df = report.tables.get(name)
+        if df is None or df.is_empty() or not {"rank", "computing_us"} <= set(df.columns):
+            continue
+        if "scope" in df.columns and (df.get_column("scope") == "step").any():
+            df = df.filter(pl.col("scope") == "step")
+        return name, df
+    return "", pl.DataFrame()
+
+
 def chart_specs(report: Report, highlights: dict[int, list[dict[str, str]]]) -> dict[str, dict[str, Any]]:
     out = {}
     for key, spec in (("breakdown", breakdown_chart(report.tables.get("breakdown", pl.DataFrame()))),
-                      ("steps", rank_chart(report.tables.get("steps", pl.DataFrame()), highlights)),
+                      ("steps", rank_chart(step_table(report)[1], highlights)),
                       ("boundness", boundness_chart(report.tables.get("boundness", pl.DataFrame())))):
         if spec is not None:
             out[key] = spec

@@ -42,7 +42,7 @@ def column_kind(name: str, dtype: str = "") -> str:
     """How a report-table column is shown, decided from its name (units live in the suffix) and dtype.
 
     One of: ``us`` (duration in µs), ``ms`` (duration in ms), ``timestamp`` (absolute µs), ``pct`` (0–1 share),
-    ``ratio`` (a multiple, 1.7×), ``mb``, ``int``, ``float``, ``list``, ``file``, ``text``.
+    ``ratio`` (a multiple, 1.7×), ``mb``, ``int``, ``id`` (line/event index), ``float``, ``list``, ``file``, ``text``.
     """
     n = name.lower()
     if dtype.startswith("List") or dtype.startswith("Array"):
@@ -65,6 +65,8 @@ def column_kind(name: str, dtype: str = "") -> str:
     if n == "ratio" or n.endswith("_x"):
         return "ratio"
     if dtype.startswith(("Int", "UInt")):
+        if n in ("event", "line", "seq") or n.endswith(("_event", "_idx", "_index", "_line", "_id")):
+            return "id"  # a locator or identifier: no thousands separator
         return "int"
     return "float"
 
@@ -95,6 +97,8 @@ def fmt_cell(value, kind: str, *, list_limit: int = 6) -> str:
         return fmt_ms(value)
     if kind == "ms":
         return f"{value:,.3f}"
+    if kind == "id":
+        return str(value)
     if kind == "timestamp":
         return f"{value:.1f}"
     if kind == "pct":

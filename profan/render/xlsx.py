@@ -36,7 +36,7 @@ _ILLEGAL = re.compile(r"[\x00-\x08\x0b\x0c\x0e-\x1f]")  # characters XML 1.0 (an
 MAX_CELL = 32767  # Excel's limit on characters in a cell
 
 NUMBER_FORMATS = {"us": '#,##0.0" µs"', "ms": '#,##0.000" ms"', "pct": "0.0%", "ratio": '0.00"×"',
-                  "mb": '#,##0.00" MB"', "int": "#,##0", "float": "#,##0.000", "timestamp": "0.0"}
+                  "mb": '#,##0.00" MB"', "int": "#,##0", "id": "0", "float": "#,##0.000", "timestamp": "0.0"}
 HEADER_FONT = Font(bold=True, color="FFFFFF")
 HEADER_FILL = PatternFill("solid", fgColor="1F2A3A")
 SEVERITY_FILL = {"critical": PatternFill("solid", fgColor="FDECEA"), "warning": PatternFill("solid", fgColor="FFF4E0"),
