@@ -317,6 +317,9 @@ def test_assumed_device_applies_the_prior_and_cites_the_transfers(tmp_path):
     assert set(tt["prior_gbps"].to_list()) == {28.0}  # 910B HCCS, msprof's standard
     assert tt["prior_share"].to_list() == pytest.approx((tt["bandwidth_gbps"] / 28.0).to_list())
     assert rep.tables["comm_bandwidth"].filter(pl.col("transport") == "SDMA")["prior_gbps"].null_count() > 0
+    links = rep.tables["comm_links"]
+    assert set(links["prior_gbps"].to_list()) == {28.0}  # matrix links (HCCS only here) get the same prior
+    assert links["prior_share"].to_list() == pytest.approx((links["bandwidth_gbps"] / 28.0).to_list())
     fs = [f for f in rep.findings if f.check == "comm-below-prior"]
     assert sorted(f.rank for f in fs) == [0, 1, 2, 3]
     f = next(f for f in fs if f.rank == 2)

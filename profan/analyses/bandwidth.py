@@ -434,6 +434,10 @@ def communication_section(ranks: list[RankData], step_tab: pl.DataFrame, comm_ta
     devices = device_table(ranks, hw)
     tt = transport_table(ranks, devices, hw)
     links = link_table(ranks, pack)
+    if not links.is_empty():  # the absolute view next to the relative one, where the device is known
+        links = links.join(_prior_frame(devices, hw, sorted(set(links["transport"].to_list()))),
+                           on=["rank", "transport"], how="left").with_columns(
+            (pl.col("bandwidth_gbps") / pl.col("prior_gbps")).alias("prior_share"))
     packets = packet_table(ranks, pack)
     exposed = exposed_table(comm_tab, step_tab)
     findings = [*below_prior_findings(tt, pack), *slow_link_findings(links, pack),
