@@ -12,9 +12,11 @@ Derived outputs (msprof-analyze's ``cluster_analysis_output/``) are skipped and 
 
 from __future__ import annotations
 
+import gzip
 import json
 import os
 import re
+import zlib
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -43,7 +45,7 @@ class RankSource:
     """One rank's files. ``rank`` is None until resolved; ``rank_origin`` says how it was decided."""
 
     path: Path
-    kind: str  # "ascend" | "msprof"
+    kind: str  # "ascend" | "msprof" | "kineto"
     files: dict[str, Path] = field(default_factory=dict)
     rank: int | None = None
     rank_origin: str = ""
@@ -82,6 +84,7 @@ def discover(path: str | Path) -> Discovery:
         return _discover_file(root)
     found: list[RankSource] = []
     notes: list[str] = []
+    rejected: list[str] = []  # *.json files that are not traces, for the error message
     for dirpath, dirnames, filenames in os.walk(root):
         d = Path(dirpath)
         dirnames.sort()
@@ -94,9 +97,13 @@ def discover(path: str | Path) -> Discovery:
         if rank is not None:
             found.append(rank)
             dirnames[:] = []  # a rank directory's subfolders (PROF_*, FRAMEWORK, logs) are its raw data
+        else:
+            found.extend(_kineto_ranks(d, filenames, rejected))
     if not found:
+        why = f"; {rejected[0]}" if rejected else ""
         raise ProfanInputError(root, "no profiler output found (looked for ASCEND_PROFILER_OUTPUT/, "
-                                     "profiler_info_*.json, kernel_details.csv, PROF_*/mindstudio_profiler_output/)")
+                                     "profiler_info_*.json, kernel_details.csv, PROF_*/mindstudio_profiler_output/, "
+                                     f"PyTorch/Kineto *.json / *.json.gz traces){why}")
     disc = Discovery(root=root, ranks=found, notes=notes)
     _resolve_ranks(disc)
     _note_missing_files(disc)
@@ -111,8 +118,13 @@ def _discover_file(path: Path) -> Discovery:
         disc = Discovery(root=path, ranks=[rs])
         _resolve_ranks(disc)
         return disc
-    raise ProfanInputError(path, "not a profiler output file profan can read "
-                                 "(expected a directory, kernel_details.csv or op_summary_*.csv)")
+    if name.endswith(_TRACE_SUFFIXES):
+        # named explicitly: treat it as a trace and let the reader say precisely what is wrong with it
+        disc = Discovery(root=path, ranks=[RankSource(path=path, kind="kineto", files={"kineto_trace": path})])
+        _resolve_ranks(disc)
+        return disc
+    raise ProfanInputError(path, "not a profiler output file profan can read (expected a directory, "
+                                 "kernel_details.csv, op_summary_*.csv or a Kineto *.json / *.json.gz trace)")
 
 
 def _rank_dir(d: Path, dirnames: list[str], filenames: list[str]) -> RankSource | None:
@@ -161,6 +173,65 @@ def _msprof_rank(d: Path) -> RankSource:
     return rs
 
 
+_SNIFF_BYTES = 1 << 16
+_KINETO_KEYS = (b'"traceEvents"', b'"schemaVersion"', b'"deviceProperties"', b'"distributedInfo"')
+_DIST_RANK = re.compile(rb'"distributedInfo"\s*:\s*\{[^{}]*?"rank"\s*:\s*"?(\d+)')
+_TRACE_NAME_RANK = re.compile(r"(?:rank|worker)[_-]?(\d+)", re.IGNORECASE)
+
+
+def _trace_head(path: Path) -> bytes:
+    """The first 64 KiB of a (possibly gzipped) trace; raises OSError/EOFError/zlib errors on unreadable files."""
+    if path.name.endswith(".gz"):
+        with gzip.open(path, "rb") as fh:
+            return fh.read(_SNIFF_BYTES)
+    with open(path, "rb") as fh:
+        return fh.read(_SNIFF_BYTES)
+
+
+def sniff_kineto(path: Path) -> tuple[bool, int | None, str]:
+    """(is a Kineto chrome trace, distributedInfo.rank if it is in the head, why not a trace).
+
+    Kineto writes schemaVersion, deviceProperties and distributedInfo before traceEvents, so the head suffices.
+    A .gz that does not decompress is reported as a trace (the reader then names the exact problem).
+    """
+    try:
+        head = _trace_head(path)
+    except (OSError, EOFError, zlib.error):
+        if path.name.endswith(".gz"):
+            return True, None, ""
+        return False, None, f"{path.name}: unreadable"
+    body = head.lstrip(b" \t\r\n\xef\xbb\xbf")
+    if not body.startswith(b"{") or not any(k in head for k in _KINETO_KEYS):
+        return False, None, f"{path.name} is not a PyTorch/Kineto trace (no traceEvents)"
+    m = _DIST_RANK.search(head)
+    return True, (int(m.group(1)) if m else None), ""
+
+
+def _kineto_ranks(d: Path, filenames: list[str], rejected: list[str]) -> list[RankSource]:
+    """One rank per Kineto trace file in this directory (``*.json`` / ``*.json.gz``, sniffed, not parsed)."""
+    out = []
+    for f in sorted(filenames):
+        if not f.endswith(_TRACE_SUFFIXES):
+            continue
+        ok, _, why = sniff_kineto(d / f)
+        if ok:
+            out.append(RankSource(path=d / f, kind="kineto", files={"kineto_trace": d / f}))
+        elif why:
+            rejected.append(why)
+    return out
+
+
+def _kineto_rank_of(rs: RankSource) -> tuple[int | None, str]:
+    path = rs.files["kineto_trace"]
+    _, rank, _ = sniff_kineto(path)
+    if rank is not None:
+        return rank, f"distributedInfo.rank in {path.name}"
+    m = _TRACE_NAME_RANK.search(path.name)
+    if m:
+        return int(m.group(1)), f"file name {path.name}"
+    return None, ""
+
+
 def _read_json_quiet(path: Path) -> dict | None:
     try:
         with open(path, "rb") as fh:
@@ -171,6 +242,8 @@ def _read_json_quiet(path: Path) -> dict | None:
 
 
 def _rank_of(rs: RankSource) -> tuple[int | None, str]:
+    if rs.kind == "kineto":
+        return _kineto_rank_of(rs)
     info = rs.files.get("profiler_info")
     if info is not None:
         m = _INFO_FILE.match(info.name)

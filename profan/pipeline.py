@@ -8,7 +8,7 @@ from pathlib import Path
 
 import polars as pl
 
-from profan.analyses import bandwidth, comm, crossrank, imbalance, steps
+from profan.analyses import bandwidth, comm, crossrank, imbalance, steps, trace_steps
 from profan.analyses import boundness as bound
 from profan.analyses import breakdown as bd
 from profan.discover import discover
@@ -70,14 +70,16 @@ def build_report(ranks: list[RankData], pack: RulePack, *, root: Path, fmt: str,
     findings += comm_findings
     xr_tables, xr_findings, xr_notes = crossrank.cross_rank_section(ranks, step_tab, pack)
     findings += xr_findings
+    tr_tables, tr_findings, tr_notes = trace_steps.trace_section(ranks, pack)
+    findings += tr_findings
     all_warnings = list(warnings)
     for r in ranks:
         all_warnings += [f"rank {r.rank}: {w}" for w in r.warnings]
-    notes = [*notes, *comm_notes, *xr_notes]
-    if any(r.groups is not None and not r.has_pipe_ratios for r in ranks):
+    notes = [*notes, *comm_notes, *xr_notes, *tr_notes]
+    no_pipes = [r for r in ranks if r.groups is not None and not r.has_pipe_ratios and r.kernel_locator == "lines"]
+    if no_pipes:
         notes.append("kernel boundness not assessed for ranks whose kernel_details.csv has no PipeUtilization "
-                     "ratios: " + ", ".join(str(r.rank) for r in ranks
-                                            if r.groups is not None and not r.has_pipe_ratios))
+                     "ratios: " + ", ".join(str(r.rank) for r in no_pipes))
     if not any(r.groups is not None for r in ranks):
         notes.append("no kernel_details.csv / op_summary found: no per-kernel breakdown")
     source = {
@@ -90,7 +92,7 @@ def build_report(ranks: list[RankData], pack: RulePack, *, root: Path, fmt: str,
     }
     tables = {"breakdown": breakdown, "steps": step_tab, "top_kernels": bd.top_kernels(ranks),
               "boundness": bound_tab, "communication": comm_tab,
-              **comm_tables, **xr_tables}
+              **comm_tables, **xr_tables, **tr_tables}
     tables = {k: v for k, v in tables.items() if isinstance(v, pl.DataFrame) and not v.is_empty()}
     return Report(source=source, findings=number_findings(findings), tables=tables, warnings=all_warnings,
                   notes=notes, meta={"profan": __version__, "rule_files": pack.files,

@@ -48,6 +48,13 @@ class RankData:
     metadata: ascend_meta.Metadata | None = None
     collectives: pl.DataFrame | None = None  # communication ops in order, with group/seq (profan.collectives)
     windows: pl.DataFrame | None = None  # kernels in each op's pre-collective window (profan.collectives)
+    # Where `groups.lines` point: "lines" (CSV line numbers of files[kernel_file]) or "events" (chrome-trace event
+    # indexes, for Kineto traces). Analyses cite kernel evidence through analyses.common.cite_kernels.
+    kernel_locator: str = "lines"
+    kernel_file: str = "kernel_details"
+    trace_steps: pl.DataFrame | None = None  # per-step Computing/Communication/Free from trace device lanes
+    trace_comm: pl.DataFrame | None = None  # Kineto communication events (NCCL kernels, c10d ops, annotations)
+    trace_links: pl.DataFrame | None = None  # trace_view HCCL plane tasks per plane / transport / link type
     rows_read: dict[str, int] = field(default_factory=dict)
     rows_skipped: dict[str, int] = field(default_factory=dict)
     warnings: list[str] = field(default_factory=list)
@@ -147,6 +154,14 @@ def load_rank(rs: RankSource, root: Path, pack: RulePack) -> RankData:
             rd.rows_skipped["communication_matrix"] = skipped
             rd.warnings.append(f"{rd.files['communication_matrix']}: skipped {skipped} entries of unexpected shape")
     _load_collectives(rd, rs, pack)
+    if "kineto_trace" in rs.files:
+        from profan.sources import kineto
+
+        kineto.load_rank_trace(rd, rs.files["kineto_trace"], pack)
+    if "trace_view" in rs.files:
+        from profan.sources import trace_view
+
+        trace_view.load_rank_trace(rd, rs.files["trace_view"])
     platform = ascend_device.platform_version(rs.path)
     if platform is not None:
         rd.info["platform_version"] = platform

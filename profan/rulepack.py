@@ -15,7 +15,7 @@ import tomllib
 from profan.errors import ProfanInputError
 from profan.paths import rules_dir
 
-MATCH_FIELDS = ("op", "name", "type", "core")
+MATCH_FIELDS = ("op", "name", "type", "core", "context")  # context: the CPU op that launched a GPU kernel (traces)
 
 
 @dataclass(frozen=True)

@@ -70,6 +70,15 @@ def _check_pointer_evidence(root, ev, finding):
             assert p.startswith(f"/step{ev.select['step']}/")
 
 
+def _check_overlap_evidence(root, ev, finding):
+    """trace_view.json events: Overlap Analysis lane events (by process_name), the largest of the step's."""
+    events = json.loads((root / ev.file).read_text(encoding="utf-8"))
+    procs = {e["pid"]: e["args"]["name"] for e in events if e.get("ph") == "M" and e["name"] == "process_name"}
+    cited = [events[i] for i in ev.events]
+    assert all(e["ph"] == "X" and procs[e["pid"]] == "Overlap Analysis" for e in cited), finding.id
+    assert [e["dur"] for e in cited] == sorted((e["dur"] for e in cited), reverse=True)
+
+
 @pytest.mark.parametrize("folder", FOLDERS)
 def test_every_finding_is_backed_by_its_rows(folder):
     root = ASCEND / folder
@@ -85,6 +94,8 @@ def test_every_finding_is_backed_by_its_rows(folder):
                 _check_kernel_evidence(root, ev, f)
             elif src == "step_trace_time":
                 _check_step_trace_evidence(root, ev, f)
+            elif src == "trace_view":
+                _check_overlap_evidence(root, ev, f)
             elif ev.pointers:
                 _check_pointer_evidence(root, ev, f)
             else:

@@ -8,8 +8,7 @@ from __future__ import annotations
 
 import polars as pl
 
-from profan.analyses.common import ms, pct, top_lines
-from profan.evidence import MAX_CITED, cite_lines
+from profan.analyses.common import cite_kernels, ms, pct
 from profan.findings import Finding
 from profan.rankmap import RankData
 from profan.rulepack import RulePack
@@ -100,8 +99,8 @@ def boundness_findings(ranks: list[RankData], table: pl.DataFrame, pack: RulePac
             metrics={"dominant_pipe": row["dominant_pipe"], "dominant_ratio": round(row["dominant_ratio"], 4),
                      "time_us": round(row["time_us"], 3), "calls": row["count"],
                      **{p: round(row[p], 4) for p in PIPES if p in row and row[p] is not None}},
-            evidence=(cite_lines(r.files["kernel_details"], top_lines(rows, MAX_CITED), int(row["count"]),
-                                 {"source": "kernel_details", "op": row["op"],
-                                  "input_shapes": row["input_shapes"], "bucket_not": "communication"},
-                                 values={"time_us": round(row["time_us"], 3)}),)))
+            evidence=(cite_kernels(r, rows, int(row["count"]),
+                                   {"source": "kernel_details", "op": row["op"],
+                                    "input_shapes": row["input_shapes"], "bucket_not": "communication"},
+                                   values={"time_us": round(row["time_us"], 3)}),)))
     return out

@@ -4,9 +4,8 @@ from __future__ import annotations
 
 import polars as pl
 
-from profan.analyses.common import ms, pct, top_lines
+from profan.analyses.common import cite_kernels, ms, pct
 from profan.classify import UNCLASSIFIED
-from profan.evidence import MAX_CITED, cite_lines
 from profan.findings import Finding
 from profan.rankmap import RankData
 from profan.rulepack import RulePack
@@ -62,7 +61,6 @@ def step_breakdown_findings(ranks: list[RankData], pack: RulePack) -> list[Findi
     chk = pack.check("step-breakdown")
     out: list[Finding] = []
     for r in _kernel_ranks(ranks):
-        file = r.files["kernel_details"]
         for (step,), g in r.groups.group_by(["step"], maintain_order=True):
             total = float(g["time_us"].sum())
             if total <= 0:
@@ -77,9 +75,10 @@ def step_breakdown_findings(ranks: list[RankData], pack: RulePack) -> list[Findi
                 if share < chk["min_share"] and b != UNCLASSIFIED:
                     continue
                 parts.append(f"{b} {pct(share)}")
-                evidence.append(cite_lines(file, top_lines(g.filter(pl.col("bucket") == b), MAX_CITED), int(n),
-                                           _step_select(step, bucket=b), values={"time_us": round(t, 3)}))
-            step_txt = f"step {step}" if step is not None else "the profile (no steps)"
+                evidence.append(cite_kernels(r, g.filter(pl.col("bucket") == b), int(n),
+                                             _step_select(step, bucket=b), values={"time_us": round(t, 3)}))
+            step_txt = (f"step {step}" if step is not None else "outside any ProfilerStep"
+                        if r.info.get("steps") else "the profile (no steps)")
             out.append(Finding(
                 check=chk.id, severity="info", rank=r.rank, step=step,
                 title=f"Rank {r.rank}, {step_txt}: {parts[0] if parts else ''} of summed kernel time",
@@ -94,7 +93,6 @@ def coverage_findings(ranks: list[RankData], pack: RulePack) -> list[Finding]:
     out: list[Finding] = []
     unc, aicpu = pack.check("unclassified-time"), pack.check("ai-cpu-ops")
     for r in _kernel_ranks(ranks):
-        file = r.files["kernel_details"]
         total = float(r.groups["time_us"].sum())
         u = r.groups.filter(pl.col("bucket") == UNCLASSIFIED)
         ut = float(u["time_us"].sum())
@@ -108,9 +106,9 @@ def coverage_findings(ranks: list[RankData], pack: RulePack) -> list[Finding]:
                          f"{int(u['count'].sum())} rows matches no bucket rule (largest: {', '.join(ops)}). "
                          "Add rules with --rules to classify it."),
                 metrics={"unclassified_us": round(ut, 3), "share": round(ut / total, 4)},
-                evidence=(cite_lines(file, top_lines(u, MAX_CITED), int(u["count"].sum()),
-                                     {"source": "kernel_details", "bucket": UNCLASSIFIED},
-                                     values={"time_us": round(ut, 3)}),)))
+                evidence=(cite_kernels(r, u, int(u["count"].sum()),
+                                       {"source": "kernel_details", "bucket": UNCLASSIFIED},
+                                       values={"time_us": round(ut, 3)}),)))
         a = r.groups.filter(pl.col("core") == "AI_CPU")
         at = float(a["time_us"].sum())
         if total > 0 and a.height:
@@ -122,7 +120,7 @@ def coverage_findings(ranks: list[RankData], pack: RulePack) -> list[Finding]:
                 message=(f"Rank {r.rank}: {int(a['count'].sum())} kernel(s) ran on the AI CPU "
                          f"({', '.join(ops)}), {at:,.2f} µs = {pct(at / total)} of summed kernel time."),
                 metrics={"ai_cpu_us": round(at, 3), "share": round(at / total, 5), "kernels": int(a["count"].sum())},
-                evidence=(cite_lines(file, top_lines(a, MAX_CITED), int(a["count"].sum()),
-                                     {"source": "kernel_details", "core": "AI_CPU"},
-                                     values={"time_us": round(at, 3)}),)))
+                evidence=(cite_kernels(r, a, int(a["count"].sum()),
+                                       {"source": "kernel_details", "core": "AI_CPU"},
+                                       values={"time_us": round(at, 3)}),)))
     return out

@@ -31,3 +31,17 @@ def fmt_ranks(ranks: list[int]) -> str:
     if len(ranks) > 2 and ranks == list(range(ranks[0], ranks[-1] + 1)):
         return f"{ranks[0]}–{ranks[-1]}"
     return ", ".join(str(r) for r in ranks)
+
+
+def cite_kernels(r, groups: pl.DataFrame, row_count: int, select: dict, k: int | None = None, **kw):
+    """Evidence on a rank's kernel rows, in the locator kind of its kernel source.
+
+    ``groups.lines`` holds CSV line numbers of ``kernel_details.csv`` for Ascend ranks and event indexes of the
+    trace for Kineto ranks (``RankData.kernel_locator``); this is the one place that tells them apart.
+    """
+    from profan.evidence import MAX_CITED, cite_events, cite_lines
+
+    locs = top_lines(groups, k or MAX_CITED)
+    cite = cite_events if getattr(r, "kernel_locator", "lines") == "events" else cite_lines
+    kfile = getattr(r, "kernel_file", "kernel_details")
+    return cite(r.files[kfile], locs, row_count, {**select, "source": kfile}, **kw)

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import polars as pl
 
-from profan.analyses.common import ms, pct, top_lines
+from profan.analyses.common import cite_kernels, ms, pct
 from profan.evidence import cite_lines
 from profan.findings import Finding
 from profan.rankmap import RankData
@@ -103,10 +103,9 @@ def reconcile_findings(ranks: list[RankData], steps: pl.DataFrame, pack: RulePac
                 evidence=(cite_lines(row["file"], [row["src_line"]], 1,
                                      {"source": "step_trace_time", "step": row["step"]},
                                      values={"Computing": comp}),
-                          cite_lines(r.files["kernel_details"],
-                                     top_lines(r.groups.filter(pl.col("bucket") != "communication"), 20), n,
-                                     {"source": "kernel_details", "step": row["step"],
-                                      "bucket_not": "communication"},
-                                     values={"time_us": round(k_us, 3)}))))
+                          cite_kernels(r, r.groups.filter(pl.col("bucket") != "communication"), n,
+                                       {"source": "kernel_details", "step": row["step"],
+                                        "bucket_not": "communication"},
+                                       values={"time_us": round(k_us, 3)}))))
     return out
 

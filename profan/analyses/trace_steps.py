@@ -1,0 +1,177 @@
+"""Step time split from chrome traces: device idle and exposed communication on GPU ranks, and the cross-check of
+Ascend ``trace_view.json`` Overlap Analysis lanes against ``step_trace_time.csv``.
+
+GPU (Kineto) ranks have no step_trace_time.csv; their split is computed from the device lanes by interval union
+(``sources.kineto.device_split``) and judged with the same checks and thresholds as the Ascend file's.
+"""
+
+from __future__ import annotations
+
+import polars as pl
+
+from profan.analyses.common import ms, pct
+from profan.classify import UNCLASSIFIED
+from profan.evidence import cite_events, cite_lines
+from profan.findings import Finding
+from profan.rankmap import RankData
+from profan.rulepack import RulePack
+
+LANES = {"computing_us": "Computing", "comm_not_overlapped_us": "Communication(Not Overlapped)",
+         "free_us": "Free", "communication_us": "Communication"}
+
+
+def _trace_file(r: RankData) -> str | None:
+    return r.files.get("kineto_trace") or r.files.get("trace_view")
+
+
+def trace_step_table(ranks: list[RankData]) -> pl.DataFrame:
+    parts = []
+    for r in ranks:
+        if r.trace_steps is None or r.trace_steps.is_empty():
+            continue
+        t = r.trace_steps
+        if "source" not in t.columns:
+            t = t.with_columns(pl.lit("device_lanes").alias("source"))
+        parts.append(t.with_columns(pl.lit(r.rank, pl.Int64).alias("rank"), pl.lit(_trace_file(r)).alias("file")))
+    if not parts:
+        return pl.DataFrame()
+    df = pl.concat(parts, how="diagonal_relaxed")
+    first = ["rank", "source", "scope", "step", "step_us", "computing_us", "comm_not_overlapped_us", "free_us"]
+    return df.select(*first, *[c for c in df.columns if c not in first]).sort("rank", "scope", "step",
+                                                                                nulls_last=True)
+
+
+def _sev(value: float, chk) -> str | None:
+    if value >= chk["critical_share"]:
+        return "critical"
+    if value >= chk["warning_share"]:
+        return "warning"
+    return None
+
+
+def share_findings(table: pl.DataFrame, pack: RulePack) -> list[Finding]:
+    """Device idle and exposed communication per step of GPU ranks (whole trace when it has no ProfilerStep)."""
+    out: list[Finding] = []
+    if table.is_empty():
+        return out
+    dev = table.filter(pl.col("source") == "device_lanes")
+    specs = (("exposed-communication", "comm_not_overlapped_us", "communication not overlapped with compute"),
+             ("device-idle", "free_us", "GPU idle"))
+    for (rank,), g in dev.group_by(["rank"], maintain_order=True):
+        rows = g.filter(pl.col("scope") == "step")
+        if rows.is_empty():
+            rows = g.filter(pl.col("scope") == "trace")
+        for row in rows.iter_rows(named=True):
+            if not row["step_us"]:
+                continue
+            for check_id, col, what in specs:
+                chk = pack.check(check_id)
+                share = row[col] / row["step_us"]
+                sev = _sev(share, chk)
+                if sev is None:
+                    continue
+                where = f"step {row['step']}" if row["scope"] == "step" else "the whole trace (no ProfilerStep)"
+                locs = [e for e in (row["step_event"], row["gpu_step_event"]) if e is not None] if row[
+                    "scope"] == "step" else [row["first_event"], row["last_event"]]
+                note = ("the ProfilerStep annotation(s) of this step" if row["scope"] == "step"
+                        else "the first and the last device event: they bound the span")
+                out.append(Finding(
+                    check=check_id, severity=sev, rank=rank, step=row["step"],
+                    title=f"Rank {rank}, {where}: {what} for {pct(share)} of the GPU span",
+                    message=(f"Rank {rank}, {where}: {LANES[col]} is {ms(row[col])} of the {ms(row['step_us'])} "
+                             f"span from the first to the last device event ({pct(share)}); Computing "
+                             f"{ms(row['computing_us'])}, Communication(Not Overlapped) "
+                             f"{ms(row['comm_not_overlapped_us'])}, Free {ms(row['free_us'])} — computed by "
+                             f"interval union over {row['events']} kernel/memcpy/memset events."),
+                    metrics={col: round(row[col], 3), "step_us": round(row["step_us"], 3), "share": round(share, 4),
+                             "events": row["events"]},
+                    evidence=(cite_events(row["file"], locs, row["events"],
+                                          {"source": "kineto_trace", "scope": row["scope"], "step": row["step"],
+                                           "cat": ["kernel", "gpu_memcpy", "gpu_memset"]},
+                                          note=note, values={LANES[col]: round(row[col], 3)}),)))
+    return out
+
+
+def overlap_check(ranks: list[RankData], pack: RulePack) -> tuple[pl.DataFrame, list[Finding]]:
+    """Overlap-Analysis lanes of trace_view.json vs step_trace_time.csv, per rank, step and lane."""
+    chk = pack.check("trace-vs-step-trace")
+    rows, findings = [], []
+    for r in ranks:
+        t = r.trace_steps
+        if t is None or t.is_empty() or r.steps is None or r.steps.is_empty() or "source" not in t.columns:
+            continue
+        t = t.filter(pl.col("source") == "overlap_analysis")
+        j = t.join(r.steps, on="step", how="inner", suffix="_csv", nulls_equal=True)
+        for row in j.iter_rows(named=True):
+            diffs = {}
+            for col, lane in LANES.items():
+                a, b = row[col], row.get(f"{col}_csv")
+                if b is None:
+                    continue
+                rel = abs(a - b) / abs(b) if b else abs(a - b)
+                diffs[lane] = rel
+                rows.append({"rank": r.rank, "step": row["step"], "lane": lane, "trace_view_us": a,
+                             "step_trace_time_us": b, "rel_diff": rel})
+            if not diffs:
+                continue
+            worst = max(diffs, key=lambda k: diffs[k])
+            ok = diffs[worst] <= chk["tolerance"]
+            lanes = ", ".join(f"{lane} {ms(row[c])}" for c, lane in LANES.items() if lane in diffs)
+            findings.append(Finding(
+                check=chk.id, severity="info" if ok else "warning", rank=r.rank, step=row["step"],
+                title=(f"Rank {r.rank}, step {row['step']}: trace_view Overlap Analysis "
+                       f"{'agrees with' if ok else 'disagrees with'} step_trace_time.csv"),
+                message=(f"Rank {r.rank}, step {row['step']}: summing the Overlap Analysis lanes of trace_view.json "
+                         f"gives {lanes}; the largest difference to step_trace_time.csv is {worst} "
+                         f"({100 * diffs[worst]:.4f}%, tolerance {100 * chk['tolerance']:.2f}%)."
+                         + ("" if ok else " The two files disagree: one was trimmed or re-exported.")),
+                metrics={"max_rel_diff": round(diffs[worst], 8), "lane": worst},
+                evidence=(cite_lines(r.files["step_trace_time"], [row["src_line"]], 1,
+                                     {"source": "step_trace_time", "step": row["step"]}),
+                          cite_events(r.files["trace_view"], row["top_events"], row["events"],
+                                      {"source": "trace_view", "process": "Overlap Analysis", "step": row["step"]},
+                                      values={c: round(row[c], 3) for c in LANES}))))
+    return pl.DataFrame(rows) if rows else pl.DataFrame(), findings
+
+
+def comm_tables(ranks: list[RankData]) -> dict[str, pl.DataFrame]:
+    comm, links = [], []
+    for r in ranks:
+        f = _trace_file(r)
+        if r.trace_comm is not None and not r.trace_comm.is_empty():
+            comm.append(r.trace_comm.with_columns(pl.lit(r.rank, pl.Int64).alias("rank"), pl.lit(f).alias("file")))
+        if r.trace_links is not None and not r.trace_links.is_empty():
+            links.append(r.trace_links.with_columns(pl.lit(r.rank, pl.Int64).alias("rank"), pl.lit(f).alias("file")))
+    out = {}
+    if comm:
+        out["trace_communication"] = pl.concat(comm, how="diagonal_relaxed")
+    if links:
+        out["hccl_links"] = pl.concat(links, how="diagonal_relaxed")
+    return out
+
+
+def trace_notes(ranks: list[RankData]) -> list[str]:
+    notes = []
+    kin = [r for r in ranks if r.kind == "kineto" and r.groups is not None]
+    if kin:
+        parts = []
+        for r in kin:
+            total = float(r.groups["time_us"].sum())
+            unc = float(r.groups.filter(pl.col("bucket") == UNCLASSIFIED)["time_us"].sum())
+            parts.append(f"rank {r.rank} {pct(unc / total) if total else 'n/a'}")
+        notes.append("share of device time matching no bucket rule (Kineto traces): " + ", ".join(parts))
+        for r in kin:
+            notes += [f"rank {r.rank}: {n}" for n in r.info.get("trace_notes", [])]
+        world = {r.info.get("world_size") for r in kin} - {None}
+        if world and max(world) > len(kin):
+            notes.append(f"{len(kin)} of {max(world)} ranks (distributedInfo.world_size) are present: "
+                         "cross-rank comparison covers only these")
+    return notes
+
+
+def trace_section(ranks: list[RankData], pack: RulePack) -> tuple[dict[str, pl.DataFrame], list[Finding], list[str]]:
+    """Tables, findings and notes from chrome traces, for build_report."""
+    table = trace_step_table(ranks)
+    check_tab, check_findings = overlap_check(ranks, pack)
+    tables = {"trace_steps": table, "trace_vs_step_trace": check_tab, **comm_tables(ranks)}
+    return tables, [*share_findings(table, pack), *check_findings], trace_notes(ranks)

@@ -1,0 +1,83 @@
+"""Parquet cache of parsed chrome traces, so a second analysis of the same files is near-instant.
+
+Why: parsing is the only step whose cost grows with the trace (seconds per GB); everything after it works on the
+parsed table. The key is the file's absolute path, size and mtime plus the table schema version and the reader
+variant, so an edited, replaced or re-exported trace is never served stale, and a new profan version with another
+table shape never reads an old entry.
+
+Location: ``$PROFAN_CACHE_DIR``, else ``$XDG_CACHE_HOME/profan``, else ``~/.cache/profan``. Set ``PROFAN_NO_CACHE=1``
+(or ``PROFAN_CACHE_DIR=off``) to disable it. A cache that cannot be written (read-only home, full disk) is skipped
+silently: caching is an optimisation, never a reason to fail.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import shutil
+import tempfile
+from collections.abc import Callable
+from pathlib import Path
+
+import polars as pl
+
+from profan.sources.chrome_trace import Trace
+
+SCHEMA_VERSION = 1  # bump when the event/detail table shape or meaning changes
+
+
+def cache_dir() -> Path | None:
+    if os.environ.get("PROFAN_NO_CACHE", "").strip() not in ("", "0"):
+        return None
+    env = os.environ.get("PROFAN_CACHE_DIR")
+    if env is not None:
+        return None if env.strip().lower() in ("", "off", "none", "0") else Path(env)
+    base = os.environ.get("XDG_CACHE_HOME") or str(Path.home() / ".cache")
+    return Path(base) / "profan"
+
+
+def key(path: Path, variant: str) -> str:
+    st = path.stat()
+    raw = json.dumps([str(path.resolve()), st.st_size, st.st_mtime_ns, SCHEMA_VERSION, variant])
+    return hashlib.sha256(raw.encode()).hexdigest()[:32]
+
+
+def _load(entry: Path, path: Path) -> Trace | None:
+    try:
+        meta = json.loads((entry / "meta.json").read_text(encoding="utf-8"))
+        events = pl.read_parquet(entry / "events.parquet")
+        details = pl.read_parquet(entry / "details.parquet")
+    except (OSError, ValueError, pl.exceptions.PolarsError):
+        return None
+    return Trace(path=path, events=events, details=details, layout=meta["layout"], meta=meta["meta"])
+
+
+def _store(entry: Path, tr: Trace) -> None:
+    tmp: Path | None = None
+    try:
+        entry.parent.mkdir(parents=True, exist_ok=True)
+        tmp = Path(tempfile.mkdtemp(prefix=".tmp-", dir=entry.parent))
+        tr.events.write_parquet(tmp / "events.parquet", compression="zstd")
+        tr.details.write_parquet(tmp / "details.parquet", compression="zstd")
+        (tmp / "meta.json").write_text(json.dumps({"layout": tr.layout, "meta": tr.meta, "source": str(tr.path)}),
+                                       encoding="utf-8")
+        os.replace(tmp, entry)  # atomic: a concurrent reader sees a whole entry or none
+    except OSError:
+        if tmp is not None:
+            shutil.rmtree(tmp, ignore_errors=True)
+
+
+def cached_parse(path: Path, variant: str, parse: Callable[[Path], Trace]) -> tuple[Trace, bool]:
+    """(trace, served from cache). ``variant`` names the reader options (row filter) that shaped the table."""
+    base = cache_dir()
+    if base is None:
+        return parse(path), False
+    entry = base / "traces" / key(path, variant)
+    if entry.is_dir():
+        hit = _load(entry, path)
+        if hit is not None:
+            return hit, True
+    tr = parse(path)
+    _store(entry, tr)
+    return tr, False

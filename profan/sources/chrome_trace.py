@@ -1,0 +1,283 @@
+"""One reader for chrome-trace JSON: PyTorch/Kineto ``{"traceEvents": [...]}`` and Ascend ``trace_view.json``.
+
+Why this shape: the stdlib ``json`` + one Python dict per event costs ~1 KB and ~10 µs per event, which does not
+scale to GB traces. Here the file is read once into one ``bytes`` buffer; msgspec splits the event array into raw
+byte spans without building Python objects for the events (``list[msgspec.Raw]``, zero-copy views into the
+buffer), and each chunk of spans becomes newline-delimited JSON that polars parses natively, keeping only the
+fields profan uses. Every event keeps ``event_idx``, its position in the event array — the evidence locator.
+
+Tolerated variants (format reference kineto-traces.md §3, ascend-formats.md §3): compact or pretty-printed JSON,
+``.json.gz``, ``ts`` as string/int/float, ``pid``/``tid`` as int or string, unsorted events, integers beyond int64
+in fields profan does not read (they are skipped unparsed), missing ``distributedInfo``/``deviceProperties``.
+"""
+
+from __future__ import annotations
+
+import gzip
+import json
+import zlib
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import msgspec
+import polars as pl
+
+from profan.errors import ProfanInputError
+
+CHUNK_EVENTS = 250_000  # events per polars parse; bounds the transient NDJSON copy to ~50 MB
+BLOCK = 16 << 20  # read/decompress block
+_FLATTEN = bytes.maketrans(b"\r\n", b"  ")  # raw line breaks are only whitespace in valid JSON
+
+# event args profan reads: JSON key -> column name. Everything else in args is skipped unparsed.
+ARGS: dict[str, str] = {
+    "name": "arg_name",  # M events: process_name / thread_name value
+    "labels": "arg_labels",  # M process_labels ("CPU", "GPU 0", "NPU")
+    "sort_index": "arg_sort_index",
+    "External id": "ext_id",
+    "correlation": "correlation",
+    "stream": "stream",
+    "device": "device",
+    "Input Dims": "input_dims",
+    "Collective name": "coll_name",
+    "In msg nelems": "in_nelems",
+    "Out msg nelems": "out_nelems",
+    "Group size": "group_size",
+    "dtype": "dtype",
+    "Process Group Name": "pg_name",
+    "Process Group Description": "pg_desc",
+    "Process Group Ranks": "pg_ranks",
+    "bytes": "bytes",
+    # Ascend trace_view.json (HCCL lanes, hardware tasks)
+    "Task Type": "task_type",
+    "transport type": "transport_type",
+    "link type": "link_type",
+    "size(Byte)": "size_bytes",
+    "bandwidth(GB/s)": "bandwidth_gbps",
+    "src rank": "src_rank",
+    "dst rank": "dst_rank",
+    "data_type": "data_type",
+    "alg_type": "alg_type",
+    "count": "count",
+    "task type": "hccl_task_type",
+}
+INT_ARGS = ("ext_id", "correlation", "stream", "device", "in_nelems", "out_nelems", "group_size", "bytes",
+            "arg_sort_index", "src_rank", "dst_rank")
+FLOAT_ARGS = ("size_bytes", "bandwidth_gbps")
+
+# Pass 1 reads every event's core fields; pass 2 reads the full ``ARGS`` only for the few events that carry them
+# (device activity, metadata, communication ops, Ascend device lanes) — declared fields cost parse time.
+_CORE_ARGS = {"name": "arg_name", "External id": "ext_id", "correlation": "correlation"}
+_CORE_SCHEMA = {
+    "ph": pl.String, "cat": pl.String, "name": pl.String, "pid": pl.String, "tid": pl.String,
+    "ts": pl.String, "dur": pl.String, "args": pl.Struct({k: pl.String for k in _CORE_ARGS}),
+}
+_DETAIL_SCHEMA = {"args": pl.Struct({k: pl.String for k in ARGS})}
+DETAIL_CATS = ("kernel", "Kernel", "gpu_memcpy", "gpu_memset", "gpu_user_annotation")
+COMM_NAME = r"^(c10d::|record_param_comms|nccl:|gloo:|ncclKernel|ncclDevKernel)"
+
+CORE_COLUMNS = ["event_idx", "ph", "cat", "name", "pid", "tid", "ts_us", "dur_us", *_CORE_ARGS.values()]
+
+
+def needs_detail() -> pl.Expr:
+    """Events whose full args profan reads: device activity, metadata, communication, and uncategorised
+    device-lane events (Ascend trace_view: hardware tasks, HCCL ops and planes)."""
+    return (pl.col("cat").is_in(DETAIL_CATS) | (pl.col("ph") == "M")
+            | pl.col("name").cast(pl.String).str.contains(COMM_NAME)
+            | (pl.col("cat").is_null() & (pl.col("ph") == "X")))
+
+
+def default_keep() -> pl.Expr:
+    """Rows kept by default: complete and metadata events (flows, instants and counters are not used)."""
+    return pl.col("ph").is_in(["X", "M"])
+
+
+@dataclass
+class Trace:
+    """A parsed trace: the event table, the full args of the events that carry them, and the top-level fields
+    next to ``traceEvents`` (Kineto only).
+
+    ``events`` has one row per kept event (``CORE_COLUMNS``); ``details`` has ``event_idx`` plus the remaining
+    ``ARGS`` columns for the events ``needs_detail`` selects. Keeping them apart avoids widening millions of CPU
+    rows with columns only device and communication events use; ``with_details`` joins them for a subset.
+    """
+
+    path: Path
+    events: pl.DataFrame
+    details: pl.DataFrame
+    layout: str  # "object" ({"traceEvents": …}) | "array" (bare array, Ascend trace_view.json)
+    meta: dict[str, Any] = field(default_factory=dict)  # distributedInfo, deviceProperties, schemaVersion, …
+
+    def with_details(self, frame: pl.DataFrame) -> pl.DataFrame:
+        return frame.join(self.details, on="event_idx", how="left")
+
+
+class _Top(msgspec.Struct):
+    traceEvents: list[msgspec.Raw] | None = None
+    distributedInfo: msgspec.Raw = msgspec.Raw(b"null")
+    deviceProperties: msgspec.Raw = msgspec.Raw(b"null")
+    schemaVersion: msgspec.Raw = msgspec.Raw(b"null")
+    traceName: msgspec.Raw = msgspec.Raw(b"null")
+
+
+_ARRAY = msgspec.json.Decoder(list[msgspec.Raw])
+_OBJECT = msgspec.json.Decoder(_Top)
+
+
+def _gzip_size_hint(fh) -> int:
+    """Uncompressed size from the gzip trailer (exact below 4 GiB, a hint above)."""
+    fh.seek(-4, 2)
+    size = int.from_bytes(fh.read(4), "little")
+    fh.seek(0)
+    return size
+
+
+def read_bytes(path: Path) -> bytearray:
+    """The file's JSON text in one buffer, line breaks flattened to spaces; ``.gz`` is decompressed.
+
+    Filled block by block into one preallocated buffer, so peak memory is the text size plus one block.
+    """
+    try:
+        with open(path, "rb") as fh:
+            gz = path.name.endswith(".gz")
+            if gz and fh.read(2) != b"\x1f\x8b":
+                raise ProfanInputError(path, "named .gz but is not gzip-compressed (no gzip header)")
+            size = _gzip_size_hint(fh) if gz else path.stat().st_size
+            src = gzip.GzipFile(fileobj=fh) if gz else fh
+            try:
+                return _fill(src, size)
+            except EOFError:
+                raise ProfanInputError(path, "gzip stream is truncated (file cut off)") from None
+            except (zlib.error, gzip.BadGzipFile) as exc:
+                raise ProfanInputError(path, f"corrupt gzip data: {exc}") from None
+    except OSError as exc:
+        raise ProfanInputError(path, f"cannot read: {exc.strerror or exc}") from None
+
+
+def _fill(src, size: int) -> bytearray:
+    buf = bytearray(max(size, 1) + 1)
+    n = 0
+    while True:
+        if n == len(buf):
+            buf.extend(bytes(len(buf) // 2 + BLOCK))
+        with memoryview(buf) as mv:
+            k = src.readinto(mv[n:n + BLOCK])
+            if not k:
+                break
+            if buf.find(b"\n", n, n + k) != -1 or buf.find(b"\r", n, n + k) != -1:
+                mv[n:n + k] = bytes(mv[n:n + k]).translate(_FLATTEN)
+        n += k
+    del buf[n:]
+    return buf
+
+
+def _first_char(buf: bytes | bytearray) -> bytes:
+    for i in range(min(len(buf), 4096)):
+        c = buf[i:i + 1]
+        if c not in b" \t\r\n\xef\xbb\xbf":
+            return c
+    return buf.lstrip()[:1]
+
+
+def _raw_json(raw: msgspec.Raw) -> Any:
+    try:
+        return json.loads(bytes(raw)) if bytes(raw) != b"null" else None
+    except ValueError:
+        return None
+
+
+def split_events(path: Path, buf: bytes | bytearray) -> tuple[list[msgspec.Raw], str, dict[str, Any]]:
+    """The event array as raw spans, the layout, and the small top-level fields."""
+    first = _first_char(buf)
+    if not first:
+        raise ProfanInputError(path, "empty file: no trace events")
+    try:
+        if first == b"[":
+            return _ARRAY.decode(buf), "array", {}
+        if first == b"{":
+            top = _OBJECT.decode(buf)
+        else:
+            raise ProfanInputError(path, "not JSON: a chrome trace starts with '{' or '['")
+    except msgspec.DecodeError as exc:
+        msg = str(exc)
+        if "truncated" in msg:
+            raise ProfanInputError(path, "JSON is truncated (the file ends mid-document)") from None
+        raise ProfanInputError(path, f"invalid JSON trace: {msg}") from None
+    except msgspec.ValidationError as exc:
+        raise ProfanInputError(path, f"not a chrome trace: {exc}") from None
+    if top.traceEvents is None:
+        raise ProfanInputError(path, "JSON object has no 'traceEvents' array: not a chrome trace")
+    meta = {k: v for k in ("distributedInfo", "deviceProperties", "schemaVersion", "traceName")
+            if (v := _raw_json(getattr(top, k))) is not None}
+    return top.traceEvents, "object", meta
+
+
+def _ndjson(raws: list[msgspec.Raw], schema: dict) -> pl.DataFrame:
+    df = pl.read_ndjson(b"\n".join(raws), schema=schema)
+    if df.height != len(raws):  # a non-object element (e.g. null) would shift indexes: refuse rather than lie
+        raise ValueError(f"parsed {df.height} of {len(raws)} events")
+    return df
+
+
+def _number(col: str) -> pl.Expr:
+    """A JSON number or numeric string -> Float64 (``ts`` is a string of epoch µs in Ascend traces)."""
+    return pl.col(col).str.strip_chars(' "\t').cast(pl.Float64, strict=False)
+
+
+def _int(col: str) -> pl.Expr:
+    return _number(col).cast(pl.Int64, strict=False)
+
+
+def _core(df: pl.DataFrame, offset: int) -> pl.DataFrame:
+    return df.with_row_index("event_idx", offset=offset).select(
+        pl.col("event_idx").cast(pl.Int64), *[pl.col(c).cast(pl.Categorical) for c in ("ph", "cat", "pid", "tid")],
+        pl.col("name").cast(pl.Categorical), _number("ts").alias("ts_us"), _number("dur").alias("dur_us"),
+        pl.col("args").struct.field("name").alias("arg_name"),
+        pl.col("args").struct.field("External id").pipe(lambda e: e.str.strip_chars(' "')
+                                                        .cast(pl.Int64, strict=False)).alias("ext_id"),
+        pl.col("args").struct.field("correlation").pipe(lambda e: e.str.strip_chars(' "')
+                                                        .cast(pl.Int64, strict=False)).alias("correlation"),
+    )
+
+
+def _details(df: pl.DataFrame, idx: pl.Series) -> pl.DataFrame:
+    args = df.get_column("args").struct.unnest().rename(ARGS)
+    detail = [c for c in ARGS.values() if c not in _CORE_ARGS.values()]
+    return args.select(
+        *[_int(c) if c in INT_ARGS else _number(c) if c in FLOAT_ARGS else pl.col(c) for c in detail]
+    ).with_columns(idx.alias("event_idx"))
+
+
+def _empty_details() -> pl.DataFrame:
+    return pl.DataFrame(schema={"event_idx": pl.Int64, **{
+        c: pl.Int64 if c in INT_ARGS else pl.Float64 if c in FLOAT_ARGS else pl.String
+        for c in ARGS.values() if c not in _CORE_ARGS.values()}})
+
+
+def parse(path: Path, keep: pl.Expr | None = None) -> Trace:
+    """Parse one trace file: one ``events`` row per kept element of the event array, with its ``event_idx``.
+
+    ``keep`` filters rows (default: ``X`` and ``M`` events); the filter runs per chunk, so dropped events never
+    accumulate in memory.
+    """
+    path = Path(path)
+    buf = read_bytes(path)
+    raws, layout, meta = split_events(path, buf)
+    if not raws:
+        raise ProfanInputError(path, "trace has no events (empty event array)")
+    keep = default_keep() if keep is None else keep
+    parts, details = [], []
+    try:
+        for start in range(0, len(raws), CHUNK_EVENTS):
+            core = _core(_ndjson(raws[start:start + CHUNK_EVENTS], _CORE_SCHEMA), start).filter(keep)
+            want = core.filter(needs_detail())["event_idx"]
+            if want.len():
+                details.append(_details(_ndjson([raws[i] for i in want.to_list()], _DETAIL_SCHEMA), want))
+            parts.append(core)
+    except (ValueError, pl.exceptions.PolarsError) as exc:
+        raise ProfanInputError(path, f"events are not JSON objects of the chrome-trace shape: "
+                                     f"{str(exc).splitlines()[0]}") from None
+    del raws, buf
+    events = pl.concat(parts, rechunk=False) if len(parts) > 1 else parts[0]
+    detail = pl.concat(details) if details else _empty_details()
+    return Trace(path=path, events=events, details=detail, layout=layout, meta=meta)

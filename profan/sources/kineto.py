@@ -1,0 +1,337 @@
+"""Kineto (PyTorch profiler) semantics on top of the chrome-trace event table.
+
+What a Kineto trace means for profan (format reference kineto-traces.md §3):
+
+* **rank**: ``distributedInfo.rank``; else a number in the file name (``worker3_…``, ``rank3``); else 0, said so.
+* **steps**: ``ProfilerStep#N`` annotations (CPU ``user_annotation``; GPU-side ``gpu_user_annotation`` too).
+  A device event belongs to the step during which the CPU launched it (runtime event with the same
+  ``correlation``); without a launch record, to the GPU-side step span holding its start.
+* **device activity**: ``kernel``/``gpu_memcpy``/``gpu_memset`` events. A CPU-only trace has none; there the
+  top-level ``cpu_op`` events of the main thread (the thread holding the steps, else the busiest) stand in.
+* **context**: the CPU op that launched a kernel (same ``External id``, or via the launch's ``correlation``),
+  so rules can decide ambiguous names (an expert GEMM launched from ``vllm::moe_forward`` is MoE).
+* **collectives**: NCCL/RCCL kernels, ``c10d::*`` / ``record_param_comms`` cpu_ops and ``nccl:*`` / ``gloo:*``
+  annotations (gloo ones run on a worker thread and include waiting for peers).
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import polars as pl
+
+from profan.classify import classify
+from profan.sources.chrome_trace import Trace, parse
+
+DEVICE_CATS = ("kernel", "Kernel", "gpu_memcpy", "gpu_memset")
+KEEP_CATS = ("cpu_op", "user_annotation", "gpu_user_annotation", "cuda_runtime", "cuda_driver", "Runtime",
+             *DEVICE_CATS)
+STEP_NAME = r"^ProfilerStep#(\d+)$"
+COMM_KERNEL = r"(?i)^(nccl|rccl).*kernel|^ncclDevKernel"
+COMM_CPU = r"^(c10d::|record_param_comms$|nccl:|gloo:)"
+_RANK_IN_NAME = re.compile(r"(?:rank|worker)[_-]?(\d+)", re.IGNORECASE)
+DTYPE_BYTES = {"Float": 4, "float": 4, "Float32": 4, "Half": 2, "BFloat16": 2, "Double": 8, "Long": 8, "Int": 4,
+               "Short": 2, "Char": 1, "Byte": 1, "Bool": 1, "Float8_e4m3fn": 1, "Float8_e5m2": 1}
+
+
+@dataclass
+class KinetoTrace:
+    """One rank's trace reduced to what analyses need; every row keeps its ``event_idx``."""
+
+    path: Path
+    rank: int
+    rank_origin: str
+    device: pl.DataFrame  # device activity: event_idx, cat, name, op, ts_us, dur_us, end_us, step, context, …
+    steps: pl.DataFrame  # step, event_idx, cat, start_us, end_us (CPU and GPU-side ProfilerStep events)
+    collectives: pl.DataFrame  # communication events of all three kinds
+    cpu_only: bool
+    events_read: int
+    world_size: int | None = None
+    device_name: str | None = None
+    notes: list[str] = field(default_factory=list)
+
+
+def keep_expr() -> pl.Expr:
+    return (pl.col("ph") == "M") | ((pl.col("ph") == "X") & pl.col("cat").is_in(KEEP_CATS))
+
+
+def rank_of(meta: dict, path: Path) -> tuple[int, str]:
+    info = meta.get("distributedInfo")
+    if isinstance(info, dict) and info.get("rank") is not None:
+        try:
+            return int(info["rank"]), "distributedInfo.rank"
+        except (TypeError, ValueError):
+            pass
+    m = _RANK_IN_NAME.search(path.name)
+    if m:
+        return int(m.group(1)), f"file name {path.name}"
+    return 0, "assumed 0 (no distributedInfo.rank, no rank in the file name)"
+
+
+def op_of(name: pl.Expr) -> pl.Expr:
+    """A short kernel label: ``void ns::kernel<…>(…)`` -> ``ns::kernel``; ``Memcpy HtoD (…)`` -> ``Memcpy HtoD``."""
+    s = (name.str.replace(r"^void ", "").str.replace(r"^std::enable_if<.*?>::type\s+", "")
+         .str.replace_all(r"\(anonymous namespace\)::", ""))
+    return (s.str.extract(r"^([^<(]+)", 1).str.strip_chars().fill_null(s)).alias("op")
+
+
+def step_table(ev: pl.DataFrame) -> pl.DataFrame:
+    s = ev.filter(pl.col("cat").is_in(["user_annotation", "gpu_user_annotation"])
+                  & pl.col("name").cast(pl.String).str.contains(STEP_NAME))
+    return s.select(pl.col("name").cast(pl.String).str.extract(STEP_NAME, 1).cast(pl.Int64).alias("step"),
+                    "event_idx", pl.col("cat").cast(pl.String), pl.col("tid").cast(pl.String),
+                    pl.col("ts_us").alias("start_us"), (pl.col("ts_us") + pl.col("dur_us")).alias("end_us")
+                    ).sort("cat", "start_us")
+
+
+def _in_span(points: pl.DataFrame, spans: pl.DataFrame, at: str) -> pl.DataFrame:
+    """Step of each point (column ``at``) whose time falls in a [start, end) span; spans are disjoint steps."""
+    if spans.is_empty():
+        return points.with_columns(pl.lit(None, pl.Int64).alias("step"))
+    sp = spans.select(pl.col("start_us").alias("_s0"), pl.col("end_us").alias("_s1"), "step").sort("_s0")
+    p = points.with_row_index("_i").sort(at)
+    j = p.join_asof(sp, left_on=at, right_on="_s0", strategy="backward")
+    j = j.with_columns(pl.when(pl.col(at) < pl.col("_s1")).then(pl.col("step")).alias("step"))
+    return j.sort("_i").drop("_i", "_s0", "_s1")
+
+
+def _main_thread(cpu: pl.DataFrame, steps: pl.DataFrame) -> str | None:
+    cpu_steps = steps.filter(pl.col("cat") == "user_annotation")
+    if not cpu_steps.is_empty():
+        return cpu_steps["tid"][0]
+    if cpu.is_empty():
+        return None
+    busiest = cpu.group_by("tid").agg(pl.col("dur_us").sum()).sort("dur_us", descending=True)
+    return str(busiest["tid"][0])
+
+
+def _top_level(ops: pl.DataFrame) -> pl.DataFrame:
+    """cpu_ops not nested in an earlier op of the same thread (their time is the thread's busy time)."""
+    o = ops.sort(["tid", "ts_us", "end_us"], descending=[False, False, True])
+    o = o.with_columns(pl.col("end_us").cum_max().shift(1).over("tid").alias("_prev_end"))
+    return o.filter(pl.col("_prev_end").is_null() | (pl.col("ts_us") >= pl.col("_prev_end"))).drop("_prev_end")
+
+
+def _enclosing_op(points: pl.DataFrame, ops: pl.DataFrame) -> pl.Series:
+    """Name of the cpu_op on the launching thread that encloses each launch (``launch_tid``, ``launch_us``).
+
+    Older Kineto traces carry no op ``External id`` on kernels, so the link is by time: the latest op starting
+    before the launch if it still runs (the innermost), else the top-level op around it.
+    """
+    p = points.select(pl.col("launch_tid").alias("tid"), pl.col("launch_us")).with_row_index("_i")
+    p = p.filter(pl.col("launch_us").is_not_null() & pl.col("tid").is_not_null()).sort("launch_us")
+    o = ops.select("tid", "ts_us", "end_us", "name")
+    out = p
+    for label, table in (("_inner", o), ("_top", _top_level(o))):
+        j = p.join_asof(table.sort("ts_us"), left_on="launch_us", right_on="ts_us", by="tid", strategy="backward",
+                        check_sortedness=False)
+        out = out.join(j.select("_i", pl.when(pl.col("end_us") >= pl.col("launch_us")).then(pl.col("name"))
+                                .alias(label)), on="_i", how="left")
+    full = pl.DataFrame({"_i": pl.Series(range(points.height), dtype=pl.UInt32)})
+    res = full.join(out.select("_i", pl.coalesce("_inner", "_top").alias("ctx")), on="_i", how="left").sort("_i")
+    return res["ctx"]
+
+
+def _device_events(tr: Trace, ev: pl.DataFrame, steps: pl.DataFrame) -> pl.DataFrame:
+    dev = ev.filter(pl.col("cat").is_in(DEVICE_CATS) & (pl.col("ph") == "X"))
+    dev = tr.with_details(dev).with_columns(
+        pl.col("cat").cast(pl.String), pl.col("name").cast(pl.String),
+        (pl.col("ts_us") + pl.col("dur_us")).alias("end_us"))
+    runtime = (ev.filter(pl.col("cat").is_in(["cuda_runtime", "cuda_driver", "Runtime"])
+                         & pl.col("correlation").is_not_null())
+               .select("correlation", pl.col("ts_us").alias("launch_us"), pl.col("ext_id").alias("launch_ext"),
+                       pl.col("tid").cast(pl.String).alias("launch_tid"))
+               .unique("correlation", keep="first"))
+    dev = dev.join(runtime, on="correlation", how="left")
+    ops = (ev.filter(pl.col("cat").is_in(["cpu_op", "user_annotation"]) & pl.col("ext_id").is_not_null())
+           .sort(pl.col("cat").cast(pl.String))  # cpu_op before user_annotation
+           .select("ext_id", pl.col("name").cast(pl.String).alias("context")).unique("ext_id", keep="first"))
+    dev = dev.with_columns(pl.coalesce("ext_id", "launch_ext").alias("link_ext")).join(
+        ops, left_on="link_ext", right_on="ext_id", how="left", suffix="_op")
+    if dev["context"].null_count():
+        cpu = ev.filter(pl.col("cat") == "cpu_op").select(
+            pl.col("tid").cast(pl.String), "ts_us", (pl.col("ts_us") + pl.col("dur_us")).alias("end_us"),
+            pl.col("name").cast(pl.String))
+        dev = dev.with_columns(pl.coalesce(pl.col("context"), _enclosing_op(dev, cpu)).alias("context"))
+    cpu_spans = steps.filter(pl.col("cat") == "user_annotation")
+    gpu_spans = steps.filter(pl.col("cat") == "gpu_user_annotation")
+    dev = _in_span(dev, cpu_spans, "launch_us").rename({"step": "_cpu_step"})
+    dev = _in_span(dev, gpu_spans, "ts_us").rename({"step": "_gpu_step"})
+    dev = dev.with_columns(pl.when(pl.col("launch_us").is_not_null() & (cpu_spans.height > 0))
+                           .then(pl.col("_cpu_step")).otherwise(pl.col("_gpu_step")).alias("step"))
+    return dev.with_columns(op_of(pl.col("name")), pl.lit("GPU").alias("core"),
+                            pl.col("cat").alias("type")).drop("_cpu_step", "_gpu_step")
+
+
+def _cpu_activity(ev: pl.DataFrame, steps: pl.DataFrame) -> pl.DataFrame:
+    cpu = ev.filter((pl.col("cat") == "cpu_op") & (pl.col("ph") == "X")).with_columns(
+        pl.col("cat").cast(pl.String), pl.col("name").cast(pl.String), pl.col("tid").cast(pl.String),
+        (pl.col("ts_us") + pl.col("dur_us")).alias("end_us"))
+    main = _main_thread(cpu, steps)
+    top = _top_level(cpu.filter(pl.col("tid") == main)) if main is not None else cpu.clear()
+    top = _in_span(top, steps.filter(pl.col("cat") == "user_annotation"), "ts_us")
+    return top.with_columns(pl.col("name").alias("op"), pl.lit("CPU").alias("core"), pl.col("cat").alias("type"),
+                            pl.lit(None, pl.String).alias("context"))
+
+
+def _collectives(tr: Trace, ev: pl.DataFrame, dev: pl.DataFrame | None, steps: pl.DataFrame) -> pl.DataFrame:
+    name = pl.col("name")
+    c = ev.filter((pl.col("ph") == "X") & pl.col("cat").is_in(["cpu_op", "user_annotation"])
+                  & name.cast(pl.String).str.contains(COMM_CPU))
+    c = tr.with_details(c).with_columns(
+        pl.col("cat").cast(pl.String), name.cast(pl.String), (pl.col("ts_us") + pl.col("dur_us")).alias("end_us"),
+        pl.when(pl.col("cat") == "cpu_op").then(pl.lit("cpu_op")).otherwise(pl.lit("annotation")).alias("source"))
+    c = _in_span(c, steps.filter(pl.col("cat") == "user_annotation"), "ts_us")
+    cols = ["event_idx", "source", "cat", "name", "tid", "stream", "step", "ts_us", "dur_us", "end_us",
+            "coll_name", "in_nelems", "out_nelems", "dtype", "group_size", "pg_name", "pg_ranks"]
+    parts = [c.with_columns(pl.col("tid").cast(pl.String)).select(cols)]
+    if dev is not None:
+        k = dev.filter(name.str.contains(COMM_KERNEL)).with_columns(pl.lit("kernel").alias("source"))
+        parts.insert(0, k.with_columns(pl.col("tid").cast(pl.String)).select(cols))
+    both = pl.concat(parts, how="vertical_relaxed")
+    size = pl.col("dtype").replace_strict(DTYPE_BYTES, default=None, return_dtype=pl.Int64)
+    return both.with_columns((pl.max_horizontal("in_nelems", "out_nelems") * size).alias("bytes")
+                             ).sort("ts_us")
+
+
+def load(path: Path, trace: Trace | None = None) -> KinetoTrace:
+    """Read one Kineto trace (or interpret an already parsed one)."""
+    tr = trace if trace is not None else parse(path, keep=keep_expr())
+    ev = tr.events
+    rank, origin = rank_of(tr.meta, tr.path)
+    steps = step_table(ev)
+    dev = _device_events(tr, ev, steps)
+    cpu_only = dev.is_empty()
+    notes = []
+    if cpu_only:
+        dev = _cpu_activity(ev, steps)
+        notes.append("no GPU activity in the trace: the main thread's top-level cpu_ops are analysed instead")
+    info = tr.meta.get("distributedInfo") if isinstance(tr.meta.get("distributedInfo"), dict) else {}
+    props = tr.meta.get("deviceProperties")
+    dev_name = props[0].get("name") if isinstance(props, list) and props and isinstance(props[0], dict) else None
+    return KinetoTrace(path=tr.path, rank=rank, rank_origin=origin, device=dev, steps=steps,
+                       collectives=_collectives(tr, ev, None if cpu_only else dev, steps),
+                       cpu_only=cpu_only, events_read=int(ev.height),
+                       world_size=info.get("world_size"), device_name=dev_name, notes=notes)
+
+
+# --------------------------------------------------------------------------- reductions for the per-rank map
+
+GROUP_KEYS = ["step", "op", "name", "type", "core", "input_shapes", "bucket", "rule_id"]
+TOP_EVENTS = 20  # largest events kept per group, for evidence
+
+
+def classify_events(dev: pl.DataFrame, rules: list) -> pl.DataFrame:
+    """Bucket and rule id per device event, decided once per distinct (op, name, type, core, context)."""
+    keys = ["op", "name", "type", "core", "context"]
+    distinct = classify(dev.select(keys).unique(), rules)
+    return dev.join(distinct, on=keys, how="left", nulls_equal=True)
+
+
+def kernel_groups(dev: pl.DataFrame) -> pl.DataFrame:
+    """The same shape as the kernel_details groups, with event indexes in ``lines`` (the locator column)."""
+    d = dev.with_columns(pl.lit(None, pl.String).alias("input_shapes"))
+    return d.group_by(GROUP_KEYS).agg(
+        pl.len().alias("count"),
+        pl.col("dur_us").sum().alias("time_us"),
+        pl.col("dur_us").max().alias("max_us"),
+        pl.lit(None, pl.Float64).alias("wait_us"),
+        pl.col("ts_us").min().alias("first_start_us"),
+        pl.col("end_us").max().alias("last_end_us"),
+        # one top-k of (event, duration) pairs, ties broken by the earlier event so the choice is reproducible
+        pl.struct("event_idx", "dur_us").top_k_by(["dur_us", "event_idx"], TOP_EVENTS, reverse=[False, True])
+        .alias("_top"),
+        pl.col("context").drop_nulls().mode().sort().first().alias("context"),
+    ).with_columns(pl.col("_top").list.eval(pl.element().struct.field("event_idx")).alias("lines"),
+                   pl.col("_top").list.eval(pl.element().struct.field("dur_us")).alias("line_durs")
+                   ).drop("_top").sort("step", "time_us", "op", descending=[False, True, False], nulls_last=True)
+
+
+def _union_us(frame: pl.DataFrame, by: list[str], name: str) -> pl.DataFrame:
+    """Length of the union of [ts, end) intervals per group — overlapping events count once."""
+    s = frame.select(*by, "ts_us", "end_us").sort(*by, "ts_us")
+    s = s.with_columns(pl.col("end_us").cum_max().shift(1).over(by).alias("_prev"))
+    s = s.with_columns((pl.col("_prev").is_null() | (pl.col("ts_us") > pl.col("_prev"))).cast(pl.Int64)
+                       .cum_sum().over(by).alias("_run"))
+    runs = s.group_by(*by, "_run").agg(pl.col("ts_us").min(), pl.col("end_us").max())
+    return runs.group_by(by).agg((pl.col("end_us") - pl.col("ts_us")).sum().alias(name))
+
+
+def device_split(dev: pl.DataFrame, steps: pl.DataFrame) -> pl.DataFrame:
+    """Computing / Communication(Not Overlapped) / Free per step, from the device lanes themselves.
+
+    The same split the Ascend profiler writes to step_trace_time.csv, computed by interval union so overlapping
+    events count once and no timestamp is rounded: Computing = union of non-communication device events,
+    Communication = union of communication events, Free = span (first start to last end) minus the union of all.
+    One row per ProfilerStep with device events, and one row (``scope`` = trace) for the whole trace.
+    """
+    if dev.is_empty():
+        return pl.DataFrame()
+    d = dev.select("step", "event_idx", "ts_us", "end_us", (pl.col("bucket") == "communication").alias("_comm"))
+    scoped = pl.concat([
+        d.filter(pl.col("step").is_not_null()).with_columns(pl.lit("step").alias("scope")),
+        d.with_columns(pl.lit(None, pl.Int64).alias("step"), pl.lit("trace").alias("scope")),
+    ])
+    by = ["scope", "step"]
+    span = scoped.group_by(by).agg(pl.col("ts_us").min().alias("start_us"), pl.col("end_us").max().alias("end_us"),
+                                   pl.len().alias("events"),
+                                   pl.col("event_idx").sort_by("ts_us").first().alias("first_event"),
+                                   pl.col("event_idx").sort_by("end_us").last().alias("last_event"))
+    out = (span.join(_union_us(scoped, by, "busy_us"), on=by, how="left", nulls_equal=True)
+           .join(_union_us(scoped.filter(~pl.col("_comm")), by, "computing_us"), on=by, how="left", nulls_equal=True)
+           .join(_union_us(scoped.filter(pl.col("_comm")), by, "communication_us"), on=by, how="left",
+                 nulls_equal=True)
+           .with_columns(pl.col("computing_us", "communication_us").fill_null(0.0)))
+    out = out.with_columns((pl.col("end_us") - pl.col("start_us")).alias("step_us"),
+                           (pl.col("computing_us") + pl.col("communication_us") - pl.col("busy_us"))
+                           .alias("overlapped_us"))
+    out = out.with_columns((pl.col("communication_us") - pl.col("overlapped_us")).alias("comm_not_overlapped_us"),
+                           (pl.col("step_us") - pl.col("busy_us")).alias("free_us"))
+    cpu_steps = steps.filter(pl.col("cat") == "user_annotation").select("step", pl.col("event_idx").alias("step_event"))
+    gpu_steps = steps.filter(pl.col("cat") == "gpu_user_annotation").select(
+        "step", pl.col("event_idx").alias("gpu_step_event"))
+    out = (out.join(cpu_steps.unique("step"), on="step", how="left")
+           .join(gpu_steps.unique("step"), on="step", how="left"))
+    return out.select("scope", "step", "step_event", "gpu_step_event", "first_event", "last_event", "events",
+                      "start_us", "end_us", "step_us",
+                      "computing_us", "communication_us", "overlapped_us", "comm_not_overlapped_us", "free_us",
+                      "busy_us").sort("scope", "step", nulls_last=True)
+
+
+# --------------------------------------------------------------------------- the per-rank map entry point
+
+def load_cached(path: Path) -> tuple[KinetoTrace, bool]:
+    from profan.cache import cached_parse
+
+    tr, hit = cached_parse(path, "kineto", lambda p: parse(p, keep=keep_expr()))
+    return load(path, tr), hit
+
+
+def load_rank_trace(rd, path: Path, pack) -> None:
+    """Fill a ``RankData`` from one Kineto trace: kernel groups (event-index locators), device split per step,
+    communication events. Raises ProfanInputError when the trace holds nothing to analyse."""
+    from profan.errors import ProfanInputError
+
+    kt, hit = load_cached(path)
+    if kt.device.is_empty():
+        raise ProfanInputError(path, "no device activity (kernel, gpu_memcpy, gpu_memset) and no cpu_op events: "
+                                     "nothing to analyse")
+    rules = pack.rules_for("cpu" if kt.cpu_only else "gpu")
+    dev = classify_events(kt.device, rules)
+    rd.groups = kernel_groups(dev)
+    rd.kernel_locator, rd.kernel_file = "events", "kineto_trace"
+    rd.kernel_variant = "Kineto trace, CPU-only (top-level cpu_ops)" if kt.cpu_only else "Kineto trace (GPU)"
+    rd.trace_steps = device_split(dev, kt.steps)
+    rd.trace_comm = kt.collectives
+    rd.rows_read["kineto_trace"] = kt.events_read
+    rd.info.update({k: v for k, v in {"device": kt.device_name, "world_size": kt.world_size,
+                                      "rank_in_trace": kt.rank if kt.rank_origin == "distributedInfo.rank" else None,
+                                      "steps": sorted(set(kt.steps["step"].to_list())) or None,
+                                      "cache": "hit" if hit else None}.items() if v is not None})
+    if kt.notes:
+        rd.info["trace_notes"] = kt.notes
+    if kt.rank_origin == "distributedInfo.rank" and kt.rank != rd.rank:
+        rd.warnings.append(f"distributedInfo.rank is {kt.rank} but the rank was taken as {rd.rank} "
+                           f"({rd.rank_origin})")

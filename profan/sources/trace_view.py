@@ -1,0 +1,116 @@
+"""Ascend ``trace_view.json`` semantics (format reference ascend-formats.md §3) on the chrome-trace event table.
+
+* processes by their ``process_name`` metadata (``Python``, ``CANN``, ``Ascend Hardware``, ``HCCL`` or
+  ``Communication``, ``Overlap Analysis``) — pids are formatted numbers that mean nothing on their own;
+* Overlap Analysis lanes by ``thread_name`` (``Computing``, ``Communication``, ``Communication(Not Overlapped)``,
+  ``Free``): their tid order differs between producers;
+* HCCL op events on ``Group … Communication`` threads, task events on ``Plane k`` threads with their args
+  (transport and link type, size, bandwidth);
+* ``ProfilerStep#N`` on the Python lane.
+
+The per-step Computing / Communication(Not Overlapped) / Free derived here is what torch_npu sums into
+``step_trace_time.csv``; profan recomputes it so the two can be cross-checked.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import polars as pl
+
+from profan.sources.chrome_trace import Trace, parse
+
+LANES = {"Computing": "computing_us", "Communication": "communication_us",
+         "Communication(Not Overlapped)": "comm_not_overlapped_us", "Free": "free_us"}
+HCCL_PROCESSES = ("HCCL", "Communication")
+STEP_NAME = r"^ProfilerStep#(\d+)$"
+TOP_EVENTS = 20
+
+
+def _names(ev: pl.DataFrame, kind: str, keys: list[str]) -> pl.DataFrame:
+    return (ev.filter((pl.col("ph") == "M") & (pl.col("name").cast(pl.String) == kind))
+            .select(*[pl.col(k).cast(pl.String) for k in keys], pl.col("arg_name").alias(kind))
+            .unique(keys, keep="last"))
+
+
+def lanes(ev: pl.DataFrame) -> pl.DataFrame:
+    """X events with their ``process_name`` and ``thread_name``."""
+    x = ev.filter(pl.col("ph") == "X").with_columns(pl.col("pid", "tid", "name", "cat").cast(pl.String))
+    return (x.join(_names(ev, "process_name", ["pid"]), on="pid", how="left")
+            .join(_names(ev, "thread_name", ["pid", "tid"]), on=["pid", "tid"], how="left")
+            .with_columns((pl.col("ts_us") + pl.col("dur_us")).alias("end_us")))
+
+
+def steps(x: pl.DataFrame) -> pl.DataFrame:
+    s = x.filter((pl.col("process_name") == "Python") & pl.col("name").str.contains(STEP_NAME))
+    return s.select(pl.col("name").str.extract(STEP_NAME, 1).cast(pl.Int64).alias("step"),
+                    pl.col("event_idx").alias("step_event"), pl.col("ts_us").alias("start_us"),
+                    "end_us").sort("start_us")
+
+
+def overlap_split(x: pl.DataFrame, step_spans: pl.DataFrame) -> pl.DataFrame:
+    """Per step: the Overlap Analysis lane totals, summed as torch_npu does (an event counts in the step its
+    start falls in, with its whole duration); one row with null step when the trace has no ProfilerStep."""
+    ov = x.filter(pl.col("process_name") == "Overlap Analysis").with_columns(
+        pl.coalesce("thread_name", "name").alias("lane")).filter(pl.col("lane").is_in(list(LANES)))
+    if ov.is_empty():
+        return pl.DataFrame()
+    if step_spans.is_empty():
+        ov = ov.with_columns(pl.lit(None, pl.Int64).alias("step"), pl.lit(None, pl.Int64).alias("step_event"))
+    else:
+        sp = step_spans.select("step", "step_event", pl.col("start_us").alias("_s0"), pl.col("end_us").alias("_s1"))
+        ov = ov.sort("ts_us").join_asof(sp.sort("_s0"), left_on="ts_us", right_on="_s0", strategy="backward")
+        ov = ov.filter(pl.col("ts_us") <= pl.col("_s1"))
+    totals = ov.group_by("step", "step_event").agg(
+        *[pl.col("dur_us").filter(pl.col("lane") == lane).sum().alias(col) for lane, col in LANES.items()],
+        pl.len().alias("events"),
+        pl.struct("event_idx", "dur_us").top_k_by(["dur_us", "event_idx"], TOP_EVENTS, reverse=[False, True])
+        .alias("top_events"),
+        pl.col("ts_us").min().alias("start_us"), pl.col("end_us").max().alias("end_us"))
+    return totals.with_columns(
+        pl.col("top_events").list.eval(pl.element().struct.field("event_idx")),
+        pl.lit("step").alias("scope"),
+        (pl.col("communication_us") - pl.col("comm_not_overlapped_us")).alias("overlapped_us"),
+        (pl.col("computing_us") + pl.col("comm_not_overlapped_us") + pl.col("free_us")).alias("step_us"),
+    ).sort("step")
+
+
+def hccl(x: pl.DataFrame, tr: Trace) -> tuple[pl.DataFrame, pl.DataFrame]:
+    """(HCCL ops on Group threads, plane tasks aggregated per plane / transport / link type)."""
+    h = tr.with_details(x.filter(pl.col("process_name").is_in(HCCL_PROCESSES)))
+    thread = pl.col("thread_name").fill_null("")
+    ops = h.filter(thread.str.contains(r"^Group .*Communication")).select(
+        "event_idx", pl.col("thread_name").alias("group"), "name", "ts_us", "dur_us", "data_type", "alg_type",
+        "count")
+    tasks = h.filter(thread.str.contains(r"^Plane \d+"))
+    links = (tasks.group_by(pl.col("thread_name").alias("plane"), "transport_type", "link_type")
+             .agg(pl.len().alias("tasks"), pl.col("dur_us").sum().alias("time_us"),
+                  pl.col("size_bytes").sum().alias("bytes"),
+                  pl.col("event_idx").top_k_by("dur_us", 5).alias("top_events"))
+             .with_columns((pl.col("bytes") / pl.col("time_us") / 1e3).alias("bandwidth_gbps"))
+             .sort("plane", "transport_type", "link_type"))
+    return ops.sort("ts_us"), links
+
+
+def load(path: Path) -> tuple[Trace, pl.DataFrame, pl.DataFrame, pl.DataFrame, pl.DataFrame]:
+    """(trace, steps, overlap split per step, HCCL ops, HCCL plane links)."""
+    from profan.cache import cached_parse
+
+    tr, _ = cached_parse(path, "trace_view", parse)
+    x = lanes(tr.events)
+    st = steps(x)
+    ops, links = hccl(x, tr)
+    return tr, st, overlap_split(x, st), ops, links
+
+
+def load_rank_trace(rd, path: Path) -> None:
+    """Add the trace_view-derived step split and HCCL lanes to an Ascend ``RankData``."""
+    tr, _st, split, ops, links = load(path)
+    rd.rows_read["trace_view"] = int(tr.events.height)
+    if not split.is_empty():
+        rd.trace_steps = split.with_columns(pl.lit("overlap_analysis").alias("source"))
+    if not ops.is_empty():
+        rd.trace_comm = ops.with_columns(pl.lit("hccl_op").alias("source"))
+    if not links.is_empty():
+        rd.info["hccl_planes"] = int(links["plane"].n_unique())
+        rd.trace_links = links
