@@ -6,8 +6,8 @@ documents the CLI prints (``profan.brief``, ``profan.evidence``, ``profan.rules`
 structured results with an output schema. A bad input comes back as a tool error whose text is the CLI's one-line
 message (``profan: error: PATH: problem``), so an agent reads the same words whichever door it used.
 
-Reports are kept in memory per (path, rule files, hardware file): ``evidence`` on a directory just analysed by
-``analyze`` answers from the same report, so its finding ids are the ones the agent saw.
+Reports are kept in memory per (path, rule files, hardware file) and per compared pair: ``evidence`` on what was just
+analysed or compared answers from the same report, so its finding ids are the ones the agent saw.
 """
 
 from __future__ import annotations
@@ -16,7 +16,7 @@ import json
 from pathlib import Path
 from typing import Annotated, Any, Literal
 
-from profan.errors import ProfanError
+from profan.errors import ProfanError, ProfanInputError
 from profan.report import Report
 
 try:
@@ -24,8 +24,6 @@ try:
     from mcp.types import CallToolResult, TextContent, ToolAnnotations
     from typing_extensions import NotRequired, TypedDict
 except ImportError as exc:  # pragma: no cover - exercised only without the extra
-    from profan.errors import ProfanInputError
-
     raise ProfanInputError(None, f"'profan mcp' needs the MCP SDK ({exc.name} is missing): "
                                  "pip install 'profan[mcp]'") from None
 
@@ -33,7 +31,8 @@ INSTRUCTIONS = """profan analyses profiler output (Ascend PyTorch profiler / msp
 into findings, each backed by the exact source rows. Start with `analyze` on the profiler directory: it returns a
 compact summary and the top findings with evidence locators (CSV line numbers with header = line 1, trace event
 indexes, or JSON pointers). To check a claim, call `evidence` with the same path and the finding id: it returns the
-raw source lines verbatim. `rules` lists or explains the checks and bucket rules behind the findings."""
+raw source lines verbatim. `compare` tells what got slower between two ranks of one job or two runs (pass the same
+`source`/`b`/`ranks` to `evidence` for its findings). `rules` lists or explains the checks and bucket rules."""
 
 Severity = Literal["critical", "warning", "info"]
 
@@ -172,18 +171,34 @@ def _error(exc: Exception) -> CallToolResult:
 
 
 class Reports:
-    """Reports analysed in this session, keyed by what determines their finding ids."""
+    """Reports analysed or compared in this session, keyed by what determines their finding ids."""
 
     def __init__(self) -> None:
         self._cache: dict[tuple, Report] = {}
 
+    @staticmethod
+    def _key(path: str) -> str:
+        return str(Path(path).expanduser().resolve())
+
     def get(self, path: str, rules: list[str] | None, hardware: str | None) -> Report:
         from profan.pipeline import analyze
 
-        key = (str(Path(path).expanduser().resolve()), tuple(rules or ()), hardware)
+        key = ("analyze", self._key(path), tuple(rules or ()), hardware)
         if key not in self._cache:
             self._cache[key] = analyze(Path(path).expanduser(), rules=[Path(r) for r in rules or []],
                                        hardware=hardware)
+        return self._cache[key]
+
+    def compared(self, a: str, b: str | None, ranks: list[int] | None, rules: list[str] | None) -> Report:
+        from profan.compare import compare
+
+        if ranks is not None and len(ranks) != 2:
+            raise ProfanInputError(None, f"ranks takes two rank numbers, e.g. [0, 1] (got {ranks})")
+        pair = tuple(ranks) if ranks is not None else None
+        key = ("compare", self._key(a), self._key(b) if b else None, pair, tuple(rules or ()))
+        if key not in self._cache:
+            self._cache[key] = compare(Path(a).expanduser(), Path(b).expanduser() if b else None, ranks=pair,
+                                       rules=[Path(r) for r in rules or []])
         return self._cache[key]
 
 
@@ -214,19 +229,36 @@ def build_server() -> MCPServer:
 
     @server.tool(annotations=read_only)
     def evidence(source: str, finding_id: str, limit: int | None = None, rules: list[str] | None = None,
-                 hardware: str | None = None, root: str | None = None) -> Annotated[CallToolResult, EvidenceDoc]:
+                 hardware: str | None = None, root: str | None = None, b: str | None = None,
+                 ranks: list[int] | None = None) -> Annotated[CallToolResult, EvidenceDoc]:
         """The raw source rows behind one finding, read back verbatim from the original files: CSV lines (with
         the file's header line), trace events or JSON values. `source` is the profiler directory given to
-        `analyze` (same `rules`/`hardware`, so ids match) or a report.json written by `profan analyze -f json -o`.
+        `analyze` (same `rules`/`hardware`, so ids match) or a report.json written by `profan analyze -f json -o`;
+        for a finding of `compare`, pass its `a` as `source` and the same `b` or `ranks`.
         `limit` caps rows per evidence item; `root` is the data directory if a report.json's data has moved."""
         try:
             src = Path(source).expanduser()
             if src.is_file() and src.suffix == ".json":
                 report, data_root = load_report_or_analyze(src, Path(root) if root else None)
             else:
-                report = reports.get(source, rules, hardware)
+                report = (reports.compared(source, b, ranks, rules) if b is not None or ranks is not None
+                          else reports.get(source, rules, hardware))
                 data_root = Path(root) if root else Path(report.source["root_abs"])
             return _result(evidence_doc(report, data_root, finding_id, where=source, limit=limit))
+        except Exception as exc:
+            return _error(exc)
+
+    @server.tool(annotations=read_only)
+    def compare(a: str, b: str | None = None, ranks: list[int] | None = None, rules: list[str] | None = None,
+                max_bytes: int = MAX_BYTES) -> Annotated[CallToolResult, BriefDoc]:
+        """What changed from side A to side B (B minus A, per step and rank): two runs of a job, two rank folders
+        or files, or one job directory `a` with `ranks` [x, y]. Returns the compact report of the comparison:
+        buckets and kernels that grew, kernels present on one side only, each citing rows on both sides."""
+        try:
+            report = reports.compared(a, b, ranks, rules)
+            other = f"b={json.dumps(b)}" if b is not None else f"ranks={json.dumps(ranks)}"
+            hint = f"call the evidence tool with source={json.dumps(a)}, {other} and a finding_id"
+            return _result(brief(report, max_bytes=max_bytes, drill=hint))
         except Exception as exc:
             return _error(exc)
 

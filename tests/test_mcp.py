@@ -124,3 +124,32 @@ def test_report_file_source_and_closed_stdin(tmp_path):
     res = subprocess.run([sys.executable, "-m", "profan", "mcp"], stdin=subprocess.DEVNULL, capture_output=True,
                          text=True, cwd=ROOT, timeout=120)
     assert res.returncode == 0 and res.stdout == ""
+
+
+def test_compare_then_evidence_on_both_sides():
+    """compare ranks 0 and 2 of the Qwen3 job (the two ranks with kernel rows), then evidence on its first finding:
+    the rows are the raw kernel_details.csv lines of both ranks."""
+    async def steps(client):
+        got = await client.call_tool("compare", {"a": str(QWEN3), "ranks": [0, 2]})
+        fid = got.structured_content["findings"][0]["id"]
+        ev = await client.call_tool("evidence", {"source": str(QWEN3), "ranks": [0, 2], "finding_id": fid})
+        bad = await client.call_tool("compare", {"a": str(QWEN3), "ranks": [0]})
+        return got, ev, bad
+
+    got, ev, bad = call_session(steps)
+    assert not got.is_error, got.content
+    doc = got.structured_content
+    jsonschema.validate(doc, schema("brief"), cls=jsonschema.Draft202012Validator)
+    assert doc["drill"] == f'call the evidence tool with source="{QWEN3}", ranks=[0, 2] and a finding_id'
+    assert {f["check"] for f in doc["findings"]} == {"compare-regression"}
+    items = ev.structured_content["evidence"]
+    files = {i["file"] for i in items}
+    assert any(f.startswith("rank_0_ascend_pt/") for f in files) and any(f.startswith("rank_2_ascend_pt/")
+                                                                          for f in files)
+    for item in items:
+        if "lines" not in item:
+            continue
+        raw = (QWEN3 / item["file"]).read_bytes().decode("utf-8").splitlines()
+        assert [r["text"] for r in item["rows"]] == [raw[n - 1] for n in item["lines"]]
+    assert bad.is_error
+    assert bad.content[0].text == "profan: error: ranks takes two rank numbers, e.g. [0, 1] (got [0])"

@@ -1,0 +1,127 @@
+"""The agent skill: front matter per the Agent Skills rules, every `profan …` command it mentions exists and runs on
+a bundled sample, its references are present and current, and a built wheel carries all of it."""
+
+from __future__ import annotations
+
+import json
+import re
+import shlex
+import subprocess
+import sys
+import zipfile
+from itertools import pairwise
+
+import pytest
+import tomllib
+import yaml
+from conftest import QWEN3, ROOT
+
+SKILL = ROOT / "profan" / "skill" / "profan"
+TEXT = (SKILL / "SKILL.md").read_text(encoding="utf-8")
+
+
+def front_matter() -> tuple[dict, str]:
+    assert TEXT.startswith("---\n")
+    head, body = TEXT[4:].split("\n---\n", 1)
+    return yaml.safe_load(head), body
+
+
+def test_front_matter():
+    meta, body = front_matter()
+    assert set(meta) == {"name", "description"}
+    name = meta["name"]
+    assert isinstance(name, str) and len(name) <= 64
+    assert re.fullmatch(r"[a-z0-9]+(-[a-z0-9]+)*", name)  # lowercase letters, digits, single inner hyphens
+    assert name == SKILL.name == "profan"
+    desc = meta["description"]
+    assert isinstance(desc, str) and 0 < len(desc) <= 1024
+    assert "<" not in desc and ">" not in desc
+    # what it does and when to use it
+    assert "Ascend" in desc and "evidence" in desc and "Use it when" in desc
+    assert len(TEXT.splitlines()) < 500
+    assert body.lstrip().startswith("# profan")
+
+
+def test_references_exist_and_are_current():
+    """Every reference SKILL.md names exists and every file in references/ is named; the report schema reference
+    is docs/report-schema.md; the rule list names only real checks and all of them."""
+    named = set(re.findall(r"`(references/[\w.-]+)`", TEXT))
+    present = {f"references/{p.name}" for p in (SKILL / "references").iterdir()}
+    assert named == present
+    assert (SKILL / "references" / "report-schema.md").read_bytes() == (ROOT / "docs" / "report-schema.md").read_bytes()
+    with open(ROOT / "rules" / "checks.toml", "rb") as fh:
+        checks = {c["id"] for c in tomllib.load(fh)["check"]}
+    rules_md = (SKILL / "references" / "rules.md").read_text(encoding="utf-8")
+    listed = set(re.findall(r"^\| `([a-z0-9-]+)` \|", rules_md, flags=re.M))
+    assert listed - checks == set(), "rules.md lists checks that do not exist"
+    assert checks - listed == set(), "checks missing from references/rules.md"
+
+
+def mentioned_commands() -> list[str]:
+    """`profan …` in inline code and in code blocks of SKILL.md, in order, without duplicates."""
+    found = re.findall(r"`(profan(?: [^`|]*)?)`", TEXT)
+    for block in re.findall(r"```\n(.*?)```", TEXT, flags=re.S):
+        found += [ln.strip() for ln in block.splitlines() if ln.strip().startswith("profan")]
+    return list(dict.fromkeys(c.strip() for c in found))
+
+
+@pytest.fixture(scope="module")
+def workdir(tmp_path_factory):
+    """A working directory with what the commands refer to: report.json of the Qwen3 sample, a rules file and a
+    hardware file, and an empty skills directory."""
+    wd = tmp_path_factory.mktemp("skill")
+    res = subprocess.run([sys.executable, "-m", "profan", "analyze", str(QWEN3), "-f", "json", "-o",
+                          str(wd / "report.json"), "-q"], capture_output=True, text=True, timeout=300)
+    assert res.returncode == 0, res.stderr
+    (wd / "my_rules.toml").write_text('[pack]\napplies_to = "ascend"\n\n[[rule]]\nid = "MY-ATTN-001"\n'
+                                      'name = "my-fused-attention"\nbucket = "attention"\n'
+                                      'match = { name = "MyFusedAttn" }\nwhy = "Our kernel."\n')
+    (wd / "hw.toml").write_text('[assume]\ndevice = "ascend_910b"\n')
+    (wd / "skills").mkdir()
+    return wd
+
+
+def concrete(cmd: str, wd) -> list[str]:
+    """Replace the placeholders of a documented command with real paths and ids."""
+    subst = {"DIR": str(QWEN3), "report.json": str(wd / "report.json"), "CHECK_OR_RULE_ID": "device-idle",
+             "CHECK": "exposed-communication", "RULE_ID": "ASC-ATTN-001", "ID": "ASC-FFN-001",
+             "my_rules.toml": str(wd / "my_rules.toml"), "hw.toml": str(wd / "hw.toml"),
+             "report.html": str(wd / "report.html")}
+    args = shlex.split(cmd)[1:]
+    if args[:2] == ["skill", "install"]:
+        return [*args[:2], str(wd / "skills"), *args[3:]]
+    return [subst.get(a, a) for a in args]
+
+
+def test_every_mentioned_command_runs(workdir):
+    """Each command SKILL.md teaches runs on the bundled Qwen3 sample with the exit code the skill promises."""
+    cmds = mentioned_commands()
+    assert len(cmds) >= 12
+    subcommands = {c.split()[1] for c in cmds if len(c.split()) > 1}
+    assert {"analyze", "evidence", "rules", "schema", "skill", "mcp"} <= subcommands
+    for cmd in cmds:
+        args = concrete(cmd, workdir)
+        if args == ["evidence"]:  # named in prose without arguments: it must exist
+            args = ["evidence", "--help"]
+        if args[:2] == ["skill", "install"]:
+            args.append("--force")  # the folder is there from the previous mention
+        res = subprocess.run([sys.executable, "-m", "profan", *args], capture_output=True, text=True,
+                             stdin=subprocess.DEVNULL, cwd=workdir, timeout=300)
+        expected = 1 if "--fail-on" in args else 0
+        assert res.returncode == expected, (cmd, args, res.returncode, res.stderr)
+        assert "Traceback" not in res.stderr
+        if "--brief" in args or args[0] == "schema" or ("--format", "json") in pairwise(args):
+            json.loads(res.stdout)  # stdout is exactly one JSON document
+
+
+def test_wheel_ships_skill_and_schemas(tmp_path):
+    """A built wheel (what `pip install .` installs) carries SKILL.md, its references and the JSON Schemas."""
+    res = subprocess.run([sys.executable, "-m", "pip", "wheel", "--no-deps", "--no-build-isolation", "-q",
+                          "-w", str(tmp_path), str(ROOT)], capture_output=True, text=True, timeout=300)
+    assert res.returncode == 0, res.stderr
+    (wheel,) = tmp_path.glob("profan-*.whl")
+    names = set(zipfile.ZipFile(wheel).namelist())
+    expected = {f"profan/skill/profan/{p.relative_to(SKILL)}" for p in SKILL.rglob("*") if p.is_file()}
+    expected |= {f"profan/schema/{p.name}" for p in (ROOT / "profan" / "schema").glob("*.json")}
+    assert {"profan/skill/profan/SKILL.md", "profan/schema/report.schema.json"} <= expected
+    assert expected <= names, sorted(expected - names)
