@@ -205,6 +205,41 @@ def mcp() -> None:
     serve()
 
 
+@app.command()
+def compare(
+    a: Annotated[Path, typer.Argument(help="Side A: a rank file/folder, a run directory, or (with --ranks) the job.")],
+    b: Annotated[Path | None, typer.Argument(help="Side B: the same kind of path as A.")] = None,
+    ranks: Annotated[str | None, typer.Option("--ranks", help="Two ranks of directory A to compare, e.g. 0,7.")] = None,
+    fmt: Annotated[str, typer.Option("--format", "-f", help="md | json")] = "md",
+    out: Annotated[Path | None, typer.Option("--output", "-o", help="Write here instead of stdout.")] = None,
+    rules: Annotated[list[Path] | None, typer.Option("--rules", help="Extra rule file(s), tried first.")] = None,
+    quiet: Annotated[bool, typer.Option("--quiet", "-q", help="No progress on stderr.")] = False,
+) -> None:
+    """Compare two ranks of one job or two runs: step totals, bucket and kernel deltas (B minus A), with rows."""
+    from profan.compare import compare as run_compare
+    from profan.render.compare_markdown import render_compare_markdown
+    from profan.render.json_report import render_json
+
+    if fmt not in ("md", "json"):
+        _err(f"unknown format {fmt!r}; compare writes md or json")
+        raise typer.Exit(EXIT_BAD_INPUT)
+    pair = None
+    if ranks is not None:
+        try:
+            pair = tuple(int(x) for x in ranks.split(","))
+        except ValueError:
+            pair = ()
+        if len(pair) != 2:
+            _err(f"--ranks takes two rank numbers like 0,7 (got {ranks!r})")
+            raise typer.Exit(EXIT_BAD_INPUT)
+    report = run_compare(a, b, ranks=pair, rules=rules or [], progress=_progress(quiet))
+    text = (render_json if fmt == "json" else render_compare_markdown)(report, out)
+    if text is not None:
+        sys.stdout.write(text if text.endswith("\n") else text + "\n")
+    elif not quiet:
+        typer.echo(f"profan: wrote {out}", err=True)
+
+
 def main() -> None:
     """Entry point: map errors to one line on stderr and a documented exit code."""
     try:

@@ -1,0 +1,433 @@
+"""``profan compare A B``: what got slower between two ranks of one job, or between two runs of the same job.
+
+Sides: two rank files or folders (one rank each), two run directories (every rank of each run, averaged per rank),
+or one directory with ``ranks=(a, b)``. Both sides are read with the same per-rank map as ``analyze``; steps are
+matched by step number (by order when the numbers differ, e.g. two runs profiled at different steps). Everything
+is a per-step, per-rank average so sides with different step or rank counts compare fairly.
+
+Every delta cites rows on both sides: kernel rows (CSV lines or trace events) per bucket and per kernel, and the
+step rows (step_trace_time.csv) for step totals. Evidence paths are relative to the directory that holds both
+sides, so ``profan evidence`` reads them back from one root.
+"""
+
+from __future__ import annotations
+
+import os
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import polars as pl
+
+from profan.analyses import steps as steps_mod
+from profan.analyses.common import ms, pct
+from profan.discover import discover
+from profan.errors import ProfanInputError
+from profan.evidence import MAX_CITED, Evidence, cite_events, cite_lines
+from profan.findings import Finding, number_findings
+from profan.rankmap import RankData, load_rank
+from profan.report import Report
+from profan.rulepack import RulePack, load
+
+CHECK = "compare-regression"
+KEY = ["op", "kname", "input_shapes"]
+# HCCL op names carry a per-group sequence number (hcom_allReduce__612_4_1): the same collective in another step
+# or run has another number, so kernels are matched on the name without it
+_HCOM_SEQ = r"^(hcom_[A-Za-z]+__\d+)_\d+(?:_\d+)?$"
+
+
+@dataclass
+class Side:
+    label: str  # "A" | "B"
+    path: Path
+    prefix: str  # the side's data root relative to the common root ('' when equal)
+    ranks: list[RankData]
+    steps: list = field(default_factory=list)  # aligned step ids of this side
+
+    def file(self, rel: str) -> str:
+        return f"{self.prefix}/{rel}" if self.prefix else rel
+
+    @property
+    def desc(self) -> str:
+        rk = ", ".join(str(r.rank) for r in self.ranks)
+        return f"{self.path} (rank{'s' if len(self.ranks) != 1 else ''} {rk})"
+
+
+def _base(p: Path) -> Path:
+    return p if p.is_dir() else p.parent
+
+
+def _load(path: Path, pack: RulePack, only: list[int] | None, say) -> tuple[Path, list[RankData]]:
+    disc = discover(path)
+    ranks = disc.ranks
+    if only is not None:
+        ranks = [rs for rs in ranks if rs.rank in only]
+        missing = sorted(set(only) - {rs.rank for rs in ranks})
+        if missing:
+            raise ProfanInputError(path, f"no rank {', '.join(map(str, missing))} here (ranks: "
+                                         f"{', '.join(str(r.rank) for r in disc.ranks)})")
+    out = []
+    for rs in ranks:
+        say(f"reading {path} rank {rs.rank}")
+        out.append(load_rank(rs, disc.root, pack))
+    return _base(disc.root), out
+
+
+def _common_root(a: Path, b: Path) -> Path:
+    return Path(os.path.commonpath([str(a.resolve()), str(b.resolve())]))
+
+
+def _prefix(side_root: Path, common: Path) -> str:
+    rel = side_root.resolve().relative_to(common).as_posix()
+    return "" if rel == "." else rel
+
+
+# ------------------------------------------------------------------------------------------ per-side tables
+
+
+def _kernels(side: Side) -> pl.DataFrame:
+    """Kernel groups of every rank of the side, with file, locator kind and the aligned step index."""
+    parts = []
+    for r in side.ranks:
+        if r.groups is None or r.groups.is_empty():
+            continue
+        kfile = getattr(r, "kernel_file", "kernel_details")
+        kind = "events" if getattr(r, "kernel_locator", "lines") == "events" else "lines"
+        parts.append(r.groups.select("step", "op", "name",
+                                     pl.col("name").str.replace(_HCOM_SEQ, "$1").alias("kname"),
+                                     "input_shapes", "bucket", "count", "time_us", "lines", "line_durs")
+                     .with_columns(pl.lit(r.rank, pl.Int64).alias("rank"),
+                                   pl.lit(side.file(r.files[kfile])).alias("file"), pl.lit(kind).alias("loc_kind")))
+    if not parts:
+        return pl.DataFrame()
+    return pl.concat(parts, how="diagonal_relaxed")
+
+
+def _align_steps(ka: pl.DataFrame, kb: pl.DataFrame, sa: pl.DataFrame, sb: pl.DataFrame) -> tuple[list, list, str]:
+    def ids(k: pl.DataFrame, s: pl.DataFrame) -> list:
+        vals = set()
+        for f in (k, s):
+            if not f.is_empty() and "step" in f.columns:
+                vals |= set(f["step"].to_list())
+        real = sorted(v for v in vals if v is not None)
+        return real or [None]
+    a, b = ids(ka, sa), ids(kb, sb)
+    common = [x for x in a if x in b]
+    if common:
+        return common, common, "by step number"
+    n = min(len(a), len(b))
+    return a[:n], b[:n], "by order (the two sides profiled different step numbers)"
+
+
+def _step_totals(side: Side, steps_tab: pl.DataFrame) -> pl.DataFrame:
+    """Per aligned step (index), mean over ranks of the step split, with the step rows as locators."""
+    if steps_tab.is_empty():
+        return pl.DataFrame()
+    idx = {s: i for i, s in enumerate(side.steps)}
+    t = steps_tab.filter(pl.col("step").is_in([s for s in side.steps if s is not None])
+                         if any(s is not None for s in side.steps) else pl.lit(True))
+    if t.is_empty():
+        return pl.DataFrame()
+    t = t.with_columns(pl.col("step").replace_strict(idx, default=None, return_dtype=pl.Int64).alias("pair"),
+                       ((pl.lit(f"{side.prefix}/") + pl.col("file")) if side.prefix
+                        else pl.col("file")).alias("file"))
+    mid = pl.len() // 2  # the median rank's row is the one cited; the values are means over ranks
+    return t.group_by("pair").agg(
+        pl.col("step").first(), pl.col("step_us").mean(), pl.col("computing_us").mean(),
+        pl.col("comm_not_overlapped_us").mean(), pl.col("free_us").mean(),
+        pl.col("file").sort_by("step_us").get(mid), pl.col("src_line").sort_by("step_us").get(mid),
+        pl.col("rank").sort_by("step_us").get(mid).alias("cited_rank"),
+        pl.col("step_us").sort_by("step_us").get(mid).alias("cited_step_us"), pl.len().alias("ranks")).sort("pair")
+
+
+def _agg(k: pl.DataFrame, side: Side, keys: list[str]) -> pl.DataFrame:
+    """Per key: time and launches per step and rank (averaged), and the largest rows of the largest rank."""
+    steps_n = max(1, len(side.steps))
+    ranks_n = max(1, len(side.ranks))
+    k = k.filter(pl.col("step").is_in([s for s in side.steps if s is not None])) \
+        if any(s is not None for s in side.steps) else k
+    if k.is_empty():
+        return pl.DataFrame()
+    tot = k.group_by(keys).agg(
+        *([pl.col("name").first()] if "name" not in keys and "kname" in keys else []),
+        (pl.col("time_us").sum() / (steps_n * ranks_n)).alias("time_us"),
+        (pl.col("count").sum() / (steps_n * ranks_n)).alias("count"),
+        pl.col("count").sum().alias("rows"))
+    per_rank = k.group_by([*keys, "rank", "file", "loc_kind"]).agg(pl.col("time_us").sum().alias("_t"))
+    top = per_rank.sort("_t", descending=True).group_by(keys, maintain_order=True).first()
+    locs = (k.join(top.select(*keys, "rank"), on=[*keys, "rank"], how="semi", nulls_equal=True)
+            .select(*keys, "lines", "line_durs").explode(["lines", "line_durs"]).drop_nulls()
+            .group_by(keys).agg(pl.col("lines").top_k_by("line_durs", MAX_CITED).alias("locs")))
+    return (tot.join(top.select(*keys, "rank", "file", "loc_kind"), on=keys, how="left", nulls_equal=True)
+            .join(locs, on=keys, how="left", nulls_equal=True))
+
+
+def _pair(a: pl.DataFrame, b: pl.DataFrame, keys: list[str]) -> pl.DataFrame:
+    if a.is_empty() and b.is_empty():
+        return pl.DataFrame()
+    cols = ["time_us", "count", "rows", "rank", "file", "loc_kind", "locs", "name"]
+    cols = [c for c in cols if (a.is_empty() or c in a.columns) and (b.is_empty() or c in b.columns)]
+    a = a.rename({c: f"a_{c}" for c in cols}) if not a.is_empty() else None
+    b = b.rename({c: f"b_{c}" for c in cols}) if not b.is_empty() else None
+    if a is None or b is None:
+        one = a if a is not None else b
+        return one
+    j = a.join(b, on=keys, how="full", coalesce=True, nulls_equal=True)
+    j = j.with_columns(pl.col("a_time_us").fill_null(0.0), pl.col("b_time_us").fill_null(0.0),
+                       pl.col("a_count").fill_null(0.0), pl.col("b_count").fill_null(0.0))
+    status = (pl.when(pl.col("a_rows").is_null()).then(pl.lit("new"))
+              .when(pl.col("b_rows").is_null()).then(pl.lit("missing")).otherwise(pl.lit("both")))
+    j = j.with_columns((pl.col("b_time_us") - pl.col("a_time_us")).alias("delta_us"), status.alias("status"))
+    if "a_name" in j.columns:
+        j = j.with_columns(pl.coalesce("b_name", "a_name").alias("name")).drop("a_name", "b_name")
+    return j
+
+
+def _cite(row: dict, p: str, select: dict, values: dict) -> Evidence | None:
+    locs = row.get(f"{p}_locs")
+    if not locs:
+        return None
+    cite = cite_events if row[f"{p}_loc_kind"] == "events" else cite_lines
+    return cite(row[f"{p}_file"], locs, int(row[f"{p}_rows"]), {**select, "cited_rank": row[f"{p}_rank"]},
+                values=values)
+
+
+# ------------------------------------------------------------------------------------------ the comparison
+
+
+def compare(a: str | Path, b: str | Path | None = None, *, ranks: tuple[int, int] | None = None,
+            rules: list[str | Path] | None = None, pack: RulePack | None = None, progress=None) -> Report:
+    """Compare side A with side B (B minus A: positive deltas are regressions of B)."""
+    t0 = time.perf_counter()
+    say = progress or (lambda _m: None)
+    pack = pack or load([Path(p) for p in rules or []])
+    pa = Path(a)
+    if ranks is not None:
+        if b is not None:
+            raise ProfanInputError(Path(b), "give either two paths or one directory with --ranks, not both")
+        root, rd = _load(pa, pack, list(ranks), say)
+        by = {r.rank: r for r in rd}
+        common = root.resolve()
+        sa = Side("A", pa, "", [by[ranks[0]]])
+        sb = Side("B", pa, "", [by[ranks[1]]])
+        mode = f"ranks {ranks[0]} and {ranks[1]} of one job"
+    else:
+        if b is None:
+            raise ProfanInputError(pa, "compare needs two paths, or one directory and --ranks A,B")
+        pb = Path(b)
+        ra, rda = _load(pa, pack, None, say)
+        rb, rdb = _load(pb, pack, None, say)
+        common = _common_root(ra, rb)
+        sa, sb = Side("A", pa, _prefix(ra, common), rda), Side("B", pb, _prefix(rb, common), rdb)
+        mode = ("two runs" if len(rda) > 1 or len(rdb) > 1 else "two ranks (one file or folder each)")
+    return build_compare(sa, sb, pack, common, mode, t0)
+
+
+def build_compare(sa: Side, sb: Side, pack: RulePack, common: Path, mode: str, t0: float) -> Report:
+    from profan import __version__
+
+    ka, kb = _kernels(sa), _kernels(sb)
+    if ka.is_empty() or kb.is_empty():
+        side = sa if ka.is_empty() else sb
+        raise ProfanInputError(side.path, "no kernel rows to compare (kernel_details.csv or a trace with device "
+                                          "events is needed on both sides)")
+    st_a, st_b = steps_mod.step_table(sa.ranks), steps_mod.step_table(sb.ranks)
+    sa.steps, sb.steps, how = _align_steps(ka, kb, st_a, st_b)
+    notes = [f"compare: {mode}; B minus A, per step and per rank; steps matched {how}: "
+             + ", ".join(f"{x}↔{y}" for x, y in zip(sa.steps, sb.steps, strict=True))]
+    if len(sa.ranks) != len(sb.ranks):
+        notes.append(f"compare: A has {len(sa.ranks)} rank(s), B has {len(sb.ranks)}; totals are per-rank averages")
+    buckets = _pair(_agg(ka, sa, ["bucket"]), _agg(kb, sb, ["bucket"]), ["bucket"])
+    kernels = _pair(_agg(ka, sa, [*KEY, "bucket"]), _agg(kb, sb, [*KEY, "bucket"]), [*KEY, "bucket"])
+    kernels = _fold_shapes(kernels, ka, kb, sa, sb)
+    steps_t = _steps_pair(_step_totals(sa, st_a), _step_totals(sb, st_b))
+    total_a = float(ka.filter(pl.col("step").is_in([s for s in sa.steps if s is not None])
+                              if any(s is not None for s in sa.steps) else pl.lit(True))["time_us"].sum()) \
+        / max(1, len(sa.steps)) / max(1, len(sa.ranks))
+    total_b = float(kb.filter(pl.col("step").is_in([s for s in sb.steps if s is not None])
+                              if any(s is not None for s in sb.steps) else pl.lit(True))["time_us"].sum()) \
+        / max(1, len(sb.steps)) / max(1, len(sb.ranks))
+    findings = [_total_finding(total_a, total_b, steps_t, buckets, sa, sb)]
+    findings += _regression_findings(buckets, kernels, total_a, pack)
+    findings += _new_missing_findings(kernels, total_a, pack)
+    tables = {"compare_steps": steps_t, "compare_buckets": _show(buckets, ["bucket"]),
+              "compare_kernels": _show(kernels, ["op", "name", "input_shapes", "bucket"])}
+    tables = {k: v for k, v in tables.items() if not v.is_empty()}
+    source = {"kind": "compare", "mode": mode, "root": str(common), "root_abs": str(common), "format": "compare",
+              "a": {"path": str(sa.path), "ranks": [r.rank for r in sa.ranks], "steps": sa.steps,
+                    "files": [{k: sa.file(v) for k, v in r.files.items()} for r in sa.ranks]},
+              "b": {"path": str(sb.path), "ranks": [r.rank for r in sb.ranks], "steps": sb.steps,
+                    "files": [{k: sb.file(v) for k, v in r.files.items()} for r in sb.ranks]},
+              "ranks": []}
+    warnings = [f"{s.label} rank {r.rank}: {w}" for s in (sa, sb) for r in s.ranks for w in r.warnings]
+    return Report(source=source, findings=number_findings([f for f in findings if f is not None]), tables=tables,
+                  warnings=warnings, notes=notes,
+                  meta={"profan": __version__, "rule_files": pack.files,
+                        "timings_s": {"total": round(time.perf_counter() - t0, 3)}})
+
+
+def _fold_shapes(kernels: pl.DataFrame, ka: pl.DataFrame, kb: pl.DataFrame, sa: Side, sb: Side) -> pl.DataFrame:
+    """Kernels whose name runs on both sides but whose shapes differ are compared by name ('shape changed')
+    instead of being listed as new on one side and missing on the other (e.g. GroupedMatmul token counts)."""
+    if "status" not in kernels.columns:
+        return kernels.with_columns(pl.lit(False).alias("same_name_other_shape"))
+    on_a = pl.col("a_rows").is_not_null().any().over("op", "kname")
+    on_b = pl.col("b_rows").is_not_null().any().over("op", "kname")
+    kernels = kernels.with_columns(((pl.col("status") != "both") & on_a & on_b).alias("same_name_other_shape"))
+    moved = kernels.filter(pl.col("same_name_other_shape"))
+    if moved.is_empty():
+        return kernels
+    keys = [*KEY, "bucket"]
+    two = ["op", "kname", "bucket"]
+    fa = _agg(ka.join(moved.filter(pl.col("status") == "missing").select(keys), on=keys, how="semi",
+                      nulls_equal=True), sa, two)
+    fb = _agg(kb.join(moved.filter(pl.col("status") == "new").select(keys), on=keys, how="semi",
+                      nulls_equal=True), sb, two)
+    shapes = moved.group_by("op", "kname", "status").agg(pl.col("input_shapes").sort().first()).pivot(
+        "status", index=["op", "kname"], values="input_shapes")
+    folded = _pair(fa, fb, two).join(shapes, on=["op", "kname"], how="left").with_columns(
+        (pl.lit("A: ") + pl.col("missing").fill_null("?") + pl.lit(" | B: ") + pl.col("new").fill_null("?"))
+        .alias("input_shapes"), pl.lit("shape changed").alias("status"), pl.lit(True).alias("same_name_other_shape"))
+    folded = folded.drop("missing", "new")
+    return pl.concat([kernels.filter(~pl.col("same_name_other_shape")), folded], how="diagonal_relaxed")
+
+
+def _show(t: pl.DataFrame, keys: list[str]) -> pl.DataFrame:
+    if t.is_empty() or "delta_us" not in t.columns:
+        return pl.DataFrame()
+    cols = [*keys, "status", "a_time_us", "b_time_us", "delta_us", "a_count", "b_count", "a_rank", "a_file",
+            "a_locs", "b_rank", "b_file", "b_locs"]
+    return t.select([c for c in cols if c in t.columns]).with_columns(
+        pl.col("a_locs").list.head(5), pl.col("b_locs").list.head(5)).sort(
+        pl.col("delta_us").abs(), descending=True)
+
+
+def _steps_pair(a: pl.DataFrame, b: pl.DataFrame) -> pl.DataFrame:
+    if a.is_empty() or b.is_empty():
+        return pl.DataFrame()
+    cols = ["step", "step_us", "computing_us", "comm_not_overlapped_us", "free_us", "file", "src_line",
+            "cited_rank", "cited_step_us", "ranks"]
+    j = a.rename({c: f"a_{c}" for c in cols}).join(b.rename({c: f"b_{c}" for c in cols}), on="pair", how="inner")
+    return j.with_columns((pl.col("b_step_us") - pl.col("a_step_us")).alias("delta_us"),
+                          (pl.col("b_computing_us") - pl.col("a_computing_us")).alias("delta_computing_us"),
+                          (pl.col("b_free_us") - pl.col("a_free_us")).alias("delta_free_us"))
+
+
+def _total_finding(total_a, total_b, steps_t, buckets, sa: Side, sb: Side) -> Finding | None:
+    delta = total_b - total_a
+    evidence: list[Evidence] = []
+    step_txt = ""
+    if not steps_t.is_empty():
+        for row in steps_t.iter_rows(named=True):
+            for p, side in (("a", sa), ("b", sb)):
+                evidence.append(cite_lines(row[f"{p}_file"], [row[f"{p}_src_line"]], 1,
+                                           {"source": "step_trace_time", "side": side.label,
+                                            "step": row[f"{p}_step"], "rank": row[f"{p}_cited_rank"]},
+                                           values={"step_us": round(row[f"{p}_cited_step_us"], 3),
+                                                   "mean_step_us_over_ranks": round(row[f"{p}_step_us"], 3),
+                                                   "ranks": row[f"{p}_ranks"]}))
+        sa_us, sb_us = float(steps_t["a_step_us"].mean()), float(steps_t["b_step_us"].mean())
+        step_txt = (f" Step time (step_trace_time.csv) {ms(sa_us)} → {ms(sb_us)} "
+                    f"({'+' if sb_us >= sa_us else ''}{ms(sb_us - sa_us)}).")
+    else:
+        top = buckets.sort(pl.col("delta_us").abs(), descending=True).head(1) if "delta_us" in buckets.columns \
+            else buckets.head(0)
+        for row in top.iter_rows(named=True):
+            for p in ("a", "b"):
+                ev = _cite(row, p, {"source": "kernels", "bucket": row["bucket"], "side": p.upper()},
+                           {"time_us": round(row[f"{p}_time_us"], 3)})
+                if ev is not None:
+                    evidence.append(ev)
+    if not evidence:
+        return None
+    return Finding(
+        check=CHECK, severity="info",
+        title=(f"B vs A: summed kernel time per step {ms(total_a)} → {ms(total_b)} "
+               f"({pct(delta / total_a if total_a else None)})"),
+        message=(f"A = {sa.desc}; B = {sb.desc}. Summed kernel time per step and rank goes from {ms(total_a)} to "
+                 f"{ms(total_b)} ({'+' if delta >= 0 else ''}{ms(delta)}, "
+                 f"{pct(delta / total_a if total_a else None)}).{step_txt}"),
+        metrics={"a_kernel_us": round(total_a, 3), "b_kernel_us": round(total_b, 3), "delta_us": round(delta, 3)},
+        evidence=tuple(evidence))
+
+
+def _regression_findings(buckets: pl.DataFrame, kernels: pl.DataFrame, total_a: float,
+                         pack: RulePack) -> list[Finding]:
+    chk = pack.check(CHECK)
+    out: list[Finding] = []
+    if "delta_us" not in buckets.columns:
+        return out
+    floor = max(chk["min_delta_us"], chk["min_share"] * total_a)
+    for row in buckets.filter(pl.col("delta_us") >= floor).sort("delta_us", descending=True).head(
+            chk["max_findings"]).iter_rows(named=True):
+        share = row["delta_us"] / total_a if total_a else None
+        sev = "critical" if share is not None and share >= chk["critical_share"] else \
+            "warning" if share is not None and share >= chk["warning_share"] else "info"
+        ks = kernels.filter((pl.col("bucket") == row["bucket"]) & (pl.col("delta_us") > 0)
+                            & pl.col("status").is_in(["both", "shape changed"])).sort("delta_us", descending=True
+                                                                                   ).head(3)
+        k_txt = "; ".join(
+            f"{k['op']}{' [' + k['input_shapes'] + ']' if k['input_shapes'] else ''} +{ms(k['delta_us'])} "
+            f"({k['a_count']:g}→{k['b_count']:g} launches, {k['a_time_us'] / max(k['a_count'], 1):,.1f}→"
+            f"{k['b_time_us'] / max(k['b_count'], 1):,.1f} µs each)" for k in ks.iter_rows(named=True))
+        evidence = []
+        for p in ("a", "b"):
+            ev = _cite(row, p, {"source": "kernels", "bucket": row["bucket"], "side": p.upper()},
+                       {"time_us_per_step": round(row[f"{p}_time_us"], 3)})
+            if ev is not None:
+                evidence.append(ev)
+        for k in ks.head(1).iter_rows(named=True):
+            for p in ("a", "b"):
+                ev = _cite(k, p, {"source": "kernels", "op": k["op"], "name": k["name"],
+                                  "input_shapes": k["input_shapes"], "side": p.upper()},
+                           {"time_us_per_step": round(k[f"{p}_time_us"], 3), "launches_per_step": k[f"{p}_count"]})
+                if ev is not None:
+                    evidence.append(ev)
+        top = ks.row(0, named=True) if ks.height else None
+        out.append(Finding(
+            check=CHECK, severity=sev,
+            title=f"Regression: {row['bucket']} +{ms(row['delta_us'])} per step in B"
+                  + (f", mostly {top['op']}" if top else ""),
+            message=(f"The {row['bucket']} bucket takes {ms(row['a_time_us'])} per step in A and "
+                     f"{ms(row['b_time_us'])} in B (+{ms(row['delta_us'])}"
+                     + (f", {pct(share)} of A's summed kernel time" if share is not None else "") + "). "
+                     + (f"Largest increases: {k_txt}." if k_txt else "No single kernel of the bucket grew; the "
+                        "change is in kernels present on one side only (see new/missing).")),
+            metrics={"bucket": row["bucket"], "a_us": round(row["a_time_us"], 3), "b_us": round(row["b_time_us"], 3),
+                     "delta_us": round(row["delta_us"], 3), "share_of_a": round(share, 4) if share else None,
+                     "kernels": [{"op": k["op"], "name": k["name"], "input_shapes": k["input_shapes"],
+                                  "delta_us": round(k["delta_us"], 3), "a_count": k["a_count"],
+                                  "b_count": k["b_count"]} for k in ks.iter_rows(named=True)]},
+            evidence=tuple(evidence)))
+    return out
+
+
+def _new_missing_findings(kernels: pl.DataFrame, total_a: float, pack: RulePack) -> list[Finding]:
+    chk = pack.check(CHECK)
+    out: list[Finding] = []
+    if "status" not in kernels.columns:
+        return out
+    floor = max(chk["min_delta_us"], chk["min_share"] * total_a)
+    for status, p, word in (("new", "b", "only in B"), ("missing", "a", "only in A")):
+        rows = kernels.filter((pl.col("status") == status) & (pl.col(f"{p}_time_us") >= floor)).sort(
+            f"{p}_time_us", descending=True).head(5)
+        if rows.is_empty():
+            continue
+        evidence = [e for r in rows.iter_rows(named=True)
+                    if (e := _cite(r, p, {"source": "kernels", "op": r["op"], "name": r["name"],
+                                          "input_shapes": r["input_shapes"], "status": status},
+                                   {"time_us_per_step": round(r[f"{p}_time_us"], 3)})) is not None]
+        if not evidence:
+            continue
+        txt = "; ".join(f"{r['op']}{' [' + r['input_shapes'] + ']' if r['input_shapes'] else ''} "
+                        f"{ms(r[f'{p}_time_us'])}"
+                        + (" (same name, other shape on the other side)" if r["same_name_other_shape"] else "")
+                        for r in rows.iter_rows(named=True))
+        out.append(Finding(
+            check=CHECK, severity="info",
+            title=f"{rows.height} kernel(s) {word}, {ms(float(rows[f'{p}_time_us'].sum()))} per step",
+            message=f"Kernels {word} (per step and rank): {txt}.",
+            metrics={"status": status,
+                     "kernels": rows.select("op", "name", "input_shapes", f"{p}_time_us").to_dicts()},
+            evidence=tuple(evidence)))
+    return out

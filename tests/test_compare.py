@@ -1,0 +1,92 @@
+"""`profan compare`: two runs with a slowed kernel class, two ranks of one job, two rank folders of Qwen3."""
+
+from __future__ import annotations
+
+import json
+from collections import defaultdict
+
+import pytest
+from conftest import QWEN3, fnum, raw_rows, run_cli
+
+import profan
+from profan.compare import compare
+from profan.evidence import read_back
+from profan.synth import generate
+
+
+@pytest.fixture(scope="module")
+def runs(tmp_path_factory):
+    root = tmp_path_factory.mktemp("runs")
+    a = generate(root / "runA", ranks=8, seed=1, trace=False)
+    b = generate(root / "runB", ranks=8, seed=1, trace=False, slow_kernel="FlashAttentionScoreGrad",
+                 slow_kernel_factor=1.3)
+    return root, a, b
+
+
+def _per_rank_step(root, truth, op: str) -> float:
+    """Mean over ranks and steps of the summed duration of one op type, straight from the CSV files."""
+    sums: dict[tuple[str, str], float] = defaultdict(float)
+    for rank, d in truth["rank_dirs"].items():
+        _, rows = raw_rows(root / d / "ASCEND_PROFILER_OUTPUT" / "kernel_details.csv")
+        for row in rows.values():
+            if row["Type"] == op:
+                sums[(rank, row["Step Id"])] += fnum(row["Duration(us)"])
+    return sum(sums.values()) / len(sums)
+
+
+def test_two_runs_name_the_slowed_kernel_with_rows_on_both_sides(runs, tmp_path):
+    root, ta, tb = runs
+    out = tmp_path / "cmp.json"
+    res = run_cli("compare", str(root / "runA"), str(root / "runB"), "-f", "json", "-o", str(out), "-q")
+    assert res.returncode == 0, res.stderr
+    doc = json.loads(out.read_text())
+    regs = [f for f in doc["findings"] if f["check"] == "compare-regression" and f["severity"] != "info"]
+    assert len(regs) == 1
+    f = regs[0]
+    assert f["metrics"]["bucket"] == "attention"
+    top = f["metrics"]["kernels"][0]
+    assert top["op"] == tb["slow_kernel"]["op"] == "FlashAttentionScoreGrad"
+    want = _per_rank_step(root / "runB", tb, "FlashAttentionScoreGrad") - _per_rank_step(
+        root / "runA", ta, "FlashAttentionScoreGrad")
+    assert top["delta_us"] == pytest.approx(want, rel=1e-4)
+    assert want == pytest.approx(0.3 * _per_rank_step(root / "runA", ta, "FlashAttentionScoreGrad"), rel=0.01)
+    sides = {e["select"]["side"]: e for e in f["evidence"] if e["select"].get("op") == "FlashAttentionScoreGrad"}
+    assert set(sides) == {"A", "B"}
+    assert sides["A"]["file"].startswith("runA/") and sides["B"]["file"].startswith("runB/")
+    report = profan.report.from_dict(doc)
+    for ev in report.finding(f["id"]).evidence:
+        assert all(",FlashAttentionScoreGrad," in t or ",FlashAttentionScore," in t
+                   for _, t in read_back(root, ev)), ev.file
+    # nothing else regressed: every other bucket's delta is below the rule's floor
+    other = [b for b in doc["tables"]["compare_buckets"] if b["bucket"] != "attention"]
+    assert all(abs(b["delta_us"]) < 50 for b in other)
+    # and `profan evidence` reads the same rows back from the compare report
+    ev = run_cli("evidence", str(out), f["id"])
+    assert ev.returncode == 0 and "FlashAttentionScoreGrad" in ev.stdout
+
+
+def test_two_ranks_of_one_job_markdown(runs):
+    root, _, _ = runs
+    res = run_cli("compare", str(root / "runA"), "--ranks", "0,5", "-q")
+    assert res.returncode == 0, res.stderr
+    assert "ranks 0 and 5 of one job" in res.stdout and "## Buckets" in res.stdout
+    # fault-free ranks: no regression above the rule's floor
+    assert "Regression:" not in res.stdout
+    bad = run_cli("compare", str(root / "runA"), "--ranks", "0,99")
+    assert bad.returncode == 2 and "no rank 99" in bad.stderr
+
+
+def test_qwen3_stage_ranks_compare_matches_the_breakdown(qwen3_report):
+    rep = compare(QWEN3 / "rank_0_ascend_pt", QWEN3 / "rank_2_ascend_pt")
+    bd = qwen3_report.breakdown
+    buckets = {b["bucket"]: b for b in rep.tables["compare_buckets"].to_dicts()}
+    for bucket, row in buckets.items():
+        a = bd.filter((bd["rank"] == 0) & (bd["bucket"] == bucket))["time_us"].sum()
+        b = bd.filter((bd["rank"] == 2) & (bd["bucket"] == bucket))["time_us"].sum()
+        assert row["a_time_us"] == pytest.approx(a, rel=1e-9) and row["b_time_us"] == pytest.approx(b, rel=1e-9)
+    regs = [f for f in rep.findings if f.check == "compare-regression" and f.severity != "info"]
+    assert regs and regs[0].metrics["delta_us"] == pytest.approx(max(r["delta_us"] for r in buckets.values()), abs=1e-3)
+    # the evidence paths are relative to the common root (the job folder) and read back
+    for ev in regs[0].evidence:
+        assert ev.file.split("/")[0] in ("rank_0_ascend_pt", "rank_2_ascend_pt")
+        assert read_back(QWEN3, ev)
