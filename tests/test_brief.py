@@ -7,12 +7,13 @@ import json
 from collections import defaultdict
 
 import pytest
-from conftest import QWEN3, run_cli
+from conftest import FIXTURES, QWEN3, run_cli
 
 from profan.brief import MAX_BYTES, brief, dumps, evidence_doc, rules_doc
 from profan.errors import ProfanInputError
 
 SEV = ("critical", "warning", "info")
+DLRM = FIXTURES / "torch" / "dlrm_v100_8rank"  # 8 Kineto traces (V100), evidence as trace event indexes
 
 
 def expected_order(findings: list[dict]) -> list[str]:
@@ -73,6 +74,33 @@ def test_qwen3_brief_cli_under_8kb(qwen3_full):
     f1 = next(f for f in doc["findings"] if f["id"] == "F1")
     assert f1["evidence"][0]["file"] == "rank_0_ascend_pt/ASCEND_PROFILER_OUTPUT/step_trace_time.csv"
     assert f1["evidence"][0]["lines"] == [2]
+
+
+def test_dlrm_brief_cli_under_8kb():
+    """The 8-rank DLRM Kineto sample: < 8 KB, all its critical findings named with their event locators."""
+    res = run_cli("analyze", str(DLRM), "--format", "json", "--brief")
+    assert res.returncode == 0, res.stderr
+    assert len(res.stdout.encode()) < 8 * 1024
+    doc = json.loads(res.stdout)
+    full = json.loads(run_cli("analyze", str(DLRM), "--format", "json").stdout)
+    check_brief(doc, full, MAX_BYTES)
+    assert doc["source"]["ranks"] == list(range(8))
+    crit = {f["id"] for f in full["findings"] if f["severity"] == "critical"}
+    assert crit and crit <= {f["id"] for f in doc["findings"]}
+    assert any("events" in f["evidence"][0] for f in doc["findings"])
+
+
+def test_evidence_doc_events_are_the_raw_trace_events():
+    import profan
+
+    report = profan.analyze(DLRM)
+    f = next(f for f in report.findings if f.evidence[0].events and len(f.evidence[0].events) > 1)
+    doc = evidence_doc(report, DLRM, f.id)
+    item = doc["evidence"][0]
+    events = json.loads((DLRM / item["file"]).read_text(encoding="utf-8"))["traceEvents"]
+    assert item["events"] == list(f.evidence[0].events)
+    assert [r["locator"] for r in item["rows"]] == [f"event {i}" for i in item["events"]]
+    assert [json.loads(r["text"]) for r in item["rows"]] == [events[i] for i in item["events"]]
 
 
 @pytest.mark.parametrize("max_bytes", [6000, 4000, 3000])

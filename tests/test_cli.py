@@ -12,7 +12,7 @@ import sys
 import jsonschema
 import pytest
 import tomllib
-from conftest import ASCEND, QWEN3, ROOT, run_cli
+from conftest import ASCEND, FIXTURES, QWEN3, ROOT, run_cli
 
 VLLM = ASCEND / "vllm-ascend-msprof-gmm-1op"  # one op, worst finding 'info'
 
@@ -217,7 +217,7 @@ def test_schema_command_and_real_reports_validate():
         jsonschema.validate(doc, schemas[which], cls=jsonschema.Draft202012Validator)
 
     valid(report_json(QWEN3), "report")
-    for sample in (QWEN3, ASCEND / "msinsight-gpt3-2rank-2023", VLLM):
+    for sample in (QWEN3, ASCEND / "msinsight-gpt3-2rank-2023", VLLM, FIXTURES / "torch" / "dlrm_v100_8rank"):
         report = profan.analyze(sample)
         doc = json.loads(json.dumps(report.to_dict()))
         valid(doc, "report")
@@ -255,9 +255,12 @@ def test_rules_json_matches_the_pack_files():
 
 
 def test_skill_path_and_install(tmp_path):
+    from profan.cli import _skill_dir
+
     path = run_cli("skill", "path").stdout.strip()
     src = ROOT / "profan" / "skill" / "profan"
-    assert path == str(src)
+    assert path == str(_skill_dir()) and path.endswith("/profan/skill/profan")
+    assert (_skill_dir() / "SKILL.md").read_bytes() == (src / "SKILL.md").read_bytes()
     res = run_cli("skill", "install", str(tmp_path))
     assert res.returncode == 0, res.stderr
     assert res.stdout.strip() == str(tmp_path / "profan")
