@@ -77,10 +77,23 @@
     });
   }
 
+  function initFindingFilter() {
+    var inp = document.querySelector("input.ffilter");
+    if (!inp) return;
+    inp.addEventListener("input", function () {
+      var q = inp.value.toLowerCase();
+      document.querySelectorAll("details.finding").forEach(function (d) {
+        var text = d.querySelector("summary").textContent.toLowerCase();
+        d.style.display = !q || text.indexOf(q) >= 0 ? "" : "none";
+      });
+    });
+  }
+
   document.addEventListener("DOMContentLoaded", function () {
     drawCharts();
     initSort();
     initFilter();
+    initFindingFilter();
     openTarget();
   });
   window.addEventListener("hashchange", openTarget);

@@ -126,6 +126,23 @@ def test_report_in_browser(browser, tmp_path, name):
         assert rows.count() == caps[(f.id, i)]
         assert rows.first.is_visible()
         assert rows.first.locator("th").inner_text() == locator_label(ev.kind, ev.locators[0])
+    # the findings filter and a table sort work
+    if page.locator("input.ffilter").count():
+        check = report.findings[-1].check
+        page.fill("input.ffilter", check)
+        want = sum(check in f"{f.check} {f.title}" for f in report.findings)
+        assert page.locator("details.finding:visible").count() == want
+        page.fill("input.ffilter", "")
+    rank_name, steps_df = step_table(report)
+    if steps_df.height > 1:
+        page.evaluate(f"document.getElementById('tbl-{rank_name}').closest('details').open = true")
+        col = page.locator(f"#tbl-{rank_name} thead th", has_text="computing (ms)")
+        col.click()
+        idx = page.evaluate(f"Array.from(document.querySelectorAll('#tbl-{rank_name} thead th'))"
+                            ".findIndex(th => th.textContent === 'computing (ms)')")
+        first = page.locator(f"#tbl-{rank_name} tbody tr").first.locator("td").nth(idx).inner_text()
+        table = report.tables[rank_name]
+        assert float(first.replace(",", "")) == pytest.approx(table["computing_us"].min() / 1000, abs=0.006)
     ARTIFACTS.mkdir(parents=True, exist_ok=True)
     page.screenshot(path=str(ARTIFACTS / f"{name}.png"), full_page=True)
     pg.assert_clean()

@@ -125,14 +125,14 @@ def test_charts_carry_the_report_tables(qwen3_report, qwen_html):
         y = dict(zip(t["x"], t["y"], strict=True))[f"rank {rec['rank']}"]
         assert y == pytest.approx(rec["time_us"] / 1000)
     steps = qwen3_report.tables["steps"]
-    comp = next(t for t in charts["steps"]["data"] if t["name"] == "Computing")
+    comp = next(t for t in charts["rank_comparison"]["data"] if t["name"] == "Computing")
     assert comp["y"] == pytest.approx([v / 1000 for v in steps["computing_us"].to_list()])
 
 
 def test_slow_stage_named_by_a_finding_is_highlighted(qwen3_report, qwen_html):
     stage = next(f for f in qwen3_report.findings if f.check == "pipeline-stage-imbalance")
     assert stage.metrics["slow_ranks"] == [2, 3]
-    chart = _charts(qwen_html)["steps"]
+    chart = _charts(qwen_html)["rank_comparison"]
     widths = chart["data"][0]["marker"]["line"]["width"]
     hot = {x for x, w in zip(chart["data"][0]["x"], widths, strict=True) if w > 0}
     assert hot == {"rank 2", "rank 3"}
@@ -205,3 +205,20 @@ def test_trace_event_evidence_shows_the_cited_events(tmp_path):
         assert row[cols.index("name")] == (e["name"] if len(e["name"]) <= 240 else e["name"][:239] + "…")
         assert row[cols.index("dur")] == json.dumps(e["dur"])
         assert row[cols.index("ts")] == json.dumps(e["ts"])
+
+
+def test_compare_report_renders_both_sides(tmp_path):
+    """`profan compare` results are a Report too: the same renderer shows both sides and the bucket deltas."""
+    from profan.compare import compare
+
+    report = compare(QWEN3, None, ranks=(0, 2))
+    doc = build_html(report)
+    assert "profan compare — " in doc
+    buckets = report.tables["compare_buckets"]
+    chart = _charts(doc)["compare_buckets"]
+    a, b = chart["data"]
+    assert a["x"] == buckets["bucket"].to_list()
+    assert a["y"] == pytest.approx([v / 1000 for v in buckets["a_time_us"].to_list()])
+    assert b["y"] == pytest.approx([v / 1000 for v in buckets["b_time_us"].to_list()])
+    for f in report.findings:
+        assert f'id="{f.id}-e1"' in doc

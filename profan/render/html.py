@@ -47,6 +47,17 @@ TABLE_INFO: dict[str, tuple[str, str]] = {
                                                   "columns of kernel_details.csv): the dominant pipe says what bounds "
                                                   "the kernel."),
     "communication": ("Communication", "Per-operation times from communication.json."),
+    "comm_bandwidth": ("Link bandwidth", "Bandwidth per transfer and transport (size / transit time), against "
+                                         "the link's prior from rules/hardware where one applies."),
+    "comm_links": ("Links between ranks", "Per source/destination pair, from communication_matrix.json."),
+    "comm_exposed": ("Exposed communication", "Communication not overlapped with compute per rank and step, "
+                                              "split into transfer and waiting."),
+    "trace_communication": ("Communication (trace)", "Collective and point-to-point kernels of the traces."),
+    "straggler_ranks": ("Stragglers", "Per rank and step: how late the rank arrives at aligned collectives."),
+    "collective_arrivals": ("Collective arrivals", "Each aligned collective: who arrived last, and how late."),
+    "compare_steps": ("Steps: A vs B", "Step totals on both sides and their difference (B minus A)."),
+    "compare_buckets": ("Buckets: A vs B", "Summed kernel time per bucket on both sides, with the rows behind them."),
+    "compare_kernels": ("Kernels: A vs B", "Kernels matched by name and shape; delta is B minus A."),
 }
 SECTION_ORDER = ("breakdown", "steps", "trace_steps", "top_kernels", "boundness", "communication")
 STEP_TABLES = ("steps", "trace_steps")  # the first with computing/communication/free columns feeds the rank chart
@@ -80,8 +91,12 @@ def build_html(report: Report, *, row_budget: int = ROW_BUDGET) -> str:
     caps = item_caps(report.findings, row_budget)
     tables = read_evidence(root, report.findings, caps)
     highlights = highlighted_ranks(report.findings)
+    is_compare = report.source.get("kind") == "compare"
     ctx = {
-        "title": f"profan report — {Path(str(report.source.get('root', ''))).name}",
+        "title": (f"profan compare — {report.source.get('mode', '')}" if is_compare
+                  else f"profan report — {Path(str(report.source.get('root', ''))).name}"),
+        "sides": [(side, side_view(report.source[side])) for side in ("a", "b")
+                  if is_compare and isinstance(report.source.get(side), dict)],
         "source": report.source,
         "ranks": [rank_view(r) for r in report.source.get("ranks", [])],
         "steps": steps_seen(report),
@@ -225,6 +240,12 @@ def rank_view(r: dict[str, Any]) -> dict[str, Any]:
     }
 
 
+def side_view(side: dict[str, Any]) -> dict[str, str]:
+    """One side of a comparison: where it was read, which ranks and steps."""
+    return {"path": str(side.get("path", "")), "ranks": ", ".join(str(r) for r in side.get("ranks") or []) or "—",
+            "steps": ", ".join(str(s) for s in side.get("steps") or []) or "—"}
+
+
 def steps_seen(report: Report) -> list[Any]:
     for name in ("steps", "breakdown"):
         df = report.tables.get(name)
@@ -249,7 +270,8 @@ def table_view(name: str, df: pl.DataFrame, max_rows: int = TABLE_ROWS) -> dict[
         cells = []
         for col, v in zip(cols, rec, strict=True):
             cell = _cut(fmt_cell(v, col["kind"]), 120)
-            cell["wrap"] = col["kind"] != "file" and len(cell["t"]) > 60
+            text = cell["t"]  # long prose or shape lists wrap; identifiers and pointers stay on one line
+            cell["wrap"] = col["kind"] != "file" and len(text) > 60 and any(ch in text for ch in " ;,")
             cells.append(cell)
         rows.append(cells)
     title, intro = TABLE_INFO.get(name, (name.replace("_", " ").capitalize(), ""))
@@ -395,7 +417,54 @@ def boundness_chart(df: pl.DataFrame) -> dict[str, Any] | None:
                      yaxis={"autorange": "reversed", "automargin": True, "type": "category"},
                      xaxis={"side": "top", "type": "category"}, margin={"l": 16, "r": 16, "t": 40, "b": 16})
     return {"id": "chart-boundness", "data": data, "layout": layout,
-            "note": f"first {len(recs)} of {df.height} rows" if df.height > len(recs) else ""}
+            "note": f"heatmap of the first {len(recs)} of {df.height} rows; the table has them all"
+            if df.height > len(recs) else ""}
+
+
+def bandwidth_chart(df: pl.DataFrame) -> dict[str, Any] | None:
+    """Measured bandwidth per transfer against its size, one colour per transport, with the prior (the link's
+    expected bandwidth from rules/hardware) as a dashed line where one applies."""
+    if df.is_empty() or not {"bandwidth_gbps", "size_mb", "transport"} <= set(df.columns):
+        return None
+    rows = df.filter(pl.col("bandwidth_gbps").is_not_null() & (pl.col("size_mb") > 0))
+    if "is_link" in rows.columns:
+        rows = rows.filter(pl.col("is_link").fill_null(True))
+    if rows.is_empty():
+        return None
+    data, shapes, annotations = [], [], []
+    for i, ((transport,), part) in enumerate(rows.group_by("transport", maintain_order=True)):
+        color = PALETTE[i % len(PALETTE)]
+        recs = list(part.iter_rows(named=True))
+        data.append({"type": "scatter", "mode": "markers", "name": _esc(transport),
+                     "x": [r["size_mb"] for r in recs], "y": [r["bandwidth_gbps"] for r in recs],
+                     "marker": {"color": color, "size": 8, "opacity": 0.8, "line": {"width": 0.5, "color": "#fff"}},
+                     "customdata": [_esc(f"rank {r.get('rank', '?')} · {r.get('op_name') or r.get('op') or ''}")
+                                    for r in recs],
+                     "hovertemplate": "%{customdata}<br>" + _esc(transport)
+                                      + ": %{y:,.1f} GB/s for %{x:,.2f} MB<extra></extra>"})
+        priors = [r["prior_gbps"] for r in recs if r.get("prior_gbps") is not None]
+        if priors:
+            shapes.append({"type": "line", "xref": "paper", "x0": 0, "x1": 1, "y0": priors[0], "y1": priors[0],
+                           "line": {"color": color, "dash": "dash", "width": 1.5}})
+            annotations.append({"xref": "paper", "x": 1, "xanchor": "right", "y": priors[0], "yanchor": "bottom",
+                                "text": _esc(f"{transport} prior {priors[0]:,.0f} GB/s"), "showarrow": False,
+                                "font": {"color": color, "size": 11}})
+    layout = _layout("bandwidth (GB/s)", barmode=None, shapes=shapes, annotations=annotations, showlegend=True,
+                     xaxis={"type": "log", "title": {"text": "transfer size (MB)"}, "gridcolor": "#eceff3"})
+    return {"id": "chart-comm_bandwidth", "data": data, "layout": layout,
+            "note": "" if shapes else "no bandwidth prior applies to these links (see the notes above)"}
+
+
+def compare_chart(df: pl.DataFrame) -> dict[str, Any] | None:
+    """`profan compare`: summed time per bucket on side A and side B, side by side."""
+    if df.is_empty() or not {"bucket", "a_time_us", "b_time_us"} <= set(df.columns):
+        return None
+    recs = list(df.iter_rows(named=True))
+    xs = [_esc(r["bucket"]) for r in recs]
+    data = [{"type": "bar", "name": name, "x": xs, "y": [_ms(r[col]) for r in recs], "marker": {"color": color},
+             "hovertemplate": "%{x}<br>" + name + ": %{y:,.2f} ms<extra></extra>"}
+            for col, name, color in (("a_time_us", "A", "#9aa5b1"), ("b_time_us", "B", "#3b6fb6"))]
+    return {"id": "chart-compare_buckets", "data": data, "layout": _layout("summed kernel time (ms)", barmode="group")}
 
 
 def step_table(report: Report) -> tuple[str, pl.DataFrame]:
@@ -414,8 +483,10 @@ def step_table(report: Report) -> tuple[str, pl.DataFrame]:
 def chart_specs(report: Report, highlights: dict[int, list[dict[str, str]]]) -> dict[str, dict[str, Any]]:
     out = {}
     for key, spec in (("breakdown", breakdown_chart(report.tables.get("breakdown", pl.DataFrame()))),
-                      ("steps", rank_chart(step_table(report)[1], highlights)),
-                      ("boundness", boundness_chart(report.tables.get("boundness", pl.DataFrame())))):
+                      ("rank_comparison", rank_chart(step_table(report)[1], highlights)),
+                      ("boundness", boundness_chart(report.tables.get("boundness", pl.DataFrame()))),
+                      ("comm_bandwidth", bandwidth_chart(report.tables.get("comm_bandwidth", pl.DataFrame()))),
+                      ("compare_buckets", compare_chart(report.tables.get("compare_buckets", pl.DataFrame())))):
         if spec is not None:
             out[key] = spec
     return out

@@ -64,6 +64,8 @@ def column_kind(name: str, dtype: str = "") -> str:
         return "pct"
     if n == "ratio" or n.endswith("_x"):
         return "ratio"
+    if n in ("count", "calls", "kernels", "events") or n.endswith(("_count", "_calls")):
+        return "int"  # counts may arrive as floats (sums, joins)
     if dtype.startswith(("Int", "UInt")):
         if n in ("event", "line", "seq") or n.endswith(("_event", "_idx", "_index", "_line", "_id")):
             return "id"  # a locator or identifier: no thousands separator
@@ -108,5 +110,5 @@ def fmt_cell(value, kind: str, *, list_limit: int = 6) -> str:
     if kind == "mb":
         return f"{value:,.2f}"
     if kind == "int" or isinstance(value, int):
-        return f"{value:,}"
+        return f"{value:,.0f}" if isinstance(value, float) else f"{value:,}"
     return f"{value:,.3f}"
