@@ -214,6 +214,9 @@ def compare(
     out: Annotated[Path | None, typer.Option("--output", "-o", help="Write here instead of stdout.")] = None,
     rules: Annotated[list[Path] | None, typer.Option("--rules", help="Extra rule file(s), tried first.")] = None,
     quiet: Annotated[bool, typer.Option("--quiet", "-q", help="No progress on stderr.")] = False,
+    brief: Annotated[bool, typer.Option(
+        "--brief", help="Compact JSON (< 8 KB) on stdout, as for analyze; with -o the full report goes there.")
+    ] = False,
 ) -> None:
     """Compare two ranks of one job or two runs: step totals, bucket and kernel deltas (B minus A), with rows."""
     from profan.compare import compare as run_compare
@@ -233,6 +236,18 @@ def compare(
             _err(f"--ranks takes two rank numbers like 0,7 (got {ranks!r})")
             raise typer.Exit(EXIT_BAD_INPUT)
     report = run_compare(a, b, ranks=pair, rules=rules or [], progress=_progress(quiet))
+    if brief:
+        from profan.brief import brief as make_brief
+        from profan.brief import dumps
+
+        if out is not None:
+            (render_json if fmt == "json" else render_compare_markdown)(report, out)
+        report_file = str(out.resolve()) if fmt == "json" and out is not None else None
+        # `profan evidence DIR` would analyse DIR, not compare it: only a saved comparison has these ids
+        drill = None if report_file else ("save the comparison with --format json -o report.json, then "
+                                          "profan evidence report.json FINDING_ID --format json")
+        sys.stdout.write(dumps(make_brief(report, report_file=report_file, drill=drill)) + "\n")
+        return
     text = (render_json if fmt == "json" else render_compare_markdown)(report, out)
     if text is not None:
         sys.stdout.write(text if text.endswith("\n") else text + "\n")

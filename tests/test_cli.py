@@ -274,3 +274,26 @@ def test_skill_path_and_install(tmp_path):
     (tmp_path / "profan" / "SKILL.md").write_text("stale")
     assert run_cli("skill", "install", str(tmp_path), "--force").returncode == 0
     assert (tmp_path / "profan" / "SKILL.md").read_bytes() == (src / "SKILL.md").read_bytes()
+
+
+def test_compare_brief_and_evidence(tmp_path):
+    """compare --brief: the compact view of the comparison; with -o the saved comparison is what evidence reads,
+    and its rows are the raw kernel_details.csv lines of both ranks."""
+    out = tmp_path / "compare.json"
+    res = run_cli("compare", str(QWEN3), "--ranks", "0,2", "--format", "json", "--brief", "-o", str(out))
+    assert res.returncode == 0, res.stderr
+    brief = json.loads(res.stdout)
+    assert len(res.stdout.encode()) < 8 * 1024
+    full = json.loads(out.read_text())
+    assert brief["report_file"] == str(out.resolve())
+    assert [f["id"] for f in brief["findings"]] == [f["id"] for f in full["findings"]]
+    assert {f["check"] for f in brief["findings"]} == {"compare-regression"}
+    unsaved = json.loads(run_cli("compare", str(QWEN3), "--ranks", "0,2", "--brief").stdout)
+    assert unsaved["report_file"] is None and unsaved["drill"].startswith("save the comparison with --format json")
+    ev = json.loads(run_cli("evidence", str(out), "F1", "--format", "json").stdout)
+    sides = set()
+    for item in ev["evidence"]:
+        raw = (QWEN3 / item["file"]).read_bytes().decode("utf-8").splitlines()
+        assert [r["text"] for r in item["rows"]] == [raw[n - 1] for n in item["lines"]]
+        sides.add(item["file"].split("/")[0])
+    assert sides == {"rank_0_ascend_pt", "rank_2_ascend_pt"}

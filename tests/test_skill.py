@@ -86,7 +86,8 @@ def concrete(cmd: str, wd) -> list[str]:
     subst = {"DIR": str(QWEN3), "report.json": str(wd / "report.json"), "CHECK_OR_RULE_ID": "device-idle",
              "CHECK": "exposed-communication", "RULE_ID": "ASC-ATTN-001", "ID": "ASC-FFN-001",
              "my_rules.toml": str(wd / "my_rules.toml"), "hw.toml": str(wd / "hw.toml"),
-             "report.html": str(wd / "report.html")}
+             "report.html": str(wd / "report.html"), "compare.json": str(wd / "compare.json"), "A,B": "0,2",
+             "RUN_A": str(QWEN3 / "rank_0_ascend_pt"), "RUN_B": str(QWEN3 / "rank_2_ascend_pt")}
     args = shlex.split(cmd)[1:]
     if args[:2] == ["skill", "install"]:
         return [*args[:2], str(wd / "skills"), *args[3:]]
@@ -98,11 +99,11 @@ def test_every_mentioned_command_runs(workdir):
     cmds = mentioned_commands()
     assert len(cmds) >= 12
     subcommands = {c.split()[1] for c in cmds if len(c.split()) > 1}
-    assert {"analyze", "evidence", "rules", "schema", "skill", "mcp"} <= subcommands
+    assert {"analyze", "compare", "evidence", "rules", "schema", "skill", "mcp"} <= subcommands
     for cmd in cmds:
         args = concrete(cmd, workdir)
-        if args == ["evidence"]:  # named in prose without arguments: it must exist
-            args = ["evidence", "--help"]
+        if len(args) == 1 and args[0] in ("analyze", "compare", "evidence"):  # named in prose: it must exist
+            args = [args[0], "--help"]
         if args[:2] == ["skill", "install"]:
             args.append("--force")  # the folder is there from the previous mention
         res = subprocess.run([sys.executable, "-m", "profan", *args], capture_output=True, text=True,
