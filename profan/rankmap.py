@@ -55,6 +55,7 @@ class RankData:
     trace_steps: pl.DataFrame | None = None  # per-step Computing/Communication/Free from trace device lanes
     trace_comm: pl.DataFrame | None = None  # Kineto communication events (NCCL kernels, c10d ops, annotations)
     trace_links: pl.DataFrame | None = None  # trace_view HCCL plane tasks per plane / transport / link type
+    trace_tasks: pl.DataFrame | None = None  # trace_view HCCL plane task events (Notify_Wait per peer)
     rows_read: dict[str, int] = field(default_factory=dict)
     rows_skipped: dict[str, int] = field(default_factory=dict)
     warnings: list[str] = field(default_factory=list)
@@ -162,6 +163,9 @@ def load_rank(rs: RankSource, root: Path, pack: RulePack) -> RankData:
         from profan.sources import trace_view
 
         trace_view.load_rank_trace(rd, rs.files["trace_view"])
+        from profan.sources import hccl_tasks
+
+        rd.trace_tasks = hccl_tasks.plane_tasks(rs.files["trace_view"])
     platform = ascend_device.platform_version(rs.path)
     if platform is not None:
         rd.info["platform_version"] = platform

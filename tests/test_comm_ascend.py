@@ -370,6 +370,13 @@ def test_every_communication_number_is_reproducible_from_cited_rows(folder):
             if ev.lines:
                 continue  # step_trace rows: checked by the generic evidence walk
             doc = _json(root / ev.file)
+            if ev.events:  # trace_view HCCL plane tasks: every waited task is cited, and they sum to the claim
+                cited = [doc[i] for i in ev.events]
+                assert len(cited) == ev.row_count
+                assert all(c["name"] == ev.select["task"] and c["args"]["dst rank"] == ev.select["dst_rank"]
+                           for c in cited)
+                assert sum(float(c["dur"]) for c in cited) == pytest.approx(ev.values["wait_us"], abs=1e-3)
+                continue
             nodes = [resolve_pointer(doc, p) for p in ev.pointers]
             if ev.select.get("step") is not None:
                 assert all(p.startswith(f"/step{ev.select['step']}/") for p in ev.pointers)
@@ -387,3 +394,46 @@ def test_every_communication_number_is_reproducible_from_cited_rows(folder):
                 assert sum(n["Transit Size(MB)"] for n in nodes) == pytest.approx(ev.values["size_mb"], abs=1e-5)
                 assert sum(n["Transit Time(ms)"] for n in nodes) == pytest.approx(ev.values["time_ms"], abs=1e-5)
 
+
+
+# ------------------------------------------------------------------------- trace_view HCCL plane tasks
+
+
+def _hccl_plane_events(path: Path) -> list[tuple[int, dict, str]]:
+    ev = _json(path)
+    procs = {e["pid"]: e["args"]["name"] for e in ev if e.get("ph") == "M" and e["name"] == "process_name"}
+    threads = {(e["pid"], e["tid"]): e["args"]["name"] for e in ev if e.get("ph") == "M" and e["name"] == "thread_name"}
+    return [(i, e, threads.get((e["pid"], e["tid"]), "")) for i, e in enumerate(ev)
+            if e.get("ph") == "X" and procs.get(e["pid"]) in ("HCCL", "Communication")
+            and threads.get((e["pid"], e["tid"]), "").startswith("Plane ")]
+
+
+@pytest.mark.parametrize("rank", [0, 1])
+def test_alexnet_hccl_planes_per_link_type(alexnet2_report, rank):
+    tv = ALEXNET2 / f"rank{rank}_ascend_pt" / OUT / "trace_view.json"
+    data = [e for _, e, _ in _hccl_plane_events(tv)
+            if e["args"]["link type"] not in ("ON_CHIP", "INVALID_TYPE") and e["args"]["size(Byte)"] > 0]
+    row = alexnet2_report.tables["comm_hccl_links"].filter(pl.col("rank") == rank).row(0, named=True)
+    assert (row["link_type"], row["transport_type"]) == ("HCCS", "SDMA")
+    assert row["tasks"] == len(data) and row["bytes"] == sum(e["args"]["size(Byte)"] for e in data)
+    assert row["time_us"] == pytest.approx(sum(float(e["dur"]) for e in data))
+    # the same transfers as communication.json's HCCS totals (Total Op Info): 427.6 MB at ~15 GB/s
+    total = _json(ALEXNET2 / f"rank{rank}_ascend_pt" / OUT / "communication.json")["step50"]["collective"][
+        "Total Op Info"]["Communication Bandwidth Info"]["HCCS"]
+    assert row["bytes"] / 1e6 == pytest.approx(total["Transit Size(MB)"])
+    assert row["bandwidth_gbps"] == pytest.approx(total["Transit Size(MB)"] / total["Transit Time(ms)"], rel=1e-6)
+
+
+@pytest.mark.parametrize(("rank", "wait_ms"), [(0, 95.4), (1, 92.9)])
+def test_alexnet_waited_peer_is_rank_5(alexnet2_report, rank, wait_ms):
+    """Both captured ranks wait ~93-95 ms in Notify_Wait for peer 5, which is not in the capture (anchor §2)."""
+    f = next(f for f in alexnet2_report.findings if f.check == "comm-waited-peer" and f.rank == rank)
+    tv = ALEXNET2 / f"rank{rank}_ascend_pt" / OUT / "trace_view.json"
+    waits = {i: e for i, e, _ in _hccl_plane_events(tv) if e["name"] == "Notify_Wait"}
+    to5 = {i: e for i, e in waits.items() if e["args"]["dst rank"] == 5}
+    assert f.metrics["peer"] == 5 and "not in this capture" in f.message
+    assert set(f.evidence[0].events) == set(to5) and f.evidence[0].row_count == len(to5)
+    total = sum(float(e["dur"]) for e in to5.values())
+    assert f.metrics["wait_us"] == pytest.approx(total, abs=1e-3)
+    assert total / 1000 == pytest.approx(wait_ms, abs=0.05)
+    assert f.metrics["share"] == pytest.approx(total / sum(float(e["dur"]) for e in waits.values()), abs=1e-4)

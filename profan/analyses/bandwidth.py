@@ -450,12 +450,16 @@ def communication_section(ranks: list[RankData], step_tab: pl.DataFrame, comm_ta
                      "has no parallel_group_info (ranks " + ", ".join(
                          str(r.rank) for r in ranks if r.comm_matrix is not None and not r.comm_matrix.is_empty()
                          and r.comm_matrix["src_rank"].null_count() == r.comm_matrix.height) + ")")
-    if any("trace_view" in r.files for r in ranks):
-        notes.append("communication: HCCL task lanes of trace_view.json (per-link Notify_Wait / Memcpy) are not "
-                     "summarised yet; the link figures come from communication.json and communication_matrix.json")
+    unread = [r.rank for r in ranks if "trace_view" in r.files and getattr(r, "trace_links", None) is None]
+    if unread:
+        notes.append("communication: HCCL plane tasks of trace_view.json not summarised for rank(s) "
+                     + ", ".join(str(x) for x in unread) + " (no HCCL plane lanes read); link figures come from "
+                     "communication.json and communication_matrix.json")
     nccl_tab, nccl_found = nccl_section(ranks, hw, pack)
-    findings += nccl_found
-    tables = {"comm_nccl": nccl_tab,
+    findings += [*nccl_found, *waited_peer_findings(ranks, pack)]
+    hccl_links = hccl_link_summary(ranks)
+    tables = {"comm_nccl": nccl_tab, "comm_hccl_links": hccl_links.drop("events") if not hccl_links.is_empty()
+              else hccl_links,
               "comm_devices": devices, "comm_bandwidth": tt.drop("group_ranks") if not tt.is_empty() else tt,
               "comm_links": links.drop("pointers") if not links.is_empty() else links,
               "comm_packets": packets.drop("small_pointers") if not packets.is_empty() else packets,
@@ -604,3 +608,78 @@ def nccl_section(ranks: list[RankData], hw: Hardware, pack: RulePack) -> tuple[p
         ).with_columns((pl.col("busbw_gbps") / pl.col("prior_gbps")).alias("prior_share")).select(NCCL_COLUMNS))
     table = pl.concat(parts, how="diagonal_relaxed") if parts else pl.DataFrame()
     return table, findings
+
+
+# ------------------------------------------------------------------------------ HCCL plane tasks (trace_view)
+
+NOT_LINK_TYPES = ("ON_CHIP", "INVALID_TYPE", "", "N/A")  # on-chip copies and waits: not a link's data
+
+
+def hccl_link_summary(ranks: list[RankData]) -> pl.DataFrame:
+    """Per rank and link type: HCCL plane data tasks (Memcpy, Reduce_Inline…) from trace_view.json — planes,
+    tasks, bytes, busy time and GB/s — from the per-plane table the trace_view reader keeps (``trace_links``)."""
+    parts = []
+    for r in ranks:
+        tl = getattr(r, "trace_links", None)
+        if tl is None or tl.is_empty() or "trace_view" not in r.files:
+            continue
+        d = tl.filter(~pl.col("link_type").fill_null("").is_in(NOT_LINK_TYPES) & (pl.col("bytes").fill_null(0) > 0))
+        if d.is_empty():
+            continue
+        parts.append(d.group_by("link_type", "transport_type", maintain_order=True).agg(
+            pl.col("plane").n_unique().alias("planes"), pl.col("tasks").sum(), pl.col("bytes").sum(),
+            pl.col("time_us").sum(),
+            pl.col("top_events").list.explode(keep_nulls=False, empty_as_null=False).alias("events"),
+        ).with_columns((pl.col("bytes") / pl.col("time_us") / 1e3).alias("bandwidth_gbps"),
+                       pl.lit(r.rank, pl.Int64).alias("rank"), pl.lit(r.files["trace_view"]).alias("file")))
+    return pl.concat(parts, how="diagonal_relaxed").sort("rank", "link_type") if parts else pl.DataFrame()
+
+
+def hccl_wait_table(tasks: pl.DataFrame) -> pl.DataFrame:
+    """Notify_Wait time per plane and peer (``dst rank``, group-local) from HCCL plane task events.
+
+    Input: one row per plane task with ``event_idx``, ``plane``, ``task_type`` (or the event ``name``), ``dst_rank``,
+    ``dur_us``. A long Notify_Wait towards one peer is this rank waiting for that peer's signal: the late peer."""
+    kind = pl.coalesce(pl.col("task_type"), pl.col("name")) if "task_type" in tasks.columns else pl.col("name")
+    w = tasks.filter(kind == "Notify_Wait")
+    if w.is_empty():
+        return pl.DataFrame()
+    process = pl.col("process").first() if "process" in w.columns else pl.lit("HCCL")
+    return (w.group_by("dst_rank").agg(pl.len().alias("waits"), pl.col("dur_us").sum().alias("wait_us"),
+                                       process.alias("process"),
+                                       pl.col("plane").unique().sort().alias("planes"),
+                                       pl.col("event_idx").sort_by("dur_us", descending=True).alias("events"))
+            .with_columns((pl.col("wait_us") / pl.col("wait_us").sum()).alias("share"))
+            .sort("wait_us", descending=True))
+
+
+def waited_peer_findings(ranks: list[RankData], pack: RulePack) -> list[Finding]:
+    """Per rank: the peer its HCCL Notify_Waits were mostly for (from trace_view plane tasks, ``trace_tasks``)."""
+    chk = pack.check("comm-waited-peer")
+    out: list[Finding] = []
+    captured = sorted(r.rank for r in ranks)
+    for r in ranks:
+        tasks = getattr(r, "trace_tasks", None)
+        if tasks is None or tasks.is_empty() or "trace_view" not in r.files:
+            continue
+        w = hccl_wait_table(tasks)
+        if w.is_empty():
+            continue
+        top = w.row(0, named=True)
+        if top["wait_us"] < chk["min_wait_ms"] * 1000 or top["share"] < chk["min_share"]:
+            continue
+        peer = top["dst_rank"]
+        note = (f"; if this group is the world group (indices = global ranks), rank {peer} is not in this capture "
+                f"(ranks {', '.join(str(x) for x in captured)})" if peer not in captured else "")
+        out.append(Finding(
+            check=chk.id, severity="warning", rank=r.rank,
+            title=f"Rank {r.rank} waits {ms(top['wait_us'])} in HCCL Notify_Wait for peer {peer}",
+            message=(f"Rank {r.rank}: {top['waits']} Notify_Wait task(s) towards peer {peer} (group-local index in "
+                     f"the HCCL task args; {', '.join(top['planes'])}) last {ms(top['wait_us'])}, "
+                     f"{pct(top['share'])} of all its Notify_Wait time{note}. The collective was waiting for that "
+                     "peer's signal: look at what peer did before the collective (straggler analysis)."),
+            metrics={"peer": peer, "wait_us": round(top["wait_us"], 3), "share": round(top["share"], 4)},
+            evidence=(cite_events(r.files["trace_view"], top["events"], top["waits"],
+                                  {"source": "trace_view", "process": top["process"], "task": "Notify_Wait",
+                                   "dst_rank": peer}, values={"wait_us": round(top["wait_us"], 3)}),)))
+    return out
