@@ -1,0 +1,36 @@
+"""Reader for ``op_statistic.csv`` (and msprof ``op_statistic_*.csv``): the profiler's own per-op-type totals.
+
+Header: ``[Device_id,]OP Type,Core Type,Count,Total Time(us),Min Time(us),Avg Time(us),Max Time(us),Ratio(%)``.
+It covers compute kernels only (no communication rows) and is used to cross-check what kernel_details.csv lists.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import polars as pl
+
+from profan.errors import ProfanInputError
+from profan.sources.csvtext import small_csv
+
+REQUIRED = ("OP Type", "Core Type", "Count", "Total Time(us)")
+SCHEMA = {"src_line": pl.Int64, "op_type": pl.Utf8, "core": pl.Utf8, "count": pl.Int64, "total_us": pl.Float64}
+
+
+def read(path: Path) -> tuple[pl.DataFrame, int]:
+    """(table, skipped row count)."""
+    header, rows = small_csv(path)
+    missing = [c for c in REQUIRED if c not in header]
+    if missing:
+        raise ProfanInputError(path, f"missing column(s) {', '.join(missing)}")
+    idx = {h: i for i, h in enumerate(header)}
+    records, skipped = [], 0
+    for line, cells in rows:
+        try:
+            records.append({"src_line": line, "op_type": cells[idx["OP Type"]], "core": cells[idx["Core Type"]],
+                            "count": int(float(cells[idx["Count"]])),
+                            "total_us": float(cells[idx["Total Time(us)"]].strip(" \t\""))})
+        except (ValueError, IndexError):
+            skipped += 1
+    df = pl.DataFrame(records, schema=SCHEMA, orient="row") if records else pl.DataFrame(schema=SCHEMA)
+    return df, skipped
