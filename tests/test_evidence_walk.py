@@ -97,6 +97,9 @@ def test_every_finding_is_backed_by_its_rows(folder):
                 _check_step_trace_evidence(root, ev, f)
             elif src == "trace_view":
                 _check_overlap_evidence(root, ev, f)
+            elif src == "op_statistic":
+                _, rows = raw_rows(root / ev.file)
+                assert all(n in rows for n in ev.lines)
             elif ev.pointers:
                 _check_pointer_evidence(root, ev, f)
             else:
