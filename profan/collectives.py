@@ -63,11 +63,14 @@ def build_windows(kernels: pl.DataFrame, colls: pl.DataFrame, pack: RulePack, ru
     bounds = colls.select("cid", pl.col("start_us").alias("c_start"), "win_start_us").sort("c_start")
     k = kernels.sort("start_us").join_asof(bounds, left_on="start_us", right_on="c_start", strategy="forward")
     k = k.filter(pl.col("cid").is_not_null() & (pl.col("start_us") >= pl.col("win_start_us")))
-    win = (k.group_by("cid", "op", "name", "type", "core")
+    pre = "bucket" in k.columns  # already classified by the source (e.g. with launch context)
+    keys = ["cid", "op", "name", "type", "core", *(["bucket", "rule_id"] if pre else [])]
+    win = (k.group_by(keys)
            .agg(pl.len().alias("count"), pl.col("dur_us").sum().alias("time_us"),
                 pl.col("loc").top_k_by("dur_us", WINDOW_LOCS).alias("locs")))
-    win = classify(win, pack.rules_for(rules_for)).with_columns(pl.lit(loc_file).alias("loc_file"),
-                                                                  pl.lit(loc_kind).alias("loc_kind"))
+    if not pre:
+        win = classify(win, pack.rules_for(rules_for))
+    win = win.with_columns(pl.lit(loc_file).alias("loc_file"), pl.lit(loc_kind).alias("loc_kind"))
     return win.sort("cid", "time_us", descending=[False, True]), colls
 
 
@@ -111,4 +114,29 @@ def ascend_collectives(kernel_path: Path | None, kernel_file: str | None, n_reco
     if kernels is None:
         return colls, None
     windows, colls = build_windows(kernels.filter(~is_comm), colls, pack, "ascend", kernel_file or "", "lines")
+    return colls, windows
+
+
+def kineto_collectives(path: Path, trace_file: str, pack: RulePack) -> tuple[pl.DataFrame | None, pl.DataFrame | None]:
+    """(collectives, windows) of one Kineto rank: NCCL/RCCL kernels in order, per process group when the trace
+    names it (``Process Group Name``), else as one group; the GPU kernels before each as its window."""
+    from profan.sources import kineto
+
+    kt, _ = kineto.load_cached(path)
+    if kt.cpu_only or kt.collectives.is_empty():
+        return None, None
+    k = kt.collectives.filter(pl.col("source") == "kernel")
+    if k.is_empty():
+        return None, None
+    colls = k.select(
+        "step", pl.lit("collective").alias("kind"), pl.coalesce("pg_name", pl.lit("nccl")).alias("group"), "name",
+        pl.col("ts_us").alias("start_us"), "dur_us", pl.lit(None, pl.Float64).alias("wait_us"),
+        pl.lit(trace_file).alias("file"), pl.lit("events").alias("loc_kind"), pl.col("event_idx").alias("loc"),
+        pl.lit(None, pl.Utf8).alias("pointer"), pl.lit(trace_file).alias("kfile"), pl.col("event_idx").alias("kline"))
+    colls = _finish(colls)
+    dev = kineto.classify_events(kt.device, pack.rules_for("gpu"))
+    kernels = dev.filter(~pl.col("event_idx").is_in(k["event_idx"].implode())).select(
+        "step", "op", "name", "type", "core", "bucket", "rule_id", pl.col("ts_us").alias("start_us"), "dur_us",
+        pl.col("event_idx").alias("loc"))
+    windows, colls = build_windows(kernels, colls, pack, "gpu", trace_file, "events")
     return colls, windows

@@ -175,6 +175,11 @@ def _load_collectives(rd: RankData, rs: RankSource, pack: RulePack) -> None:
     """The rank's communication ops and their pre-collective windows, for cross-rank alignment and stragglers."""
     from profan.collectives import ascend_collectives
 
+    if rs.kind == "kineto" and "kineto_trace" in rs.files:
+        from profan.collectives import kineto_collectives
+
+        rd.collectives, rd.windows = kineto_collectives(rs.files["kineto_trace"], rd.files["kineto_trace"], pack)
+        return
     if rs.kind != "ascend" or not ({"kernel_details", "communication"} & set(rs.files)):
         return
     rd.collectives, rd.windows = ascend_collectives(

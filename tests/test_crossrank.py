@@ -84,8 +84,11 @@ def test_compute_straggler_found_with_cause_and_magnitude(compute_straggler):
     slow_rows = [json.loads(t)["Communication Time Info"] for _, t in read_back(root, slow_ev)]
     typ_rows = [json.loads(t)["Communication Time Info"]
                 for _, t in read_back(root, files[truth["rank_dirs"][str(typical)]])]
-    assert len(slow_rows) == f.metrics["times_flagged"] == 4
-    assert max(r["Wait Time(ms)"] for r in slow_rows) < min(r["Wait Time(ms)"] for r in typ_rows)
+    assert len(slow_rows) == len(typ_rows) == f.metrics["times_last"] and f.metrics["times_flagged"] == 4
+    # HCCL's own wait times: at the collectives the slow rank is last at, the typical rank waited the injected
+    # extra time for it, the slow rank almost nothing
+    waited = sum(r["Wait Time(ms)"] for r in typ_rows) - sum(r["Wait Time(ms)"] for r in slow_rows)
+    assert waited * 1000 == pytest.approx(gt["extra_us_per_step"], rel=0.10)
     kernel_ev = [ev for ev in f.evidence if ev.file.endswith("kernel_details.csv")]
     assert len(kernel_ev) == 2
     for ev in kernel_ev:
@@ -155,3 +158,43 @@ def test_qwen3_pipeline_imbalance_kept_and_no_collective_straggler(qwen3_report)
     # only the world-group collectives (4 ranks) can show an outlier; all four hcom_*__612 ops are aligned
     assert sorted(arrivals["name"].to_list()) == ["hcom_allGather__612_7_1", "hcom_allReduce__612_4_1",
                                                   "hcom_allReduce__612_5_1", "hcom_allReduce__612_6_1"]
+
+
+DLRM = Path(__file__).resolve().parent.parent / "fixtures" / "torch" / "dlrm_v100_8rank"
+
+
+def _nccl_kernels(path: Path) -> list[dict]:
+    """NCCL kernels of one trace in start order, read with the json module (independent of profan's reader)."""
+    doc = json.loads(path.read_text())
+    ev = [e for e in doc["traceEvents"] if e.get("ph") == "X" and str(e.get("name", "")).startswith("ncclKernel")]
+    return sorted(ev, key=lambda e: float(e["ts"]))
+
+
+def test_dlrm_rank7_is_the_straggler_and_rank2_is_not():
+    report = profan.analyze(DLRM)
+    found = _named(report, "straggler")
+    assert [f.rank for f in found] == [7]
+    f = found[0]
+    # ground truth from the raw traces: rank 7 starts collectives 1-5 last; collective 1 spans 7.6 ms of starts
+    # while every rank ends it within a few µs
+    kernels = {int(p.name[6]): _nccl_kernels(p) for p in DLRM.glob("worker*.pt.trace.json")}
+    assert len(kernels) == 8 and {len(k) for k in kernels.values()} == {8}
+    last = [max(kernels, key=lambda r, i=i: float(kernels[r][i]["ts"])) for i in range(8)]
+    assert last[:5] == [7] * 5 and 2 not in last
+    starts = [float(kernels[r][0]["ts"]) for r in kernels]
+    ends = [float(kernels[r][0]["ts"]) + float(kernels[r][0]["dur"]) for r in kernels]
+    assert f.metrics["last_at"] == [1, 2, 3, 4, 5]
+    assert f.metrics["worst_start_lag_us"] == pytest.approx(max(starts) - min(starts), abs=0.5)
+    assert 7500 < f.metrics["worst_start_lag_us"] < 7700 and f.metrics["worst_end_spread_us"] <= 5
+    assert max(ends) - min(ends) == pytest.approx(f.metrics["worst_end_spread_us"], abs=0.5)
+    assert "2" not in f.metrics["also_last"] and set(f.metrics["also_last"]) == {"4", "5"}
+    # evidence: the same five NCCL kernels on rank 7 and on a typical rank, as trace events
+    ops = [ev for ev in f.evidence if ev.select.get("source") == "aligned collectives"]
+    assert {ev.select["role"] for ev in ops} == {"slow", "typical"}
+    slow = next(ev for ev in ops if ev.select["role"] == "slow")
+    assert slow.file.startswith("worker7_") and slow.kind == "events"
+    got = [json.loads(t) for _, t in read_back(DLRM, slow)]
+    assert [g["ts"] for g in got] == [k["ts"] for k in kernels[7][:5]]
+    typical = next(ev for ev in ops if ev.select["role"] == "typical")
+    assert not typical.file.startswith(("worker7_", "worker2_"))
+    assert all(json.loads(t)["name"].startswith("ncclKernel") for _, t in read_back(DLRM, typical))

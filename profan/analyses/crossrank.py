@@ -22,7 +22,7 @@ def cross_rank_section(ranks: list[RankData], steps: pl.DataFrame,
     aligned = align.align(ranks)
     if not aligned.is_empty():
         notes += align.consistency_notes(ranks, aligned)
-        s_tables, s_findings = stragglers.straggler_findings(ranks, aligned, steps, pack)
+        s_tables, s_findings = stragglers.straggler_findings(ranks, aligned, _step_times(ranks, steps), pack)
         tables.update(s_tables)
         findings += s_findings
         if not s_tables:
@@ -36,3 +36,13 @@ def cross_rank_section(ranks: list[RankData], steps: pl.DataFrame,
         tables["moe_balance"] = moe_tab
     findings += moe_f
     return tables, findings, notes
+
+
+def _step_times(ranks: list[RankData], steps: pl.DataFrame) -> pl.DataFrame:
+    """step_trace_time rows where the profiler wrote them (Ascend), else the trace's own per-step device split."""
+    if not steps.is_empty():
+        return steps
+    parts = [r.trace_steps.filter(pl.col("scope") == "step").select("step", "step_us", "free_us", "computing_us")
+             .with_columns(pl.lit(r.rank, pl.Int64).alias("rank"))
+             for r in ranks if getattr(r, "trace_steps", None) is not None and not r.trace_steps.is_empty()]
+    return pl.concat(parts, how="diagonal_relaxed") if parts else steps

@@ -30,7 +30,7 @@ CHECK = "straggler"
 
 
 def lateness_table(aligned: pl.DataFrame, pack: RulePack) -> pl.DataFrame:
-    """aligned rows + is_last, second lateness, robust scale, flagged, caused/peer wait per instance."""
+    """aligned rows + is_last, second lateness, robust scale, instance outlier, caused/peer wait, start lag."""
     chk = pack.check(CHECK)
     a = aligned.filter(pl.col("present") >= chk["min_ranks"])
     if a.is_empty():
@@ -39,6 +39,7 @@ def lateness_table(aligned: pl.DataFrame, pack: RulePack) -> pl.DataFrame:
         (pl.col("lateness_us").rank("ordinal", descending=True).over(KEY) == 1).alias("is_last"),
         pl.col("lateness_us").sort(descending=True).get(1).over(KEY).alias("second_us"),
         pl.col("lateness_us").sum().over(KEY).alias("_sum"),
+        (pl.col("start_us") - pl.col("start_us").min().over(KEY)).alias("start_lag_us"),
     )
     a = a.with_columns(
         (1.4826 * (pl.col("lateness_us") - pl.col("lateness_us").median().over(KEY)).abs().median().over(KEY))
@@ -54,14 +55,19 @@ def lateness_table(aligned: pl.DataFrame, pack: RulePack) -> pl.DataFrame:
 
 
 def rank_step_table(late: pl.DataFrame) -> pl.DataFrame:
-    """Per (step, rank): collectives, times last, times flagged, flagged lateness, wait caused to peers."""
+    """Per (step, rank): collectives, times last, times an outlier, and the hold-up: summed over the collectives
+    where it is the outlier last arrival, how much later it came than the second-latest rank — the time each of
+    those collectives would have finished sooner without it (``lag_us``; peers' extra wait is (n-1) times that)."""
     if late.is_empty():
         return pl.DataFrame()
-    return (late.group_by("step", "rank")
+    flagged = pl.col("flagged")
+    return (late.with_columns((pl.col("lateness_us") - pl.col("second_us")).alias("_margin"))
+            .group_by("step", "rank")
             .agg(pl.len().alias("collectives"), pl.col("is_last").sum().alias("times_last"),
-                 pl.col("flagged").sum().alias("times_flagged"),
-                 pl.col("lateness_us").filter(pl.col("flagged")).sum().alias("lag_us"),
-                 pl.col("caused_us").filter(pl.col("flagged")).sum().alias("caused_wait_us"),
+                 flagged.sum().alias("times_flagged"),
+                 pl.col("_margin").filter(flagged).sum().alias("lag_us"),
+                 pl.col("lateness_us").filter(flagged).sum().alias("late_vs_median_us"),
+                 pl.col("caused_us").filter(flagged).sum().alias("caused_wait_us"),
                  pl.col("peers_wait_us").filter(pl.col("is_last")).sum().alias("peers_wait_us"),
                  pl.col("lateness_us").sum().alias("lateness_sum_us"))
             .sort("step", "rank"))
@@ -171,7 +177,7 @@ def _kernel_evidence(top: pl.DataFrame | None, side: str, rank: int, step) -> li
 
 
 def _step_rows(steps: pl.DataFrame, rank: int, step_list: list) -> list[Evidence]:
-    if steps.is_empty():
+    if steps.is_empty() or "src_line" not in steps.columns:
         return []
     s = steps.filter((pl.col("rank") == rank) & pl.col("step").is_in([x for x in step_list if x is not None]))
     if s.is_empty():
@@ -194,7 +200,10 @@ def straggler_findings(ranks: list[RankData], aligned: pl.DataFrame, steps: pl.D
     per = per.with_columns(pl.col("step").replace_strict(step_us, default=None, return_dtype=pl.Float64)
                            .alias("step_us"))
     per = per.with_columns(pl.coalesce(pl.col("step_us"), pl.col("lag_us") * 0 + float("inf")).alias("step_us"))
-    hits = per.filter((pl.col("times_flagged") > 0) & (pl.col("lag_us") >= chk["min_step_share"] * pl.col("step_us")))
+    floor = pl.max_horizontal(pl.lit(chk["min_lag_us"]), chk["min_step_share"] * pl.col("step_us"))
+    per = per.with_columns(((pl.col("times_flagged") > 0) & (pl.col("lag_us") >= floor)).alias("straggler"))
+    tables["straggler_ranks"] = per
+    hits = per.filter(pl.col("straggler"))
     ranks_by = {r.rank: r for r in ranks}
     findings: list[Finding] = []
     if hits.is_empty():
@@ -212,38 +221,65 @@ def _typical_rank(per: pl.DataFrame, step, exclude: set[int], candidates: set[in
     return int(vals[len(vals) // 2][1])
 
 
+def _ordinal_list(seqs: list[int]) -> str:
+    """[0,1,2,3,4] -> 'collectives 1–5'; [5,6] -> 'collectives 6, 7'."""
+    n = sorted(x + 1 for x in seqs)
+    if len(n) == 1:
+        return f"collective {n[0]}"
+    if len(n) > 2 and n == list(range(n[0], n[-1] + 1)):
+        return f"collectives {n[0]}–{n[-1]}"
+    return "collectives " + ", ".join(map(str, n))
+
+
 def _straggler_finding(slow: int, h: pl.DataFrame, late: pl.DataFrame, per: pl.DataFrame, steps: pl.DataFrame,
                        ranks_by: dict[int, RankData], pack: RulePack) -> Finding:
     chk = pack.check(CHECK)
     worst = h.sort("lag_us", descending=True).row(0, named=True)
     step = worst["step"]
-    flagged = late.filter((pl.col("rank") == slow) & pl.col("flagged") & pl.col("step").eq_missing(step))
-    members = set(late.join(flagged.select(KEY), on=KEY, how="semi")["rank"].to_list())
-    stragglers = set(per.filter(pl.col("times_flagged") > 0)["rank"].to_list())
-    typical = _typical_rank(per, step, stragglers | {slow}, members) if members - stragglers - {slow} else \
-        _typical_rank(per, step, {slow}, members)
-    why = explain(ranks_by, late, slow, typical, flagged.select(KEY), pack)
+    mine = late.filter((pl.col("rank") == slow) & pl.col("step").eq_missing(step))
+    picked = mine.filter(pl.col("flagged"))
+    members = set(late.join(picked.select(KEY), on=KEY, how="semi")["rank"].to_list())
+    stragglers = set(per.filter(pl.col("straggler"))["rank"].to_list())
+    late_ranks = set(per.filter(pl.col("step").eq_missing(step) & (pl.col("times_flagged") > 0))["rank"].to_list())
+    typical = next(_typical_rank(per, step, ex, members) for ex in (stragglers | late_ranks | {slow},
+                                                                   stragglers | {slow}, {slow})
+                   if members - ex)
+    why = explain(ranks_by, late, slow, typical, picked.select(KEY), pack)
     n_coll = int(worst["collectives"])
     share = worst["lag_us"] / worst["step_us"] if worst["step_us"] not in (None, float("inf")) else None
     sev = "critical" if share is not None and share >= chk["critical_share"] else "warning"
-    cause_txt = _cause_text(why)
-    steps_txt = (f" It is flagged in {h.height} steps ({', '.join(str(s) for s in h['step'].to_list())}), "
+    steps_txt = (f" It is a straggler in {h.height} steps ({', '.join(str(s) for s in h['step'].to_list())}), "
                  f"{ms(float(h['lag_us'].mean()))} late per step on average." if h.height > 1 else "")
-    spread = flagged.select(pl.col("start_spread_us").max(), pl.col("end_spread_us").max()).row(0)
-    clock_txt = (f" Raw clocks agree: starts spread up to {ms(spread[0])}, ends within {spread[1]:,.0f} µs."
-                 if spread[1] is not None and spread[1] <= chk["min_lag_us"] else "")
+    last_rows = mine.filter(pl.col("is_last")).sort("group", "seq")
+    where = "; ".join(f"{_ordinal_list(g['seq'].to_list())} of group {grp}"
+                      for (grp,), g in last_rows.group_by(["group"], maintain_order=True))
+    top = last_rows.sort("start_lag_us", descending=True).row(0, named=True)
+    clock_txt = ""
+    if top["end_spread_us"] is not None and top["end_spread_us"] <= chk["min_lag_us"]:
+        clock_txt = (f" At {_ordinal_list([top['seq']])} ({top['name'].split('(')[0][:60]}) it starts "
+                     f"{ms(top['start_lag_us'])} "
+                     f"after the earliest rank while all ranks end within {top['end_spread_us']:,.0f} µs.")
+    others = per.filter(pl.col("step").eq_missing(step) & (pl.col("rank") != slow) & ~pl.col("straggler"))
+    also = late.filter(pl.col("step").eq_missing(step) & pl.col("is_last")
+                       & (pl.col("lateness_us") >= chk["min_lag_us"]) & pl.col("rank").is_in(others["rank"].implode()))
+    also_txt = ""
+    if also.height:
+        also_txt = " Also last, below the straggler threshold: " + "; ".join(
+            f"rank {rk} at {_ordinal_list(g['seq'].to_list())} ({ms(float(g['lateness_us'].max()))})"
+            for (rk,), g in also.sort("rank", "seq").group_by(["rank"], maintain_order=True)) + "."
     step_txt = f"step {step}" if step is not None else "the profile"
     message = (f"Rank {slow} arrives last at {int(worst['times_last'])} of {n_coll} aligned collectives in "
-               f"{step_txt} and is an outlier at {int(worst['times_flagged'])} of them, "
-               f"{ms(worst['lag_us'])} after the median rank in total"
+               f"{step_txt} ({where}). At {int(worst['times_flagged'])} of them it is an outlier (over "
+               f"{chk['mad_z']:g} robust deviations and {chk['min_lag_us']:,.0f} µs behind the median rank) and "
+               f"holds them up by {ms(worst['lag_us'])} in total after the second-latest rank"
                + (f" ({100 * share:.1f}% of the step)" if share is not None else "")
-               + f"; peers wait {ms(worst['peers_wait_us'])} on it (summed over the peers), "
-               f"{ms(worst['caused_wait_us'])} of which only because of it.{clock_txt} "
-               f"Compared with rank {typical} (typical): {cause_txt}{steps_txt}")
+               + f".{clock_txt} Peers wait {ms(worst['peers_wait_us'])} inside the collectives it is last at "
+               f"(summed over the peers), {ms(worst['caused_wait_us'])} of which only because of it. "
+               f"Compared with rank {typical} (typical): {_cause_text(why)}{steps_txt}{also_txt}")
     evidence: list[Evidence] = []
-    sel = {"source": "aligned collectives", "step": step, "flagged_rank": slow}
+    sel = {"source": "aligned collectives", "step": step, "straggler": slow}
     for rk, label in ((slow, "slow"), (typical, "typical")):
-        rows = late.join(flagged.select(KEY), on=KEY, how="semi").filter(pl.col("rank") == rk)
+        rows = late.join(last_rows.select(KEY), on=KEY, how="semi").filter(pl.col("rank") == rk)
         ev = _cite_ops(rows, rk, {**sel, "rank": rk, "role": label})
         if ev is not None:
             evidence.append(ev)
@@ -252,14 +288,20 @@ def _straggler_finding(slow: int, h: pl.DataFrame, late: pl.DataFrame, per: pl.D
     if why["cause_class"] == "host_gap":
         evidence += _step_rows(steps, slow, [step]) + _step_rows(steps, typical, [step])
     metrics = {"rank": slow, "step": step, "typical_rank": typical, "lag_us": round(worst["lag_us"], 3),
+               "late_vs_median_us": round(worst["late_vs_median_us"], 3),
+               "times_flagged": int(worst["times_flagged"]),
                "lag_us_per_step": {str(s): round(v, 3) for s, v in h.select("step", "lag_us").iter_rows()},
-               "times_last": int(worst["times_last"]), "times_flagged": int(worst["times_flagged"]),
+               "times_last": int(worst["times_last"]), "last_at": sorted(int(x) + 1 for x in last_rows["seq"]),
                "collectives": n_coll, "peers_wait_us": round(worst["peers_wait_us"], 3),
                "caused_wait_us": round(worst["caused_wait_us"], 3), "step_share": round(share, 4) if share else None,
+               "worst_start_lag_us": round(top["start_lag_us"], 3), "worst_end_spread_us": top["end_spread_us"],
+               "also_last": {str(rk): sorted(int(x) + 1 for x in g["seq"]) for (rk,), g in
+                             also.group_by(["rank"])} if also.height else {},
                **{k: v for k, v in why.items() if k != "kernel_rows"}}
     return Finding(check=CHECK, severity=sev, rank=slow, step=step,
-                   title=(f"Rank {slow} is a straggler in {step_txt}: {ms(worst['lag_us'])} late over "
-                          f"{int(worst['times_flagged'])} collectives ({why['cause_class'].replace('_', ' ')})"),
+                   title=(f"Rank {slow} is a straggler in {step_txt}: last at {int(worst['times_last'])} of "
+                          f"{n_coll} collectives, holding them up {ms(worst['lag_us'])} "
+                          f"({why['cause_class'].replace('_', ' ')})"),
                    message=message, metrics=metrics, evidence=tuple(evidence))
 
 
@@ -292,19 +334,20 @@ def _none_finding(late: pl.DataFrame, inst: pl.DataFrame, per: pl.DataFrame, chk
                                       {"source": "aligned collectives", "step": top["step"], "role": "median"}))
                 if e is not None]
     n_steps = per["step"].n_unique()
-    lags = per["lag_us"].to_list()
+    worst = per.sort("lag_us", descending=True).row(0, named=True)
     return Finding(
         check=CHECK, severity="info",
         title=f"No straggler: {inst.height} aligned collectives, last arrivals within normal jitter",
         message=(f"No straggler: across {inst.height} aligned collectives in {n_steps} step(s) on "
                  f"{per['rank'].n_unique()} ranks ({fmt_ranks(per['rank'].unique().to_list())}), the largest "
-                 f"lateness of a last-arriving rank is {top['last_lateness_us']:,.1f} µs (rank {top['last_rank']} at "
-                 f"{top['name']}, step {top['step']}); a rank is named only when it is above {chk['min_lag_us']:,.0f} "
-                 f"µs and {chk['mad_z']} robust deviations at a collective, and its flagged lateness reaches "
-                 f"{100 * chk['min_step_share']:.0f}% of the step."
-                 + (f" Flagged lateness summed per rank and step stays at or below {max(lags):,.1f} µs." if lags
-                    else "")),
+                 f"lateness of a last arrival is {top['last_lateness_us']:,.1f} µs behind the median rank (rank "
+                 f"{top['last_rank']} at {top['name']}, step {top['step']}), and the largest hold-up of a rank in a "
+                 f"step is {worst['lag_us']:,.1f} µs (rank {worst['rank']}, step {worst['step']}). A rank is named "
+                 f"when, at collectives where it is an outlier last arrival ({chk['mad_z']:g} robust deviations and "
+                 f"{chk['min_lag_us']:,.0f} µs behind the median), it holds the others up by at least "
+                 f"{100 * chk['min_step_share']:.0f}% of the step."),
         metrics={"collectives": inst.height, "max_last_lateness_us": round(top["last_lateness_us"], 3),
+                 "max_step_lag_us": round(worst["lag_us"], 3), "max_step_lag_rank": worst["rank"],
                  "median_rank": med_rank, "last_rank": top["last_rank"],
                  "median_of_median_lateness_us": round(statistics.median(
                      inst["last_lateness_us"].to_list()), 3)},
