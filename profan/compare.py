@@ -156,7 +156,7 @@ def _agg(k: pl.DataFrame, side: Side, keys: list[str]) -> pl.DataFrame:
     per_rank = k.group_by([*keys, "rank", "file", "loc_kind"]).agg(pl.col("time_us").sum().alias("_t"))
     top = per_rank.sort("_t", descending=True).group_by(keys, maintain_order=True).first()
     locs = (k.join(top.select(*keys, "rank"), on=[*keys, "rank"], how="semi", nulls_equal=True)
-            .select(*keys, "lines", "line_durs").explode(["lines", "line_durs"]).drop_nulls()
+            .select(*keys, "lines", "line_durs").explode(["lines", "line_durs"]).drop_nulls(["lines", "line_durs"])
             .group_by(keys).agg(pl.col("lines").top_k_by("line_durs", MAX_CITED).alias("locs")))
     return (tot.join(top.select(*keys, "rank", "file", "loc_kind"), on=keys, how="left", nulls_equal=True)
             .join(locs, on=keys, how="left", nulls_equal=True))
@@ -353,23 +353,28 @@ def _total_finding(total_a, total_b, steps_t, buckets, sa: Side, sb: Side) -> Fi
 
 def _regression_findings(buckets: pl.DataFrame, kernels: pl.DataFrame, total_a: float,
                          pack: RulePack) -> list[Finding]:
+    """Buckets whose per-step time changed by at least the floor: growth is a regression of B (severity by share),
+    shrinkage an improvement (info). With two ranks of one job the direction only says which rank spends more."""
     chk = pack.check(CHECK)
     out: list[Finding] = []
     if "delta_us" not in buckets.columns:
         return out
     floor = max(chk["min_delta_us"], chk["min_share"] * total_a)
-    for row in buckets.filter(pl.col("delta_us") >= floor).sort("delta_us", descending=True).head(
-            chk["max_findings"]).iter_rows(named=True):
-        share = row["delta_us"] / total_a if total_a else None
-        sev = "critical" if share is not None and share >= chk["critical_share"] else \
+    moved = buckets.filter(pl.col("delta_us").abs() >= floor).sort(pl.col("delta_us").abs(), descending=True)
+    for row in moved.head(chk["max_findings"]).iter_rows(named=True):
+        up = row["delta_us"] > 0
+        share = abs(row["delta_us"]) / total_a if total_a else None
+        sev = "info" if not up else "critical" if share is not None and share >= chk["critical_share"] else \
             "warning" if share is not None and share >= chk["warning_share"] else "info"
-        ks = kernels.filter((pl.col("bucket") == row["bucket"]) & (pl.col("delta_us") > 0)
-                            & pl.col("status").is_in(["both", "shape changed"])).sort("delta_us", descending=True
-                                                                                   ).head(3)
+        ks = kernels.filter((pl.col("bucket") == row["bucket"]) & ((pl.col("delta_us") > 0) if up
+                                                                   else (pl.col("delta_us") < 0))
+                            & pl.col("status").is_in(["both", "shape changed"]))
+        ks = ks.sort("delta_us", descending=up).head(3)
         k_txt = "; ".join(
-            f"{k['op']}{' [' + k['input_shapes'] + ']' if k['input_shapes'] else ''} +{ms(k['delta_us'])} "
-            f"({k['a_count']:g}→{k['b_count']:g} launches, {k['a_time_us'] / max(k['a_count'], 1):,.1f}→"
-            f"{k['b_time_us'] / max(k['b_count'], 1):,.1f} µs each)" for k in ks.iter_rows(named=True))
+            f"{k['op']}{' [' + k['input_shapes'] + ']' if k['input_shapes'] else ''} "
+            f"{'+' if up else ''}{ms(k['delta_us'])} ({k['a_count']:g}→{k['b_count']:g} launches, "
+            f"{k['a_time_us'] / max(k['a_count'], 1):,.1f}→{k['b_time_us'] / max(k['b_count'], 1):,.1f} µs each)"
+            for k in ks.iter_rows(named=True))
         evidence = []
         for p in ("a", "b"):
             ev = _cite(row, p, {"source": "kernels", "bucket": row["bucket"], "side": p.upper()},
@@ -384,17 +389,23 @@ def _regression_findings(buckets: pl.DataFrame, kernels: pl.DataFrame, total_a: 
                 if ev is not None:
                     evidence.append(ev)
         top = ks.row(0, named=True) if ks.height else None
+        word = "Regression" if up else "Improvement"
+        sign = "+" if up else ""
         out.append(Finding(
             check=CHECK, severity=sev,
-            title=f"Regression: {row['bucket']} +{ms(row['delta_us'])} per step in B"
+            title=f"{word}: {row['bucket']} {sign}{ms(row['delta_us'])} per step in B"
                   + (f", mostly {top['op']}" if top else ""),
             message=(f"The {row['bucket']} bucket takes {ms(row['a_time_us'])} per step in A and "
-                     f"{ms(row['b_time_us'])} in B (+{ms(row['delta_us'])}"
+                     f"{ms(row['b_time_us'])} in B ({sign}{ms(row['delta_us'])}"
                      + (f", {pct(share)} of A's summed kernel time" if share is not None else "") + "). "
-                     + (f"Largest increases: {k_txt}." if k_txt else "No single kernel of the bucket grew; the "
-                        "change is in kernels present on one side only (see new/missing).")),
+                     + (f"Largest changes: {k_txt}." if k_txt else "No kernel present on both sides moved that way; "
+                        "the change is in kernels present on one side only (see new/missing).")
+                     + ("" if up or row["bucket"] != "communication" else
+                        " Less communication time on B with the same launches usually means B arrived later and "
+                        "waited less: A waits inside these kernels for B.")),
             metrics={"bucket": row["bucket"], "a_us": round(row["a_time_us"], 3), "b_us": round(row["b_time_us"], 3),
                      "delta_us": round(row["delta_us"], 3), "share_of_a": round(share, 4) if share else None,
+                     "direction": "regression" if up else "improvement",
                      "kernels": [{"op": k["op"], "name": k["name"], "input_shapes": k["input_shapes"],
                                   "delta_us": round(k["delta_us"], 3), "a_count": k["a_count"],
                                   "b_count": k["b_count"]} for k in ks.iter_rows(named=True)]},

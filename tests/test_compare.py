@@ -90,3 +90,32 @@ def test_qwen3_stage_ranks_compare_matches_the_breakdown(qwen3_report):
     for ev in regs[0].evidence:
         assert ev.file.split("/")[0] in ("rank_0_ascend_pt", "rank_2_ascend_pt")
         assert read_back(QWEN3, ev)
+
+
+DLRM = QWEN3.parent.parent / "torch" / "dlrm_v100_8rank"
+
+
+def _nccl_us(path) -> float:
+    doc = json.loads(path.read_text())
+    return sum(float(e["dur"]) for e in doc["traceEvents"]
+               if e.get("ph") == "X" and e.get("cat") == "kernel" and str(e.get("name", "")).startswith("ncclKernel"))
+
+
+def test_dlrm_two_rank_files_name_the_nccl_difference():
+    w0, w7 = sorted(DLRM.glob("worker0_*.json"))[0], sorted(DLRM.glob("worker7_*.json"))[0]
+    res = run_cli("compare", str(w7), str(w0), "-f", "json", "-q")
+    assert res.returncode == 0, res.stderr
+    doc = json.loads(res.stdout)
+    regs = [f for f in doc["findings"] if f["title"].startswith("Regression: communication")]
+    assert len(regs) == 1 and regs[0]["severity"] == "critical"
+    f = regs[0]
+    assert f["metrics"]["delta_us"] == pytest.approx(_nccl_us(w0) - _nccl_us(w7), abs=0.01)
+    assert f["metrics"]["kernels"][0]["op"].startswith("ncclKernel_SendRecv")
+    report = profan.report.from_dict(doc)
+    sides = {}
+    for ev in report.finding(f["id"]).evidence:
+        assert ev.kind == "events"
+        rows = [json.loads(t) for _, t in read_back(DLRM, ev)]
+        assert rows and all(r["name"].startswith("ncclKernel") for r in rows)
+        sides.setdefault(ev.select["side"], set()).add(ev.file)
+    assert sides == {"A": {w7.name}, "B": {w0.name}}
