@@ -15,7 +15,9 @@ from __future__ import annotations
 
 import gzip
 import json
+import re
 import zlib
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -25,7 +27,7 @@ import polars as pl
 
 from profan.errors import ProfanInputError
 
-CHUNK_EVENTS = 250_000  # events per polars parse; bounds the transient NDJSON copy to ~50 MB
+CHUNK_BYTES = 32 << 20  # event-array text per chunk: bounds the per-chunk spans, NDJSON copy and parse
 BLOCK = 16 << 20  # read/decompress block
 _FLATTEN = bytes.maketrans(b"\r\n", b"  ")  # raw line breaks are only whitespace in valid JSON
 
@@ -113,7 +115,7 @@ class Trace:
 
 
 class _Top(msgspec.Struct):
-    traceEvents: list[msgspec.Raw] | None = None
+    traceEvents: msgspec.Raw = msgspec.Raw(b"null")  # the whole array as one span: validated, not yet split
     distributedInfo: msgspec.Raw = msgspec.Raw(b"null")
     deviceProperties: msgspec.Raw = msgspec.Raw(b"null")
     schemaVersion: msgspec.Raw = msgspec.Raw(b"null")
@@ -171,12 +173,14 @@ def _fill(src, size: int) -> bytearray:
     return buf
 
 
-def _first_char(buf: bytes | bytearray) -> bytes:
-    for i in range(min(len(buf), 4096)):
-        c = buf[i:i + 1]
-        if c not in b" \t\r\n\xef\xbb\xbf":
-            return c
-    return buf.lstrip()[:1]
+_NON_WS = re.compile(rb"[^ \t\r\n]")
+
+
+def _first_index(buf: bytes | bytearray) -> int:
+    """Index of the first character that is not whitespace or a UTF-8 byte-order mark (-1 when there is none)."""
+    start = 3 if buf[:3] == b"\xef\xbb\xbf" else 0
+    m = _NON_WS.search(buf, start)
+    return -1 if m is None else m.start()
 
 
 def _raw_json(raw: msgspec.Raw) -> Any:
@@ -186,30 +190,77 @@ def _raw_json(raw: msgspec.Raw) -> Any:
         return None
 
 
-def split_events(path: Path, buf: bytes | bytearray) -> tuple[list[msgspec.Raw], str, dict[str, Any]]:
-    """The event array as raw spans, the layout, and the small top-level fields."""
-    first = _first_char(buf)
-    if not first:
+def _decode_error(path: Path, exc: msgspec.DecodeError) -> ProfanInputError:
+    msg = str(exc)
+    if "truncated" in msg:
+        return ProfanInputError(path, "JSON is truncated (the file ends mid-document)")
+    return ProfanInputError(path, f"invalid JSON trace: {msg}")
+
+
+def split_events(path: Path, buf: bytes | bytearray) -> tuple[memoryview, str, dict[str, Any]]:
+    """The event array's text (a zero-copy view from '[' to ']'), the layout, and the small top-level fields.
+
+    For a ``{"traceEvents": …}`` document msgspec validates the whole document once while keeping the array as one
+    raw span; a bare array is validated piece by piece in ``event_chunks``.
+    """
+    i = _first_index(buf)
+    if i < 0:
         raise ProfanInputError(path, "empty file: no trace events")
+    first = buf[i:i + 1]
+    if first == b"[":
+        j = len(buf) - 1
+        while j > i and buf[j:j + 1] in b" \t\r\n":
+            j -= 1
+        if buf[j:j + 1] != b"]":
+            raise ProfanInputError(path, "JSON is truncated (the event array is not closed)")
+        return memoryview(buf)[i:j + 1], "array", {}
+    if first != b"{":
+        raise ProfanInputError(path, "not JSON: a chrome trace starts with '{' or '['")
     try:
-        if first == b"[":
-            return _ARRAY.decode(buf), "array", {}
-        if first == b"{":
-            top = _OBJECT.decode(buf)
-        else:
-            raise ProfanInputError(path, "not JSON: a chrome trace starts with '{' or '['")
+        top = _OBJECT.decode(buf)
     except msgspec.DecodeError as exc:
-        msg = str(exc)
-        if "truncated" in msg:
-            raise ProfanInputError(path, "JSON is truncated (the file ends mid-document)") from None
-        raise ProfanInputError(path, f"invalid JSON trace: {msg}") from None
+        raise _decode_error(path, exc) from None
     except msgspec.ValidationError as exc:
         raise ProfanInputError(path, f"not a chrome trace: {exc}") from None
-    if top.traceEvents is None:
+    arr = memoryview(top.traceEvents)
+    if bytes(arr[:1]) != b"[":
         raise ProfanInputError(path, "JSON object has no 'traceEvents' array: not a chrome trace")
     meta = {k: v for k in ("distributedInfo", "deviceProperties", "schemaVersion", "traceName")
             if (v := _raw_json(getattr(top, k))) is not None}
-    return top.traceEvents, "object", meta
+    return arr, "object", meta
+
+
+_SEP = re.compile(rb"\}\s*,\s*\{")
+
+
+def event_chunks(path: Path, arr: memoryview) -> Iterator[list[msgspec.Raw]]:
+    """The events as raw spans, about ``CHUNK_BYTES`` of text at a time, so only one chunk of spans is alive.
+
+    A chunk ends at a ``}`` followed by ``,`` and ``{``. Such a spot can also lie inside a string or a nested
+    value; then the piece is not a valid sequence of JSON values and decoding it fails — so a piece that decodes
+    is exactly a run of consecutive elements, and the pieces together are the array.
+    """
+    lo = 1  # arr starts at '['
+    hi = len(arr) - 1
+    while hi > lo and arr[hi] != ord("]"):
+        hi -= 1
+    pos = lo
+    while pos < hi:
+        search = pos + CHUNK_BYTES
+        while True:
+            cut, nxt = hi, hi
+            m = _SEP.search(arr, search, hi) if search < hi else None
+            if m is not None:
+                cut, nxt = m.start() + 1, m.end() - 1
+            try:
+                raws = _ARRAY.decode(b"[" + arr[pos:cut] + b"]")
+                break
+            except msgspec.DecodeError as exc:
+                if m is None:  # the piece runs to the end of the array: the JSON itself is bad
+                    raise _decode_error(path, exc) from None
+                search = m.end()  # the separator lay inside a string or nested value: take the next one
+        yield raws
+        pos = nxt
 
 
 def _ndjson(raws: list[msgspec.Raw], schema: dict) -> pl.DataFrame:
@@ -262,22 +313,27 @@ def parse(path: Path, keep: pl.Expr | None = None) -> Trace:
     """
     path = Path(path)
     buf = read_bytes(path)
-    raws, layout, meta = split_events(path, buf)
-    if not raws:
-        raise ProfanInputError(path, "trace has no events (empty event array)")
+    arr, layout, meta = split_events(path, buf)
     keep = default_keep() if keep is None else keep
     parts, details = [], []
+    offset = 0
     try:
-        for start in range(0, len(raws), CHUNK_EVENTS):
-            core = _core(_ndjson(raws[start:start + CHUNK_EVENTS], _CORE_SCHEMA), start).filter(keep)
+        for raws in event_chunks(path, arr):
+            if not raws:
+                continue
+            core = _core(_ndjson(raws, _CORE_SCHEMA), offset).filter(keep)
             want = core.filter(needs_detail())["event_idx"]
             if want.len():
-                details.append(_details(_ndjson([raws[i] for i in want.to_list()], _DETAIL_SCHEMA), want))
+                local = (want - offset).to_list()
+                details.append(_details(_ndjson([raws[i] for i in local], _DETAIL_SCHEMA), want))
             parts.append(core)
+            offset += len(raws)
     except (ValueError, pl.exceptions.PolarsError) as exc:
         raise ProfanInputError(path, f"events are not JSON objects of the chrome-trace shape: "
                                      f"{str(exc).splitlines()[0]}") from None
-    del raws, buf
+    del arr, buf
+    if offset == 0:
+        raise ProfanInputError(path, "trace has no events (empty event array)")
     events = pl.concat(parts, rechunk=False) if len(parts) > 1 else parts[0]
     detail = pl.concat(details) if details else _empty_details()
     return Trace(path=path, events=events, details=detail, layout=layout, meta=meta)
