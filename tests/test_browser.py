@@ -196,8 +196,13 @@ def test_64_rank_report_stays_usable(browser, tmp_path):
     size = out.stat().st_size
     assert size < 10_000_000
     cited = sum(len(ev.locators) for f in report.findings for ev in f.evidence)
+    small = Page(browser, _html(profan.analyze(QWEN3), tmp_path, "qwen3"))  # the same page for 4 ranks
+    small.close()
     pg = Page(browser, out)
-    assert pg.load_s < 10, f"64-rank report took {pg.load_s:.1f} s to draw"
+    # Loading the inlined Plotly dominates; 64 ranks must not cost much more than 4 (timed side by side, so a busy
+    # machine slows both), and stay within seconds.
+    timing = f"64 ranks {pg.load_s:.1f} s, 4 ranks {small.load_s:.1f} s"
+    assert pg.load_s < 2 * small.load_s + 1.0 and pg.load_s < 20, timing
     shown = pg.page.evaluate("document.querySelectorAll('.evtable tbody tr').length")
     assert 0 < shown <= ROW_BUDGET < cited  # evidence truncated to the budget, and said so
     assert pg.page.locator(".trunc").count() > 0
@@ -212,4 +217,4 @@ def test_64_rank_report_stays_usable(browser, tmp_path):
     pg.assert_clean()
     pg.close()
     print(f"64 ranks: {size / 1e6:.1f} MB, {len(report.findings)} findings, {cited} cited rows, {shown} embedded, "
-          f"drawn in {pg.load_s:.2f} s")
+          f"drawn in {pg.load_s:.2f} s (4 ranks: {small.load_s:.2f} s)")

@@ -40,7 +40,7 @@ TABLE_INFO: dict[str, tuple[str, str]] = {
                                            "kernels are summed, so shares are of summed kernel time, not of the "
                                            "step."),
     "steps": ("Step time per rank", "One row per rank and step, from step_trace_time.csv."),
-    "trace_steps": ("Step time per rank", "Per rank and step, from the device events of the trace."),
+    "trace_steps": ("Step time from the trace", "Per rank and step, from the device events of the trace."),
     "top_kernels": ("Top kernels per bucket", "The kernels that carry each bucket, with the source rows behind "
                                               "them (kernel_details.csv lines or trace event indexes)."),
     "boundness": ("Boundness of the hot kernels", "Duration-weighted pipe utilisation ratios (PipeUtilization "
