@@ -198,3 +198,17 @@ def test_dlrm_rank7_is_the_straggler_and_rank2_is_not():
     typical = next(ev for ev in ops if ev.select["role"] == "typical")
     assert not typical.file.startswith(("worker7_", "worker2_"))
     assert all(json.loads(t)["name"].startswith("ncclKernel") for _, t in read_back(DLRM, typical))
+
+
+def test_tp_partner_of_a_straggler_is_not_blamed(tmp_path_factory):
+    _root, _truth, report = _run(tmp_path_factory, "tp2", ranks=8, tp=2, seed=6, straggler_rank=3,
+                                 straggler_op="MatMulV3", straggler_extra_us=8000.0)
+    assert [f.rank for f in _named(report, "straggler")] == [3]
+    inherited = [f for f in report.findings if f.check == "straggler" and f.severity == "info"]
+    assert [f.rank for f in inherited] == [2]  # rank 3's TP partner: late at its EP group, its own windows normal
+    assert inherited[0].metrics["cause_class"] == "propagated"
+    assert abs(inherited[0].metrics["extra_window_us"]) < 50
+    # the replicas' compute spread names rank 3 and says which parallel dimensions make them replicas
+    spread = [f for f in report.findings if f.check == "compute-imbalance"]
+    assert spread and {f.rank for f in spread} == {3}
+    assert set(spread[0].metrics["dimensions"]) >= {"dp", "tp"}

@@ -67,11 +67,31 @@ def imbalance_findings(ranks: list[RankData], steps: pl.DataFrame, pack: RulePac
             continue
         if stage and all(rk in stage for rk in s["rank"].to_list()) and len(set(stage.values())) > 1:
             f = _pp_finding(step, s, stage, source, by_rank, pack)
+            # within a stage the DP/TP replicas run the same layers: their spread is its own question
+            for st, g in s.with_columns(pl.col("rank").replace_strict(stage, return_dtype=pl.Int64)
+                                        .alias("_stage")).group_by("_stage", maintain_order=True):
+                if g.height >= 2:
+                    sf = _spread_finding(step, g.drop("_stage"), pack, scope=f"pipeline stage {st[0]}",
+                                         dims=_replica_dims(ranks, g["rank"].to_list()))
+                    if sf is not None:
+                        out.append(sf)
         else:
-            f = _spread_finding(step, s, pack)
+            f = _spread_finding(step, s, pack, dims=_replica_dims(ranks, s["rank"].to_list()))
         if f is not None:
             out.append(f)
     return out
+
+
+def _replica_dims(ranks: list[RankData], members: list[int]) -> list[str]:
+    """Names of the parallel dimensions (parallel_group_info: dp, tp, cp, exp, …) that span these ranks."""
+    names: set[str] = set()
+    for r in ranks:
+        if r.metadata is None:
+            continue
+        for g in r.metadata.groups:
+            if len(set(g.global_ranks) & set(members)) >= 2 and g.group_name in ("dp", "tp", "cp", "dp_cp", "exp"):
+                names.add(g.group_name)
+    return sorted(names)
 
 
 def _step_evidence(s: pl.DataFrame) -> list[Evidence]:
@@ -126,7 +146,7 @@ def _pp_finding(step, s, stage, source, by_rank, pack) -> Finding | None:
         evidence=tuple(evidence))
 
 
-def _spread_finding(step, s, pack) -> Finding | None:
+def _spread_finding(step, s, pack, scope: str | None = None, dims: list[str] | None = None) -> Finding | None:
     chk = pack.check("compute-imbalance")
     vals = s["computing_us"].to_list()
     med = statistics.median(vals)
@@ -137,11 +157,17 @@ def _spread_finding(step, s, pack) -> Finding | None:
     sev = _severity(ratio, chk)
     if sev is None:
         return None
+    where = f" of {scope}" if scope else ""
+    dim_txt = f" ({'/'.join(d.upper() for d in dims)} replicas per profiler_metadata.json)" if dims else ""
+    why = (f"The ranks{where}{dim_txt} run the same layers, so their compute should match; the slowest one holds "
+           "every collective back." if scope or dims else
+           "No pipeline-parallel layout was found in profiler_metadata.json, so the ranks are compared as if they "
+           "ran the same work.")
     return Finding(
         check=chk.id, severity=sev, step=step, rank=top["rank"],
-        title=f"Step {step}: rank {top['rank']} computes {ratio:.2f}× the median rank",
+        title=f"Step {step}: rank {top['rank']} computes {ratio:.2f}× the median rank{where}",
         message=(f"Step {step}: rank {top['rank']} computes {ms(top['computing_us'])} against a median of "
-                 f"{ms(med)} over {s.height} ranks ({ratio:.2f}×). No pipeline-parallel layout was found in "
-                 "profiler_metadata.json, so the ranks are compared as if they ran the same work."),
-        metrics={"ratio": round(ratio, 4), "max_computing_us": top["computing_us"], "median_computing_us": med},
+                 f"{ms(med)} over {s.height} ranks{where} ({ratio:.2f}×). {why}"),
+        metrics={"ratio": round(ratio, 4), "max_computing_us": top["computing_us"], "median_computing_us": med,
+                 "ranks": sorted(s["rank"].to_list()), "scope": scope or "all ranks", "dimensions": dims or []},
         evidence=tuple(_step_evidence(s)))

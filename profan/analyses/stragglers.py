@@ -214,6 +214,13 @@ def straggler_findings(ranks: list[RankData], aligned: pl.DataFrame, steps: pl.D
     return tables, findings
 
 
+def _propagated_metrics(m: dict, chk) -> bool:
+    """Late, but not by its own doing: its pre-collective windows are no longer than the typical rank's, so it
+    inherited the delay through an earlier collective (e.g. the TP partner of a straggler, late at EP)."""
+    share = chk.params.get("own_window_share", 0.5)
+    return m["cause_class"] != "unknown" and m["extra_window_us"] < share * m["lag_us"]
+
+
 def _typical_rank(per: pl.DataFrame, step, exclude: set[int], candidates: set[int]) -> int:
     s = per.filter(pl.col("step").eq_missing(step) & ~pl.col("rank").is_in(list(exclude))
                    & pl.col("rank").is_in(list(candidates)))
@@ -298,6 +305,16 @@ def _straggler_finding(slow: int, h: pl.DataFrame, late: pl.DataFrame, per: pl.D
                "also_last": {str(rk): sorted(int(x) + 1 for x in g["seq"]) for (rk,), g in
                              also.group_by(["rank"])} if also.height else {},
                **{k: v for k, v in why.items() if k != "kernel_rows"}}
+    if _propagated_metrics(metrics, chk):
+        return Finding(
+            check=CHECK, severity="info", rank=slow, step=step,
+            title=f"Rank {slow} arrives late in {step_txt} only because of an earlier collective",
+            message=(f"Rank {slow} arrives last at {int(worst['times_last'])} of {n_coll} aligned collectives in "
+                     f"{step_txt} ({where}), {ms(worst['lag_us'])} behind the second-latest rank in total, but its "
+                     f"own pre-collective windows are no longer than rank {typical}'s ("
+                     f"{ms(why['extra_window_us'])} difference): it left its previous collective late, i.e. it "
+                     "waited there for a slower rank of another group. Not a straggler itself."),
+            metrics={**metrics, "cause_class": "propagated"}, evidence=tuple(evidence))
     return Finding(check=CHECK, severity=sev, rank=slow, step=step,
                    title=(f"Rank {slow} is a straggler in {step_txt}: last at {int(worst['times_last'])} of "
                           f"{n_coll} collectives, holding them up {ms(worst['lag_us'])} "
