@@ -118,3 +118,38 @@ def test_kineto_rank_gets_the_nccl_table_and_findings(trace, kernels):
     assert round(row["algbw_gbps"], 2) == round(row["busbw_gbps"], 2) == 10.07
     assert row["link"] == "NVLink3" and row["prior_share"] == pytest.approx(row["busbw_gbps"] / 240.0)
     assert {f.check for f in findings} == {"nccl-bandwidth"} and len(findings) == 2
+
+
+def test_two_ranks_use_the_last_arrivals_duration(trace, kernels):
+    """With several ranks, a collective's transfer time is the last-arriving rank's (shortest) duration: the other
+    ranks' kernels include waiting. Rank 1 here is rank 0's real trace with 1 ms of waiting added to every kernel."""
+    from profan.collectives import _finish
+    from profan.rankmap import RankData
+
+    ev = trace["traceEvents"]
+    ranks = []
+    for rank, extra in ((0, 0.0), (1, 1000.0)):
+        k = kernels.with_columns(pl.lit("kernel").alias("source"), (pl.col("dur_us") + extra).alias("dur_us"),
+                                 pl.Series("ts_us", [float(ev[i]["ts"]) for i in kernels["event_idx"]]),
+                                 pl.lit(None, pl.Int64).alias("step"))
+        colls = _finish(k.select("step", pl.lit("collective").alias("kind"), pl.lit("0").alias("group"), "name",
+                                 pl.col("ts_us").alias("start_us"), "dur_us", pl.lit(None, pl.Float64).alias("wait_us"),
+                                 pl.lit("t.json").alias("file"), pl.lit("events").alias("loc_kind"),
+                                 pl.col("event_idx").alias("loc"), pl.lit(None, pl.Utf8).alias("pointer"),
+                                 pl.lit("t.json").alias("kfile"), pl.col("event_idx").alias("kline")))
+        rd = RankData(rank=rank, path=f"r{rank}", kind="kineto", rank_origin="test",
+                      files={"kineto_trace": f"r{rank}/t.json"}, info={"device": trace["deviceProperties"][0]["name"]})
+        rd.trace_comm, rd.collectives = k, colls
+        ranks.append(rd)
+    tables, findings, _ = bandwidth.communication_section(ranks, pl.DataFrame(), pl.DataFrame(), load(),
+                                                          load_hardware())
+    t = tables["comm_nccl"].filter(pl.col("event_idx") == 16818)
+    r0, r1 = t.sort("rank").iter_rows(named=True)
+    assert r0["ranks_aligned"] == r1["ranks_aligned"] == 2
+    assert r0["transfer_us"] == r1["transfer_us"] == ev[16818]["dur"]  # the later rank waited for nobody
+    assert r1["dur_us"] == pytest.approx(ev[16818]["dur"] + 1000.0)
+    assert round(r1["busbw_transfer_gbps"], 2) == 10.07 and r1["busbw_gbps"] < 10.07
+    ar = next(f for f in findings if f.rank == 1 and "allreduce" in f.title)
+    assert "last-arriving rank" in ar.message
+    assert ar.metrics["busbw_max_gbps"] == pytest.approx(tables["comm_nccl"].filter(
+        (pl.col("rank") == 0) & (pl.col("collective") == "allreduce"))["busbw_gbps"].max())

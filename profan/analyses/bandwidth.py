@@ -455,7 +455,8 @@ def communication_section(ranks: list[RankData], step_tab: pl.DataFrame, comm_ta
         notes.append("communication: HCCL plane tasks of trace_view.json not summarised for rank(s) "
                      + ", ".join(str(x) for x in unread) + " (no HCCL plane lanes read); link figures come from "
                      "communication.json and communication_matrix.json")
-    nccl_tab, nccl_found = nccl_section(ranks, hw, pack)
+    nccl_tab, nccl_found, nccl_notes = nccl_section(ranks, hw, pack)
+    notes += nccl_notes
     findings += [*nccl_found, *waited_peer_findings(ranks, pack)]
     hccl_links = hccl_link_summary(ranks)
     tables = {"comm_nccl": nccl_tab, "comm_hccl_links": hccl_links.drop("events") if not hccl_links.is_empty()
@@ -549,9 +550,14 @@ def nccl_findings(table: pl.DataFrame, hw: Hardware, pack: RulePack, *, device_n
     if k.is_empty():
         return out
     link, prior, assumed = nccl_link_prior(device_name, hw)
+    aligned = "ranks_aligned" in k.columns and (k["ranks_aligned"].fill_null(1) >= 2).any()
+    suffix = "_transfer" if aligned else ""
+    basis = ("Time = the last-arriving rank's kernel duration of each collective (the others include waiting)."
+             if aligned else "Kernel time includes waiting for the later peer; with every rank's trace the last "
+             "arrival's duration is the transfer.")
     for (kind,), g in k.group_by(["collective"], maintain_order=True):
-        g = g.sort("busbw_gbps", descending=True)
-        bus = g["busbw_gbps"]
+        g = g.sort(f"busbw{suffix}_gbps", descending=True)
+        bus = g[f"busbw{suffix}_gbps"]
         top = g.row(0, named=True)
         largest = g.sort("bytes", descending=True).row(0, named=True)
         judged = (f" That is {pct(float(bus.max()) / prior)} of the prior at best ({assumed}); the largest message is "
@@ -566,10 +572,9 @@ def nccl_findings(table: pl.DataFrame, hw: Hardware, pack: RulePack, *, device_n
                      f"(nelems × dtype size, group of {int(top['ranks_in_group'])}; bus factor "
                      f"{_FACTOR_KIND.get(kind, '?')} = {top['bus_factor']:g}). busbw min / median / max "
                      f"{float(bus.min()):.2f} / {float(bus.median()):.2f} / {float(bus.max()):.2f} GB/s; fastest: "
-                     f"{top['bytes']:,.0f} B in {top['dur_us']:,.3f} µs = algbw {top['algbw_gbps']:.2f} GB/s, "
-                     f"busbw {top['busbw_gbps']:.2f} GB/s (event {top['event_idx']}).{judged} Kernel time includes "
-                     "waiting for the later peer; with every rank's trace the last arrival's duration is the "
-                     "transfer."),
+                     f"{top['bytes']:,.0f} B in {top['transfer_us' if aligned else 'dur_us']:,.3f} µs = algbw "
+                     f"{top[f'algbw{suffix}_gbps']:.2f} GB/s, busbw {top[f'busbw{suffix}_gbps']:.2f} GB/s (event "
+                     f"{top['event_idx']}).{judged} {basis}"),
             metrics={"kernels": g.height, "bytes": float(g["bytes"].sum()), "busbw_min_gbps": float(bus.min()),
                      "busbw_median_gbps": float(bus.median()), "busbw_max_gbps": float(bus.max()),
                      "link": link, "prior_gbps": prior},
@@ -580,24 +585,57 @@ def nccl_findings(table: pl.DataFrame, hw: Hardware, pack: RulePack, *, device_n
 
 
 NCCL_COLUMNS = ["rank", "step", "event_idx", "name", "collective", "dtype", "in_nelems", "out_nelems",
-                "ranks_in_group", "bytes", "dur_us", "algbw_gbps", "bus_factor", "busbw_gbps", "link", "prior_gbps",
-                "prior_share", "assumed", "file"]
+                "ranks_in_group", "bytes", "dur_us", "algbw_gbps", "bus_factor", "busbw_gbps", "ranks_aligned",
+                "transfer_us", "algbw_transfer_gbps", "busbw_transfer_gbps", "link", "prior_gbps", "prior_share",
+                "assumed", "file"]
 
 
-def nccl_section(ranks: list[RankData], hw: Hardware, pack: RulePack) -> tuple[pl.DataFrame, list[Finding]]:
+def last_arrival(ranks: list[RankData]) -> pl.DataFrame:
+    """(rank, event_idx) → the transfer time of its collective: the shortest duration of that collective over the
+    ranks that recorded it (the last rank to arrive waits for nobody), and how many ranks were aligned.
+
+    Uses the cross-rank alignment (k-th op of a process group in a step), so it needs no clock agreement."""
+    from profan.analyses.align import align
+
+    schema = {"rank": pl.Int64, "event_idx": pl.Int64, "transfer_us": pl.Float64, "ranks_aligned": pl.Int64}
+    if sum(1 for r in ranks if getattr(r, "trace_comm", None) is not None) < 2:
+        return pl.DataFrame(schema=schema)
+    a = align(ranks)
+    if a.is_empty():
+        return pl.DataFrame(schema=schema)
+    key = ["step", "group", "seq"]
+    return (a.filter(pl.col("loc_kind") == "events")
+            .with_columns(pl.col("dur_us").min().over(key).alias("transfer_us"))
+            .select("rank", pl.col("loc").alias("event_idx"), "transfer_us", pl.col("present").alias("ranks_aligned"))
+            .cast(schema))
+
+
+def nccl_section(ranks: list[RankData], hw: Hardware, pack: RulePack
+                 ) -> tuple[pl.DataFrame, list[Finding], list[str]]:
     """Per Kineto rank: every NCCL kernel with message-size args → bytes, algbw, busbw, and the findings."""
     parts: list[pl.DataFrame] = []
     findings: list[Finding] = []
+    no_args: list[int] = []
+    transfer = last_arrival(ranks)
     for r in ranks:
         tc = getattr(r, "trace_comm", None)
         file = r.files.get("kineto_trace")
         if tc is None or tc.is_empty() or file is None or "coll_name" not in tc.columns:
             continue
         k = tc.filter(pl.col("source") == "kernel") if "source" in tc.columns else tc
+        if not k.is_empty() and k["coll_name"].null_count() == k.height:
+            no_args.append(r.rank)
         k = k.filter(pl.col("coll_name").is_not_null())
         if k.is_empty():
             continue
         t = nccl_bandwidth(k.drop("bytes", strict=False))
+        mine = transfer.filter(pl.col("rank") == r.rank).drop("rank")
+        t = t.join(mine, on="event_idx", how="left") if not mine.is_empty() else t.with_columns(
+            pl.lit(None, pl.Float64).alias("transfer_us"), pl.lit(None, pl.Int64).alias("ranks_aligned"))
+        t = t.with_columns(pl.col("transfer_us").fill_null(pl.col("dur_us")),
+                           pl.col("ranks_aligned").fill_null(1)).with_columns(
+            (pl.col("bytes") / (pl.col("transfer_us") * 1e3)).alias("algbw_transfer_gbps")).with_columns(
+            (pl.col("algbw_transfer_gbps") * pl.col("bus_factor")).alias("busbw_transfer_gbps"))
         device = r.info.get("device")
         link, prior, assumed = nccl_link_prior(device, hw)
         findings += nccl_findings(t, hw, pack, device_name=device, file=file, rank=r.rank)
@@ -605,9 +643,12 @@ def nccl_section(ranks: list[RankData], hw: Hardware, pack: RulePack) -> tuple[p
             pl.lit(r.rank, pl.Int64).alias("rank"), pl.lit(link, pl.String).alias("link"),
             pl.lit(prior, pl.Float64).alias("prior_gbps"), pl.lit(assumed).alias("assumed"), pl.lit(file).alias("file"),
             *([] if "step" in t.columns else [pl.lit(None, pl.Int64).alias("step")]),
-        ).with_columns((pl.col("busbw_gbps") / pl.col("prior_gbps")).alias("prior_share")).select(NCCL_COLUMNS))
+        ).with_columns((pl.col("busbw_transfer_gbps") / pl.col("prior_gbps")).alias("prior_share"))
+            .select(NCCL_COLUMNS))
     table = pl.concat(parts, how="diagonal_relaxed") if parts else pl.DataFrame()
-    return table, findings
+    notes = ([f"communication: NCCL kernels of rank(s) {', '.join(str(x) for x in no_args)} carry no message-size "
+              "args (older PyTorch/Kineto), so their bytes and bandwidth cannot be computed"] if no_args else [])
+    return table, findings, notes
 
 
 # ------------------------------------------------------------------------------ HCCL plane tasks (trace_view)
