@@ -32,7 +32,7 @@ ROW_BUDGET = 1000  # evidence rows (and their table headers) embedded in the pag
 ITEM_CAPS = (20, 10, 5, 3, 2, 1)  # rows shown per evidence item: the largest cap that fits the budget
 CELL_CHARS = 240  # longer cells are cut (the full text is in the cell's tooltip up to TITLE_CHARS)
 TITLE_CHARS = 600
-TABLE_ROWS = 500  # rows of a summary table shown in the page; the JSON/Excel reports have them all
+TABLE_ROWS = 300  # rows of a summary table shown in the page; the JSON/Excel reports have them all
 HEATMAP_ROWS = 40
 
 TABLE_INFO: dict[str, tuple[str, str]] = {
