@@ -263,6 +263,7 @@ def test_alexnet_exposed_communication_is_waiting_not_transfer(alexnet2_report):
     assert f.metrics["comm_not_overlapped_us"] == pytest.approx(exposed)
     assert "waiting for peers, not transfer" in f.message and f.severity == "warning"
     assert "73.9%" in f.message
+    assert "95.4 ms waiting for peer 5" in f.message and f.evidence[-1].select["dst_rank"] == 5
 
 
 def test_alexnet_wait_dominated_allreduce(alexnet2_report):

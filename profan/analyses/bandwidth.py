@@ -386,7 +386,8 @@ def exposed_table(comm: pl.DataFrame, steps: pl.DataFrame) -> pl.DataFrame:
                           ).sort("rank", "step")
 
 
-def exposed_findings(et: pl.DataFrame, pack: RulePack) -> list[Finding]:
+def exposed_findings(et: pl.DataFrame, pack: RulePack, waited: dict[int, Finding] | None = None) -> list[Finding]:
+    """`waited`: per rank, its comm-waited-peer finding (named in the message when the time is waiting)."""
     chk = pack.check("comm-exposed-split")
     out: list[Finding] = []
     if et.is_empty():
@@ -396,6 +397,10 @@ def exposed_findings(et: pl.DataFrame, pack: RulePack) -> list[Finding]:
         sev = "warning" if row["exposed_share"] >= chk["warning_share"] and waiting_dominates else "info"
         verdict = ("mostly waiting for peers, not transfer" if waiting_dominates
                    else "mostly transfer: faster links, fewer bytes or more overlap would help")
+        peer = (waited or {}).get(row["rank"]) if waiting_dominates else None
+        if peer is not None:
+            verdict += (f" (HCCL Notify_Wait in trace_view.json: {ms(peer.metrics['wait_us'])} waiting for peer "
+                        f"{peer.metrics['peer']})")
         fallback = (f" ({row['ops_transfer_from_bandwidth_info']} op(s) report Transit Time 0; their transfer is "
                     "read from the bandwidth info)" if row["ops_transfer_from_bandwidth_info"] else "")
         exposed = row["comm_not_overlapped_us"]
@@ -421,7 +426,8 @@ def exposed_findings(et: pl.DataFrame, pack: RulePack) -> list[Finding]:
                       cite_pointers(row["comm_file"], row["pointers"], {"source": "communication", "step": row["step"]},
                                     values={"elapse_ms": round(row["elapse_ms"], 6),
                                             "wait_ms": round(row["wait_ms"], 6),
-                                            "idle_ms": round(row["idle_ms"], 6)}))))
+                                            "idle_ms": round(row["idle_ms"], 6)}),
+                      *(peer.evidence if peer is not None else ()))))
     return out
 
 
@@ -441,8 +447,7 @@ def communication_section(ranks: list[RankData], step_tab: pl.DataFrame, comm_ta
     packets = packet_table(ranks, pack)
     exposed = exposed_table(comm_tab, step_tab)
     findings = [*below_prior_findings(tt, pack), *slow_link_findings(links, pack),
-                *small_packet_findings(packets, pack), *wait_dominated_findings(comm_tab, step_tab, pack),
-                *exposed_findings(exposed, pack)]
+                *small_packet_findings(packets, pack), *wait_dominated_findings(comm_tab, step_tab, pack)]
     notes = device_notes(devices) if not tt.is_empty() else []
     if any(r.comm_matrix is not None and not r.comm_matrix.is_empty()
            and r.comm_matrix["src_rank"].null_count() == r.comm_matrix.height for r in ranks):
@@ -457,7 +462,8 @@ def communication_section(ranks: list[RankData], step_tab: pl.DataFrame, comm_ta
                      "communication.json and communication_matrix.json")
     nccl_tab, nccl_found, nccl_notes = nccl_section(ranks, hw, pack)
     notes += nccl_notes
-    findings += [*nccl_found, *waited_peer_findings(ranks, pack)]
+    waited = waited_peer_findings(ranks, pack)
+    findings += [*nccl_found, *waited, *exposed_findings(exposed, pack, {f.rank: f for f in waited})]
     hccl_links = hccl_link_summary(ranks)
     tables = {"comm_nccl": nccl_tab, "comm_hccl_links": hccl_links.drop("events") if not hccl_links.is_empty()
               else hccl_links,
