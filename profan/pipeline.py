@@ -15,7 +15,8 @@ from profan.discover import discover
 from profan.findings import number_findings
 from profan.hardware import Hardware
 from profan.hardware import load as load_hardware
-from profan.rankmap import RankData, load_rank
+from profan.parallel import load_ranks
+from profan.rankmap import RankData
 from profan.report import Report
 from profan.rulepack import RulePack, load
 
@@ -23,10 +24,13 @@ Progress = Callable[[str], None]
 
 
 def analyze(path: str | Path, *, rules: list[str | Path] | None = None, progress: Progress | None = None,
-            pack: RulePack | None = None, hardware: str | Path | Hardware | None = None) -> Report:
+            pack: RulePack | None = None, hardware: str | Path | Hardware | None = None,
+            jobs: int | None = None) -> Report:
     """Analyse a profiler output directory (or one kernel file) into a Report.
 
     ``hardware``: a TOML file of link-bandwidth priors (or a loaded Hardware) on top of ``rules/hardware``.
+    ``jobs``: processes reading ranks: 1 sequential, N processes, 0 one per core from 16 ranks up; None takes
+    ``PROFAN_JOBS`` from the environment, else 1.
     """
     t0 = time.perf_counter()
     say = progress or (lambda _msg: None)
@@ -35,10 +39,7 @@ def analyze(path: str | Path, *, rules: list[str | Path] | None = None, progress
     disc = discover(path)
     root = disc.root
     say(f"found {len(disc.ranks)} rank(s) in {root}")
-    ranks: list[RankData] = []
-    for i, rs in enumerate(disc.ranks, start=1):
-        say(f"[{i}/{len(disc.ranks)}] reading rank {rs.rank}")
-        ranks.append(load_rank(rs, root, pack))
+    ranks: list[RankData] = load_ranks(disc.ranks, root, pack, jobs, say)
     t_read = time.perf_counter()
     report = build_report(ranks, pack, root=root, fmt=disc.format, warnings=disc.warnings, notes=disc.notes,
                           hardware=hw)
