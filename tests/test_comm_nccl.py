@@ -153,3 +153,14 @@ def test_two_ranks_use_the_last_arrivals_duration(trace, kernels):
     assert "last-arriving rank" in ar.message
     assert ar.metrics["busbw_max_gbps"] == pytest.approx(tables["comm_nccl"].filter(
         (pl.col("rank") == 0) & (pl.col("collective") == "allreduce"))["busbw_gbps"].max())
+
+
+def test_group_size_falls_back_to_the_process_group_then_world_size(kernels):
+    full = bandwidth.nccl_bandwidth(kernels)
+    no_size = bandwidth.nccl_bandwidth(kernels.drop("group_size"))  # "Process Group Ranks": "[0, 1]"
+    assert no_size["ranks_in_group"].to_list() == full["ranks_in_group"].to_list() == [2.0] * 21
+    bare = kernels.drop("group_size", "pg_ranks")
+    unknown = bandwidth.nccl_bandwidth(bare)  # n unknown: no all-reduce bus factor (broadcast's is 1 for any n)
+    assert unknown["busbw_gbps"].null_count() == int((kernels["coll_name"] == "allreduce").sum()) == 15
+    world = bandwidth.nccl_bandwidth(bare, world_size=2)  # distributedInfo.world_size of this trace
+    assert world["busbw_gbps"].to_list() == pytest.approx(full["busbw_gbps"].to_list())

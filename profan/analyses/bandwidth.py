@@ -500,7 +500,7 @@ def collective_kind(name: pl.Expr) -> pl.Expr:
             .otherwise(pl.lit(None, pl.String)))
 
 
-def nccl_bandwidth(coll: pl.DataFrame) -> pl.DataFrame:
+def nccl_bandwidth(coll: pl.DataFrame, world_size: int | None = None) -> pl.DataFrame:
     """Bytes, algorithm and bus bandwidth of NCCL collectives (one row per event).
 
     Input columns: ``event_idx``, ``name``, ``coll_name`` (Kineto's "Collective name"), ``in_nelems``,
@@ -511,11 +511,16 @@ def nccl_bandwidth(coll: pl.DataFrame) -> pl.DataFrame:
     (in nelems already sums the split sizes). algbw = S / t; busbw = algbw × 2(n−1)/n for all-reduce,
     × (n−1)/n for all-gather, reduce-scatter and all-to-all, × 1 otherwise — comparable with a link's bandwidth.
     t is this rank's kernel duration, which includes waiting for a later peer.
+
+    Group size n: the kernel's ``Group size``, else the count of ``Process Group Ranks``, else ``world_size``
+    (``distributedInfo``; right for the default process group only).
     """
-    n = pl.col("group_size").cast(pl.Float64)
+    n = pl.col("group_size").cast(pl.Float64) if "group_size" in coll.columns else pl.lit(None, pl.Float64)
     if "pg_ranks" in coll.columns:
         counted = pl.col("pg_ranks").cast(pl.String).str.extract_all(r"-?\d+").list.len().cast(pl.Float64)
         n = pl.coalesce(n, pl.when(counted > 0).then(counted))
+    if world_size:
+        n = pl.coalesce(n, pl.lit(float(world_size)))
     kind = pl.col("collective")
     elems = (pl.when(kind == "allgather").then(pl.col("out_nelems"))
              .when(kind == "reducescatter").then(pl.col("in_nelems"))
@@ -634,7 +639,7 @@ def nccl_section(ranks: list[RankData], hw: Hardware, pack: RulePack
         k = k.filter(pl.col("coll_name").is_not_null())
         if k.is_empty():
             continue
-        t = nccl_bandwidth(k.drop("bytes", strict=False))
+        t = nccl_bandwidth(k.drop("bytes", strict=False), world_size=r.info.get("world_size"))
         mine = transfer.filter(pl.col("rank") == r.rank).drop("rank")
         t = t.join(mine, on="event_idx", how="left") if not mine.is_empty() else t.with_columns(
             pl.lit(None, pl.Float64).alias("transfer_us"), pl.lit(None, pl.Int64).alias("ranks_aligned"))
