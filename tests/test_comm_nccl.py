@@ -11,7 +11,7 @@ import polars as pl
 import pytest
 from conftest import FIXTURES
 
-from profan.analyses import bandwidth
+from profan.analyses import bandwidth, nccl
 from profan.hardware import load as load_hardware
 from profan.rulepack import load
 
@@ -38,7 +38,7 @@ def kernels(trace) -> pl.DataFrame:
 
 
 def test_every_nccl_kernel_gets_bytes_algbw_busbw(trace, kernels):
-    t = bandwidth.nccl_bandwidth(kernels)
+    t = nccl.nccl_bandwidth(kernels)
     assert t.height == 21 and t["busbw_gbps"].null_count() == 0
     sizes = {"Float": 4, "Long": 8, "Int": 4, "Half": 2, "BFloat16": 2}
     for row in t.iter_rows(named=True):
@@ -53,7 +53,7 @@ def test_every_nccl_kernel_gets_bytes_algbw_busbw(trace, kernels):
 
 
 def test_the_issue_all_reduce(kernels):
-    t = bandwidth.nccl_bandwidth(kernels)
+    t = nccl.nccl_bandwidth(kernels)
     row = t.filter((pl.col("in_nelems") == 6_637_568) & (pl.col("dur_us") == 2636.669)).row(0, named=True)
     assert row["collective"] == "allreduce" and row["ranks_in_group"] == 2 and row["bus_factor"] == 1.0
     assert row["bytes"] == 6_637_568 * 4
@@ -61,7 +61,7 @@ def test_the_issue_all_reduce(kernels):
 
 
 def test_all_reduce_spread_matches_the_trace(trace, kernels):
-    t = bandwidth.nccl_bandwidth(kernels).filter(pl.col("collective") == "allreduce")
+    t = nccl.nccl_bandwidth(kernels).filter(pl.col("collective") == "allreduce")
     ev = trace["traceEvents"]
     rates = sorted(ev[i]["args"]["In msg nelems"] * 4 / ev[i]["dur"] / 1e3 for i in t["event_idx"].to_list())
     assert t.height == 15
@@ -76,16 +76,16 @@ def test_bus_factors_follow_nccl_tests():
                        "coll_name": ["_allgather_base", "reduce_scatter_tensor", "all_to_all", "allreduce", "recv"],
                        "in_nelems": [1000, 8000, 8000, 1000, 1000], "out_nelems": [8000, 1000, 8000, 1000, 1000],
                        "dtype": ["BFloat16"] * 5, "group_size": [8] * 5, "dur_us": [100.0] * 5})
-    t = bandwidth.nccl_bandwidth(df)
+    t = nccl.nccl_bandwidth(df)
     assert t["collective"].to_list() == ["allgather", "reducescatter", "alltoall", "allreduce", "recv"]
     assert t["bytes"].to_list() == [16000, 16000, 16000, 2000, 2000]  # totals for the gather/scatter family
     assert t["bus_factor"].to_list() == pytest.approx([7 / 8, 7 / 8, 7 / 8, 2 * 7 / 8, 1.0])
 
 
 def test_findings_name_the_prior_and_the_assumption(trace, kernels):
-    t = bandwidth.nccl_bandwidth(kernels)
+    t = nccl.nccl_bandwidth(kernels)
     device = trace["deviceProperties"][0]["name"]
-    fs = bandwidth.nccl_findings(t, load_hardware(), load(), device_name=device,
+    fs = nccl.nccl_findings(t, load_hardware(), load(), device_name=device,
                                  file="nccl_data.json.gz", rank=0)
     ar = next(f for f in fs if "allreduce" in f.title)
     assert ar.metrics["link"] == "NVLink3" and ar.metrics["prior_gbps"] == 240.0
@@ -96,7 +96,7 @@ def test_findings_name_the_prior_and_the_assumption(trace, kernels):
     assert ar.evidence[0].row_count == 15 == len(cited)
     assert all(ev[i]["args"]["Collective name"] == "allreduce" for i in cited)
     assert ar.evidence[0].values["bytes"] == sum(ev[i]["args"]["In msg nelems"] * 4 for i in cited)
-    unknown = bandwidth.nccl_findings(t, load_hardware(), load(), device_name=None, file="x", rank=0)
+    unknown = nccl.nccl_findings(t, load_hardware(), load(), device_name=None, file="x", rank=0)
     assert all(f.metrics["prior_gbps"] is None and "link unknown" in f.message for f in unknown)
 
 
@@ -156,11 +156,11 @@ def test_two_ranks_use_the_last_arrivals_duration(trace, kernels):
 
 
 def test_group_size_falls_back_to_the_process_group_then_world_size(kernels):
-    full = bandwidth.nccl_bandwidth(kernels)
-    no_size = bandwidth.nccl_bandwidth(kernels.drop("group_size"))  # "Process Group Ranks": "[0, 1]"
+    full = nccl.nccl_bandwidth(kernels)
+    no_size = nccl.nccl_bandwidth(kernels.drop("group_size"))  # "Process Group Ranks": "[0, 1]"
     assert no_size["ranks_in_group"].to_list() == full["ranks_in_group"].to_list() == [2.0] * 21
     bare = kernels.drop("group_size", "pg_ranks")
-    unknown = bandwidth.nccl_bandwidth(bare)  # n unknown: no all-reduce bus factor (broadcast's is 1 for any n)
+    unknown = nccl.nccl_bandwidth(bare)  # n unknown: no all-reduce bus factor (broadcast's is 1 for any n)
     assert unknown["busbw_gbps"].null_count() == int((kernels["coll_name"] == "allreduce").sum()) == 15
-    world = bandwidth.nccl_bandwidth(bare, world_size=2)  # distributedInfo.world_size of this trace
+    world = nccl.nccl_bandwidth(bare, world_size=2)  # distributedInfo.world_size of this trace
     assert world["busbw_gbps"].to_list() == pytest.approx(full["busbw_gbps"].to_list())

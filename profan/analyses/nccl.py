@@ -1,0 +1,202 @@
+"""NCCL collective bandwidth from Kineto traces: bytes, algorithm and bus bandwidth per kernel.
+
+Message sizes come from the kernels' args (``In msg nelems`` / ``Out msg nelems`` × dtype size); the bus factor
+follows nccl-tests; the prior is the GPU's scale-up link from ``rules/hardware`` with the assumption stated (a trace
+records neither NVLink nor node layout). With several ranks, a collective's time is its last arrival's duration.
+"""
+
+from __future__ import annotations
+
+import polars as pl
+
+from profan.analyses.common import pct
+from profan.evidence import cite_events
+from profan.findings import Finding
+from profan.hardware import Hardware
+from profan.rankmap import RankData
+from profan.rulepack import RulePack
+
+# bus-bandwidth factor per collective (nccl-tests doc/PERFORMANCE.md): busbw = algbw × factor(n)
+_FACTOR_KIND = {"allreduce": "2(n-1)/n", "allgather": "(n-1)/n", "reducescatter": "(n-1)/n", "alltoall": "(n-1)/n",
+                "broadcast": "1", "reduce": "1", "send": "1", "recv": "1"}
+# PyTorch scalar type names as Kineto writes them in "dtype" → bytes per element
+DTYPE_BYTES = {"Float": 4, "float": 4, "Float32": 4, "Half": 2, "Float16": 2, "BFloat16": 2, "Double": 8,
+               "Long": 8, "Int": 4, "Short": 2, "Char": 1, "Byte": 1, "Bool": 1, "Float8_e4m3fn": 1,
+               "Float8_e5m2": 1, "ComplexFloat": 8, "ComplexDouble": 16, "UInt16": 2, "UInt32": 4, "UInt64": 8}
+
+
+def collective_kind(name: pl.Expr) -> pl.Expr:
+    """'allreduce', 'all_reduce', '_allgather_base', 'reduce_scatter_tensor', 'all_to_all_single', 'recv' …
+    → allreduce / allgather / reducescatter / alltoall / broadcast / reduce / send / recv (else null)."""
+    n = name.cast(pl.String).str.to_lowercase().str.replace_all(r"[^a-z]", "")
+    return (pl.when(n.str.contains("allreduce")).then(pl.lit("allreduce"))
+            .when(n.str.contains("allgather")).then(pl.lit("allgather"))
+            .when(n.str.contains("reducescatter")).then(pl.lit("reducescatter"))
+            .when(n.str.contains("alltoall")).then(pl.lit("alltoall"))
+            .when(n.str.contains("broadcast")).then(pl.lit("broadcast"))
+            .when(n.str.contains("reduce")).then(pl.lit("reduce"))
+            .when(n.str.contains("send")).then(pl.lit("send"))
+            .when(n.str.contains("recv")).then(pl.lit("recv"))
+            .otherwise(pl.lit(None, pl.String)))
+
+
+def nccl_bandwidth(coll: pl.DataFrame, world_size: int | None = None) -> pl.DataFrame:
+    """Bytes, algorithm and bus bandwidth of NCCL collectives (one row per event).
+
+    Input columns: ``event_idx``, ``name``, ``coll_name`` (Kineto's "Collective name"), ``in_nelems``,
+    ``out_nelems``, ``dtype``, ``group_size`` (or ``pg_ranks`` to count), ``dur_us``; others pass through.
+
+    Size S follows nccl-tests: all-reduce, broadcast, reduce, send/recv move the message (nelems × dtype size);
+    all-gather the **total** output (out nelems), reduce-scatter the total input (in nelems), all-to-all the total
+    (in nelems already sums the split sizes). algbw = S / t; busbw = algbw × 2(n−1)/n for all-reduce,
+    × (n−1)/n for all-gather, reduce-scatter and all-to-all, × 1 otherwise — comparable with a link's bandwidth.
+    t is this rank's kernel duration, which includes waiting for a later peer.
+
+    Group size n: the kernel's ``Group size``, else the count of ``Process Group Ranks``, else ``world_size``
+    (``distributedInfo``; right for the default process group only).
+    """
+    n = pl.col("group_size").cast(pl.Float64) if "group_size" in coll.columns else pl.lit(None, pl.Float64)
+    if "pg_ranks" in coll.columns:
+        counted = pl.col("pg_ranks").cast(pl.String).str.extract_all(r"-?\d+").list.len().cast(pl.Float64)
+        n = pl.coalesce(n, pl.when(counted > 0).then(counted))
+    if world_size:
+        n = pl.coalesce(n, pl.lit(float(world_size)))
+    kind = pl.col("collective")
+    elems = (pl.when(kind == "allgather").then(pl.col("out_nelems"))
+             .when(kind == "reducescatter").then(pl.col("in_nelems"))
+             .otherwise(pl.max_horizontal("in_nelems", "out_nelems"))).cast(pl.Float64)
+    factor = (pl.when(kind == "allreduce").then(2 * (n - 1) / n)
+              .when(kind.is_in(["allgather", "reducescatter", "alltoall"])).then((n - 1) / n)
+              .when(kind.is_in(["broadcast", "reduce", "send", "recv"])).then(pl.lit(1.0))
+              .otherwise(None))
+    t = coll.with_columns(collective_kind(pl.col("coll_name")).alias("collective"),
+                          pl.col("dtype").replace_strict(DTYPE_BYTES, default=None, return_dtype=pl.Int64)
+                          .alias("dtype_bytes"), n.alias("ranks_in_group"))
+    t = t.with_columns((elems * pl.col("dtype_bytes")).alias("bytes"), factor.alias("bus_factor"))
+    algbw = pl.col("bytes") / (pl.col("dur_us") * 1e3)  # B / (µs · 1e3) = GB/s
+    return t.with_columns(algbw.alias("algbw_gbps")).with_columns(
+        (pl.col("algbw_gbps") * pl.col("bus_factor")).alias("busbw_gbps"))
+
+
+def nccl_link_prior(device_name: str | None, hw: Hardware) -> tuple[str | None, float | None, str]:
+    """(link, usable GB/s, what was assumed) for intra-node collectives of a GPU named `device_name`."""
+    dev = hw.detect_gpu(device_name)
+    if dev is None or not dev.scale_up:
+        return None, None, (f"link unknown: no prior for device {device_name!r}" if device_name
+                            else "link unknown: the trace records no deviceProperties")
+    p = hw.prior(dev.id, dev.scale_up)
+    if p is None or p.usable_gbps is None:
+        return dev.scale_up, None, f"{dev.name}: no usable {dev.scale_up} figure in rules/hardware"
+    return dev.scale_up, p.usable_gbps, (
+        f"{dev.id} {dev.scale_up} {p.usable_gbps:g} GB/s per GPU ({p.file}), assuming the ranks share one "
+        "node connected by NVLink — the trace records neither the links nor the node layout")
+
+
+def nccl_findings(table: pl.DataFrame, hw: Hardware, pack: RulePack, *, device_name: str | None, file: str,
+                  rank: int | None) -> list[Finding]:
+    """Per rank and collective type: bytes moved, algbw/busbw spread, and the prior they are held to (info)."""
+    chk = pack.check("nccl-bandwidth")
+    out: list[Finding] = []
+    k = table.filter(pl.col("busbw_gbps").is_not_null() & (pl.col("dur_us") > 0))
+    if k.is_empty():
+        return out
+    link, prior, assumed = nccl_link_prior(device_name, hw)
+    aligned = "ranks_aligned" in k.columns and (k["ranks_aligned"].fill_null(1) >= 2).any()
+    suffix = "_transfer" if aligned else ""
+    basis = ("Time = the last-arriving rank's kernel duration of each collective (the others include waiting)."
+             if aligned else "Kernel time includes waiting for the later peer; with every rank's trace the last "
+             "arrival's duration is the transfer.")
+    for (kind,), g in k.group_by(["collective"], maintain_order=True):
+        g = g.sort(f"busbw{suffix}_gbps", descending=True)
+        bus = g[f"busbw{suffix}_gbps"]
+        top = g.row(0, named=True)
+        largest = g.sort("bytes", descending=True).row(0, named=True)
+        judged = (f" That is {pct(float(bus.max()) / prior)} of the prior at best ({assumed}); the largest message is "
+                  f"{largest['bytes'] / 1e6:,.1f} MB, and busbw only plateaus at ≥ {chk['plateau_mb']:g} MB, so "
+                  "small messages stay far below the wire rate whatever the link."
+                  if prior else f" Not held against a link prior ({assumed}).")
+        out.append(Finding(
+            check=chk.id, severity="info", rank=rank,
+            title=(f"Rank {rank}: {g.height} NCCL {kind}(s), busbw {float(bus.min()):.2f}–{float(bus.max()):.2f} "
+                   "GB/s"),
+            message=(f"Rank {rank}: {g.height} {kind} kernel(s) moved {float(g['bytes'].sum()) / 1e6:,.1f} MB "
+                     f"(nelems × dtype size, group of {int(top['ranks_in_group'])}; bus factor "
+                     f"{_FACTOR_KIND.get(kind, '?')} = {top['bus_factor']:g}). busbw min / median / max "
+                     f"{float(bus.min()):.2f} / {float(bus.median()):.2f} / {float(bus.max()):.2f} GB/s; fastest: "
+                     f"{top['bytes']:,.0f} B in {top['transfer_us' if aligned else 'dur_us']:,.3f} µs = algbw "
+                     f"{top[f'algbw{suffix}_gbps']:.2f} GB/s, busbw {top[f'busbw{suffix}_gbps']:.2f} GB/s (event "
+                     f"{top['event_idx']}).{judged} {basis}"),
+            metrics={"kernels": g.height, "bytes": float(g["bytes"].sum()), "busbw_min_gbps": float(bus.min()),
+                     "busbw_median_gbps": float(bus.median()), "busbw_max_gbps": float(bus.max()),
+                     "link": link, "prior_gbps": prior},
+            evidence=(cite_events(file, g["event_idx"].to_list(), g.height,
+                                  {"source": "kineto", "collective": kind, "cat": "kernel"},
+                                  values={"bytes": float(g["bytes"].sum())}),)))
+    return out
+
+
+NCCL_COLUMNS = ["rank", "step", "event_idx", "name", "collective", "dtype", "in_nelems", "out_nelems",
+                "ranks_in_group", "bytes", "dur_us", "algbw_gbps", "bus_factor", "busbw_gbps", "ranks_aligned",
+                "transfer_us", "algbw_transfer_gbps", "busbw_transfer_gbps", "link", "prior_gbps", "prior_share",
+                "assumed", "file"]
+
+
+def last_arrival(ranks: list[RankData]) -> pl.DataFrame:
+    """(rank, event_idx) → the transfer time of its collective: the shortest duration of that collective over the
+    ranks that recorded it (the last rank to arrive waits for nobody), and how many ranks were aligned.
+
+    Uses the cross-rank alignment (k-th op of a process group in a step), so it needs no clock agreement."""
+    from profan.analyses.align import align
+
+    schema = {"rank": pl.Int64, "event_idx": pl.Int64, "transfer_us": pl.Float64, "ranks_aligned": pl.Int64}
+    if sum(1 for r in ranks if getattr(r, "trace_comm", None) is not None) < 2:
+        return pl.DataFrame(schema=schema)
+    a = align(ranks)
+    if a.is_empty():
+        return pl.DataFrame(schema=schema)
+    key = ["step", "group", "seq"]
+    return (a.filter(pl.col("loc_kind") == "events")
+            .with_columns(pl.col("dur_us").min().over(key).alias("transfer_us"))
+            .select("rank", pl.col("loc").alias("event_idx"), "transfer_us", pl.col("present").alias("ranks_aligned"))
+            .cast(schema))
+
+
+def nccl_section(ranks: list[RankData], hw: Hardware, pack: RulePack
+                 ) -> tuple[pl.DataFrame, list[Finding], list[str]]:
+    """Per Kineto rank: every NCCL kernel with message-size args → bytes, algbw, busbw, and the findings."""
+    parts: list[pl.DataFrame] = []
+    findings: list[Finding] = []
+    no_args: list[int] = []
+    transfer = last_arrival(ranks)
+    for r in ranks:
+        tc = getattr(r, "trace_comm", None)
+        file = r.files.get("kineto_trace")
+        if tc is None or tc.is_empty() or file is None or "coll_name" not in tc.columns:
+            continue
+        k = tc.filter(pl.col("source") == "kernel") if "source" in tc.columns else tc
+        if not k.is_empty() and k["coll_name"].null_count() == k.height:
+            no_args.append(r.rank)
+        k = k.filter(pl.col("coll_name").is_not_null())
+        if k.is_empty():
+            continue
+        t = nccl_bandwidth(k.drop("bytes", strict=False), world_size=r.info.get("world_size"))
+        mine = transfer.filter(pl.col("rank") == r.rank).drop("rank")
+        t = t.join(mine, on="event_idx", how="left") if not mine.is_empty() else t.with_columns(
+            pl.lit(None, pl.Float64).alias("transfer_us"), pl.lit(None, pl.Int64).alias("ranks_aligned"))
+        t = t.with_columns(pl.col("transfer_us").fill_null(pl.col("dur_us")),
+                           pl.col("ranks_aligned").fill_null(1)).with_columns(
+            (pl.col("bytes") / (pl.col("transfer_us") * 1e3)).alias("algbw_transfer_gbps")).with_columns(
+            (pl.col("algbw_transfer_gbps") * pl.col("bus_factor")).alias("busbw_transfer_gbps"))
+        device = r.info.get("device")
+        link, prior, assumed = nccl_link_prior(device, hw)
+        findings += nccl_findings(t, hw, pack, device_name=device, file=file, rank=r.rank)
+        parts.append(t.with_columns(
+            pl.lit(r.rank, pl.Int64).alias("rank"), pl.lit(link, pl.String).alias("link"),
+            pl.lit(prior, pl.Float64).alias("prior_gbps"), pl.lit(assumed).alias("assumed"), pl.lit(file).alias("file"),
+            *([] if "step" in t.columns else [pl.lit(None, pl.Int64).alias("step")]),
+        ).with_columns((pl.col("busbw_transfer_gbps") / pl.col("prior_gbps")).alias("prior_share"))
+            .select(NCCL_COLUMNS))
+    table = pl.concat(parts, how="diagonal_relaxed") if parts else pl.DataFrame()
+    notes = ([f"communication: NCCL kernels of rank(s) {', '.join(str(x) for x in no_args)} carry no message-size "
+              "args (older PyTorch/Kineto), so their bytes and bandwidth cannot be computed"] if no_args else [])
+    return table, findings, notes
