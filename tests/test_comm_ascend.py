@@ -438,3 +438,23 @@ def test_alexnet_waited_peer_is_rank_5(alexnet2_report, rank, wait_ms):
     assert f.metrics["wait_us"] == pytest.approx(total, abs=1e-3)
     assert total / 1000 == pytest.approx(wait_ms, abs=0.05)
     assert f.metrics["share"] == pytest.approx(total / sum(float(e["dur"]) for e in waits.values()), abs=1e-4)
+
+
+def test_npu_model_detected_from_msprof_info_json():
+    root = ASCEND / "vllm-ascend-msprof-gmm-1op"
+    (info,) = root.glob("PROF_*/device_*/info.json.*")
+    assert _json(info)["platform_version"] == "5"  # msprof's chip id 5 = Ascend910B
+    rep = profan.analyze(root)
+    row = rep.tables["comm_devices"].row(0, named=True)
+    assert row["device"] == "ascend_910b" and "platform_version 5" in row["detected_by"]
+
+
+def test_hardware_files_carry_a_source_for_every_figure():
+    from profan.hardware import load as load_hardware
+
+    hw = load_hardware()
+    assert {"ascend_910b", "nvidia_a100", "nvidia_h100"} <= set(hw.devices)
+    for p in hw.links.values():
+        assert p.source and (p.usable_gbps or p.peak_gbps), p
+    assert hw.prior("ascend_910b", "HCCS").usable_gbps == 28.0 and hw.prior("nvidia_a100", "NVLink3").usable_gbps == 240
+    assert hw.prior("nvidia_a100", "PCIe4").usable_gbps == 24.0  # device-independent entries apply to any device
