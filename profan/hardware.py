@@ -109,8 +109,22 @@ def _num(path: Path, entry: dict[str, Any], key: str) -> float | None:
     return float(v)
 
 
+TOP_KEYS = {"device", "link", "assume"}
+LINK_KEYS = {"device", "link", "usable_gbps", "peak_gbps", "scope", "measured", "source"}
+DEVICE_KEYS = {"id", "vendor", "name", "match", "platform_version", "scale_up"}
+
+
+def _check_keys(path: Path, what: str, got: dict[str, Any], allowed: set[str]) -> None:
+    """A misspelt key would silently leave a figure unapplied: refuse it, naming the keys that exist."""
+    bad = sorted(set(got) - allowed)
+    if bad:
+        raise ProfanInputError(path, f"unknown {what} key(s) {', '.join(bad)} (use {', '.join(sorted(allowed))})")
+
+
 def _add(hw: Hardware, path: Path, doc: dict[str, Any], label: str) -> None:
+    _check_keys(path, "top-level", doc, TOP_KEYS)
     for d in doc.get("device", []):
+        _check_keys(path, "[[device]]", d, DEVICE_KEYS)
         if not d.get("id"):
             raise ProfanInputError(path, "a [[device]] entry has no id")
         if d.get("match"):
@@ -123,6 +137,7 @@ def _add(hw: Hardware, path: Path, doc: dict[str, Any], label: str) -> None:
                                      platform_version=tuple(int(x) for x in d.get("platform_version", [])),
                                      scale_up=str(d.get("scale_up", "")))
     for e in doc.get("link", []):
+        _check_keys(path, "[[link]]", e, LINK_KEYS)
         if not e.get("device") or not e.get("link"):
             raise ProfanInputError(path, "a [[link]] entry needs device and link")
         hw.links[(e["device"], e["link"])] = LinkPrior(

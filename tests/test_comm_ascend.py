@@ -458,3 +458,17 @@ def test_hardware_files_carry_a_source_for_every_figure():
         assert p.source and (p.usable_gbps or p.peak_gbps), p
     assert hw.prior("ascend_910b", "HCCS").usable_gbps == 28.0 and hw.prior("nvidia_a100", "NVLink3").usable_gbps == 240
     assert hw.prior("nvidia_a100", "PCIe4").usable_gbps == 24.0  # device-independent entries apply to any device
+
+
+@pytest.mark.parametrize(("text", "says"), [
+    ('[[links]]\ndevice = "ascend_910b"\nlink = "HCCS"\nusable_gbps = 25.0\n', "unknown top-level key(s) links"),
+    ('[[link]]\ndevice = "ascend_910b"\nlink = "HCCS"\nusable_gpbs = 25.0\n', "unknown [[link]] key(s) usable_gpbs"),
+    ('[[link]]\ndevice = "ascend_910b"\nlink = "HCCS"\nusable_gbps = "fast"\n', "must be a positive number"),
+    ('[assume\n', "invalid TOML"),
+])
+def test_bad_hardware_file_is_one_line_error(tmp_path, text, says):
+    hw = tmp_path / "hw.toml"
+    hw.write_text(text)
+    res = run_cli("analyze", str(ALEXNET2), "--hardware", str(hw), "-q")
+    assert res.returncode == 2 and says in res.stderr and str(hw) in res.stderr
+    assert len(res.stderr.strip().splitlines()) == 1
