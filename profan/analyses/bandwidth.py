@@ -25,7 +25,7 @@ from profan.sources import ascend_matrix
 
 ENGINE = "SDMA"  # communication.json: the copy engine's total over HCCS + PCIE + SIO — not a link of its own
 NOT_LINKS = ("LOCAL", "", "N/A", "INVALID_TYPE")  # matrix entries that are on-chip copies, not links
-STRAGGLER_CHECKS = "pipeline-stage-imbalance / compute-imbalance"
+STRAGGLER_CHECKS = "straggler, pipeline-stage-imbalance, compute-imbalance"
 
 
 # ------------------------------------------------------------------------------------------------- devices
