@@ -285,6 +285,8 @@ def test_compare_brief_and_evidence(tmp_path):
     brief = json.loads(res.stdout)
     assert len(res.stdout.encode()) < 8 * 1024
     full = json.loads(out.read_text())
+    jsonschema.validate(full, json.loads(run_cli("schema").stdout), cls=jsonschema.Draft202012Validator)
+    assert full["source"]["format"] == "compare"
     assert brief["report_file"] == str(out.resolve())
     assert [f["id"] for f in brief["findings"]] == [f["id"] for f in full["findings"]]
     assert {f["check"] for f in brief["findings"]} == {"compare-regression"}
