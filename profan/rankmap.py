@@ -61,8 +61,16 @@ class RankData:
     warnings: list[str] = field(default_factory=list)
 
 
-def _group_kernels(lf: pl.LazyFrame, pipes: list[str]) -> pl.LazyFrame:
-    keys = ["step", "op", "name", "type", "core", "input_shapes"]
+KEYS = ["step", "op", "name", "type", "core", "input_shapes"]
+BATCH_ROWS = 250_000  # rows per streamed batch: bounds memory; files up to this size are reduced in one batch
+COMPACT_ROWS = 2_000_000  # merge the per-batch partial groups whenever this many have piled up
+
+
+def _batch_aggs(pipes: list[str]) -> list[pl.Expr]:
+    """Aggregations over kernel rows (one batch). `_merge` combines their results exactly."""
+    # The TOP_LINES largest rows, largest first, ties in file order (batches arrive in file order): a stable
+    # sort of the group's lines by duration, and the durations sorted alike, stay aligned pair by pair.
+    top_lines = pl.col("src_line").sort_by("dur_us", descending=True, nulls_last=True, maintain_order=True)
     aggs = [
         pl.len().alias("count"),
         pl.col("dur_us").sum().alias("time_us"),
@@ -70,38 +78,95 @@ def _group_kernels(lf: pl.LazyFrame, pipes: list[str]) -> pl.LazyFrame:
         pl.col("wait_us").sum().alias("wait_us"),
         pl.col("start_us").min().alias("first_start_us"),
         (pl.col("start_us") + pl.col("dur_us")).max().alias("last_end_us"),
-        # one top-k of (line, duration) pairs: two separate top-k's need not list equal durations in the same order
-        pl.struct("src_line", "dur_us").top_k_by("dur_us", TOP_LINES).alias("_top"),
+        top_lines.head(TOP_LINES).alias("lines"),
+        pl.col("dur_us").sort(descending=True, nulls_last=True).head(TOP_LINES).alias("line_durs"),
     ]
     for p in pipes:
         aggs.append((pl.col(p) * pl.col("dur_us")).sum().alias(f"{p}_wsum"))
         aggs.append(pl.col("dur_us").filter(pl.col(p).is_not_null()).sum().alias(f"{p}_wden"))
-    return (lf.filter(~pl.col("bad")).group_by(keys).agg(aggs)
-            .with_columns(pl.col("_top").list.eval(pl.element().struct.field("src_line")).alias("lines"),
-                          pl.col("_top").list.eval(pl.element().struct.field("dur_us")).alias("line_durs"))
-            .drop("_top"))
+    return aggs
+
+
+def _group_kernels(batch: pl.DataFrame, kf: ascend_kernels.KernelFile, pipes: list[str]) -> pl.DataFrame:
+    """Partial groups of one batch of `scan_for_groups` rows (bad rows already dropped).
+
+    Grouping runs on the raw key text; the key clean-up (`key_exprs`) and the op derivation then run once per
+    distinct raw key instead of once per row. Raw keys that clean up to the same key are combined by `_merge`.
+    """
+    raw = ascend_kernels.raw_key_columns(kf)
+    g = batch.group_by(raw).agg(_batch_aggs(pipes))
+    return g.select(*ascend_kernels.key_exprs(kf), pl.exclude(raw)).with_columns(ascend_kernels.op_expr())
+
+
+def _merge(parts: list[pl.DataFrame], pipes: list[str]) -> pl.DataFrame:
+    """Combine partial groups into one row per key (sums add, min/max fold, the top lines are re-ranked).
+
+    Only keys with more than one partial are re-aggregated: rows of a step are contiguous in real files, so most
+    groups come from a single batch."""
+    sums = ["count", "time_us", "wait_us", *[f"{p}_{s}" for p in pipes for s in ("wsum", "wden")]]
+    cols = ["count", "time_us", "max_us", "wait_us", "first_start_us", "last_end_us",
+            *[f"{p}_{s}" for p in pipes for s in ("wsum", "wden")], "lines", "line_durs"]
+    g = pl.concat(parts).select(*KEYS, *cols)
+    split = g.select(KEYS).is_duplicated()
+    if not split.any():
+        return g
+    s = g.filter(split)
+    scalars = s.group_by(KEYS).agg(*[pl.col(c).sum() for c in sums], pl.col("max_us").max(),
+                                   pl.col("first_start_us").min(), pl.col("last_end_us").max())
+    tops = (s.select(*KEYS, "lines", "line_durs").explode(["lines", "line_durs"])
+            .sort(["line_durs", "lines"], descending=[True, False], nulls_last=True)
+            .group_by(KEYS, maintain_order=True).agg(pl.col("lines").head(TOP_LINES),
+                                                     pl.col("line_durs").head(TOP_LINES)))
+    merged = scalars.join(tops, on=KEYS, how="left", nulls_equal=True)
+    return pl.concat([g.filter(~split), merged.select(*KEYS, *cols)])
+
+
+def _reduce_rows(lf: pl.LazyFrame, kf: ascend_kernels.KernelFile, pipes: list[str]) -> tuple[pl.DataFrame, int, int]:
+    """Stream the rows in batches: (groups, rows, bad rows).
+
+    Memory is bounded by the batch size plus the groups, never by the file: polars' streaming group-by cannot
+    keep per-group lists (the top lines) — it would fall back to reading the whole file into memory — so each
+    batch is grouped here and the partial groups are merged exactly. `sink_batches` (not `collect_batches`, which
+    runs ahead and buffers) holds the reader while a batch is grouped. Batches arrive in file order, so sums add
+    up in the same order on every run."""
+    parts: list[pl.DataFrame] = []
+    state = {"pending": 0, "rows": 0, "bad": 0}
+
+    def take(batch: pl.DataFrame) -> None:
+        bad = batch["bad"]
+        state["rows"] += batch.height
+        state["bad"] += int(bad.sum())
+        parts.append(_group_kernels(batch.filter(~bad), kf, pipes))
+        state["pending"] += parts[-1].height
+        if state["pending"] > COMPACT_ROWS and len(parts) > 1:
+            merged = _merge(parts, pipes)
+            parts[:] = [merged]
+            state["pending"] = merged.height
+
+    lf.sink_batches(take, chunk_size=BATCH_ROWS, maintain_order=True, engine="streaming")
+    if not parts:  # no rows at all: keep the schema
+        parts.append(_group_kernels(lf.clear().collect(), kf, pipes))
+    return _merge(parts, pipes), state["rows"], state["bad"]
 
 
 def reduce_kernels(path: Path, pack: RulePack, rules_for: str = "ascend") -> tuple[pl.DataFrame, dict, str, bool]:
     """Stream a kernel file once: (classified groups, counts, header variant, has pipe ratios)."""
     kf = ascend_kernels.inspect(path)
     pipes = list(kf.pipe_columns)
-    lf = ascend_kernels.scan(kf)
-    groups, stats = pl.collect_all([
-        _group_kernels(lf, pipes),
-        lf.select(pl.len().alias("rows"), pl.col("bad").sum().alias("bad")),
-    ])
-    n_rows = int(stats["rows"][0])
+    try:
+        lf = ascend_kernels.scan_for_groups(kf, fast=True)
+        groups, n_rows, n_bad = _reduce_rows(lf, kf, pipes)
+    except pl.exceptions.PolarsError:  # a number cell the fast reader refuses: read those columns as text
+        lf = ascend_kernels.scan_for_groups(kf, fast=False)
+        groups, n_rows, n_bad = _reduce_rows(lf, kf, pipes)
     if n_rows == 0:
         raise ProfanInputError(path, "no data rows (header only)")
     if not ascend_kernels.verify_lines(kf, n_rows):
         # A quoted field holds a line break: map record index -> true physical line, then redo the reduction.
-        line_map = ascend_kernels.exact_line_map(kf).lazy()
-        lf = (lf.join(line_map, on="src_line", how="left")
-              .with_columns(pl.col("true_line").alias("src_line")).drop("true_line"))
-        groups = _group_kernels(lf, pipes).collect()
+        lf = ascend_kernels.with_exact_lines(kf, lf, n_rows)
+        groups, _, _ = _reduce_rows(lf, kf, pipes)
     groups = classify(groups, pack.rules_for(rules_for))
-    counts = {"rows": n_rows, "skipped": int(stats["bad"][0])}
+    counts = {"rows": n_rows, "skipped": n_bad}
     return groups, counts, kf.variant, kf.has_pipe_ratios
 
 

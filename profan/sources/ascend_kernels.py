@@ -84,6 +84,62 @@ def inspect(path: Path) -> KernelFile:
     return KernelFile(path=path, header=header, columns=cols, pipe_columns=pipes)
 
 
+def key_exprs(kf: KernelFile) -> list[pl.Expr]:
+    """The text columns kernels are grouped by (step, name, type, core, input_shapes), as expressions over the
+    raw header columns. Shared by `scan` (per row) and the reduction in `profan.rankmap` (per distinct raw value,
+    after grouping — far fewer evaluations than rows on big files)."""
+    c = kf.columns
+    return [
+        (num(c["step"]).cast(pl.Int64) if "step" in c else pl.lit(None, pl.Int64)).alias("step"),
+        text(c["name"]).alias("name"),
+        (text(c["type"]) if "type" in c else pl.lit("N/A")).alias("type"),
+        (text(c["core"]) if "core" in c else pl.lit("N/A")).alias("core"),
+        # shapes are written as """4096,1024""": drop the quote characters
+        (pl.col(c["input_shapes"]).str.strip_chars(' \t\r"') if "input_shapes" in c
+         else pl.lit(None, pl.Utf8)).alias("input_shapes"),
+    ]
+
+
+def raw_key_columns(kf: KernelFile) -> list[str]:
+    """Header names of the key columns present in this file (what `key_exprs` reads)."""
+    return [kf.columns[k] for k in ("step", "name", "type", "core", "input_shapes") if k in kf.columns]
+
+
+def float_columns(kf: KernelFile) -> tuple[str, ...]:
+    """Columns a fast scan lets the CSV reader parse as numbers (see `scan_text_csv`): wait time and pipe ratios.
+    Not start time (torch_npu appends a TAB) nor duration (an empty duration marks the row bad, a blank one does
+    not — the reader cannot tell them apart)."""
+    cols = [kf.columns["wait_us"]] if "wait_us" in kf.columns else []
+    return tuple(cols + [col for cols_ in kf.pipe_columns.values() for col in cols_])
+
+
+def number_exprs(kf: KernelFile, *, typed: tuple[str, ...] = ()) -> list[pl.Expr]:
+    """Per-row numbers: start_us, dur_us, wait_us, ``bad`` (start/duration present but not a number, or no
+    duration), and one column per pipe (the larger of its aic_/aiv_ ratios). ``typed``: columns the scan
+    already parsed as floats."""
+    c = kf.columns
+
+    def number(col: str) -> pl.Expr:
+        return pl.col(col) if col in typed else num(col)
+
+    exprs = [
+        num(c["start_us"]).alias("start_us"),
+        num(c["dur_us"]).alias("dur_us"),
+        (number(c["wait_us"]) if "wait_us" in c else pl.lit(None, pl.Float64)).alias("wait_us"),
+        (is_bad_number(c["start_us"]) | is_bad_number(c["dur_us"]) | pl.col(c["dur_us"]).is_null()
+         ).alias("bad"),
+    ]
+    for pipe, cols in kf.pipe_columns.items():
+        exprs.append(pl.max_horizontal([number(x) for x in cols]).alias(pipe))
+    return exprs
+
+
+def _scan_raw(kf: KernelFile, floats: tuple[str, ...] = ()) -> pl.LazyFrame:
+    c = kf.columns
+    wanted = sorted(set(c.values()) | {col for cols in kf.pipe_columns.values() for col in cols})
+    return scan_text_csv(kf.path, wanted, floats).with_row_index("src_line", offset=2)
+
+
 def scan(kf: KernelFile, *, line_offset_check: bool = True) -> pl.LazyFrame:
     """Canonical lazy table: src_line, step, name, type, core, start_us, dur_us, wait_us, input_shapes,
     op_state, pipe ratios, and ``bad`` (row whose start/duration cannot be parsed).
@@ -92,27 +148,26 @@ def scan(kf: KernelFile, *, line_offset_check: bool = True) -> pl.LazyFrame:
     ``exact_line_map`` when a quoted field holds a line break.
     """
     c = kf.columns
-    wanted = sorted(set(c.values()) | {col for cols in kf.pipe_columns.values() for col in cols})
-    lf = scan_text_csv(kf.path, wanted).with_row_index("src_line", offset=2)
+    keys, nums = key_exprs(kf), number_exprs(kf)
     exprs: list[pl.Expr] = [
         pl.col("src_line").cast(pl.Int64),
-        (num(c["step"]).cast(pl.Int64) if "step" in c else pl.lit(None, pl.Int64)).alias("step"),
-        text(c["name"]).alias("name"),
-        (text(c["type"]) if "type" in c else pl.lit("N/A")).alias("type"),
-        (text(c["core"]) if "core" in c else pl.lit("N/A")).alias("core"),
-        num(c["start_us"]).alias("start_us"),
-        num(c["dur_us"]).alias("dur_us"),
-        (num(c["wait_us"]) if "wait_us" in c else pl.lit(None, pl.Float64)).alias("wait_us"),
-        # shapes are written as """4096,1024""": drop the quote characters
-        (pl.col(c["input_shapes"]).str.strip_chars(' \t\r"') if "input_shapes" in c
-         else pl.lit(None, pl.Utf8)).alias("input_shapes"),
+        *keys[:4],  # step, name, type, core
+        *nums[:3],  # start_us, dur_us, wait_us
+        keys[4],  # input_shapes
         (text(c["op_state"]) if "op_state" in c else pl.lit(None, pl.Utf8)).alias("op_state"),
-        (is_bad_number(c["start_us"]) | is_bad_number(c["dur_us"]) | pl.col(c["dur_us"]).is_null()
-         ).alias("bad"),
+        *nums[3:],  # bad, pipes
     ]
-    for pipe, cols in kf.pipe_columns.items():
-        exprs.append(pl.max_horizontal([num(x) for x in cols]).alias(pipe))
-    return lf.select(exprs).with_columns(op_expr())
+    return _scan_raw(kf).select(exprs).with_columns(op_expr())
+
+
+def scan_for_groups(kf: KernelFile, *, fast: bool = True) -> pl.LazyFrame:
+    """The lean per-row table a reduction streams: src_line, the *raw* key columns (under their header names,
+    untouched — apply `key_exprs` after grouping), and `number_exprs`. Reading big files, the per-row text
+    clean-up of the keys and the op derivation are what this saves; ``fast`` also lets the CSV reader parse
+    `float_columns` (raises on a cell it cannot take; then scan again with ``fast=False``)."""
+    floats = float_columns(kf) if fast else ()
+    return _scan_raw(kf, floats).select(pl.col("src_line").cast(pl.Int64), *raw_key_columns(kf),
+                                        *number_exprs(kf, typed=floats))
 
 
 def op_expr() -> pl.Expr:

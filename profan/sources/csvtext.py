@@ -67,8 +67,18 @@ def record_start_lines(path: Path) -> list[int]:
     return starts
 
 
-def scan_text_csv(path: Path, columns: list[str]) -> pl.LazyFrame:
-    """Lazy scan reading every column as text (types are decided by the readers, tolerantly)."""
+def scan_text_csv(path: Path, columns: list[str], floats: tuple[str, ...] = ()) -> pl.LazyFrame:
+    """Lazy scan reading every column as text (types are decided by the readers, tolerantly).
+
+    ``floats``: columns the CSV reader parses as numbers itself, ``N/A`` read as null — much cheaper than text on
+    big files. Strict: any other cell that is not a plain number (``NA``, ``0.5 `` with a trailing blank, …)
+    makes the scan raise, and the caller re-reads those columns as text with `num`; where it does not raise, the
+    values equal `num`'s.
+    """
+    if floats:
+        return pl.scan_csv(path, infer_schema=False, truncate_ragged_lines=True, encoding="utf8-lossy",
+                           quote_char='"', schema_overrides=dict.fromkeys(floats, pl.Float64),
+                           null_values=dict.fromkeys(floats, "N/A")).select(columns)
     return pl.scan_csv(path, infer_schema=False, truncate_ragged_lines=True, encoding="utf8-lossy",
                        quote_char='"').select(columns)
 
