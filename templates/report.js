@@ -29,6 +29,12 @@
       if (!div) return;
       Plotly.newPlot(div, s.data, s.layout, config).then(function (gd) {
         gd.setAttribute("data-rendered", "1");
+        gd.on("plotly_click", function (ev) {
+          var pt = ev.points && ev.points[0];
+          var cd = pt && pt.customdata;
+          var fid = Array.isArray(cd) ? cd[cd.length - 1] : "";
+          if (typeof fid === "string" && /^F\d+$/.test(fid)) window.location.hash = "#" + fid;
+        });
         gd.on("plotly_clickannotation", function (ev) {
           var name = ev.annotation && ev.annotation.name;
           if (name) window.location.hash = "#" + name;

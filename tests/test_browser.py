@@ -114,6 +114,22 @@ def test_report_in_browser(browser, tmp_path, name):
         box = chart.bounding_box()
         assert box and box["width"] > 300 and box["height"] > 200
 
+    # clicking a bar of the breakdown opens the finding whose evidence holds that rank's rows
+    first = bd.row(0, named=True)
+    link = next((f.id for f in report.findings
+                 if f.check == "step-breakdown" and (f.rank, f.step) == (first["rank"], first["step"])), "")
+    page.eval_on_selector("#chart-breakdown", "e => e.scrollIntoView({block: 'center'})")
+    box = page.locator("#chart-breakdown g.point path").first.bounding_box()
+    page.mouse.move(box["x"] + box["width"] / 2, box["y"] + box["height"] / 2)  # Plotly clicks what it hovers
+    page.wait_for_timeout(150)
+    page.mouse.click(box["x"] + box["width"] / 2, box["y"] + box["height"] / 2)
+    page.wait_for_timeout(200)
+    assert page.evaluate("window.location.hash") == (f"#{link}" if link else "")
+    if link:
+        assert page.eval_on_selector(f"#{link}", "e => e.open") is True
+        page.eval_on_selector(f"#{link}", "e => { e.open = false; }")
+    page.evaluate("history.replaceState(null, '', location.pathname); window.scrollTo(0, 0)")
+
     # clicking a finding shows its evidence rows, as read back from the file
     f = report.findings[0]
     body = page.locator(f"#{f.id} .fbody")

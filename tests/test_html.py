@@ -222,3 +222,22 @@ def test_compare_report_renders_both_sides(tmp_path):
     assert b["y"] == pytest.approx([v / 1000 for v in buckets["b_time_us"].to_list()])
     for f in report.findings:
         assert f'id="{f.id}-e1"' in doc
+
+
+def test_chart_bars_link_to_the_findings_citing_their_rows(qwen3_report, qwen_html):
+    """A bar of the rank chart leads to the first finding citing its step_trace_time.csv line; a breakdown bar to
+    the step-breakdown finding of its rank and step."""
+    charts = _charts(qwen_html)
+    steps = qwen3_report.tables["steps"]
+    comp = charts["rank_comparison"]["data"][0]
+    for rec, cd in zip(steps.iter_rows(named=True), comp["customdata"], strict=True):
+        citing = [f.id for f in qwen3_report.findings for ev in f.evidence
+                  if ev.file == rec["file"] and rec["src_line"] in ev.lines]
+        assert citing and cd[-1] == citing[0]
+        assert cd[0] == f"{rec['file']}:{rec['src_line']}"
+    by_rank = {(f.rank, f.step): f.id for f in qwen3_report.findings if f.check == "step-breakdown"}
+    assert by_rank  # qwen3 has one per rank with kernels
+    for trace in charts["breakdown"]["data"]:
+        for x, cd in zip(trace["x"], trace["customdata"], strict=True):
+            rank = int(x.split()[-1])
+            assert cd[-1] == by_rank.get((rank, 13), "")

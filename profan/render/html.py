@@ -338,9 +338,11 @@ def _layout(ytitle: str, **kw: Any) -> dict[str, Any]:
     return base
 
 
-def breakdown_chart(df: pl.DataFrame) -> dict[str, Any] | None:
+def breakdown_chart(df: pl.DataFrame, links: dict[tuple, str] | None = None) -> dict[str, Any] | None:
+    """Stacked bars per rank (and step); `links` maps (rank, step) to the finding whose evidence holds the rows."""
     if df.is_empty() or not {"rank", "bucket", "time_us"} <= set(df.columns):
         return None
+    links = links or {}
     many = _many_steps(df)
     many_ranks = _many_ranks(df)
     xs: list[str] = []
@@ -354,17 +356,23 @@ def breakdown_chart(df: pl.DataFrame) -> dict[str, Any] | None:
                                   "marker": {"color": bucket_color(b, len(traces))},
                                   "hovertemplate": "%{x}<br>" + _esc(b) + ": %{y:,.2f} ms"
                                                    "<br>share %{customdata[0]}<br>%{customdata[1]} kernels"
+                                                   "<br>%{customdata[2]}"
                                                    "<extra></extra>"})
         t["x"].append(x)
         t["y"].append(_ms(rec["time_us"]))
-        t["customdata"].append([fmt_cell(rec.get("share"), "pct"), rec.get("kernels", "")])
+        fid = links.get((rec["rank"], rec.get("step")), "")
+        t["customdata"].append([fmt_cell(rec.get("share"), "pct"), rec.get("kernels", ""),
+                                f"click: rows in {fid}" if fid else "", fid])
     layout = _layout("summed kernel time (ms)")
     layout["xaxis"]["categoryorder"] = "array"
     layout["xaxis"]["categoryarray"] = xs
     return {"id": "chart-breakdown", "data": list(traces.values()), "layout": layout}
 
 
-def rank_chart(df: pl.DataFrame, highlights: dict[int, list[dict[str, str]]]) -> dict[str, Any] | None:
+def rank_chart(df: pl.DataFrame, highlights: dict[int, list[dict[str, str]]],
+               cites: dict[tuple[str, int], str] | None = None) -> dict[str, Any] | None:
+    """Computing / communication / free per rank; `cites` maps (file, line) to the first finding citing it."""
+    cites = cites or {}
     parts = [p for p in STEP_PARTS if p[0] in df.columns]
     if df.is_empty() or "rank" not in df.columns or not parts:
         return None
@@ -373,14 +381,18 @@ def rank_chart(df: pl.DataFrame, highlights: dict[int, list[dict[str, str]]]) ->
     many_ranks = _many_ranks(df)
     xs = [_label(r["rank"], r.get("step"), many, many_ranks) for r in recs]
     hot = [r["rank"] in highlights for r in recs]
-    src = [_esc(f"{r.get('file', '')}:{r.get('src_line', '')}") for r in recs]
+    src = []
+    for r in recs:
+        fid = cites.get((r.get("file"), r.get("src_line")), "")
+        src.append([_esc(f"{r.get('file', '')}:{r.get('src_line', '')}"), f"click: {fid}" if fid else "", fid])
     data = []
     for col, name, color in parts:
         data.append({"type": "bar", "name": name, "x": xs, "y": [_ms(r[col]) for r in recs],
                      "customdata": src,
                      "marker": {"color": color, "line": {"color": [HIGHLIGHT if h else "rgba(0,0,0,0)" for h in hot],
                                                          "width": [2.5 if h else 0 for h in hot]}},
-                     "hovertemplate": "%{x}<br>" + name + ": %{y:,.2f} ms<br>%{customdata}<extra></extra>"})
+                     "hovertemplate": "%{x}<br>" + name + ": %{y:,.2f} ms<br>%{customdata[0]}<br>%{customdata[1]}"
+                                      "<extra></extra>"})
     annotations = []
     for r, x in zip(recs, xs, strict=True):
         fs = highlights.get(r["rank"])
@@ -482,8 +494,10 @@ def step_table(report: Report) -> tuple[str, pl.DataFrame]:
 
 def chart_specs(report: Report, highlights: dict[int, list[dict[str, str]]]) -> dict[str, dict[str, Any]]:
     out = {}
-    for key, spec in (("breakdown", breakdown_chart(report.tables.get("breakdown", pl.DataFrame()))),
-                      ("rank_comparison", rank_chart(step_table(report)[1], highlights)),
+    breakdown_links = {(f.rank, f.step): f.id for f in reversed(report.findings) if f.check == "step-breakdown"}
+    cites = {(ev.file, line): f.id for f in reversed(report.findings) for ev in f.evidence for line in ev.lines}
+    for key, spec in (("breakdown", breakdown_chart(report.tables.get("breakdown", pl.DataFrame()), breakdown_links)),
+                      ("rank_comparison", rank_chart(step_table(report)[1], highlights, cites)),
                       ("boundness", boundness_chart(report.tables.get("boundness", pl.DataFrame()))),
                       ("comm_bandwidth", bandwidth_chart(report.tables.get("comm_bandwidth", pl.DataFrame()))),
                       ("compare_buckets", compare_chart(report.tables.get("compare_buckets", pl.DataFrame())))):
