@@ -9,6 +9,7 @@ import shlex
 import subprocess
 import sys
 import zipfile
+from concurrent.futures import ThreadPoolExecutor
 from itertools import pairwise
 
 import pytest
@@ -100,19 +101,32 @@ def test_every_mentioned_command_runs(workdir):
     assert len(cmds) >= 12
     subcommands = {c.split()[1] for c in cmds if len(c.split()) > 1}
     assert {"analyze", "compare", "evidence", "rules", "schema", "skill", "mcp"} <= subcommands
+    runs = []
     for cmd in cmds:
         args = concrete(cmd, workdir)
         if len(args) == 1 and args[0] in ("analyze", "compare", "evidence"):  # named in prose: it must exist
             args = [args[0], "--help"]
         if args[:2] == ["skill", "install"]:
-            args.append("--force")  # the folder is there from the previous mention
-        res = subprocess.run([sys.executable, "-m", "profan", *args], capture_output=True, text=True,
-                             stdin=subprocess.DEVNULL, cwd=workdir, timeout=300)
+            args.append("--force")  # the folder may be there from an earlier run
+        runs.append((cmd, args))
+    # commands that write a file the others read run first, one at a time; the rest concurrently
+    writers = [r for r in runs if "-o" in r[1]]
+    readers = [r for r in runs if "-o" not in r[1]]
+    results = [(cmd, args, run(args, workdir)) for cmd, args in writers]
+    with ThreadPoolExecutor(max_workers=3) as pool:
+        outs = list(pool.map(lambda r: run(r[1], workdir), readers))
+    results += [(cmd, args, res) for (cmd, args), res in zip(readers, outs, strict=True)]
+    for cmd, args, res in results:
         expected = 1 if "--fail-on" in args else 0
         assert res.returncode == expected, (cmd, args, res.returncode, res.stderr)
         assert "Traceback" not in res.stderr
         if "--brief" in args or args[0] == "schema" or ("--format", "json") in pairwise(args):
             json.loads(res.stdout)  # stdout is exactly one JSON document
+
+
+def run(args: list[str], cwd) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, "-m", "profan", *args], capture_output=True, text=True,
+                          stdin=subprocess.DEVNULL, cwd=cwd, timeout=300)
 
 
 def test_wheel_ships_skill_and_schemas(tmp_path):
