@@ -16,6 +16,7 @@ They only select and trim what the Report already holds (plus one share per buck
 from __future__ import annotations
 
 import json
+import shlex
 from pathlib import Path
 from typing import Any
 
@@ -102,7 +103,7 @@ def brief(report: Report, *, max_bytes: int = MAX_BYTES, report_file: str | None
         "omitted": {},
         "warnings": _clipped_list(report.warnings),
         "notes": _clipped_list(report.notes),
-        "drill": drill or f"profan evidence {json.dumps(str(target))} FINDING_ID --format json",
+        "drill": drill or f"profan evidence {shlex.quote(str(target))} FINDING_ID --format json",
     }
     doc = clean(doc)
     order = _priority(report.findings)

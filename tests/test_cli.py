@@ -6,6 +6,7 @@ from __future__ import annotations
 import json
 import os
 import pty
+import shlex
 import subprocess
 import sys
 
@@ -164,16 +165,19 @@ def test_no_prompt_with_closed_stdin(tmp_path):
 def test_brief_with_full_report_file(tmp_path):
     """--brief -o: the full report goes to the file, the brief (pointing at it) to stdout, and evidence on that
     file returns the rows of the finding the brief names."""
-    out = tmp_path / "report.json"
+    (tmp_path / "my runs").mkdir()
+    out = tmp_path / "my runs" / "report.json"
     res = run_cli("analyze", str(QWEN3), "--format", "json", "--brief", "-o", str(out))
     assert res.returncode == 0 and res.stderr == ""
     brief = json.loads(res.stdout)
     full = json.loads(out.read_text())
     assert brief["report_file"] == str(out.resolve())
-    assert brief["drill"] == f'profan evidence "{out.resolve()}" FINDING_ID --format json'
     assert brief["summary"]["findings"] == len(full["findings"])
     shown = brief["findings"][0]
-    ev = run_cli("evidence", str(out), shown["id"], "--format", "json")
+    # the drill hint is a shell command that works as printed (the path has a space)
+    drill = shlex.split(brief["drill"].replace("FINDING_ID", shown["id"]))
+    assert drill == ["profan", "evidence", str(out.resolve()), shown["id"], "--format", "json"]
+    ev = run_cli(*drill[1:])
     assert ev.returncode == 0, ev.stderr
     doc = json.loads(ev.stdout)
     assert doc["id"] == shown["id"] and doc["check"] == shown["check"]
