@@ -44,8 +44,9 @@ def test_analyze_then_evidence_rows_equal_the_source_lines():
 
     tools, brief, f_lines, ev_lines, f_ptr, ev_ptr = call_session(steps)
 
-    assert {"analyze", "evidence", "rules"} <= set(tools)
-    for name in ("analyze", "evidence", "rules"):
+    assert set(tools) == {"analyze", "compare", "evidence", "rules"}
+    assert tools["compare"].output_schema == tools["analyze"].output_schema  # both return a brief
+    for name in ("analyze", "compare", "evidence", "rules"):
         assert tools[name].output_schema and tools[name].output_schema["type"] == "object"
         assert tools[name].annotations.read_only_hint is True
     assert "path" in tools["analyze"].input_schema["properties"]
