@@ -58,13 +58,9 @@ def analyze(
         out = Path(f"report.{fmt}")
     report = run(path, rules=rules or [], progress=_progress(quiet), hardware=hardware)
     if brief:
-        from profan.brief import brief as make_brief
-        from profan.brief import dumps
-
         if out is not None:
             render(report, fmt, out)
-        report_file = str(out.resolve()) if fmt == "json" and out is not None else None
-        sys.stdout.write(dumps(make_brief(report, report_file=report_file)) + "\n")
+        _print_brief(report, str(out.resolve()) if fmt == "json" and out is not None else None)
     else:
         text = render(report, fmt, out)
         if text is not None:
@@ -73,6 +69,13 @@ def analyze(
             typer.echo(f"profan: wrote {out}", err=True)
     if fail_on is not None and any(SEVERITY_RANK[f.severity] >= SEVERITY_RANK[fail_on] for f in report.findings):
         raise typer.Exit(EXIT_FINDINGS)
+
+
+def _print_brief(report, report_file: str | None, drill: str | None = None) -> None:
+    """The compact JSON (profan.brief/1) on stdout; `report_file` is the full JSON report when one was written."""
+    from profan.brief import brief, dumps
+
+    sys.stdout.write(dumps(brief(report, report_file=report_file, drill=drill)) + "\n")
 
 
 @app.command()
@@ -237,16 +240,13 @@ def compare(
             raise typer.Exit(EXIT_BAD_INPUT)
     report = run_compare(a, b, ranks=pair, rules=rules or [], progress=_progress(quiet))
     if brief:
-        from profan.brief import brief as make_brief
-        from profan.brief import dumps
-
         if out is not None:
             (render_json if fmt == "json" else render_compare_markdown)(report, out)
         report_file = str(out.resolve()) if fmt == "json" and out is not None else None
         # `profan evidence DIR` would analyse DIR, not compare it: only a saved comparison has these ids
-        drill = None if report_file else ("save the comparison with --format json -o report.json, then "
-                                          "profan evidence report.json FINDING_ID --format json")
-        sys.stdout.write(dumps(make_brief(report, report_file=report_file, drill=drill)) + "\n")
+        _print_brief(report, report_file, None if report_file else (
+            "save the comparison with --format json -o report.json, then "
+            "profan evidence report.json FINDING_ID --format json"))
         return
     text = (render_json if fmt == "json" else render_compare_markdown)(report, out)
     if text is not None:
