@@ -13,6 +13,7 @@ analysed or compared answers from the same report, so its finding ids are the on
 from __future__ import annotations
 
 import json
+from collections import OrderedDict
 from pathlib import Path
 from typing import Annotated, Any, Literal
 
@@ -173,8 +174,19 @@ def _error(exc: Exception) -> CallToolResult:
 class Reports:
     """Reports analysed or compared in this session, keyed by what determines their finding ids."""
 
+    KEEP = 8  # reports are small (tables, not rows), but a long session should not grow without bound
+
     def __init__(self) -> None:
-        self._cache: dict[tuple, Report] = {}
+        self._cache: OrderedDict[tuple, Report] = OrderedDict()
+
+    def _remember(self, key: tuple, make) -> Report:
+        if key in self._cache:
+            self._cache.move_to_end(key)
+        else:
+            self._cache[key] = make()
+            while len(self._cache) > self.KEEP:
+                self._cache.popitem(last=False)
+        return self._cache[key]
 
     @staticmethod
     def _key(path: str) -> str:
@@ -184,10 +196,8 @@ class Reports:
         from profan.pipeline import analyze
 
         key = ("analyze", self._key(path), tuple(rules or ()), hardware)
-        if key not in self._cache:
-            self._cache[key] = analyze(Path(path).expanduser(), rules=[Path(r) for r in rules or []],
-                                       hardware=hardware)
-        return self._cache[key]
+        return self._remember(key, lambda: analyze(Path(path).expanduser(), rules=[Path(r) for r in rules or []],
+                                                   hardware=hardware))
 
     def compared(self, a: str, b: str | None, ranks: list[int] | None, rules: list[str] | None) -> Report:
         from profan.compare import compare
@@ -196,10 +206,8 @@ class Reports:
             raise ProfanInputError(None, f"ranks takes two rank numbers, e.g. [0, 1] (got {ranks})")
         pair = tuple(ranks) if ranks is not None else None
         key = ("compare", self._key(a), self._key(b) if b else None, pair, tuple(rules or ()))
-        if key not in self._cache:
-            self._cache[key] = compare(Path(a).expanduser(), Path(b).expanduser() if b else None, ranks=pair,
-                                       rules=[Path(r) for r in rules or []])
-        return self._cache[key]
+        return self._remember(key, lambda: compare(Path(a).expanduser(), Path(b).expanduser() if b else None,
+                                                   ranks=pair, rules=[Path(r) for r in rules or []]))
 
 
 def build_server() -> MCPServer:

@@ -154,3 +154,22 @@ def test_compare_then_evidence_on_both_sides():
         assert [r["text"] for r in item["rows"]] == [raw[n - 1] for n in item["lines"]]
     assert bad.is_error
     assert bad.content[0].text == "profan: error: ranks takes two rank numbers, e.g. [0, 1] (got [0])"
+
+
+def test_reports_are_reused_and_bounded(tmp_path):
+    """evidence answers from the report analyse produced (same object, same ids); old reports are dropped."""
+    from conftest import ASCEND
+
+    from profan.mcp_server import Reports
+
+    reports = Reports()
+    reports.KEEP = 2
+    vllm = str(ASCEND / "vllm-ascend-msprof-gmm-1op")
+    first = reports.get(vllm, None, None)
+    assert reports.get(vllm + "/", None, None) is first  # same directory, same report
+    extra = tmp_path / "mine.toml"
+    extra.write_text('[[rule]]\nid = "MY-1"\nbucket = "moe"\nmatch = { name = "^GroupedMatmul" }\n')
+    other = reports.get(vllm, [str(extra)], None)  # other options, other report
+    assert other is not first and other.meta["rule_files"][0] == str(extra)
+    reports.get(str(QWEN3), None, None)  # a third report pushes out the least recently used
+    assert reports.get(vllm, None, None) is not first
