@@ -274,7 +274,7 @@ def main() -> None:
         if hasattr(exc, "format_message") and isinstance(getattr(exc, "exit_code", None), int):
             ctx = getattr(exc, "ctx", None)
             where = f" (see '{ctx.command_path} --help')" if ctx is not None else ""
-            _err(f"{exc.format_message()}{where}")
+            _err(f"{exc.format_message() or 'missing command'}{where}")  # no_args_is_help has no message
             sys.exit(EXIT_BAD_INPUT)
         if type(exc).__name__ == "Abort":
             sys.exit(130)

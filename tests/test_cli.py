@@ -109,9 +109,15 @@ def test_bad_input_is_one_line(tmp_path):
     (["rules", "NOPE-1"], "no rule or check 'NOPE-1'"),
     (["schema", "nope"], "unknown schema 'nope'"),
     (["nonsense"], "No such command"),
+    ([], "missing command (see 'profan --help')"),
+    (["skill"], "missing command (see 'profan skill --help')"),
 ])
 def test_usage_and_lookup_errors_are_one_line(args, needle):
-    assert needle in one_line_error(run_cli(*args))
+    res = run_cli(*args)
+    if len(args) <= 1 and "missing command" in needle:  # help goes to stdout first, as for --help
+        assert "Usage: profan" in res.stdout
+        res = subprocess.CompletedProcess(res.args, res.returncode, "", res.stderr)
+    assert needle in one_line_error(res)
 
 
 def test_not_a_report(tmp_path):
