@@ -202,7 +202,7 @@ def skill_install(
 
 @app.command()
 def mcp() -> None:
-    """Serve profan's tools (analyze, evidence, rules, …) over MCP on stdio; needs 'pip install profan[mcp]'."""
+    """Serve profan's tools (analyze, compare, evidence, rules) over MCP on stdio; needs 'pip install profan[mcp]'."""
     from profan.mcp_server import serve
 
     serve()
