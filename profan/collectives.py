@@ -49,72 +49,173 @@ def _finish(colls: pl.DataFrame) -> pl.DataFrame:
     return colls.select(list(COLL_SCHEMA))
 
 
-def build_windows(kernels: pl.DataFrame, colls: pl.DataFrame, pack: RulePack, rules_for: str, loc_file: str,
-                  loc_kind: str) -> tuple[pl.DataFrame, pl.DataFrame]:
+WINDOW_KERNELS = 16  # distinct kernels kept per window (largest by time); the rest fold into one row per bucket
+BATCH_ROWS = 250_000  # kernel rows per streamed batch: memory is bounded by the batch, not the file
+
+
+def _window_part(batch: pl.DataFrame, colls: pl.DataFrame, keys: list[str]) -> pl.DataFrame:
+    """Per (window, kernel) partial aggregate of one batch: each kernel goes to the first op starting at or after
+    it (binary search over the op starts — no sort or join of the big table), and only if it started after the
+    previous op ended."""
+    cid = pl.lit(colls["start_us"]).search_sorted(pl.col("start_us"), side="left").cast(pl.Int64)
+    k = batch.with_columns(cid.alias("cid")).filter(pl.col("cid") < colls.height)
+    ws = pl.col("cid").replace_strict(colls["cid"], colls["win_start_us"], default=None, return_dtype=pl.Float64)
+    k = k.filter(ws.is_null() | (pl.col("start_us") >= ws))
+    return (k.group_by(["cid", *keys])
+            .agg(pl.len().cast(pl.Int64).alias("count"), pl.col("dur_us").sum().alias("time_us"),
+                 pl.col("loc").top_k_by("dur_us", WINDOW_LOCS).alias("locs"),
+                 pl.col("dur_us").top_k(WINDOW_LOCS).alias("loc_durs")))
+
+
+def _merge_parts(parts: list[pl.DataFrame], keys: list[str]) -> pl.DataFrame:
+    if len(parts) == 1:
+        return parts[0]
+    allp = pl.concat(parts)
+    g = ["cid", *keys]
+    sums = allp.group_by(g).agg(pl.col("count").sum(), pl.col("time_us").sum())
+    tops = (allp.select(*g, "locs", "loc_durs").explode(["locs", "loc_durs"]).drop_nulls(["locs"])
+            .group_by(g).agg(pl.col("locs").top_k_by("loc_durs", WINDOW_LOCS),
+                             pl.col("loc_durs").top_k(WINDOW_LOCS)))
+    return sums.join(tops, on=g, how="left", nulls_equal=True)
+
+
+def _cap(win: pl.DataFrame) -> pl.DataFrame:
+    """Keep the WINDOW_KERNELS largest kernels of each window; fold the rest into '(other)' per bucket, so long
+    profiles (thousands of windows) stay small while window and bucket totals stay exact."""
+    win = win.with_columns(pl.col("time_us").rank("ordinal", descending=True).over("cid").alias("_r"))
+    keep = win.filter(pl.col("_r") <= WINDOW_KERNELS).drop("_r")
+    rest = win.filter(pl.col("_r") > WINDOW_KERNELS)
+    if rest.is_empty():
+        return keep
+    folded = rest.group_by("cid", "bucket").agg(
+        pl.col("count").sum(), pl.col("time_us").sum(),
+        pl.col("locs").list.explode(keep_nulls=False, empty_as_null=False).head(WINDOW_LOCS))
+    folded = folded.with_columns(pl.lit("(other)").alias("op"), pl.lit("(other kernels)").alias("name"),
+                                 pl.lit(None, pl.Utf8).alias("type"), pl.lit(None, pl.Utf8).alias("core"),
+                                 pl.lit(None, pl.Utf8).alias("rule_id"))
+    return pl.concat([keep, folded], how="diagonal_relaxed")
+
+
+def _stream_windows(lf: pl.LazyFrame, colls: pl.DataFrame, keys: list[str],
+                    also: pl.Expr | None = None) -> tuple[pl.DataFrame, float | None, pl.DataFrame | None]:
+    """One streamed pass: (window parts merged, first kernel start, rows matching `also` — e.g. the HCCL rows)."""
+    parts: list[pl.DataFrame] = []
+    extra: list[pl.DataFrame] = []
+    state: dict = {"first": None}
+
+    def take(batch: pl.DataFrame) -> None:
+        comp = batch.filter(~also) if also is not None else batch
+        if also is not None:
+            extra.append(batch.filter(also))
+        if comp.height:
+            m = comp["start_us"].min()
+            state["first"] = m if state["first"] is None else min(state["first"], m)
+            parts.append(_window_part(comp, colls, keys))
+        if len(parts) > 8:
+            parts[:] = [_merge_parts(parts, keys)]
+
+    lf.sink_batches(take, chunk_size=BATCH_ROWS, maintain_order=True, engine="streaming")
+    win = _merge_parts(parts, keys) if parts else pl.DataFrame()
+    return win, state["first"], (pl.concat(extra) if extra else None)
+
+
+def _finish_windows(win: pl.DataFrame, colls: pl.DataFrame, first: float | None, pack: RulePack, rules_for: str,
+                    loc_file: str, loc_kind: str) -> tuple[pl.DataFrame, pl.DataFrame]:
+    if first is not None:
+        colls = colls.with_columns(pl.col("win_start_us").fill_null(first))
+    if "bucket" not in win.columns:  # not yet classified by the source
+        win = classify(win, pack.rules_for(rules_for))
+    win = _cap(win.drop("loc_durs", strict=False)).with_columns(
+        pl.col("count").cast(pl.Int64), pl.lit(loc_file).alias("loc_file"), pl.lit(loc_kind).alias("loc_kind"))
+    return win.sort("cid", "time_us", descending=[False, True]), colls
+
+
+def build_windows(kernels: pl.DataFrame | pl.LazyFrame, colls: pl.DataFrame, pack: RulePack, rules_for: str,
+                  loc_file: str, loc_kind: str) -> tuple[pl.DataFrame, pl.DataFrame]:
     """Assign compute kernels to the next communication op's window; aggregate per (window, kernel).
 
-    ``kernels``: start_us, dur_us, op, name, type, core, loc. Returns (windows, collectives with the first
-    window's start filled from the first kernel).
+    ``kernels``: start_us, dur_us, op, name, type, core, loc (and bucket, rule_id when already classified).
+    Returns (windows, collectives with the first window's start filled from the first kernel).
     """
-    if colls.is_empty() or kernels.is_empty():
+    if colls.is_empty():
         return pl.DataFrame(), colls
-    first = float(kernels["start_us"].min())
-    colls = colls.with_columns(pl.col("win_start_us").fill_null(first))
-    bounds = colls.select("cid", pl.col("start_us").alias("c_start"), "win_start_us").sort("c_start")
-    k = kernels.sort("start_us").join_asof(bounds, left_on="start_us", right_on="c_start", strategy="forward")
-    k = k.filter(pl.col("cid").is_not_null() & (pl.col("start_us") >= pl.col("win_start_us")))
-    pre = "bucket" in k.columns  # already classified by the source (e.g. with launch context)
-    keys = ["cid", "op", "name", "type", "core", *(["bucket", "rule_id"] if pre else [])]
-    win = (k.group_by(keys)
-           .agg(pl.len().alias("count"), pl.col("dur_us").sum().alias("time_us"),
-                pl.col("loc").top_k_by("dur_us", WINDOW_LOCS).alias("locs")))
-    if not pre:
-        win = classify(win, pack.rules_for(rules_for))
-    win = win.with_columns(pl.lit(loc_file).alias("loc_file"), pl.lit(loc_kind).alias("loc_kind"))
-    return win.sort("cid", "time_us", descending=[False, True]), colls
+    lf = kernels.lazy()
+    names = lf.collect_schema().names()
+    keys = ["op", "name", "type", "core", *(["bucket", "rule_id"] if "bucket" in names else [])]
+    win, first, _ = _stream_windows(lf, colls, keys)
+    if win.is_empty():
+        return pl.DataFrame(), colls
+    return _finish_windows(win, colls, first, pack, rules_for, loc_file, loc_kind)
+
+
+def _hccl_rows_from_groups(groups: pl.DataFrame | None) -> pl.DataFrame | None:
+    """The HCCL rows, taken from the rank's kernel groups when every op name occurs once per step (HCCL names
+    carry a sequence number, so they do): saves a pass over the kernel file."""
+    if groups is None or groups.is_empty() or "first_start_us" not in groups.columns:
+        return None
+    is_comm = pl.col("core").is_in(list(COMM_CORES)) | pl.col("name").str.starts_with("hcom_")
+    g = groups.filter(is_comm)
+    if g.is_empty() or (g["count"] > 1).any():
+        return None
+    return g.select("step", "name", pl.col("first_start_us").alias("start_us"), pl.col("time_us").alias("dur_us"),
+                    pl.col("lines").list.first().alias("loc"))
 
 
 def ascend_collectives(kernel_path: Path | None, kernel_file: str | None, n_records: int | None,
                        comm_ops: pl.DataFrame | None, comm_file: str | None,
-                       pack: RulePack) -> tuple[pl.DataFrame | None, pl.DataFrame | None]:
-    """(collectives, windows) of one Ascend rank from kernel_details.csv and/or communication.json."""
-    kernels = None
+                       pack: RulePack, groups: pl.DataFrame | None = None,
+                       ) -> tuple[pl.DataFrame | None, pl.DataFrame | None]:
+    """(collectives, windows) of one Ascend rank from kernel_details.csv and/or communication.json.
+
+    Streamed in batches. One pass over the kernel file when communication.json gives the ops (the HCCL rows'
+    line numbers and the windows come from the same pass), two otherwise (the HCCL rows first, to know the
+    windows).
+    """
+    lf = None
     if kernel_path is not None:
         kf = ascend_kernels.inspect(kernel_path)
         lf = ascend_kernels.scan(kf).filter(~pl.col("bad") & pl.col("dur_us").is_not_null())
         if n_records is not None:
             lf = ascend_kernels.with_exact_lines(kf, lf, n_records)
-        kernels = lf.select("step", "op", "name", "type", "core", "start_us", "dur_us",
-                            pl.col("src_line").alias("loc")).collect()
+        lf = lf.select("step", "op", "name", "type", "core", "start_us", "dur_us", pl.col("src_line").alias("loc"))
     is_comm = pl.col("core").is_in(list(COMM_CORES)) | pl.col("name").str.starts_with("hcom_")
-    krows = kernels.filter(is_comm) if kernels is not None else None
+    keys = ["op", "name", "type", "core"]
     if comm_ops is not None and not comm_ops.is_empty():
         colls = comm_ops.filter(pl.col("start_us").is_not_null()).select(
             "step", "kind", pl.coalesce("group_hash", pl.lit("?")).alias("group"), pl.col("op_name").alias("name"),
             "start_us", (pl.col("elapse_ms") * 1000).alias("dur_us"), (pl.col("wait_ms") * 1000).alias("wait_us"),
             pl.lit(comm_file).alias("file"), pl.lit("pointers").alias("loc_kind"), pl.lit(None, pl.Int64).alias("loc"),
-            "pointer")
-        if krows is not None and not krows.is_empty():
+            "pointer", pl.lit(kernel_file if lf is not None else None, pl.Utf8).alias("kfile"),
+            pl.lit(None, pl.Int64).alias("kline"))
+        colls = _finish(colls.select([c for c in COLL_SCHEMA if c not in ("cid", "seq", "win_start_us")]))
+        if lf is None:
+            return colls, None
+        win, first, krows = _stream_windows(lf, colls, keys, also=is_comm)
+        if krows is not None and krows.height:
             lines = krows.group_by("step", "name").agg(pl.col("loc").min().alias("kline"))
-            colls = colls.join(lines, on=["step", "name"], how="left", nulls_equal=True)
-            colls = colls.with_columns(pl.lit(kernel_file).alias("kfile"))
-        else:
-            colls = colls.with_columns(pl.lit(None, pl.Utf8).alias("kfile"), pl.lit(None, pl.Int64).alias("kline"))
-    elif krows is not None and not krows.is_empty():
-        colls = krows.select(
-            "step", pl.when(pl.col("name").str.contains(P2P.pattern)).then(pl.lit("p2p"))
-            .otherwise(pl.lit("collective")).alias("kind"),
-            ("tag:" + pl.col("name").str.extract(_TAG, 1).fill_null("?")).alias("group"), "name", "start_us",
-            "dur_us", pl.lit(None, pl.Float64).alias("wait_us"), pl.lit(kernel_file).alias("file"),
-            pl.lit("lines").alias("loc_kind"), "loc", pl.lit(None, pl.Utf8).alias("pointer"),
-            pl.lit(kernel_file).alias("kfile"), pl.col("loc").alias("kline"))
-    else:
+            colls = colls.drop("kline").join(lines, on=["step", "name"], how="left", nulls_equal=True).select(
+                list(COLL_SCHEMA))
+        if win.is_empty():
+            return colls, None
+        windows, colls = _finish_windows(win, colls, first, pack, "ascend", kernel_file or "", "lines")
+        return colls, windows
+    if lf is None:
         return None, None
+    krows = _hccl_rows_from_groups(groups)
+    if krows is None:
+        krows = lf.filter(is_comm).select("step", "name", "start_us", "dur_us", "loc").collect(engine="streaming")
+    if krows.is_empty():
+        return None, None
+    colls = krows.select(
+        "step", pl.when(pl.col("name").str.contains(P2P.pattern)).then(pl.lit("p2p"))
+        .otherwise(pl.lit("collective")).alias("kind"),
+        ("tag:" + pl.col("name").str.extract(_TAG, 1).fill_null("?")).alias("group"), "name", "start_us",
+        "dur_us", pl.lit(None, pl.Float64).alias("wait_us"), pl.lit(kernel_file).alias("file"),
+        pl.lit("lines").alias("loc_kind"), "loc", pl.lit(None, pl.Utf8).alias("pointer"),
+        pl.lit(kernel_file).alias("kfile"), pl.col("loc").alias("kline"))
     colls = _finish(colls.select([c for c in COLL_SCHEMA if c not in ("cid", "seq", "win_start_us")]))
-    if kernels is None:
-        return colls, None
-    windows, colls = build_windows(kernels.filter(~is_comm), colls, pack, "ascend", kernel_file or "", "lines")
-    return colls, windows
+    windows, colls = build_windows(lf.filter(~is_comm), colls, pack, "ascend", kernel_file or "", "lines")
+    return colls, (windows if not windows.is_empty() else None)
 
 
 def kineto_collectives(path: Path, trace_file: str, pack: RulePack) -> tuple[pl.DataFrame | None, pl.DataFrame | None]:

@@ -249,4 +249,4 @@ def _load_collectives(rd: RankData, rs: RankSource, pack: RulePack) -> None:
         return
     rd.collectives, rd.windows = ascend_collectives(
         rs.files.get("kernel_details"), rd.files.get("kernel_details"), rd.rows_read.get("kernel_details"),
-        rd.comm_ops, rd.files.get("communication"), pack)
+        rd.comm_ops, rd.files.get("communication"), pack, rd.groups)

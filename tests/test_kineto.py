@@ -238,7 +238,7 @@ def test_every_finding_cites_the_events_it_describes(reports, name):
         for ev in f.evidence:
             if not ev.events:
                 continue
-            assert ev.file == paths[f.rank]
+            assert ev.file in paths.values()  # cross-rank findings may cite other ranks' traces too
             events = raw(root / ev.file)["traceEvents"]
             cited = [events[i] for i in ev.events]
             if ev is f.evidence[0]:  # read_back returns exactly those raw events, in the cited order

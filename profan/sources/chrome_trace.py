@@ -74,7 +74,14 @@ _CORE_SCHEMA = {
     "ph": pl.String, "cat": pl.String, "name": pl.String, "pid": pl.String, "tid": pl.String,
     "ts": pl.String, "dur": pl.String, "args": pl.Struct({k: pl.String for k in _CORE_ARGS}),
 }
-_DETAIL_SCHEMA = {"args": pl.Struct({k: pl.String for k in ARGS})}
+_ASCEND_ARGS = ("Task Type", "transport type", "link type", "size(Byte)", "bandwidth(GB/s)", "src rank", "dst rank",
+                "data_type", "alg_type", "count", "task type")
+# a Kineto document never carries the Ascend lane args and a bare Ascend array never the Kineto ones: each layout
+# declares only its own (every declared field costs parse time)
+_DETAIL_SCHEMA = {
+    layout: {"args": pl.Struct({k: pl.String for k in ARGS if k not in _CORE_ARGS
+                                and (k in _ASCEND_ARGS) == (layout == "array")})}
+    for layout in ("object", "array")}
 DETAIL_CATS = ("kernel", "Kernel", "gpu_memcpy", "gpu_memset", "gpu_user_annotation")
 COMM_NAME = r"^(c10d::|record_param_comms|nccl:|gloo:|ncclKernel|ncclDevKernel)"
 
@@ -272,7 +279,7 @@ def _ndjson(raws: list[msgspec.Raw], schema: dict) -> pl.DataFrame:
 
 def _number(col: str) -> pl.Expr:
     """A JSON number or numeric string -> Float64 (``ts`` is a string of epoch µs in Ascend traces)."""
-    return pl.col(col).str.strip_chars(' "\t').cast(pl.Float64, strict=False)
+    return pl.col(col).cast(pl.Float64, strict=False)
 
 
 def _int(col: str) -> pl.Expr:
@@ -284,25 +291,28 @@ def _core(df: pl.DataFrame, offset: int) -> pl.DataFrame:
         pl.col("event_idx").cast(pl.Int64), *[pl.col(c).cast(pl.Categorical) for c in ("ph", "cat", "pid", "tid")],
         pl.col("name").cast(pl.Categorical), _number("ts").alias("ts_us"), _number("dur").alias("dur_us"),
         pl.col("args").struct.field("name").alias("arg_name"),
-        pl.col("args").struct.field("External id").pipe(lambda e: e.str.strip_chars(' "')
-                                                        .cast(pl.Int64, strict=False)).alias("ext_id"),
-        pl.col("args").struct.field("correlation").pipe(lambda e: e.str.strip_chars(' "')
-                                                        .cast(pl.Int64, strict=False)).alias("correlation"),
+        pl.col("args").struct.field("External id").cast(pl.Int64, strict=False).alias("ext_id"),
+        pl.col("args").struct.field("correlation").cast(pl.Int64, strict=False).alias("correlation"),
     )
 
 
+def _detail_dtype(c: str) -> pl.DataType:
+    return pl.Int64() if c in INT_ARGS else pl.Float64() if c in FLOAT_ARGS else pl.String()
+
+
 def _details(df: pl.DataFrame, idx: pl.Series) -> pl.DataFrame:
-    args = df.get_column("args").struct.unnest().rename(ARGS)
+    args = df.get_column("args").struct.unnest()
+    args = args.rename({k: v for k, v in ARGS.items() if k in args.columns})
     detail = [c for c in ARGS.values() if c not in _CORE_ARGS.values()]
     return args.select(
-        *[_int(c) if c in INT_ARGS else _number(c) if c in FLOAT_ARGS else pl.col(c) for c in detail]
+        *[(_int(c) if c in INT_ARGS else _number(c) if c in FLOAT_ARGS else pl.col(c)) if c in args.columns
+          else pl.lit(None, _detail_dtype(c)).alias(c) for c in detail]
     ).with_columns(idx.alias("event_idx"))
 
 
 def _empty_details() -> pl.DataFrame:
     return pl.DataFrame(schema={"event_idx": pl.Int64, **{
-        c: pl.Int64 if c in INT_ARGS else pl.Float64 if c in FLOAT_ARGS else pl.String
-        for c in ARGS.values() if c not in _CORE_ARGS.values()}})
+        c: _detail_dtype(c) for c in ARGS.values() if c not in _CORE_ARGS.values()}})
 
 
 def parse(path: Path, keep: pl.Expr | None = None) -> Trace:
@@ -325,7 +335,7 @@ def parse(path: Path, keep: pl.Expr | None = None) -> Trace:
             want = core.filter(needs_detail())["event_idx"]
             if want.len():
                 local = (want - offset).to_list()
-                details.append(_details(_ndjson([raws[i] for i in local], _DETAIL_SCHEMA), want))
+                details.append(_details(_ndjson([raws[i] for i in local], _DETAIL_SCHEMA[layout]), want))
             parts.append(core)
             offset += len(raws)
     except (ValueError, pl.exceptions.PolarsError) as exc:
