@@ -207,7 +207,10 @@ def evidence_sheet(ws: Worksheet, report: Report, evidence: dict[str, list[Evide
                     put(ws, r, 8, t.error or "(no rows read back)")
                 else:
                     put(ws, r, 5, sr.locator)
-                    put(ws, r, 6, pick(sr, NAME_COLUMNS))
+                    name = pick(sr, NAME_COLUMNS)
+                    if not name and ev.kind == "pointers":  # communication.json: the op is the pointer's last key
+                        name = sr.locator.rsplit("/", 1)[-1].replace("~1", "/").replace("~0", "~")
+                    put(ws, r, 6, name)
                     put(ws, r, 7, pick(sr, TYPE_COLUMNS))
                     put(ws, r, 8, "; ".join(f"{k}={v}" for k, v in key_values(sr, ev)))
                     put(ws, r, 10, sr.raw)
