@@ -234,8 +234,8 @@ def rank_view(r: dict[str, Any]) -> dict[str, Any]:
     return {
         "rank": r.get("rank"), "path": r.get("path", ""), "origin": r.get("rank_origin", ""),
         "files": sorted((r.get("files") or {}).items()),
-        "rows_read": ", ".join(f"{k} {v:,}" for k, v in (r.get("rows_read") or {}).items()) or "—",
-        "skipped": ", ".join(f"{k} {v:,}" for k, v in (r.get("rows_skipped") or {}).items() if v) or "none",
+        "rows_read": ", ".join(f"{k} {fmt_value(v)}" for k, v in (r.get("rows_read") or {}).items()) or "—",
+        "skipped": ", ".join(f"{k} {fmt_value(v)}" for k, v in (r.get("rows_skipped") or {}).items() if v) or "none",
         "info": ", ".join(f"{k} {v}" for k, v in info.items() if v not in (None, "")),
     }
 
