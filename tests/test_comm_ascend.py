@@ -227,6 +227,26 @@ def test_injected_slow_link_is_named_per_op(tmp_path):
     assert f.metrics["bandwidth_gbps"] == pytest.approx(_rate([v for _, v in slow]), rel=1e-4)
 
 
+def test_slow_link_in_a_two_rank_group_is_judged_across_groups(tmp_path):
+    """qwen3's groups have one link per rank pair: too few peers inside the group, so the link is compared with the
+    same transport, op type and size class in the job's other groups (here the other embedding group's links)."""
+    root = _copy(QWEN3, tmp_path)
+    path = root / "rank_0_ascend_pt" / OUT / "communication_matrix.json"
+    doc = _json(path)
+    key = "allreduce-total@3985310491373102170"  # embd group [0, 2]: local 0 -> 1 is rank 0 -> rank 2
+    doc["step13"]["collective"][key]["0-1"]["Transit Time(ms)"] *= 3
+    path.write_text(json.dumps(doc))
+    rep = profan.analyze(root)
+    (f,) = [f for f in rep.findings if f.check == "comm-slow-link"]
+    assert "rank 0 ↔ rank 2" in f.title and "its own has too few links" in f.message
+    slow, peers = _slow_and_peers(root, f)
+    assert [p for ev, _ in slow for p in ev.pointers] == [f"/step13/collective/{key}/0-1"]
+    rates = sorted(_rate([p]) for p in peers)
+    assert len(rates) == f.metrics["peers"] == 4  # both embd groups, both directions, itself included
+    assert f.metrics["peer_median_gbps"] == pytest.approx((rates[1] + rates[2]) / 2, rel=1e-4)
+    assert f.metrics["bandwidth_gbps"] == pytest.approx(_rate([v for _, v in slow]), rel=1e-4)
+
+
 def test_synthetic_cluster_slow_link_is_named(tmp_path):
     from profan.synth import generate
 

@@ -26,6 +26,8 @@ from profan.sources import ascend_matrix
 ENGINE = "SDMA"  # communication.json: the copy engine's total over HCCS + PCIE + SIO — not a link of its own
 NOT_LINKS = ("LOCAL", "", "N/A", "INVALID_TYPE")  # matrix entries that are on-chip copies, not links
 STRAGGLER_CHECKS = "straggler, pipeline-stage-imbalance, compute-imbalance"
+PEERS_GROUP = ["step", "group_hash", "op_type", "transport"]  # a link's peers: same group, op type, transport …
+PEERS_JOB = ["step", "op_type", "transport"]  # … or, for groups with too few links, across the job's groups
 
 
 # ------------------------------------------------------------------------------------------------- devices
@@ -164,17 +166,31 @@ def link_table(ranks: list[RankData], pack: RulePack) -> pl.DataFrame:
         return pl.DataFrame()
     t = pl.concat(parts, how="diagonal_relaxed").with_columns(
         (pl.col("size_mb") / pl.col("time_ms")).alias("bandwidth_gbps"))
-    part = ["step", "group_hash", "op_type", "transport"]
     ratio = float(chk["size_ratio"])
-    med = pl.col("size_mb").median().over(part)
-    t = t.with_columns(((pl.col("size_mb") >= med / ratio) & (pl.col("size_mb") <= med * ratio)).alias("in_class"))
+
+    # peers within the communication group: size within `ratio` of the group's median size
+    med = pl.col("size_mb").median().over(PEERS_GROUP)
+    in_g = (pl.col("size_mb") >= med / ratio) & (pl.col("size_mb") <= med * ratio)
+    # a group with too few links (2-rank PP/DP groups) is compared across the job's groups instead, size class =
+    # the same power-of-`ratio` bin (a job pool mixes tiny and large transfers, so its median size is no anchor)
+    t = t.with_columns((pl.col("size_mb").log(ratio).floor()).cast(pl.Int64).alias("size_bin"))
+    job = [*PEERS_JOB, "size_bin"]
     t = t.with_columns(
-        pl.col("in_class").sum().over(part).alias("peers"),
-        pl.col("bandwidth_gbps").filter(pl.col("in_class")).median().over(part).alias("peer_median_gbps"),
+        in_g.alias("in_class_g"), in_g.sum().over(PEERS_GROUP).alias("peers_g"),
+        pl.col("bandwidth_gbps").filter(in_g).median().over(PEERS_GROUP).alias("median_g"),
+        pl.lit(True).alias("in_class_j"), pl.len().over(job).cast(pl.UInt32).alias("peers_j"),
+        pl.col("bandwidth_gbps").median().over(job).alias("median_j"))
+    use_group = pl.col("peers_g") >= chk["min_peers"]
+    t = t.with_columns(
+        pl.when(use_group).then(pl.lit("group")).otherwise(pl.lit("job")).alias("peer_scope"),
+        pl.when(use_group).then(pl.col("in_class_g")).otherwise(pl.col("in_class_j")).alias("in_class"),
+        pl.when(use_group).then(pl.col("peers_g")).otherwise(pl.col("peers_j")).alias("peers"),
+        pl.when(use_group).then(pl.col("median_g")).otherwise(pl.col("median_j")).alias("peer_median_gbps"),
     ).with_columns((pl.col("bandwidth_gbps") / pl.col("peer_median_gbps")).alias("peer_ratio"))
     return t.select("rank", "step", "kind", "op_type", "group_name", "group_hash", "src_local", "dst_local",
                     "src_rank", "dst_rank", "transport", "size_mb", "time_ms", "bandwidth_gbps", "in_class", "peers",
-                    "peer_median_gbps", "peer_ratio", "shape", "pointers", "file").sort(
+                    "peer_median_gbps", "peer_ratio", "peer_scope", "in_class_g", "size_bin", "shape", "pointers",
+                    "file").sort(
         "step", "group_hash", "op_type", "transport", "rank", "src_local", "dst_local")
 
 
@@ -218,14 +234,16 @@ def slow_link_findings(links: pl.DataFrame, pack: RulePack) -> list[Finding]:
                                     values={"size_mb": round(sum(r["size_mb"] for r in mine), 6),
                                             "time_ms": round(sum(r["time_ms"] for r in mine), 6)},
                                     note="the slow link"))
-        peers = links.filter((pl.col("step").eq_missing(worst["step"])) & (pl.col("group_hash") == worst["group_hash"])
-                             & (pl.col("op_type") == worst["op_type"]) & (pl.col("transport") == worst["transport"])
-                             & pl.col("in_class"))
+        scope_group = worst["peer_scope"] == "group"
+        peers = links.filter(pl.col("step").eq_missing(worst["step"]) & (pl.col("op_type") == worst["op_type"])
+                             & (pl.col("transport") == worst["transport"])
+                             & ((pl.col("group_hash") == worst["group_hash"]) & pl.col("in_class_g") if scope_group
+                                else pl.col("size_bin") == worst["size_bin"]))
         for (file,), g in peers.group_by(["file"], maintain_order=True):
             ev.append(cite_pointers(file, [p for ps in g["pointers"].to_list() for p in ps],
                                     {"source": "communication_matrix", "step": worst["step"],
-                                     "group_hash": worst["group_hash"], "op_type": worst["op_type"],
-                                     "transport": worst["transport"], "peers": True},
+                                     "group_hash": worst["group_hash"] if scope_group else "any",
+                                     "op_type": worst["op_type"], "transport": worst["transport"], "peers": True},
                                     note="the links of its class where it is slowest (itself included)"))
         bw = size / t
         out.append(Finding(
@@ -238,7 +256,8 @@ def slow_link_findings(links: pl.DataFrame, pack: RulePack) -> list[Finding]:
                      f"Worst: {worst['group_name'] or 'group @' + str(worst['group_hash'])} {worst['op_type']} ops, "
                      f"step {worst['step']}, {worst['bandwidth_gbps']:.2f} GB/s = {pct(worst['peer_ratio'])} of the "
                      f"median {worst['peer_median_gbps']:.2f} GB/s of the {worst['peers']} links of its class (same "
-                     f"transport, group, op type and size class; itself included; threshold "
+                     f"transport, {'group' if scope_group else 'any group (its own has too few links)'}, op type "
+                     f"and size class; itself included; threshold "
                      f"{pct(chk['slow_ratio'])}). Every collective over this link waits for it: check the link's "
                      "port/cabling, or whether the two ranks share a contended path."),
             metrics={"bandwidth_gbps": round(bw, 4), "worst_gbps": round(worst["bandwidth_gbps"], 4),
@@ -470,7 +489,7 @@ def communication_section(ranks: list[RankData], step_tab: pl.DataFrame, comm_ta
     tables = {"comm_nccl": nccl_tab, "comm_hccl_links": hccl_links.drop("events") if not hccl_links.is_empty()
               else hccl_links,
               "comm_devices": devices, "comm_bandwidth": tt.drop("group_ranks") if not tt.is_empty() else tt,
-              "comm_links": links.drop("pointers") if not links.is_empty() else links,
+              "comm_links": links.drop("pointers", "in_class_g") if not links.is_empty() else links,
               "comm_packets": packets.drop("small_pointers") if not packets.is_empty() else packets,
               "comm_exposed": exposed.drop("pointers") if not exposed.is_empty() else exposed}
     return tables, findings, notes
