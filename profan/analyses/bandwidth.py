@@ -470,12 +470,11 @@ def communication_section(ranks: list[RankData], step_tab: pl.DataFrame, comm_ta
     findings = [*below_prior_findings(tt, pack), *slow_link_findings(links, pack),
                 *small_packet_findings(packets, pack), *wait_dominated_findings(comm_tab, step_tab, pack)]
     notes = device_notes(devices) if not tt.is_empty() else []
-    if any(r.comm_matrix is not None and not r.comm_matrix.is_empty()
-           and r.comm_matrix["src_rank"].null_count() == r.comm_matrix.height for r in ranks):
+    local_only = [r.rank for r in ranks if r.comm_matrix is not None and not r.comm_matrix.is_empty()
+                  and r.comm_matrix["src_rank"].null_count() == r.comm_matrix.height]
+    if local_only:
         notes.append("communication: communication_matrix.json ranks are group-local where profiler_metadata.json "
-                     "has no parallel_group_info (ranks " + ", ".join(
-                         str(r.rank) for r in ranks if r.comm_matrix is not None and not r.comm_matrix.is_empty()
-                         and r.comm_matrix["src_rank"].null_count() == r.comm_matrix.height) + ")")
+                     f"has no parallel_group_info (ranks {', '.join(str(x) for x in local_only)})")
     unread = [r.rank for r in ranks if "trace_view" in r.files and getattr(r, "trace_links", None) is None]
     if unread:
         notes.append("communication: HCCL plane tasks of trace_view.json not summarised for rank(s) "
