@@ -3,7 +3,9 @@
 from __future__ import annotations
 
 import csv
+import functools
 import io
+import os
 from pathlib import Path
 
 import polars as pl
@@ -43,7 +45,16 @@ def text(col: str) -> pl.Expr:
 
 
 def count_lines(path: Path) -> int:
-    """Number of physical lines (a last line without a newline counts)."""
+    """Number of physical lines (a last line without a newline counts).
+
+    Remembered per (path, size, mtime): several readers verify the same big file, and counting a GB costs about
+    half a CPU-second."""
+    st = os.stat(path)
+    return _count_lines(str(path), st.st_size, st.st_mtime_ns)
+
+
+@functools.lru_cache(maxsize=64)
+def _count_lines(path: str, _size: int, _mtime_ns: int) -> int:
     n = 0
     last = b"\n"
     with open(path, "rb") as fh:
