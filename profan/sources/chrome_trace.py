@@ -34,13 +34,10 @@ _FLATTEN = bytes.maketrans(b"\r\n", b"  ")  # raw line breaks are only whitespac
 # event args profan reads: JSON key -> column name. Everything else in args is skipped unparsed.
 ARGS: dict[str, str] = {
     "name": "arg_name",  # M events: process_name / thread_name value
-    "labels": "arg_labels",  # M process_labels ("CPU", "GPU 0", "NPU")
-    "sort_index": "arg_sort_index",
     "External id": "ext_id",
     "correlation": "correlation",
     "stream": "stream",
     "device": "device",
-    "Input Dims": "input_dims",
     "Collective name": "coll_name",
     "In msg nelems": "in_nelems",
     "Out msg nelems": "out_nelems",
@@ -64,7 +61,7 @@ ARGS: dict[str, str] = {
     "task type": "hccl_task_type",
 }
 INT_ARGS = ("ext_id", "correlation", "stream", "device", "in_nelems", "out_nelems", "group_size", "bytes",
-            "arg_sort_index", "src_rank", "dst_rank")
+            "src_rank", "dst_rank")
 FLOAT_ARGS = ("size_bytes", "bandwidth_gbps")
 
 # Pass 1 reads every event's core fields; pass 2 reads the full ``ARGS`` only for the few events that carry them

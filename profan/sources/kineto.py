@@ -192,7 +192,9 @@ def _collectives(tr: Trace, ev: pl.DataFrame, dev: pl.DataFrame | None, steps: p
         parts.insert(0, k.with_columns(pl.col("tid").cast(pl.String)).select(cols))
     both = pl.concat(parts, how="vertical_relaxed")
     size = pl.col("dtype").replace_strict(DTYPE_BYTES, default=None, return_dtype=pl.Int64)
-    return both.with_columns((pl.max_horizontal("in_nelems", "out_nelems") * size).alias("bytes")
+    # gloo collectives run on a worker thread; their span includes waiting for the slowest peer
+    return both.with_columns((pl.max_horizontal("in_nelems", "out_nelems") * size).alias("bytes"),
+                             pl.col("name").str.starts_with("gloo:").alias("includes_peer_wait")
                              ).sort("ts_us")
 
 
