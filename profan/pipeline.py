@@ -8,7 +8,7 @@ from pathlib import Path
 
 import polars as pl
 
-from profan.analyses import bandwidth, comm, crossrank, imbalance, steps, trace_steps
+from profan.analyses import bandwidth, comm, crossrank, imbalance, reconcile, steps, trace_steps
 from profan.analyses import boundness as bound
 from profan.analyses import breakdown as bd
 from profan.discover import discover
@@ -69,6 +69,9 @@ def build_report(ranks: list[RankData], pack: RulePack, *, root: Path, fmt: str,
     hw = hardware or load_hardware()
     comm_tables, comm_findings, comm_notes = bandwidth.communication_section(ranks, step_tab, comm_tab, pack, hw)
     findings += comm_findings
+    opstat_tab = reconcile.op_statistic_table(ranks)
+    opstat_findings, opstat_notes = reconcile.op_statistic_findings(opstat_tab, pack)
+    findings += opstat_findings
     xr_tables, xr_findings, xr_notes = crossrank.cross_rank_section(ranks, step_tab, pack)
     findings += xr_findings
     tr_tables, tr_findings, tr_notes = trace_steps.trace_section(ranks, pack)
@@ -76,7 +79,7 @@ def build_report(ranks: list[RankData], pack: RulePack, *, root: Path, fmt: str,
     all_warnings = list(warnings)
     for r in ranks:
         all_warnings += [f"rank {r.rank}: {w}" for w in r.warnings]
-    notes = [*notes, *comm_notes, *xr_notes, *tr_notes]
+    notes = [*notes, *opstat_notes, *comm_notes, *xr_notes, *tr_notes]
     no_pipes = [r for r in ranks if r.groups is not None and not r.has_pipe_ratios and r.kernel_locator == "lines"]
     if no_pipes:
         notes.append("kernel boundness not assessed for ranks whose kernel_details.csv has no PipeUtilization "
@@ -92,7 +95,7 @@ def build_report(ranks: list[RankData], pack: RulePack, *, root: Path, fmt: str,
                    "rows_read": r.rows_read, "rows_skipped": r.rows_skipped} for r in ranks],
     }
     tables = {"breakdown": breakdown, "steps": step_tab, "top_kernels": bd.top_kernels(ranks),
-              "boundness": bound_tab, "communication": comm_tab,
+              "boundness": bound_tab, "communication": comm_tab, "op_statistic_check": opstat_tab,
               **comm_tables, **xr_tables, **tr_tables}
     tables = {k: v for k, v in tables.items() if isinstance(v, pl.DataFrame) and not v.is_empty()}
     return Report(source=source, findings=number_findings(findings), tables=tables, warnings=all_warnings,

@@ -23,6 +23,7 @@ from profan.sources import (
     ascend_matrix,
     ascend_meta,
     ascend_packets,
+    ascend_opstat,
     ascend_steps,
 )
 
@@ -49,6 +50,7 @@ class RankData:
     collectives: pl.DataFrame | None = None  # communication ops in order, with group/seq (profan.collectives)
     windows: pl.DataFrame | None = None  # kernels in each op's pre-collective window (profan.collectives)
     # Where `groups.lines` point: "lines" (CSV line numbers of files[kernel_file]) or "events" (chrome-trace event
+    op_stats: pl.DataFrame | None = None  # op_statistic.csv rows, for cross-checking kernel rows
     # indexes, for Kineto traces). Analyses cite kernel evidence through analyses.common.cite_kernels.
     kernel_locator: str = "lines"
     kernel_file: str = "kernel_details"
@@ -200,6 +202,13 @@ def load_rank(rs: RankSource, root: Path, pack: RulePack) -> RankData:
     if "step_trace_time" in rs.files:
         steps, skipped = ascend_steps.read(rs.files["step_trace_time"])
         rd.steps = steps
+    if "op_statistic" in rs.files:
+        stats, skipped = ascend_opstat.read(rs.files["op_statistic"])
+        rd.op_stats = stats
+        rd.rows_read["op_statistic"] = stats.height + skipped
+        if skipped:
+            rd.rows_skipped["op_statistic"] = skipped
+            rd.warnings.append(f"{rd.files['op_statistic']}: skipped {skipped} unreadable rows")
         rd.rows_read["step_trace_time"] = steps.height + skipped
         if skipped:
             rd.rows_skipped["step_trace_time"] = skipped
