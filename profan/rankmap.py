@@ -7,6 +7,7 @@ only these results travel. Nothing here formats text for a report; analyses work
 
 from __future__ import annotations
 
+import threading
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -133,17 +134,19 @@ def _reduce_rows(lf: pl.LazyFrame, kf: ascend_kernels.KernelFile, pipes: list[st
     up in the same order on every run."""
     parts: list[pl.DataFrame] = []
     state = {"pending": 0, "rows": 0, "bad": 0}
+    lock = threading.Lock()  # polars calls back one batch at a time, in order; the lock keeps that an invariant
 
     def take(batch: pl.DataFrame) -> None:
-        bad = batch["bad"]
-        state["rows"] += batch.height
-        state["bad"] += int(bad.sum())
-        parts.append(_group_kernels(batch.filter(~bad), kf, pipes))
-        state["pending"] += parts[-1].height
-        if state["pending"] > COMPACT_ROWS and len(parts) > 1:
-            merged = _merge(parts, pipes)
-            parts[:] = [merged]
-            state["pending"] = merged.height
+        with lock:
+            bad = batch["bad"]
+            state["rows"] += batch.height
+            state["bad"] += int(bad.sum())
+            parts.append(_group_kernels(batch.filter(~bad), kf, pipes))
+            state["pending"] += parts[-1].height
+            if state["pending"] > COMPACT_ROWS and len(parts) > 1:
+                merged = _merge(parts, pipes)
+                parts[:] = [merged]
+                state["pending"] = merged.height
 
     lf.sink_batches(take, chunk_size=BATCH_ROWS, maintain_order=True, engine="streaming")
     if not parts:  # no rows at all: keep the schema
