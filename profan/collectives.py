@@ -36,7 +36,10 @@ _TAG = r"^hcom_[A-Za-z]+__(\d+)_\d+"
 COLL_SCHEMA = {"cid": pl.Int64, "step": pl.Int64, "kind": pl.Utf8, "group": pl.Utf8, "seq": pl.Int64,
                "name": pl.Utf8, "start_us": pl.Float64, "dur_us": pl.Float64, "wait_us": pl.Float64,
                "win_start_us": pl.Float64, "file": pl.Utf8, "loc_kind": pl.Utf8, "loc": pl.Int64,
-               "pointer": pl.Utf8, "kfile": pl.Utf8, "kline": pl.Int64}
+               "pointer": pl.Utf8, "kfile": pl.Utf8, "kline": pl.Int64,
+               # the longest stretch without device work in the window, and the kernel rows around it
+               "gap_us": pl.Float64, "gap_prev_loc": pl.Int64, "gap_loc": pl.Int64}
+GAP_COLS = ("gap_us", "gap_prev_loc", "gap_loc")
 
 
 def _finish(colls: pl.DataFrame) -> pl.DataFrame:
@@ -46,6 +49,7 @@ def _finish(colls: pl.DataFrame) -> pl.DataFrame:
         pl.col("start_us").rank("ordinal").over("step", "group").sub(1).cast(pl.Int64).alias("seq"),
         (pl.col("start_us") + pl.col("dur_us")).cum_max().shift(1).alias("win_start_us"),
     )
+    colls = colls.with_columns(*[pl.lit(None, COLL_SCHEMA[c]).alias(c) for c in GAP_COLS if c not in colls.columns])
     return colls.select(list(COLL_SCHEMA))
 
 
@@ -53,18 +57,56 @@ WINDOW_KERNELS = 16  # distinct kernels kept per window (largest by time); the r
 BATCH_ROWS = 250_000  # kernel rows per streamed batch: memory is bounded by the batch, not the file
 
 
-def _window_part(batch: pl.DataFrame, colls: pl.DataFrame, keys: list[str]) -> pl.DataFrame:
-    """Per (window, kernel) partial aggregate of one batch: each kernel goes to the first op starting at or after
-    it (binary search over the op starts — no sort or join of the big table), and only if it started after the
-    previous op ended."""
+def _window_part(batch: pl.DataFrame, colls: pl.DataFrame, keys: list[str],
+                 seen: set[int]) -> tuple[pl.DataFrame, pl.DataFrame]:
+    """Per (window, kernel) partial aggregate of one batch, and per window its longest idle gap and last kernel.
+
+    Each kernel goes to the first op starting at or after it (binary search over the op starts — no join of the
+    big table), and only if it started after the previous op ended. A gap is a kernel's start minus the latest
+    end before it in the window (the window start for its first kernel); windows already seen in an earlier batch
+    skip their first row here, whose predecessor is in that batch."""
     cid = pl.lit(colls["start_us"]).search_sorted(pl.col("start_us"), side="left").cast(pl.Int64)
     k = batch.with_columns(cid.alias("cid")).filter(pl.col("cid") < colls.height)
     ws = pl.col("cid").replace_strict(colls["cid"], colls["win_start_us"], default=None, return_dtype=pl.Float64)
-    k = k.filter(ws.is_null() | (pl.col("start_us") >= ws))
-    return (k.group_by(["cid", *keys])
-            .agg(pl.len().cast(pl.Int64).alias("count"), pl.col("dur_us").sum().alias("time_us"),
-                 pl.col("loc").top_k_by("dur_us", WINDOW_LOCS).alias("locs"),
-                 pl.col("dur_us").top_k(WINDOW_LOCS).alias("loc_durs")))
+    k = k.with_columns(ws.alias("_ws")).filter(pl.col("_ws").is_null() | (pl.col("start_us") >= pl.col("_ws")))
+    agg = (k.group_by(["cid", *keys])
+           .agg(pl.len().cast(pl.Int64).alias("count"), pl.col("dur_us").sum().alias("time_us"),
+                pl.col("loc").top_k_by("dur_us", WINDOW_LOCS).alias("locs"),
+                pl.col("dur_us").top_k(WINDOW_LOCS).alias("loc_durs")))
+    k = k.sort("cid", "start_us").with_columns((pl.col("start_us") + pl.col("dur_us")).alias("_end"))
+    prev_end = pl.col("_end").cum_max().shift(1).over("cid")
+    first_here = pl.col("cid").is_in(list(seen)) if seen else pl.lit(False)
+    k = k.with_columns(
+        pl.when(prev_end.is_not_null()).then(pl.col("start_us") - prev_end)
+        .when(~first_here).then(pl.col("start_us") - pl.col("_ws")).alias("_gap"),
+        pl.col("loc").shift(1).over("cid").alias("_prev"))
+    gaps = k.group_by("cid").agg(
+        pl.col("_gap").max().alias("gap_us"), pl.col("_prev").sort_by("_gap").last().alias("gap_prev_loc"),
+        pl.col("loc").sort_by("_gap").last().alias("gap_loc"), pl.col("_end").max().alias("last_end"),
+        pl.col("loc").sort_by("_end").last().alias("last_loc"))
+    return agg, gaps
+
+
+def _merge_gaps(gaps: list[pl.DataFrame]) -> pl.DataFrame:
+    g = pl.concat(gaps)
+    return g.group_by("cid").agg(
+        pl.col("gap_us").max(), pl.col("gap_prev_loc").sort_by("gap_us", nulls_last=False).last(),
+        pl.col("gap_loc").sort_by("gap_us", nulls_last=False).last(), pl.col("last_end").max(),
+        pl.col("last_loc").sort_by("last_end").last())
+
+
+def _with_gaps(colls: pl.DataFrame, gaps: pl.DataFrame | None) -> pl.DataFrame:
+    """Longest idle stretch per window: between two kernels, or after the last kernel up to the op itself."""
+    if gaps is None or gaps.is_empty():
+        return colls
+    c = colls.drop(*GAP_COLS).join(gaps, on="cid", how="left")
+    trailing = pl.col("start_us") - pl.col("last_end")
+    use_trailing = trailing > pl.col("gap_us").fill_null(float("-inf"))
+    c = c.with_columns(
+        pl.when(use_trailing).then(trailing).otherwise(pl.col("gap_us")).alias("gap_us"),
+        pl.when(use_trailing).then(pl.col("last_loc")).otherwise(pl.col("gap_prev_loc")).alias("gap_prev_loc"),
+        pl.when(use_trailing).then(pl.col("kline")).otherwise(pl.col("gap_loc")).alias("gap_loc"))
+    return c.select(list(COLL_SCHEMA))
 
 
 def _merge_parts(parts: list[pl.DataFrame], keys: list[str]) -> pl.DataFrame:
@@ -96,12 +138,15 @@ def _cap(win: pl.DataFrame) -> pl.DataFrame:
     return pl.concat([keep, folded], how="diagonal_relaxed")
 
 
-def _stream_windows(lf: pl.LazyFrame, colls: pl.DataFrame, keys: list[str],
-                    also: pl.Expr | None = None) -> tuple[pl.DataFrame, float | None, pl.DataFrame | None]:
-    """One streamed pass: (window parts merged, first kernel start, rows matching `also` — e.g. the HCCL rows)."""
+def _stream_windows(lf: pl.LazyFrame, colls: pl.DataFrame, keys: list[str], also: pl.Expr | None = None
+                    ) -> tuple[pl.DataFrame, float | None, pl.DataFrame | None, pl.DataFrame | None]:
+    """One streamed pass: (window parts merged, first kernel start, rows matching `also` — e.g. the HCCL rows —,
+    longest gap per window)."""
     parts: list[pl.DataFrame] = []
+    gaps: list[pl.DataFrame] = []
     extra: list[pl.DataFrame] = []
     state: dict = {"first": None}
+    seen: set[int] = set()
 
     def take(batch: pl.DataFrame) -> None:
         comp = batch.filter(~also) if also is not None else batch
@@ -110,13 +155,18 @@ def _stream_windows(lf: pl.LazyFrame, colls: pl.DataFrame, keys: list[str],
         if comp.height:
             m = comp["start_us"].min()
             state["first"] = m if state["first"] is None else min(state["first"], m)
-            parts.append(_window_part(comp, colls, keys))
+            part, gap = _window_part(comp, colls, keys, seen)
+            parts.append(part)
+            gaps.append(gap)
+            seen.update(gap["cid"].to_list())
         if len(parts) > 8:
             parts[:] = [_merge_parts(parts, keys)]
+            gaps[:] = [_merge_gaps(gaps)]
 
     lf.sink_batches(take, chunk_size=BATCH_ROWS, maintain_order=True, engine="streaming")
     win = _merge_parts(parts, keys) if parts else pl.DataFrame()
-    return win, state["first"], (pl.concat(extra) if extra else None)
+    state["gaps"] = _merge_gaps(gaps) if gaps else None
+    return win, state["first"], (pl.concat(extra) if extra else None), state["gaps"]
 
 
 def _finish_windows(win: pl.DataFrame, colls: pl.DataFrame, first: float | None, pack: RulePack, rules_for: str,
@@ -142,10 +192,11 @@ def build_windows(kernels: pl.DataFrame | pl.LazyFrame, colls: pl.DataFrame, pac
     lf = kernels.lazy()
     names = lf.collect_schema().names()
     keys = ["op", "name", "type", "core", *(["bucket", "rule_id"] if "bucket" in names else [])]
-    win, first, _ = _stream_windows(lf, colls, keys)
+    win, first, _, gaps = _stream_windows(lf, colls, keys)
     if win.is_empty():
         return pl.DataFrame(), colls
-    return _finish_windows(win, colls, first, pack, rules_for, loc_file, loc_kind)
+    windows, colls = _finish_windows(win, colls, first, pack, rules_for, loc_file, loc_kind)
+    return windows, _with_gaps(colls, gaps)
 
 
 def _hccl_rows_from_groups(groups: pl.DataFrame | None) -> pl.DataFrame | None:
@@ -187,10 +238,10 @@ def ascend_collectives(kernel_path: Path | None, kernel_file: str | None, n_reco
             pl.lit(comm_file).alias("file"), pl.lit("pointers").alias("loc_kind"), pl.lit(None, pl.Int64).alias("loc"),
             "pointer", pl.lit(kernel_file if lf is not None else None, pl.Utf8).alias("kfile"),
             pl.lit(None, pl.Int64).alias("kline"))
-        colls = _finish(colls.select([c for c in COLL_SCHEMA if c not in ("cid", "seq", "win_start_us")]))
+        colls = _finish(colls.select([c for c in COLL_SCHEMA if c not in ("cid", "seq", "win_start_us", *GAP_COLS)]))
         if lf is None:
             return colls, None
-        win, first, krows = _stream_windows(lf, colls, keys, also=is_comm)
+        win, first, krows, gaps = _stream_windows(lf, colls, keys, also=is_comm)
         if krows is not None and krows.height:
             lines = krows.group_by("step", "name").agg(pl.col("loc").min().alias("kline"))
             colls = colls.drop("kline").join(lines, on=["step", "name"], how="left", nulls_equal=True).select(
@@ -198,7 +249,7 @@ def ascend_collectives(kernel_path: Path | None, kernel_file: str | None, n_reco
         if win.is_empty():
             return colls, None
         windows, colls = _finish_windows(win, colls, first, pack, "ascend", kernel_file or "", "lines")
-        return colls, windows
+        return _with_gaps(colls, gaps), windows
     if lf is None:
         return None, None
     krows = _hccl_rows_from_groups(groups)
@@ -213,7 +264,7 @@ def ascend_collectives(kernel_path: Path | None, kernel_file: str | None, n_reco
         "dur_us", pl.lit(None, pl.Float64).alias("wait_us"), pl.lit(kernel_file).alias("file"),
         pl.lit("lines").alias("loc_kind"), "loc", pl.lit(None, pl.Utf8).alias("pointer"),
         pl.lit(kernel_file).alias("kfile"), pl.col("loc").alias("kline"))
-    colls = _finish(colls.select([c for c in COLL_SCHEMA if c not in ("cid", "seq", "win_start_us")]))
+    colls = _finish(colls.select([c for c in COLL_SCHEMA if c not in ("cid", "seq", "win_start_us", *GAP_COLS)]))
     windows, colls = build_windows(lf.filter(~is_comm), colls, pack, "ascend", kernel_file or "", "lines")
     return colls, (windows if not windows.is_empty() else None)
 

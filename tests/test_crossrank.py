@@ -107,6 +107,14 @@ def test_host_gap_straggler_found_despite_clock_skew(gap_straggler):
     for lag in f.metrics["lag_us_per_step"].values():
         assert lag == pytest.approx(gt["extra_us_per_step"], rel=0.10)
     assert "host-side gap" in f.message
+    # the two kernel rows around the gap: their timestamps are the injected gap apart on the slow rank only
+    gap = {ev.select["role"]: ev for ev in f.evidence if ev.select.get("source", "").startswith("longest idle gap")}
+    assert set(gap) == {"slow", "typical"}
+    for role, want in (("slow", gt["extra_us_per_step"]), ("typical", 0.0)):
+        (_, first), (_, second) = read_back(root, gap[role])
+        a, b = first.split(","), second.split(",")
+        idle = float(b[9].strip()) - (float(a[9].strip()) + float(a[10]))
+        assert idle == pytest.approx(want, abs=0.02 * gt["extra_us_per_step"]), role
     # the step_trace rows of both ranks are cited: the slow rank's Free time holds the gap
     step_ev = [ev for ev in f.evidence if ev.file.endswith("step_trace_time.csv")]
     assert len(step_ev) == 2

@@ -155,6 +155,32 @@ def explain(ranks_by: dict[int, RankData], late: pl.DataFrame, slow: int, typica
     out["kernel_rows"] = top
     total = max(len_s - len_t, extra_busy + max(extra_idle, 0.0), 1e-9)
     out["cause_class"] = "host_gap" if extra_idle >= chk["host_gap_share"] * total else "compute"
+    out["gap"] = _largest_gap(ranks_by, rows, slow, typical)
+    return out
+
+
+def _largest_gap(ranks_by: dict[int, RankData], rows: pl.DataFrame, slow: int, typical: int) -> dict | None:
+    """The slow rank's longest stretch without device work over the compared windows, and the typical rank's
+    longest stretch in the same window: the kernel rows on either side are the evidence of a host gap."""
+    cs = ranks_by[slow].collectives
+    if cs is None or "gap_us" not in cs.columns:
+        return None
+    mine = rows.filter(pl.col("rank") == slow).select(*KEY, "cid").join(cs.select("cid", "gap_us", "gap_prev_loc",
+                                                                                   "gap_loc", "kfile"), on="cid")
+    mine = mine.filter(pl.col("gap_us").is_not_null()).sort("gap_us", descending=True)
+    if mine.is_empty():
+        return None
+    top = mine.row(0, named=True)
+    out = {"rank": slow, "gap_us": round(top["gap_us"], 3), "file": top["kfile"],
+           "lines": [x for x in (top["gap_prev_loc"], top["gap_loc"]) if x is not None], "step": top["step"],
+           "group": top["group"], "seq": top["seq"]}
+    ct = ranks_by[typical].collectives
+    trow = rows.filter((pl.col("rank") == typical) & (pl.col("step").eq_missing(top["step"]))
+                       & (pl.col("group") == top["group"]) & (pl.col("seq") == top["seq"]))
+    if ct is not None and trow.height and "gap_us" in ct.columns:
+        t = ct.filter(pl.col("cid") == trow["cid"][0]).row(0, named=True)
+        out["typical"] = {"rank": typical, "gap_us": t["gap_us"], "file": t["kfile"],
+                          "lines": [x for x in (t["gap_prev_loc"], t["gap_loc"]) if x is not None]}
     return out
 
 
@@ -174,6 +200,21 @@ def _kernel_evidence(top: pl.DataFrame | None, side: str, rank: int, step) -> li
     if kind == "events":
         return [cite_events(file, locs, n, select, values=values)]
     return [cite_lines(file, locs, n, select, values=values)]
+
+
+def _gap_evidence(gap: dict | None, step) -> list[Evidence]:
+    """The two rows around the slow rank's longest idle stretch, and the typical rank's rows in the same window."""
+    out: list[Evidence] = []
+    if not gap or not gap.get("lines") or not gap.get("file"):
+        return out
+    for g, role in ((gap, "slow"), (gap.get("typical"), "typical")):
+        if not g or not g.get("lines") or not g.get("file"):
+            continue
+        cite = cite_events if g["file"].endswith((".json", ".json.gz")) else cite_lines
+        out.append(cite(g["file"], g["lines"], len(g["lines"]),
+                        {"source": "longest idle gap in the pre-collective window", "rank": g["rank"], "step": step,
+                         "role": role}, values={"gap_us": g["gap_us"]}))
+    return out
 
 
 def _step_rows(steps: pl.DataFrame, rank: int, step_list: list) -> list[Evidence]:
@@ -293,6 +334,7 @@ def _straggler_finding(slow: int, h: pl.DataFrame, late: pl.DataFrame, per: pl.D
     evidence += _kernel_evidence(why["kernel_rows"], "slow", slow, step)
     evidence += _kernel_evidence(why["kernel_rows"], "typical", typical, step)
     if why["cause_class"] == "host_gap":
+        evidence += _gap_evidence(why.get("gap"), step)
         evidence += _step_rows(steps, slow, [step]) + _step_rows(steps, typical, [step])
     metrics = {"rank": slow, "step": step, "typical_rank": typical, "lag_us": round(worst["lag_us"], 3),
                "late_vs_median_us": round(worst["late_vs_median_us"], 3),
@@ -330,8 +372,16 @@ def _cause_text(why: dict) -> str:
              f"{ms(why['extra_compute_us'])} more device work and {ms(why['extra_idle_us'])} more time with no "
              "device work"]
     if why["cause_class"] == "host_gap":
+        g = why.get("gap")
+        where = ""
+        if g and g.get("lines"):
+            unit = "events" if str(g.get("file", "")).endswith((".json", ".json.gz")) else "lines"
+            where = (f" The longest stretch is {ms(g['gap_us'])} with no kernel, between {unit} "
+                     f"{' and '.join(map(str, g['lines']))} of its {'trace' if unit == 'events' else 'kernel file'}"
+                     + (f" (rank {g['typical']['rank']}: {ms(g['typical']['gap_us'])} at the same place)"
+                        if g.get("typical") and g["typical"].get("gap_us") is not None else "") + ".")
         parts.append(" — a host-side gap (the device sat idle waiting for work: dispatch, data loading, "
-                     "synchronisation or Python).")
+                     f"synchronisation or Python).{where}")
     else:
         ks = "; ".join(f"{k['op']} +{k['delta_us'] / 1000:,.2f} ms ({k['how']}: {k['count']} vs "
                        f"{k['typical_count']} launches)" for k in why["kernels"][:3])
