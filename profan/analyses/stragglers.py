@@ -1,16 +1,21 @@
 """Stragglers: which rank arrives last at the collectives, how much the others wait for it, and why it is late.
 
 Per aligned collective (``align.align``) the last-arriving rank is the one with the shortest op; its lateness is
-``median(duration) - its duration``. A rank is flagged at a collective only when it is last *and* its lateness is
-an outlier — above ``mad_z`` robust standard deviations (1.4826 × median absolute deviation of that collective's
-lateness) and above ``min_lag_us`` — so ordinary jitter never names anyone. Per step, a rank whose flagged lateness
-adds up to at least ``min_step_share`` of the step is a straggler.
+``median(duration) - its duration``. A last arrival is an *outlier* only when its lateness is above ``mad_z``
+robust standard deviations (1.4826 × median absolute deviation of that collective's lateness) and above
+``min_lag_us`` — so ordinary jitter never counts. A rank's *hold-up* in a step is, summed over the collectives
+where it is the outlier last arrival, how much later it came than the second-latest rank: the time those
+collectives would have finished sooner without it. A hold-up of at least ``min_step_share`` of the step names the
+rank; the others' extra wait is (members - 1) × that. When the whole cluster is staggered (DLRM: every rank starts
+the first collective at a different time) no single collective shows an outlier, but the rank that is last again
+and again still does at the later ones.
 
-Then the explanation: for each flagged collective, the straggler's pre-collective window (end of its previous
+Then the explanation: for the outlier collectives, the straggler's pre-collective window (end of its previous
 communication op -> start of this one) is compared with a typical rank's. The extra window time splits into extra
 device work (by bucket and kernel, "more kernels" or "slower kernels of the same name") and time with no device
-work at all (a host-side gap: dispatch, data loading, Python). Evidence cites the collective rows and the kernel
-rows on both the slow and the typical rank.
+work at all (a host-side gap: dispatch, data loading, Python), with the longest idle stretch and the rows around it.
+A late rank whose own windows are normal only inherited the delay through an earlier collective (an info note).
+Evidence cites the collective rows and the kernel rows on both the slow and the typical rank.
 """
 
 from __future__ import annotations
