@@ -12,7 +12,7 @@ from profan.analyses import bandwidth, comm, crossrank, imbalance, reconcile, st
 from profan.analyses import boundness as bound
 from profan.analyses import breakdown as bd
 from profan.discover import discover
-from profan.findings import number_findings
+from profan.findings import Finding, number_findings
 from profan.hardware import Hardware
 from profan.hardware import load as load_hardware
 from profan.parallel import load_ranks
@@ -63,7 +63,6 @@ def build_report(ranks: list[RankData], pack: RulePack, *, root: Path, fmt: str,
         *steps.reconcile_findings(ranks, step_tab, pack),
         *imbalance.imbalance_findings(ranks, step_tab, pack),
         *bound.boundness_findings(ranks, bound_tab, pack),
-        *comm.wait_findings(comm_tab, step_tab, pack),
         *comm.transit_quirk_findings(comm_tab, pack),
     ]
     hw = hardware or load_hardware()
@@ -76,6 +75,7 @@ def build_report(ranks: list[RankData], pack: RulePack, *, root: Path, fmt: str,
     findings += xr_findings
     tr_tables, tr_findings, tr_notes = trace_steps.trace_section(ranks, pack)
     findings += tr_findings
+    findings = _drop_superseded(findings)
     all_warnings = list(warnings)
     for r in ranks:
         all_warnings += [f"rank {r.rank}: {w}" for w in r.warnings]
@@ -101,3 +101,10 @@ def build_report(ranks: list[RankData], pack: RulePack, *, root: Path, fmt: str,
     return Report(source=source, findings=number_findings(findings), tables=tables, warnings=all_warnings,
                   notes=notes, meta={"profan": __version__, "rule_files": pack.files,
                                       "hardware_files": hw.files})
+
+
+def _drop_superseded(findings: list[Finding]) -> list[Finding]:
+    """Where communication.json splits a step's exposed communication into transfer and waiting, that finding
+    says everything the plain step_trace one does and more: keep one finding per rank and step, not two."""
+    split = {(f.rank, f.step) for f in findings if f.check == "comm-exposed-split"}
+    return [f for f in findings if not (f.check == "exposed-communication" and (f.rank, f.step) in split)]

@@ -92,11 +92,30 @@ def test_pipeline_stage_imbalance_finding(qwen3_report):
     assert f.metrics["pp_wait_ms"] == {"0": pytest.approx(158.50548, abs=1e-3), "1": pytest.approx(164.05138, abs=1e-3)}
 
 
-def test_exposed_communication_uses_step_trace_row(qwen3_report):
-    f = next(f for f in qwen3_report.findings if f.check == "exposed-communication" and f.rank == 0)
-    assert f.severity == "critical" and f.metrics["share"] == pytest.approx(420174.26 / 810022.25, abs=1e-4)
-    (ev,) = f.evidence
+def test_exposed_communication_one_finding_per_rank_step(qwen3_report):
+    """communication.json splits the exposed time into transfer and waiting; that finding replaces the plain
+    step_trace one (same severity scale), so each rank and step is reported once, citing the step_trace row."""
+    exposed = [f for f in qwen3_report.findings if f.check in ("exposed-communication", "comm-exposed-split")]
+    assert sorted((f.rank, f.step) for f in exposed) == [(0, 13), (1, 13), (2, 13), (3, 13)]
+    f = next(f for f in exposed if f.rank == 0)
+    assert f.check == "comm-exposed-split" and f.severity == "critical"
+    assert f.metrics["exposed_share"] == pytest.approx(420174.26 / 810022.25, abs=1e-4)
+    ev = f.evidence[0]
     assert ev.lines == (2,) and ev.file.endswith("rank_0_ascend_pt/ASCEND_PROFILER_OUTPUT/step_trace_time.csv")
+
+
+def test_exposed_communication_without_communication_json():
+    """Level0 writes no communication.json: the plain step_trace finding stands."""
+    from conftest import ASCEND
+
+    import profan
+
+    report = profan.analyze(ASCEND / "msinsight-alexnet-2rank-2025/level0")
+    f = next(f for f in report.findings if f.check == "exposed-communication" and f.rank == 0)
+    _, rows = raw_rows(ASCEND / "msinsight-alexnet-2rank-2025/level0" / f.evidence[0].file)
+    row = rows[f.evidence[0].lines[0]]
+    share = fnum(row["Communication(Not Overlapped)"]) / (fnum(row["Stage"]) + fnum(row["Bubble"]))
+    assert f.metrics["share"] == pytest.approx(share, abs=1e-4) and f.severity == "critical"
 
 
 def test_cli_json_and_evidence_round_trip(tmp_path):

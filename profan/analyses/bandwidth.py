@@ -410,12 +410,15 @@ def exposed_table(comm: pl.DataFrame, steps: pl.DataFrame) -> pl.DataFrame:
 def exposed_findings(et: pl.DataFrame, pack: RulePack, waited: dict[int, Finding] | None = None) -> list[Finding]:
     """`waited`: per rank, its comm-waited-peer finding (named in the message when the time is waiting)."""
     chk = pack.check("comm-exposed-split")
+    level = pack.check("exposed-communication")  # this finding supersedes the plain one: same severity scale
     out: list[Finding] = []
     if et.is_empty():
         return out
     for row in et.filter(pl.col("exposed_share") >= chk["min_share"]).iter_rows(named=True):
         waiting_dominates = (row["waiting_share_of_comm"] or 0) >= chk["waiting_share"]
-        sev = "warning" if row["exposed_share"] >= chk["warning_share"] and waiting_dominates else "info"
+        share = row["exposed_share"]
+        sev = ("critical" if share >= level["critical_share"] else "warning" if share >= level["warning_share"]
+               else "info")
         verdict = ("mostly waiting for peers, not transfer" if waiting_dominates
                    else "mostly transfer: faster links, fewer bytes or more overlap would help")
         peer = (waited or {}).get(row["rank"]) if waiting_dominates else None

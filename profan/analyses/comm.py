@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import polars as pl
 
-from profan.analyses.common import ms, pct
 from profan.evidence import cite_pointers
 from profan.findings import Finding
 from profan.rankmap import RankData
@@ -75,34 +74,6 @@ def comm_table(ranks: list[RankData]) -> pl.DataFrame:
         pl.when(unknown).then(None)
         .otherwise((pl.col("elapse_ms").fill_null(0) - pl.col("transfer_ms")).clip(lower_bound=0))
         .alias("waiting_ms"))
-
-
-def wait_findings(table: pl.DataFrame, steps: pl.DataFrame, pack: RulePack) -> list[Finding]:
-    chk = pack.check("communication-wait")
-    out: list[Finding] = []
-    if table.is_empty():
-        return out
-    for (rank, step, file), g in table.group_by(["rank", "step", "file"], maintain_order=True):
-        wait = float(g["wait_ms"].fill_null(0).sum())
-        elapse = float(g["elapse_ms"].fill_null(0).sum())
-        step_row = steps.filter((pl.col("rank") == rank) & pl.col("step").eq_missing(step)) \
-            if not steps.is_empty() else pl.DataFrame()
-        step_us = float(step_row["step_us"][0]) if step_row.height else None
-        if not step_us or wait * 1000 / step_us < chk["warning_share"]:
-            continue
-        top = g.sort("wait_ms", descending=True, nulls_last=True)
-        top_txt = ", ".join(f"{o} {w:,.1f} ms" for o, w in top.select("op_name", "wait_ms").head(3).iter_rows())
-        out.append(Finding(
-            check=chk.id, severity="warning", rank=rank, step=step,
-            title=f"Rank {rank}, step {step}: {pct(wait * 1000 / step_us)} of the step waiting inside communication",
-            message=(f"Rank {rank}, step {step}: communication ops wait {wait:,.1f} ms for peers "
-                     f"({pct(wait * 1000 / step_us)} of the {ms(step_us)} step; {elapse:,.1f} ms elapsed in "
-                     f"{g.height} ops). Largest waits: {top_txt}. Waiting is time lost to a later rank or "
-                     "pipeline stage, not to the link."),
-            metrics={"wait_ms": round(wait, 6), "elapse_ms": round(elapse, 6), "step_us": step_us},
-            evidence=(cite_pointers(file, top["pointer"].to_list(), {"source": "communication", "step": step},
-                                    values={"wait_ms": round(wait, 6)}),)))
-    return out
 
 
 def transit_quirk_findings(table: pl.DataFrame, pack: RulePack) -> list[Finding]:

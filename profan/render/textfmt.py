@@ -29,7 +29,23 @@ def locators(ev: dict, limit: int = 8) -> str:
     return text
 
 
-FILTERS = {"ms": fmt_ms, "us": fmt_us, "pct": fmt_pct, "locators": locators}
+def cell(value) -> str:
+    """A table cell in plain text: compact floats, short lists, '—' for missing."""
+    if value is None:
+        return "—"
+    if isinstance(value, bool):
+        return "yes" if value else "no"
+    if isinstance(value, float):
+        return f"{value:,.3f}".rstrip("0").rstrip(".") if abs(value) < 1e15 else f"{value:.6g}"
+    if isinstance(value, list | tuple):
+        shown = ", ".join(cell(v) for v in value[:5])
+        return shown + (f" (+{len(value) - 5})" if len(value) > 5 else "")
+    if isinstance(value, dict):
+        return ", ".join(f"{k}={cell(v)}" for k, v in list(value.items())[:5])
+    return str(value)
+
+
+FILTERS = {"cell": cell, "ms": fmt_ms, "us": fmt_us, "pct": fmt_pct, "locators": locators}
 
 
 # ------------------------------------------------------------------ generic table columns (HTML and Excel)
