@@ -16,6 +16,7 @@ Usage (from the repository root)::
 
     python bench/bench_kernels.py                      # 1.05 GB file in bench/data/, 2 runs each
     python bench/bench_kernels.py --vary-names 500     # many distinct kernel names
+    python bench/bench_kernels.py --unique-names --size-gb 0.3   # one kernel group per row (worst case)
     python bench/bench_kernels.py --size-gb 0.2 --runs 1
 
 Not a test: it takes minutes and its figures depend on the machine. Results are recorded in bench/README.md.
@@ -78,7 +79,10 @@ def build_file(dest: Path, size_gb: float, vary_names: int) -> tuple[int, int]:
         written += len(header) + 1
         while written < target:
             step = b"%d," % (rep + 1)
-            if vary_names:
+            if vary_names < 0:  # every row its own name: as many kernel groups as rows, the worst case
+                block = b"".join(step + h + b"%d" % (rows + i) + t + b"\n"
+                                 for i, (h, t) in enumerate(zip(heads, tails, strict=True)))
+            elif vary_names:
                 sfx = b"%d" % (rep % vary_names)
                 block = b"".join(step + h + sfx + t + b"\n" for h, t in zip(heads, tails, strict=True))
             else:
@@ -113,12 +117,17 @@ def main() -> int:
     ap.add_argument("--size-gb", type=float, default=1.05, help="size of the generated file (default 1.05)")
     ap.add_argument("--vary-names", type=int, default=0, metavar="N",
                     help="suffix kernel names with repetition %% N (default 0: names as in the source)")
+    ap.add_argument("--unique-names", action="store_true",
+                    help="give every row its own kernel name (worst case: one group per row)")
     ap.add_argument("--data-dir", type=Path, default=REPO / "bench" / "data", help="where the big file goes")
     ap.add_argument("--runs", type=int, default=2, help="runs of each command (default 2)")
     ap.add_argument("--only", choices=["profan", "polars"], help="measure only one side")
     args = ap.parse_args()
 
-    tag = f"{args.size_gb:g}gb" + (f"-names{args.vary_names}" if args.vary_names else "")
+    if args.unique_names:
+        args.vary_names = -1
+    tag = f"{args.size_gb:g}gb" + ({0: "", -1: "-unique-names"}.get(args.vary_names) if args.vary_names <= 0
+                                   else f"-names{args.vary_names}")
     root = args.data_dir / tag
     kfile = root / "rank_0_ascend_pt" / "ASCEND_PROFILER_OUTPUT" / "kernel_details.csv"
     t0 = time.perf_counter()
