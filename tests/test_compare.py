@@ -119,3 +119,16 @@ def test_dlrm_two_rank_files_name_the_nccl_difference():
         assert rows and all(r["name"].startswith("ncclKernel") for r in rows)
         sides.setdefault(ev.select["side"], set()).add(ev.file)
     assert sides == {"A": {w7.name}, "B": {w0.name}}
+
+
+def test_runs_profiled_at_different_steps_are_matched_by_order(tmp_path):
+    generate(tmp_path / "a", ranks=4, layers=2, steps=2, first_step=3, seed=1, trace=False)
+    generate(tmp_path / "b", ranks=4, layers=2, steps=2, first_step=10, seed=1, trace=False, slow_kernel="SwiGlu",
+             slow_kernel_factor=3.0)
+    rep = compare(tmp_path / "a", tmp_path / "b")
+    assert rep.source["a"]["steps"] == [3, 4] and rep.source["b"]["steps"] == [10, 11]
+    assert any("by order" in n and "3↔10, 4↔11" in n for n in rep.notes)
+    regs = [f for f in rep.findings if f.title.startswith("Regression")]
+    assert regs and regs[0].metrics["kernels"][0]["op"] == "SwiGlu"
+    steps = rep.tables["compare_steps"]
+    assert steps["a_step"].to_list() == [3, 4] and steps["b_step"].to_list() == [10, 11]
