@@ -220,3 +220,16 @@ def test_tp_partner_of_a_straggler_is_not_blamed(tmp_path_factory):
     spread = [f for f in report.findings if f.check == "compute-imbalance"]
     assert spread and {f.rank for f in spread} == {3}
     assert set(spread[0].metrics["dimensions"]) >= {"dp", "tp"}
+
+
+def test_64_ranks_with_clock_skew(tmp_path_factory):
+    """64 ranks on 8 nodes whose clocks disagree by up to 2 ms: the straggler is still found, and nobody else."""
+    _root, truth, report = _run(tmp_path_factory, "r64", ranks=64, layers=2, steps=1, seed=7, trace=False,
+                                straggler_rank=41, straggler_op="GroupedMatmul", straggler_extra_us=6000.0,
+                                clock_skew_us=2000.0)
+    found = _named(report, "straggler")
+    assert [f.rank for f in found] == [41]
+    assert found[0].metrics["cause_class"] == "compute"
+    assert found[0].metrics["kernels"][0]["op"] == "GroupedMatmul"
+    assert found[0].metrics["lag_us"] == pytest.approx(truth["straggler"]["extra_us_per_step"], rel=0.10)
+    assert report.tables["straggler_ranks"]["rank"].n_unique() == 64
