@@ -25,7 +25,8 @@ from profan.discover import discover
 from profan.errors import ProfanInputError
 from profan.evidence import MAX_CITED, Evidence, cite_events, cite_lines
 from profan.findings import Finding, number_findings
-from profan.rankmap import RankData, load_rank
+from profan.parallel import load_ranks
+from profan.rankmap import RankData
 from profan.report import Report
 from profan.rulepack import RulePack, load
 
@@ -66,11 +67,8 @@ def _load(path: Path, pack: RulePack, only: list[int] | None, say) -> tuple[Path
         if missing:
             raise ProfanInputError(path, f"no rank {', '.join(map(str, missing))} here (ranks: "
                                          f"{', '.join(str(r.rank) for r in disc.ranks)})")
-    out = []
-    for rs in ranks:
-        say(f"reading {path} rank {rs.rank}")
-        out.append(load_rank(rs, disc.root, pack))
-    return _base(disc.root), out
+    say(f"reading {len(ranks)} rank(s) of {path}")
+    return _base(disc.root), load_ranks(ranks, disc.root, pack, None, say)
 
 
 def _common_root(a: Path, b: Path) -> Path:
