@@ -23,8 +23,8 @@ from profan.sources import (
     ascend_kernels,
     ascend_matrix,
     ascend_meta,
-    ascend_packets,
     ascend_opstat,
+    ascend_packets,
     ascend_steps,
 )
 
@@ -50,8 +50,8 @@ class RankData:
     metadata: ascend_meta.Metadata | None = None
     collectives: pl.DataFrame | None = None  # communication ops in order, with group/seq (profan.collectives)
     windows: pl.DataFrame | None = None  # kernels in each op's pre-collective window (profan.collectives)
-    # Where `groups.lines` point: "lines" (CSV line numbers of files[kernel_file]) or "events" (chrome-trace event
     op_stats: pl.DataFrame | None = None  # op_statistic.csv rows, for cross-checking kernel rows
+    # Where `groups.lines` point: "lines" (CSV line numbers of files[kernel_file]) or "events" (chrome-trace event
     # indexes, for Kineto traces). Analyses cite kernel evidence through analyses.common.cite_kernels.
     kernel_locator: str = "lines"
     kernel_file: str = "kernel_details"
@@ -154,6 +154,18 @@ def _reduce_rows(lf: pl.LazyFrame, kf: ascend_kernels.KernelFile, pipes: list[st
     return _merge(parts, pipes), state["rows"], state["bad"]
 
 
+def _classify_distinct(groups: pl.DataFrame, rules: list) -> pl.DataFrame:
+    """`classify` on the distinct values of the fields the rules read, joined back: the same bucket and rule for
+    every group, with the regex chain run over a few hundred kernels instead of one row per (step, kernel)."""
+    fields = sorted({f for r in rules for f in r.match})
+    if not fields or groups.is_empty():
+        return classify(groups, rules)
+    kinds = groups.select(fields).unique()
+    if kinds.height * 4 > groups.height:  # names nearly unique per group: a join would cost more than it saves
+        return classify(groups, rules)
+    return groups.join(classify(kinds, rules), on=fields, how="left", nulls_equal=True, maintain_order="left")
+
+
 def reduce_kernels(path: Path, pack: RulePack, rules_for: str = "ascend") -> tuple[pl.DataFrame, dict, str, bool]:
     """Stream a kernel file once: (classified groups, counts, header variant, has pipe ratios)."""
     kf = ascend_kernels.inspect(path)
@@ -170,7 +182,7 @@ def reduce_kernels(path: Path, pack: RulePack, rules_for: str = "ascend") -> tup
         # A quoted field holds a line break: map record index -> true physical line, then redo the reduction.
         lf = ascend_kernels.with_exact_lines(kf, lf, n_rows)
         groups, _, _ = _reduce_rows(lf, kf, pipes)
-    groups = classify(groups, pack.rules_for(rules_for))
+    groups = _classify_distinct(groups, pack.rules_for(rules_for))
     counts = {"rows": n_rows, "skipped": n_bad}
     return groups, counts, kf.variant, kf.has_pipe_ratios
 
@@ -202,9 +214,6 @@ def load_rank(rs: RankSource, root: Path, pack: RulePack) -> RankData:
             rd.rows_skipped["kernel_details"] = counts["skipped"]
             rd.warnings.append(f"{rd.files['kernel_details']}: skipped {counts['skipped']} of {counts['rows']} "
                                "rows whose start time or duration is not a number")
-    if "step_trace_time" in rs.files:
-        steps, skipped = ascend_steps.read(rs.files["step_trace_time"])
-        rd.steps = steps
     if "op_statistic" in rs.files:
         stats, skipped = ascend_opstat.read(rs.files["op_statistic"])
         rd.op_stats = stats
@@ -212,6 +221,9 @@ def load_rank(rs: RankSource, root: Path, pack: RulePack) -> RankData:
         if skipped:
             rd.rows_skipped["op_statistic"] = skipped
             rd.warnings.append(f"{rd.files['op_statistic']}: skipped {skipped} unreadable rows")
+    if "step_trace_time" in rs.files:
+        steps, skipped = ascend_steps.read(rs.files["step_trace_time"])
+        rd.steps = steps
         rd.rows_read["step_trace_time"] = steps.height + skipped
         if skipped:
             rd.rows_skipped["step_trace_time"] = skipped
