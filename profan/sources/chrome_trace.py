@@ -237,40 +237,50 @@ def split_events(path: Path, buf: bytes | bytearray) -> tuple[memoryview, str, d
 _SEP = re.compile(rb"\}\s*,\s*\{")
 
 
-def event_chunks(path: Path, arr: memoryview) -> Iterator[list[msgspec.Raw]]:
-    """The events as raw spans, about ``CHUNK_BYTES`` of text at a time, so only one chunk of spans is alive.
-
-    A chunk ends at a ``}`` followed by ``,`` and ``{``. Such a spot can also lie inside a string or a nested
-    value; then the piece is not a valid sequence of JSON values and decoding it fails — so a piece that decodes
-    is exactly a run of consecutive elements, and the pieces together are the array.
-    """
-    lo = 1  # arr starts at '['
+def _array_end(arr: memoryview) -> int:
     hi = len(arr) - 1
-    while hi > lo and arr[hi] != ord("]"):
+    while hi > 1 and arr[hi] != ord("]"):
         hi -= 1
-    pos = lo
+    return hi
+
+
+def _exact_chunk(path: Path, arr: memoryview, pos: int, hi: int) -> tuple[bytes, int]:
+    """About ``CHUNK_BYTES`` of events from ``pos`` as NDJSON (one element per line), and where the next begins.
+
+    A chunk ends at a ``}`` followed by ``,`` and ``{``. Such a spot can also lie inside a string or a nested value;
+    then the piece is not a valid sequence of JSON values and msgspec refuses it, and the piece is extended to the
+    next separator. So a piece that decodes is exactly a run of whole elements, and the pieces are the array.
+    msgspec only records each element's byte span here (``list[msgspec.Raw]``): no Python object per event.
+    """
+    search = pos + CHUNK_BYTES
+    while True:
+        m = _SEP.search(arr, search, hi) if search < hi else None
+        cut, nxt = (m.start() + 1, m.end() - 1) if m is not None else (hi, hi)
+        try:
+            raws = _ARRAY.decode(b"[" + arr[pos:cut] + b"]")
+            return b"\n".join(raws), nxt
+        except msgspec.DecodeError as exc:
+            if m is None:  # the piece runs to the end of the array: the JSON itself is bad
+                raise _decode_error(path, exc) from None
+            search = m.end()
+
+
+def event_chunks(path: Path, arr: memoryview) -> Iterator[tuple[bytes, pl.DataFrame]]:
+    """(NDJSON text, core table) per chunk of the event array; one line and one row per element, in order."""
+    pos, hi = 1, _array_end(arr)  # arr starts at '['
     while pos < hi:
-        search = pos + CHUNK_BYTES
-        while True:
-            cut, nxt = hi, hi
-            m = _SEP.search(arr, search, hi) if search < hi else None
-            if m is not None:
-                cut, nxt = m.start() + 1, m.end() - 1
-            try:
-                raws = _ARRAY.decode(b"[" + arr[pos:cut] + b"]")
-                break
-            except msgspec.DecodeError as exc:
-                if m is None:  # the piece runs to the end of the array: the JSON itself is bad
-                    raise _decode_error(path, exc) from None
-                search = m.end()  # the separator lay inside a string or nested value: take the next one
-        yield raws
+        text, nxt = _exact_chunk(path, arr, pos, hi)
+        if text:
+            yield text, _ndjson_text(text, _CORE_SCHEMA)
         pos = nxt
 
 
-def _ndjson(raws: list[msgspec.Raw], schema: dict) -> pl.DataFrame:
-    df = pl.read_ndjson(b"\n".join(raws), schema=schema)
-    if df.height != len(raws):  # a non-object element (e.g. null) would shift indexes: refuse rather than lie
-        raise ValueError(f"parsed {df.height} of {len(raws)} events")
+def _ndjson_text(text: bytes, schema: dict) -> pl.DataFrame:
+    """Parse NDJSON whose lines are whole events; a line that is not an object is refused, never skipped."""
+    df = pl.read_ndjson(text, schema=schema)
+    lines = text.count(b"\n") + 1
+    if df.height != lines:
+        raise ValueError(f"parsed {df.height} of {lines} events")
     return df
 
 
@@ -325,16 +335,15 @@ def parse(path: Path, keep: pl.Expr | None = None) -> Trace:
     parts, details = [], []
     offset = 0
     try:
-        for raws in event_chunks(path, arr):
-            if not raws:
-                continue
-            core = _core(_ndjson(raws, _CORE_SCHEMA), offset).filter(keep)
+        for text, df in event_chunks(path, arr):
+            core = _core(df, offset).filter(keep)
             want = core.filter(needs_detail())["event_idx"]
             if want.len():
-                local = (want - offset).to_list()
-                details.append(_details(_ndjson([raws[i] for i in local], _DETAIL_SCHEMA[layout]), want))
+                lines = text.split(b"\n")
+                sub = b"\n".join([lines[i] for i in (want - offset).to_list()])
+                details.append(_details(_ndjson_text(sub, _DETAIL_SCHEMA[layout]), want))
             parts.append(core)
-            offset += len(raws)
+            offset += df.height
     except (ValueError, pl.exceptions.PolarsError) as exc:
         raise ProfanInputError(path, f"events are not JSON objects of the chrome-trace shape: "
                                      f"{str(exc).splitlines()[0]}") from None
