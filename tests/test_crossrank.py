@@ -107,6 +107,9 @@ def test_host_gap_straggler_found_despite_clock_skew(gap_straggler):
     for lag in f.metrics["lag_us_per_step"].values():
         assert lag == pytest.approx(gt["extra_us_per_step"], rel=0.10)
     assert "host-side gap" in f.message
+    # HCCL's own Wait Time on the 15 peers agrees with the wait computed from arrivals
+    assert f.metrics["peers_recorded_wait_us"] == pytest.approx(15 * gt["extra_us_per_step"], rel=0.10)
+    assert f.metrics["peers_recorded_wait_us"] == pytest.approx(f.metrics["caused_wait_us"], rel=0.05)
     # the two kernel rows around the gap: their timestamps are the injected gap apart on the slow rank only
     gap = {ev.select["role"]: ev for ev in f.evidence if ev.select.get("source", "").startswith("longest idle gap")}
     assert set(gap) == {"slow", "typical"}

@@ -17,6 +17,7 @@ from profan.sources.ascend_meta import double_hash
 
 ALIGNED_SCHEMA = {"step": pl.Int64, "group": pl.Utf8, "group_name": pl.Utf8, "seq": pl.Int64, "rank": pl.Int64,
                   "name": pl.Utf8, "start_us": pl.Float64, "dur_us": pl.Float64, "end_us": pl.Float64,
+                  "wait_us": pl.Float64,  # the source's own wait figure (communication.json), when it has one
                   "lateness_us": pl.Float64, "members": pl.Int64, "present": pl.Int64, "start_spread_us": pl.Float64,
                   "end_spread_us": pl.Float64, "cid": pl.Int64, "file": pl.Utf8, "loc_kind": pl.Utf8,
                   "loc": pl.Int64, "pointer": pl.Utf8, "kfile": pl.Utf8, "kline": pl.Int64}

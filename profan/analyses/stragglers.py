@@ -312,6 +312,11 @@ def _straggler_finding(slow: int, h: pl.DataFrame, late: pl.DataFrame, per: pl.D
         clock_txt = (f" At {_ordinal_list([top['seq']])} ({top['name'].split('(')[0][:60]}) it starts "
                      f"{ms(top['start_lag_us'])} "
                      f"after the earliest rank while all ranks end within {top['end_spread_us']:,.0f} µs.")
+    peers_at = late.join(picked.select(KEY), on=KEY, how="semi").filter(pl.col("rank") != slow)
+    recorded = peers_at["wait_us"].drop_nulls()
+    recorded_txt = (f" The profiler itself records {ms(float(recorded.sum()))} of wait on the peers at "
+                    f"{'that collective' if picked.height == 1 else f'those {picked.height} collectives'} "
+                    "(Wait Time in communication.json)." if recorded.len() else "")
     others = per.filter(pl.col("step").eq_missing(step) & (pl.col("rank") != slow) & ~pl.col("straggler"))
     also = late.filter(pl.col("step").eq_missing(step) & pl.col("is_last")
                        & (pl.col("lateness_us") >= chk["min_lag_us"]) & pl.col("rank").is_in(others["rank"].implode()))
@@ -327,7 +332,7 @@ def _straggler_finding(slow: int, h: pl.DataFrame, late: pl.DataFrame, per: pl.D
                f"holds them up by {ms(worst['lag_us'])} in total after the second-latest rank"
                + (f" ({100 * share:.1f}% of the step)" if share is not None else "")
                + f".{clock_txt} Peers wait {ms(worst['peers_wait_us'])} inside the collectives it is last at "
-               f"(summed over the peers), {ms(worst['caused_wait_us'])} of which only because of it. "
+               f"(summed over the peers), {ms(worst['caused_wait_us'])} of which only because of it.{recorded_txt} "
                f"Compared with rank {typical} (typical): {_cause_text(why)}{steps_txt}{also_txt}")
     evidence: list[Evidence] = []
     sel = {"source": "aligned collectives", "step": step, "straggler": slow}
@@ -348,6 +353,7 @@ def _straggler_finding(slow: int, h: pl.DataFrame, late: pl.DataFrame, per: pl.D
                "times_last": int(worst["times_last"]), "last_at": sorted(int(x) + 1 for x in last_rows["seq"]),
                "collectives": n_coll, "peers_wait_us": round(worst["peers_wait_us"], 3),
                "caused_wait_us": round(worst["caused_wait_us"], 3), "step_share": round(share, 4) if share else None,
+               "peers_recorded_wait_us": round(float(recorded.sum()), 3) if recorded.len() else None,
                "worst_start_lag_us": round(top["start_lag_us"], 3), "worst_end_spread_us": top["end_spread_us"],
                "also_last": {str(rk): sorted(int(x) + 1 for x in g["seq"]) for (rk,), g in
                              also.group_by(["rank"])} if also.height else {},
