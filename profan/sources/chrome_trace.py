@@ -27,7 +27,7 @@ import polars as pl
 
 from profan.errors import ProfanInputError
 
-CHUNK_BYTES = 32 << 20  # event-array text per chunk: bounds the per-chunk spans, NDJSON copy and parse
+CHUNK_BYTES = 24 << 20  # event-array text per chunk: bounds the per-chunk spans, NDJSON copy and parse
 BLOCK = 16 << 20  # read/decompress block
 _FLATTEN = bytes.maketrans(b"\r\n", b"  ")  # raw line breaks are only whitespace in valid JSON
 
@@ -244,7 +244,7 @@ def _array_end(arr: memoryview) -> int:
     return hi
 
 
-def _exact_chunk(path: Path, arr: memoryview, pos: int, hi: int) -> tuple[bytes, int]:
+def _exact_chunk(path: Path, arr: memoryview, pos: int, hi: int) -> tuple[list[msgspec.Raw], int]:
     """About ``CHUNK_BYTES`` of events from ``pos`` as NDJSON (one element per line), and where the next begins.
 
     A chunk ends at a ``}`` followed by ``,`` and ``{``. Such a spot can also lie inside a string or a nested value;
@@ -257,21 +257,20 @@ def _exact_chunk(path: Path, arr: memoryview, pos: int, hi: int) -> tuple[bytes,
         m = _SEP.search(arr, search, hi) if search < hi else None
         cut, nxt = (m.start() + 1, m.end() - 1) if m is not None else (hi, hi)
         try:
-            raws = _ARRAY.decode(b"[" + arr[pos:cut] + b"]")
-            return b"\n".join(raws), nxt
+            return _ARRAY.decode(b"[" + arr[pos:cut] + b"]"), nxt
         except msgspec.DecodeError as exc:
             if m is None:  # the piece runs to the end of the array: the JSON itself is bad
                 raise _decode_error(path, exc) from None
             search = m.end()
 
 
-def event_chunks(path: Path, arr: memoryview) -> Iterator[tuple[bytes, pl.DataFrame]]:
-    """(NDJSON text, core table) per chunk of the event array; one line and one row per element, in order."""
+def event_chunks(path: Path, arr: memoryview) -> Iterator[tuple[list[msgspec.Raw], pl.DataFrame]]:
+    """(element spans, core table) per chunk of the event array; one row per element, in order."""
     pos, hi = 1, _array_end(arr)  # arr starts at '['
     while pos < hi:
-        text, nxt = _exact_chunk(path, arr, pos, hi)
-        if text:
-            yield text, _ndjson_text(text, _CORE_SCHEMA)
+        raws, nxt = _exact_chunk(path, arr, pos, hi)
+        if raws:
+            yield raws, _ndjson_text(b"\n".join(raws), _CORE_SCHEMA)
         pos = nxt
 
 
@@ -335,12 +334,11 @@ def parse(path: Path, keep: pl.Expr | None = None) -> Trace:
     parts, details = [], []
     offset = 0
     try:
-        for text, df in event_chunks(path, arr):
+        for raws, df in event_chunks(path, arr):
             core = _core(df, offset).filter(keep)
             want = core.filter(needs_detail())["event_idx"]
             if want.len():
-                lines = text.split(b"\n")
-                sub = b"\n".join([lines[i] for i in (want - offset).to_list()])
+                sub = b"\n".join([raws[i] for i in (want - offset).to_list()])
                 details.append(_details(_ndjson_text(sub, _DETAIL_SCHEMA[layout]), want))
             parts.append(core)
             offset += df.height
