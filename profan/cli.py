@@ -39,6 +39,9 @@ def analyze(
     quiet: Annotated[bool, typer.Option("--quiet", "-q", help="No progress on stderr.")] = False,
     hardware: Annotated[Path | None, typer.Option(
         "--hardware", help="TOML file of link-bandwidth priors / the device, on top of rules/hardware.")] = None,
+    jobs: Annotated[int | None, typer.Option(
+        "--jobs", "-j", help="Processes reading ranks (1 = sequential, 0 = one per core); default PROFAN_JOBS or 1.")
+    ] = None,
     brief: Annotated[bool, typer.Option(
         "--brief", help="Compact JSON (< 8 KB) on stdout: summary and top findings with evidence locators. "
                         "With -o, the full report (--format, default json) is written there too.")] = False,
@@ -56,7 +59,7 @@ def analyze(
         raise typer.Exit(EXIT_BAD_INPUT)
     if fmt in ("html", "xlsx") and out is None and not brief:
         out = Path(f"report.{fmt}")
-    report = run(path, rules=rules or [], progress=_progress(quiet), hardware=hardware)
+    report = run(path, rules=rules or [], progress=_progress(quiet), hardware=hardware, jobs=jobs)
     if brief:
         if out is not None:
             render(report, fmt, out)
@@ -213,7 +216,7 @@ def compare(
     a: Annotated[Path, typer.Argument(help="Side A: a rank file/folder, a run directory, or (with --ranks) the job.")],
     b: Annotated[Path | None, typer.Argument(help="Side B: the same kind of path as A.")] = None,
     ranks: Annotated[str | None, typer.Option("--ranks", help="Two ranks of directory A to compare, e.g. 0,7.")] = None,
-    fmt: Annotated[str, typer.Option("--format", "-f", help="md | json")] = "md",
+    fmt: Annotated[str, typer.Option("--format", "-f", help="md | json | html | xlsx")] = "md",
     out: Annotated[Path | None, typer.Option("--output", "-o", help="Write here instead of stdout.")] = None,
     rules: Annotated[list[Path] | None, typer.Option("--rules", help="Extra rule file(s), tried first.")] = None,
     quiet: Annotated[bool, typer.Option("--quiet", "-q", help="No progress on stderr.")] = False,
@@ -223,12 +226,15 @@ def compare(
 ) -> None:
     """Compare two ranks of one job or two runs: step totals, bucket and kernel deltas (B minus A), with rows."""
     from profan.compare import compare as run_compare
+    from profan.render import FORMATS, render
     from profan.render.compare_markdown import render_compare_markdown
     from profan.render.json_report import render_json
 
-    if fmt not in ("md", "json"):
-        _err(f"unknown format {fmt!r}; compare writes md or json")
+    if fmt not in FORMATS:
+        _err(f"unknown format {fmt!r}; use one of {', '.join(FORMATS)}")
         raise typer.Exit(EXIT_BAD_INPUT)
+    if fmt in ("html", "xlsx") and out is None:
+        out = Path(f"compare.{fmt}")
     pair = None
     if ranks is not None:
         try:
@@ -248,7 +254,7 @@ def compare(
             "save the comparison with --format json -o report.json, then "
             "profan evidence report.json FINDING_ID --format json"))
         return
-    text = (render_json if fmt == "json" else render_compare_markdown)(report, out)
+    text = render_compare_markdown(report, out) if fmt == "md" else render(report, fmt, out)
     if text is not None:
         sys.stdout.write(text if text.endswith("\n") else text + "\n")
     elif not quiet:

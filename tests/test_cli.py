@@ -103,7 +103,7 @@ def test_bad_input_is_one_line(tmp_path):
 @pytest.mark.parametrize(("args", "needle"), [
     (["analyze", str(QWEN3), "-f", "pdf"], "unknown format 'pdf'"),
     (["analyze", str(QWEN3), "--fail-on", "info"], "--fail-on takes 'warning' or 'critical'"),
-    (["analyze", str(QWEN3), "--bogus"], "No such option: --bogus (see 'profan analyze --help')"),
+    (["analyze", str(QWEN3), "--xyzzy"], "No such option: --xyzzy (see 'profan analyze --help')"),
     (["analyze"], "Missing argument"),
     (["evidence", str(QWEN3), "F9999"], "no finding F9999 (report has F1, F2"),
     (["evidence", str(QWEN3), "F1", "-f", "xml"], "unknown format 'xml'; use text or json"),

@@ -41,7 +41,7 @@ def top_kernels(ranks: list[RankData], per_bucket: int = 5) -> pl.DataFrame:
              .agg(pl.col("time_us").sum(), pl.col("count").sum(), pl.col("max_us").max(),
                   pl.col("name").first(), pl.col("core").first(), pl.col("rule_id").first()))
         lines = (r.groups.select(*keys, "lines", "line_durs").explode(["lines", "line_durs"])
-                 .group_by(keys).agg(pl.col("lines").top_k_by("line_durs", 5)))
+                 .group_by(keys).agg(pl.col("lines").top_k_by(["line_durs", "lines"], 5, reverse=[False, True])))
         g = g.join(lines, on=keys, how="left", nulls_equal=True)
         g = g.with_columns((pl.col("time_us") / pl.col("time_us").sum().over("step", "bucket"))
                            .alias("share_of_bucket"))

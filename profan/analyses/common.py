@@ -23,7 +23,8 @@ def top_lines(groups: pl.DataFrame, k: int) -> list[int]:
     if groups.is_empty():
         return []
     ex = groups.select("lines", "line_durs").explode(["lines", "line_durs"]).drop_nulls()
-    return ex.sort("line_durs", descending=True).head(k)["lines"].to_list()
+    # ties broken by the earlier line, so the cited rows do not depend on thread scheduling
+    return ex.sort(["line_durs", "lines"], descending=[True, False]).head(k)["lines"].to_list()
 
 
 def fmt_ranks(ranks: list[int]) -> str:
