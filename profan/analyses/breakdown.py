@@ -53,39 +53,66 @@ def top_kernels(ranks: list[RankData], per_bucket: int = 5) -> pl.DataFrame:
                                    "time_us", "max_us", "share_of_bucket", "rule_id", "lines")
 
 
-def _step_select(step: int | None, **kw) -> dict:
-    return {"source": "kernel_details", "step": step, **kw}
-
-
 def step_breakdown_findings(ranks: list[RankData], pack: RulePack) -> list[Finding]:
+    """Where each rank's kernel time went: one finding per step for a few steps, else one over all steps.
+
+    A long capture (hundreds of steps) would otherwise bury the report in near-identical per-step findings; the
+    per-step numbers stay in the ``breakdown`` table and the all-steps finding gives their range.
+    """
     chk = pack.check("step-breakdown")
     out: list[Finding] = []
     for r in _kernel_ranks(ranks):
-        for (step,), g in r.groups.group_by(["step"], maintain_order=True):
-            total = float(g["time_us"].sum())
-            if total <= 0:
-                continue
-            per_bucket = (g.group_by("bucket").agg(pl.col("time_us").sum(), pl.col("count").sum())
-                          .sort("time_us", descending=True))
-            evidence, parts, metrics = [], [], {"device_time_us": round(total, 3)}
-            for b, t, n in per_bucket.iter_rows():
-                share = t / total
-                metrics[f"{b}_us"] = round(t, 3)
-                metrics[f"{b}_share"] = round(share, 4)
-                if share < chk["min_share"] and b != UNCLASSIFIED:
-                    continue
-                parts.append(f"{b} {pct(share)}")
-                evidence.append(cite_kernels(r, g.filter(pl.col("bucket") == b), int(n),
-                                             _step_select(step, bucket=b), values={"time_us": round(t, 3)}))
-            step_txt = (f"step {step}" if step is not None else "outside any ProfilerStep"
-                        if r.info.get("steps") else "the profile (no steps)")
-            out.append(Finding(
-                check=chk.id, severity="info", rank=r.rank, step=step,
-                title=f"Rank {r.rank}, {step_txt}: {parts[0] if parts else ''} of summed kernel time",
-                message=(f"Rank {r.rank}, {step_txt}: {ms(total)} of summed kernel time — "
-                         + ", ".join(parts) + "."),
-                metrics=metrics, evidence=tuple(evidence)))
+        steps = r.groups["step"].unique()
+        if steps.len() <= chk["per_step_max"]:
+            for (step,), g in r.groups.group_by(["step"], maintain_order=True):
+                step_txt = (f"step {step}" if step is not None else "outside any ProfilerStep"
+                            if r.info.get("steps") else "the profile (no steps)")
+                f = _breakdown_finding(r, g, chk, step, step_txt, {"step": step})
+                if f is not None:
+                    out.append(f)
+            continue
+        known = steps.drop_nulls().sort()
+        span = f"{known.len():,} steps ({known[0]}–{known[-1]})"
+        f = _breakdown_finding(r, r.groups, chk, None, span, {}, _share_ranges(r.groups))
+        if f is not None:
+            out.append(f)
     return out
+
+
+def _share_ranges(groups: pl.DataFrame) -> dict[str, tuple[float, float]]:
+    """Per bucket, the lowest and highest share it takes of a step (steps where it is absent count as 0)."""
+    per = groups.group_by("step", "bucket").agg(pl.col("time_us").sum())
+    per = per.with_columns((pl.col("time_us") / pl.col("time_us").sum().over("step")).alias("share"))
+    wide = per.pivot(on="bucket", index="step", values="share").fill_null(0.0)
+    return {b: (float(wide[b].min()), float(wide[b].max())) for b in wide.columns if b != "step"}
+
+
+def _breakdown_finding(r: RankData, g: pl.DataFrame, chk, step: int | None, scope: str, select: dict,
+                       ranges: dict[str, tuple[float, float]] | None = None) -> Finding | None:
+    total = float(g["time_us"].sum())
+    if total <= 0:
+        return None
+    per_bucket = (g.group_by("bucket").agg(pl.col("time_us").sum(), pl.col("count").sum())
+                  .sort("time_us", descending=True))
+    evidence, parts, metrics = [], [], {"device_time_us": round(total, 3)}
+    for b, t, n in per_bucket.iter_rows():
+        share = t / total
+        metrics[f"{b}_us"] = round(t, 3)
+        metrics[f"{b}_share"] = round(share, 4)
+        if share < chk["min_share"] and b != UNCLASSIFIED:
+            continue
+        rng = ""
+        if ranges and b in ranges:
+            lo, hi = ranges[b]
+            rng = f" (per step {pct(lo)}–{pct(hi)})"
+        parts.append(f"{b} {pct(share)}{rng}")
+        evidence.append(cite_kernels(r, g.filter(pl.col("bucket") == b), int(n), {**select, "bucket": b},
+                                     values={"time_us": round(t, 3)}))
+    return Finding(
+        check=chk.id, severity="info", rank=r.rank, step=step,
+        title=f"Rank {r.rank}, {scope}: {parts[0].split(' (')[0] if parts else ''} of summed kernel time",
+        message=f"Rank {r.rank}, {scope}: {ms(total)} of summed kernel time — " + ", ".join(parts) + ".",
+        metrics=metrics, evidence=tuple(evidence))
 
 
 def coverage_findings(ranks: list[RankData], pack: RulePack) -> list[Finding]:

@@ -1,0 +1,51 @@
+"""A capture of many steps gets one breakdown finding per rank (per-step numbers stay in the table), and its
+evidence still covers every row it sums."""
+
+from __future__ import annotations
+
+import shutil
+
+import polars as pl
+import pytest
+from conftest import QWEN3, fnum, raw_rows
+
+import profan
+from profan.drill import select_kernel_rows
+
+STEPS = 6
+
+
+@pytest.fixture(scope="module")
+def six_steps(tmp_path_factory):
+    """Rank 0 of the real Qwen3 set with its step 13 repeated as steps 1–6 (line numbers shift, values repeat)."""
+    root = tmp_path_factory.mktemp("steps")
+    rank = root / "rank_0_ascend_pt"
+    shutil.copytree(QWEN3 / "rank_0_ascend_pt", rank)
+    kd = rank / "ASCEND_PROFILER_OUTPUT/kernel_details.csv"
+    header, *rows = kd.read_text().splitlines(keepends=True)
+    out = [header]
+    for k in range(1, STEPS + 1):
+        for row in rows:
+            assert row.startswith("13,")
+            out.append(f"{k}," + row[3:])
+    kd.write_text("".join(out))
+    return root
+
+
+def test_one_breakdown_finding_over_all_steps(six_steps):
+    report = profan.analyze(six_steps)
+    (f,) = [f for f in report.findings if f.check == "step-breakdown"]
+    assert f.step is None and f"{STEPS} steps (1–{STEPS})" in f.message
+    assert report.breakdown["step"].n_unique() == STEPS  # per-step numbers are in the table
+    _, rows = raw_rows(six_steps / "rank_0_ascend_pt/ASCEND_PROFILER_OUTPUT/kernel_details.csv")
+    comm = [n for n, r in rows.items() if r["Accelerator Core"] == "COMMUNICATION"]
+    ev = next(e for e in f.evidence if e.select.get("bucket") == "communication")
+    assert "step" not in ev.select and ev.row_count == len(comm) == 15 * STEPS
+    assert ev.values["time_us"] == pytest.approx(sum(fnum(rows[n]["Duration(us)"]) for n in comm), rel=1e-9)
+    sel = select_kernel_rows(six_steps, ev.file, ev.select)
+    assert sorted(sel["src_line"].to_list()) == comm
+    # the largest rows are cited, and they are rows of that bucket
+    assert set(ev.lines) <= set(comm)
+    assert f.metrics["communication_share"] == pytest.approx(
+        report.breakdown.filter(pl.col("bucket") == "communication")["time_us"].sum()
+        / report.breakdown["time_us"].sum(), abs=1e-4)
