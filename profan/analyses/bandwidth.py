@@ -15,7 +15,7 @@ from __future__ import annotations
 import polars as pl
 
 from profan.analyses import hccl_planes, nccl
-from profan.analyses.common import ms, pct
+from profan.analyses.common import ms, pct, severity
 from profan.evidence import cite_lines, cite_pointers
 from profan.findings import Finding
 from profan.hardware import Hardware
@@ -417,8 +417,7 @@ def exposed_findings(et: pl.DataFrame, pack: RulePack, waited: dict[int, Finding
     for row in et.filter(pl.col("exposed_share") >= chk["min_share"]).iter_rows(named=True):
         waiting_dominates = (row["waiting_share_of_comm"] or 0) >= chk["waiting_share"]
         share = row["exposed_share"]
-        sev = ("critical" if share >= level["critical_share"] else "warning" if share >= level["warning_share"]
-               else "info")
+        sev = severity(share, level) or "info"
         verdict = ("mostly waiting for peers, not transfer" if waiting_dominates
                    else "mostly transfer: faster links, fewer bytes or more overlap would help")
         peer = (waited or {}).get(row["rank"]) if waiting_dominates else None

@@ -18,6 +18,15 @@ def pct(x: float | None) -> str:
     return "n/a" if x is None else f"{100 * x:.1f}%"
 
 
+def severity(value: float, chk, kind: str = "share") -> str | None:
+    """'critical' / 'warning' when `value` reaches the check's critical_<kind> / warning_<kind>, else None."""
+    if value >= chk[f"critical_{kind}"]:
+        return "critical"
+    if value >= chk[f"warning_{kind}"]:
+        return "warning"
+    return None
+
+
 def top_lines(groups: pl.DataFrame, k: int) -> list[int]:
     """The k largest rows (by duration) across kernel groups, largest first."""
     if groups.is_empty():

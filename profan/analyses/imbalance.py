@@ -10,7 +10,7 @@ import statistics
 
 import polars as pl
 
-from profan.analyses.common import fmt_ranks, ms
+from profan.analyses.common import fmt_ranks, ms, severity
 from profan.evidence import Evidence, cite_lines, cite_pointers, make_pointer
 from profan.findings import Finding
 from profan.rankmap import RankData
@@ -45,14 +45,6 @@ def _pp_wait(r: RankData, group: ParallelGroup, step: int | None) -> tuple[float
         ops = ops.filter(pl.col("step") == step)
     ops = ops.sort("wait_ms", descending=True, nulls_last=True)
     return float(ops["wait_ms"].fill_null(0).sum()), ops["pointer"].to_list()
-
-
-def _severity(ratio: float, chk) -> str | None:
-    if ratio >= chk["critical_ratio"]:
-        return "critical"
-    if ratio >= chk["warning_ratio"]:
-        return "warning"
-    return None
 
 
 def imbalance_findings(ranks: list[RankData], steps: pl.DataFrame, pack: RulePack) -> list[Finding]:
@@ -107,7 +99,7 @@ def _pp_finding(step, s, stage, source, by_rank, pack) -> Finding | None:
     hi = per.sort("mean_us", descending=True).row(0, named=True)
     lo = per.sort("mean_us").row(0, named=True)
     ratio = hi["mean_us"] / lo["mean_us"] if lo["mean_us"] else float("inf")
-    sev = _severity(ratio, chk)
+    sev = severity(ratio, chk, "ratio")
     if sev is None:
         return None
     evidence = _step_evidence(s)
@@ -154,7 +146,7 @@ def _spread_finding(step, s, pack, scope: str | None = None, dims: list[str] | N
     if not med:
         return None
     ratio = top["computing_us"] / med
-    sev = _severity(ratio, chk)
+    sev = severity(ratio, chk, "ratio")
     if sev is None:
         return None
     where = f" of {scope}" if scope else ""

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import polars as pl
 
-from profan.analyses.common import cite_kernels, ms, pct
+from profan.analyses.common import cite_kernels, ms, pct, severity
 from profan.evidence import cite_lines
 from profan.findings import Finding
 from profan.rankmap import RankData
@@ -30,14 +30,6 @@ def step_table(ranks: list[RankData]) -> pl.DataFrame:
     return pl.concat(parts, how="diagonal_relaxed").select(STEP_COLUMNS).sort("rank", "step")
 
 
-def _sev(value: float, chk) -> str | None:
-    if value >= chk["critical_share"]:
-        return "critical"
-    if value >= chk["warning_share"]:
-        return "warning"
-    return None
-
-
 def share_findings(steps: pl.DataFrame, pack: RulePack) -> list[Finding]:
     """Exposed communication and device idle per rank and step."""
     out: list[Finding] = []
@@ -56,7 +48,7 @@ def share_findings(steps: pl.DataFrame, pack: RulePack) -> list[Finding]:
             if v is None:
                 continue
             share = v / step_us
-            sev = _sev(share, chk)
+            sev = severity(share, chk)
             if sev is None:
                 continue
             step_txt = f"step {row['step']}" if row["step"] is not None else "the profile"

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import polars as pl
 
-from profan.analyses.common import ms, pct
+from profan.analyses.common import ms, pct, severity
 from profan.classify import UNCLASSIFIED
 from profan.evidence import cite_events, cite_lines
 from profan.findings import Finding
@@ -41,14 +41,6 @@ def trace_step_table(ranks: list[RankData]) -> pl.DataFrame:
                                                                                 nulls_last=True)
 
 
-def _sev(value: float, chk) -> str | None:
-    if value >= chk["critical_share"]:
-        return "critical"
-    if value >= chk["warning_share"]:
-        return "warning"
-    return None
-
-
 def share_findings(table: pl.DataFrame, pack: RulePack) -> list[Finding]:
     """Device idle and exposed communication per step of GPU ranks (whole trace when it has no ProfilerStep)."""
     out: list[Finding] = []
@@ -67,7 +59,7 @@ def share_findings(table: pl.DataFrame, pack: RulePack) -> list[Finding]:
             for check_id, col, what in specs:
                 chk = pack.check(check_id)
                 share = row[col] / row["step_us"]
-                sev = _sev(share, chk)
+                sev = severity(share, chk)
                 if sev is None:
                     continue
                 where = f"step {row['step']}" if row["scope"] == "step" else "the whole trace (no ProfilerStep)"

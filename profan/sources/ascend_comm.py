@@ -28,7 +28,8 @@ BW_SCHEMA = {
 }
 
 
-def _f(d: dict, key: str) -> float | None:
+def number(d: dict, key: str) -> float | None:
+    """A JSON value as float; missing or non-numeric -> None."""
     v = d.get(key)
     try:
         return float(v) if v is not None else None
@@ -36,13 +37,15 @@ def _f(d: dict, key: str) -> float | None:
         return None
 
 
-def read(path: Path) -> tuple[pl.DataFrame, pl.DataFrame, int]:
-    """(ops, bandwidth rows, skipped entries)."""
+def entries(path: Path) -> tuple[list[tuple[str, int | None, str, str, object]], int]:
+    """The op-level entries of a communication.json / communication_matrix.json document:
+    ([(step key, step, section, op key, body), …], skipped count). ``Total Op Info`` aggregates are not ops and are
+    left out; a step key or section of unexpected shape is counted as skipped.
+    """
     doc = load_json(path)
     if not isinstance(doc, dict):
         raise ProfanInputError(path, "expected a JSON object keyed by step")
-    ops: list[dict] = []
-    bws: list[dict] = []
+    out: list[tuple[str, int | None, str, str, object]] = []
     skipped = 0
     for step_key, sections in doc.items():
         m = _STEP.match(step_key)
@@ -50,33 +53,40 @@ def read(path: Path) -> tuple[pl.DataFrame, pl.DataFrame, int]:
             skipped += 1
             continue
         step = int(m.group(1)) if m.group(1) else None
-        for kind, entries in sections.items():
-            if not isinstance(entries, dict):
+        for kind, items in sections.items():
+            if not isinstance(items, dict):
                 skipped += 1
                 continue
-            for op, body in entries.items():
-                if op == TOTAL_KEY:
-                    continue
-                if not isinstance(body, dict) or not isinstance(body.get("Communication Time Info"), dict):
-                    skipped += 1
-                    continue
-                t = body["Communication Time Info"]
-                name, _, group = op.partition("@")
-                ptr = make_pointer(step_key, kind, op)
-                ops.append({"step": step, "kind": kind, "op": op, "op_name": name, "group_hash": group or None,
-                            "start_us": _f(t, "Start Timestamp(us)"), "elapse_ms": _f(t, "Elapse Time(ms)"),
-                            "transit_ms": _f(t, "Transit Time(ms)"), "wait_ms": _f(t, "Wait Time(ms)"),
-                            "sync_ms": _f(t, "Synchronization Time(ms)"), "idle_ms": _f(t, "Idle Time(ms)"),
-                            "pointer": ptr})
-                for transport, b in (body.get("Communication Bandwidth Info") or {}).items():
-                    if not isinstance(b, dict):
-                        continue
-                    bws.append({"step": step, "kind": kind, "op": op, "transport": transport,
-                                "size_mb": _f(b, "Transit Size(MB)"), "time_ms": _f(b, "Transit Time(ms)"),
-                                "bandwidth_gbps": _f(b, "Bandwidth(GB/s)"),
-                                "large_packet_ratio": _f(b, "Large Packet Ratio"),
-                                "pointer": make_pointer(step_key, kind, op, "Communication Bandwidth Info",
-                                                        transport)})
+            out += [(step_key, step, kind, key, body) for key, body in items.items() if key != TOTAL_KEY]
+    return out, skipped
+
+
+def read(path: Path) -> tuple[pl.DataFrame, pl.DataFrame, int]:
+    """(ops, bandwidth rows, skipped entries)."""
+    items, skipped = entries(path)
+    ops: list[dict] = []
+    bws: list[dict] = []
+    for step_key, step, kind, op, body in items:
+        if not isinstance(body, dict) or not isinstance(body.get("Communication Time Info"), dict):
+            skipped += 1
+            continue
+        t = body["Communication Time Info"]
+        name, _, group = op.partition("@")
+        ptr = make_pointer(step_key, kind, op)
+        ops.append({"step": step, "kind": kind, "op": op, "op_name": name, "group_hash": group or None,
+                    "start_us": number(t, "Start Timestamp(us)"), "elapse_ms": number(t, "Elapse Time(ms)"),
+                    "transit_ms": number(t, "Transit Time(ms)"), "wait_ms": number(t, "Wait Time(ms)"),
+                    "sync_ms": number(t, "Synchronization Time(ms)"), "idle_ms": number(t, "Idle Time(ms)"),
+                    "pointer": ptr})
+        for transport, b in (body.get("Communication Bandwidth Info") or {}).items():
+            if not isinstance(b, dict):
+                continue
+            bws.append({"step": step, "kind": kind, "op": op, "transport": transport,
+                        "size_mb": number(b, "Transit Size(MB)"), "time_ms": number(b, "Transit Time(ms)"),
+                        "bandwidth_gbps": number(b, "Bandwidth(GB/s)"),
+                        "large_packet_ratio": number(b, "Large Packet Ratio"),
+                        "pointer": make_pointer(step_key, kind, op, "Communication Bandwidth Info",
+                                                transport)})
     return (pl.DataFrame(ops, schema=OP_SCHEMA, orient="row") if ops else pl.DataFrame(schema=OP_SCHEMA),
             pl.DataFrame(bws, schema=BW_SCHEMA, orient="row") if bws else pl.DataFrame(schema=BW_SCHEMA),
             skipped)

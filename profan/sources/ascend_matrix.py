@@ -22,12 +22,11 @@ from pathlib import Path
 
 import polars as pl
 
-from profan.errors import ProfanInputError
 from profan.evidence import make_pointer
-from profan.sources.ascend_meta import Metadata, double_hash, load_json
+from profan.sources import ascend_comm
+from profan.sources.ascend_comm import number as num
+from profan.sources.ascend_meta import Metadata, double_hash
 
-TOTAL_KEY = "Total Op Info"
-_STEP = re.compile(r"^step(\d*)$")
 _AGG_KEY = re.compile(r"^([A-Za-z]+)-(top\d+|middle|bottom\d+|total)@(\d+)$")
 _LINK = re.compile(r"^(\d+)-(\d+)$")
 # torch_npu's op-type regex (first hit wins), so per-op keys get the same coarse type as aggregated ones
@@ -41,14 +40,6 @@ SCHEMA = {
 }
 
 
-def _f(d: dict, key: str) -> float | None:
-    v = d.get(key)
-    try:
-        return float(v) if v is not None else None
-    except (TypeError, ValueError):
-        return None
-
-
 def op_type(op_name: str) -> str:
     """torch_npu's coarse type of an op name: ``hcom_reduceScatter__1`` → ``reduce`` (its first regex hit)."""
     m = _OP_TYPE.search(op_name.lower())
@@ -57,46 +48,31 @@ def op_type(op_name: str) -> str:
 
 def read(path: Path) -> tuple[pl.DataFrame, int]:
     """(one row per link entry, skipped entries)."""
-    doc = load_json(path)
-    if not isinstance(doc, dict):
-        raise ProfanInputError(path, "expected a JSON object keyed by step")
+    items, skipped = ascend_comm.entries(path)
     rows: list[dict] = []
-    skipped = 0
-    for step_key, sections in doc.items():
-        m = _STEP.match(step_key)
-        if not m or not isinstance(sections, dict):
+    for step_key, step, kind, key, links in items:
+        if not isinstance(links, dict):
             skipped += 1
             continue
-        step = int(m.group(1)) if m.group(1) else None
-        for kind, entries in sections.items():
-            if not isinstance(entries, dict):
+        agg = _AGG_KEY.match(key)
+        if agg:
+            shape, typ, rank_class, group = "aggregated", agg.group(1).lower(), agg.group(2), agg.group(3)
+            name = None
+        else:
+            name, _, group = key.partition("@")
+            shape, typ, rank_class = "per-op", op_type(name), None
+        for link, v in links.items():
+            lm = _LINK.match(link)
+            if not lm or not isinstance(v, dict):
                 skipped += 1
                 continue
-            for key, links in entries.items():
-                if key == TOTAL_KEY:
-                    continue
-                if not isinstance(links, dict):
-                    skipped += 1
-                    continue
-                agg = _AGG_KEY.match(key)
-                if agg:
-                    shape, typ, rank_class, group = "aggregated", agg.group(1).lower(), agg.group(2), agg.group(3)
-                    name = None
-                else:
-                    name, _, group = key.partition("@")
-                    shape, typ, rank_class = "per-op", op_type(name), None
-                for link, v in links.items():
-                    lm = _LINK.match(link)
-                    if not lm or not isinstance(v, dict):
-                        skipped += 1
-                        continue
-                    rows.append({
-                        "step": step, "kind": kind, "key": key, "shape": shape, "op_type": typ,
-                        "rank_class": rank_class, "op_name": v.get("Op Name") if agg else name,
-                        "group_hash": group or None, "src_local": int(lm.group(1)), "dst_local": int(lm.group(2)),
-                        "transport": str(v.get("Transport Type", "")), "size_mb": _f(v, "Transit Size(MB)"),
-                        "time_ms": _f(v, "Transit Time(ms)"), "bandwidth_gbps": _f(v, "Bandwidth(GB/s)"),
-                        "pointer": make_pointer(step_key, kind, key, link)})
+            rows.append({
+                "step": step, "kind": kind, "key": key, "shape": shape, "op_type": typ,
+                "rank_class": rank_class, "op_name": v.get("Op Name") if agg else name,
+                "group_hash": group or None, "src_local": int(lm.group(1)), "dst_local": int(lm.group(2)),
+                "transport": str(v.get("Transport Type", "")), "size_mb": num(v, "Transit Size(MB)"),
+                "time_ms": num(v, "Transit Time(ms)"), "bandwidth_gbps": num(v, "Bandwidth(GB/s)"),
+                "pointer": make_pointer(step_key, kind, key, link)})
     df = pl.DataFrame(rows, schema=SCHEMA, orient="row") if rows else pl.DataFrame(schema=SCHEMA)
     return df, skipped
 
