@@ -86,7 +86,7 @@ def test_pipeline_stage_imbalance_finding(qwen3_report):
     assert f.metrics["ratio"] == pytest.approx(ratio, abs=1e-4)
     assert 1.72 < ratio < 1.74
     assert "ranks 2, 3" in f.message and "1.73×" in f.message
-    files = [e.file for e in f.evidence if e.lines]
+    files = [e.file for e in f.evidence if e.lines and e.select["source"] == "step_trace_time"]
     assert files == [f"rank_{r}_ascend_pt/ASCEND_PROFILER_OUTPUT/step_trace_time.csv" for r in range(4)]
     # the stage-0 ranks' PP receive wait, read from communication.json
     assert f.metrics["pp_wait_ms"] == {"0": pytest.approx(158.50548, abs=1e-3), "1": pytest.approx(164.05138, abs=1e-3)}
@@ -145,3 +145,26 @@ def test_markdown_report(tmp_path):
     assert "| 2 | 13 | 809.80 | 400.45 | 277.65 | 131.71 |" in md
     assert "pipeline stage 1 (ranks 2, 3) computes 400.8 ms against 231.1 ms" in md
     assert "rank_0_ascend_pt/ASCEND_PROFILER_OUTPUT/step_trace_time.csv:2" in md
+
+
+def test_stage_imbalance_names_the_extra_kernels(qwen3_report):
+    """Stage 1 holds the LM head and loss over the 151,936-token vocabulary: the finding names those kernels,
+    with their time from rank 2's rows, and says they do not run on stage 0."""
+    (f,) = [f for f in qwen3_report.findings if f.check == "pipeline-stage-imbalance"]
+    _, r2 = raw_rows(kernel_file(2))
+    _, r0 = raw_rows(kernel_file(0))
+    head = '"4096,151936;151936,1024"'
+    lm = [n for n, r in r2.items() if r["Type"] == "MatMulV3" and r["Input Shapes"] == head]
+    assert lm and not [n for n, r in r0.items() if r["Input Shapes"] == head]
+    lm_ms = sum(fnum(r2[n]["Duration(us)"]) for n in lm) / 1000
+    assert f"MatMulV3 (4096,151936;151936,1024) +{lm_ms:,.1f} ms — not on the fast stage" in f.message
+    ev = next(e for e in f.evidence if e.select.get("input_shapes") == head.strip('"'))
+    assert set(ev.lines) == set(lm) and ev.file.startswith("rank_2_ascend_pt/")
+    # bucket deltas are rank 2 minus rank 0 over the same step, from the raw rows
+    mm = {k: sum(fnum(r["Duration(us)"]) for r in rows.values() if r["Type"].startswith("MatMul"))
+          for k, rows in (("r2", r2), ("r0", r0))}
+    swiglu = {k: sum(fnum(r["Duration(us)"]) for r in rows.values() if r["Type"].startswith("SwiGlu"))
+              for k, rows in (("r2", r2), ("r0", r0))}
+    ffn_delta = (mm["r2"] + swiglu["r2"]) - (mm["r0"] + swiglu["r0"])
+    assert f.metrics["bucket_delta_us"]["ffn"] == pytest.approx(ffn_delta, rel=1e-9)
+    assert f.metrics["compared_ranks"] == [2, 0]

@@ -10,7 +10,7 @@ import statistics
 
 import polars as pl
 
-from profan.analyses.common import fmt_ranks, ms, severity
+from profan.analyses.common import cite_kernels, fmt_ranks, ms, severity
 from profan.evidence import Evidence, cite_lines, cite_pointers, make_pointer
 from profan.findings import Finding
 from profan.rankmap import RankData
@@ -119,6 +119,8 @@ def _pp_finding(step, s, stage, source, by_rank, pack) -> Finding | None:
         hccl = source[hi["rank"][0]][1].hccl_name
         evidence.append(cite_pointers(file, [make_pointer("parallel_group_info", hccl)],
                                       {"source": "profiler_metadata", "group_name": "pp"}))
+    cause_txt, cause_ev, cause_metrics = _stage_cause(by_rank, sorted(hi["rank"]), sorted(lo["rank"]), step)
+    evidence += cause_ev
     wait_txt = ""
     if waits:
         wait_txt = (f" Stage {lo['stage']} ranks wait " + " / ".join(f"{w:,.1f}" for _, w in waits)
@@ -130,12 +132,55 @@ def _pp_finding(step, s, stage, source, by_rank, pack) -> Finding | None:
         message=(f"Step {step}: pipeline stage {hi['stage']} (ranks {fmt_ranks(hi['rank'])}) computes "
                  f"{ms(hi['mean_us'])} against {ms(lo['mean_us'])} on stage {lo['stage']} "
                  f"(ranks {fmt_ranks(lo['rank'])}), {ratio:.2f}× (+{ms(hi['mean_us'] - lo['mean_us'])}). "
-                 f"The slowest stage sets the pipeline's pace.{wait_txt}"),
+                 f"The slowest stage sets the pipeline's pace.{wait_txt}{cause_txt}"),
         metrics={"ratio": round(ratio, 4), "slow_stage": hi["stage"], "slow_ranks": sorted(hi["rank"]),
                  "slow_computing_us": round(hi["mean_us"], 3), "fast_stage": lo["stage"],
                  "fast_ranks": sorted(lo["rank"]), "fast_computing_us": round(lo["mean_us"], 3),
-                 "pp_wait_ms": {str(rk): round(w, 3) for rk, w in waits}},
+                 "pp_wait_ms": {str(rk): round(w, 3) for rk, w in waits}, **cause_metrics},
         evidence=tuple(evidence))
+
+
+def _stage_cause(by_rank: dict, slow: list[int], fast: list[int], step) -> tuple[str, list[Evidence], dict]:
+    """What the slow stage computes that the fast one does not: kernel time by bucket and the kernels (op and input
+    shapes) with the largest difference, between one rank of each stage that has kernel rows."""
+    def pick(ranks: list[int]):
+        return next((by_rank[r] for r in ranks if by_rank[r].groups is not None and not by_rank[r].groups.is_empty()),
+                    None)
+
+    rs, rf = pick(slow), pick(fast)
+    if rs is None or rf is None:
+        return (" No rank of one of the stages has kernel rows, so the extra compute cannot be broken down.", [],
+                {})
+
+    def rows(r):
+        return r.groups.filter(pl.col("step").eq_missing(step) & (pl.col("bucket") != "communication"))
+
+    gs, gf = rows(rs), rows(rf)
+    keys = ["bucket", "op", "input_shapes"]
+    ks = gs.group_by(keys).agg(pl.col("time_us").sum().alias("slow_us"), pl.col("count").sum().alias("n"))
+    kf = gf.group_by(keys).agg(pl.col("time_us").sum().alias("fast_us"))
+    k = ks.join(kf, on=keys, how="full", coalesce=True, nulls_equal=True).with_columns(
+        (pl.col("slow_us").fill_null(0) - pl.col("fast_us").fill_null(0)).alias("delta_us"))
+    buckets = (k.group_by("bucket").agg(pl.col("delta_us").sum()).sort("delta_us", descending=True)
+               .filter(pl.col("delta_us").abs() >= 1000))
+    top = k.sort("delta_us", descending=True).head(3).filter(pl.col("delta_us") > 0)
+    parts = [f"{b} {'+' if d >= 0 else '−'}{ms(abs(d))}" for b, d in buckets.iter_rows()]
+    kern = []
+    evidence: list[Evidence] = []
+    for row in top.iter_rows(named=True):
+        shapes = f" ({row['input_shapes']})" if row["input_shapes"] else ""
+        only = " — not on the fast stage" if row["fast_us"] is None else ""
+        kern.append(f"{row['op']}{shapes} +{ms(row['delta_us'])}{only}")
+        g = gs.filter((pl.col("op") == row["op"]) & pl.col("input_shapes").eq_missing(row["input_shapes"]))
+        evidence.append(cite_kernels(rs, g, int(row["n"]),
+                                     {"step": step, "op": row["op"], "input_shapes": row["input_shapes"],
+                                      "bucket_not": "communication"},
+                                     values={"time_us": round(float(g["time_us"].sum()), 3)}))
+    text = (f" Kernel time on rank {rs.rank} against rank {rf.rank}, by bucket: " + (", ".join(parts) or "no bucket "
+            "differs by 1 ms") + ("; largest differences: " + "; ".join(kern) if kern else "") + ".")
+    metrics = {"bucket_delta_us": {b: round(d, 3) for b, d in buckets.iter_rows()},
+               "compared_ranks": [rs.rank, rf.rank]}
+    return text, evidence, metrics
 
 
 def _spread_finding(step, s, pack, scope: str | None = None, dims: list[str] | None = None) -> Finding | None:

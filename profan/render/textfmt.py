@@ -45,7 +45,13 @@ def cell(value) -> str:
     return str(value)
 
 
-FILTERS = {"cell": cell, "ms": fmt_ms, "us": fmt_us, "pct": fmt_pct, "locators": locators}
+def selected(select: dict) -> str:
+    """' [bucket=attention, step=13]': what an evidence item's rows were selected by (its source aside)."""
+    parts = [f"{k}={cell(v)}" for k, v in select.items() if k != "source" and v is not None]
+    return f" [{', '.join(parts)}]" if parts else ""
+
+
+FILTERS = {"cell": cell, "selected": selected, "ms": fmt_ms, "us": fmt_us, "pct": fmt_pct, "locators": locators}
 
 
 # ------------------------------------------------------------------ generic table columns (HTML and Excel)
