@@ -29,7 +29,8 @@ DEFAULT_SOURCE = HERE.parent / "fixtures" / "torch" / "nccl_a100_1rank" / "nccl_
 
 
 def make_trace(out: Path, size_mb: int, source: Path = DEFAULT_SOURCE) -> tuple[int, int]:
-    """Write a compact Kineto trace >= size_mb by repeating the source's events. Returns (bytes, events)."""
+    """Write a compact Kineto trace >= size_mb by repeating the source's events, shifted in time; metadata events
+    and the string-pid instants are written once, as in one long real trace. Returns (bytes, events)."""
     with gzip.open(source, "rb") if source.suffix == ".gz" else open(source, "rb") as fh:
         doc = json.load(fh)
     events = doc["traceEvents"]
@@ -48,6 +49,8 @@ def make_trace(out: Path, size_mb: int, source: Path = DEFAULT_SOURCE) -> tuple[
             shift = rep * span
             parts = []
             for e in events:
+                if rep and (e.get("ph") == "M" or not isinstance(e.get("pid"), int)):
+                    continue  # process/thread metadata and the "Traces" instants appear once per trace
                 if isinstance(e.get("ts"), int | float):
                     e = {**e, "ts": round(e["ts"] + shift, 3)}
                 parts.append(json.dumps(e, separators=(",", ":")))

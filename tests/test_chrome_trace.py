@@ -184,3 +184,15 @@ def test_chunked_split_is_exact(monkeypatch, tmp_path):
     got = parse(out).events.with_columns(pl.col("name").cast(pl.String))
     want = [(i, e["name"]) for i, e in enumerate(events) if e.get("ph") in ("X", "M")]
     assert got.select("event_idx", "name").rows() == want
+
+
+def test_events_array_found_among_decoys(tmp_path):
+    """'"traceEvents": [' inside a string before the array, and list-valued keys after it (INFO/ERROR logs)."""
+    events = raw_events(DLRM0)
+    doc = ('{"INFO": ["log line with \\"traceEvents\\": [ in it"], "distributedInfo": {"rank": 5}, '
+           '"traceEvents": ' + json.dumps(events) + ', "ERROR": ["x]", ["y"]], "traceName": "t.json"}')
+    out = tmp_path / "decoy.json"
+    out.write_text(doc)
+    tr = parse(out)
+    assert tr.meta["distributedInfo"] == {"rank": 5} and tr.meta["traceName"] == "t.json"
+    assert tr.events["event_idx"].to_list() == [i for i, e in enumerate(events) if e.get("ph") in ("X", "M")]

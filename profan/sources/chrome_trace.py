@@ -1,10 +1,12 @@
 """One reader for chrome-trace JSON: PyTorch/Kineto ``{"traceEvents": [...]}`` and Ascend ``trace_view.json``.
 
-Why this shape: the stdlib ``json`` + one Python dict per event costs ~1 KB and ~10 µs per event, which does not
-scale to GB traces. Here the file is read once into one ``bytes`` buffer; msgspec splits the event array into raw
-byte spans without building Python objects for the events (``list[msgspec.Raw]``, zero-copy views into the
-buffer), and each chunk of spans becomes newline-delimited JSON that polars parses natively, keeping only the
-fields profan uses. Every event keeps ``event_idx``, its position in the event array — the evidence locator.
+Why this shape: the stdlib ``json`` + one Python dict per event costs ~1 KB and several µs per event, which does
+not scale to GB traces. Here the file is read once into one buffer (line breaks flattened, so any run of events
+can become NDJSON); msgspec validates the document and then splits the event array chunk by chunk (~24 MB) into
+raw byte spans, without a Python object per event (``list[msgspec.Raw]``); each chunk of spans becomes
+newline-delimited JSON that polars parses natively, keeping only the fields profan uses. Only one chunk of spans
+is alive at a time, so peak memory stays below twice the file size (``bench/bench_trace.py``). Every event keeps
+``event_idx``, its position in the event array — the evidence locator.
 
 Tolerated variants (format reference kineto-traces.md §3, ascend-formats.md §3): compact or pretty-printed JSON,
 ``.json.gz``, ``ts`` as string/int/float, ``pid``/``tid`` as int or string, unsorted events, integers beyond int64
@@ -17,17 +19,22 @@ import gzip
 import json
 import re
 import zlib
+from collections import deque
 from collections.abc import Iterator
+from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 import msgspec
 import polars as pl
+import pyarrow as pa
+import pyarrow.json as pa_json
 
 from profan.errors import ProfanInputError
 
-CHUNK_BYTES = 24 << 20  # event-array text per chunk: bounds the per-chunk spans, NDJSON copy and parse
+CHUNK_BYTES = 16 << 20  # event-array text per chunk: bounds the per-chunk spans, NDJSON copy and parse
+WORKERS = 2  # chunks parsed concurrently (polars' NDJSON reader is single-threaded per call)
 BLOCK = 16 << 20  # read/decompress block
 _FLATTEN = bytes.maketrans(b"\r\n", b"  ")  # raw line breaks are only whitespace in valid JSON
 
@@ -220,6 +227,9 @@ def split_events(path: Path, buf: bytes | bytearray) -> tuple[memoryview, str, d
         return memoryview(buf)[i:j + 1], "array", {}
     if first != b"{":
         raise ProfanInputError(path, "not JSON: a chrome trace starts with '{' or '['")
+    quick = _locate_events(buf, i)
+    if quick is not None:
+        return quick
     try:
         top = _OBJECT.decode(buf)
     except msgspec.DecodeError as exc:
@@ -232,6 +242,65 @@ def split_events(path: Path, buf: bytes | bytearray) -> tuple[memoryview, str, d
     meta = {k: v for k in ("distributedInfo", "deviceProperties", "schemaVersion", "traceName")
             if (v := _raw_json(getattr(top, k))) is not None}
     return arr, "object", meta
+
+
+_EVENTS_KEY = re.compile(rb'"traceEvents"\s*:\s*\[')
+_TAIL = 1 << 16  # a top-level tail after traceEvents (traceName, …) is small
+
+
+def _locate_events(buf: bytes | bytearray, start: int) -> tuple[memoryview, str, dict[str, Any]] | None:
+    """Find the traceEvents array without a pass over it: the text before it must decode as the start of the
+    top-level object and the text after its closing ']' as the rest of it (then the key is at depth 1, not
+    inside a string or a nested value), and ``event_chunks`` validates the array itself. None when unsure: the
+    caller then validates the whole document."""
+    m = _EVENTS_KEY.search(buf, start, start + (1 << 24))
+    if m is None:
+        return None
+    try:
+        head = _OBJECT.decode(bytes(buf[start:m.start()]) + b'"traceEvents": null}')
+    except (msgspec.DecodeError, msgspec.ValidationError):
+        return None
+    end = len(buf)
+    tail_from = max(m.end(), end - _TAIL)
+    j = end
+    while True:
+        j = buf.rfind(b"]", tail_from, j)
+        if j < 0:
+            return None
+        try:
+            tail = _OBJECT.decode(b'{"traceEvents": null' + bytes(buf[j + 1:end]))
+        except (msgspec.DecodeError, msgspec.ValidationError):
+            continue
+        if _closes_array(buf, m.end() - 1, j):
+            break
+    meta = {}
+    for k in ("distributedInfo", "deviceProperties", "schemaVersion", "traceName"):
+        v = _raw_json(getattr(head, k))
+        if v is None:
+            v = _raw_json(getattr(tail, k))
+        if v is not None:
+            meta[k] = v
+    return memoryview(buf)[m.end() - 1:j + 1], "object", meta
+
+
+def _closes_array(buf: bytes | bytearray, open_at: int, j: int) -> bool:
+    """Whether the ']' at ``j`` closes the array opened at ``open_at``: the text from the last element separator
+    before it (or from the '[' itself) to ``j`` must decode as the array's last element(s)."""
+    lo = max(open_at, j - _TAIL)
+    last = None
+    for last in _SEP.finditer(buf, lo, j):  # noqa: B007 — only the last match is needed
+        pass
+    if last is not None:
+        piece = b"[" + bytes(buf[last.end() - 1:j + 1])
+    elif lo == open_at:
+        piece = bytes(buf[open_at:j + 1])
+    else:
+        return False
+    try:
+        _ARRAY.decode(piece)
+        return True
+    except msgspec.DecodeError:
+        return False
 
 
 _SEP = re.compile(rb"\}\s*,\s*\{")
@@ -264,14 +333,67 @@ def _exact_chunk(path: Path, arr: memoryview, pos: int, hi: int) -> tuple[list[m
             search = m.end()
 
 
-def event_chunks(path: Path, arr: memoryview) -> Iterator[tuple[list[msgspec.Raw], pl.DataFrame]]:
-    """(element spans, core table) per chunk of the event array; one row per element, in order."""
+def event_chunks(path: Path, arr: memoryview) -> Iterator[list[msgspec.Raw]]:
+    """The element spans of the event array, one chunk at a time, in order."""
     pos, hi = 1, _array_end(arr)  # arr starts at '['
     while pos < hi:
         raws, nxt = _exact_chunk(path, arr, pos, hi)
         if raws:
-            yield raws, _ndjson_text(b"\n".join(raws), _CORE_SCHEMA)
+            yield raws
         pos = nxt
+
+
+def _chunk_tables(raws: list[msgspec.Raw], offset: int, keep: pl.Expr, layout: str
+                  ) -> tuple[pl.DataFrame, pl.DataFrame | None]:
+    """(kept core rows, details of the rows that need them) of one chunk; polars releases the GIL here."""
+    core = _core(_read_core(b"\n".join(raws), layout), offset).filter(keep)
+    want = core.filter(needs_detail())["event_idx"]
+    if not want.len():
+        return core, None
+    sub = b"\n".join([raws[i] for i in (want - offset).to_list()])
+    return core, _details(_read_detail(sub, layout), want)
+
+
+# The usual, strictly typed shape of each layout, for pyarrow's JSON reader (about twice as fast as polars' on
+# these events). pyarrow refuses a chunk whose values do not fit (a string pid, a string ts in a Kineto trace, an
+# int beyond int64); that chunk is then read by polars with every field as text, which tolerates all of them.
+_ARROW_CORE = {
+    layout: pa.schema([("ph", pa.string()), ("cat", pa.string()), ("name", pa.string()), ("pid", pa.int64()),
+                       ("tid", pa.int64()), ("ts", pa.string() if layout == "array" else pa.float64()),
+                       ("dur", pa.float64()),
+                       ("args", pa.struct([("name", pa.string()), ("External id", pa.int64()),
+                                           ("correlation", pa.int64())]))])
+    for layout in ("object", "array")}
+
+
+_ARROW_TYPES = {"name": pa.string(), "stream": pa.int64(), "device": pa.int64(), "In msg nelems": pa.int64(),
+                "Out msg nelems": pa.int64(), "Group size": pa.int64(), "bytes": pa.int64(), "size(Byte)": pa.float64(),
+                "bandwidth(GB/s)": pa.float64(), "src rank": pa.int64(), "dst rank": pa.int64(), "count": pa.int64()}
+_ARROW_DETAIL = {
+    layout: pa.schema([("args", pa.struct([(k, _ARROW_TYPES.get(k, pa.string()))
+                                           for k in _DETAIL_SCHEMA[layout]["args"].to_schema()]))])
+    for layout in ("object", "array")}
+
+
+def _arrow(text: bytes, schema: pa.Schema) -> pl.DataFrame | None:
+    """pyarrow's reader with a strict schema; None when a value does not fit it (the caller uses polars)."""
+    try:
+        table = pa_json.read_json(pa.py_buffer(text), parse_options=pa_json.ParseOptions(
+            explicit_schema=schema, unexpected_field_behavior="ignore"),
+            read_options=pa_json.ReadOptions(use_threads=False, block_size=max(1 << 20, len(text) + 1)))
+    except (pa.ArrowInvalid, pa.ArrowNotImplementedError):
+        return None
+    return pl.from_arrow(table) if table.num_rows == text.count(b"\n") + 1 else None
+
+
+def _read_core(text: bytes, layout: str) -> pl.DataFrame:
+    df = _arrow(text, _ARROW_CORE[layout])
+    return df if df is not None else _ndjson_text(text, _CORE_SCHEMA)
+
+
+def _read_detail(text: bytes, layout: str) -> pl.DataFrame:
+    df = _arrow(text, _ARROW_DETAIL[layout])
+    return df if df is not None else _ndjson_text(text, _DETAIL_SCHEMA[layout])
 
 
 def _ndjson_text(text: bytes, schema: dict) -> pl.DataFrame:
@@ -294,7 +416,8 @@ def _int(col: str) -> pl.Expr:
 
 def _core(df: pl.DataFrame, offset: int) -> pl.DataFrame:
     return df.with_row_index("event_idx", offset=offset).select(
-        pl.col("event_idx").cast(pl.Int64), *[pl.col(c).cast(pl.Categorical) for c in ("ph", "cat", "pid", "tid")],
+        pl.col("event_idx").cast(pl.Int64),
+        *[pl.col(c).cast(pl.String).cast(pl.Categorical) for c in ("ph", "cat", "pid", "tid")],
         pl.col("name").cast(pl.Categorical), _number("ts").alias("ts_us"), _number("dur").alias("dur_us"),
         pl.col("args").struct.field("name").alias("arg_name"),
         pl.col("args").struct.field("External id").cast(pl.Int64, strict=False).alias("ext_id"),
@@ -311,7 +434,8 @@ def _details(df: pl.DataFrame, idx: pl.Series) -> pl.DataFrame:
     args = args.rename({k: v for k, v in ARGS.items() if k in args.columns})
     detail = [c for c in ARGS.values() if c not in _CORE_ARGS.values()]
     return args.select(
-        *[(_int(c) if c in INT_ARGS else _number(c) if c in FLOAT_ARGS else pl.col(c)) if c in args.columns
+        *[(_int(c) if c in INT_ARGS else _number(c) if c in FLOAT_ARGS else pl.col(c).cast(pl.String))
+          if c in args.columns
           else pl.lit(None, _detail_dtype(c)).alias(c) for c in detail]
     ).with_columns(idx.alias("event_idx"))
 
@@ -333,15 +457,25 @@ def parse(path: Path, keep: pl.Expr | None = None) -> Trace:
     keep = default_keep() if keep is None else keep
     parts, details = [], []
     offset = 0
+    pending: deque[Future] = deque()
+
+    def collect(fut: Future) -> None:
+        core, det = fut.result()
+        parts.append(core)
+        if det is not None:
+            details.append(det)
+
     try:
-        for raws, df in event_chunks(path, arr):
-            core = _core(df, offset).filter(keep)
-            want = core.filter(needs_detail())["event_idx"]
-            if want.len():
-                sub = b"\n".join([raws[i] for i in (want - offset).to_list()])
-                details.append(_details(_ndjson_text(sub, _DETAIL_SCHEMA[layout]), want))
-            parts.append(core)
-            offset += df.height
+        # msgspec splits the next chunk (holding the GIL) while polars parses earlier ones on the pool (without
+        # it); at most WORKERS chunks are in flight, which bounds memory
+        with ThreadPoolExecutor(WORKERS) as pool:
+            for raws in event_chunks(path, arr):
+                pending.append(pool.submit(_chunk_tables, raws, offset, keep, layout))
+                offset += len(raws)
+                while len(pending) >= WORKERS:
+                    collect(pending.popleft())
+            while pending:
+                collect(pending.popleft())
     except (ValueError, pl.exceptions.PolarsError) as exc:
         raise ProfanInputError(path, f"events are not JSON objects of the chrome-trace shape: "
                                      f"{str(exc).splitlines()[0]}") from None
