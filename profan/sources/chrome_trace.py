@@ -33,8 +33,8 @@ import pyarrow.json as pa_json
 
 from profan.errors import ProfanInputError
 
-CHUNK_BYTES = 16 << 20  # event-array text per chunk: bounds the per-chunk spans, NDJSON copy and parse
-WORKERS = 2  # chunks parsed concurrently (polars' NDJSON reader is single-threaded per call)
+CHUNK_BYTES = 8 << 20  # event-array text per chunk: bounds the per-chunk spans, NDJSON copy and parse
+WORKERS = 3  # chunks in flight (each reader call is single-threaded; the main thread splits the next chunk)
 BLOCK = 16 << 20  # read/decompress block
 _FLATTEN = bytes.maketrans(b"\r\n", b"  ")  # raw line breaks are only whitespace in valid JSON
 
