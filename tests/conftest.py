@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import csv
+import os
 import subprocess
 import sys
 from pathlib import Path
@@ -13,6 +14,18 @@ ROOT = Path(__file__).resolve().parent.parent
 FIXTURES = ROOT / "fixtures"
 ASCEND = FIXTURES / "ascend"
 QWEN3 = ASCEND / "msinsight-qwen3-4rank-2025q4"
+
+
+@pytest.fixture(scope="session", autouse=True)
+def _private_cache(tmp_path_factory):
+    """Parsed-trace caches go to a temporary directory, never the user's ~/.cache/profan (subprocesses inherit it)."""
+    saved = os.environ.get("PROFAN_CACHE_DIR")
+    os.environ["PROFAN_CACHE_DIR"] = str(tmp_path_factory.mktemp("profan-cache"))
+    yield
+    if saved is None:
+        os.environ.pop("PROFAN_CACHE_DIR", None)
+    else:
+        os.environ["PROFAN_CACHE_DIR"] = saved
 
 
 def run_cli(*args: str, cwd: Path | None = None) -> subprocess.CompletedProcess:
