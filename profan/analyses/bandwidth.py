@@ -418,6 +418,7 @@ def exposed_findings(et: pl.DataFrame, pack: RulePack, waited: dict[int, Finding
         waiting_dominates = (row["waiting_share_of_comm"] or 0) >= chk["waiting_share"]
         share = row["exposed_share"]
         sev = severity(share, level) or "info"
+        short = "mostly waiting for peers, not transfer" if waiting_dominates else "mostly transfer"
         verdict = ("mostly waiting for peers, not transfer" if waiting_dominates
                    else "mostly transfer: faster links, fewer bytes or more overlap would help")
         peer = (waited or {}).get(row["rank"]) if waiting_dominates else None
@@ -432,7 +433,7 @@ def exposed_findings(et: pl.DataFrame, pack: RulePack, waited: dict[int, Finding
         out.append(Finding(
             check=chk.id, severity=sev, rank=row["rank"], step=row["step"],
             title=(f"Rank {row['rank']}, step {row['step']}: {pct(row['exposed_share'])} of the step is exposed "
-                   f"communication, {verdict.split(':')[0]}"),
+                   f"communication, {short}"),
             message=(f"Rank {row['rank']}, step {row['step']}: communication not overlapped with compute is "
                      f"{ms(exposed)} of the {ms(row['step_us'])} step ({pct(row['exposed_share'])}). Inside its "
                      f"{row['ops']} communication ops ({row['elapse_ms']:,.2f} ms elapsed): transfer "
