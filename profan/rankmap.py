@@ -213,7 +213,8 @@ def load_rank(rs: RankSource, root: Path, pack: RulePack) -> RankData:
         if counts["skipped"]:
             rd.rows_skipped["kernel_details"] = counts["skipped"]
             rd.warnings.append(f"{rd.files['kernel_details']}: skipped {counts['skipped']} of {counts['rows']} "
-                               "rows whose start time or duration is not a number")
+                               "rows whose start time, duration or block dim is not a number (truncated or "
+                               "misaligned rows)")
     if "op_statistic" in rs.files:
         stats, skipped = ascend_opstat.read(rs.files["op_statistic"])
         rd.op_stats = stats

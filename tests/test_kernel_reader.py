@@ -21,6 +21,10 @@ FILES = {
 }
 
 
+# Upstream trimming left gpt3's line 17 one field short: its values shift and "NO" lands in Mix Block Dim.
+MISALIGNED = {"K1 gpt3 2023 (no OP State)": {17}}
+
+
 @pytest.mark.parametrize("variant", list(FILES))
 def test_every_row_keeps_its_line_and_values(variant):
     path = ASCEND / FILES[variant]
@@ -32,12 +36,13 @@ def test_every_row_keeps_its_line_and_values(variant):
     name_col = "Name" if "Name" in header else "Op Name"
     dur_col = "Duration(us)" if "Duration(us)" in header else "Task Duration(us)"
     start_col = "Start Time(us)" if "Start Time(us)" in header else "Task Start Time(us)"
-    for rec in df.iter_rows(named=True):
+    misaligned = MISALIGNED.get(variant, set())
+    assert set(df.filter(pl.col("bad"))["src_line"].to_list()) == misaligned
+    for rec in df.filter(~pl.col("bad")).iter_rows(named=True):
         raw = rows[rec["src_line"]]
         assert rec["name"] == raw[name_col]
         assert rec["dur_us"] == pytest.approx(fnum(raw[dur_col]))
         assert rec["start_us"] == pytest.approx(float(raw[start_col].strip().strip('"').strip()))
-        assert not rec["bad"]
     assert ascend_kernels.verify_lines(kf, df.height)
 
 

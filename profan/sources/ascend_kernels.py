@@ -35,6 +35,7 @@ ALIASES: dict[str, tuple[str, ...]] = {
     "dur_us": ("Duration(us)", "Task Duration(us)"),
     "wait_us": ("Wait Time(us)", "Task Wait Time(us)"),
     "block_dim": ("Block Dim", "Block Num"),
+    "mix_block_dim": ("Mix Block Dim", "Mix Block Num"),
     "input_shapes": ("Input Shapes",),
     "input_dtypes": ("Input Data Types",),
 }
@@ -114,9 +115,9 @@ def float_columns(kf: KernelFile) -> tuple[str, ...]:
 
 
 def number_exprs(kf: KernelFile, *, typed: tuple[str, ...] = ()) -> list[pl.Expr]:
-    """Per-row numbers: start_us, dur_us, wait_us, ``bad`` (start/duration present but not a number, or no
-    duration), and one column per pipe (the larger of its aic_/aiv_ ratios). ``typed``: columns the scan
-    already parsed as floats."""
+    """Per-row numbers: start_us, dur_us, wait_us, ``bad`` (start/duration present but not a number, no
+    duration, or text in a block-dim column: a misaligned row), and one column per pipe (the larger of its
+    aic_/aiv_ ratios). ``typed``: columns the scan already parsed as floats."""
     c = kf.columns
 
     def number(col: str) -> pl.Expr:
@@ -126,8 +127,10 @@ def number_exprs(kf: KernelFile, *, typed: tuple[str, ...] = ()) -> list[pl.Expr
         num(c["start_us"]).alias("start_us"),
         num(c["dur_us"]).alias("dur_us"),
         (number(c["wait_us"]) if "wait_us" in c else pl.lit(None, pl.Float64)).alias("wait_us"),
-        (is_bad_number(c["start_us"]) | is_bad_number(c["dur_us"]) | pl.col(c["dur_us"]).is_null()
-         ).alias("bad"),
+        # A row one field short shifts every later value: "NO" lands in Mix Block Dim. The block-dim columns are
+        # integers or N/A in every variant, so text there marks a misaligned row, skipped and counted as bad.
+        pl.any_horizontal(is_bad_number(c["start_us"]), is_bad_number(c["dur_us"]), pl.col(c["dur_us"]).is_null(),
+                          *[is_bad_number(c[k]) for k in ("block_dim", "mix_block_dim") if k in c]).alias("bad"),
     ]
     for pipe, cols in kf.pipe_columns.items():
         exprs.append(pl.max_horizontal([number(x) for x in cols]).alias(pipe))
