@@ -138,7 +138,8 @@ def _rank_dir(d: Path, dirnames: list[str], filenames: list[str]) -> RankSource 
         return _ascend_rank(d, out if out.is_dir() else None, infos)
     if _PROF_DIR.match(d.name) and "mindstudio_profiler_output" in dirnames:
         return _msprof_rank(d)
-    if "kernel_details.csv" in filenames:
+    if {"kernel_details.csv", "trace_view.json", "step_trace_time.csv"} & set(filenames):
+        # the integrated files copied out of ASCEND_PROFILER_OUTPUT into a folder of their own
         return _ascend_rank(d, d, [])
     return None
 

@@ -21,6 +21,7 @@ FOLDERS = [
     "mstt-advisor-ut/test/ut/advisor/compute_advice/data",
     "mstt-advisor-ut/test/ut/advisor/advisor_backend/compute_advice",
     "vllm-ascend-msprof-gmm-1op",
+    "mstt-advisor-ut/test/ut/advisor/timeline_advice",
 ]
 DUR = ("Duration(us)", "Task Duration(us)")
 STEP_TRACE_VALUES = {"Computing": "Computing", "Communication(Not Overlapped)": "Communication(Not Overlapped)",

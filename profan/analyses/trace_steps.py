@@ -84,6 +84,39 @@ def share_findings(table: pl.DataFrame, pack: RulePack) -> list[Finding]:
     return out
 
 
+def lane_share_findings(ranks: list[RankData], table: pl.DataFrame, pack: RulePack) -> list[Finding]:
+    """Exposed communication and idle per step from trace_view.json's Overlap Analysis lanes, for Ascend ranks
+    without step_trace_time.csv (the profiler writes that file by summing these same lanes)."""
+    out: list[Finding] = []
+    if table.is_empty() or "source" not in table.columns:
+        return out
+    covered = [r.rank for r in ranks if r.steps is not None and not r.steps.is_empty()]
+    rows = table.filter((pl.col("source") == "overlap_analysis") & ~pl.col("rank").is_in(covered))
+    specs = (("exposed-communication", "comm_not_overlapped_us", "communication not overlapped with compute"),
+             ("device-idle", "free_us", "the device is idle (Free)"))
+    for row in rows.iter_rows(named=True):
+        if not row["step_us"]:
+            continue
+        for check_id, col, what in specs:
+            share = row[col] / row["step_us"]
+            sev = severity(share, pack.check(check_id))
+            if sev is None:
+                continue
+            out.append(Finding(
+                check=check_id, severity=sev, rank=row["rank"], step=row["step"],
+                title=f"Rank {row['rank']}, step {row['step']}: {pct(share)} of the step {what}",
+                message=(f"Rank {row['rank']}, step {row['step']}: {LANES[col]} is {ms(row[col])} of the "
+                         f"{ms(row['step_us'])} step ({pct(share)}); Computing {ms(row['computing_us'])}, "
+                         f"Communication(Not Overlapped) {ms(row['comm_not_overlapped_us'])}, Free "
+                         f"{ms(row['free_us'])} — from the Overlap Analysis lanes of trace_view.json (this rank "
+                         "has no step_trace_time.csv, which the profiler sums from the same lanes)."),
+                metrics={col: round(row[col], 3), "step_us": round(row["step_us"], 3), "share": round(share, 4)},
+                evidence=(cite_events(row["file"], row["top_events"], row["events"],
+                                      {"source": "trace_view", "process": "Overlap Analysis", "step": row["step"]},
+                                      values={LANES[col]: round(row[col], 3)}),)))
+    return out
+
+
 def overlap_check(ranks: list[RankData], pack: RulePack) -> tuple[pl.DataFrame, list[Finding]]:
     """Overlap-Analysis lanes of trace_view.json vs step_trace_time.csv, per rank, step and lane."""
     chk = pack.check("trace-vs-step-trace")
@@ -166,4 +199,5 @@ def trace_section(ranks: list[RankData], pack: RulePack) -> tuple[dict[str, pl.D
     table = trace_step_table(ranks)
     check_tab, check_findings = overlap_check(ranks, pack)
     tables = {"trace_steps": table, "trace_vs_step_trace": check_tab, **comm_tables(ranks)}
-    return tables, [*share_findings(table, pack), *check_findings], trace_notes(ranks)
+    findings = [*share_findings(table, pack), *lane_share_findings(ranks, table, pack), *check_findings]
+    return tables, findings, trace_notes(ranks)
