@@ -23,10 +23,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-import tomllib
-
 from profan.errors import ProfanInputError
 from profan.paths import rules_dir
+from profan.rulepack import load_toml
 
 
 @dataclass(frozen=True)
@@ -89,16 +88,6 @@ class Hardware:
         return None, "not recorded in the profile"
 
 
-def _load_toml(path: Path) -> dict[str, Any]:
-    try:
-        with open(path, "rb") as fh:
-            return tomllib.load(fh)
-    except OSError as exc:
-        raise ProfanInputError(path, f"cannot read hardware file: {exc.strerror or exc}") from None
-    except tomllib.TOMLDecodeError as exc:
-        raise ProfanInputError(path, f"invalid TOML: {exc}") from None
-
-
 def _num(path: Path, entry: dict[str, Any], key: str) -> float | None:
     v = entry.get(key)
     if v is None:
@@ -152,11 +141,11 @@ def load(user: str | Path | None = None) -> Hardware:
     """Built-in priors (``rules/hardware/*.toml``), then the user's file on top (its entries win)."""
     hw = Hardware()
     for path in sorted((rules_dir() / "hardware").glob("*.toml")):
-        _add(hw, path, _load_toml(path), f"rules/hardware/{path.name}")
+        _add(hw, path, load_toml(path, "hardware file"), f"rules/hardware/{path.name}")
         hw.files.append(f"rules/hardware/{path.name}")
     if user is not None:
         p = Path(user)
-        _add(hw, p, _load_toml(p), str(p))
+        _add(hw, p, load_toml(p, "hardware file"), str(p))
         hw.files.append(str(p))
         dev = hw.assume.get("device")
         if dev is not None and dev not in hw.devices:

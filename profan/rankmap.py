@@ -63,6 +63,13 @@ class RankData:
     rows_skipped: dict[str, int] = field(default_factory=dict)
     warnings: list[str] = field(default_factory=list)
 
+    def count(self, logical: str, read: int, skipped: int, what: str) -> None:
+        """Record how many rows of a file were read and skipped; skipped rows are also said as a warning."""
+        self.rows_read[logical] = read
+        if skipped:
+            self.rows_skipped[logical] = skipped
+            self.warnings.append(f"{self.files[logical]}: skipped {skipped} of {read} {what}")
+
 
 KEYS = ["step", "op", "name", "type", "core", "input_shapes"]
 BATCH_ROWS = 250_000  # rows per streamed batch: bounds memory; files up to this size are reduced in one batch
@@ -209,41 +216,23 @@ def load_rank(rs: RankSource, root: Path, pack: RulePack) -> RankData:
             first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
             raise ProfanInputError(rs.files["kernel_details"], f"cannot be parsed as CSV ({first})") from None
         rd.groups, rd.kernel_variant, rd.has_pipe_ratios = groups, variant, has_pipes
-        rd.rows_read["kernel_details"] = counts["rows"]
-        if counts["skipped"]:
-            rd.rows_skipped["kernel_details"] = counts["skipped"]
-            rd.warnings.append(f"{rd.files['kernel_details']}: skipped {counts['skipped']} of {counts['rows']} "
-                               "rows whose start time, duration or block dim is not a number (truncated or "
-                               "misaligned rows)")
+        rd.count("kernel_details", counts["rows"], counts["skipped"],
+                 "rows whose start time, duration or block dim is not a number (truncated or misaligned rows)")
     if "op_statistic" in rs.files:
-        stats, skipped = ascend_opstat.read(rs.files["op_statistic"])
-        rd.op_stats = stats
-        rd.rows_read["op_statistic"] = stats.height + skipped
-        if skipped:
-            rd.rows_skipped["op_statistic"] = skipped
-            rd.warnings.append(f"{rd.files['op_statistic']}: skipped {skipped} unreadable rows")
+        rd.op_stats, skipped = ascend_opstat.read(rs.files["op_statistic"])
+        rd.count("op_statistic", rd.op_stats.height + skipped, skipped, "unreadable rows")
     if "step_trace_time" in rs.files:
-        steps, skipped = ascend_steps.read(rs.files["step_trace_time"])
-        rd.steps = steps
-        rd.rows_read["step_trace_time"] = steps.height + skipped
-        if skipped:
-            rd.rows_skipped["step_trace_time"] = skipped
-            rd.warnings.append(f"{rd.files['step_trace_time']}: skipped {skipped} unreadable rows")
+        rd.steps, skipped = ascend_steps.read(rs.files["step_trace_time"])
+        rd.count("step_trace_time", rd.steps.height + skipped, skipped, "unreadable rows")
     if "communication" in rs.files:
-        ops, bw, skipped = ascend_comm.read(rs.files["communication"])
-        rd.comm_ops, rd.comm_bw = ops, bw
-        rd.rows_read["communication"] = ops.height
-        if skipped:
-            rd.rows_skipped["communication"] = skipped
-            rd.warnings.append(f"{rd.files['communication']}: skipped {skipped} entries of unexpected shape")
-        rd.comm_packets = ascend_packets.read(rs.files["communication"])
+        items, bad = ascend_comm.entries(rs.files["communication"])
+        rd.comm_ops, rd.comm_bw, skipped = ascend_comm.tables(items, bad)
+        rd.count("communication", rd.comm_ops.height, skipped, "entries of unexpected shape")
+        rd.comm_packets = ascend_packets.read(items)
     if "communication_matrix" in rs.files:
         links, skipped = ascend_matrix.read(rs.files["communication_matrix"])
         rd.comm_matrix = ascend_matrix.map_ranks(links, rd.metadata)
-        rd.rows_read["communication_matrix"] = links.height
-        if skipped:
-            rd.rows_skipped["communication_matrix"] = skipped
-            rd.warnings.append(f"{rd.files['communication_matrix']}: skipped {skipped} entries of unexpected shape")
+        rd.count("communication_matrix", links.height, skipped, "entries of unexpected shape")
     _load_collectives(rd, rs, pack)
     if "kineto_trace" in rs.files:
         from profan.sources import kineto

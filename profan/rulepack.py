@@ -70,12 +70,13 @@ def _validate_regex(path: Path, rule_id: str, pattern: str) -> None:
                                      f"{str(exc).splitlines()[0]}") from None
 
 
-def _load_toml(path: Path) -> dict[str, Any]:
+def load_toml(path: Path, what: str = "rules file") -> dict[str, Any]:
+    """A TOML file of the rule pack (rules, checks, hardware priors); unreadable or invalid -> one-line error."""
     try:
         with open(path, "rb") as fh:
             return tomllib.load(fh)
     except OSError as exc:
-        raise ProfanInputError(path, f"cannot read rules file: {exc.strerror or exc}") from None
+        raise ProfanInputError(path, f"cannot read {what}: {exc.strerror or exc}") from None
     except tomllib.TOMLDecodeError as exc:
         raise ProfanInputError(path, f"invalid TOML: {exc}") from None
 
@@ -111,7 +112,7 @@ def load(extra: list[Path] | None = None) -> RulePack:
     seen: set[str] = set()
     user_rules: list[BucketRule] = []
     for path in [*(Path(p) for p in (extra or []))]:
-        doc = _load_toml(path)
+        doc = load_toml(path)
         rules, _, _ = _read_rules(path, doc, seen)
         user_rules.extend(rules)
         for c in doc.get("check", []):
@@ -119,12 +120,12 @@ def load(extra: list[Path] | None = None) -> RulePack:
         pack.files.append(str(path))
     builtin: list[BucketRule] = []
     for path in sorted((base / "buckets").glob("*.toml")):
-        doc = _load_toml(path)
+        doc = load_toml(path)
         rules, applies, buckets = _read_rules(path, doc, seen)
         builtin.extend(rules)
         pack.buckets.setdefault(applies, buckets)
         pack.files.append(f"rules/buckets/{path.name}")
-    checks_doc = _load_toml(base / "checks.toml")
+    checks_doc = load_toml(base / "checks.toml")
     for c in checks_doc.get("check", []):
         _add_check(pack, base / "checks.toml", c, override=False)
     pack.files.append("rules/checks.toml")

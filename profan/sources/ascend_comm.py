@@ -63,7 +63,15 @@ def entries(path: Path) -> tuple[list[tuple[str, int | None, str, str, object]],
 
 def read(path: Path) -> tuple[pl.DataFrame, pl.DataFrame, int]:
     """(ops, bandwidth rows, skipped entries)."""
-    items, skipped = entries(path)
+    return tables(*entries(path))
+
+
+Entry = tuple[str, int | None, str, str, object]
+
+
+def tables(items: list[Entry], skipped: int = 0) -> tuple[pl.DataFrame, pl.DataFrame, int]:
+    """(ops, bandwidth rows, skipped entries) from `entries` — so other readers of the same document (packet sizes)
+    share one parse."""
     ops: list[dict] = []
     bws: list[dict] = []
     for step_key, step, kind, op, body in items:

@@ -10,8 +10,7 @@ from pathlib import Path
 
 import polars as pl
 
-from profan.errors import ProfanInputError
-from profan.sources.csvtext import small_csv
+from profan.sources.csvtext import require_columns, small_csv
 
 REQUIRED = ("OP Type", "Core Type", "Count", "Total Time(us)")
 SCHEMA = {"src_line": pl.Int64, "op_type": pl.Utf8, "core": pl.Utf8, "count": pl.Int64, "total_us": pl.Float64}
@@ -20,9 +19,7 @@ SCHEMA = {"src_line": pl.Int64, "op_type": pl.Utf8, "core": pl.Utf8, "count": pl
 def read(path: Path) -> tuple[pl.DataFrame, int]:
     """(table, skipped row count)."""
     header, rows = small_csv(path)
-    missing = [c for c in REQUIRED if c not in header]
-    if missing:
-        raise ProfanInputError(path, f"missing column(s) {', '.join(missing)}")
+    require_columns(path, header, REQUIRED)
     idx = {h: i for i, h in enumerate(header)}
     records, skipped = [], 0
     for line, cells in rows:

@@ -10,8 +10,7 @@ from pathlib import Path
 
 import polars as pl
 
-from profan.errors import ProfanInputError
-from profan.sources.csvtext import small_csv
+from profan.sources.csvtext import require_columns, small_csv
 
 COLUMNS = {
     "Computing": "computing_us",
@@ -38,9 +37,7 @@ def _float(cell: str) -> float | None:
 def read(path: Path) -> tuple[pl.DataFrame, int]:
     """(table, skipped row count). One row per (device, step); ``step`` is null when the profile had no steps."""
     header, rows = small_csv(path)
-    missing = [c for c in REQUIRED if c not in header]
-    if missing:
-        raise ProfanInputError(path, f"missing column(s) {', '.join(missing)}")
+    require_columns(path, header, REQUIRED)
     idx = {h: i for i, h in enumerate(header)}
     records = []
     skipped = 0

@@ -78,6 +78,13 @@ def record_start_lines(path: Path) -> list[int]:
     return starts
 
 
+def require_columns(path: Path, header: list[str], required: tuple[str, ...]) -> None:
+    """One clear error naming the file and every missing column."""
+    missing = [c for c in required if c not in header]
+    if missing:
+        raise ProfanInputError(path, f"missing column(s) {', '.join(missing)}")
+
+
 def scan_text_csv(path: Path, columns: list[str], floats: tuple[str, ...] = ()) -> pl.LazyFrame:
     """Lazy scan reading every column as text (types are decided by the readers, tolerantly).
 
