@@ -44,10 +44,10 @@ def resolve_jobs(jobs: int | None, n_ranks: int) -> int:
     return max(1, min(jobs, n_ranks))
 
 
-def _load(rs: RankSource, root: Path, pack: RulePack) -> RankData | tuple[str, str | None, str]:
+def _load(rs: RankSource, root: Path, pack: RulePack, peers: bool) -> RankData | tuple[str, str | None, str]:
     """Worker entry: input errors travel back as plain values (ProfanInputError's signature does not pickle)."""
     try:
-        return load_rank(rs, root, pack)
+        return load_rank(rs, root, pack, peers=peers)
     except ProfanInputError as exc:
         return ("input-error", exc.path, exc.problem)
 
@@ -62,7 +62,7 @@ def load_ranks(sources: list[RankSource], root: Path, pack: RulePack, jobs: int 
         out = []
         for i, rs in enumerate(sources, start=1):
             say(f"[{i}/{n}] reading rank {rs.rank}")
-            out.append(load_rank(rs, root, pack))
+            out.append(load_rank(rs, root, pack, peers=n > 1))
         return out
     say(f"reading {n} ranks in {jobs} processes")
     results: list[RankData] = []
@@ -72,7 +72,7 @@ def load_ranks(sources: list[RankSource], root: Path, pack: RulePack, jobs: int 
         os.environ["POLARS_MAX_THREADS"] = str(max(1, _cores() // jobs))
     with ProcessPoolExecutor(max_workers=jobs, mp_context=get_context("spawn")) as pool:
         try:
-            futures = [pool.submit(_load, rs, root, pack) for rs in sources]
+            futures = [pool.submit(_load, rs, root, pack, n > 1) for rs in sources]
         finally:
             if saved is None:
                 os.environ.pop("POLARS_MAX_THREADS", None)

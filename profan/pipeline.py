@@ -94,7 +94,8 @@ def build_report(ranks: list[RankData], pack: RulePack, *, root: Path, fmt: str,
                    "files": r.files, "info": r.info, "kernel_header": r.kernel_variant or None,
                    "rows_read": r.rows_read, "rows_skipped": r.rows_skipped} for r in ranks],
     }
-    tables = {"breakdown": breakdown, "steps": step_tab, "top_kernels": bd.top_kernels(ranks),
+    top = bd.top_kernels(ranks, pack.check("step-breakdown")["per_step_max"])
+    tables = {"breakdown": breakdown, "steps": step_tab, "top_kernels": top,
               "boundness": bound_tab, "communication": comm_tab, "op_statistic_check": opstat_tab,
               **comm_tables, **xr_tables, **tr_tables}
     tables = {k: v for k, v in tables.items() if isinstance(v, pl.DataFrame) and not v.is_empty()}

@@ -7,7 +7,7 @@ only these results travel. Nothing here formats text for a report; analyses work
 
 from __future__ import annotations
 
-import threading
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -27,6 +27,7 @@ from profan.sources import (
     ascend_packets,
     ascend_steps,
 )
+from profan.sources.csvtext import count_lines
 
 TOP_LINES = 20  # largest rows kept per kernel group, for evidence
 
@@ -72,57 +73,84 @@ class RankData:
 
 
 KEYS = ["step", "op", "name", "type", "core", "input_shapes"]
-BATCH_ROWS = 250_000  # rows per streamed batch: bounds memory; files up to this size are reduced in one batch
-COMPACT_ROWS = 2_000_000  # merge the per-batch partial groups whenever this many have piled up
+EXACT_BYTES = 64 << 20  # kernel files up to this size keep the TOP_LINES largest rows of every group, exactly
 
 
-def _batch_aggs(pipes: list[str]) -> list[pl.Expr]:
-    """Aggregations over kernel rows (one batch). `_merge` combines their results exactly."""
-    # The TOP_LINES largest rows, largest first, ties in file order (batches arrive in file order): a stable
-    # sort of the group's lines by duration, and the durations sorted alike, stay aligned pair by pair.
-    top_lines = pl.col("src_line").sort_by("dur_us", descending=True, nulls_last=True, maintain_order=True)
-    aggs = [
+def _aggs(pipes: list[str], exact: bool) -> list[pl.Expr]:
+    """Aggregations over the kernel rows of one group.
+
+    ``exact`` (small files, grouped in memory): ``lines`` holds the TOP_LINES largest rows, largest first, ties in
+    file order, with their durations in ``line_durs``. Otherwise (big files, polars' streaming group-by, which
+    holds one row of state per group and cannot keep per-group lists): the longest row and the first row of the
+    group — ``_merge_samples`` makes them ``lines``. Either way every cited line is a row of the group, and the
+    group's count and select say what the claim covers."""
+    dur = pl.col("dur_us")
+    aggs = [  # every aggregate costs time on every row of a GB file: only what the analyses read
         pl.len().alias("count"),
-        pl.col("dur_us").sum().alias("time_us"),
-        pl.col("dur_us").max().alias("max_us"),
-        pl.col("wait_us").sum().alias("wait_us"),
-        pl.col("start_us").min().alias("first_start_us"),
-        (pl.col("start_us") + pl.col("dur_us")).max().alias("last_end_us"),
-        top_lines.head(TOP_LINES).alias("lines"),
-        pl.col("dur_us").sort(descending=True, nulls_last=True).head(TOP_LINES).alias("line_durs"),
+        dur.sum().alias("time_us"),
+        dur.max().alias("max_us"),
+        pl.col("start_us").min().alias("first_start_us"),  # a communication op's start (collectives)
     ]
-    for p in pipes:
-        aggs.append((pl.col(p) * pl.col("dur_us")).sum().alias(f"{p}_wsum"))
-        aggs.append(pl.col("dur_us").filter(pl.col(p).is_not_null()).sum().alias(f"{p}_wden"))
+    if exact:
+        aggs += [
+            pl.col("src_line").sort_by("dur_us", descending=True, nulls_last=True, maintain_order=True)
+            .head(TOP_LINES).alias("lines"),
+            dur.sort(descending=True, nulls_last=True).head(TOP_LINES).alias("line_durs"),
+        ]
+    else:  # the longest row (ties: the later line; deterministic) and the first row
+        aggs += [
+            pl.col("src_line").sort_by(["dur_us", "src_line"]).last().alias("_top_line"),
+            pl.col("src_line").min().alias("_first_line"),
+            dur.sort_by("src_line").first().alias("_first_dur"),
+        ]
+    aggs += [(pl.col(p) * dur).sum().alias(f"{p}_wsum") for p in pipes]  # their weights: see `_pmu_mask`
     return aggs
 
 
-def _group_kernels(batch: pl.DataFrame, kf: ascend_kernels.KernelFile, pipes: list[str]) -> pl.DataFrame:
-    """Partial groups of one batch of `scan_for_groups` rows (bad rows already dropped).
+def _pmu_mask(pipes: list[str]) -> pl.Expr:
+    """Which pipe ratios a row has (bit i: ``pipes[i]`` is not null), a grouping key beside the kernel's keys.
 
-    Grouping runs on the raw key text; the key clean-up (`key_exprs`) and the op derivation then run once per
-    distinct raw key instead of once per row. Raw keys that clean up to the same key are combined by `_merge`.
-    """
-    raw = ascend_kernels.raw_key_columns(kf)
-    g = batch.group_by(raw).agg(_batch_aggs(pipes))
-    return g.select(*ascend_kernels.key_exprs(kf), pl.exclude(raw)).with_columns(ascend_kernels.op_expr())
+    A pipe's duration-weighted mean needs the duration of the rows that have that ratio. Grouping by the mask
+    makes that the group's own ``time_us`` (every row of the group has the same ratios), so no per-pipe weight
+    is aggregated over millions of rows; `_pmu_weights` derives the weights and `_merge` folds the masks."""
+    if not pipes:
+        return pl.lit(0, pl.Int32).alias("_pmu")
+    return pl.sum_horizontal([pl.col(p).is_not_null().cast(pl.Int32) * (1 << i)
+                              for i, p in enumerate(pipes)]).alias("_pmu")
 
 
-def _merge(parts: list[pl.DataFrame], pipes: list[str]) -> pl.DataFrame:
-    """Combine partial groups into one row per key (sums add, min/max fold, the top lines are re-ranked).
+def _pmu_weights(g: pl.DataFrame, pipes: list[str]) -> pl.DataFrame:
+    """``{pipe}_wden``: the duration of the group's rows that have the pipe's ratio (see `_pmu_mask`)."""
+    bit = pl.col("_pmu")
+    return g.with_columns(
+        pl.when((bit & (1 << i)) != 0).then(pl.col("time_us")).otherwise(0.0).alias(f"{p}_wden")
+        for i, p in enumerate(pipes)).drop("_pmu")
 
-    Only keys with more than one partial are re-aggregated: rows of a step are contiguous in real files, so most
-    groups come from a single batch."""
-    sums = ["count", "time_us", "wait_us", *[f"{p}_{s}" for p in pipes for s in ("wsum", "wden")]]
-    cols = ["count", "time_us", "max_us", "wait_us", "first_start_us", "last_end_us",
+
+def _merge_samples(g: pl.DataFrame) -> pl.DataFrame:
+    """Streaming groups: ``lines`` = [longest row, first row] (one when they coincide), durations alike."""
+    same = pl.col("_top_line") == pl.col("_first_line")
+    return g.with_columns(
+        pl.when(same).then(pl.concat_list(pl.col("_top_line")))
+        .otherwise(pl.concat_list("_top_line", "_first_line")).alias("lines"),
+        pl.when(same).then(pl.concat_list(pl.col("max_us")))
+        .otherwise(pl.concat_list("max_us", "_first_dur")).alias("line_durs"),
+    ).drop("_top_line", "_first_line", "_first_dur")
+
+
+def _merge(g: pl.DataFrame, pipes: list[str]) -> pl.DataFrame:
+    """One row per key: raw keys that clean up to the same key (``"A "`` and ``"A"``) are combined — sums add,
+    min/max fold, the sample lines are re-ranked."""
+    sums = ["count", "time_us", *[f"{p}_{s}" for p in pipes for s in ("wsum", "wden")]]
+    cols = ["count", "time_us", "max_us", "first_start_us",
             *[f"{p}_{s}" for p in pipes for s in ("wsum", "wden")], "lines", "line_durs"]
-    g = pl.concat(parts).select(*KEYS, *cols)
+    g = g.select(*KEYS, *cols)
     split = g.select(KEYS).is_duplicated()
     if not split.any():
         return g
     s = g.filter(split)
     scalars = s.group_by(KEYS).agg(*[pl.col(c).sum() for c in sums], pl.col("max_us").max(),
-                                   pl.col("first_start_us").min(), pl.col("last_end_us").max())
+                                   pl.col("first_start_us").min())
     tops = (s.select(*KEYS, "lines", "line_durs").explode(["lines", "line_durs"])
             .sort(["line_durs", "lines"], descending=[True, False], nulls_last=True)
             .group_by(KEYS, maintain_order=True).agg(pl.col("lines").head(TOP_LINES),
@@ -131,34 +159,23 @@ def _merge(parts: list[pl.DataFrame], pipes: list[str]) -> pl.DataFrame:
     return pl.concat([g.filter(~split), merged.select(*KEYS, *cols)])
 
 
-def _reduce_rows(lf: pl.LazyFrame, kf: ascend_kernels.KernelFile, pipes: list[str]) -> tuple[pl.DataFrame, int, int]:
-    """Stream the rows in batches: (groups, rows, bad rows).
+def _reduce_rows(lf: pl.LazyFrame, kf: ascend_kernels.KernelFile, pipes: list[str],
+                 exact: bool) -> tuple[pl.DataFrame, int, int]:
+    """One pass over the rows: (groups, rows, bad rows).
 
-    Memory is bounded by the batch size plus the groups, never by the file: polars' streaming group-by cannot
-    keep per-group lists (the top lines) — it would fall back to reading the whole file into memory — so each
-    batch is grouped here and the partial groups are merged exactly. `sink_batches` (not `collect_batches`, which
-    runs ahead and buffers) holds the reader while a batch is grouped. Batches arrive in file order, so sums add
-    up in the same order on every run."""
-    parts: list[pl.DataFrame] = []
-    state = {"pending": 0, "rows": 0, "bad": 0}
-    lock = threading.Lock()  # polars calls back one batch at a time, in order; the lock keeps that an invariant
-
-    def take(batch: pl.DataFrame) -> None:
-        with lock:
-            bad = batch["bad"]
-            state["rows"] += batch.height
-            state["bad"] += int(bad.sum())
-            parts.append(_group_kernels(batch.filter(~bad), kf, pipes))
-            state["pending"] += parts[-1].height
-            if state["pending"] > COMPACT_ROWS and len(parts) > 1:
-                merged = _merge(parts, pipes)
-                parts[:] = [merged]
-                state["pending"] = merged.height
-
-    lf.sink_batches(take, chunk_size=BATCH_ROWS, maintain_order=True, engine="streaming")
-    if not parts:  # no rows at all: keep the schema
-        parts.append(_group_kernels(lf.clear().collect(), kf, pipes))
-    return _merge(parts, pipes), state["rows"], state["bad"]
+    Grouping runs on the raw key text plus ``bad``, so bad rows are counted by the same pass and then dropped;
+    the key clean-up (`key_exprs`) and the op derivation run once per distinct raw key instead of once per row.
+    Big files go through polars' streaming engine: memory is bounded by the groups, never by the file."""
+    raw = ascend_kernels.raw_key_columns(kf)
+    q = lf.group_by(*raw, "bad", _pmu_mask(pipes)).agg(_aggs(pipes, exact))
+    g = q.collect() if exact else q.collect(engine="streaming")
+    n_rows = int(g["count"].sum()) if g.height else 0
+    bad = g.filter(pl.col("bad"))
+    g = _pmu_weights(g.filter(~pl.col("bad")).drop("bad"), pipes)
+    if not exact:
+        g = _merge_samples(g)
+    g = g.select(*ascend_kernels.key_exprs(kf), pl.exclude(raw)).with_columns(ascend_kernels.op_expr())
+    return _merge(g, pipes), n_rows, int(bad["count"].sum()) if bad.height else 0
 
 
 def _classify_distinct(groups: pl.DataFrame, rules: list) -> pl.DataFrame:
@@ -174,28 +191,39 @@ def _classify_distinct(groups: pl.DataFrame, rules: list) -> pl.DataFrame:
 
 
 def reduce_kernels(path: Path, pack: RulePack, rules_for: str = "ascend") -> tuple[pl.DataFrame, dict, str, bool]:
-    """Stream a kernel file once: (classified groups, counts, header variant, has pipe ratios)."""
+    """Read a kernel file in one pass: (classified groups, counts, header variant, has pipe ratios).
+
+    The physical line count that proves one line per record runs in a thread beside the pass (polars releases
+    the GIL), so the check costs no extra wall time on a multi-core machine."""
     kf = ascend_kernels.inspect(path)
     pipes = list(kf.pipe_columns)
-    try:
-        lf = ascend_kernels.scan_for_groups(kf, fast=True)
-        groups, n_rows, n_bad = _reduce_rows(lf, kf, pipes)
-    except pl.exceptions.PolarsError:  # a number cell the fast reader refuses: read those columns as text
-        lf = ascend_kernels.scan_for_groups(kf, fast=False)
-        groups, n_rows, n_bad = _reduce_rows(lf, kf, pipes)
+    exact = path.stat().st_size <= EXACT_BYTES
+    with ThreadPoolExecutor(max_workers=1) as pool:
+        n_lines = pool.submit(count_lines, path)
+        try:
+            lf = ascend_kernels.scan_for_groups(kf, fast=True)
+            groups, n_rows, n_bad = _reduce_rows(lf, kf, pipes, exact)
+        except pl.exceptions.PolarsError:  # a number cell the fast reader refuses: read those columns as text
+            lf = ascend_kernels.scan_for_groups(kf, fast=False)
+            groups, n_rows, n_bad = _reduce_rows(lf, kf, pipes, exact)
+        one_line_per_record = n_lines.result() == n_rows + 1
     if n_rows == 0:
         raise ProfanInputError(path, "no data rows (header only)")
-    if not ascend_kernels.verify_lines(kf, n_rows):
+    if not one_line_per_record:
         # A quoted field holds a line break: map record index -> true physical line, then redo the reduction.
         lf = ascend_kernels.with_exact_lines(kf, lf, n_rows)
-        groups, _, _ = _reduce_rows(lf, kf, pipes)
+        groups, _, _ = _reduce_rows(lf, kf, pipes, exact)
     groups = _classify_distinct(groups, pack.rules_for(rules_for))
     counts = {"rows": n_rows, "skipped": n_bad}
     return groups, counts, kf.variant, kf.has_pipe_ratios
 
 
-def load_rank(rs: RankSource, root: Path, pack: RulePack) -> RankData:
-    """Read everything profan uses from one rank. Input errors propagate as ProfanInputError."""
+def load_rank(rs: RankSource, root: Path, pack: RulePack, *, peers: bool = True) -> RankData:
+    """Read everything profan uses from one rank. Input errors propagate as ProfanInputError.
+
+    ``peers``: other ranks are analysed with this one. Only then are the collectives and their pre-collective
+    windows read — they serve cross-rank alignment alone, and on a big kernel file the windows cost a second
+    pass."""
     rd = RankData(rank=int(rs.rank or 0), path=relpath(rs.path, root) or ".", kind=rs.kind,
                   rank_origin=rs.rank_origin, files={k: relpath(p, root) for k, p in rs.files.items()})
     if "profiler_info" in rs.files:
@@ -233,7 +261,8 @@ def load_rank(rs: RankSource, root: Path, pack: RulePack) -> RankData:
         links, skipped = ascend_matrix.read(rs.files["communication_matrix"])
         rd.comm_matrix = ascend_matrix.map_ranks(links, rd.metadata)
         rd.count("communication_matrix", links.height, skipped, "entries of unexpected shape")
-    _load_collectives(rd, rs, pack)
+    if peers:
+        _load_collectives(rd, rs, pack)
     if "kineto_trace" in rs.files:
         from profan.sources import kineto
 

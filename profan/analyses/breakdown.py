@@ -32,25 +32,36 @@ def breakdown(ranks: list[RankData]) -> pl.DataFrame:
             .sort(["rank", "step", "time_us"], descending=[False, False, True], nulls_last=True))
 
 
-def top_kernels(ranks: list[RankData], per_bucket: int = 5) -> pl.DataFrame:
-    """Per rank, step and bucket, the kernels (op + input shapes) with the most time."""
+def top_kernels(ranks: list[RankData], per_step_max: int | None = None, per_bucket: int = 5) -> pl.DataFrame:
+    """Per rank, step and bucket, the kernels (op + input shapes) with the most time.
+
+    A rank with more than ``per_step_max`` steps gets one list per bucket over all its steps (``step`` null,
+    ``steps`` = how many): per-step lists of a long capture repeat the same kernels thousands of times, and the
+    per-step time stays in the ``breakdown`` table."""
     parts = []
-    keys = ["step", "bucket", "op", "input_shapes"]
     for r in _kernel_ranks(ranks):
-        g = (r.groups.group_by(keys)
+        n_steps = r.groups["step"].n_unique()
+        per_step = per_step_max is None or n_steps <= per_step_max
+        groups = r.groups if per_step else r.groups.with_columns(pl.lit(None, pl.Int64).alias("step"))
+        keys = ["step", "bucket", "op", "input_shapes"]
+        g = (groups.group_by(keys)
              .agg(pl.col("time_us").sum(), pl.col("count").sum(), pl.col("max_us").max(),
                   pl.col("name").first(), pl.col("core").first(), pl.col("rule_id").first()))
-        lines = (r.groups.select(*keys, "lines", "line_durs").explode(["lines", "line_durs"])
-                 .group_by(keys).agg(pl.col("lines").top_k_by(["line_durs", "lines"], 5, reverse=[False, True])))
-        g = g.join(lines, on=keys, how="left", nulls_equal=True)
         g = g.with_columns((pl.col("time_us") / pl.col("time_us").sum().over("step", "bucket"))
                            .alias("share_of_bucket"))
         g = g.sort("time_us", descending=True).group_by("step", "bucket", maintain_order=True).head(per_bucket)
-        parts.append(g.with_columns(pl.lit(r.rank, pl.Int64).alias("rank")))
+        # sample lines only for the kept kernels: exploding every group's lines costs more than the ranking
+        lines = (groups.join(g.select(keys), on=keys, how="semi", nulls_equal=True)
+                 .select(*keys, "lines", "line_durs").explode(["lines", "line_durs"])
+                 .group_by(keys).agg(pl.col("lines").top_k_by(["line_durs", "lines"], 5, reverse=[False, True])))
+        g = g.join(lines, on=keys, how="left", nulls_equal=True, maintain_order="left")
+        g = g.with_columns(pl.lit(1 if per_step else n_steps, pl.Int64).alias("steps"),
+                           pl.lit(r.rank, pl.Int64).alias("rank"))
+        parts.append(g)
     if not parts:
         return pl.DataFrame()
-    return pl.concat(parts).select("rank", "step", "bucket", "op", "name", "input_shapes", "core", "count",
-                                   "time_us", "max_us", "share_of_bucket", "rule_id", "lines")
+    return pl.concat(parts).select("rank", "step", "steps", "bucket", "op", "name", "input_shapes", "core",
+                                   "count", "time_us", "max_us", "share_of_bucket", "rule_id", "lines")
 
 
 def step_breakdown_findings(ranks: list[RankData], pack: RulePack) -> list[Finding]:

@@ -96,7 +96,7 @@ def key_exprs(kf: KernelFile) -> list[pl.Expr]:
         (text(c["type"]) if "type" in c else pl.lit("N/A")).alias("type"),
         (text(c["core"]) if "core" in c else pl.lit("N/A")).alias("core"),
         # shapes are written as """4096,1024""": drop the quote characters
-        (pl.col(c["input_shapes"]).str.strip_chars(' \t\r"') if "input_shapes" in c
+        (pl.col(c["input_shapes"]).cast(pl.String).str.strip_chars(' \t\r"') if "input_shapes" in c
          else pl.lit(None, pl.Utf8)).alias("input_shapes"),
     ]
 
@@ -107,40 +107,46 @@ def raw_key_columns(kf: KernelFile) -> list[str]:
 
 
 def float_columns(kf: KernelFile) -> tuple[str, ...]:
-    """Columns a fast scan lets the CSV reader parse as numbers (see `scan_text_csv`): wait time and pipe ratios.
-    Not start time (torch_npu appends a TAB) nor duration (an empty duration marks the row bad, a blank one does
-    not — the reader cannot tell them apart)."""
-    cols = [kf.columns["wait_us"]] if "wait_us" in kf.columns else []
-    return tuple(cols + [col for cols_ in kf.pipe_columns.values() for col in cols_])
+    """Columns a fast scan lets the CSV reader parse as numbers (see `scan_text_csv`): duration, wait time, the
+    block dims and the pipe ratios. Not start time: torch_npu appends a TAB the reader refuses. Text in any of
+    them (a misaligned row, ``NA``) makes the fast scan raise and the caller re-reads them as text."""
+    names = [kf.columns[k] for k in ("dur_us", "wait_us", "block_dim", "mix_block_dim") if k in kf.columns]
+    return tuple(names + [col for cols_ in kf.pipe_columns.values() for col in cols_])
 
 
 def number_exprs(kf: KernelFile, *, typed: tuple[str, ...] = ()) -> list[pl.Expr]:
-    """Per-row numbers: start_us, dur_us, wait_us, ``bad`` (start/duration present but not a number, no
-    duration, or text in a block-dim column: a misaligned row), and one column per pipe (the larger of its
-    aic_/aiv_ ratios). ``typed``: columns the scan already parsed as floats."""
+    """Per-row numbers: start_us, dur_us, wait_us, ``bad``, and one column per pipe (the larger of its aic_/aiv_
+    ratios). ``typed``: columns the scan already parsed as floats.
+
+    ``bad`` marks a row that cannot be placed or sized — no start time or no duration as a number (a truncated
+    row) — or that holds text in a block-dim column: a row one field short shifts every later value and "NO"
+    lands in Mix Block Dim. Block dims are integers or N/A in every variant. Bad rows are skipped and counted."""
     c = kf.columns
 
     def number(col: str) -> pl.Expr:
         return pl.col(col) if col in typed else num(col)
 
+    start, dur = num(c["start_us"]), number(c["dur_us"])
     exprs = [
-        num(c["start_us"]).alias("start_us"),
-        num(c["dur_us"]).alias("dur_us"),
+        start.alias("start_us"),
+        dur.alias("dur_us"),
         (number(c["wait_us"]) if "wait_us" in c else pl.lit(None, pl.Float64)).alias("wait_us"),
-        # A row one field short shifts every later value: "NO" lands in Mix Block Dim. The block-dim columns are
-        # integers or N/A in every variant, so text there marks a misaligned row, skipped and counted as bad.
-        pl.any_horizontal(is_bad_number(c["start_us"]), is_bad_number(c["dur_us"]), pl.col(c["dur_us"]).is_null(),
-                          *[is_bad_number(c[k]) for k in ("block_dim", "mix_block_dim") if k in c]).alias("bad"),
+        pl.any_horizontal(start.is_null(), dur.is_null(),
+                          *[is_bad_number(c[k]) if c[k] not in typed
+                            # typed: text there makes the reader raise — the column must be read for that, so
+                            # the check names it (an unused column would be pruned from the scan)
+                            else pl.col(c[k]).is_infinite().fill_null(False)
+                            for k in ("block_dim", "mix_block_dim") if k in c]).alias("bad"),
     ]
     for pipe, cols in kf.pipe_columns.items():
         exprs.append(pl.max_horizontal([number(x) for x in cols]).alias(pipe))
     return exprs
 
 
-def _scan_raw(kf: KernelFile, floats: tuple[str, ...] = ()) -> pl.LazyFrame:
+def _scan_raw(kf: KernelFile, floats: tuple[str, ...] = (), categorical: tuple[str, ...] = ()) -> pl.LazyFrame:
     c = kf.columns
     wanted = sorted(set(c.values()) | {col for cols in kf.pipe_columns.values() for col in cols})
-    return scan_text_csv(kf.path, wanted, floats).with_row_index("src_line", offset=2)
+    return scan_text_csv(kf.path, wanted, floats, categorical).with_row_index("src_line", offset=2)
 
 
 def scan(kf: KernelFile, *, line_offset_check: bool = True) -> pl.LazyFrame:
@@ -167,10 +173,12 @@ def scan_for_groups(kf: KernelFile, *, fast: bool = True) -> pl.LazyFrame:
     """The lean per-row table a reduction streams: src_line, the *raw* key columns (under their header names,
     untouched — apply `key_exprs` after grouping), and `number_exprs`. Reading big files, the per-row text
     clean-up of the keys and the op derivation are what this saves; ``fast`` also lets the CSV reader parse
-    `float_columns` (raises on a cell it cannot take; then scan again with ``fast=False``)."""
+    `float_columns` (raises on a cell it cannot take; then scan again with ``fast=False``). The key columns are
+    read as Categorical: grouping millions of rows on them then hashes integers, not strings."""
     floats = float_columns(kf) if fast else ()
-    return _scan_raw(kf, floats).select(pl.col("src_line").cast(pl.Int64), *raw_key_columns(kf),
-                                        *number_exprs(kf, typed=floats))
+    raw = raw_key_columns(kf)
+    return _scan_raw(kf, floats, tuple(raw)).select(pl.col("src_line").cast(pl.Int64), *raw,
+                                                    *number_exprs(kf, typed=floats))
 
 
 def op_expr() -> pl.Expr:

@@ -31,7 +31,7 @@ def read_header(path: Path) -> list[str]:
 
 def num(col: str) -> pl.Expr:
     """Parse a numeric CSV text column: strip the TAB torch_npu appends to timestamps, quotes, CR; N/A -> null."""
-    return pl.col(col).str.strip_chars(_STRIP).cast(pl.Float64, strict=False)
+    return pl.col(col).cast(pl.String).str.strip_chars(_STRIP).cast(pl.Float64, strict=False)
 
 
 def is_bad_number(col: str) -> pl.Expr:
@@ -41,7 +41,8 @@ def is_bad_number(col: str) -> pl.Expr:
 
 
 def text(col: str) -> pl.Expr:
-    return pl.col(col).str.strip_chars(" \t\r")
+    """A text cell without surrounding blanks (a Categorical column is read as its text)."""
+    return pl.col(col).cast(pl.String).str.strip_chars(" \t\r")
 
 
 def count_lines(path: Path) -> int:
@@ -55,13 +56,15 @@ def count_lines(path: Path) -> int:
 
 @functools.lru_cache(maxsize=64)
 def _count_lines(path: str, _size: int, _mtime_ns: int) -> int:
-    n = 0
-    last = b"\n"
-    with open(path, "rb") as fh:
-        while chunk := fh.read(1 << 24):
-            n += chunk.count(b"\n")
-            last = chunk[-1:]
-    return n + (0 if last == b"\n" else 1)
+    # one reused buffer, unbuffered reads: no allocation per block and no page-cache mapping of the whole file
+    # (a memory-mapped count would hold the file's pages in this process's RSS)
+    buf = bytearray(1 << 22)
+    n, last = 0, 10
+    with open(path, "rb", buffering=0) as fh:
+        while k := fh.readinto(buf):
+            n += buf.count(b"\n", 0, k)
+            last = buf[k - 1]
+    return n + (0 if last == 10 else 1)
 
 
 def record_start_lines(path: Path) -> list[int]:
@@ -85,20 +88,24 @@ def require_columns(path: Path, header: list[str], required: tuple[str, ...]) ->
         raise ProfanInputError(path, f"missing column(s) {', '.join(missing)}")
 
 
-def scan_text_csv(path: Path, columns: list[str], floats: tuple[str, ...] = ()) -> pl.LazyFrame:
+def scan_text_csv(path: Path, columns: list[str], floats: tuple[str, ...] = (),
+                  categorical: tuple[str, ...] = ()) -> pl.LazyFrame:
     """Lazy scan reading every column as text (types are decided by the readers, tolerantly).
 
     ``floats``: columns the CSV reader parses as numbers itself, ``N/A`` read as null — much cheaper than text on
     big files. Strict: any other cell that is not a plain number (``NA``, ``0.5 `` with a trailing blank, …)
     makes the scan raise, and the caller re-reads those columns as text with `num`; where it does not raise, the
     values equal `num`'s.
+
+    ``categorical``: text columns read as Categorical — the same text, but grouping on them hashes a small
+    integer instead of the string (kernel names repeat millions of times in a big file). Cast to String before
+    any string operation.
     """
-    if floats:
-        return pl.scan_csv(path, infer_schema=False, truncate_ragged_lines=True, encoding="utf8-lossy",
-                           quote_char='"', schema_overrides=dict.fromkeys(floats, pl.Float64),
-                           null_values=dict.fromkeys(floats, "N/A")).select(columns)
+    overrides: dict[str, pl.DataType] = {**dict.fromkeys(categorical, pl.Categorical()),
+                                         **dict.fromkeys(floats, pl.Float64())}
     return pl.scan_csv(path, infer_schema=False, truncate_ragged_lines=True, encoding="utf8-lossy",
-                       quote_char='"').select(columns)
+                       quote_char='"', schema_overrides=overrides or None,
+                       null_values=dict.fromkeys(floats, "N/A") if floats else None).select(columns)
 
 
 def small_csv(path: Path) -> tuple[list[str], list[tuple[int, list[str]]]]:
