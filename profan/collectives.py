@@ -55,6 +55,7 @@ def _finish(colls: pl.DataFrame) -> pl.DataFrame:
 
 WINDOW_KERNELS = 16  # distinct kernels kept per window (largest by time); the rest fold into one row per bucket
 BATCH_ROWS = 250_000  # kernel rows per streamed batch: memory is bounded by the batch, not the file
+SMALL_BYTES = 64 << 20  # kernel files up to this size are read into memory at once
 
 
 def _window_part(batch: pl.DataFrame, colls: pl.DataFrame, keys: list[str],
@@ -138,10 +139,12 @@ def _cap(win: pl.DataFrame) -> pl.DataFrame:
     return pl.concat([keep, folded], how="diagonal_relaxed")
 
 
-def _stream_windows(lf: pl.LazyFrame, colls: pl.DataFrame, keys: list[str], also: pl.Expr | None = None
+def _stream_windows(src: pl.LazyFrame | pl.DataFrame, colls: pl.DataFrame, keys: list[str],
+                    also: pl.Expr | None = None
                     ) -> tuple[pl.DataFrame, float | None, pl.DataFrame | None, pl.DataFrame | None]:
     """One streamed pass: (window parts merged, first kernel start, rows matching `also` — e.g. the HCCL rows —,
-    longest gap per window)."""
+    longest gap per window). A table already in memory is cut into batches directly (a streaming engine run
+    costs milliseconds of set-up, which a cluster of small ranks pays once per rank)."""
     parts: list[pl.DataFrame] = []
     gaps: list[pl.DataFrame] = []
     extra: list[pl.DataFrame] = []
@@ -163,7 +166,11 @@ def _stream_windows(lf: pl.LazyFrame, colls: pl.DataFrame, keys: list[str], also
             parts[:] = [_merge_parts(parts, keys)]
             gaps[:] = [_merge_gaps(gaps)]
 
-    lf.sink_batches(take, chunk_size=BATCH_ROWS, maintain_order=True, engine="streaming")
+    if isinstance(src, pl.DataFrame):
+        for batch in src.iter_slices(BATCH_ROWS):
+            take(batch)
+    else:
+        src.sink_batches(take, chunk_size=BATCH_ROWS, maintain_order=True, engine="streaming")
     win = _merge_parts(parts, keys) if parts else pl.DataFrame()
     state["gaps"] = _merge_gaps(gaps) if gaps else None
     return win, state["first"], (pl.concat(extra) if extra else None), state["gaps"]
@@ -189,10 +196,9 @@ def build_windows(kernels: pl.DataFrame | pl.LazyFrame, colls: pl.DataFrame, pac
     """
     if colls.is_empty():
         return pl.DataFrame(), colls
-    lf = kernels.lazy()
-    names = lf.collect_schema().names()
+    names = kernels.collect_schema().names()
     keys = ["op", "name", "type", "core", *(["bucket", "rule_id"] if "bucket" in names else [])]
-    win, first, _, gaps = _stream_windows(lf, colls, keys)
+    win, first, _, gaps = _stream_windows(kernels, colls, keys)
     if win.is_empty():
         return pl.DataFrame(), colls
     windows, colls = _finish_windows(win, colls, first, pack, rules_for, loc_file, loc_kind)
@@ -229,6 +235,8 @@ def ascend_collectives(kernel_path: Path | None, kernel_file: str | None, n_reco
         if n_records is not None:
             lf = ascend_kernels.with_exact_lines(kf, lf, n_records)
         lf = lf.select("step", "op", "name", "type", "core", "start_us", "dur_us", pl.col("src_line").alias("loc"))
+        if kernel_path.stat().st_size <= SMALL_BYTES:
+            lf = lf.collect()  # small: in memory, no streaming set-up (see `_stream_windows`)
     is_comm = pl.col("core").is_in(list(COMM_CORES)) | pl.col("name").str.starts_with("hcom_")
     keys = ["op", "name", "type", "core"]
     if comm_ops is not None and not comm_ops.is_empty():
@@ -254,7 +262,8 @@ def ascend_collectives(kernel_path: Path | None, kernel_file: str | None, n_reco
         return None, None
     krows = _hccl_rows_from_groups(groups)
     if krows is None:
-        krows = lf.filter(is_comm).select("step", "name", "start_us", "dur_us", "loc").collect(engine="streaming")
+        krows = (lf.lazy().filter(is_comm).select("step", "name", "start_us", "dur_us", "loc")
+                 .collect(engine="streaming"))
     if krows.is_empty():
         return None, None
     colls = krows.select(

@@ -13,6 +13,7 @@ many rows the claim covers in total and ``select`` is the filter that selects al
 
 from __future__ import annotations
 
+import functools
 import gzip
 import json
 from collections.abc import Iterable, Sequence
@@ -122,7 +123,14 @@ def resolve_pointer(doc: Any, pointer: str) -> Any:
 
 
 def make_pointer(*parts: str | int) -> str:
-    return "/" + "/".join(str(p).replace("~", "~0").replace("/", "~1") for p in parts)
+    """RFC 6901 pointer from its reference tokens (``~`` and ``/`` escaped)."""
+    return "/" + "/".join(map(_escape_token, parts))
+
+
+@functools.lru_cache(maxsize=1 << 14)
+def _escape_token(part: str | int) -> str:
+    # tokens repeat (step keys, sections, op keys): readers build a pointer per row of large documents
+    return str(part).replace("~", "~0").replace("/", "~1")
 
 
 def load_json_document(path: Path) -> Any:

@@ -14,6 +14,7 @@ import polars as pl
 from profan.errors import ProfanInputError
 from profan.evidence import make_pointer
 from profan.sources.ascend_meta import load_json
+from profan.sources.rowframe import rows_frame
 
 TOTAL_KEY = "Total Op Info"
 _STEP = re.compile(r"^step(\d*)$")
@@ -72,8 +73,8 @@ Entry = tuple[str, int | None, str, str, object]
 def tables(items: list[Entry], skipped: int = 0) -> tuple[pl.DataFrame, pl.DataFrame, int]:
     """(ops, bandwidth rows, skipped entries) from `entries` — so other readers of the same document (packet sizes)
     share one parse."""
-    ops: list[dict] = []
-    bws: list[dict] = []
+    ops: list[tuple] = []  # rows as tuples in schema order: many ranks × thousands of ops
+    bws: list[tuple] = []
     for step_key, step, kind, op, body in items:
         if not isinstance(body, dict) or not isinstance(body.get("Communication Time Info"), dict):
             skipped += 1
@@ -81,20 +82,13 @@ def tables(items: list[Entry], skipped: int = 0) -> tuple[pl.DataFrame, pl.DataF
         t = body["Communication Time Info"]
         name, _, group = op.partition("@")
         ptr = make_pointer(step_key, kind, op)
-        ops.append({"step": step, "kind": kind, "op": op, "op_name": name, "group_hash": group or None,
-                    "start_us": number(t, "Start Timestamp(us)"), "elapse_ms": number(t, "Elapse Time(ms)"),
-                    "transit_ms": number(t, "Transit Time(ms)"), "wait_ms": number(t, "Wait Time(ms)"),
-                    "sync_ms": number(t, "Synchronization Time(ms)"), "idle_ms": number(t, "Idle Time(ms)"),
-                    "pointer": ptr})
+        ops.append((step, kind, op, name, group or None, number(t, "Start Timestamp(us)"),
+                    number(t, "Elapse Time(ms)"), number(t, "Transit Time(ms)"), number(t, "Wait Time(ms)"),
+                    number(t, "Synchronization Time(ms)"), number(t, "Idle Time(ms)"), ptr))
         for transport, b in (body.get("Communication Bandwidth Info") or {}).items():
             if not isinstance(b, dict):
                 continue
-            bws.append({"step": step, "kind": kind, "op": op, "transport": transport,
-                        "size_mb": number(b, "Transit Size(MB)"), "time_ms": number(b, "Transit Time(ms)"),
-                        "bandwidth_gbps": number(b, "Bandwidth(GB/s)"),
-                        "large_packet_ratio": number(b, "Large Packet Ratio"),
-                        "pointer": make_pointer(step_key, kind, op, "Communication Bandwidth Info",
-                                                transport)})
-    return (pl.DataFrame(ops, schema=OP_SCHEMA, orient="row") if ops else pl.DataFrame(schema=OP_SCHEMA),
-            pl.DataFrame(bws, schema=BW_SCHEMA, orient="row") if bws else pl.DataFrame(schema=BW_SCHEMA),
-            skipped)
+            bws.append((step, kind, op, transport, number(b, "Transit Size(MB)"), number(b, "Transit Time(ms)"),
+                        number(b, "Bandwidth(GB/s)"), number(b, "Large Packet Ratio"),
+                        ptr + make_pointer("Communication Bandwidth Info", transport)))
+    return rows_frame(ops, OP_SCHEMA), rows_frame(bws, BW_SCHEMA), skipped

@@ -26,6 +26,7 @@ from profan.evidence import make_pointer
 from profan.sources import ascend_comm
 from profan.sources.ascend_comm import number as num
 from profan.sources.ascend_meta import Metadata, double_hash
+from profan.sources.rowframe import rows_frame
 
 _AGG_KEY = re.compile(r"^([A-Za-z]+)-(top\d+|middle|bottom\d+|total)@(\d+)$")
 _LINK = re.compile(r"^(\d+)-(\d+)$")
@@ -47,9 +48,10 @@ def op_type(op_name: str) -> str:
 
 
 def read(path: Path) -> tuple[pl.DataFrame, int]:
-    """(one row per link entry, skipped entries)."""
+    """(one row per link entry, skipped entries). Rows are built as tuples and each op's pointer prefix once:
+    a cluster's matrix holds thousands of links per rank."""
     items, skipped = ascend_comm.entries(path)
-    rows: list[dict] = []
+    rows: list[tuple] = []
     for step_key, step, kind, key, links in items:
         if not isinstance(links, dict):
             skipped += 1
@@ -61,20 +63,18 @@ def read(path: Path) -> tuple[pl.DataFrame, int]:
         else:
             name, _, group = key.partition("@")
             shape, typ, rank_class = "per-op", op_type(name), None
+        prefix = make_pointer(step_key, kind, key) + "/"
         for link, v in links.items():
             lm = _LINK.match(link)
             if not lm or not isinstance(v, dict):
                 skipped += 1
                 continue
-            rows.append({
-                "step": step, "kind": kind, "key": key, "shape": shape, "op_type": typ,
-                "rank_class": rank_class, "op_name": v.get("Op Name") if agg else name,
-                "group_hash": group or None, "src_local": int(lm.group(1)), "dst_local": int(lm.group(2)),
-                "transport": str(v.get("Transport Type", "")), "size_mb": num(v, "Transit Size(MB)"),
-                "time_ms": num(v, "Transit Time(ms)"), "bandwidth_gbps": num(v, "Bandwidth(GB/s)"),
-                "pointer": make_pointer(step_key, kind, key, link)})
-    df = pl.DataFrame(rows, schema=SCHEMA, orient="row") if rows else pl.DataFrame(schema=SCHEMA)
-    return df, skipped
+            rows.append((
+                step, kind, key, shape, typ, rank_class, v.get("Op Name") if agg else name, group or None,
+                int(lm.group(1)), int(lm.group(2)), str(v.get("Transport Type", "")), num(v, "Transit Size(MB)"),
+                num(v, "Transit Time(ms)"), num(v, "Bandwidth(GB/s)"),
+                prefix + link))  # "src-dst" holds neither "~" nor "/": no escaping
+    return rows_frame(rows, SCHEMA), skipped
 
 
 def group_table(meta: Metadata | None) -> pl.DataFrame:

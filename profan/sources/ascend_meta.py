@@ -7,6 +7,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+import msgspec
+
 from profan.errors import ProfanInputError
 
 
@@ -18,6 +20,10 @@ def load_json(path: Path) -> Any:
         raise ProfanInputError(path, f"cannot read: {exc.strerror or exc}") from None
     if not raw.strip():
         raise ProfanInputError(path, "empty file")
+    try:
+        return msgspec.json.decode(raw)  # about twice the stdlib's speed; a cluster has thousands of these files
+    except msgspec.DecodeError:
+        pass  # the stdlib takes what msgspec refuses (NaN literals, integers past 64 bits) and words the error
     try:
         return json.loads(raw)
     except ValueError as exc:

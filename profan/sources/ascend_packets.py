@@ -12,6 +12,7 @@ import polars as pl
 
 from profan.evidence import make_pointer
 from profan.sources import ascend_comm
+from profan.sources.rowframe import rows_frame
 
 SCHEMA = {"step": pl.Int64, "kind": pl.Utf8, "op": pl.Utf8, "transport": pl.Utf8, "packet_mb": pl.Float64,
           "count": pl.Int64, "time_ms": pl.Float64, "pointer": pl.Utf8, "transport_pointer": pl.Utf8}
@@ -24,7 +25,7 @@ def read(items: list[ascend_comm.Entry]) -> pl.DataFrame:
     ``pointer`` locates the ``[count, ms]`` pair; ``transport_pointer`` the op's transport object that holds the
     distribution (what findings cite, so a reader sees the sizes next to the totals).
     """
-    rows: list[dict] = []
+    rows: list[tuple] = []  # in SCHEMA order
     for step_key, step, kind, op, body in items:
         if not isinstance(body, dict):
             continue
@@ -32,15 +33,12 @@ def read(items: list[ascend_comm.Entry]) -> pl.DataFrame:
             dist = b.get("Size Distribution") if isinstance(b, dict) else None
             if not isinstance(dist, dict):
                 continue
+            tptr = make_pointer(step_key, kind, op, "Communication Bandwidth Info", transport)
             for size, val in dist.items():
                 try:
                     mb, cnt, t = float(size), int(val[0]), float(val[1])
                 except (TypeError, ValueError, IndexError):
                     continue
-                rows.append({"step": step, "kind": kind, "op": op, "transport": transport, "packet_mb": mb,
-                             "count": cnt, "time_ms": t,
-                             "pointer": make_pointer(step_key, kind, op, "Communication Bandwidth Info",
-                                                     transport, "Size Distribution", size),
-                             "transport_pointer": make_pointer(step_key, kind, op,
-                                                               "Communication Bandwidth Info", transport)})
-    return pl.DataFrame(rows, schema=SCHEMA, orient="row") if rows else pl.DataFrame(schema=SCHEMA)
+                rows.append((step, kind, op, transport, mb, cnt, t,
+                             tptr + make_pointer("Size Distribution", size), tptr))
+    return rows_frame(rows, SCHEMA)
