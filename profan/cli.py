@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import os
 import sys
 from pathlib import Path
 from typing import Annotated
@@ -28,6 +29,15 @@ def _progress(quiet: bool):
     return lambda msg: typer.echo(f"profan: {msg}", err=True)
 
 
+def _cli_jobs(jobs: int | None) -> int | None:
+    """The command line reads big clusters in parallel by default (0: one process per core from 16 ranks up).
+    The library keeps 1 unless asked: its spawned workers re-import the caller's main module, which the console
+    script guards and an arbitrary user script may not."""
+    if jobs is not None or os.environ.get("PROFAN_JOBS", "").strip():
+        return jobs
+    return 0
+
+
 @app.command()
 def analyze(
     path: Annotated[Path, typer.Argument(help="Profiler output directory (or one kernel_details.csv).")],
@@ -40,7 +50,8 @@ def analyze(
     hardware: Annotated[Path | None, typer.Option(
         "--hardware", help="TOML file of link-bandwidth priors / the device, on top of rules/hardware.")] = None,
     jobs: Annotated[int | None, typer.Option(
-        "--jobs", "-j", help="Processes reading ranks (1 = sequential, 0 = one per core); default PROFAN_JOBS or 1.")
+        "--jobs", "-j", help="Processes reading ranks (1 = sequential, 0 = one per core from 16 ranks up); "
+                             "default PROFAN_JOBS, else 0.")
     ] = None,
     brief: Annotated[bool, typer.Option(
         "--brief", help="Compact JSON (< 8 KB) on stdout: summary and top findings with evidence locators. "
@@ -59,7 +70,7 @@ def analyze(
         raise typer.Exit(EXIT_BAD_INPUT)
     if fmt in ("html", "xlsx") and out is None and not brief:
         out = Path(f"report.{fmt}")
-    report = run(path, rules=rules or [], progress=_progress(quiet), hardware=hardware, jobs=jobs)
+    report = run(path, rules=rules or [], progress=_progress(quiet), hardware=hardware, jobs=_cli_jobs(jobs))
     if brief:
         if out is not None:
             render(report, fmt, out)

@@ -147,12 +147,14 @@ def _agg(k: pl.DataFrame, side: Side, keys: list[str]) -> pl.DataFrame:
     if k.is_empty():
         return pl.DataFrame()
     tot = k.group_by(keys).agg(
-        *([pl.col("name").first()] if "name" not in keys and "kname" in keys else []),
+        *([pl.col("name").sort_by(["time_us", "name"], descending=[True, False]).first()]
+          if "name" not in keys and "kname" in keys else []),
         (pl.col("time_us").sum() / (steps_n * ranks_n)).alias("time_us"),
         (pl.col("count").sum() / (steps_n * ranks_n)).alias("count"),
         pl.col("count").sum().alias("rows"))
     per_rank = k.group_by([*keys, "rank", "file", "loc_kind"]).agg(pl.col("time_us").sum().alias("_t"))
-    top = per_rank.sort("_t", descending=True).group_by(keys, maintain_order=True).first()
+    top = (per_rank.sort(["_t", "rank"], descending=[True, False])  # ties: the lower rank, every run
+           .group_by(keys, maintain_order=True).first())
     locs = (k.join(top.select(*keys, "rank"), on=[*keys, "rank"], how="semi", nulls_equal=True)
             .select(*keys, "lines", "line_durs").explode(["lines", "line_durs"]).drop_nulls(["lines", "line_durs"])
             .group_by(keys).agg(pl.col("lines").top_k_by("line_durs", MAX_CITED).alias("locs")))

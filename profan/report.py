@@ -40,22 +40,44 @@ class Report:
         return next((s for s in order if s in sev), None)
 
     def to_dict(self, *, tables: bool = True) -> dict[str, Any]:
-        out: dict[str, Any] = {
+        out: dict[str, Any] = clean({
             "schema": SCHEMA,
             "source": self.source,
-            "breakdown": records(self.breakdown),
             "findings": [f.to_dict() for f in self.findings],
             "warnings": self.warnings,
             "notes": self.notes,
             "meta": self.meta,
-        }
+        })
+        out["breakdown"] = records(self.breakdown)  # tables are made JSON-safe by `records`, column by column
         if tables:
             out["tables"] = {k: records(v) for k, v in self.tables.items() if k != "breakdown"}
-        return clean(out)
+        return {k: out[k] for k in ("schema", "source", "breakdown", "findings", "warnings", "notes", "meta",
+                                    *(("tables",) if tables else ()))}
 
 
 def records(df: pl.DataFrame) -> list[dict[str, Any]]:
-    return df.to_dicts() if df is not None and not df.is_empty() else []
+    """A table as JSON-safe rows, as `clean` would make them. Floats (and lists of floats) are rounded and
+    NaN/inf nulled by polars, column by column: a cluster's report holds millions of values, and a recursive
+    Python walk over them cost seconds. Tables with other column types take the walk."""
+    if df is None or df.is_empty():
+        return []
+    exprs: list[pl.Expr] = []
+    for name, dtype in df.schema.items():
+        col = pl.col(name)
+        if dtype.is_float():
+            exprs.append(_json_float(col).alias(name))
+        elif isinstance(dtype, pl.List) and dtype.inner.is_float():
+            exprs.append(col.list.eval(_json_float(pl.element())).alias(name))
+        elif not (dtype.is_numeric() or dtype in (pl.String, pl.Boolean, pl.Null)
+                  or (isinstance(dtype, pl.List) and (dtype.inner.is_numeric() or dtype.inner == pl.String))):
+            return clean(df.to_dicts())
+    return df.with_columns(exprs).to_dicts() if exprs else df.to_dicts()
+
+
+def _json_float(x: pl.Expr) -> pl.Expr:
+    """`clean`'s float rule in polars: NaN/inf -> null, 6 decimals. Magnitudes from 1e9 up (epoch-µs timestamps)
+    are kept as they are: there a float has no 6th decimal to round, and scaling by 1e6 would lose digits."""
+    return pl.when(~x.is_finite()).then(None).when(x.abs() < 1e9).then(x.round(6)).otherwise(x)
 
 
 def clean(obj: Any) -> Any:

@@ -38,8 +38,10 @@ def boundness(ranks: list[RankData], pack: RulePack) -> pl.DataFrame:
         g = r.groups.filter(pl.col("bucket") != "communication")
         total = float(r.groups["time_us"].sum())
         agg = (g.group_by("op", "input_shapes")
-               .agg(pl.col("time_us").sum(), pl.col("count").sum(), pl.col("core").first(),
-                    pl.col("bucket").first(), pl.col("name").first(),
+               .agg(pl.col("time_us").sum(), pl.col("count").sum(),
+                    # example core/bucket/name: the group with the most time, so every run names the same one
+                    *[pl.col(c).sort_by(["time_us", "name"], descending=[True, False]).first()
+                      for c in ("core", "bucket", "name")],
                     *[pl.col(f"{p}_wsum").sum() for p in pipes], *[pl.col(f"{p}_wden").sum() for p in pipes]))
         agg = agg.with_columns(
             *[(pl.col(f"{p}_wsum") / pl.col(f"{p}_wden")).alias(p) for p in pipes],

@@ -44,9 +44,12 @@ def top_kernels(ranks: list[RankData], per_step_max: int | None = None, per_buck
         per_step = per_step_max is None or n_steps <= per_step_max
         groups = r.groups if per_step else r.groups.with_columns(pl.lit(None, pl.Int64).alias("step"))
         keys = ["step", "bucket", "op", "input_shapes"]
+        # the example name/core/rule: the group with the most time (ties: the first name), not whichever group
+        # the hash grouping saw first — the same input gives the same table
+        first = [pl.col(c).sort_by(["time_us", "name"], descending=[True, False]).first()
+                 for c in ("name", "core", "rule_id")]
         g = (groups.group_by(keys)
-             .agg(pl.col("time_us").sum(), pl.col("count").sum(), pl.col("max_us").max(),
-                  pl.col("name").first(), pl.col("core").first(), pl.col("rule_id").first()))
+             .agg(pl.col("time_us").sum(), pl.col("count").sum(), pl.col("max_us").max(), *first))
         g = g.with_columns((pl.col("time_us") / pl.col("time_us").sum().over("step", "bucket"))
                            .alias("share_of_bucket"))
         g = g.sort("time_us", descending=True).group_by("step", "bucket", maintain_order=True).head(per_bucket)

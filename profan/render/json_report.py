@@ -10,9 +10,10 @@ from profan.report import Report
 
 
 def render_json(report: Report, out: Path | None = None) -> str | None:
-    # msgspec encodes a long report (thousands of breakdown rows) ~10x faster than the stdlib; same JSON
-    text = msgspec.json.format(msgspec.json.encode(report.to_dict()), indent=1).decode("utf-8")
+    # msgspec encodes a long report (thousands of breakdown rows, a cluster's link tables) ~10x faster than the
+    # stdlib; same JSON. Written as bytes: a cluster's report is tens of MB.
+    data = msgspec.json.format(msgspec.json.encode(report.to_dict()), indent=1)
     if out is not None:
-        out.write_text(text + "\n", encoding="utf-8")
+        out.write_bytes(data + b"\n")
         return None
-    return text
+    return data.decode("utf-8")
