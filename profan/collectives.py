@@ -72,7 +72,8 @@ def _window_part(batch: pl.DataFrame, colls: pl.DataFrame, keys: list[str],
     k = k.with_columns(ws.alias("_ws")).filter(pl.col("_ws").is_null() | (pl.col("start_us") >= pl.col("_ws")))
     agg = (k.group_by(["cid", *keys])
            .agg(pl.len().cast(pl.Int64).alias("count"), pl.col("dur_us").sum().alias("time_us"),
-                pl.col("loc").top_k_by("dur_us", WINDOW_LOCS).alias("locs"),
+                # ties: the earlier row, so the same input cites the same rows
+                pl.col("loc").top_k_by(["dur_us", "loc"], WINDOW_LOCS, reverse=[False, True]).alias("locs"),
                 pl.col("dur_us").top_k(WINDOW_LOCS).alias("loc_durs")))
     k = k.sort("cid", "start_us").with_columns((pl.col("start_us") + pl.col("dur_us")).alias("_end"))
     prev_end = pl.col("_end").cum_max().shift(1).over("cid")
@@ -117,7 +118,7 @@ def _merge_parts(parts: list[pl.DataFrame], keys: list[str]) -> pl.DataFrame:
     g = ["cid", *keys]
     sums = allp.group_by(g).agg(pl.col("count").sum(), pl.col("time_us").sum())
     tops = (allp.select(*g, "locs", "loc_durs").explode(["locs", "loc_durs"]).drop_nulls(["locs"])
-            .group_by(g).agg(pl.col("locs").top_k_by("loc_durs", WINDOW_LOCS),
+            .group_by(g).agg(pl.col("locs").top_k_by(["loc_durs", "locs"], WINDOW_LOCS, reverse=[False, True]),
                              pl.col("loc_durs").top_k(WINDOW_LOCS)))
     return sums.join(tops, on=g, how="left", nulls_equal=True)
 
@@ -125,7 +126,9 @@ def _merge_parts(parts: list[pl.DataFrame], keys: list[str]) -> pl.DataFrame:
 def _cap(win: pl.DataFrame) -> pl.DataFrame:
     """Keep the WINDOW_KERNELS largest kernels of each window; fold the rest into '(other)' per bucket, so long
     profiles (thousands of windows) stay small while window and bucket totals stay exact."""
-    win = win.with_columns(pl.col("time_us").rank("ordinal", descending=True).over("cid").alias("_r"))
+    # rank by time, ties by name: which kernels stay named must not depend on the grouping's row order
+    win = (win.sort(["cid", "time_us", "name"], descending=[False, True, False], nulls_last=True)
+           .with_columns(pl.int_range(1, pl.len() + 1).over("cid").alias("_r")))
     keep = win.filter(pl.col("_r") <= WINDOW_KERNELS).drop("_r")
     rest = win.filter(pl.col("_r") > WINDOW_KERNELS)
     if rest.is_empty():
@@ -176,19 +179,38 @@ def _stream_windows(src: pl.LazyFrame | pl.DataFrame, colls: pl.DataFrame, keys:
     return win, state["first"], (pl.concat(extra) if extra else None), state["gaps"]
 
 
+def _classify(win: pl.DataFrame, rules: list, groups: pl.DataFrame | None) -> pl.DataFrame:
+    """Bucket and rule of each window kernel: taken from the rank's classified kernel groups when the rules read
+    only the columns a window keeps (the same kernel gets the same verdict, without running the rule chain
+    again), classified afresh for any kernel the groups lack."""
+    fields = sorted({f for r in rules for f in r.match})
+    if (groups is None or "bucket" not in groups.columns or not fields
+            or not set(fields) <= {"op", "name", "type", "core"}):
+        return classify(win, rules)
+    known = groups.select(*fields, "bucket", "rule_id").unique(fields, keep="first", maintain_order=True)
+    win = win.join(known, on=fields, how="left", nulls_equal=True, maintain_order="left")
+    missing = win["bucket"].is_null()
+    if not missing.any():
+        return win
+    return pl.concat([win.filter(~missing), classify(win.filter(missing).drop("bucket", "rule_id"), rules)],
+                     how="diagonal_relaxed")
+
+
 def _finish_windows(win: pl.DataFrame, colls: pl.DataFrame, first: float | None, pack: RulePack, rules_for: str,
-                    loc_file: str, loc_kind: str) -> tuple[pl.DataFrame, pl.DataFrame]:
+                    loc_file: str, loc_kind: str, groups: pl.DataFrame | None = None,
+                    ) -> tuple[pl.DataFrame, pl.DataFrame]:
     if first is not None:
         colls = colls.with_columns(pl.col("win_start_us").fill_null(first))
     if "bucket" not in win.columns:  # not yet classified by the source
-        win = classify(win, pack.rules_for(rules_for))
+        win = _classify(win, pack.rules_for(rules_for), groups)
     win = _cap(win.drop("loc_durs", strict=False)).with_columns(
         pl.col("count").cast(pl.Int64), pl.lit(loc_file).alias("loc_file"), pl.lit(loc_kind).alias("loc_kind"))
     return win.sort("cid", "time_us", descending=[False, True]), colls
 
 
 def build_windows(kernels: pl.DataFrame | pl.LazyFrame, colls: pl.DataFrame, pack: RulePack, rules_for: str,
-                  loc_file: str, loc_kind: str) -> tuple[pl.DataFrame, pl.DataFrame]:
+                  loc_file: str, loc_kind: str, groups: pl.DataFrame | None = None
+                  ) -> tuple[pl.DataFrame, pl.DataFrame]:
     """Assign compute kernels to the next communication op's window; aggregate per (window, kernel).
 
     ``kernels``: start_us, dur_us, op, name, type, core, loc (and bucket, rule_id when already classified).
@@ -201,7 +223,7 @@ def build_windows(kernels: pl.DataFrame | pl.LazyFrame, colls: pl.DataFrame, pac
     win, first, _, gaps = _stream_windows(kernels, colls, keys)
     if win.is_empty():
         return pl.DataFrame(), colls
-    windows, colls = _finish_windows(win, colls, first, pack, rules_for, loc_file, loc_kind)
+    windows, colls = _finish_windows(win, colls, first, pack, rules_for, loc_file, loc_kind, groups)
     return windows, _with_gaps(colls, gaps)
 
 
@@ -256,7 +278,7 @@ def ascend_collectives(kernel_path: Path | None, kernel_file: str | None, n_reco
                 list(COLL_SCHEMA))
         if win.is_empty():
             return colls, None
-        windows, colls = _finish_windows(win, colls, first, pack, "ascend", kernel_file or "", "lines")
+        windows, colls = _finish_windows(win, colls, first, pack, "ascend", kernel_file or "", "lines", groups)
         return _with_gaps(colls, gaps), windows
     if lf is None:
         return None, None
@@ -274,7 +296,7 @@ def ascend_collectives(kernel_path: Path | None, kernel_file: str | None, n_reco
         pl.lit("lines").alias("loc_kind"), "loc", pl.lit(None, pl.Utf8).alias("pointer"),
         pl.lit(kernel_file).alias("kfile"), pl.col("loc").alias("kline"))
     colls = _finish(colls.select([c for c in COLL_SCHEMA if c not in ("cid", "seq", "win_start_us", *GAP_COLS)]))
-    windows, colls = build_windows(lf.filter(~is_comm), colls, pack, "ascend", kernel_file or "", "lines")
+    windows, colls = build_windows(lf.filter(~is_comm), colls, pack, "ascend", kernel_file or "", "lines", groups)
     return colls, (windows if not windows.is_empty() else None)
 
 

@@ -48,7 +48,8 @@ def boundness(ranks: list[RankData], pack: RulePack) -> pl.DataFrame:
             (pl.col("time_us") / total).alias("share"),
             (pl.col("time_us") / pl.col("count")).alias("avg_us"))
         agg = (agg.filter((pl.col("share") >= chk["min_share"]) & (pl.col("avg_us") >= chk["min_duration_us"]))
-               .sort("time_us", descending=True).head(chk["top_n"]))
+               .sort(["time_us", "op", "input_shapes"], descending=[True, False, False], nulls_last=True)
+               .head(chk["top_n"]))
         if agg.is_empty():
             continue
         dom = pl.concat_list([pl.struct(pipe=pl.lit(p), ratio=pl.col(p)) for p in pipes]).list.eval(

@@ -52,7 +52,8 @@ def top_kernels(ranks: list[RankData], per_step_max: int | None = None, per_buck
              .agg(pl.col("time_us").sum(), pl.col("count").sum(), pl.col("max_us").max(), *first))
         g = g.with_columns((pl.col("time_us") / pl.col("time_us").sum().over("step", "bucket"))
                            .alias("share_of_bucket"))
-        g = g.sort("time_us", descending=True).group_by("step", "bucket", maintain_order=True).head(per_bucket)
+        g = (g.sort(["time_us", "op", "input_shapes"], descending=[True, False, False], nulls_last=True)  # ties: by op
+             .group_by("step", "bucket", maintain_order=True).head(per_bucket))
         # sample lines only for the kept kernels: exploding every group's lines costs more than the ranking
         lines = (groups.join(g.select(keys), on=keys, how="semi", nulls_equal=True)
                  .select(*keys, "lines", "line_durs").explode(["lines", "line_durs"])
@@ -138,7 +139,7 @@ def coverage_findings(ranks: list[RankData], pack: RulePack) -> list[Finding]:
         u = r.groups.filter(pl.col("bucket") == UNCLASSIFIED)
         ut = float(u["time_us"].sum())
         if total > 0 and ut / total >= unc["warning_share"]:
-            ops = (u.group_by("op").agg(pl.col("time_us").sum()).sort("time_us", descending=True)
+            ops = (u.group_by("op").agg(pl.col("time_us").sum()).sort(["time_us", "op"], descending=[True, False])
                    .head(5)["op"].to_list())
             out.append(Finding(
                 check=unc.id, severity="warning", rank=r.rank,

@@ -147,10 +147,11 @@ def explain(ranks_by: dict[int, RankData], late: pl.DataFrame, slow: int, typica
     both = w_s.join(w_t, on=["op", "name", "bucket"], how="full", coalesce=True, suffix="_t").with_columns(
         pl.col("time_us").fill_null(0.0), pl.col("time_us_t").fill_null(0.0), pl.col("count").fill_null(0),
         pl.col("count_t").fill_null(0))
+    # ties by bucket and name: the kernels named must not depend on the grouping's row order
     both = both.with_columns((pl.col("time_us") - pl.col("time_us_t")).alias("delta_us")).sort(
-        "delta_us", descending=True)
+        ["delta_us", "bucket", "op", "name"], descending=[True, False, False, False], nulls_last=True)
     out["by_bucket"] = {b: round(v, 3) for b, v in both.group_by("bucket").agg(pl.col("delta_us").sum())
-                        .sort("delta_us", descending=True).iter_rows() if abs(v) >= 1.0}
+                        .sort(["delta_us", "bucket"], descending=[True, False]).iter_rows() if abs(v) >= 1.0}
     top = both.filter(pl.col("delta_us") > max(1.0, 0.05 * max(extra_busy, 0.0))).head(5)
     out["kernels"] = [{"op": r["op"], "name": r["name"], "bucket": r["bucket"], "delta_us": round(r["delta_us"], 3),
                        "time_us": round(r["time_us"], 3), "typical_time_us": round(r["time_us_t"], 3),
