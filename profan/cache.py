@@ -1,9 +1,11 @@
-"""Parquet cache of parsed chrome traces, so a second analysis of the same files is near-instant.
+"""Parquet cache of parsed chrome traces and reduced kernel files, so a second analysis of the same files is
+near-instant.
 
-Why: parsing is the only step whose cost grows with the trace (seconds per GB); everything after it works on the
-parsed table. The key is the file's absolute path, size and mtime plus the table schema version and the reader
-variant, so an edited, replaced or re-exported trace is never served stale, and a new profan version with another
-table shape never reads an old entry.
+Why: parsing is the only step whose cost grows with the input (seconds per GB); everything after it works on the
+parsed table (a trace's events) or the reduced one (a kernel file's groups, whose cited lines are plain columns
+and so survive the round trip). The key is the file's absolute path, size and mtime plus the table schema version
+and the reader variant, so an edited, replaced or re-exported file is never served stale, and a new profan version
+with another table shape never reads an old entry.
 
 Location: ``$PROFAN_CACHE_DIR``, else ``$XDG_CACHE_HOME/profan``, else ``~/.cache/profan``. Set ``PROFAN_NO_CACHE=1``
 (or ``PROFAN_CACHE_DIR=off``) to disable it. A cache that cannot be written (read-only home, full disk) is skipped
@@ -19,12 +21,14 @@ import shutil
 import tempfile
 from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 import polars as pl
 
 from profan.sources.chrome_trace import Trace
 
 SCHEMA_VERSION = 1  # bump when the event/detail table shape or meaning changes
+TABLE_VERSION = 1  # bump when a `cached_table` producer changes the shape or meaning of its table
 
 
 def cache_dir() -> Path | None:
@@ -81,3 +85,33 @@ def cached_parse(path: Path, variant: str, parse: Callable[[Path], Trace]) -> tu
     tr = parse(path)
     _store(entry, tr)
     return tr, False
+
+
+def cached_table(path: Path, kind: str, build: Callable[[], tuple[pl.DataFrame, dict[str, Any]]]
+                 ) -> tuple[pl.DataFrame, dict[str, Any], bool]:
+    """(table, its small JSON-able facts, served from cache) for one input file. ``kind`` names the producer and
+    its version; ``build`` computes both when there is no entry. Same keying, atomic writes and silent skip on
+    an unwritable cache as `cached_parse`."""
+    base = cache_dir()
+    if base is None:
+        df, facts = build()
+        return df, facts, False
+    entry = base / "tables" / key(path, f"{kind}/{TABLE_VERSION}")
+    if entry.is_dir():
+        try:
+            facts = json.loads((entry / "facts.json").read_text(encoding="utf-8"))
+            return pl.read_parquet(entry / "table.parquet"), facts, True
+        except (OSError, ValueError, pl.exceptions.PolarsError):
+            pass
+    df, facts = build()
+    tmp: Path | None = None
+    try:
+        entry.parent.mkdir(parents=True, exist_ok=True)
+        tmp = Path(tempfile.mkdtemp(prefix=".tmp-", dir=entry.parent))
+        df.write_parquet(tmp / "table.parquet", compression="zstd")
+        (tmp / "facts.json").write_text(json.dumps({**facts, "source": str(path)}), encoding="utf-8")
+        os.replace(tmp, entry)
+    except OSError:
+        if tmp is not None:
+            shutil.rmtree(tmp, ignore_errors=True)
+    return df, facts, False

@@ -190,12 +190,31 @@ def _classify_distinct(groups: pl.DataFrame, rules: list) -> pl.DataFrame:
     return groups.join(classify(kinds, rules), on=fields, how="left", nulls_equal=True, maintain_order="left")
 
 
+CACHE_BYTES = 16 << 20  # kernel files from this size keep their reduced groups in the cache (profan.cache)
+
+
 def reduce_kernels(path: Path, pack: RulePack, rules_for: str = "ascend") -> tuple[pl.DataFrame, dict, str, bool]:
     """Read a kernel file in one pass: (classified groups, counts, header variant, has pipe ratios).
 
-    The physical line count that proves one line per record runs in a thread beside the pass (polars releases
-    the GIL), so the check costs no extra wall time on a multi-core machine."""
+    The groups of a big file are cached (before classification, so a changed rule pack never meets a stale
+    verdict): analysing it again — ``profan evidence DIR F3``, an agent's follow-up question — skips the pass."""
     kf = ascend_kernels.inspect(path)
+    if path.stat().st_size >= CACHE_BYTES:
+        from profan.cache import cached_table
+
+        groups, counts, _ = cached_table(path, "kernel_groups", lambda: _reduce_file(kf))
+    else:
+        groups, counts = _reduce_file(kf)
+    groups = _classify_distinct(groups, pack.rules_for(rules_for))
+    return groups, {"rows": counts["rows"], "skipped": counts["skipped"]}, kf.variant, kf.has_pipe_ratios
+
+
+def _reduce_file(kf: ascend_kernels.KernelFile) -> tuple[pl.DataFrame, dict[str, int]]:
+    """(unclassified groups, {"rows", "skipped"}) of one kernel file.
+
+    The physical line count that proves one line per record runs in a thread beside the pass (polars releases
+    the GIL), so the check costs little wall time on a multi-core machine."""
+    path = kf.path
     pipes = list(kf.pipe_columns)
     exact = path.stat().st_size <= EXACT_BYTES
     with ThreadPoolExecutor(max_workers=1) as pool:
@@ -213,9 +232,7 @@ def reduce_kernels(path: Path, pack: RulePack, rules_for: str = "ascend") -> tup
         # A quoted field holds a line break: map record index -> true physical line, then redo the reduction.
         lf = ascend_kernels.with_exact_lines(kf, lf, n_rows)
         groups, _, _ = _reduce_rows(lf, kf, pipes, exact)
-    groups = _classify_distinct(groups, pack.rules_for(rules_for))
-    counts = {"rows": n_rows, "skipped": n_bad}
-    return groups, counts, kf.variant, kf.has_pipe_ratios
+    return groups, {"rows": n_rows, "skipped": n_bad}
 
 
 def load_rank(rs: RankSource, root: Path, pack: RulePack, *, peers: bool = True) -> RankData:

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import polars as pl
 import pytest
-from conftest import ASCEND, fnum, raw_rows
+from conftest import ASCEND, QWEN3, fnum, raw_rows
 
 from profan.sources import ascend_kernels
 
@@ -88,3 +88,39 @@ def test_multiline_quoted_field_keeps_physical_lines(tmp_path):
     assert dict(zip(df["name"], df["src_line"], strict=True)) == {"A": 2, "B": 4}
     assert path.read_text().splitlines()[3].startswith("1,B,")
     assert df.filter(pl.col("name") == "B")["dur_us"].item() == 7.0
+
+
+def test_big_kernel_file_groups_are_cached_and_invalidated(tmp_path, monkeypatch):
+    """A second analysis of a big kernel file reads its reduced groups from the cache — same report, cited lines
+    included — and an edited file is read afresh."""
+    import shutil
+
+    import profan
+    from profan import rankmap
+
+    src = QWEN3 / "rank_0_ascend_pt" / "ASCEND_PROFILER_OUTPUT" / "kernel_details.csv"
+    f = tmp_path / "kernel_details.csv"
+    shutil.copy(src, f)
+    monkeypatch.setenv("PROFAN_CACHE_DIR", str(tmp_path / "cache"))
+    monkeypatch.delenv("PROFAN_NO_CACHE", raising=False)
+    monkeypatch.setattr(rankmap, "CACHE_BYTES", 0)  # the real file is small; treat it as big
+    reads = []
+    real = rankmap._reduce_file
+    monkeypatch.setattr(rankmap, "_reduce_file", lambda kf: reads.append(kf.path) or real(kf))
+
+    def doc() -> dict:
+        d = profan.analyze(f).to_dict()
+        d["meta"].pop("timings_s")
+        return d
+
+    first, second = doc(), doc()
+    assert len(reads) == 1 and second == first
+    comm = sum(fnum(r["Duration(us)"]) for r in raw_rows(src)[1].values() if r["Accelerator Core"] == "COMMUNICATION")
+    got = sum(b["time_us"] for b in second["breakdown"] if b["bucket"] == "communication")
+    assert got == pytest.approx(comm, abs=1e-3)
+    with f.open("a") as fh:  # one more row: size and mtime change, the entry no longer matches
+        fh.write(src.read_text().splitlines()[1] + "\n")
+    third = doc()
+    assert len(reads) == 2
+    assert sum(r["rows_read"]["kernel_details"] for r in third["source"]["ranks"]) == \
+        sum(r["rows_read"]["kernel_details"] for r in first["source"]["ranks"]) + 1
