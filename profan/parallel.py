@@ -16,6 +16,7 @@ from concurrent.futures import ProcessPoolExecutor
 from multiprocessing import get_context
 from pathlib import Path
 
+from profan.analyses.rank_section import rank_section
 from profan.discover import RankSource
 from profan.errors import ProfanInputError
 from profan.rankmap import RankData, load_rank
@@ -44,10 +45,17 @@ def resolve_jobs(jobs: int | None, n_ranks: int) -> int:
     return max(1, min(jobs, n_ranks))
 
 
+def _map(rs: RankSource, root: Path, pack: RulePack, peers: bool) -> RankData:
+    """The per-rank map: read the rank, then what the analyses compute from it alone (its `RankSection`)."""
+    rd = load_rank(rs, root, pack, peers=peers)
+    rd.section = rank_section(rd, pack)
+    return rd
+
+
 def _load(rs: RankSource, root: Path, pack: RulePack, peers: bool) -> RankData | tuple[str, str | None, str]:
     """Worker entry: input errors travel back as plain values (ProfanInputError's signature does not pickle)."""
     try:
-        return load_rank(rs, root, pack, peers=peers)
+        return _map(rs, root, pack, peers)
     except ProfanInputError as exc:
         return ("input-error", exc.path, exc.problem)
 
@@ -62,7 +70,7 @@ def load_ranks(sources: list[RankSource], root: Path, pack: RulePack, jobs: int 
         out = []
         for i, rs in enumerate(sources, start=1):
             say(f"[{i}/{n}] reading rank {rs.rank}")
-            out.append(load_rank(rs, root, pack, peers=n > 1))
+            out.append(_map(rs, root, pack, n > 1))
         return out
     say(f"reading {n} ranks in {jobs} processes")
     results: list[RankData] = []

@@ -8,9 +8,8 @@ from pathlib import Path
 
 import polars as pl
 
-from profan.analyses import bandwidth, comm, crossrank, imbalance, reconcile, steps, trace_steps
-from profan.analyses import boundness as bound
-from profan.analyses import breakdown as bd
+from profan.analyses import bandwidth, crossrank, imbalance, reconcile, steps, trace_steps
+from profan.analyses.rank_section import gather
 from profan.discover import discover
 from profan.findings import Finding, number_findings
 from profan.hardware import Hardware
@@ -53,17 +52,16 @@ def build_report(ranks: list[RankData], pack: RulePack, *, root: Path, fmt: str,
     from profan import __version__
 
     step_tab = steps.step_table(ranks)
-    breakdown = bd.breakdown(ranks)
-    bound_tab = bound.boundness(ranks, pack)
-    comm_tab = comm.comm_table(ranks)
+    per_rank, rank_findings = gather(ranks, pack)  # computed in the map, beside each rank's read
+    breakdown, bound_tab, comm_tab = per_rank["breakdown"], per_rank["boundness"], per_rank["communication"]
     findings = [
-        *bd.step_breakdown_findings(ranks, pack),
-        *bd.coverage_findings(ranks, pack),
+        *rank_findings["step_breakdown"],
+        *rank_findings["coverage"],
         *steps.share_findings(step_tab, pack),
         *steps.reconcile_findings(ranks, step_tab, pack),
         *imbalance.imbalance_findings(ranks, step_tab, pack),
-        *bound.boundness_findings(ranks, bound_tab, pack),
-        *comm.transit_quirk_findings(comm_tab, pack),
+        *rank_findings["boundness"],
+        *rank_findings["transit"],
     ]
     hw = hardware or load_hardware()
     comm_tables, comm_findings, comm_notes = bandwidth.communication_section(ranks, step_tab, comm_tab, pack, hw)
@@ -94,8 +92,7 @@ def build_report(ranks: list[RankData], pack: RulePack, *, root: Path, fmt: str,
                    "files": r.files, "info": r.info, "kernel_header": r.kernel_variant or None,
                    "rows_read": r.rows_read, "rows_skipped": r.rows_skipped} for r in ranks],
     }
-    top = bd.top_kernels(ranks, pack.check("step-breakdown")["per_step_max"])
-    tables = {"breakdown": breakdown, "steps": step_tab, "top_kernels": top,
+    tables = {"breakdown": breakdown, "steps": step_tab, "top_kernels": per_rank["top_kernels"],
               "boundness": bound_tab, "communication": comm_tab, "op_statistic_check": opstat_tab,
               **comm_tables, **xr_tables, **tr_tables}
     tables = {k: v for k, v in tables.items() if isinstance(v, pl.DataFrame) and not v.is_empty()}

@@ -10,6 +10,7 @@ from __future__ import annotations
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 import polars as pl
 
@@ -60,6 +61,8 @@ class RankData:
     trace_comm: pl.DataFrame | None = None  # Kineto communication events (NCCL kernels, c10d ops, annotations)
     trace_links: pl.DataFrame | None = None  # trace_view HCCL plane tasks per plane / transport / link type
     trace_tasks: pl.DataFrame | None = None  # trace_view HCCL plane task events (Notify_Wait per peer)
+    # what the analyses compute from this rank alone (profan.analyses.rank_section), filled by the map
+    section: Any = None
     rows_read: dict[str, int] = field(default_factory=dict)
     rows_skipped: dict[str, int] = field(default_factory=dict)
     warnings: list[str] = field(default_factory=list)

@@ -29,7 +29,7 @@ def breakdown(ranks: list[RankData]) -> pl.DataFrame:
     df = pl.concat(parts)
     df = df.with_columns((pl.col("time_us") / pl.col("time_us").sum().over("rank", "step")).alias("share"))
     return (df.select(list(BREAKDOWN_SCHEMA)).cast({"kernels": pl.Int64})
-            .sort(["rank", "step", "time_us"], descending=[False, False, True], nulls_last=True))
+            .sort(["rank", "step", "time_us"], descending=[False, False, True], nulls_last=True, maintain_order=True))
 
 
 def top_kernels(ranks: list[RankData], per_step_max: int | None = None, per_bucket: int = 5) -> pl.DataFrame:

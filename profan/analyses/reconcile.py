@@ -23,7 +23,8 @@ def op_statistic_table(ranks: list[RankData]) -> pl.DataFrame:
             continue
         k = (r.groups.filter(pl.col("bucket") != "communication").group_by("type", "core")
              .agg(pl.col("count").sum().alias("kernel_count"), pl.col("time_us").sum().alias("kernel_time_us")))
-        j = r.op_stats.join(k, left_on=["op_type", "core"], right_on=["type", "core"], how="full", coalesce=True)
+        j = (r.op_stats.join(k, left_on=["op_type", "core"], right_on=["type", "core"], how="full", coalesce=True)
+             .sort(["src_line", "op_type", "core"], nulls_last=True))  # file order; kernel-only types after
         parts.append(j.with_columns(pl.lit(r.rank, pl.Int64).alias("rank"),
                                     pl.lit(r.files["op_statistic"]).alias("file")))
     if not parts:
