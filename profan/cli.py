@@ -234,6 +234,8 @@ def compare(
     brief: Annotated[bool, typer.Option(
         "--brief", help="Compact JSON (< 8 KB) on stdout, as for analyze; with -o the full report goes there.")
     ] = False,
+    jobs: Annotated[int | None, typer.Option(
+        "--jobs", "-j", help="Processes reading each side's ranks, as for analyze.")] = None,
 ) -> None:
     """Compare two ranks of one job or two runs: step totals, bucket and kernel deltas (B minus A), with rows."""
     from profan.compare import compare as run_compare
@@ -255,7 +257,7 @@ def compare(
         if len(pair) != 2:
             _err(f"--ranks takes two rank numbers like 0,7 (got {ranks!r})")
             raise typer.Exit(EXIT_BAD_INPUT)
-    report = run_compare(a, b, ranks=pair, rules=rules or [], progress=_progress(quiet))
+    report = run_compare(a, b, ranks=pair, rules=rules or [], progress=_progress(quiet), jobs=_cli_jobs(jobs))
     if brief:
         if out is not None:
             (render_json if fmt == "json" else render_compare_markdown)(report, out)

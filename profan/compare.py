@@ -58,7 +58,8 @@ def _base(p: Path) -> Path:
     return p if p.is_dir() else p.parent
 
 
-def _load(path: Path, pack: RulePack, only: list[int] | None, say) -> tuple[Path, list[RankData]]:
+def _load(path: Path, pack: RulePack, only: list[int] | None, say, jobs: int | None = None
+          ) -> tuple[Path, list[RankData]]:
     disc = discover(path)
     ranks = disc.ranks
     if only is not None:
@@ -68,7 +69,7 @@ def _load(path: Path, pack: RulePack, only: list[int] | None, say) -> tuple[Path
             raise ProfanInputError(path, f"no rank {', '.join(map(str, missing))} here (ranks: "
                                          f"{', '.join(str(r.rank) for r in disc.ranks)})")
     say(f"reading {len(ranks)} rank(s) of {path}")
-    return _base(disc.root), load_ranks(ranks, disc.root, pack, None, say)
+    return _base(disc.root), load_ranks(ranks, disc.root, pack, jobs, say)
 
 
 def _common_root(a: Path, b: Path) -> Path:
@@ -196,8 +197,10 @@ def _cite(row: dict, p: str, select: dict, values: dict) -> Evidence | None:
 
 
 def compare(a: str | Path, b: str | Path | None = None, *, ranks: tuple[int, int] | None = None,
-            rules: list[str | Path] | None = None, pack: RulePack | None = None, progress=None) -> Report:
-    """Compare side A with side B (B minus A: positive deltas are regressions of B)."""
+            rules: list[str | Path] | None = None, pack: RulePack | None = None, progress=None,
+            jobs: int | None = None) -> Report:
+    """Compare side A with side B (B minus A: positive deltas are regressions of B). ``jobs``: processes reading
+    each side's ranks, as for `profan.analyze`."""
     t0 = time.perf_counter()
     say = progress or (lambda _m: None)
     pack = pack or load([Path(p) for p in rules or []])
@@ -205,7 +208,7 @@ def compare(a: str | Path, b: str | Path | None = None, *, ranks: tuple[int, int
     if ranks is not None:
         if b is not None:
             raise ProfanInputError(Path(b), "give either two paths or one directory with --ranks, not both")
-        root, rd = _load(pa, pack, list(ranks), say)
+        root, rd = _load(pa, pack, list(ranks), say, jobs)
         by = {r.rank: r for r in rd}
         common = root.resolve()
         sa = Side("A", pa, "", [by[ranks[0]]])
@@ -215,8 +218,8 @@ def compare(a: str | Path, b: str | Path | None = None, *, ranks: tuple[int, int
         if b is None:
             raise ProfanInputError(pa, "compare needs two paths, or one directory and --ranks A,B")
         pb = Path(b)
-        ra, rda = _load(pa, pack, None, say)
-        rb, rdb = _load(pb, pack, None, say)
+        ra, rda = _load(pa, pack, None, say, jobs)
+        rb, rdb = _load(pb, pack, None, say, jobs)
         common = _common_root(ra, rb)
         sa, sb = Side("A", pa, _prefix(ra, common), rda), Side("B", pb, _prefix(rb, common), rdb)
         mode = ("two runs" if len(rda) > 1 or len(rdb) > 1 else "two ranks (one file or folder each)")
