@@ -124,3 +124,41 @@ def test_big_kernel_file_groups_are_cached_and_invalidated(tmp_path, monkeypatch
     assert len(reads) == 2
     assert sum(r["rows_read"]["kernel_details"] for r in third["source"]["ranks"]) == \
         sum(r["rows_read"]["kernel_details"] for r in first["source"]["ranks"]) + 1
+
+
+@pytest.mark.parametrize("variant", ["K4 qwen3 Device_id", "K1 gpt3 2023 (no OP State)", "K7 msprof op_summary"])
+def test_streaming_reduction_of_big_files_on_real_rows(variant, monkeypatch):
+    """Files over EXACT_BYTES go through polars' streaming group-by, which cites per group its longest and its
+    first row. On real files (forced down that path) every group's count, time, maximum and pipe sums equal the
+    in-memory reduction's, the bad-row count is the same, and each cited line, read from the raw file, is the
+    group's longest row or its first row."""
+    from profan import rankmap
+    from profan.rulepack import load
+
+    path = ASCEND / FILES[variant]
+    pack = load([])
+    exact, c_exact, _, _ = rankmap.reduce_kernels(path, pack)
+    monkeypatch.setattr(rankmap, "EXACT_BYTES", -1)
+    stream, c_stream, _, _ = rankmap.reduce_kernels(path, pack)
+    assert c_stream == c_exact
+    keys = rankmap.KEYS
+    both = exact.join(stream, on=keys, how="full", nulls_equal=True, suffix="_s")
+    assert both.height == exact.height == stream.height
+    for c in [c for c in exact.columns if c.endswith(("_wsum", "_wden"))] + ["time_us", "max_us"]:
+        assert both[c].to_list() == pytest.approx(both[f"{c}_s"].to_list(), rel=1e-12, abs=1e-9), c
+    assert both["count"].to_list() == both["count_s"].to_list()
+    assert both["bucket"].to_list() == both["bucket_s"].to_list()
+
+    header, rows = raw_rows(path)
+    dur_col = "Duration(us)" if "Duration(us)" in header else "Task Duration(us)"
+    for g in stream.iter_rows(named=True):
+        # the group's rows, independently: the exact reduction's cited lines hold all of them for these files
+        members = next(e for e in both.iter_rows(named=True)
+                       if all(e[k] == g[k] for k in keys))["lines"]
+        assert len(members) == g["count"] or g["count"] > rankmap.TOP_LINES
+        longest, *rest = g["lines"]
+        assert fnum(rows[longest][dur_col]) == pytest.approx(g["max_us"])
+        if g["count"] <= rankmap.TOP_LINES:
+            assert set(g["lines"]) <= set(members)
+            assert min(g["lines"]) == min(members)  # the first row of the group is cited
+        assert len(rest) <= 1
