@@ -57,19 +57,28 @@ def _load(entry: Path, path: Path) -> Trace | None:
     return Trace(path=path, events=events, details=details, layout=meta["layout"], meta=meta["meta"])
 
 
-def _store(entry: Path, tr: Trace) -> None:
+def _write_entry(entry: Path, write: Callable[[Path], None]) -> None:
+    """Fill a temporary folder beside ``entry`` with ``write``, then rename it into place: a concurrent reader sees
+    a whole entry or none. An unwritable cache is skipped."""
     tmp: Path | None = None
     try:
         entry.parent.mkdir(parents=True, exist_ok=True)
         tmp = Path(tempfile.mkdtemp(prefix=".tmp-", dir=entry.parent))
+        write(tmp)
+        os.replace(tmp, entry)
+    except OSError:
+        if tmp is not None:
+            shutil.rmtree(tmp, ignore_errors=True)
+
+
+def _store(entry: Path, tr: Trace) -> None:
+    def write(tmp: Path) -> None:
         tr.events.write_parquet(tmp / "events.parquet", compression="zstd")
         tr.details.write_parquet(tmp / "details.parquet", compression="zstd")
         (tmp / "meta.json").write_text(json.dumps({"layout": tr.layout, "meta": tr.meta, "source": str(tr.path)}),
                                        encoding="utf-8")
-        os.replace(tmp, entry)  # atomic: a concurrent reader sees a whole entry or none
-    except OSError:
-        if tmp is not None:
-            shutil.rmtree(tmp, ignore_errors=True)
+
+    _write_entry(entry, write)
 
 
 def cached_parse(path: Path, variant: str, parse: Callable[[Path], Trace]) -> tuple[Trace, bool]:
@@ -104,14 +113,10 @@ def cached_table(path: Path, kind: str, build: Callable[[], tuple[pl.DataFrame, 
         except (OSError, ValueError, pl.exceptions.PolarsError):
             pass
     df, facts = build()
-    tmp: Path | None = None
-    try:
-        entry.parent.mkdir(parents=True, exist_ok=True)
-        tmp = Path(tempfile.mkdtemp(prefix=".tmp-", dir=entry.parent))
+
+    def write(tmp: Path) -> None:
         df.write_parquet(tmp / "table.parquet", compression="zstd")
         (tmp / "facts.json").write_text(json.dumps({**facts, "source": str(path)}), encoding="utf-8")
-        os.replace(tmp, entry)
-    except OSError:
-        if tmp is not None:
-            shutil.rmtree(tmp, ignore_errors=True)
+
+    _write_entry(entry, write)
     return df, facts, False
