@@ -4,8 +4,9 @@ from __future__ import annotations
 
 import polars as pl
 
-from profan.analyses.common import cite_kernels, ms, pct
+from profan.analyses.common import cite_kernels, ms, pct, top_lines_by
 from profan.classify import UNCLASSIFIED
+from profan.evidence import MAX_CITED
 from profan.findings import Finding
 from profan.rankmap import RankData
 from profan.rulepack import RulePack
@@ -110,6 +111,7 @@ def _breakdown_finding(r: RankData, g: pl.DataFrame, chk, step: int | None, scop
     per_bucket = (g.group_by("bucket").agg(pl.col("time_us").sum(), pl.col("count").sum())
                   .sort("time_us", descending=True))
     evidence, parts, metrics = [], [], {"device_time_us": round(total, 3)}
+    tops = top_lines_by(g, "bucket", MAX_CITED)
     for b, t, n in per_bucket.iter_rows():
         share = t / total
         metrics[f"{b}_us"] = round(t, 3)
@@ -121,7 +123,7 @@ def _breakdown_finding(r: RankData, g: pl.DataFrame, chk, step: int | None, scop
             lo, hi = ranges[b]
             rng = f" (per step {pct(lo)}–{pct(hi)})"
         parts.append(f"{b} {pct(share)}{rng}")
-        evidence.append(cite_kernels(r, g.filter(pl.col("bucket") == b), int(n), {**select, "bucket": b},
+        evidence.append(cite_kernels(r, None, int(n), {**select, "bucket": b}, locs=tops.get(b, []),
                                      values={"time_us": round(t, 3)}))
     return Finding(
         check=chk.id, severity="info", rank=r.rank, step=step,
