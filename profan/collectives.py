@@ -55,7 +55,6 @@ def _finish(colls: pl.DataFrame) -> pl.DataFrame:
 
 WINDOW_KERNELS = 16  # distinct kernels kept per window (largest by time); the rest fold into one row per bucket
 BATCH_ROWS = 250_000  # kernel rows per streamed batch: memory is bounded by the batch, not the file
-SMALL_BYTES = 64 << 20  # kernel files up to this size are read into memory at once
 
 
 def _window_part(batch: pl.DataFrame, colls: pl.DataFrame, keys: list[str],
@@ -257,7 +256,7 @@ def ascend_collectives(kernel_path: Path | None, kernel_file: str | None, n_reco
         if n_records is not None:
             lf = ascend_kernels.with_exact_lines(kf, lf, n_records)
         lf = lf.select("step", "op", "name", "type", "core", "start_us", "dur_us", pl.col("src_line").alias("loc"))
-        if kernel_path.stat().st_size <= SMALL_BYTES:
+        if kernel_path.stat().st_size <= ascend_kernels.IN_MEMORY_BYTES:
             lf = lf.collect()  # small: in memory, no streaming set-up (see `_stream_windows`)
     is_comm = pl.col("core").is_in(list(COMM_CORES)) | pl.col("name").str.starts_with("hcom_")
     keys = ["op", "name", "type", "core"]

@@ -79,7 +79,6 @@ class RankData:
 
 
 KEYS = ["step", "op", "name", "type", "core", "input_shapes"]
-EXACT_BYTES = 64 << 20  # kernel files up to this size keep the TOP_LINES largest rows of every group, exactly
 
 
 def _aggs(pipes: list[str], exact: bool) -> list[pl.Expr]:
@@ -222,7 +221,7 @@ def _reduce_file(kf: ascend_kernels.KernelFile) -> tuple[pl.DataFrame, dict[str,
     the GIL), so the check costs little wall time on a multi-core machine."""
     path = kf.path
     pipes = list(kf.pipe_columns)
-    exact = path.stat().st_size <= EXACT_BYTES
+    exact = path.stat().st_size <= ascend_kernels.IN_MEMORY_BYTES  # in memory: the TOP_LINES largest rows
     with ThreadPoolExecutor(max_workers=1) as pool:
         n_lines = pool.submit(count_lines, path)
         try:

@@ -128,7 +128,7 @@ def test_big_kernel_file_groups_are_cached_and_invalidated(tmp_path, monkeypatch
 
 @pytest.mark.parametrize("variant", ["K4 qwen3 Device_id", "K1 gpt3 2023 (no OP State)", "K7 msprof op_summary"])
 def test_streaming_reduction_of_big_files_on_real_rows(variant, monkeypatch):
-    """Files over EXACT_BYTES go through polars' streaming group-by, which cites per group its longest and its
+    """Files over IN_MEMORY_BYTES go through polars' streaming group-by, which cites per group its longest and its
     first row. On real files (forced down that path) every group's count, time, maximum and pipe sums equal the
     in-memory reduction's, the bad-row count is the same, and each cited line, read from the raw file, is the
     group's longest row or its first row."""
@@ -138,7 +138,7 @@ def test_streaming_reduction_of_big_files_on_real_rows(variant, monkeypatch):
     path = ASCEND / FILES[variant]
     pack = load([])
     exact, c_exact, _, _ = rankmap.reduce_kernels(path, pack)
-    monkeypatch.setattr(rankmap, "EXACT_BYTES", -1)
+    monkeypatch.setattr(ascend_kernels, "IN_MEMORY_BYTES", -1)
     stream, c_stream, _, _ = rankmap.reduce_kernels(path, pack)
     assert c_stream == c_exact
     keys = rankmap.KEYS

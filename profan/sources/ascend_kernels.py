@@ -40,6 +40,9 @@ ALIASES: dict[str, tuple[str, ...]] = {
     "input_dtypes": ("Input Data Types",),
 }
 REQUIRED = ("name", "start_us", "dur_us")
+# Kernel files up to this size are read into memory at once (exact top rows per group, no streaming set-up);
+# bigger ones are streamed, so memory stays bounded by the groups, never by the file.
+IN_MEMORY_BYTES = 64 << 20
 PIPES = ("mac", "vec", "scalar", "mte1", "mte2", "mte3", "fixpipe")
 
 
