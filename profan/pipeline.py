@@ -9,6 +9,7 @@ from pathlib import Path
 import polars as pl
 
 from profan.analyses import bandwidth, crossrank, imbalance, reconcile, steps, trace_steps
+from profan.analyses import breakdown as bd
 from profan.analyses.rank_section import gather
 from profan.discover import discover
 from profan.findings import Finding, number_findings
@@ -92,7 +93,9 @@ def build_report(ranks: list[RankData], pack: RulePack, *, root: Path, fmt: str,
                    "files": r.files, "info": r.info, "kernel_header": r.kernel_variant or None,
                    "rows_read": r.rows_read, "rows_skipped": r.rows_skipped} for r in ranks],
     }
-    tables = {"breakdown": breakdown, "steps": step_tab, "top_kernels": per_rank["top_kernels"],
+    over_steps = bd.breakdown_over_steps(breakdown, pack.check("step-breakdown")["per_step_max"])
+    tables = {"breakdown": breakdown, "breakdown_all_steps": over_steps, "steps": step_tab,
+              "top_kernels": per_rank["top_kernels"],
               "boundness": bound_tab, "communication": comm_tab, "op_statistic_check": opstat_tab,
               **comm_tables, **xr_tables, **tr_tables}
     tables = {k: v for k, v in tables.items() if isinstance(v, pl.DataFrame) and not v.is_empty()}

@@ -11,6 +11,7 @@ from conftest import QWEN3, fnum, raw_rows
 
 import profan
 from profan.drill import select_kernel_rows
+from profan.render import render
 
 STEPS = 6
 
@@ -49,3 +50,33 @@ def test_one_breakdown_finding_over_all_steps(six_steps):
     assert f.metrics["communication_share"] == pytest.approx(
         report.breakdown.filter(pl.col("bucket") == "communication")["time_us"].sum()
         / report.breakdown["time_us"].sum(), abs=1e-4)
+
+
+def test_all_steps_table_and_markdown_for_a_long_capture(six_steps, tmp_path):
+    """A long capture's report carries each bucket over all steps, with the lowest and highest share it takes of
+    one step; the Markdown shows that table instead of thousands of per-step rows. Step 6 here loses its
+    communication rows, so communication's lowest share of a step is 0."""
+    root = tmp_path / "job"
+    shutil.copytree(six_steps, root)
+    kd = root / "rank_0_ascend_pt/ASCEND_PROFILER_OUTPUT/kernel_details.csv"
+    header, *rows = kd.read_text().splitlines(keepends=True)
+    kd.write_text(header + "".join(r for r in rows if not (r.startswith(f"{STEPS},") and ",COMMUNICATION," in r)))
+    _, raw = raw_rows(kd)
+    total = sum(fnum(r["Duration(us)"]) for r in raw.values())
+    comm = {n: fnum(r["Duration(us)"]) for n, r in raw.items() if r["Accelerator Core"] == "COMMUNICATION"}
+    step1 = [r for r in raw.values() if r["Step Id"] == "1"]
+    share1 = (sum(fnum(r["Duration(us)"]) for r in step1 if r["Accelerator Core"] == "COMMUNICATION")
+              / sum(fnum(r["Duration(us)"]) for r in step1))
+
+    report = profan.analyze(root)
+    over = report.tables["breakdown_all_steps"]
+    c = over.filter(pl.col("bucket") == "communication").row(0, named=True)
+    assert c["rank"] == 0 and c["steps"] == STEPS and c["kernels"] == len(comm) == 15 * (STEPS - 1)
+    assert c["time_us"] == pytest.approx(sum(comm.values()), rel=1e-9)
+    assert c["share"] == pytest.approx(sum(comm.values()) / total, rel=1e-9)
+    assert c["step_share_min"] == 0.0 and c["step_share_max"] == pytest.approx(share1, rel=1e-9)
+    assert over["share"].sum() == pytest.approx(1.0)
+
+    md = render(report, "md")
+    assert "| 0 | 6 | communication |" in md and "share of a step (min–max)" in md
+    assert "| 0 | 1 | communication |" not in md  # no per-step rows for this rank

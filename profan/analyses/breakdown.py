@@ -33,6 +33,28 @@ def breakdown(ranks: list[RankData]) -> pl.DataFrame:
             .sort(["rank", "step", "time_us"], descending=[False, False, True], nulls_last=True, maintain_order=True))
 
 
+def breakdown_over_steps(table: pl.DataFrame, per_step_max: int) -> pl.DataFrame:
+    """For ranks with more than ``per_step_max`` steps: per rank and bucket over all steps — time, share of the
+    rank's summed kernel time, kernels, and the lowest and highest share the bucket takes of one step (0 where it
+    is absent). A long capture's per-step table (thousands of rows) stays in ``breakdown``; reports show this."""
+    if table.is_empty():
+        return pl.DataFrame()
+    counts = table.group_by("rank").agg(pl.col("step").n_unique().alias("steps"))
+    long = table.join(counts.filter(pl.col("steps") > per_step_max), on="rank", how="semi")
+    if long.is_empty():
+        return pl.DataFrame()
+    wide = long.pivot(on="bucket", index=["rank", "step"], values="share")
+    wide = wide.with_columns(pl.exclude("rank", "step").fill_null(0.0))  # absent from a step: 0 of it
+    ranges = wide.unpivot(index=["rank", "step"], variable_name="bucket", value_name="share").group_by(
+        "rank", "bucket").agg(pl.col("share").min().alias("step_share_min"),
+                              pl.col("share").max().alias("step_share_max"))
+    out = (long.group_by("rank", "bucket").agg(pl.col("time_us").sum(), pl.col("kernels").sum())
+           .with_columns((pl.col("time_us") / pl.col("time_us").sum().over("rank")).alias("share"))
+           .join(counts, on="rank").join(ranges, on=["rank", "bucket"]))
+    return (out.select("rank", "steps", "bucket", "time_us", "share", "step_share_min", "step_share_max", "kernels")
+            .sort(["rank", "time_us", "bucket"], descending=[False, True, False]))
+
+
 def top_kernels(ranks: list[RankData], per_step_max: int | None = None, per_bucket: int = 5) -> pl.DataFrame:
     """Per rank, step and bucket, the kernels (op + input shapes) with the most time.
 

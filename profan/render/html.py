@@ -25,7 +25,7 @@ from markupsafe import Markup
 from profan.findings import SEVERITIES, Finding
 from profan.paths import templates_dir
 from profan.render.evidence_rows import EvidenceTable, read_evidence
-from profan.render.textfmt import FILTERS, PIPE_COLUMNS, column_kind, column_label, fmt_cell, locators
+from profan.render.textfmt import FILTERS, PIPE_COLUMNS, column_kind, column_label, fmt_cell, id_list, locators
 from profan.report import Report
 
 ROW_BUDGET = 1000  # evidence rows (and their table headers) embedded in the page, all findings together
@@ -39,6 +39,9 @@ TABLE_INFO: dict[str, tuple[str, str]] = {
     "breakdown": ("Device time by bucket", "Summed kernel durations per rank, step and bucket. Overlapping "
                                            "kernels are summed, so shares are of summed kernel time, not of the "
                                            "step."),
+    "breakdown_all_steps": ("Device time by bucket, all steps", "Ranks with many steps: each bucket over all "
+                                                                  "steps, with the lowest and highest share it "
+                                                                  "takes of one step."),
     "steps": ("Step time per rank", "One row per rank and step, from step_trace_time.csv."),
     "trace_steps": ("Step time from the trace", "Per rank and step, from the device events of the trace."),
     "top_kernels": ("Top kernels per bucket", "The kernels that carry each bucket, with the source rows behind "
@@ -243,7 +246,7 @@ def rank_view(r: dict[str, Any]) -> dict[str, Any]:
 def side_view(side: dict[str, Any]) -> dict[str, str]:
     """One side of a comparison: where it was read, which ranks and steps."""
     return {"path": str(side.get("path", "")), "ranks": ", ".join(str(r) for r in side.get("ranks") or []) or "—",
-            "steps": ", ".join(str(s) for s in side.get("steps") or []) or "—"}
+            "steps": id_list(side.get("steps") or []) or "—"}
 
 
 def steps_seen(report: Report) -> list[Any]:

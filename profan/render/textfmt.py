@@ -51,7 +51,21 @@ def selected(select: dict) -> str:
     return f" [{', '.join(parts)}]" if parts else ""
 
 
-FILTERS = {"cell": cell, "selected": selected, "ms": fmt_ms, "us": fmt_us, "pct": fmt_pct, "locators": locators}
+def id_list(ids, limit: int = 8) -> str:
+    """Step or rank ids for a summary line: all of a few, a range for a contiguous run, else the first and last
+    few with the count — a capture of 1,270 steps must not print 1,270 numbers."""
+    ids = list(ids)
+    if len(ids) <= limit:
+        return ", ".join(str(i) for i in ids)
+    ints = all(isinstance(i, int) for i in ids)
+    if ints and sorted(ids) == list(range(min(ids), max(ids) + 1)):
+        return f"{min(ids)}–{max(ids)} ({len(ids):,})"
+    head, tail = ids[:limit // 2], ids[-2:]
+    return f"{', '.join(map(str, head))}, …, {', '.join(map(str, tail))} ({len(ids):,})"
+
+
+FILTERS = {"cell": cell, "selected": selected, "ms": fmt_ms, "us": fmt_us, "pct": fmt_pct, "locators": locators,
+           "id_list": id_list}
 
 
 # ------------------------------------------------------------------ generic table columns (HTML and Excel)
