@@ -93,7 +93,7 @@ def build_report(ranks: list[RankData], pack: RulePack, *, root: Path, fmt: str,
                    "files": r.files, "info": r.info, "kernel_header": r.kernel_variant or None,
                    "rows_read": r.rows_read, "rows_skipped": r.rows_skipped} for r in ranks],
     }
-    over_steps = bd.breakdown_over_steps(breakdown, pack.check("step-breakdown")["per_step_max"])
+    over_steps = bd.breakdown_over_steps(breakdown, pack.check("step-breakdown")["table_steps_max"])
     tables = {"breakdown": breakdown, "breakdown_all_steps": over_steps, "steps": step_tab,
               "top_kernels": per_rank["top_kernels"],
               "boundness": bound_tab, "communication": comm_tab, "op_statistic_check": opstat_tab,

@@ -162,3 +162,27 @@ def test_streaming_reduction_of_big_files_on_real_rows(variant, monkeypatch):
             assert set(g["lines"]) <= set(members)
             assert min(g["lines"]) == min(members)  # the first row of the group is cited
         assert len(rest) <= 1
+
+
+def test_na_start_keeps_the_row_na_duration_is_skipped_and_counted(tmp_path):
+    """A real row whose start time reads N/A still has a duration: it counts. A row whose duration reads N/A
+    cannot be sized: it is skipped and counted, not silently dropped."""
+    import profan
+
+    src = QWEN3 / "rank_0_ascend_pt" / "ASCEND_PROFILER_OUTPUT" / "kernel_details.csv"
+    header, rows = raw_rows(src)
+    lines = src.read_text().splitlines(keepends=True)
+    cells = {n: lines[n - 1].split(",") for n in (5, 6)}
+    i_start, i_dur = header.index("Start Time(us)"), header.index("Duration(us)")
+    assert '"' not in "".join(lines[4].split(",")[:i_dur + 1]) + "".join(lines[5].split(",")[:i_dur + 1])
+    cells[5][i_start] = "N/A"
+    cells[6][i_dur] = "N/A"
+    lines[4], lines[5] = ",".join(cells[5]), ",".join(cells[6])
+    f = tmp_path / "kernel_details.csv"
+    f.write_text("".join(lines))
+    report = profan.analyze(f)
+    (rank,) = report.source["ranks"]
+    assert rank["rows_read"]["kernel_details"] == len(rows) and rank["rows_skipped"]["kernel_details"] == 1
+    expected = sum(fnum(r["Duration(us)"]) for n, r in rows.items() if n != 6)
+    assert report.breakdown["time_us"].sum() == pytest.approx(expected, rel=1e-12)
+    assert any("skipped 1 of" in w for w in report.warnings)

@@ -55,7 +55,8 @@ def test_one_breakdown_finding_over_all_steps(six_steps):
 def test_all_steps_table_and_markdown_for_a_long_capture(six_steps, tmp_path):
     """A long capture's report carries each bucket over all steps, with the lowest and highest share it takes of
     one step; the Markdown shows that table instead of thousands of per-step rows. Step 6 here loses its
-    communication rows, so communication's lowest share of a step is 0."""
+    communication rows, so communication's lowest share of a step is 0. The top kernels are listed over all
+    steps too."""
     root = tmp_path / "job"
     shutil.copytree(six_steps, root)
     kd = root / "rank_0_ascend_pt/ASCEND_PROFILER_OUTPUT/kernel_details.csv"
@@ -68,7 +69,10 @@ def test_all_steps_table_and_markdown_for_a_long_capture(six_steps, tmp_path):
     share1 = (sum(fnum(r["Duration(us)"]) for r in step1 if r["Accelerator Core"] == "COMMUNICATION")
               / sum(fnum(r["Duration(us)"]) for r in step1))
 
-    report = profan.analyze(root)
+    assert "breakdown_all_steps" not in profan.analyze(root).tables  # 6 steps: listed per step by default
+    rules = tmp_path / "long.toml"  # the threshold is the rule pack's, and a user file can lower it
+    rules.write_text('[[check]]\nid = "step-breakdown"\ntable_steps_max = 4\n')
+    report = profan.analyze(root, rules=[rules])
     over = report.tables["breakdown_all_steps"]
     c = over.filter(pl.col("bucket") == "communication").row(0, named=True)
     assert c["rank"] == 0 and c["steps"] == STEPS and c["kernels"] == len(comm) == 15 * (STEPS - 1)
@@ -77,6 +81,8 @@ def test_all_steps_table_and_markdown_for_a_long_capture(six_steps, tmp_path):
     assert c["step_share_min"] == 0.0 and c["step_share_max"] == pytest.approx(share1, rel=1e-9)
     assert over["share"].sum() == pytest.approx(1.0)
 
+    tk = report.tables["top_kernels"]
+    assert tk["step"].null_count() == tk.height and set(tk["steps"].to_list()) == {STEPS}
     md = render(report, "md")
     assert "| 0 | 6 | communication |" in md and "share of a step (min–max)" in md
     assert "| 0 | 1 | communication |" not in md  # no per-step rows for this rank

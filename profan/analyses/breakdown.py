@@ -13,6 +13,7 @@ from profan.rulepack import RulePack
 
 BREAKDOWN_SCHEMA = {"rank": pl.Int64, "step": pl.Int64, "bucket": pl.Utf8, "time_us": pl.Float64,
                     "share": pl.Float64, "kernels": pl.Int64}
+BREAKDOWN_ORDER = ["rank", "step", "time_us", "bucket"]  # time descending; equal times by bucket name
 
 
 def _kernel_ranks(ranks: list[RankData]) -> list[RankData]:
@@ -30,41 +31,49 @@ def breakdown(ranks: list[RankData]) -> pl.DataFrame:
     df = pl.concat(parts)
     df = df.with_columns((pl.col("time_us") / pl.col("time_us").sum().over("rank", "step")).alias("share"))
     return (df.select(list(BREAKDOWN_SCHEMA)).cast({"kernels": pl.Int64})
-            .sort(["rank", "step", "time_us"], descending=[False, False, True], nulls_last=True, maintain_order=True))
+            .sort(BREAKDOWN_ORDER, descending=[False, False, True, False], nulls_last=True))
 
 
-def breakdown_over_steps(table: pl.DataFrame, per_step_max: int) -> pl.DataFrame:
-    """For ranks with more than ``per_step_max`` steps: per rank and bucket over all steps — time, share of the
-    rank's summed kernel time, kernels, and the lowest and highest share the bucket takes of one step (0 where it
-    is absent). A long capture's per-step table (thousands of rows) stays in ``breakdown``; reports show this."""
+def breakdown_over_steps(table: pl.DataFrame, table_steps_max: int) -> pl.DataFrame:
+    """For ranks with more than ``table_steps_max`` steps: per rank and bucket over all steps — time, share of
+    the rank's summed kernel time, kernels, and the lowest and highest share the bucket takes of one step. A long
+    capture's per-step table (thousands of rows) stays in ``breakdown``; reports show this one."""
     if table.is_empty():
         return pl.DataFrame()
     counts = table.group_by("rank").agg(pl.col("step").n_unique().alias("steps"))
-    long = table.join(counts.filter(pl.col("steps") > per_step_max), on="rank", how="semi")
+    long = table.join(counts.filter(pl.col("steps") > table_steps_max), on="rank", how="semi")
     if long.is_empty():
         return pl.DataFrame()
-    wide = long.pivot(on="bucket", index=["rank", "step"], values="share")
-    wide = wide.with_columns(pl.exclude("rank", "step").fill_null(0.0))  # absent from a step: 0 of it
-    ranges = wide.unpivot(index=["rank", "step"], variable_name="bucket", value_name="share").group_by(
-        "rank", "bucket").agg(pl.col("share").min().alias("step_share_min"),
-                              pl.col("share").max().alias("step_share_max"))
     out = (long.group_by("rank", "bucket").agg(pl.col("time_us").sum(), pl.col("kernels").sum())
            .with_columns((pl.col("time_us") / pl.col("time_us").sum().over("rank")).alias("share"))
-           .join(counts, on="rank").join(ranges, on=["rank", "bucket"]))
+           .join(counts, on="rank").join(step_share_ranges(long, ["rank"]), on=["rank", "bucket"], nulls_equal=True))
     return (out.select("rank", "steps", "bucket", "time_us", "share", "step_share_min", "step_share_max", "kernels")
             .sort(["rank", "time_us", "bucket"], descending=[False, True, False]))
 
 
-def top_kernels(ranks: list[RankData], per_step_max: int | None = None, per_bucket: int = 5) -> pl.DataFrame:
+def step_share_ranges(per_step: pl.DataFrame, by: list[str]) -> pl.DataFrame:
+    """Per ``by`` and bucket, the lowest and highest share (``share``: of its step) the bucket takes of one
+    step; a step where the bucket is absent counts as 0."""
+    n_steps = per_step.group_by(by).agg(pl.col("step").n_unique().alias("_n"))
+    return (per_step.group_by(*by, "bucket").agg(pl.col("share").min().alias("step_share_min"),
+                                                 pl.col("share").max().alias("step_share_max"),
+                                                 pl.col("step").n_unique().alias("_k"))
+            .join(n_steps, on=by)
+            .with_columns(pl.when(pl.col("_k") < pl.col("_n")).then(0.0).otherwise(pl.col("step_share_min"))
+                          .alias("step_share_min"))
+            .drop("_k", "_n"))
+
+
+def top_kernels(ranks: list[RankData], steps_max: int | None = None, per_bucket: int = 5) -> pl.DataFrame:
     """Per rank, step and bucket, the kernels (op + input shapes) with the most time.
 
-    A rank with more than ``per_step_max`` steps gets one list per bucket over all its steps (``step`` null,
+    A rank with more than ``steps_max`` steps gets one list per bucket over all its steps (``step`` null,
     ``steps`` = how many): per-step lists of a long capture repeat the same kernels thousands of times, and the
     per-step time stays in the ``breakdown`` table."""
     parts = []
     for r in _kernel_ranks(ranks):
         n_steps = r.groups["step"].n_unique()
-        per_step = per_step_max is None or n_steps <= per_step_max
+        per_step = steps_max is None or n_steps <= steps_max
         groups = r.groups if per_step else r.groups.with_columns(pl.lit(None, pl.Int64).alias("step"))
         keys = ["step", "bucket", "op", "input_shapes"]
         # the example name/core/rule: the group with the most time (ties: the first name), not whichever group
@@ -120,9 +129,10 @@ def step_breakdown_findings(ranks: list[RankData], pack: RulePack) -> list[Findi
 def _share_ranges(groups: pl.DataFrame) -> dict[str, tuple[float, float]]:
     """Per bucket, the lowest and highest share it takes of a step (steps where it is absent count as 0)."""
     per = groups.group_by("step", "bucket").agg(pl.col("time_us").sum())
-    per = per.with_columns((pl.col("time_us") / pl.col("time_us").sum().over("step")).alias("share"))
-    wide = per.pivot(on="bucket", index="step", values="share").fill_null(0.0)
-    return {b: (float(wide[b].min()), float(wide[b].max())) for b in wide.columns if b != "step"}
+    per = per.with_columns((pl.col("time_us") / pl.col("time_us").sum().over("step")).alias("share"),
+                           pl.lit(0).alias("_all"))
+    ranges = step_share_ranges(per, ["_all"])
+    return {b: (lo, hi) for b, lo, hi in ranges.select("bucket", "step_share_min", "step_share_max").iter_rows()}
 
 
 def _breakdown_finding(r: RankData, g: pl.DataFrame, chk, step: int | None, scope: str, select: dict,
@@ -131,7 +141,7 @@ def _breakdown_finding(r: RankData, g: pl.DataFrame, chk, step: int | None, scop
     if total <= 0:
         return None
     per_bucket = (g.group_by("bucket").agg(pl.col("time_us").sum(), pl.col("count").sum())
-                  .sort("time_us", descending=True))
+                  .sort(["time_us", "bucket"], descending=[True, False]))
     evidence, parts, metrics = [], [], {"device_time_us": round(total, 3)}
     tops = top_lines_by(g, "bucket", MAX_CITED)
     for b, t, n in per_bucket.iter_rows():

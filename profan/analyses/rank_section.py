@@ -38,7 +38,7 @@ def rank_section(rd: RankData, pack: RulePack) -> RankSection:
     comm_tab = comm.comm_table(one)
     return RankSection(
         tables={"breakdown": bd.breakdown(one),
-                "top_kernels": bd.top_kernels(one, pack.check("step-breakdown")["per_step_max"]),
+                "top_kernels": bd.top_kernels(one, pack.check("step-breakdown")["table_steps_max"]),
                 "boundness": bound_tab, "communication": comm_tab},
         findings={"step_breakdown": bd.step_breakdown_findings(one, pack),
                   "coverage": bd.coverage_findings(one, pack),
@@ -57,7 +57,7 @@ def gather(ranks: list[RankData], pack: RulePack) -> tuple[dict[str, pl.DataFram
     if tables["breakdown"].is_empty():
         tables["breakdown"] = pl.DataFrame(schema=bd.BREAKDOWN_SCHEMA)
     else:
-        tables["breakdown"] = tables["breakdown"].sort(["rank", "step", "time_us"], descending=[False, False, True],
-                                                       nulls_last=True, maintain_order=True)
+        tables["breakdown"] = tables["breakdown"].sort(bd.BREAKDOWN_ORDER, descending=[False, False, True, False],
+                                                       nulls_last=True)
     findings = {k: [f for s in sections for f in s.findings[k]] for k in FINDINGS}
     return tables, findings

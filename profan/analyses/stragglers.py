@@ -357,7 +357,7 @@ def _straggler_finding(slow: int, h: pl.DataFrame, late: pl.DataFrame, per: pl.D
                "peers_recorded_wait_us": round(float(recorded.sum()), 3) if recorded.len() else None,
                "worst_start_lag_us": round(top["start_lag_us"], 3), "worst_end_spread_us": top["end_spread_us"],
                "also_last": {str(rk): sorted(int(x) + 1 for x in g["seq"]) for (rk,), g in
-                             also.group_by(["rank"])} if also.height else {},
+                             also.sort("rank").group_by(["rank"], maintain_order=True)} if also.height else {},
                **{k: v for k, v in why.items() if k != "kernel_rows"}}
     if _propagated_metrics(metrics, chk):
         return Finding(

@@ -29,15 +29,20 @@ def read_header(path: Path) -> list[str]:
     return [c.strip() for c in next(csv.reader([text]))]
 
 
+def _stripped(col: str) -> pl.Expr:
+    return pl.col(col).cast(pl.String).str.strip_chars(_STRIP)
+
+
 def num(col: str) -> pl.Expr:
     """Parse a numeric CSV text column: strip the TAB torch_npu appends to timestamps, quotes, CR; N/A -> null."""
-    return pl.col(col).cast(pl.String).str.strip_chars(_STRIP).cast(pl.Float64, strict=False)
+    return _stripped(col).cast(pl.Float64, strict=False)
 
 
 def is_bad_number(col: str) -> pl.Expr:
-    """True where a cell holds text that is neither a number nor a null marker (so the row cannot be used)."""
-    raw = pl.col(col).str.strip_chars(_STRIP)
-    return raw.is_not_null() & ~raw.is_in(list(NULL_TOKENS)) & raw.cast(pl.Float64, strict=False).is_null()
+    """True where a cell holds text that is neither a number nor a null marker (so the row cannot be used).
+    Built from the same sub-expressions as `num`, so a query computing both strips the text once."""
+    raw = _stripped(col)
+    return num(col).is_null() & raw.is_not_null() & ~raw.is_in(list(NULL_TOKENS))
 
 
 def text(col: str) -> pl.Expr:

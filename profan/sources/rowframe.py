@@ -12,4 +12,10 @@ def rows_frame(rows: list[tuple], schema: dict[str, pl.DataType]) -> pl.DataFram
     produce thousands of rows per rank of a cluster (communication ops, matrix links, packet sizes)."""
     if not rows:
         return pl.DataFrame(schema=schema)
-    return pl.DataFrame(dict(zip(schema, zip(*rows, strict=True), strict=True)), schema=schema)
+    columns = dict(zip(schema, zip(*rows, strict=True), strict=True))
+    try:
+        return pl.DataFrame(columns, schema=schema)
+    except (TypeError, pl.exceptions.PolarsError):
+        # a value of another JSON type than the field usually holds (a number where a name is expected): coerce
+        # it to the column's type, or null where it cannot be, rather than refuse the file
+        return pl.DataFrame(columns, schema=schema, strict=False)
