@@ -101,3 +101,31 @@ def test_invalid_user_rules(tmp_path):
     rules.write_text('[[rule]]\nid = "X1"\nbucket = "moe"\nmatch = { op = "(unclosed" }\n')
     assert_one_line_error(run_cli("analyze", str(QWEN3), "--rules", str(rules), "-q"), "mine.toml",
                           "rule X1: invalid regular expression")
+
+
+def test_matrix_value_of_another_json_type_is_coerced_not_a_crash(tmp_path):
+    """A link whose "Op Name" is a number and whose size is text (a hand-edited or foreign writer's file) is read:
+    the name as its text, the size as unknown — no traceback, the rest of the file intact."""
+    import json
+
+    from profan.sources import ascend_matrix
+
+    src = QWEN3 / "rank_0_ascend_pt" / "ASCEND_PROFILER_OUTPUT" / "communication_matrix.json"
+    doc = json.loads(src.read_text())
+    step_key, kind, key = next((sk, kd, k) for sk, sec in doc.items() for kd, items in sec.items()
+                               for k, v in items.items() if isinstance(v, dict) and v)
+    links = doc[step_key][kind][key]
+    first = next(iter(links))
+    links[first]["Op Name"] = 12345
+    links[first]["Transit Size(MB)"] = "garbage"
+    f = tmp_path / "communication_matrix.json"
+    f.write_text(json.dumps(doc))
+    good, _ = ascend_matrix.read(src)
+    got, skipped = ascend_matrix.read(f)
+    assert got.height == good.height and skipped == 0
+    from profan.evidence import make_pointer
+
+    (row,) = got.filter(got["pointer"] == make_pointer(step_key, kind, key, first)).iter_rows(named=True)
+    assert row["size_mb"] is None
+    if row["op_name"] is not None:  # aggregated keys carry the op name inside the link
+        assert row["op_name"] == "12345"
