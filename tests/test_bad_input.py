@@ -126,6 +126,5 @@ def test_matrix_value_of_another_json_type_is_coerced_not_a_crash(tmp_path):
     from profan.evidence import make_pointer
 
     (row,) = got.filter(got["pointer"] == make_pointer(step_key, kind, key, first)).iter_rows(named=True)
-    assert row["size_mb"] is None
-    if row["op_name"] is not None:  # aggregated keys carry the op name inside the link
-        assert row["op_name"] == "12345"
+    assert row["shape"] == "aggregated"  # this shape carries the op name inside each link
+    assert row["size_mb"] is None and row["op_name"] == "12345"
