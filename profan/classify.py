@@ -23,6 +23,12 @@ def _condition(rule: BucketRule) -> pl.Expr:
     return cond
 
 
+def rule_fields(rules: list[BucketRule]) -> list[str]:
+    """The columns the rules read: a kernel's verdict depends on these alone, so it can be reused for any row
+    with the same values."""
+    return sorted({f for r in rules for f in r.match})
+
+
 def classify(frame: pl.DataFrame | pl.LazyFrame, rules: list[BucketRule]):
     """Add ``bucket`` and ``rule_id``. The frame needs the columns the rules match on (op, name, type, core)."""
     if not rules:

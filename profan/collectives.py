@@ -24,7 +24,7 @@ from pathlib import Path
 
 import polars as pl
 
-from profan.classify import classify
+from profan.classify import classify, rule_fields
 from profan.rulepack import RulePack
 from profan.sources import ascend_kernels
 
@@ -182,7 +182,7 @@ def _classify(win: pl.DataFrame, rules: list, groups: pl.DataFrame | None) -> pl
     """Bucket and rule of each window kernel: taken from the rank's classified kernel groups when the rules read
     only the columns a window keeps (the same kernel gets the same verdict, without running the rule chain
     again), classified afresh for any kernel the groups lack."""
-    fields = sorted({f for r in rules for f in r.match})
+    fields = rule_fields(rules)
     if (groups is None or "bucket" not in groups.columns or not fields
             or not set(fields) <= {"op", "name", "type", "core"}):
         return classify(win, rules)

@@ -69,7 +69,7 @@ def _load(path: Path, pack: RulePack, only: list[int] | None, say, jobs: int | N
             raise ProfanInputError(path, f"no rank {', '.join(map(str, missing))} here (ranks: "
                                          f"{', '.join(str(r.rank) for r in disc.ranks)})")
     say(f"reading {len(ranks)} rank(s) of {path}")
-    return _base(disc.root), load_ranks(ranks, disc.root, pack, jobs, say)
+    return _base(disc.root), load_ranks(ranks, disc.root, pack, jobs, say, sections=False)
 
 
 def _common_root(a: Path, b: Path) -> Path:

@@ -45,24 +45,27 @@ def resolve_jobs(jobs: int | None, n_ranks: int) -> int:
     return max(1, min(jobs, n_ranks))
 
 
-def _map(rs: RankSource, root: Path, pack: RulePack, peers: bool) -> RankData:
+def _map(rs: RankSource, root: Path, pack: RulePack, peers: bool, sections: bool) -> RankData:
     """The per-rank map: read the rank, then what the analyses compute from it alone (its `RankSection`)."""
     rd = load_rank(rs, root, pack, peers=peers)
-    rd.section = rank_section(rd, pack)
+    if sections:
+        rd.section = rank_section(rd, pack)
     return rd
 
 
-def _load(rs: RankSource, root: Path, pack: RulePack, peers: bool) -> RankData | tuple[str, str | None, str]:
+def _load(rs: RankSource, root: Path, pack: RulePack, peers: bool, sections: bool
+          ) -> RankData | tuple[str, str | None, str]:
     """Worker entry: input errors travel back as plain values (ProfanInputError's signature does not pickle)."""
     try:
-        return _map(rs, root, pack, peers)
+        return _map(rs, root, pack, peers, sections)
     except ProfanInputError as exc:
         return ("input-error", exc.path, exc.problem)
 
 
 def load_ranks(sources: list[RankSource], root: Path, pack: RulePack, jobs: int | None = None,
-               say: Callable[[str], None] | None = None) -> list[RankData]:
-    """RankData for every rank source, in the given order; sequential or over ``jobs`` processes."""
+               say: Callable[[str], None] | None = None, *, sections: bool = True) -> list[RankData]:
+    """RankData for every rank source, in the given order; sequential or over ``jobs`` processes. ``sections``:
+    also compute each rank's `RankSection` in the map (the report needs it; a comparison does not)."""
     say = say or (lambda _m: None)
     n = len(sources)
     jobs = resolve_jobs(jobs, n)
@@ -70,7 +73,7 @@ def load_ranks(sources: list[RankSource], root: Path, pack: RulePack, jobs: int 
         out = []
         for i, rs in enumerate(sources, start=1):
             say(f"[{i}/{n}] reading rank {rs.rank}")
-            out.append(_map(rs, root, pack, n > 1))
+            out.append(_map(rs, root, pack, n > 1, sections))
         return out
     say(f"reading {n} ranks in {jobs} processes")
     results: list[RankData] = []
@@ -80,7 +83,7 @@ def load_ranks(sources: list[RankSource], root: Path, pack: RulePack, jobs: int 
         os.environ["POLARS_MAX_THREADS"] = str(max(1, _cores() // jobs))
     with ProcessPoolExecutor(max_workers=jobs, mp_context=get_context("spawn")) as pool:
         try:
-            futures = [pool.submit(_load, rs, root, pack, n > 1) for rs in sources]
+            futures = [pool.submit(_load, rs, root, pack, n > 1, sections) for rs in sources]
         finally:
             if saved is None:
                 os.environ.pop("POLARS_MAX_THREADS", None)

@@ -14,7 +14,7 @@ from typing import TYPE_CHECKING
 
 import polars as pl
 
-from profan.classify import classify
+from profan.classify import classify, rule_fields
 from profan.discover import RankSource, relpath
 from profan.errors import ProfanInputError
 from profan.rulepack import RulePack
@@ -186,7 +186,7 @@ def _reduce_rows(lf: pl.LazyFrame, kf: ascend_kernels.KernelFile, pipes: list[st
 def _classify_distinct(groups: pl.DataFrame, rules: list) -> pl.DataFrame:
     """`classify` on the distinct values of the fields the rules read, joined back: the same bucket and rule for
     every group, with the regex chain run over a few hundred kernels instead of one row per (step, kernel)."""
-    fields = sorted({f for r in rules for f in r.match})
+    fields = rule_fields(rules)
     if not fields or groups.is_empty():
         return classify(groups, rules)
     kinds = groups.select(fields).unique()
