@@ -21,14 +21,15 @@ import shutil
 import tempfile
 from collections.abc import Callable
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import polars as pl
 
-from profan.sources.chrome_trace import Trace
+if TYPE_CHECKING:  # kernel-file callers need no trace reader (nor pyarrow, which it imports)
+    from profan.sources.chrome_trace import Trace
 
 SCHEMA_VERSION = 1  # bump when the event/detail table shape or meaning changes
-TABLE_VERSION = 1  # bump when a `cached_table` producer changes the shape or meaning of its table
+TABLE_VERSION = 2  # bump when a `cached_table` producer changes the shape or meaning of its table
 
 
 def cache_dir() -> Path | None:
@@ -48,6 +49,8 @@ def key(path: Path, variant: str) -> str:
 
 
 def _load(entry: Path, path: Path) -> Trace | None:
+    from profan.sources.chrome_trace import Trace
+
     try:
         meta = json.loads((entry / "meta.json").read_text(encoding="utf-8"))
         events = pl.read_parquet(entry / "events.parquet")

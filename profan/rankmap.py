@@ -94,10 +94,13 @@ def _aggs(pipes: list[str], exact: bool) -> list[pl.Expr]:
         pl.len().alias("count"),
         dur.sum().alias("time_us"),
         dur.max().alias("max_us"),
-        pl.col("start_us").min().alias("first_start_us"),  # a communication op's start (collectives)
     ]
     if exact:
         aggs += [
+            # a communication op's start: lets `profan.collectives` take the HCCL rows from the groups. Not on
+            # big files, where parsing every row's start text costs 0.1 s per GB and the collectives read the
+            # rows themselves in the pass they make for the pre-collective windows anyway.
+            pl.col("start_us").min().alias("first_start_us"),
             pl.col("src_line").sort_by("dur_us", descending=True, nulls_last=True, maintain_order=True)
             .head(TOP_LINES).alias("lines"),
             dur.sort(descending=True, nulls_last=True).head(TOP_LINES).alias("line_durs"),
@@ -147,7 +150,8 @@ def _merge(g: pl.DataFrame, pipes: list[str]) -> pl.DataFrame:
     """One row per key: raw keys that clean up to the same key (``"A "`` and ``"A"``) are combined — sums add,
     min/max fold, the sample lines are re-ranked."""
     sums = ["count", "time_us", *[f"{p}_{s}" for p in pipes for s in ("wsum", "wden")]]
-    cols = ["count", "time_us", "max_us", "first_start_us",
+    starts = ["first_start_us"] if "first_start_us" in g.columns else []
+    cols = ["count", "time_us", "max_us", *starts,
             *[f"{p}_{s}" for p in pipes for s in ("wsum", "wden")], "lines", "line_durs"]
     g = g.select(*KEYS, *cols)
     split = g.select(KEYS).is_duplicated()
@@ -155,7 +159,7 @@ def _merge(g: pl.DataFrame, pipes: list[str]) -> pl.DataFrame:
         return g
     s = g.filter(split)
     scalars = s.group_by(KEYS).agg(*[pl.col(c).sum() for c in sums], pl.col("max_us").max(),
-                                   pl.col("first_start_us").min())
+                                   *[pl.col(c).min() for c in starts])
     tops = (s.select(*KEYS, "lines", "line_durs").explode(["lines", "line_durs"])
             .sort(["line_durs", "lines"], descending=[True, False], nulls_last=True)
             .group_by(KEYS, maintain_order=True).agg(pl.col("lines").head(TOP_LINES),
