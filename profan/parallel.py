@@ -5,20 +5,23 @@ holds the GIL, so threads do not scale past one core for clusters of small files
 results are small, so a process pool over ``load_rank`` is the whole parallel design.
 
 ``spawn`` (not ``fork``): the parent may already run polars' thread pool, and forking a process with live threads
-can deadlock. Each worker pays one interpreter start and import (~0.5 s), so small jobs stay sequential.
+can deadlock. Each worker pays one interpreter start and import (~0.5 s), so small jobs stay sequential, and
+the calling process is one of the ``jobs``: it reads ranks from the end of the list while the workers start.
 """
 
 from __future__ import annotations
 
 import os
 from collections.abc import Callable
-from concurrent.futures import ProcessPoolExecutor
+from concurrent.futures import FIRST_COMPLETED, Future, ProcessPoolExecutor, wait
+from concurrent.futures.process import BrokenProcessPool
+from functools import partial
 from multiprocessing import get_context
 from pathlib import Path
 
 from profan.analyses.rank_section import rank_section
 from profan.discover import RankSource
-from profan.errors import ProfanInputError
+from profan.errors import ProfanError, ProfanInputError
 from profan.rankmap import RankData, load_rank
 from profan.rulepack import RulePack
 
@@ -76,23 +79,55 @@ def load_ranks(sources: list[RankSource], root: Path, pack: RulePack, jobs: int 
             out.append(_map(rs, root, pack, n > 1, sections))
         return out
     say(f"reading {n} ranks in {jobs} processes")
-    results: list[RankData] = []
+    got: list[RankData | tuple[str, str | None, str] | None] = [None] * n
     # each worker gets its share of the cores for polars' own thread pool (set before the workers start)
     saved = os.environ.get("POLARS_MAX_THREADS")
     if saved is None:
         os.environ["POLARS_MAX_THREADS"] = str(max(1, _cores() // jobs))
-    with ProcessPoolExecutor(max_workers=jobs, mp_context=get_context("spawn")) as pool:
-        try:
-            futures = [pool.submit(_load, rs, root, pack, n > 1, sections) for rs in sources]
-        finally:
-            if saved is None:
-                os.environ.pop("POLARS_MAX_THREADS", None)
-        for i, (rs, fut) in enumerate(zip(sources, futures, strict=True), start=1):
-            got = fut.result()
-            if isinstance(got, tuple):
-                for f in futures:
-                    f.cancel()
-                raise ProfanInputError(got[1], got[2])
-            say(f"[{i}/{n}] read rank {rs.rank}")
-            results.append(got)
-    return results
+    try:
+        pool = ProcessPoolExecutor(max_workers=jobs - 1, mp_context=get_context("spawn"))
+        with pool:
+            _run(pool, jobs - 1, sources, got, partial(_load, root=root, pack=pack, peers=n > 1, sections=sections),
+                 say)
+    except BrokenProcessPool:
+        raise ProfanError("a worker process died while reading ranks (out of memory?); "
+                          "run again with --jobs 1 to read them one at a time") from None
+    finally:
+        if saved is None:
+            os.environ.pop("POLARS_MAX_THREADS", None)
+    # the first failing rank in order, as a sequential read reports it
+    for g in got:
+        if isinstance(g, tuple):
+            raise ProfanInputError(g[1], g[2])
+    return [g for g in got if isinstance(g, RankData)]
+
+
+LOOKAHEAD = 3  # ranks handed to each worker ahead of time, so none idles while this process reads a rank
+
+
+def _run(pool: ProcessPoolExecutor, workers: int, sources: list[RankSource], got: list,
+         load: Callable[[RankSource], RankData | tuple[str, str | None, str]], say: Callable[[str], None]) -> None:
+    """Fill ``got``: the workers take ranks from the front of the list, this process reads from the end (it is
+    ready at once, while each worker first spends ~0.5 s starting). Work is handed out a few ranks at a time."""
+    n = len(sources)
+    front, back = 0, n - 1
+    running: dict[Future, int] = {}
+
+    def done(i: int) -> None:
+        say(f"[{i + 1}/{n}] read rank {sources[i].rank}")
+
+    while front <= back or running:
+        while front <= back and len(running) < workers * LOOKAHEAD:
+            running[pool.submit(load, sources[front])] = front
+            front += 1
+        if front <= back:
+            got[back] = load(sources[back])
+            done(back)
+            back -= 1
+            finished = [f for f in running if f.done()]
+        else:
+            finished = list(wait(running, return_when=FIRST_COMPLETED).done)
+        for f in finished:
+            i = running.pop(f)
+            got[i] = f.result()
+            done(i)

@@ -2,14 +2,18 @@
 
 from __future__ import annotations
 
+import os
+
 import msgspec
 import polars as pl
 import pytest
 from conftest import FIXTURES
 
 import profan
-from profan.errors import ProfanInputError
-from profan.parallel import resolve_jobs
+from profan.discover import discover
+from profan.errors import ProfanError, ProfanInputError
+from profan.parallel import load_ranks, resolve_jobs
+from profan.rulepack import load
 from profan.synth import generate
 
 
@@ -48,6 +52,36 @@ def test_worker_input_error_is_one_profan_error(tmp_path):
     bad.write_text(bad.read_text().splitlines()[0] + "\n")  # header only
     with pytest.raises(ProfanInputError, match="no data rows"):
         profan.analyze(tmp_path / "c", jobs=2)
+
+
+@pytest.mark.parametrize("bad_ranks", [(3,), (1, 3)])
+def test_input_error_of_this_process_or_a_worker_names_the_first_bad_rank(tmp_path, bad_ranks):
+    """With two jobs the worker reads from the front and this process from the end: whichever side meets a bad
+    rank, the error is the one a sequential read gives (the first bad rank in order)."""
+    generate(tmp_path / "c", ranks=4, layers=1, steps=1, seed=2, trace=False)
+    for r in bad_ranks:
+        bad = next((tmp_path / "c").glob(f"*4100{r}*")) / "ASCEND_PROFILER_OUTPUT" / "kernel_details.csv"
+        bad.write_text(bad.read_text().splitlines()[0] + "\n")  # header only
+    with pytest.raises(ProfanInputError, match="no data rows") as seq:
+        profan.analyze(tmp_path / "c", jobs=1)
+    with pytest.raises(ProfanInputError, match="no data rows") as par:
+        profan.analyze(tmp_path / "c", jobs=2)
+    assert par.value.path == seq.value.path and f"4100{bad_ranks[0]}" in par.value.path
+
+
+class _KillsWorker:
+    """Unpickled in a worker process, ends it at once (as the kernel's OOM killer would)."""
+
+    def __reduce__(self):
+        return (os._exit, (1,))
+
+
+def test_dead_worker_is_one_profan_error(tmp_path):
+    generate(tmp_path / "c", ranks=4, layers=1, steps=1, seed=2, trace=False)
+    disc = discover(tmp_path / "c")
+    disc.ranks[0].files["poison"] = _KillsWorker()  # the worker takes rank 0 first
+    with pytest.raises(ProfanError, match="worker process died"):
+        load_ranks(disc.ranks, disc.root, load(), jobs=2)
 
 
 def test_jobs_resolution(monkeypatch):
