@@ -51,7 +51,8 @@ class RankData:
     comm_ops: pl.DataFrame | None = None
     comm_bw: pl.DataFrame | None = None
     comm_packets: pl.DataFrame | None = None  # communication.json Size Distribution rows
-    comm_matrix: pl.DataFrame | None = None  # communication_matrix.json links, group-local ranks mapped to global
+    # communication_matrix.json per-link totals (ascend_matrix.link_totals), group-local ranks mapped to global
+    comm_links: pl.DataFrame | None = None
     metadata: ascend_meta.Metadata | None = None
     collectives: pl.DataFrame | None = None  # communication ops in order, with group/seq (profan.collectives)
     windows: pl.DataFrame | None = None  # kernels in each op's pre-collective window (profan.collectives)
@@ -214,7 +215,9 @@ def reduce_kernels(path: Path, pack: RulePack, rules_for: str = "ascend") -> tup
         groups, counts, _ = cached_table(path, "kernel_groups", lambda: _reduce_file(kf))
     else:
         groups, counts = _reduce_file(kf)
-    groups = _classify_distinct(groups, pack.rules_for(rules_for))
+    # one order for the same input: a hash grouping's order varies from run to run, and with it the order of
+    # every later float sum — enough to swap two kernels of equal time in a ranking
+    groups = _classify_distinct(groups, pack.rules_for(rules_for)).sort(KEYS, nulls_last=True)
     return groups, {"rows": counts["rows"], "skipped": counts["skipped"]}, kf.variant, kf.has_pipe_ratios
 
 
@@ -285,7 +288,7 @@ def load_rank(rs: RankSource, root: Path, pack: RulePack, *, peers: bool = True)
         rd.comm_packets = ascend_packets.read(items)
     if "communication_matrix" in rs.files:
         links, skipped = ascend_matrix.read(rs.files["communication_matrix"])
-        rd.comm_matrix = ascend_matrix.map_ranks(links, rd.metadata)
+        rd.comm_links = ascend_matrix.link_totals(ascend_matrix.map_ranks(links, rd.metadata))
         rd.count("communication_matrix", links.height, skipped, "entries of unexpected shape")
     if peers:
         _load_collectives(rd, rs, pack)

@@ -24,7 +24,6 @@ from profan.rulepack import RulePack
 from profan.sources import ascend_matrix
 
 ENGINE = "SDMA"  # communication.json: the copy engine's total over HCCS + PCIE + SIO — not a link of its own
-NOT_LINKS = ("LOCAL", "", "N/A", "INVALID_TYPE")  # matrix entries that are on-chip copies, not links
 STRAGGLER_CHECKS = "straggler, pipeline-stage-imbalance, compute-imbalance"
 PEERS_GROUP = ["step", "group_hash", "op_type", "transport"]  # a link's peers: same group, op type, transport …
 PEERS_JOB = ["step", "op_type", "transport"]  # … or, for groups with too few links, across the job's groups
@@ -148,20 +147,12 @@ def link_table(ranks: list[RankData], pack: RulePack) -> pl.DataFrame:
     """
     chk = pack.check("comm-slow-link")
     parts = []
-    keys = ["step", "kind", "op_type", "group_hash", "group_name", "src_local", "dst_local", "src_rank", "dst_rank",
-            "transport"]
     for r in ranks:
-        m = r.comm_matrix
+        m = r.comm_links  # per-link totals, reduced in the per-rank map (ascend_matrix.link_totals)
         if m is None or m.is_empty():
             continue
-        m = m.filter(~pl.col("transport").is_in(NOT_LINKS) & (pl.col("size_mb").fill_null(0) > 0)
-                     & (pl.col("time_ms").fill_null(0) > 0))
-        m = m.filter((pl.col("shape") == "per-op") | (pl.col("rank_class") == "total"))
-        agg = (m.group_by(keys, maintain_order=True)
-               .agg(pl.col("size_mb").sum(), pl.col("time_ms").sum(), pl.col("pointer").alias("pointers"),
-                    pl.col("shape").first()))
-        parts.append(agg.with_columns(pl.lit(r.rank, pl.Int64).alias("rank"),
-                                      pl.lit(r.files["communication_matrix"]).alias("file")))
+        parts.append(m.with_columns(pl.lit(r.rank, pl.Int64).alias("rank"),
+                                    pl.lit(r.files["communication_matrix"]).alias("file")))
     if not parts:
         return pl.DataFrame()
     t = pl.concat(parts, how="diagonal_relaxed").with_columns(
@@ -473,8 +464,8 @@ def communication_section(ranks: list[RankData], step_tab: pl.DataFrame, comm_ta
     findings = [*below_prior_findings(tt, pack), *slow_link_findings(links, pack),
                 *small_packet_findings(packets, pack), *wait_dominated_findings(comm_tab, step_tab, pack)]
     notes = device_notes(devices) if not tt.is_empty() else []
-    local_only = [r.rank for r in ranks if r.comm_matrix is not None and not r.comm_matrix.is_empty()
-                  and r.comm_matrix["src_rank"].null_count() == r.comm_matrix.height]
+    local_only = [r.rank for r in ranks if r.comm_links is not None and not r.comm_links.is_empty()
+                  and r.comm_links["src_rank"].null_count() == r.comm_links.height]
     if local_only:
         notes.append("communication: communication_matrix.json ranks are group-local where profiler_metadata.json "
                      f"has no parallel_group_info (ranks {', '.join(str(x) for x in local_only)})")

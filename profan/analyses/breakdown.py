@@ -84,7 +84,9 @@ def top_kernels(ranks: list[RankData], steps_max: int | None = None, per_bucket:
              .agg(pl.col("time_us").sum(), pl.col("count").sum(), pl.col("max_us").max(), *first))
         g = g.with_columns((pl.col("time_us") / pl.col("time_us").sum().over("step", "bucket"))
                            .alias("share_of_bucket"))
-        g = (g.sort(["time_us", "op", "input_shapes"], descending=[True, False, False], nulls_last=True)  # ties: by op
+        # ties: by op, shapes, then step and bucket — equal kernels in two steps must not swap the steps' order
+        g = (g.sort(["time_us", "op", "input_shapes", "step", "bucket"], descending=[True, False, False, False, False],
+                    nulls_last=True)
              .group_by("step", "bucket", maintain_order=True).head(per_bucket))
         # sample lines only for the kept kernels: exploding every group's lines costs more than the ranking
         lines = (groups.join(g.select(keys), on=keys, how="semi", nulls_equal=True)

@@ -95,3 +95,24 @@ def map_ranks(links: pl.DataFrame, meta: Metadata | None) -> pl.DataFrame:
         pl.col("group_ranks").list.get(pl.col("src_local"), null_on_oob=True).alias("src_rank"),
         pl.col("group_ranks").list.get(pl.col("dst_local"), null_on_oob=True).alias("dst_rank"),
     )
+
+
+NOT_LINKS = ("LOCAL", "", "N/A", "INVALID_TYPE")  # matrix entries that are on-chip copies, not links
+LINK_KEYS = ["step", "kind", "op_type", "group_hash", "group_name", "src_local", "dst_local", "src_rank", "dst_rank",
+             "transport"]
+
+
+def link_totals(links: pl.DataFrame) -> pl.DataFrame:
+    """Per link (step, op type, group, source → destination, transport) of one rank: bytes, time and the pointers
+    of the entries summed — what the cross-rank link comparison reads (`profan.analyses.bandwidth.link_table`).
+
+    Runs in the per-rank map, so only this travels back from a worker: the raw links of a 64-rank group repeat
+    the group's rank list on every row (2 MB per rank). Aggregated matrices contribute their ``-total`` entries
+    (top/middle/bottom are picks of the same ops); per-op matrices are summed per link. Entries without bytes or
+    time, and on-chip copies, are not links."""
+    m = links.filter(~pl.col("transport").is_in(NOT_LINKS) & (pl.col("size_mb").fill_null(0) > 0)
+                     & (pl.col("time_ms").fill_null(0) > 0))
+    m = m.filter((pl.col("shape") == "per-op") | (pl.col("rank_class") == "total"))
+    return (m.group_by(LINK_KEYS, maintain_order=True)
+            .agg(pl.col("size_mb").sum(), pl.col("time_ms").sum(), pl.col("pointer").alias("pointers"),
+                 pl.col("shape").first()))

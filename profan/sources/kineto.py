@@ -248,7 +248,9 @@ def kernel_groups(dev: pl.DataFrame) -> pl.DataFrame:
         pl.col("context").drop_nulls().mode().sort().first().alias("context"),
     ).with_columns(pl.col("_top").list.eval(pl.element().struct.field("event_idx")).alias("lines"),
                    pl.col("_top").list.eval(pl.element().struct.field("dur_us")).alias("line_durs")
-                   ).drop("_top").sort("step", "time_us", "op", descending=[False, True, False], nulls_last=True)
+                   ).drop("_top").sort(  # every key breaks ties: one order for the same trace
+                       ["step", "time_us", *GROUP_KEYS[1:]], descending=[False, True, *[False] * (len(GROUP_KEYS) - 1)],
+                       nulls_last=True)
 
 
 def _union_us(frame: pl.DataFrame, by: list[str], name: str) -> pl.DataFrame:
