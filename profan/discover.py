@@ -50,6 +50,7 @@ class RankSource:
     rank: int | None = None
     rank_origin: str = ""
     device_id: int | None = None
+    ignored: list[Path] = field(default_factory=list)  # a profiler file's name, but a folder: said, then ignored
 
     def rel(self, root: Path, logical: str) -> str:
         return relpath(self.files[logical], root)
@@ -148,24 +149,35 @@ def _ascend_rank(d: Path, out: Path | None, infos: list[str]) -> RankSource:
     rs = RankSource(path=d, kind="ascend")
     if out is not None:
         for logical, fname in ASCEND_FILES.items():
-            p = out / fname
-            if p.is_file():
-                rs.files[logical] = p
+            if _is_file(out / fname, rs):
+                rs.files[logical] = out / fname
     for f in sorted(infos):
-        rs.files["profiler_info"] = d / f
-    meta = d / "profiler_metadata.json"
-    if meta.is_file():
-        rs.files["profiler_metadata"] = meta
+        if _is_file(d / f, rs):
+            rs.files["profiler_info"] = d / f
+    if _is_file(d / "profiler_metadata.json", rs):
+        rs.files["profiler_metadata"] = d / "profiler_metadata.json"
     return rs
+
+
+def _is_file(p: Path, rs: RankSource) -> bool:
+    """A readable regular file. A folder of that name is noted on the rank (and said as a warning); a folder
+    whose entries cannot be listed is one clear input error, not a traceback."""
+    try:
+        if p.is_dir():
+            rs.ignored.append(p)
+            return False
+        return p.is_file()
+    except OSError as exc:
+        raise ProfanInputError(p.parent, f"cannot read: {exc.strerror or exc}") from None
 
 
 def _msprof_rank(d: Path) -> RankSource:
     out = d / "mindstudio_profiler_output"
     rs = RankSource(path=d, kind="msprof")
-    summaries = sorted(out.glob("op_summary_*.csv"))
+    summaries = sorted(p for p in out.glob("op_summary_*.csv") if _is_file(p, rs))
     if summaries:
         rs.files["kernel_details"] = summaries[-1]
-    stats = sorted(out.glob("op_statistic_*.csv"))
+    stats = sorted(p for p in out.glob("op_statistic_*.csv") if _is_file(p, rs))
     if stats:
         rs.files["op_statistic"] = stats[-1]
     for info in sorted(d.glob("device_*/info.json.*")):
@@ -338,6 +350,8 @@ def _refuse_mixed_collections(disc: Discovery) -> None:
 def _note_missing_files(disc: Discovery) -> None:
     wanted = ("kernel_details", "step_trace_time")
     for rs in disc.ranks:
+        for p in rs.ignored:
+            disc.warnings.append(f"rank {rs.rank}: {relpath(p, disc.root)} is a folder, not a file; ignored")
         if rs.kind != "ascend":
             continue
         missing = [ASCEND_FILES[w] for w in wanted if w not in rs.files]

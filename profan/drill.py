@@ -17,8 +17,10 @@ def load_report_or_analyze(path: Path, root: Path | None = None) -> tuple[Report
     if path.is_file() and path.suffix == ".json":
         try:
             doc = json.loads(path.read_text(encoding="utf-8"))
+            if not isinstance(doc, dict):
+                raise ValueError(f"a JSON {type(doc).__name__}, not an object")
             report = from_dict(doc)
-        except (ValueError, KeyError, TypeError) as exc:
+        except (ValueError, KeyError, TypeError, AttributeError) as exc:
             raise ProfanInputError(path, f"not a profan JSON report ({exc})") from None
         return report, root or _data_root(report, path)
     from profan.pipeline import analyze

@@ -16,6 +16,7 @@ from __future__ import annotations
 import functools
 import gzip
 import json
+import os
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -147,14 +148,28 @@ def trace_events(doc: Any) -> list:
 
 def read_back(root: Path, ev: Evidence) -> list[tuple[str, str]]:
     """The raw text behind one evidence item, as (locator, text) pairs in the cited order."""
-    path = root / ev.file
+    rel = os.path.normpath(ev.file)
+    if os.path.isabs(rel) or rel == ".." or rel.startswith(".." + os.sep):
+        # a report is data too (shared, or written by someone else): it may cite only files of its own folder
+        raise ProfanInputError(ev.file, "cited file lies outside the analysed folder; refused")
+    path = root / rel
     if not path.exists():
         raise ProfanInputError(path, "cited file no longer exists")
     if ev.lines:
         got = read_lines(path, ev.lines)
-        return [(f"line {n}", got.get(n, "<beyond end of file>")) for n in ev.lines]
+        if any(n < 1 for n in ev.lines):
+            raise ProfanInputError(path, f"cited as line {min(ev.lines)}, which is no line number")
+        past = [n for n in ev.lines if n not in got]
+        if past:
+            raise ProfanInputError(path, f"has no line {past[0]} any more (it has fewer lines than when the report "
+                                         "was made): the file changed since; analyse it again")
+        return [(f"line {n}", got[n]) for n in ev.lines]
     doc = load_json_document(path)
     if ev.events:
         events = trace_events(doc)
+        past = [i for i in ev.events if not 0 <= i < len(events)]
+        if past:
+            raise ProfanInputError(path, f"has no event {past[0]} any more ({len(events)} events): the file "
+                                         "changed since the report; analyse it again")
         return [(f"event {i}", json.dumps(events[i], ensure_ascii=False)) for i in ev.events]
     return [(p, json.dumps(resolve_pointer(doc, p), ensure_ascii=False)) for p in ev.pointers]

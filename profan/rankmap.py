@@ -274,7 +274,8 @@ def load_rank(rs: RankSource, root: Path, pack: RulePack, *, peers: bool = True)
             raise ProfanInputError(rs.files["kernel_details"], f"cannot be parsed as CSV ({first})") from None
         rd.groups, rd.kernel_variant, rd.has_pipe_ratios = groups, variant, has_pipes
         rd.count("kernel_details", counts["rows"], counts["skipped"],
-                 "rows whose start time, duration or block dim is not a number (truncated or misaligned rows)")
+                 "rows whose duration is not a number of 0 or more, or whose block dim is text (truncated or "
+                 "misaligned rows)")
     if "op_statistic" in rs.files:
         rd.op_stats, skipped = ascend_opstat.read(rs.files["op_statistic"])
         rd.count("op_statistic", rd.op_stats.height + skipped, skipped, "unreadable rows")
@@ -284,12 +285,12 @@ def load_rank(rs: RankSource, root: Path, pack: RulePack, *, peers: bool = True)
     if "communication" in rs.files:
         items, bad = ascend_comm.entries(rs.files["communication"])
         rd.comm_ops, rd.comm_bw, skipped = ascend_comm.tables(items, bad)
-        rd.count("communication", rd.comm_ops.height, skipped, "entries of unexpected shape")
+        rd.count("communication", rd.comm_ops.height + skipped, skipped, "entries of unexpected shape")
         rd.comm_packets = ascend_packets.read(items)
     if "communication_matrix" in rs.files:
         links, skipped = ascend_matrix.read(rs.files["communication_matrix"])
         rd.comm_links = ascend_matrix.link_totals(ascend_matrix.map_ranks(links, rd.metadata))
-        rd.count("communication_matrix", links.height, skipped, "entries of unexpected shape")
+        rd.count("communication_matrix", links.height + skipped, skipped, "entries of unexpected shape")
     if peers:
         _load_collectives(rd, rs, pack)
     if "kineto_trace" in rs.files:

@@ -44,15 +44,20 @@ def read_info(path: Path) -> ProfilerInfo:
     data = load_json(path)
     if not isinstance(data, dict):
         raise ProfanInputError(path, "expected a JSON object")
-    exp = (data.get("config") or {}).get("experimental_config") or {}
+    config = data.get("config")
+    exp = config.get("experimental_config") if isinstance(config, dict) else None
+    exp = exp if isinstance(exp, dict) else {}  # a config of another shape tells us nothing: not an error
     rid = data.get("rank_id")
     try:
         rank = int(rid) if rid is not None else None
     except (TypeError, ValueError):
         rank = None
-    return ProfilerInfo(level=exp.get("_profiler_level"), aic_metrics=exp.get("_aic_metrics"),
-                        torch_npu_version=data.get("torch_npu_version"), cann_version=data.get("cann_version"),
-                        rank_id=rank)
+    def text(v: Any) -> str | None:
+        return None if v is None or isinstance(v, (dict, list)) else str(v)
+
+    return ProfilerInfo(level=text(exp.get("_profiler_level")), aic_metrics=text(exp.get("_aic_metrics")),
+                        torch_npu_version=text(data.get("torch_npu_version")),
+                        cann_version=text(data.get("cann_version")), rank_id=rank)
 
 
 @dataclass
@@ -83,12 +88,20 @@ def read_metadata(path: Path) -> Metadata:
     data = load_json(path)
     if not isinstance(data, dict):
         raise ProfanInputError(path, "expected a JSON object")
+    info = data.get("parallel_group_info")
+    if info is not None and not isinstance(info, dict):
+        raise ProfanInputError(path, f"parallel_group_info is a JSON {type(info).__name__}, not an object of groups")
     groups = []
-    for key, g in (data.get("parallel_group_info") or {}).items():
-        if isinstance(g, dict) and isinstance(g.get("global_ranks"), list):
-            groups.append(ParallelGroup(hccl_name=key, group_name=str(g.get("group_name", "")),
-                                        global_ranks=[int(r) for r in g["global_ranks"]]))
-    return Metadata(distributed_args=data.get("distributed_args") or {}, groups=groups)
+    for key, g in (info or {}).items():
+        ranks = g.get("global_ranks") if isinstance(g, dict) else None
+        try:
+            ranks = [int(r) for r in ranks] if isinstance(ranks, list) else None
+        except (TypeError, ValueError):  # a rank that is no integer: the group cannot map ranks
+            ranks = None
+        if ranks is not None:
+            groups.append(ParallelGroup(hccl_name=key, group_name=str(g.get("group_name", "")), global_ranks=ranks))
+    args = data.get("distributed_args")
+    return Metadata(distributed_args=args if isinstance(args, dict) else {}, groups=groups)
 
 
 def double_hash(text: str) -> int:

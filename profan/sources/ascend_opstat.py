@@ -27,7 +27,7 @@ def read(path: Path) -> tuple[pl.DataFrame, int]:
             records.append({"src_line": line, "op_type": cells[idx["OP Type"]], "core": cells[idx["Core Type"]],
                             "count": int(float(cells[idx["Count"]])),
                             "total_us": float(cells[idx["Total Time(us)"]].strip(" \t\""))})
-        except (ValueError, IndexError):
+        except (ValueError, IndexError, OverflowError):  # OverflowError: a count of inf
             skipped += 1
     df = pl.DataFrame(records, schema=SCHEMA, orient="row") if records else pl.DataFrame(schema=SCHEMA)
     return df, skipped

@@ -25,8 +25,14 @@ def read_header(path: Path) -> list[str]:
         raise ProfanInputError(path, f"cannot read: {exc.strerror or exc}") from None
     if not first.strip():
         raise ProfanInputError(path, "empty file (no header row)")
+    if first.startswith((b"\xff\xfe", b"\xfe\xff")):
+        raise ProfanInputError(path, "encoded as UTF-16; profiler CSVs are UTF-8 (re-save the file as UTF-8)")
     text = first.decode("utf-8-sig", errors="replace").rstrip("\r\n")
-    return [c.strip() for c in next(csv.reader([text]))]
+    try:
+        return [c.strip() for c in next(csv.reader([text]))]
+    except csv.Error as exc:
+        raise ProfanInputError(path, f"the header row cannot be read as CSV ({exc}); profiler CSVs end lines with "
+                                     "LF or CRLF") from None
 
 
 def _stripped(col: str) -> pl.Expr:
@@ -121,21 +127,27 @@ def scan_text_csv(path: Path, columns: list[str], floats: tuple[str, ...] = (),
 
 def small_csv(path: Path) -> tuple[list[str], list[tuple[int, list[str]]]]:
     """Read a small CSV fully with exact line numbers: (header, [(line, cells), …]). For step/statistic files."""
-    with open(path, encoding="utf-8-sig", errors="replace", newline="") as fh:
-        data = fh.read()
+    try:
+        with open(path, encoding="utf-8-sig", errors="replace", newline="") as fh:
+            data = fh.read()
+    except OSError as exc:  # unreadable, or a folder of that name
+        raise ProfanInputError(path, f"cannot read: {exc.strerror or exc}") from None
     reader = csv.reader(io.StringIO(data, newline=""))
     rows: list[tuple[int, list[str]]] = []
     header: list[str] = []
     prev = 0
-    for i, row in enumerate(reader):
-        start = prev + 1
-        prev = reader.line_num
-        if i == 0:
-            header = [c.strip() for c in row]
-            continue
-        if not any(c.strip() for c in row):
-            continue
-        rows.append((start, [c.strip(" \t\r") for c in row]))
+    try:
+        for i, row in enumerate(reader):
+            start = prev + 1
+            prev = reader.line_num
+            if i == 0:
+                header = [c.strip() for c in row]
+                continue
+            if not any(c.strip() for c in row):
+                continue
+            rows.append((start, [c.strip(" \t\r") for c in row]))
+    except csv.Error as exc:  # a NUL byte (UTF-16, binary), a CR-only line end
+        raise ProfanInputError(path, f"cannot be read as CSV (line {reader.line_num + 1}: {exc})") from None
     if not header:
         raise ProfanInputError(path, "empty file (no header row)")
     return header, rows

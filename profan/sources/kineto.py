@@ -48,6 +48,7 @@ class KinetoTrace:
     collectives: pl.DataFrame  # communication events of all three kinds
     cpu_only: bool
     events_read: int
+    device_skipped: int = 0  # device (or CPU-only: cpu_op) events without a usable duration, left out
     world_size: int | None = None
     device_name: str | None = None
     notes: list[str] = field(default_factory=list)
@@ -210,12 +211,17 @@ def load(path: Path, trace: Trace | None = None) -> KinetoTrace:
     if cpu_only:
         dev = _cpu_activity(ev, steps)
         notes.append("no GPU activity in the trace: the main thread's top-level cpu_ops are analysed instead")
+    # an event without a duration, or a duration that is not a number of 0 or more, cannot be sized: left out
+    # and counted (the caller says how many), never summed as nothing or as a negative time
+    dur = pl.col("dur_us")
+    usable = dev.filter(dur.is_not_null() & dur.is_finite() & (dur >= 0))
+    skipped, dev = dev.height - usable.height, usable
     info = tr.meta.get("distributedInfo") if isinstance(tr.meta.get("distributedInfo"), dict) else {}
     props = tr.meta.get("deviceProperties")
     dev_name = props[0].get("name") if isinstance(props, list) and props and isinstance(props[0], dict) else None
     return KinetoTrace(path=tr.path, rank=rank, rank_origin=origin, device=dev, steps=steps,
                        collectives=_collectives(tr, ev, None if cpu_only else dev, steps),
-                       cpu_only=cpu_only, events_read=int(ev.height),
+                       cpu_only=cpu_only, events_read=int(ev.height), device_skipped=skipped,
                        world_size=info.get("world_size"), device_name=dev_name, notes=notes)
 
 
@@ -329,7 +335,8 @@ def load_rank_trace(rd, path: Path, pack) -> None:
     rd.kernel_variant = "Kineto trace, CPU-only (top-level cpu_ops)" if kt.cpu_only else "Kineto trace (GPU)"
     rd.trace_steps = device_split(dev, kt.steps)
     rd.trace_comm = kt.collectives
-    rd.rows_read["kineto_trace"] = kt.events_read
+    rd.count("kineto_trace", kt.events_read, kt.device_skipped,
+             "trace events (device events whose duration is missing, not a number or negative)")
     rd.info.update({k: v for k, v in {"device": kt.device_name, "world_size": kt.world_size,
                                       "rank_in_trace": kt.rank if kt.rank_origin == "distributedInfo.rank" else None,
                                       "steps": sorted(set(kt.steps["step"].to_list())) or None,

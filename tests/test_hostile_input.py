@@ -1,0 +1,190 @@
+"""Hostile and odd input, built by corrupting real samples: numbers that are no durations, JSON of the wrong
+shape, files that are folders, encodings and line ends the readers cannot take, reports that cite files outside
+their data, and kernel names that carry HTML. Each gives a counted skip, a warning or one clear line (exit 2) —
+never a traceback, a silent drop or markup that runs."""
+
+from __future__ import annotations
+
+import gzip
+import json
+import re
+import shutil
+
+import pytest
+from conftest import FIXTURES, QWEN3, fnum, raw_rows, run_cli
+
+import profan
+
+KD = "ASCEND_PROFILER_OUTPUT/kernel_details.csv"
+NCCL = FIXTURES / "torch" / "nccl_a100_1rank"
+
+
+def one_rank(tmp_path):
+    dst = tmp_path / "rank_0_ascend_pt"
+    shutil.copytree(QWEN3 / "rank_0_ascend_pt", dst)
+    return dst
+
+
+def assert_one_line_error(res, *needles):
+    assert res.returncode == 2, (res.returncode, res.stdout, res.stderr)
+    lines = [x for x in res.stderr.splitlines() if x.strip()]
+    assert len(lines) == 1 and "Traceback" not in res.stderr, res.stderr
+    for n in needles:
+        assert n in lines[0], lines[0]
+
+
+def _set_cells(path, column: str, every: int, value: str) -> list[int]:
+    """Replace ``column`` in every ``every``-th data row by ``value``; return the changed physical lines."""
+    header, *rows = path.read_text().splitlines(keepends=True)
+    idx = header.rstrip("\r\n").split(",").index(column)
+    changed = []
+    for i in range(0, len(rows), every):
+        cells = rows[i].split(",")  # the first 16 cells of the Qwen3 rows hold no quoted commas
+        assert idx < 15
+        cells[idx] = value
+        rows[i] = ",".join(cells)
+        changed.append(i + 2)
+    path.write_text(header + "".join(rows))
+    return changed
+
+
+@pytest.mark.parametrize("value", ["nan", "inf", "-5000.0", "NaN"])
+def test_durations_that_are_no_durations_are_skipped_and_counted(tmp_path, value):
+    rank = one_rank(tmp_path)
+    changed = _set_cells(rank / KD, "Duration(us)", 10, value)
+    report = profan.analyze(tmp_path)
+    _, rows = raw_rows(rank / KD)
+    good = sum(fnum(r["Duration(us)"]) for line, r in rows.items() if line not in changed)
+    assert report.breakdown["time_us"].sum() == pytest.approx(good, rel=1e-9)
+    assert report.source["ranks"][0]["rows_skipped"]["kernel_details"] == len(changed) == 247
+    assert any(f"skipped {len(changed)} of 2463 rows" in w for w in report.warnings)
+
+
+def test_start_time_text_never_decides_whether_a_row_counts(tmp_path):
+    """Text in a start cell reads as "no start" on both scans: adding a bad duration elsewhere (which sends the
+    file down the text scan) must not make the start-text rows count as bad too."""
+    rank = one_rank(tmp_path)
+    _set_cells(rank / KD, "Start Time(us)", 10, "abc")
+    total = profan.analyze(tmp_path).breakdown["time_us"].sum()
+    _, rows = raw_rows(rank / KD)
+    assert total == pytest.approx(sum(fnum(r["Duration(us)"]) for r in rows.values()), rel=1e-9)
+    line = _set_cells(rank / KD, "Duration(us)", 5000, "NA")[0]  # one text duration: the text scan
+    report = profan.analyze(tmp_path)
+    assert report.source["ranks"][0]["rows_skipped"]["kernel_details"] == 1
+    _, rows = raw_rows(rank / KD)
+    assert report.breakdown["time_us"].sum() == pytest.approx(
+        sum(fnum(r["Duration(us)"]) for ln, r in rows.items() if ln != line), rel=1e-9)
+
+
+@pytest.mark.parametrize("dur", [None, -5000, "NaN"])
+def test_trace_events_without_a_usable_duration_are_counted(tmp_path, dur):
+    doc = json.loads(gzip.decompress((NCCL / "nccl_data.json.gz").read_bytes()))
+    kernels = [e for e in doc["traceEvents"] if e.get("cat") == "kernel" and e.get("ph") == "X"]
+    bad = kernels[::50]
+    removed_us = sum(e["dur"] for e in bad)
+    for e in bad:
+        if dur is None:
+            del e["dur"]
+        else:
+            e["dur"] = dur
+    (tmp_path / "nccl_data.json").write_text(json.dumps(doc))
+    report = profan.analyze(tmp_path)
+    assert report.source["ranks"][0]["rows_skipped"]["kineto_trace"] == len(bad)
+    assert any(f"skipped {len(bad)} of" in w and "duration" in w for w in report.warnings)
+    before = profan.analyze(NCCL).breakdown["time_us"].sum()
+    after = report.breakdown["time_us"].sum()
+    # the rest is summed as before: nothing negative or NaN comes in (a NaN fails both comparisons)
+    assert before - removed_us - 1e-6 <= after <= before
+    assert all("nan" not in f.message.lower() for f in report.findings)
+
+
+def test_side_files_of_the_wrong_json_shape_are_warnings(tmp_path):
+    rank = one_rank(tmp_path)
+    info = next(rank.glob("profiler_info_*.json"))
+    doc = json.loads(info.read_text())
+    doc["config"] = "not an object"
+    info.write_text(json.dumps(doc))
+    meta = rank / "profiler_metadata.json"
+    doc = json.loads(meta.read_text())
+    doc["parallel_group_info"] = ["pp", "dp"]
+    meta.write_text(json.dumps(doc))
+    res = run_cli("analyze", str(tmp_path), "-f", "json", "-o", str(tmp_path / "r.json"), "-q")
+    assert res.returncode in (0, 1), res.stderr
+    warnings = json.loads((tmp_path / "r.json").read_text())["warnings"]
+    assert any("profiler_metadata.json" in w and "parallel_group_info is a JSON list" in w for w in warnings)
+
+
+def test_op_statistic_count_of_inf_is_a_counted_skip(tmp_path):
+    rank = one_rank(tmp_path)
+    path = rank / "ASCEND_PROFILER_OUTPUT/op_statistic.csv"
+    header, first, *rest = path.read_text().splitlines(keepends=True)
+    cells = first.split(",")
+    cells[header.split(",").index("Count")] = "inf"
+    path.write_text(header + ",".join(cells) + "".join(rest))
+    report = profan.analyze(tmp_path)
+    assert report.source["ranks"][0]["rows_skipped"]["op_statistic"] == 1
+
+
+def test_a_folder_named_like_a_profiler_file_is_said_and_ignored(tmp_path):
+    rank = one_rank(tmp_path)
+    (rank / "ASCEND_PROFILER_OUTPUT/op_statistic.csv").unlink()
+    (rank / "ASCEND_PROFILER_OUTPUT/op_statistic.csv").mkdir()
+    report = profan.analyze(tmp_path)
+    assert any("op_statistic.csv is a folder, not a file; ignored" in w for w in report.warnings)
+
+
+@pytest.mark.parametrize(("encode", "problem"), [
+    (lambda text: text.replace("\n", "\r").encode(), "cannot be read as CSV"),
+    (lambda text: text.encode("utf-16"), "encoded as UTF-16"),
+])
+def test_line_ends_and_encodings_the_reader_cannot_take(tmp_path, encode, problem):
+    rank = one_rank(tmp_path)
+    (rank / KD).write_bytes(encode((rank / KD).read_text()))
+    assert_one_line_error(run_cli("analyze", str(tmp_path), "-q"), "kernel_details.csv", problem)
+
+
+@pytest.fixture()
+def report_file(tmp_path):
+    out = tmp_path / "report.json"
+    assert run_cli("analyze", str(QWEN3), "-f", "json", "-o", str(out), "-q").returncode in (0, 1)
+    return out
+
+
+def test_a_report_may_only_cite_files_of_its_own_data(tmp_path, report_file):
+    doc = json.loads(report_file.read_text())
+    doc["findings"][0]["evidence"][0]["file"] = "../../../../../../../../etc/passwd"
+    doc["findings"][0]["evidence"][0]["lines"] = [1]
+    report_file.write_text(json.dumps(doc))
+    res = run_cli("evidence", str(report_file), doc["findings"][0]["id"])
+    assert_one_line_error(res, "outside the analysed folder")
+    assert "root:" not in res.stdout
+
+
+def test_a_cited_line_past_the_end_says_the_file_changed(tmp_path, report_file):
+    doc = json.loads(report_file.read_text())
+    ev = next(e for f in doc["findings"] for e in f["evidence"] if "lines" in e)
+    fid = next(f["id"] for f in doc["findings"] if ev in f["evidence"])
+    ev["lines"] = [10**9]
+    report_file.write_text(json.dumps(doc))
+    assert_one_line_error(run_cli("evidence", str(report_file), fid), "has no line 1000000000", "changed")
+
+
+def test_a_report_that_is_not_an_object(tmp_path):
+    (tmp_path / "r.json").write_text("[]")
+    assert_one_line_error(run_cli("evidence", str(tmp_path / "r.json"), "F1"), "not a profan JSON report")
+
+
+def test_kernel_names_carrying_html_do_not_become_markup_in_markdown(tmp_path):
+    rank = one_rank(tmp_path)
+    path = rank / KD
+    text = path.read_text()
+    evil = "<img src=x onerror=alert(1)>`<script>alert(2)</script>"
+    path.write_text(text.replace(",FlashAttentionScore,", f",{evil}FlashAttentionScore,"))
+    md = tmp_path / "r.md"
+    assert run_cli("analyze", str(tmp_path), "-f", "md", "-o", str(md), "-q").returncode in (0, 1)
+    out = md.read_text()
+    assert "onerror" in out  # the name is reported …
+    # … but outside code spans only as entities, and no code span is closed early by the backtick
+    outside = re.sub(r"(`+)(?!`).*?(?<!`)\1(?!`)", "", out)
+    assert "<img" not in outside and "<script" not in outside
+    assert "&lt;img src=x onerror=alert(1)&gt;" in out
