@@ -57,9 +57,11 @@ def test_fault_free_cluster_names_nobody(clean):
     assert arrivals.height == 46 and not arrivals["flagged"].any()
     assert none[0].metrics["max_last_lateness_us"] == pytest.approx(arrivals["last_lateness_us"].max(), abs=1e-3)
     assert none[0].metrics["max_last_lateness_us"] < 100  # jitter only
-    # the 'no straggler' claim cites the worst collective on its last rank and on the median rank
+    # the 'no straggler' claim cites the worst collective on its last rank and on the median ranks (8 ranks: the
+    # median is the mean of the two middle ones)
     texts = [t for ev in none[0].evidence for _, t in read_back(root, ev)]
-    assert len(texts) == 2 and all('"Elapse Time(ms)"' in t for t in texts)
+    assert len(texts) == 3 and all('"Elapse Time(ms)"' in t for t in texts)
+    assert [ev.select["role"] for ev in none[0].evidence] == ["last", "median", "median"]
 
 
 def test_compute_straggler_found_with_cause_and_magnitude(compute_straggler):
@@ -169,6 +171,23 @@ def test_qwen3_pipeline_imbalance_kept_and_no_collective_straggler(qwen3_report)
     # only the world-group collectives (4 ranks) can show an outlier; all four hcom_*__612 ops are aligned
     assert sorted(arrivals["name"].to_list()) == ["hcom_allGather__612_7_1", "hcom_allReduce__612_4_1",
                                                   "hcom_allReduce__612_5_1", "hcom_allReduce__612_6_1"]
+    # lateness = the median rank's op duration minus this rank's (the last to arrive waits least); with 4 ranks
+    # the median is the mean of the two middle ones: both are cited, and the durations read back from the raw
+    # communication.json of the cited ranks give the lateness the finding states
+    roles = {}
+    for ev in st[0].evidence:
+        assert len(ev.pointers) == 1  # one op per rank: the aligned collective
+        (_, text), = read_back(qwen3_report_root(), ev)
+        dur_us = 1000 * json.loads(text)["Communication Time Info"]["Elapse Time(ms)"]
+        roles.setdefault(ev.select["role"], []).append(dur_us)
+    assert len(roles["median"]) == 2 and len(roles["last"]) == 1
+    lateness = sum(roles["median"]) / 2 - roles["last"][0]
+    assert lateness == pytest.approx(st[0].metrics["max_last_lateness_us"], abs=0.01)
+    assert st[0].metrics["median_ranks"] == [0, 2]
+
+
+def qwen3_report_root() -> Path:
+    return Path(__file__).resolve().parent.parent / "fixtures" / "ascend" / "msinsight-qwen3-4rank-2025q4"
 
 
 DLRM = Path(__file__).resolve().parent.parent / "fixtures" / "torch" / "dlrm_v100_8rank"

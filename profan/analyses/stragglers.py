@@ -406,11 +406,16 @@ def _none_finding(late: pl.DataFrame, inst: pl.DataFrame, per: pl.DataFrame, chk
     top = inst.sort("last_lateness_us", descending=True).row(0, named=True)
     rows = late.filter(pl.col("step").eq_missing(top["step"]) & (pl.col("group") == top["group"])
                        & (pl.col("seq") == top["seq"]))
-    med_rank = sorted(rows.select("lateness_us", "rank").iter_rows())[rows.height // 2][1]
+    # the median arrival: the middle rank's, or with an even number of ranks the mean of the two middle ones —
+    # both are cited then, so the lateness can be checked against the rows
+    ordered = sorted(rows.select("lateness_us", "rank").iter_rows())
+    med_ranks = sorted({ordered[(rows.height - 1) // 2][1], ordered[rows.height // 2][1]})
+    med_rank = ordered[rows.height // 2][1]
     evidence = [e for e in (_cite_ops(rows.filter(pl.col("rank") == top["last_rank"]), top["last_rank"],
                                       {"source": "aligned collectives", "step": top["step"], "role": "last"}),
-                            _cite_ops(rows.filter(pl.col("rank") == med_rank), med_rank,
-                                      {"source": "aligned collectives", "step": top["step"], "role": "median"}))
+                            *[_cite_ops(rows.filter(pl.col("rank") == m), m,
+                                        {"source": "aligned collectives", "step": top["step"], "role": "median"})
+                              for m in med_ranks])
                 if e is not None]
     n_steps = per["step"].n_unique()
     worst = per.sort("lag_us", descending=True).row(0, named=True)
@@ -427,7 +432,7 @@ def _none_finding(late: pl.DataFrame, inst: pl.DataFrame, per: pl.DataFrame, chk
                  f"{100 * chk['min_step_share']:.0f}% of the step."),
         metrics={"collectives": inst.height, "max_last_lateness_us": round(top["last_lateness_us"], 3),
                  "max_step_lag_us": round(worst["lag_us"], 3), "max_step_lag_rank": worst["rank"],
-                 "median_rank": med_rank, "last_rank": top["last_rank"],
+                 "median_rank": med_rank, "median_ranks": med_ranks, "last_rank": top["last_rank"],
                  "median_of_median_lateness_us": round(statistics.median(
                      inst["last_lateness_us"].to_list()), 3)},
         evidence=tuple(evidence))
