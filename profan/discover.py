@@ -108,6 +108,10 @@ def discover(path: str | Path) -> Discovery:
     disc = Discovery(root=root, ranks=found, notes=notes)
     _resolve_ranks(disc)
     _note_missing_files(disc)
+    kinds = sorted({r.kind for r in disc.ranks})
+    if len(kinds) > 1:  # e.g. NPU and GPU ranks side by side: one job only if the user says so
+        disc.warnings.append(f"the folder holds ranks of {len(kinds)} kinds ({', '.join(kinds)}); they are analysed "
+                             "as one job — analyse each collection on its own if they are separate runs")
     return disc
 
 
@@ -188,7 +192,7 @@ def _msprof_rank(d: Path) -> RankSource:
 
 _SNIFF_BYTES = 1 << 16
 _KINETO_KEYS = (b'"traceEvents"', b'"schemaVersion"', b'"deviceProperties"', b'"distributedInfo"')
-_DIST_RANK = re.compile(rb'"distributedInfo"\s*:\s*\{[^{}]*?"rank"\s*:\s*"?(\d+)')
+_DIST_RANK = re.compile(rb'"distributedInfo"\s*:\s*\{[^{}]*?"rank"\s*:\s*"?(\d+)"?\s*[,}]')  # 1.5: no rank
 _TRACE_NAME_RANK = re.compile(r"(?:rank|worker)[_-]?(\d+)", re.IGNORECASE)
 
 

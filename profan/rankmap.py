@@ -282,6 +282,8 @@ def load_rank(rs: RankSource, root: Path, pack: RulePack, *, peers: bool = True)
     if "step_trace_time" in rs.files:
         rd.steps, skipped = ascend_steps.read(rs.files["step_trace_time"])
         rd.count("step_trace_time", rd.steps.height + skipped, skipped, "unreadable rows")
+        if rd.steps.is_empty() and not skipped:
+            rd.warnings.append(f"{rd.files['step_trace_time']}: no data rows (header only); no step times from it")
     if "communication" in rs.files:
         items, bad = ascend_comm.entries(rs.files["communication"])
         rd.comm_ops, rd.comm_bw, skipped = ascend_comm.tables(items, bad)

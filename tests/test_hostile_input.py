@@ -188,3 +188,35 @@ def test_kernel_names_carrying_html_do_not_become_markup_in_markdown(tmp_path):
     outside = re.sub(r"(`+)(?!`).*?(?<!`)\1(?!`)", "", out)
     assert "<img" not in outside and "<script" not in outside
     assert "&lt;img src=x onerror=alert(1)&gt;" in out
+
+
+@pytest.mark.parametrize(("rank", "taken", "warned"),
+                         [("three", 0, True), (1.5, 0, True), (-1, 0, True), ("2", 2, False), (3, 3, False)])
+def test_unusable_distributed_rank_is_said(tmp_path, rank, taken, warned):
+    doc = json.loads(gzip.decompress((NCCL / "nccl_data.json.gz").read_bytes()))
+    doc["distributedInfo"] = {**doc.get("distributedInfo", {}), "rank": rank}
+    (tmp_path / "nccl_data.json").write_text(json.dumps(doc))
+    report = profan.analyze(tmp_path)
+    assert report.source["ranks"][0]["rank"] == taken
+    said = [w for w in report.warnings if "is not a rank number" in w]
+    assert bool(said) == warned
+    if warned:
+        assert json.dumps(rank) in said[0] and "the rank was taken as 0" in said[0]
+
+
+def test_ranks_of_two_kinds_in_one_folder_are_said(tmp_path):
+    one_rank(tmp_path)
+    doc = json.loads(gzip.decompress((NCCL / "nccl_data.json.gz").read_bytes()))
+    doc["distributedInfo"] = {**doc.get("distributedInfo", {}), "rank": 1}
+    (tmp_path / "rank_1.json").write_text(json.dumps(doc))
+    report = profan.analyze(tmp_path)
+    assert report.source["format"] == "ascend+kineto"
+    assert any("ranks of 2 kinds (ascend, kineto)" in w for w in report.warnings)
+
+
+def test_header_only_step_trace_is_said(tmp_path):
+    rank = one_rank(tmp_path)
+    path = rank / "ASCEND_PROFILER_OUTPUT/step_trace_time.csv"
+    path.write_text(path.read_text().splitlines(keepends=True)[0])
+    report = profan.analyze(tmp_path)
+    assert any("step_trace_time.csv: no data rows (header only)" in w for w in report.warnings)

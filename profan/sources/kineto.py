@@ -16,6 +16,7 @@ What a Kineto trace means for profan (format reference kineto-traces.md §3):
 
 from __future__ import annotations
 
+import json
 import re
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -58,17 +59,24 @@ def keep_expr() -> pl.Expr:
     return (pl.col("ph") == "M") | ((pl.col("ph") == "X") & pl.col("cat").is_in(KEEP_CATS))
 
 
+BAD_RANK = "is not a rank number"  # marks a rank origin whose distributedInfo.rank was unusable (said as warning)
+
+
 def rank_of(meta: dict, path: Path) -> tuple[int, str]:
+    """(rank, where it came from): ``distributedInfo.rank`` when it is a whole number ≥ 0, else the file name,
+    else 0 — an unusable distributedInfo.rank (``"three"``, ``1.5``, ``-1``) is named in the origin."""
     info = meta.get("distributedInfo")
-    if isinstance(info, dict) and info.get("rank") is not None:
-        try:
-            return int(info["rank"]), "distributedInfo.rank"
-        except (TypeError, ValueError):
-            pass
+    raw = info.get("rank") if isinstance(info, dict) else None
+    bad = ""
+    if raw is not None:
+        text = str(raw).strip()
+        if not isinstance(raw, bool) and text.isdigit():
+            return int(text), "distributedInfo.rank"
+        bad = f"distributedInfo.rank {json.dumps(raw)} {BAD_RANK}; "
     m = _RANK_IN_NAME.search(path.name)
     if m:
-        return int(m.group(1)), f"file name {path.name}"
-    return 0, "assumed 0 (no distributedInfo.rank, no rank in the file name)"
+        return int(m.group(1)), f"{bad}file name {path.name}"
+    return 0, f"{bad}assumed 0 (no distributedInfo.rank, no rank in the file name)"
 
 
 def op_of(name: pl.Expr) -> pl.Expr:
@@ -343,6 +351,9 @@ def load_rank_trace(rd, path: Path, pack) -> None:
                                       "cache": "hit" if hit else None}.items() if v is not None})
     if kt.notes:
         rd.info["trace_notes"] = kt.notes
+    if BAD_RANK in kt.rank_origin:
+        rd.warnings.append(f"{rd.files['kineto_trace']}: {kt.rank_origin.split(';')[0]}; the rank was taken as "
+                           f"{rd.rank} ({rd.rank_origin})")
     if kt.rank_origin == "distributedInfo.rank" and kt.rank != rd.rank:
         rd.warnings.append(f"distributedInfo.rank is {kt.rank} but the rank was taken as {rd.rank} "
                            f"({rd.rank_origin})")
