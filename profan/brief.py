@@ -23,7 +23,7 @@ from typing import Any
 import polars as pl
 
 from profan.errors import ProfanInputError
-from profan.evidence import read_lines
+from profan.evidence import check_sizes, read_lines
 from profan.findings import SEVERITIES, Finding
 from profan.report import SCHEMA as REPORT_SCHEMA
 from profan.report import Report, clean
@@ -167,8 +167,9 @@ def evidence_doc(report: Report, data_root: Path, finding_id: str, *, where: str
     from profan.drill import evidence_rows
 
     finding = find_finding(report, finding_id, where)
-    items = evidence_rows(data_root, finding)
     base = data_root if data_root.is_dir() else data_root.parent
+    check_sizes(base, report.source.get("file_bytes"), {ev.file for ev in finding.evidence})
+    items = evidence_rows(data_root, finding)
     for item in items:
         if limit is not None:
             item["rows"] = item["rows"][:limit]

@@ -173,3 +173,29 @@ def read_back(root: Path, ev: Evidence) -> list[tuple[str, str]]:
                                          "changed since the report; analyse it again")
         return [(f"event {i}", json.dumps(events[i], ensure_ascii=False)) for i in ev.events]
     return [(p, json.dumps(resolve_pointer(doc, p), ensure_ascii=False)) for p in ev.pointers]
+
+
+def file_sizes(base: Path, files: set[str]) -> dict[str, int]:
+    """Bytes of each source file (paths relative to ``base``), recorded in the report: `check_sizes` compares
+    them when evidence is read back, so rows are never quoted from a file that changed since the analysis."""
+    out = {}
+    for f in sorted(files):
+        try:
+            out[f] = (base / f).stat().st_size
+        except OSError:
+            continue
+    return out
+
+
+def check_sizes(base: Path, recorded: dict[str, int] | None, files: set[str]) -> None:
+    """Raise when a cited file's size differs from the one the report recorded (an edited, truncated or replaced
+    file: its line N may hold another row now). Reports without sizes, and files not recorded, are not checked —
+    a copy keeps the size but not always the modification time, so time is not compared."""
+    for f in sorted(files & set(recorded or {})):
+        try:
+            now = (base / f).stat().st_size
+        except OSError:
+            continue  # read_back says the file is gone
+        if now != recorded[f]:
+            raise ProfanInputError(base / f, f"changed since the report ({recorded[f]:,} bytes then, {now:,} now): "
+                                             "its cited rows may be other rows; analyse it again")

@@ -220,3 +220,20 @@ def test_header_only_step_trace_is_said(tmp_path):
     path.write_text(path.read_text().splitlines(keepends=True)[0])
     report = profan.analyze(tmp_path)
     assert any("step_trace_time.csv: no data rows (header only)" in w for w in report.warnings)
+
+
+def test_evidence_from_a_file_edited_since_the_report_is_refused(tmp_path):
+    """One row deleted from kernel_details.csv: every later line now holds the next row. The report recorded the
+    file's size, so the evidence of a kernel finding is refused instead of quoting the wrong rows."""
+    data = tmp_path / "data"
+    shutil.copytree(QWEN3, data)
+    out = tmp_path / "r.json"
+    assert run_cli("analyze", str(data), "-f", "json", "-o", str(out), "-q").returncode in (0, 1)
+    doc = json.loads(out.read_text())
+    kd = "rank_0_ascend_pt/" + KD
+    assert doc["source"]["file_bytes"][kd] == (data / kd).stat().st_size
+    fid = next(f["id"] for f in doc["findings"] if any(e["file"] == kd for e in f["evidence"]))
+    assert run_cli("evidence", str(out), fid).returncode == 0
+    lines = (data / kd).read_text().splitlines(keepends=True)
+    (data / kd).write_text("".join(lines[:100] + lines[101:]))
+    assert_one_line_error(run_cli("evidence", str(out), fid), "kernel_details.csv", "changed since the report")
