@@ -243,7 +243,14 @@ def test_every_finding_cites_the_events_it_describes(reports, name):
             cited = [events[i] for i in ev.events]
             if ev is f.evidence[0]:  # read_back returns exactly those raw events, in the cited order
                 assert [json.loads(t) for _, t in read_back(root, ev)] == cited
-            if ev.select.get("scope") == "step":
+            if ev.select.get("role") == "span":  # the step's first and last device event bound its span
+                assert cited[1]["ts"] + cited[1]["dur"] - cited[0]["ts"] == pytest.approx(ev.values["step_us"])
+                assert f.metrics["step_us"] == pytest.approx(ev.values["step_us"])
+                assert all(e["cat"] in DEVICE for e in cited)
+            elif ev.select.get("role") == "longest idle":  # the idle stretch between two device events
+                assert cited[1]["ts"] - (cited[0]["ts"] + cited[0]["dur"]) == pytest.approx(ev.values["gap_us"])
+                assert 0 < ev.values["gap_us"] <= f.metrics["free_us"] + 1e-6
+            elif ev.select.get("scope") == "step":
                 assert {e["name"] for e in cited} == {f"ProfilerStep#{f.step}"}
             elif ev.select.get("scope") == "trace":
                 dev = [e for _, e in device_events(root / ev.file)]

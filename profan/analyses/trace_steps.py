@@ -77,11 +77,28 @@ def share_findings(table: pl.DataFrame, pack: RulePack) -> list[Finding]:
                              f"interval union over {row['events']} kernel/memcpy/memset events."),
                     metrics={col: round(row[col], 3), "step_us": round(row["step_us"], 3), "share": round(share, 4),
                              "events": row["events"]},
-                    evidence=(cite_events(row["file"], locs, row["events"],
-                                          {"source": "kineto_trace", "scope": row["scope"], "step": row["step"],
-                                           "cat": ["kernel", "gpu_memcpy", "gpu_memset"]},
-                                          note=note, values={LANES[col]: round(row[col], 3)}),)))
+                    evidence=_split_evidence(row, col, locs, note)))
     return out
+
+
+def _split_evidence(row: dict, col: str, locs: list[int], note: str) -> tuple:
+    """The rows a step's split rests on: the step's ProfilerStep annotation(s) (or, without steps, the span's
+    bounding events); the first and last device event, whose start and end are the span the share is of; and
+    for idle time the two events around the longest idle stretch."""
+    select = {"source": "kineto_trace", "scope": row["scope"], "step": row["step"],
+              "cat": ["kernel", "gpu_memcpy", "gpu_memset"]}
+    items = [cite_events(row["file"], locs, row["events"], select, note=note, values={LANES[col]: round(row[col], 3)})]
+    if row["scope"] == "step":
+        items.append(cite_events(row["file"], [row["first_event"], row["last_event"]], 2,
+                                 {**select, "role": "span"}, values={"step_us": round(row["step_us"], 3)},
+                                 note="the first and the last device event of the step: the span runs from the "
+                                      "first one's start to the last one's end"))
+    if col == "free_us" and row.get("gap_us"):
+        items.append(cite_events(row["file"], [row["gap_before_event"], row["gap_after_event"]], 2,
+                                 {**select, "role": "longest idle"}, values={"gap_us": round(row["gap_us"], 3)},
+                                 note=f"the longest stretch with no device event ({ms(row['gap_us'])}): from the "
+                                      "first event's end to the second one's start"))
+    return tuple(items)
 
 
 def lane_share_findings(ranks: list[RankData], table: pl.DataFrame, pack: RulePack) -> list[Finding]:

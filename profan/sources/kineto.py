@@ -311,11 +311,28 @@ def device_split(dev: pl.DataFrame, steps: pl.DataFrame) -> pl.DataFrame:
     gpu_steps = steps.filter(pl.col("cat") == "gpu_user_annotation").select(
         "step", pl.col("event_idx").alias("gpu_step_event"))
     out = (out.join(cpu_steps.unique("step"), on="step", how="left")
-           .join(gpu_steps.unique("step"), on="step", how="left"))
+           .join(gpu_steps.unique("step"), on="step", how="left")
+           .join(_longest_gap(scoped, by), on=by, how="left", nulls_equal=True))
     return out.select("scope", "step", "step_event", "gpu_step_event", "first_event", "last_event", "events",
                       "start_us", "end_us", "step_us",
                       "computing_us", "communication_us", "overlapped_us", "comm_not_overlapped_us", "free_us",
-                      "busy_us").sort("scope", "step", nulls_last=True)
+                      "busy_us", "gap_us", "gap_before_event", "gap_after_event").sort("scope", "step",
+                                                                                       nulls_last=True)
+
+
+def _longest_gap(frame: pl.DataFrame, by: list[str]) -> pl.DataFrame:
+    """Per group, the longest stretch with no device event: its length and the two events around it — the one
+    whose end it starts at (the latest end so far) and the next one to start. Evidence for idle time that a
+    reader can check: the gap is the second event's ts minus the first's ts + dur."""
+    s = frame.select(*by, "event_idx", "ts_us", "end_us").sort(*by, "ts_us", "event_idx")
+    s = s.with_columns(pl.col("end_us").cum_max().over(by).alias("_max_end"))
+    s = s.with_columns(pl.when(pl.col("end_us") == pl.col("_max_end")).then(pl.col("event_idx"))
+                       .forward_fill().over(by).alias("_holder"))
+    s = s.with_columns(pl.col("_max_end").shift(1).over(by).alias("_prev_end"),
+                       pl.col("_holder").shift(1).over(by).alias("gap_before_event"))
+    s = s.with_columns((pl.col("ts_us") - pl.col("_prev_end")).alias("gap_us")).filter(pl.col("gap_us") > 0)
+    return (s.sort("gap_us", "event_idx", descending=[True, False]).group_by(by, maintain_order=True).first()
+            .select(*by, "gap_us", "gap_before_event", pl.col("event_idx").alias("gap_after_event")))
 
 
 # --------------------------------------------------------------------------- the per-rank map entry point
