@@ -29,15 +29,6 @@ BW_SCHEMA = {
 }
 
 
-def number(d: dict, key: str) -> float | None:
-    """A JSON value as float; missing or non-numeric -> None."""
-    v = d.get(key)
-    try:
-        return float(v) if v is not None else None
-    except (TypeError, ValueError):
-        return None
-
-
 def entries(path: Path) -> tuple[list[tuple[str, int | None, str, str, object]], int]:
     """The op-level entries of a communication.json / communication_matrix.json document:
     ([(step key, step, section, op key, body), …], skipped count). ``Total Op Info`` aggregates are not ops and are
@@ -82,13 +73,15 @@ def tables(items: list[Entry], skipped: int = 0) -> tuple[pl.DataFrame, pl.DataF
         t = body["Communication Time Info"]
         name, _, group = op.partition("@")
         ptr = make_pointer(step_key, kind, op)
-        ops.append((step, kind, op, name, group or None, number(t, "Start Timestamp(us)"),
-                    number(t, "Elapse Time(ms)"), number(t, "Transit Time(ms)"), number(t, "Wait Time(ms)"),
-                    number(t, "Synchronization Time(ms)"), number(t, "Idle Time(ms)"), ptr))
-        for transport, b in (body.get("Communication Bandwidth Info") or {}).items():
+        # numbers as the JSON holds them; rows_frame coerces another type (text, a list) to float or null
+        ops.append((step, kind, op, name, group or None, t.get("Start Timestamp(us)"), t.get("Elapse Time(ms)"),
+                    t.get("Transit Time(ms)"), t.get("Wait Time(ms)"), t.get("Synchronization Time(ms)"),
+                    t.get("Idle Time(ms)"), ptr))
+        bw_info = body.get("Communication Bandwidth Info")
+        for transport, b in (bw_info.items() if isinstance(bw_info, dict) else ()):
             if not isinstance(b, dict):
                 continue
-            bws.append((step, kind, op, transport, number(b, "Transit Size(MB)"), number(b, "Transit Time(ms)"),
-                        number(b, "Bandwidth(GB/s)"), number(b, "Large Packet Ratio"),
+            bws.append((step, kind, op, transport, b.get("Transit Size(MB)"), b.get("Transit Time(ms)"),
+                        b.get("Bandwidth(GB/s)"), b.get("Large Packet Ratio"),
                         ptr + make_pointer("Communication Bandwidth Info", transport)))
     return rows_frame(ops, OP_SCHEMA), rows_frame(bws, BW_SCHEMA), skipped

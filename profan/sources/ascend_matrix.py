@@ -24,7 +24,6 @@ import polars as pl
 
 from profan.evidence import make_pointer
 from profan.sources import ascend_comm
-from profan.sources.ascend_comm import number as num
 from profan.sources.ascend_meta import Metadata, double_hash
 from profan.sources.rowframe import rows_frame
 
@@ -71,8 +70,10 @@ def read(path: Path) -> tuple[pl.DataFrame, int]:
                 continue
             rows.append((
                 step, kind, key, shape, typ, rank_class, v.get("Op Name") if agg else name, group or None,
-                int(lm.group(1)), int(lm.group(2)), str(v.get("Transport Type", "")), num(v, "Transit Size(MB)"),
-                num(v, "Transit Time(ms)"), num(v, "Bandwidth(GB/s)"),
+                # numbers as the JSON holds them: rows_frame coerces a value of another type (text, a list) to
+                # the column's float or null — one conversion per column instead of a call per value
+                int(lm.group(1)), int(lm.group(2)), str(v.get("Transport Type", "")), v.get("Transit Size(MB)"),
+                v.get("Transit Time(ms)"), v.get("Bandwidth(GB/s)"),
                 prefix + link))  # "src-dst" holds neither "~" nor "/": no escaping
     return rows_frame(rows, SCHEMA), skipped
 
