@@ -140,7 +140,9 @@ def _rank_dir(d: Path, dirnames: list[str], filenames: list[str]) -> RankSource 
         return _ascend_rank(d.parent, d, parent_infos)
     if OUTPUT_DIR in dirnames or infos:
         out = d / OUTPUT_DIR
-        return _ascend_rank(d, out if out.is_dir() else None, infos)
+        rs = _ascend_rank(d, out if out.is_dir() else None, infos)
+        rs.ignored += [d / f for f in sorted(dirnames) if _INFO_FILE.match(f)]  # a folder named like the file
+        return rs
     if _PROF_DIR.match(d.name) and "mindstudio_profiler_output" in dirnames:
         return _msprof_rank(d)
     if {"kernel_details.csv", "trace_view.json", "step_trace_time.csv"} & set(filenames):

@@ -279,6 +279,8 @@ def load_rank(rs: RankSource, root: Path, pack: RulePack, *, peers: bool = True)
     if "op_statistic" in rs.files:
         rd.op_stats, skipped = ascend_opstat.read(rs.files["op_statistic"])
         rd.count("op_statistic", rd.op_stats.height + skipped, skipped, "unreadable rows")
+        if rd.op_stats.is_empty() and not skipped:
+            rd.warnings.append(f"{rd.files['op_statistic']}: no data rows (header only); kernel rows not cross-checked")
     if "step_trace_time" in rs.files:
         rd.steps, skipped = ascend_steps.read(rs.files["step_trace_time"])
         rd.count("step_trace_time", rd.steps.height + skipped, skipped, "unreadable rows")
@@ -288,6 +290,8 @@ def load_rank(rs: RankSource, root: Path, pack: RulePack, *, peers: bool = True)
         items, bad = ascend_comm.entries(rs.files["communication"])
         rd.comm_ops, rd.comm_bw, skipped = ascend_comm.tables(items, bad)
         rd.count("communication", rd.comm_ops.height + skipped, skipped, "entries of unexpected shape")
+        if rd.comm_ops.is_empty() and not skipped:
+            rd.warnings.append(f"{rd.files['communication']}: holds no communication ops")
         rd.comm_packets = ascend_packets.read(items)
     if "communication_matrix" in rs.files:
         links, skipped = ascend_matrix.read(rs.files["communication_matrix"])

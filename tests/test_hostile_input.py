@@ -125,12 +125,23 @@ def test_op_statistic_count_of_inf_is_a_counted_skip(tmp_path):
     assert report.source["ranks"][0]["rows_skipped"]["op_statistic"] == 1
 
 
-def test_a_folder_named_like_a_profiler_file_is_said_and_ignored(tmp_path):
+@pytest.mark.parametrize("name", ["ASCEND_PROFILER_OUTPUT/op_statistic.csv", "profiler_info_0.json"])
+def test_a_folder_named_like_a_profiler_file_is_said_and_ignored(tmp_path, name):
     rank = one_rank(tmp_path)
-    (rank / "ASCEND_PROFILER_OUTPUT/op_statistic.csv").unlink()
-    (rank / "ASCEND_PROFILER_OUTPUT/op_statistic.csv").mkdir()
+    (rank / name).unlink()
+    (rank / name).mkdir()
     report = profan.analyze(tmp_path)
-    assert any("op_statistic.csv is a folder, not a file; ignored" in w for w in report.warnings)
+    assert any(f"{name} is a folder, not a file; ignored" in w for w in report.warnings)
+
+
+@pytest.mark.parametrize(("name", "content", "said"), [
+    ("op_statistic.csv", None, "op_statistic.csv: no data rows (header only)"),
+    ("communication.json", "{}", "communication.json: holds no communication ops"),
+])
+def test_side_files_that_hold_nothing_are_said(tmp_path, name, content, said):
+    path = one_rank(tmp_path) / "ASCEND_PROFILER_OUTPUT" / name
+    path.write_text(content if content is not None else path.read_text().splitlines(keepends=True)[0])
+    assert any(said in w for w in profan.analyze(tmp_path).warnings)
 
 
 @pytest.mark.parametrize(("encode", "problem"), [
