@@ -146,13 +146,18 @@ def trace_events(doc: Any) -> list:
     return doc
 
 
+def inside_root(file: str) -> bool:
+    """Whether a cited path stays inside the analysed folder. A report is data too (shared, or written by
+    someone else): it may make profan read only files of its own folder, never ``../../etc/passwd``."""
+    rel = os.path.normpath(file)
+    return not (os.path.isabs(rel) or rel == ".." or rel.startswith(".." + os.sep))
+
+
 def read_back(root: Path, ev: Evidence) -> list[tuple[str, str]]:
     """The raw text behind one evidence item, as (locator, text) pairs in the cited order."""
-    rel = os.path.normpath(ev.file)
-    if os.path.isabs(rel) or rel == ".." or rel.startswith(".." + os.sep):
-        # a report is data too (shared, or written by someone else): it may cite only files of its own folder
+    if not inside_root(ev.file):
         raise ProfanInputError(ev.file, "cited file lies outside the analysed folder; refused")
-    path = root / rel
+    path = root / os.path.normpath(ev.file)
     if not path.exists():
         raise ProfanInputError(path, "cited file no longer exists")
     if ev.lines:

@@ -248,3 +248,14 @@ def test_evidence_from_a_file_edited_since_the_report_is_refused(tmp_path):
     lines = (data / kd).read_text().splitlines(keepends=True)
     (data / kd).write_text("".join(lines[:100] + lines[101:]))
     assert_one_line_error(run_cli("evidence", str(out), fid), "kernel_details.csv", "changed since the report")
+
+
+def test_the_html_and_excel_row_reader_reads_nothing_outside_the_data(tmp_path):
+    from profan.render.evidence_rows import RowReader
+
+    rows = RowReader(QWEN3)
+    rows.load({"../../../../../../../../etc/passwd": ("lines", {1}),
+               "rank_0_ascend_pt/" + KD: ("lines", {2})})
+    assert "outside the analysed folder" in rows._errors["../../../../../../../../etc/passwd"]
+    assert not any(f.startswith("..") for f, _ in rows._rows)
+    assert ("rank_0_ascend_pt/" + KD, "line 2") in rows._rows

@@ -16,7 +16,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from profan.evidence import Evidence, load_json_document, read_lines, resolve_pointer, trace_events
+from profan.evidence import Evidence, inside_root, load_json_document, read_lines, resolve_pointer, trace_events
 from profan.findings import Finding
 
 KEY_SEP = " › "
@@ -98,6 +98,9 @@ class RowReader:
     def load(self, wanted: dict[str, tuple[str, set]]) -> None:
         """`wanted`: file -> (locator kind, locators)."""
         for file, (kind, locs) in sorted(wanted.items()):
+            if not inside_root(file):
+                self._errors[file] = f"not read back: {file} lies outside the analysed folder"
+                continue
             path = self.root / file
             try:
                 if kind == "lines":
