@@ -76,21 +76,22 @@ def test_start_time_text_never_decides_whether_a_row_counts(tmp_path):
         sum(fnum(r["Duration(us)"]) for ln, r in rows.items() if ln != line), rel=1e-9)
 
 
-@pytest.mark.parametrize("dur", [None, -5000, "NaN"])
-def test_trace_events_without_a_usable_duration_are_counted(tmp_path, dur):
+@pytest.mark.parametrize(("field", "value"), [("dur", None), ("dur", -5000), ("dur", "NaN"), ("ts", None),
+                                              ("ts", "abc")])
+def test_trace_events_without_a_usable_duration_are_counted(tmp_path, field, value):
     doc = json.loads(gzip.decompress((NCCL / "nccl_data.json.gz").read_bytes()))
     kernels = [e for e in doc["traceEvents"] if e.get("cat") == "kernel" and e.get("ph") == "X"]
     bad = kernels[::50]
     removed_us = sum(e["dur"] for e in bad)
     for e in bad:
-        if dur is None:
-            del e["dur"]
+        if value is None:
+            del e[field]
         else:
-            e["dur"] = dur
+            e[field] = value
     (tmp_path / "nccl_data.json").write_text(json.dumps(doc))
     report = profan.analyze(tmp_path)
     assert report.source["ranks"][0]["rows_skipped"]["kineto_trace"] == len(bad)
-    assert any(f"skipped {len(bad)} of" in w and "duration" in w for w in report.warnings)
+    assert any(f"skipped {len(bad)} of" in w and "start or duration" in w for w in report.warnings)
     before = profan.analyze(NCCL).breakdown["time_us"].sum()
     after = report.breakdown["time_us"].sum()
     # the rest is summed as before: nothing negative or NaN comes in (a NaN fails both comparisons)

@@ -219,10 +219,11 @@ def load(path: Path, trace: Trace | None = None) -> KinetoTrace:
     if cpu_only:
         dev = _cpu_activity(ev, steps)
         notes.append("no GPU activity in the trace: the main thread's top-level cpu_ops are analysed instead")
-    # an event without a duration, or a duration that is not a number of 0 or more, cannot be sized: left out
-    # and counted (the caller says how many), never summed as nothing or as a negative time
-    dur = pl.col("dur_us")
-    usable = dev.filter(dur.is_not_null() & dur.is_finite() & (dur >= 0))
+    # an event without a duration, or a duration that is not a number of 0 or more, cannot be sized, and one
+    # without a start cannot be placed in its step: left out and counted (the caller says how many), never
+    # summed as nothing or as a negative time
+    dur, ts = pl.col("dur_us"), pl.col("ts_us")
+    usable = dev.filter(dur.is_not_null() & dur.is_finite() & (dur >= 0) & ts.is_not_null() & ts.is_finite())
     skipped, dev = dev.height - usable.height, usable
     info = tr.meta.get("distributedInfo") if isinstance(tr.meta.get("distributedInfo"), dict) else {}
     props = tr.meta.get("deviceProperties")
@@ -361,7 +362,8 @@ def load_rank_trace(rd, path: Path, pack) -> None:
     rd.trace_steps = device_split(dev, kt.steps)
     rd.trace_comm = kt.collectives
     rd.count("kineto_trace", kt.events_read, kt.device_skipped,
-             "trace events (device events whose duration is missing, not a number or negative)")
+             "trace events (device events whose start or duration is missing or not a number, or whose "
+             "duration is negative)")
     rd.info.update({k: v for k, v in {"device": kt.device_name, "world_size": kt.world_size,
                                       "rank_in_trace": kt.rank if kt.rank_origin == "distributedInfo.rank" else None,
                                       "steps": sorted(set(kt.steps["step"].to_list())) or None,
