@@ -28,7 +28,7 @@ import polars as pl
 if TYPE_CHECKING:  # kernel-file callers need no trace reader (nor pyarrow, which it imports)
     from profan.sources.chrome_trace import Trace
 
-SCHEMA_VERSION = 1  # bump when the event/detail table shape or meaning changes
+SCHEMA_VERSION = 2  # bump when the event/detail table shape or meaning changes
 TABLE_VERSION = 2  # bump when a `cached_table` producer changes the shape or meaning of its table
 
 
@@ -57,7 +57,8 @@ def _load(entry: Path, path: Path) -> Trace | None:
         details = pl.read_parquet(entry / "details.parquet")
     except (OSError, ValueError, pl.exceptions.PolarsError):
         return None
-    return Trace(path=path, events=events, details=details, layout=meta["layout"], meta=meta["meta"])
+    return Trace(path=path, events=events, details=details, layout=meta["layout"], meta=meta["meta"],
+                 no_phase=int(meta.get("no_phase", 0)))
 
 
 def _write_entry(entry: Path, write: Callable[[Path], None]) -> None:
@@ -78,8 +79,8 @@ def _store(entry: Path, tr: Trace) -> None:
     def write(tmp: Path) -> None:
         tr.events.write_parquet(tmp / "events.parquet", compression="zstd")
         tr.details.write_parquet(tmp / "details.parquet", compression="zstd")
-        (tmp / "meta.json").write_text(json.dumps({"layout": tr.layout, "meta": tr.meta, "source": str(tr.path)}),
-                                       encoding="utf-8")
+        (tmp / "meta.json").write_text(json.dumps({"layout": tr.layout, "meta": tr.meta, "source": str(tr.path),
+                                                   "no_phase": tr.no_phase}), encoding="utf-8")
 
     _write_entry(entry, write)
 

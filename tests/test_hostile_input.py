@@ -260,3 +260,15 @@ def test_the_html_and_excel_row_reader_reads_nothing_outside_the_data(tmp_path):
     assert "outside the analysed folder" in rows._errors["../../../../../../../../etc/passwd"]
     assert not any(f.startswith("..") for f, _ in rows._rows)
     assert ("rank_0_ascend_pt/" + KD, "line 2") in rows._rows
+
+
+def test_trace_elements_without_a_phase_are_counted(tmp_path):
+    doc = json.loads(gzip.decompress((NCCL / "nccl_data.json.gz").read_bytes()))
+    stripped = 0
+    for i, e in enumerate(doc["traceEvents"]):
+        if i % 7 == 0 and "ph" in e:
+            del e["ph"]
+            stripped += 1
+    (tmp_path / "nccl_data.json").write_text(json.dumps(doc))
+    report = profan.analyze(tmp_path)
+    assert any(f"ignored {stripped} elements of the event array" in w for w in report.warnings)

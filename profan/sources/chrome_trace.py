@@ -120,6 +120,7 @@ class Trace:
     details: pl.DataFrame
     layout: str  # "object" ({"traceEvents": …}) | "array" (bare array, Ascend trace_view.json)
     meta: dict[str, Any] = field(default_factory=dict)  # distributedInfo, deviceProperties, schemaVersion, …
+    no_phase: int = 0  # elements of the event array without a "ph" field: no chrome-trace event, left out
 
     def with_details(self, frame: pl.DataFrame) -> pl.DataFrame:
         return frame.join(self.details, on="event_idx", how="left")
@@ -344,14 +345,17 @@ def event_chunks(path: Path, arr: memoryview) -> Iterator[list[msgspec.Raw]]:
 
 
 def _chunk_tables(raws: list[msgspec.Raw], offset: int, keep: pl.Expr, layout: str
-                  ) -> tuple[pl.DataFrame, pl.DataFrame | None]:
-    """(kept core rows, details of the rows that need them) of one chunk; polars releases the GIL here."""
-    core = _core(_read_core(b"\n".join(raws), layout), offset).filter(keep)
+                  ) -> tuple[pl.DataFrame, pl.DataFrame | None, int]:
+    """(kept core rows, details of the rows that need them, events without a phase) of one chunk; polars
+    releases the GIL here."""
+    core = _core(_read_core(b"\n".join(raws), layout), offset)
+    no_phase = core["ph"].null_count()
+    core = core.filter(keep)
     want = core.filter(needs_detail())["event_idx"]
     if not want.len():
-        return core, None
+        return core, None, no_phase
     sub = b"\n".join([raws[i] for i in (want - offset).to_list()])
-    return core, _details(_read_detail(sub, layout), want)
+    return core, _details(_read_detail(sub, layout), want), no_phase
 
 
 # The usual, strictly typed shape of each layout, for pyarrow's JSON reader (about twice as fast as polars' on
@@ -457,11 +461,14 @@ def parse(path: Path, keep: pl.Expr | None = None) -> Trace:
     keep = default_keep() if keep is None else keep
     parts, details = [], []
     offset = 0
+    no_phase = 0
     pending: deque[Future] = deque()
 
     def collect(fut: Future) -> None:
-        core, det = fut.result()
+        nonlocal no_phase
+        core, det, n = fut.result()
         parts.append(core)
+        no_phase += n
         if det is not None:
             details.append(det)
 
@@ -484,4 +491,4 @@ def parse(path: Path, keep: pl.Expr | None = None) -> Trace:
         raise ProfanInputError(path, "trace has no events (empty event array)")
     events = pl.concat(parts, rechunk=False) if len(parts) > 1 else parts[0]
     detail = pl.concat(details) if details else _empty_details()
-    return Trace(path=path, events=events, details=detail, layout=layout, meta=meta)
+    return Trace(path=path, events=events, details=detail, layout=layout, meta=meta, no_phase=no_phase)

@@ -50,6 +50,7 @@ class KinetoTrace:
     cpu_only: bool
     events_read: int
     device_skipped: int = 0  # device (or CPU-only: cpu_op) events without a usable duration, left out
+    no_phase: int = 0  # elements of the event array without a "ph" field (no chrome-trace event), left out
     world_size: int | None = None
     device_name: str | None = None
     notes: list[str] = field(default_factory=list)
@@ -231,6 +232,7 @@ def load(path: Path, trace: Trace | None = None) -> KinetoTrace:
     return KinetoTrace(path=tr.path, rank=rank, rank_origin=origin, device=dev, steps=steps,
                        collectives=_collectives(tr, ev, None if cpu_only else dev, steps),
                        cpu_only=cpu_only, events_read=int(ev.height), device_skipped=skipped,
+                       no_phase=tr.no_phase,
                        world_size=info.get("world_size"), device_name=dev_name, notes=notes)
 
 
@@ -370,6 +372,9 @@ def load_rank_trace(rd, path: Path, pack) -> None:
                                       "cache": "hit" if hit else None}.items() if v is not None})
     if kt.notes:
         rd.info["trace_notes"] = kt.notes
+    if kt.no_phase:
+        rd.warnings.append(f"{rd.files['kineto_trace']}: ignored {kt.no_phase} elements of the event array that have "
+                           "no \"ph\" (phase) field, so are no chrome-trace events")
     if BAD_RANK in kt.rank_origin:
         rd.warnings.append(f"{rd.files['kineto_trace']}: {kt.rank_origin.split(';')[0]}; the rank was taken as "
                            f"{rd.rank} ({rd.rank_origin})")
