@@ -26,6 +26,7 @@ OUTPUT_DIR = "ASCEND_PROFILER_OUTPUT"
 DERIVED_DIRS = {"cluster_analysis_output"}
 _PROF_DIR = re.compile(r"^PROF_\d+_\d+_[0-9A-Za-z]+$")
 _INFO_FILE = re.compile(r"^profiler_info(?:_(\d+))?\.json$")
+_OP_SUMMARY = re.compile(r"^op_summary_.*\.csv$")
 _RANK_IN_NAME = re.compile(r"rank[_-]?(\d+)", re.IGNORECASE)
 _TRACE_SUFFIXES = (".json", ".json.gz")
 
@@ -117,7 +118,7 @@ def discover(path: str | Path) -> Discovery:
 
 def _discover_file(path: Path) -> Discovery:
     name = path.name
-    if name in ("kernel_details.csv",) or re.match(r"^op_summary_.*\.csv$", name):
+    if name in ("kernel_details.csv",) or _OP_SUMMARY.match(name):
         rs = RankSource(path=path.parent, kind="ascend" if name == "kernel_details.csv" else "msprof",
                         files={"kernel_details": path})
         disc = Discovery(root=path, ranks=[rs])
@@ -145,6 +146,9 @@ def _rank_dir(d: Path, dirnames: list[str], filenames: list[str]) -> RankSource 
         return rs
     if _PROF_DIR.match(d.name) and "mindstudio_profiler_output" in dirnames:
         return _msprof_rank(d)
+    if d.name == "mindstudio_profiler_output" and any(_OP_SUMMARY.match(f) for f in filenames):
+        # the msprof output folder itself (passed directly, or its PROF_* parent was renamed)
+        return _msprof_rank(d.parent)
     if {"kernel_details.csv", "trace_view.json", "step_trace_time.csv"} & set(filenames):
         # the integrated files copied out of ASCEND_PROFILER_OUTPUT into a folder of their own
         return _ascend_rank(d, d, [])

@@ -8,6 +8,7 @@ import shutil
 import pytest
 from conftest import ASCEND, QWEN3
 
+import profan
 from profan.discover import discover
 from profan.errors import ProfanInputError
 
@@ -55,6 +56,16 @@ def test_folder_with_only_kernel_details_and_single_file():
 def test_msprof_layout():
     (r,) = discover(ASCEND / "vllm-ascend-msprof-gmm-1op").ranks
     assert r.kind == "msprof" and r.files["kernel_details"].name.startswith("op_summary_")
+
+
+def test_msprof_output_folder_passed_directly():
+    """``PROF_*/mindstudio_profiler_output`` itself is the same rank, read the same way, as its PROF_* folder."""
+    (prof,) = [p for p in (ASCEND / "vllm-ascend-msprof-gmm-1op").iterdir() if p.name.startswith("PROF_")]
+    (r,) = discover(prof / "mindstudio_profiler_output").ranks
+    (ref,) = discover(prof).ranks
+    assert r.kind == "msprof" and r.files == ref.files and r.path == ref.path
+    a, b = profan.analyze(prof / "mindstudio_profiler_output"), profan.analyze(prof)
+    assert a.breakdown.equals(b.breakdown) and a.breakdown["time_us"].sum() > 0
 
 
 def test_missing_files_are_warnings():
