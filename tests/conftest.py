@@ -18,14 +18,19 @@ QWEN3 = ASCEND / "msinsight-qwen3-4rank-2025q4"
 
 @pytest.fixture(scope="session", autouse=True)
 def _private_cache(tmp_path_factory):
-    """Parsed-trace caches go to a temporary directory, never the user's ~/.cache/profan (subprocesses inherit it)."""
-    saved = os.environ.get("PROFAN_CACHE_DIR")
+    """Parsed-trace caches go to a temporary directory, never the user's ~/.cache/profan (subprocesses inherit it).
+    A ``PROFAN_NO_CACHE``/``PROFAN_JOBS`` in the caller's shell is set aside too: the suite tests the cache and the
+    sequential default, whatever the environment it is started from."""
+    saved = {k: os.environ.get(k) for k in ("PROFAN_CACHE_DIR", "PROFAN_NO_CACHE", "PROFAN_JOBS")}
+    os.environ.pop("PROFAN_NO_CACHE", None)
+    os.environ.pop("PROFAN_JOBS", None)
     os.environ["PROFAN_CACHE_DIR"] = str(tmp_path_factory.mktemp("profan-cache"))
     yield
-    if saved is None:
-        os.environ.pop("PROFAN_CACHE_DIR", None)
-    else:
-        os.environ["PROFAN_CACHE_DIR"] = saved
+    for k, v in saved.items():
+        if v is None:
+            os.environ.pop(k, None)
+        else:
+            os.environ[k] = v
 
 
 def run_cli(*args: str, cwd: Path | None = None) -> subprocess.CompletedProcess:
