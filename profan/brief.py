@@ -22,6 +22,7 @@ from typing import Any
 
 import polars as pl
 
+from profan.discover import base_dir
 from profan.errors import ProfanInputError
 from profan.evidence import check_sizes, read_lines
 from profan.findings import SEVERITIES, Finding
@@ -167,7 +168,7 @@ def evidence_doc(report: Report, data_root: Path, finding_id: str, *, where: str
     from profan.drill import evidence_rows
 
     finding = find_finding(report, finding_id, where)
-    base = data_root if data_root.is_dir() else data_root.parent
+    base = base_dir(data_root)
     check_sizes(base, report.source.get("file_bytes"), {ev.file for ev in finding.evidence})
     items = evidence_rows(data_root, finding)
     for item in items:

@@ -21,7 +21,7 @@ import polars as pl
 
 from profan.analyses import steps as steps_mod
 from profan.analyses.common import ms, pct
-from profan.discover import discover
+from profan.discover import base_dir, discover
 from profan.errors import ProfanInputError
 from profan.evidence import MAX_CITED, Evidence, cite_events, cite_lines
 from profan.findings import Finding, number_findings
@@ -54,10 +54,6 @@ class Side:
         return f"{self.path} (rank{'s' if len(self.ranks) != 1 else ''} {rk})"
 
 
-def _base(p: Path) -> Path:
-    return p if p.is_dir() else p.parent
-
-
 def _load(path: Path, pack: RulePack, only: list[int] | None, say, jobs: int | None = None
           ) -> tuple[Path, list[RankData]]:
     disc = discover(path)
@@ -69,7 +65,7 @@ def _load(path: Path, pack: RulePack, only: list[int] | None, say, jobs: int | N
             raise ProfanInputError(path, f"no rank {', '.join(map(str, missing))} here (ranks: "
                                          f"{', '.join(str(r.rank) for r in disc.ranks)})")
     say(f"reading {len(ranks)} rank(s) of {path}")
-    return _base(disc.root), load_ranks(ranks, disc.root, pack, jobs, say, sections=False)
+    return base_dir(disc.root), load_ranks(ranks, disc.root, pack, jobs, say, sections=False)
 
 
 def _common_root(a: Path, b: Path) -> Path:

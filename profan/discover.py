@@ -70,10 +70,14 @@ class Discovery:
         return kinds[0] if len(kinds) == 1 else "+".join(kinds)
 
 
+def base_dir(root: Path) -> Path:
+    """The folder report paths are relative to: the analysed folder, or the folder of an analysed file."""
+    return root if root.is_dir() else root.parent
+
+
 def relpath(path: Path, root: Path) -> str:
-    base = root if root.is_dir() else root.parent
     try:
-        return path.resolve().relative_to(base.resolve()).as_posix()
+        return path.resolve().relative_to(base_dir(root).resolve()).as_posix()
     except ValueError:
         return path.as_posix()
 

@@ -6,6 +6,7 @@ import json
 from pathlib import Path
 from typing import Any
 
+from profan.discover import base_dir
 from profan.errors import ProfanInputError
 from profan.evidence import read_back
 from profan.findings import Finding
@@ -43,7 +44,7 @@ def _data_root(report: Report, report_path: Path) -> Path:
 
 
 def evidence_rows(root: Path, finding: Finding) -> list[dict[str, Any]]:
-    base = root if root.is_dir() else root.parent
+    base = base_dir(root)
     out = []
     for ev in finding.evidence:
         rows = [{"locator": loc, "text": text} for loc, text in read_back(base, ev)]
@@ -78,7 +79,7 @@ def select_kernel_rows(root: Path, file: str, select: dict[str, Any], rules: lis
     from profan.rulepack import load
     from profan.sources import ascend_kernels
 
-    base = root if root.is_dir() else root.parent
+    base = base_dir(root)
     kf = ascend_kernels.inspect(base / file)
     lf = ascend_kernels.scan(kf)
     lf = ascend_kernels.with_exact_lines(kf, lf, lf.select(pl.len()).collect().item()).filter(~pl.col("bad"))

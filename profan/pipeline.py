@@ -11,7 +11,7 @@ import polars as pl
 from profan.analyses import bandwidth, crossrank, imbalance, reconcile, steps, trace_steps
 from profan.analyses import breakdown as bd
 from profan.analyses.rank_section import gather
-from profan.discover import discover
+from profan.discover import base_dir, discover
 from profan.evidence import file_sizes
 from profan.findings import Finding, number_findings
 from profan.hardware import Hardware
@@ -93,8 +93,7 @@ def build_report(ranks: list[RankData], pack: RulePack, *, root: Path, fmt: str,
         "ranks": [{"rank": r.rank, "path": r.path, "kind": r.kind, "rank_origin": r.rank_origin,
                    "files": r.files, "info": r.info, "kernel_header": r.kernel_variant or None,
                    "rows_read": r.rows_read, "rows_skipped": r.rows_skipped} for r in ranks],
-        "file_bytes": file_sizes(root if root.is_dir() else root.parent,
-                                 {f for r in ranks for f in r.files.values()}),
+        "file_bytes": file_sizes(base_dir(root), {f for r in ranks for f in r.files.values()}),
     }
     over_steps = bd.breakdown_over_steps(breakdown, pack.check("step-breakdown")["table_steps_max"])
     tables = {"breakdown": breakdown, "breakdown_all_steps": over_steps, "steps": step_tab,

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import csv
 import os
+import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -37,6 +38,22 @@ def run_cli(*args: str, cwd: Path | None = None) -> subprocess.CompletedProcess:
     """Run `profan ...` exactly as a user would (a subprocess), capturing output."""
     return subprocess.run([sys.executable, "-m", "profan", *args], capture_output=True, text=True,
                           cwd=cwd or ROOT, timeout=300)
+
+
+def one_rank(tmp_path: Path) -> Path:
+    """A writable copy of rank 0 of the real Qwen3 set, for tests that corrupt one of its files."""
+    dst = tmp_path / "rank_0_ascend_pt"
+    shutil.copytree(QWEN3 / "rank_0_ascend_pt", dst)
+    return dst
+
+
+def assert_one_line_error(res: subprocess.CompletedProcess, *needles: str) -> None:
+    """Exit 2 with exactly one line on stderr, no traceback, naming every needle."""
+    assert res.returncode == 2, (res.returncode, res.stdout, res.stderr)
+    lines = [x for x in res.stderr.splitlines() if x.strip()]
+    assert len(lines) == 1 and "Traceback" not in res.stderr, res.stderr
+    for n in needles:
+        assert n in lines[0], lines[0]
 
 
 def raw_rows(path: Path) -> tuple[list[str], dict[int, dict[str, str]]]:

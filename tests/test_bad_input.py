@@ -3,30 +3,12 @@ are counted and reported, not dropped silently."""
 
 from __future__ import annotations
 
-import shutil
-
 import pytest
-from conftest import QWEN3, run_cli
+from conftest import QWEN3, assert_one_line_error, one_rank, run_cli
 
 import profan
 
 KD = "ASCEND_PROFILER_OUTPUT/kernel_details.csv"
-
-
-def one_rank(tmp_path):
-    """A writable copy of rank 0 of the real Qwen3 set."""
-    dst = tmp_path / "rank_0_ascend_pt"
-    shutil.copytree(QWEN3 / "rank_0_ascend_pt", dst)
-    return dst
-
-
-def assert_one_line_error(res, *needles):
-    assert res.returncode == 2, (res.returncode, res.stdout, res.stderr)
-    lines = [x for x in res.stderr.splitlines() if x.strip()]
-    assert len(lines) == 1, res.stderr
-    assert "Traceback" not in res.stderr
-    for n in needles:
-        assert n in lines[0], lines[0]
 
 
 def test_missing_directory(tmp_path):

@@ -11,26 +11,12 @@ import re
 import shutil
 
 import pytest
-from conftest import FIXTURES, QWEN3, fnum, raw_rows, run_cli
+from conftest import FIXTURES, QWEN3, assert_one_line_error, fnum, one_rank, raw_rows, run_cli
 
 import profan
 
 KD = "ASCEND_PROFILER_OUTPUT/kernel_details.csv"
 NCCL = FIXTURES / "torch" / "nccl_a100_1rank"
-
-
-def one_rank(tmp_path):
-    dst = tmp_path / "rank_0_ascend_pt"
-    shutil.copytree(QWEN3 / "rank_0_ascend_pt", dst)
-    return dst
-
-
-def assert_one_line_error(res, *needles):
-    assert res.returncode == 2, (res.returncode, res.stdout, res.stderr)
-    lines = [x for x in res.stderr.splitlines() if x.strip()]
-    assert len(lines) == 1 and "Traceback" not in res.stderr, res.stderr
-    for n in needles:
-        assert n in lines[0], lines[0]
 
 
 def _set_cells(path, column: str, every: int, value: str) -> list[int]:

@@ -16,6 +16,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from profan.discover import base_dir
 from profan.evidence import Evidence, inside_root, load_json_document, read_lines, resolve_pointer, trace_events
 from profan.findings import Finding
 
@@ -90,7 +91,7 @@ class RowReader:
     a report may be rendered where only some of the data is still present."""
 
     def __init__(self, root: Path) -> None:
-        self.root = root if root.is_dir() else root.parent
+        self.root = base_dir(root)
         self._rows: dict[tuple[str, str], SourceRow] = {}
         self._headers: dict[str, list[str]] = {}
         self._errors: dict[str, str] = {}

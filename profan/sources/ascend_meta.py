@@ -52,12 +52,14 @@ def read_info(path: Path) -> ProfilerInfo:
         rank = int(rid) if rid is not None else None
     except (TypeError, ValueError):
         rank = None
-    def text(v: Any) -> str | None:
-        return None if v is None or isinstance(v, (dict, list)) else str(v)
+    return ProfilerInfo(level=_text(exp.get("_profiler_level")), aic_metrics=_text(exp.get("_aic_metrics")),
+                        torch_npu_version=_text(data.get("torch_npu_version")),
+                        cann_version=_text(data.get("cann_version")), rank_id=rank)
 
-    return ProfilerInfo(level=text(exp.get("_profiler_level")), aic_metrics=text(exp.get("_aic_metrics")),
-                        torch_npu_version=text(data.get("torch_npu_version")),
-                        cann_version=text(data.get("cann_version")), rank_id=rank)
+
+def _text(v: Any) -> str | None:
+    """A scalar setting as text; an object or list where a setting belongs says nothing (None)."""
+    return None if v is None or isinstance(v, (dict, list)) else str(v)
 
 
 @dataclass
