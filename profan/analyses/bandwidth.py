@@ -82,20 +82,18 @@ def transport_table(ranks: list[RankData], devices: pl.DataFrame, hw: Hardware) 
 
     ``is_link`` is false for SDMA, which repeats the HCCS/PCIE/SIO entries of the same transfer (never add both).
     """
-    parts = []
-    for r in ranks:
-        if r.comm_bw is None or r.comm_bw.is_empty():
-            continue
-        groups = ascend_matrix.group_table(r.metadata).select("group_hash", "group_name", "group_ranks")
-        t = (r.comm_bw.filter((pl.col("size_mb").fill_null(0) > 0) & (pl.col("time_ms").fill_null(0) > 0))
-             .with_columns(pl.col("op").str.split("@").list.get(0).alias("op_name"),
-                           pl.col("op").str.split("@").list.get(1, null_on_oob=True).alias("group_hash"),
-                           pl.lit(r.rank, pl.Int64).alias("rank"), pl.lit(r.files["communication"]).alias("file"))
-             .join(groups, on="group_hash", how="left"))
-        parts.append(t)
-    if not parts:
+    with_bw = [r for r in ranks if r.comm_bw is not None and not r.comm_bw.is_empty()]
+    if not with_bw:
         return pl.DataFrame()
-    t = pl.concat(parts, how="diagonal_relaxed")
+    groups = ascend_matrix.rank_group_table([(r.rank, r.metadata) for r in with_bw]).select(
+        "rank", "group_hash", "group_name", "group_ranks")
+    t = (pl.concat([r.comm_bw.with_columns(pl.lit(r.rank, pl.Int64).alias("rank"),
+                                           pl.lit(r.files["communication"]).alias("file")) for r in with_bw],
+                   how="diagonal_relaxed")
+         .filter((pl.col("size_mb").fill_null(0) > 0) & (pl.col("time_ms").fill_null(0) > 0))
+         .with_columns(pl.col("op").str.split("@").list.get(0).alias("op_name"),
+                       pl.col("op").str.split("@").list.get(1, null_on_oob=True).alias("group_hash"))
+         .join(groups, on=["rank", "group_hash"], how="left", maintain_order="left"))
     priors = _prior_frame(devices, hw, sorted(set(t["transport"].to_list()) - {ENGINE}))
     t = t.join(priors, on=["rank", "transport"], how="left")
     return t.select(

@@ -72,18 +72,30 @@ def reconcile_findings(ranks: list[RankData], steps: pl.DataFrame, pack: RulePac
     out: list[Finding] = []
     if steps.is_empty():
         return out
-    for r in ranks:
-        if r.groups is None or r.groups.is_empty():
-            continue
-        compute = (r.groups.filter(pl.col("bucket") != "communication").group_by("step")
-                   .agg(pl.col("time_us").sum(), pl.col("count").sum()))
-        for row in steps.filter(pl.col("rank") == r.rank).iter_rows(named=True):
-            match = compute.filter(pl.col("step") == row["step"]) if row["step"] is not None else compute
-            k_us = float(match["time_us"].sum()) if match.height else 0.0
+    kernel_ranks = {r.rank: r for r in ranks if r.groups is not None and not r.groups.is_empty()}
+    if not kernel_ranks:
+        return out
+    # every rank's compute (non-communication) kernel time per step in one query, not two per rank
+    compute = (pl.concat([r.groups.select("step", "bucket", "time_us", "count")
+                          .with_columns(pl.lit(rank, pl.Int64).alias("rank")) for rank, r in kernel_ranks.items()])
+               .filter(pl.col("bucket") != "communication").group_by("rank", "step", maintain_order=True)
+               .agg(pl.col("time_us").sum(), pl.col("count").sum()))
+    per_step = {(rank, step): (t, n) for rank, step, t, n in compute.iter_rows()}
+    whole: dict[int, tuple[float, int]] = {}  # a step_trace row without a step number: all the rank's steps
+    for (rank, _), (t, n) in per_step.items():
+        wt, wn = whole.get(rank, (0.0, 0))
+        whole[rank] = (wt + t, wn + n)
+    step_rows: dict[int, list[dict]] = {}
+    for row in steps.iter_rows(named=True):
+        step_rows.setdefault(row["rank"], []).append(row)
+    for r in kernel_ranks.values():
+        for row in step_rows.get(r.rank, ()):
+            k_us, n = (per_step.get((r.rank, row["step"]), (0.0, 0)) if row["step"] is not None
+                       else whole.get(r.rank, (0.0, 0)))
+            k_us, n = float(k_us), int(n)
             comp = row["computing_us"] or 0.0
             if comp <= 0 or k_us / comp >= chk["min_ratio"]:
                 continue
-            n = int(match["count"].sum()) if match.height else 0
             out.append(Finding(
                 check=chk.id, severity="warning", rank=r.rank, step=row["step"],
                 title=f"Rank {r.rank}, step {row['step']}: kernel rows cover only {pct(k_us / comp)} of Computing",

@@ -25,10 +25,9 @@ import polars as pl
 from profan.evidence import make_pointer
 from profan.sources import ascend_comm
 from profan.sources.ascend_meta import Metadata, double_hash
-from profan.sources.rowframe import rows_frame
+from profan.sources.rowframe import columns_frame, rows_frame
 
 _AGG_KEY = re.compile(r"^([A-Za-z]+)-(top\d+|middle|bottom\d+|total)@(\d+)$")
-_LINK = re.compile(r"^(\d+)-(\d+)$")
 # torch_npu's op-type regex (first hit wins), so per-op keys get the same coarse type as aggregated ones
 _OP_TYPE = re.compile(r"send|reduce|invalid|broadcast|allreduce|receive|allgather|reducescatter|scatter|alltoall|"
                       r"alltoallv|alltoallvc|batchsendrecv")
@@ -47,45 +46,67 @@ def op_type(op_name: str) -> str:
 
 
 def read(path: Path) -> tuple[pl.DataFrame, int]:
-    """(one row per link entry, skipped entries). Rows are built as tuples and each op's pointer prefix once:
-    a cluster's matrix holds thousands of links per rank."""
+    """(one row per link entry, skipped entries). Built column by column, with what is the same for all links of
+    an op repeated rather than looked up again: a cluster's matrix holds thousands of links per rank."""
     items, skipped = ascend_comm.entries(path)
-    rows: list[tuple] = []
+    cols: dict[str, list] = {name: [] for name in SCHEMA}
+    per_op = [cols[c] for c in ("step", "kind", "key", "shape", "op_type", "rank_class", "group_hash")]
+    op_name, src, dst, transport = cols["op_name"], cols["src_local"], cols["dst_local"], cols["transport"]
+    size, time_ms, bw, pointer = cols["size_mb"], cols["time_ms"], cols["bandwidth_gbps"], cols["pointer"]
     for step_key, step, kind, key, links in items:
         if not isinstance(links, dict):
             skipped += 1
             continue
         agg = _AGG_KEY.match(key)
         if agg:
-            shape, typ, rank_class, group = "aggregated", agg.group(1).lower(), agg.group(2), agg.group(3)
+            fixed = (step, kind, key, "aggregated", agg.group(1).lower(), agg.group(2), agg.group(3) or None)
             name = None
         else:
             name, _, group = key.partition("@")
-            shape, typ, rank_class = "per-op", op_type(name), None
+            fixed = (step, kind, key, "per-op", op_type(name), None, group or None)
         prefix = make_pointer(step_key, kind, key) + "/"
+        n = 0
         for link, v in links.items():
-            lm = _LINK.match(link)
-            if not lm or not isinstance(v, dict):
+            s, sep, d = link.partition("-")
+            if not (sep and s.isdigit() and d.isdigit() and s.isascii() and d.isascii()) or not isinstance(v, dict):
                 skipped += 1
                 continue
-            rows.append((
-                step, kind, key, shape, typ, rank_class, v.get("Op Name") if agg else name, group or None,
-                # numbers as the JSON holds them: rows_frame coerces a value of another type (text, a list) to
-                # the column's float or null — one conversion per column instead of a call per value
-                int(lm.group(1)), int(lm.group(2)), str(v.get("Transport Type", "")), v.get("Transit Size(MB)"),
-                v.get("Transit Time(ms)"), v.get("Bandwidth(GB/s)"),
-                prefix + link))  # "src-dst" holds neither "~" nor "/": no escaping
-    return rows_frame(rows, SCHEMA), skipped
+            n += 1
+            src.append(int(s))
+            dst.append(int(d))
+            op_name.append(v.get("Op Name") if agg else name)
+            transport.append(str(v.get("Transport Type", "")))
+            # numbers as the JSON holds them: the frame coerces a value of another type (text, a list) to the
+            # column's float or null — one conversion per column instead of a call per value
+            size.append(v.get("Transit Size(MB)"))
+            time_ms.append(v.get("Transit Time(ms)"))
+            bw.append(v.get("Bandwidth(GB/s)"))
+            pointer.append(prefix + link)  # "src-dst" holds neither "~" nor "/": no escaping
+        for col, value in zip(per_op, fixed, strict=True):
+            col.extend([value] * n)
+    return columns_frame(cols, SCHEMA), skipped
+
+
+GROUP_SCHEMA = {"group_hash": pl.Utf8, "group_name": pl.Utf8, "hccl_group": pl.Utf8,
+                "group_ranks": pl.List(pl.Int64)}
 
 
 def group_table(meta: Metadata | None) -> pl.DataFrame:
     """HCCL group hash → framework group name and sorted global ranks, from parallel_group_info."""
-    schema = {"group_hash": pl.Utf8, "group_name": pl.Utf8, "hccl_group": pl.Utf8, "group_ranks": pl.List(pl.Int64)}
-    if meta is None or not meta.groups:
-        return pl.DataFrame(schema=schema)
-    return pl.DataFrame([{"group_hash": str(double_hash(g.hccl_name)), "group_name": g.group_name,
-                          "hccl_group": g.hccl_name, "group_ranks": sorted(g.global_ranks)} for g in meta.groups],
-                        schema=schema, orient="row").unique("group_hash", keep="first")
+    return rank_group_table([(None, meta)]).drop("rank")
+
+
+def rank_group_table(metas: list[tuple[int | None, Metadata | None]]) -> pl.DataFrame:
+    """`group_table` of several ranks in one frame, keyed by (rank, group_hash): the reduce joins all ranks'
+    rows at once instead of building one small table per rank. The first group of a hash wins, as in the file."""
+    rows, seen = [], set()
+    for rank, meta in metas:
+        for g in meta.groups if meta is not None else ():
+            h = str(double_hash(g.hccl_name))
+            if (rank, h) not in seen:
+                seen.add((rank, h))
+                rows.append((rank, h, g.group_name, g.hccl_name, sorted(g.global_ranks)))
+    return rows_frame(rows, {"rank": pl.Int64, **GROUP_SCHEMA})
 
 
 def map_ranks(links: pl.DataFrame, meta: Metadata | None) -> pl.DataFrame:

@@ -12,7 +12,11 @@ def rows_frame(rows: list[tuple], schema: dict[str, pl.DataType]) -> pl.DataFram
     produce thousands of rows per rank of a cluster (communication ops, matrix links, packet sizes)."""
     if not rows:
         return pl.DataFrame(schema=schema)
-    columns = dict(zip(schema, zip(*rows, strict=True), strict=True))
+    return columns_frame(dict(zip(schema, zip(*rows, strict=True), strict=True)), schema)
+
+
+def columns_frame(columns: dict[str, list | tuple], schema: dict[str, pl.DataType]) -> pl.DataFrame:
+    """A DataFrame from columns already collected in ``schema`` order (a reader that fills lists directly)."""
     try:
         return pl.DataFrame(columns, schema=schema)
     except (TypeError, pl.exceptions.PolarsError):
