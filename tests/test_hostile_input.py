@@ -258,3 +258,20 @@ def test_trace_elements_without_a_phase_are_counted(tmp_path):
     (tmp_path / "nccl_data.json").write_text(json.dumps(doc))
     report = profan.analyze(tmp_path)
     assert any(f"ignored {stripped} elements of the event array" in w for w in report.warnings)
+
+
+def test_trace_view_elements_without_a_phase_are_said(tmp_path):
+    src = FIXTURES / "ascend" / "msinsight-alexnet-2rank-2025" / "level2" / "rank0_ascend_pt"
+    rank = shutil.copytree(src, tmp_path / "rank0_ascend_pt")
+    tv = rank / "ASCEND_PROFILER_OUTPUT" / "trace_view.json"
+    events = json.loads(tv.read_text())
+    stripped = 0
+    for i, e in enumerate(events):
+        if i % 11 == 0 and "ph" in e:
+            del e["ph"]
+            stripped += 1
+    tv.write_text(json.dumps(events))
+    report = profan.analyze(tmp_path)
+    said = [w for w in report.warnings if "trace_view.json" in w and "elements of the event array" in w]
+    assert len(said) == 1 and f"ignored {stripped} elements" in said[0]
+    assert not any("elements of the event array" in w for w in profan.analyze(src.parent).warnings)

@@ -107,6 +107,9 @@ def load_rank_trace(rd, path: Path) -> None:
     """Add the trace_view-derived step split and HCCL lanes to an Ascend ``RankData``."""
     tr, _st, split, ops, links = load(path)
     rd.rows_read["trace_view"] = int(tr.events.height)
+    if tr.no_phase:
+        rd.warnings.append(f"{rd.files['trace_view']}: ignored {tr.no_phase} elements of the event array that have "
+                           "no \"ph\" (phase) field, so are no chrome-trace events")
     if not split.is_empty():
         rd.trace_steps = split.with_columns(pl.lit("overlap_analysis").alias("source"))
     if not ops.is_empty():
