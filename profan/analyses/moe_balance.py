@@ -46,7 +46,8 @@ def moe_table(ranks: list[RankData]) -> pl.DataFrame:
              .with_columns(pl.lit(r.rank, pl.Int64).alias("rank"),
                            pl.lit(r.files.get("kernel_details"), pl.Utf8).alias("file"))
              for r in ranks if r.groups is not None and not r.groups.is_empty() and "bucket" in r.groups.columns]
-    moe = pl.concat(parts).filter(pl.col("bucket") == "moe") if parts else pl.DataFrame()
+    # relaxed: a rank from the cache or another source may hold a column in a wider type
+    moe = pl.concat(parts, how="vertical_relaxed").filter(pl.col("bucket") == "moe") if parts else pl.DataFrame()
     if moe.is_empty():
         return pl.DataFrame()
     tok, local, rows = _token_expr()

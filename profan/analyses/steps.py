@@ -77,7 +77,8 @@ def reconcile_findings(ranks: list[RankData], steps: pl.DataFrame, pack: RulePac
         return out
     # every rank's compute (non-communication) kernel time per step in one query, not two per rank
     compute = (pl.concat([r.groups.select("step", "bucket", "time_us", "count")
-                          .with_columns(pl.lit(rank, pl.Int64).alias("rank")) for rank, r in kernel_ranks.items()])
+                          .with_columns(pl.lit(rank, pl.Int64).alias("rank")) for rank, r in kernel_ranks.items()],
+                         how="vertical_relaxed")
                .filter(pl.col("bucket") != "communication").group_by("rank", "step", maintain_order=True)
                .agg(pl.col("time_us").sum(), pl.col("count").sum()))
     per_step = {(rank, step): (t, n) for rank, step, t, n in compute.iter_rows()}
