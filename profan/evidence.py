@@ -161,9 +161,9 @@ def read_back(root: Path, ev: Evidence) -> list[tuple[str, str]]:
     if not path.exists():
         raise ProfanInputError(path, "cited file no longer exists")
     if ev.lines:
-        got = read_lines(path, ev.lines)
         if any(n < 1 for n in ev.lines):
             raise ProfanInputError(path, f"cited as line {min(ev.lines)}, which is no line number")
+        got = read_lines(path, ev.lines)
         past = [n for n in ev.lines if n not in got]
         if past:
             raise ProfanInputError(path, f"has no line {past[0]} any more (it has fewer lines than when the report "

@@ -71,37 +71,41 @@ class RankData:
     rows_skipped: dict[str, int] = field(default_factory=dict)
     warnings: list[str] = field(default_factory=list)
 
-    def count(self, logical: str, read: int, skipped: int, what: str) -> None:
-        """Record how many rows of a file were read and skipped; skipped rows are also said as a warning."""
+    def count(self, logical: str, read: int, skipped: int, what: str, empty: str | None = None) -> None:
+        """Record how many rows of a file were read and skipped; skipped rows are also said as a warning, and
+        so is a file with no rows at all when ``empty`` says what that means."""
         self.rows_read[logical] = read
         if skipped:
             self.rows_skipped[logical] = skipped
             self.warnings.append(f"{self.files[logical]}: skipped {skipped} of {read} {what}")
+        if read == 0 and empty is not None:
+            self.warnings.append(f"{self.files[logical]}: {empty}")
 
 
 KEYS = ["step", "op", "name", "type", "core", "input_shapes"]
 
 
-def _aggs(pipes: list[str], exact: bool) -> list[pl.Expr]:
+def _aggs(pipes: list[str], exact: bool, starts: bool) -> list[pl.Expr]:
     """Aggregations over the kernel rows of one group.
 
     ``exact`` (small files, grouped in memory): ``lines`` holds the TOP_LINES largest rows, largest first, ties in
     file order, with their durations in ``line_durs``. Otherwise (big files, polars' streaming group-by, which
     holds one row of state per group and cannot keep per-group lists): the longest row and the first row of the
     group — ``_merge_samples`` makes them ``lines``. Either way every cited line is a row of the group, and the
-    group's count and select say what the claim covers."""
+    group's count and select say what the claim covers.
+
+    ``starts``: also each group's first start (``first_start_us``), which lets `profan.collectives` take the HCCL
+    rows from the groups instead of a pass of its own over the file. Parsing every row's start costs 0.1 s per
+    GB, so a big file pays it only when the collectives need it (no communication.json gives the ops)."""
     dur = pl.col("dur_us")
     aggs = [  # every aggregate costs time on every row of a GB file: only what the analyses read
         pl.len().alias("count"),
         dur.sum().alias("time_us"),
         dur.max().alias("max_us"),
+        *([pl.col("start_us").min().alias("first_start_us")] if starts else []),
     ]
     if exact:
         aggs += [
-            # a communication op's start: lets `profan.collectives` take the HCCL rows from the groups. Not on
-            # big files, where parsing every row's start text costs 0.1 s per GB and the collectives read the
-            # rows themselves in the pass they make for the pre-collective windows anyway.
-            pl.col("start_us").min().alias("first_start_us"),
             pl.col("src_line").sort_by("dur_us", descending=True, nulls_last=True, maintain_order=True)
             .head(TOP_LINES).alias("lines"),
             dur.sort(descending=True, nulls_last=True).head(TOP_LINES).alias("line_durs"),
@@ -170,14 +174,14 @@ def _merge(g: pl.DataFrame, pipes: list[str]) -> pl.DataFrame:
 
 
 def _reduce_rows(lf: pl.LazyFrame, kf: ascend_kernels.KernelFile, pipes: list[str],
-                 exact: bool) -> tuple[pl.DataFrame, int, int]:
+                 exact: bool, starts: bool) -> tuple[pl.DataFrame, int, int]:
     """One pass over the rows: (groups, rows, bad rows).
 
     Grouping runs on the raw key text plus ``bad``, so bad rows are counted by the same pass and then dropped;
     the key clean-up (`key_exprs`) and the op derivation run once per distinct raw key instead of once per row.
     Big files go through polars' streaming engine: memory is bounded by the groups, never by the file."""
     raw = ascend_kernels.raw_key_columns(kf)
-    q = lf.group_by(*raw, "bad", _pmu_mask(pipes)).agg(_aggs(pipes, exact))
+    q = lf.group_by(*raw, "bad", _pmu_mask(pipes)).agg(_aggs(pipes, exact, starts))
     g = q.collect() if exact else q.collect(engine="streaming")
     n_rows = int(g["count"].sum()) if g.height else 0
     bad = g.filter(pl.col("bad"))
@@ -203,25 +207,30 @@ def _classify_distinct(groups: pl.DataFrame, rules: list) -> pl.DataFrame:
 CACHE_BYTES = 16 << 20  # kernel files from this size keep their reduced groups in the cache (profan.cache)
 
 
-def reduce_kernels(path: Path, pack: RulePack, rules_for: str = "ascend") -> tuple[pl.DataFrame, dict, str, bool]:
+def reduce_kernels(path: Path, pack: RulePack, rules_for: str = "ascend", *, starts: bool = False
+                   ) -> tuple[pl.DataFrame, dict, str, bool]:
     """Read a kernel file in one pass: (classified groups, counts, header variant, has pipe ratios).
 
     The groups of a big file are cached (before classification, so a changed rule pack never meets a stale
-    verdict): analysing it again — ``profan evidence DIR F3``, an agent's follow-up question — skips the pass."""
+    verdict): analysing it again — ``profan evidence DIR F3``, an agent's follow-up question — skips the pass.
+    ``starts``: keep each group's first start even on a big file (see `_aggs`)."""
     kf = ascend_kernels.inspect(path)
-    if path.stat().st_size >= CACHE_BYTES:
+    size = path.stat().st_size
+    starts = starts or size <= ascend_kernels.IN_MEMORY_BYTES  # in memory the starts cost next to nothing
+    if size >= CACHE_BYTES:
         from profan.cache import cached_table
 
-        groups, counts, _ = cached_table(path, "kernel_groups", lambda: _reduce_file(kf))
+        kind = "kernel_groups+starts" if starts else "kernel_groups"
+        groups, counts, _ = cached_table(path, kind, lambda: _reduce_file(kf, starts))
     else:
-        groups, counts = _reduce_file(kf)
+        groups, counts = _reduce_file(kf, starts)
     # one order for the same input: a hash grouping's order varies from run to run, and with it the order of
     # every later float sum — enough to swap two kernels of equal time in a ranking
     groups = _classify_distinct(groups, pack.rules_for(rules_for)).sort(KEYS, nulls_last=True)
     return groups, {"rows": counts["rows"], "skipped": counts["skipped"]}, kf.variant, kf.has_pipe_ratios
 
 
-def _reduce_file(kf: ascend_kernels.KernelFile) -> tuple[pl.DataFrame, dict[str, int]]:
+def _reduce_file(kf: ascend_kernels.KernelFile, starts: bool) -> tuple[pl.DataFrame, dict[str, int]]:
     """(unclassified groups, {"rows", "skipped"}) of one kernel file.
 
     The physical line count that proves one line per record runs in a thread beside the pass (polars releases
@@ -233,17 +242,17 @@ def _reduce_file(kf: ascend_kernels.KernelFile) -> tuple[pl.DataFrame, dict[str,
         n_lines = pool.submit(count_lines, path)
         try:
             lf = ascend_kernels.scan_for_groups(kf, fast=True)
-            groups, n_rows, n_bad = _reduce_rows(lf, kf, pipes, exact)
+            groups, n_rows, n_bad = _reduce_rows(lf, kf, pipes, exact, starts)
         except pl.exceptions.PolarsError:  # a number cell the fast reader refuses: read those columns as text
             lf = ascend_kernels.scan_for_groups(kf, fast=False)
-            groups, n_rows, n_bad = _reduce_rows(lf, kf, pipes, exact)
+            groups, n_rows, n_bad = _reduce_rows(lf, kf, pipes, exact, starts)
         one_line_per_record = n_lines.result() == n_rows + 1
     if n_rows == 0:
         raise ProfanInputError(path, "no data rows (header only)")
     if not one_line_per_record:
         # A quoted field holds a line break: map record index -> true physical line, then redo the reduction.
         lf = ascend_kernels.with_exact_lines(kf, lf, n_rows)
-        groups, _, _ = _reduce_rows(lf, kf, pipes, exact)
+        groups, _, _ = _reduce_rows(lf, kf, pipes, exact, starts)
     return groups, {"rows": n_rows, "skipped": n_bad}
 
 
@@ -268,7 +277,9 @@ def load_rank(rs: RankSource, root: Path, pack: RulePack, *, peers: bool = True)
             rd.warnings.append(f"ignored {rd.files['profiler_metadata']}: {exc.problem}")
     if "kernel_details" in rs.files:
         try:
-            groups, counts, variant, has_pipes = reduce_kernels(rs.files["kernel_details"], pack)
+            # without communication.json the collectives take the HCCL rows' starts from the groups
+            starts = peers and "communication" not in rs.files
+            groups, counts, variant, has_pipes = reduce_kernels(rs.files["kernel_details"], pack, starts=starts)
         except pl.exceptions.PolarsError as exc:  # malformed beyond what the tolerant reader accepts
             first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
             raise ProfanInputError(rs.files["kernel_details"], f"cannot be parsed as CSV ({first})") from None
@@ -278,20 +289,17 @@ def load_rank(rs: RankSource, root: Path, pack: RulePack, *, peers: bool = True)
                  "misaligned rows)")
     if "op_statistic" in rs.files:
         rd.op_stats, skipped = ascend_opstat.read(rs.files["op_statistic"])
-        rd.count("op_statistic", rd.op_stats.height + skipped, skipped, "unreadable rows")
-        if rd.op_stats.is_empty() and not skipped:
-            rd.warnings.append(f"{rd.files['op_statistic']}: no data rows (header only); kernel rows not cross-checked")
+        rd.count("op_statistic", rd.op_stats.height + skipped, skipped, "unreadable rows",
+                 empty="no data rows (header only); kernel rows not cross-checked")
     if "step_trace_time" in rs.files:
         rd.steps, skipped = ascend_steps.read(rs.files["step_trace_time"])
-        rd.count("step_trace_time", rd.steps.height + skipped, skipped, "unreadable rows")
-        if rd.steps.is_empty() and not skipped:
-            rd.warnings.append(f"{rd.files['step_trace_time']}: no data rows (header only); no step times from it")
+        rd.count("step_trace_time", rd.steps.height + skipped, skipped, "unreadable rows",
+                 empty="no data rows (header only); no step times from it")
     if "communication" in rs.files:
         items, bad = ascend_comm.entries(rs.files["communication"])
         rd.comm_ops, rd.comm_bw, skipped = ascend_comm.tables(items, bad)
-        rd.count("communication", rd.comm_ops.height + skipped, skipped, "entries of unexpected shape")
-        if rd.comm_ops.is_empty() and not skipped:
-            rd.warnings.append(f"{rd.files['communication']}: holds no communication ops")
+        rd.count("communication", rd.comm_ops.height + skipped, skipped, "entries of unexpected shape",
+                 empty="holds no communication ops")
         rd.comm_packets = ascend_packets.read(items)
     if "communication_matrix" in rs.files:
         links, skipped = ascend_matrix.read(rs.files["communication_matrix"])

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import math
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from datetime import date, datetime
 from typing import Any
@@ -39,7 +40,10 @@ class Report:
         sev = {f.severity for f in self.findings}
         return next((s for s in order if s in sev), None)
 
-    def to_dict(self, *, tables: bool = True) -> dict[str, Any]:
+    def to_dict(self, *, rows: Callable[[pl.DataFrame], Any] | None = None) -> dict[str, Any]:
+        """The ``profan.report/1`` document. ``rows`` turns each table into its JSON value (default `records`:
+        a list of row dicts); the JSON renderer passes one that has polars write the table's JSON instead."""
+        rows = rows or records  # tables are made JSON-safe column by column, not by `clean`
         out: dict[str, Any] = clean({
             "schema": SCHEMA,
             "source": self.source,
@@ -48,11 +52,10 @@ class Report:
             "notes": self.notes,
             "meta": self.meta,
         })
-        out["breakdown"] = records(self.breakdown)  # tables are made JSON-safe by `records`, column by column
-        if tables:
-            out["tables"] = {k: records(v) for k, v in self.tables.items() if k != "breakdown"}
+        out["breakdown"] = rows(self.breakdown)
+        out["tables"] = {k: rows(v) for k, v in self.tables.items() if k != "breakdown"}
         return {k: out[k] for k in ("schema", "source", "breakdown", "findings", "warnings", "notes", "meta",
-                                    *(("tables",) if tables else ()))}
+                                    "tables")}
 
 
 def records(df: pl.DataFrame) -> list[dict[str, Any]]:

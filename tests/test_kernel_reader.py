@@ -106,7 +106,7 @@ def test_big_kernel_file_groups_are_cached_and_invalidated(tmp_path, monkeypatch
     monkeypatch.setattr(rankmap, "CACHE_BYTES", 0)  # the real file is small; treat it as big
     reads = []
     real = rankmap._reduce_file
-    monkeypatch.setattr(rankmap, "_reduce_file", lambda kf: reads.append(kf.path) or real(kf))
+    monkeypatch.setattr(rankmap, "_reduce_file", lambda kf, *a: reads.append(kf.path) or real(kf, *a))
 
     def doc() -> dict:
         d = profan.analyze(f).to_dict()
@@ -186,3 +186,26 @@ def test_na_start_keeps_the_row_na_duration_is_skipped_and_counted(tmp_path):
     expected = sum(fnum(r["Duration(us)"]) for n, r in rows.items() if n != 6)
     assert report.breakdown["time_us"].sum() == pytest.approx(expected, rel=1e-12)
     assert any("skipped 1 of" in w for w in report.warnings)
+
+
+def test_streamed_ranks_without_communication_json_keep_hccl_starts(tmp_path, monkeypatch):
+    """A big kernel file of a cluster rank without communication.json: the streamed groups keep each group's
+    first start, so the collectives take the HCCL rows (and their starts) from the groups — the same collectives
+    as in memory, without a pass of their own over the file."""
+    from profan import collectives, rankmap
+    from profan.discover import discover
+    from profan.rulepack import load
+    from profan.synth import generate
+
+    generate(tmp_path / "c", ranks=2, layers=2, seed=3, trace=False)
+    for p in (tmp_path / "c").rglob("communication.json"):
+        p.unlink()
+    disc, pack = discover(tmp_path / "c"), load([])
+    in_memory = [rankmap.load_rank(rs, disc.root, pack) for rs in disc.ranks]
+    monkeypatch.setattr(ascend_kernels, "IN_MEMORY_BYTES", -1)  # every file takes the streamed path
+    streamed = [rankmap.load_rank(rs, disc.root, pack) for rs in disc.ranks]
+    for a, b in zip(in_memory, streamed, strict=True):
+        assert collectives._hccl_rows_from_groups(b.groups) is not None  # no pass of their own
+        assert b.collectives is not None and b.collectives.height == a.collectives.height > 0
+        cols = ["name", "start_us", "kline"]
+        assert b.collectives.select(cols).equals(a.collectives.select(cols))

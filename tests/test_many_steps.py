@@ -97,8 +97,8 @@ def test_report_does_not_depend_on_the_order_groups_are_reduced_in(six_steps, mo
     reduce_file = rankmap._reduce_file
     docs = []
     for seed in range(4):
-        def shuffled(kf, seed=seed):
-            groups, counts = reduce_file(kf)
+        def shuffled(kf, *args, seed=seed):
+            groups, counts = reduce_file(kf, *args)
             return groups.sample(fraction=1.0, shuffle=True, seed=seed), counts
 
         monkeypatch.setattr(rankmap, "_reduce_file", shuffled)

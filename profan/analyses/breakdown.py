@@ -13,7 +13,6 @@ from profan.rulepack import RulePack
 
 BREAKDOWN_SCHEMA = {"rank": pl.Int64, "step": pl.Int64, "bucket": pl.Utf8, "time_us": pl.Float64,
                     "share": pl.Float64, "kernels": pl.Int64}
-BREAKDOWN_ORDER = ["rank", "step", "time_us", "bucket"]  # time descending; equal times by bucket name
 
 
 def _kernel_ranks(ranks: list[RankData]) -> list[RankData]:
@@ -30,8 +29,15 @@ def breakdown(ranks: list[RankData]) -> pl.DataFrame:
         return pl.DataFrame(schema=BREAKDOWN_SCHEMA)
     df = pl.concat(parts)
     df = df.with_columns((pl.col("time_us") / pl.col("time_us").sum().over("rank", "step")).alias("share"))
-    return (df.select(list(BREAKDOWN_SCHEMA)).cast({"kernels": pl.Int64})
-            .sort(BREAKDOWN_ORDER, descending=[False, False, True, False], nulls_last=True))
+    return sort_breakdown(df.select(list(BREAKDOWN_SCHEMA)).cast({"kernels": pl.Int64}))
+
+
+def sort_breakdown(table: pl.DataFrame) -> pl.DataFrame:
+    """The breakdown table's one order — rank, step, then time descending, equal times by bucket name — and its
+    schema when empty; used where it is built and where the ranks' tables are joined."""
+    if table.is_empty():
+        return pl.DataFrame(schema=BREAKDOWN_SCHEMA)
+    return table.sort(["rank", "step", "time_us", "bucket"], descending=[False, False, True, False], nulls_last=True)
 
 
 def breakdown_over_steps(table: pl.DataFrame, table_steps_max: int) -> pl.DataFrame:

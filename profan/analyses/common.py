@@ -36,13 +36,19 @@ def top_lines(groups: pl.DataFrame, k: int) -> list[int]:
     return ex.sort(["line_durs", "lines"], descending=[True, False]).head(k)["lines"].to_list()
 
 
+def top_lines_frame(groups: pl.DataFrame, key: str, k: int) -> pl.DataFrame:
+    """`top_lines` for every value of ``key`` at once, as a frame (``key``, ``lines``): one sort instead of one
+    filter and sort per value."""
+    ex = groups.select(key, "lines", "line_durs").explode(["lines", "line_durs"]).drop_nulls(["lines", "line_durs"])
+    return (ex.sort(["line_durs", "lines"], descending=[True, False])
+            .group_by(key, maintain_order=True).agg(pl.col("lines").head(k)))
+
+
 def top_lines_by(groups: pl.DataFrame, key: str, k: int) -> dict:
-    """`top_lines` for every value of ``key`` at once (one sort instead of one filter and sort per value)."""
+    """`top_lines_frame` as a dict: value of ``key`` -> its lines."""
     if groups.is_empty():
         return {}
-    ex = groups.select(key, "lines", "line_durs").explode(["lines", "line_durs"]).drop_nulls(["lines", "line_durs"])
-    tops = (ex.sort(["line_durs", "lines"], descending=[True, False])
-            .group_by(key, maintain_order=True).agg(pl.col("lines").head(k)))
+    tops = top_lines_frame(groups, key, k)
     return dict(zip(tops[key].to_list(), tops["lines"].to_list(), strict=True))
 
 

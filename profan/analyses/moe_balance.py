@@ -17,7 +17,7 @@ from __future__ import annotations
 
 import polars as pl
 
-from profan.analyses.common import fmt_ranks, ms
+from profan.analyses.common import fmt_ranks, ms, top_lines_frame
 from profan.evidence import cite_lines
 from profan.findings import Finding
 from profan.rankmap import RankData
@@ -67,10 +67,7 @@ def moe_table(ranks: list[RankData]) -> pl.DataFrame:
         pl.when(pl.col("has_gmm").first()).then(pl.col("count").filter(gmm).sum())
         .otherwise(pl.col("count").sum()).cast(pl.Int64).alias("rows"))
     # evidence rows: the GMM groups' largest rows, or the MoE bucket's on a rank without GMM
-    lines = (moe.filter(gmm | ~pl.col("has_gmm")).select("rank", "lines", "line_durs")
-             .explode(["lines", "line_durs"]).drop_nulls(["lines", "line_durs"])
-             .sort(["line_durs", "lines"], descending=[True, False])
-             .group_by("rank", maintain_order=True).agg(pl.col("lines").head(20).alias("gmm_lines")))
+    lines = top_lines_frame(moe.filter(gmm | ~pl.col("has_gmm")), "rank", 20).rename({"lines": "gmm_lines"})
     tab = tab.join(lines, on="rank", how="left", maintain_order="left")
     return tab.select("rank", "moe_us", "gmm_us", "gmm_count", "tokens", "local_experts", "file", "gmm_lines",
                       "rows")

@@ -54,10 +54,6 @@ def gather(ranks: list[RankData], pack: RulePack) -> tuple[dict[str, pl.DataFram
     for name in TABLES:
         parts = [s.tables[name] for s in sections if not s.tables[name].is_empty()]
         tables[name] = pl.concat(parts, how="diagonal_relaxed") if parts else pl.DataFrame()
-    if tables["breakdown"].is_empty():
-        tables["breakdown"] = pl.DataFrame(schema=bd.BREAKDOWN_SCHEMA)
-    else:
-        tables["breakdown"] = tables["breakdown"].sort(bd.BREAKDOWN_ORDER, descending=[False, False, True, False],
-                                                       nulls_last=True)
+    tables["breakdown"] = bd.sort_breakdown(tables["breakdown"])
     findings = {k: [f for s in sections for f in s.findings[k]] for k in FINDINGS}
     return tables, findings

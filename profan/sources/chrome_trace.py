@@ -358,6 +358,12 @@ def _chunk_tables(raws: list[msgspec.Raw], offset: int, keep: pl.Expr, layout: s
     return core, _details(_read_detail(sub, layout), want), no_phase
 
 
+def no_phase_warning(file: str, count: int) -> str:
+    """The warning for `Trace.no_phase`, one wording for every trace kind."""
+    return (f"{file}: ignored {count} elements of the event array that have no \"ph\" (phase) field, so are no "
+            "chrome-trace events")
+
+
 # The usual, strictly typed shape of each layout, for pyarrow's JSON reader (about twice as fast as polars' on
 # these events). pyarrow refuses a chunk whose values do not fit (a string pid, a string ts in a Kineto trace, an
 # int beyond int64); that chunk is then read by polars with every field as text, which tolerates all of them.

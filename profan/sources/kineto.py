@@ -24,7 +24,7 @@ from pathlib import Path
 import polars as pl
 
 from profan.classify import classify
-from profan.sources.chrome_trace import Trace, parse
+from profan.sources.chrome_trace import Trace, no_phase_warning, parse
 
 DEVICE_CATS = ("kernel", "Kernel", "gpu_memcpy", "gpu_memset")
 KEEP_CATS = ("cpu_op", "user_annotation", "gpu_user_annotation", "cuda_runtime", "cuda_driver", "Runtime",
@@ -44,6 +44,7 @@ class KinetoTrace:
     path: Path
     rank: int
     rank_origin: str
+    rank_problem: str | None  # what was wrong with distributedInfo.rank when it could not be used (said)
     device: pl.DataFrame  # device activity: event_idx, cat, name, op, ts_us, dur_us, end_us, step, context, …
     steps: pl.DataFrame  # step, event_idx, cat, start_us, end_us (CPU and GPU-side ProfilerStep events)
     collectives: pl.DataFrame  # communication events of all three kinds
@@ -60,24 +61,22 @@ def keep_expr() -> pl.Expr:
     return (pl.col("ph") == "M") | ((pl.col("ph") == "X") & pl.col("cat").is_in(KEEP_CATS))
 
 
-BAD_RANK = "is not a rank number"  # marks a rank origin whose distributedInfo.rank was unusable (said as warning)
-
-
-def rank_of(meta: dict, path: Path) -> tuple[int, str]:
-    """(rank, where it came from): ``distributedInfo.rank`` when it is a whole number ≥ 0, else the file name,
-    else 0 — an unusable distributedInfo.rank (``"three"``, ``1.5``, ``-1``) is named in the origin."""
+def rank_of(meta: dict, path: Path) -> tuple[int, str, str | None]:
+    """(rank, where it came from, what was wrong with distributedInfo.rank): ``distributedInfo.rank`` when it is
+    a whole number ≥ 0, else the file name, else 0. An unusable distributedInfo.rank (``"three"``, ``1.5``,
+    ``-1``) is the third value, so the caller can say it."""
     info = meta.get("distributedInfo")
     raw = info.get("rank") if isinstance(info, dict) else None
-    bad = ""
+    problem = None
     if raw is not None:
         text = str(raw).strip()
         if not isinstance(raw, bool) and text.isdigit():
-            return int(text), "distributedInfo.rank"
-        bad = f"distributedInfo.rank {json.dumps(raw)} {BAD_RANK}; "
+            return int(text), "distributedInfo.rank", None
+        problem = f"distributedInfo.rank {json.dumps(raw)} is not a rank number"
     m = _RANK_IN_NAME.search(path.name)
     if m:
-        return int(m.group(1)), f"{bad}file name {path.name}"
-    return 0, f"{bad}assumed 0 (no distributedInfo.rank, no rank in the file name)"
+        return int(m.group(1)), f"file name {path.name}", problem
+    return 0, "assumed 0 (no distributedInfo.rank, no rank in the file name)", problem
 
 
 def op_of(name: pl.Expr) -> pl.Expr:
@@ -212,7 +211,7 @@ def load(path: Path, trace: Trace | None = None) -> KinetoTrace:
     """Read one Kineto trace (or interpret an already parsed one)."""
     tr = trace if trace is not None else parse(path, keep=keep_expr())
     ev = tr.events
-    rank, origin = rank_of(tr.meta, tr.path)
+    rank, origin, rank_problem = rank_of(tr.meta, tr.path)
     steps = step_table(ev)
     dev = _device_events(tr, ev, steps)
     cpu_only = dev.is_empty()
@@ -229,7 +228,7 @@ def load(path: Path, trace: Trace | None = None) -> KinetoTrace:
     info = tr.meta.get("distributedInfo") if isinstance(tr.meta.get("distributedInfo"), dict) else {}
     props = tr.meta.get("deviceProperties")
     dev_name = props[0].get("name") if isinstance(props, list) and props and isinstance(props[0], dict) else None
-    return KinetoTrace(path=tr.path, rank=rank, rank_origin=origin, device=dev, steps=steps,
+    return KinetoTrace(path=tr.path, rank=rank, rank_origin=origin, rank_problem=rank_problem, device=dev, steps=steps,
                        collectives=_collectives(tr, ev, None if cpu_only else dev, steps),
                        cpu_only=cpu_only, events_read=int(ev.height), device_skipped=skipped,
                        no_phase=tr.no_phase,
@@ -373,11 +372,10 @@ def load_rank_trace(rd, path: Path, pack) -> None:
     if kt.notes:
         rd.info["trace_notes"] = kt.notes
     if kt.no_phase:
-        rd.warnings.append(f"{rd.files['kineto_trace']}: ignored {kt.no_phase} elements of the event array that have "
-                           "no \"ph\" (phase) field, so are no chrome-trace events")
-    if BAD_RANK in kt.rank_origin:
-        rd.warnings.append(f"{rd.files['kineto_trace']}: {kt.rank_origin.split(';')[0]}; the rank was taken as "
-                           f"{rd.rank} ({rd.rank_origin})")
+        rd.warnings.append(no_phase_warning(rd.files["kineto_trace"], kt.no_phase))
+    if kt.rank_problem:
+        rd.warnings.append(f"{rd.files['kineto_trace']}: {kt.rank_problem}; the rank was taken as {rd.rank} "
+                           f"({rd.rank_origin})")
     if kt.rank_origin == "distributedInfo.rank" and kt.rank != rd.rank:
         rd.warnings.append(f"distributedInfo.rank is {kt.rank} but the rank was taken as {rd.rank} "
                            f"({rd.rank_origin})")

@@ -18,7 +18,7 @@ from pathlib import Path
 
 import polars as pl
 
-from profan.sources.chrome_trace import Trace, parse
+from profan.sources.chrome_trace import Trace, no_phase_warning, parse
 
 LANES = {"Computing": "computing_us", "Communication": "communication_us",
          "Communication(Not Overlapped)": "comm_not_overlapped_us", "Free": "free_us"}
@@ -108,8 +108,7 @@ def load_rank_trace(rd, path: Path) -> None:
     tr, _st, split, ops, links = load(path)
     rd.rows_read["trace_view"] = int(tr.events.height)
     if tr.no_phase:
-        rd.warnings.append(f"{rd.files['trace_view']}: ignored {tr.no_phase} elements of the event array that have "
-                           "no \"ph\" (phase) field, so are no chrome-trace events")
+        rd.warnings.append(no_phase_warning(rd.files["trace_view"], tr.no_phase))
     if not split.is_empty():
         rd.trace_steps = split.with_columns(pl.lit("overlap_analysis").alias("source"))
     if not ops.is_empty():
