@@ -65,7 +65,7 @@ def _load(path: Path, pack: RulePack, only: list[int] | None, say, jobs: int | N
             raise ProfanInputError(path, f"no rank {', '.join(map(str, missing))} here (ranks: "
                                          f"{', '.join(str(r.rank) for r in disc.ranks)})")
     say(f"reading {len(ranks)} rank(s) of {path}")
-    return base_dir(disc.root), load_ranks(ranks, disc.root, pack, jobs, say, sections=False)
+    return base_dir(disc.root), load_ranks(ranks, disc.root, pack, jobs, say)
 
 
 def _common_root(a: Path, b: Path) -> Path:

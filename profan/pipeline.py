@@ -10,7 +10,7 @@ import polars as pl
 
 from profan.analyses import bandwidth, crossrank, imbalance, reconcile, steps, trace_steps
 from profan.analyses import breakdown as bd
-from profan.analyses.rank_section import gather
+from profan.analyses.rank_section import rank_sections
 from profan.discover import base_dir, discover
 from profan.evidence import file_sizes
 from profan.findings import Finding, number_findings
@@ -54,7 +54,7 @@ def build_report(ranks: list[RankData], pack: RulePack, *, root: Path, fmt: str,
     from profan import __version__
 
     step_tab = steps.step_table(ranks)
-    per_rank, rank_findings = gather(ranks, pack)  # computed in the map, beside each rank's read
+    per_rank, rank_findings = rank_sections(ranks, pack)
     breakdown, bound_tab, comm_tab = per_rank["breakdown"], per_rank["boundness"], per_rank["communication"]
     findings = [
         *rank_findings["step_breakdown"],

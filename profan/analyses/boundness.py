@@ -8,7 +8,8 @@ from __future__ import annotations
 
 import polars as pl
 
-from profan.analyses.common import cite_kernels, ms, pct
+from profan.analyses.common import cite_kernels, kernel_table, ms, pct, top_lines_frame
+from profan.evidence import MAX_CITED
 from profan.findings import Finding
 from profan.rankmap import RankData
 from profan.rulepack import RulePack
@@ -28,41 +29,53 @@ VERDICTS = {
 
 
 def boundness(ranks: list[RankData], pack: RulePack) -> pl.DataFrame:
-    """Per rank, the hottest kernel groups (op + input shapes, over all steps) with their pipe ratios."""
+    """Per rank, the hottest kernel groups (op + input shapes, over all steps) with their pipe ratios.
+
+    One query over all ranks that have pipe ratios and write the same pipes (normally every rank: one job, one
+    profiler level); the table is the per-rank tables one after the other."""
     chk = pack.check("kernel-boundness")
-    parts = []
+    by_pipes: dict[tuple[str, ...], list[RankData]] = {}
     for r in ranks:
         if r.groups is None or r.groups.is_empty() or not r.has_pipe_ratios:
             continue
-        pipes = [p for p in PIPES if f"{p}_wsum" in r.groups.columns]
-        g = r.groups.filter(pl.col("bucket") != "communication")
-        total = float(r.groups["time_us"].sum())
-        agg = (g.group_by("op", "input_shapes")
-               .agg(pl.col("time_us").sum(), pl.col("count").sum(),
-                    # example core/bucket/name: the group with the most time, so every run names the same one
-                    *[pl.col(c).sort_by(["time_us", "name"], descending=[True, False]).first()
-                      for c in ("core", "bucket", "name")],
-                    *[pl.col(f"{p}_wsum").sum() for p in pipes], *[pl.col(f"{p}_wden").sum() for p in pipes]))
-        agg = agg.with_columns(
-            *[(pl.col(f"{p}_wsum") / pl.col(f"{p}_wden")).alias(p) for p in pipes],
-            (pl.col("time_us") / total).alias("share"),
-            (pl.col("time_us") / pl.col("count")).alias("avg_us"))
-        agg = (agg.filter((pl.col("share") >= chk["min_share"]) & (pl.col("avg_us") >= chk["min_duration_us"]))
-               .sort(["time_us", "op", "input_shapes"], descending=[True, False, False], nulls_last=True)
-               .head(chk["top_n"]))
-        if agg.is_empty():
-            continue
-        dom = pl.concat_list([pl.struct(pipe=pl.lit(p), ratio=pl.col(p)) for p in pipes]).list.eval(
-            pl.element().sort_by(pl.element().struct.field("ratio"), descending=True, nulls_last=True).first())
-        agg = agg.with_columns(dom.list.first().alias("_dom")).with_columns(
-            pl.col("_dom").struct.field("pipe").alias("dominant_pipe"),
-            pl.col("_dom").struct.field("ratio").alias("dominant_ratio")).drop("_dom")
-        parts.append(agg.with_columns(pl.lit(r.rank, pl.Int64).alias("rank"))
-                     .select("rank", "op", "input_shapes", "name", "core", "bucket", "count", "time_us", "share",
-                             "avg_us", *pipes, "dominant_pipe", "dominant_ratio"))
+        by_pipes.setdefault(tuple(p for p in PIPES if f"{p}_wsum" in r.groups.columns), []).append(r)
+    parts = [_hottest(same, list(pipes), chk) for pipes, same in by_pipes.items()]
+    parts = [p for p in parts if not p.is_empty()]
     if not parts:
         return pl.DataFrame()
-    return pl.concat(parts, how="diagonal_relaxed")
+    out = pl.concat(parts, how="diagonal_relaxed")
+    return out.sort("rank", maintain_order=True) if len(parts) > 1 else out
+
+
+def _hottest(ranks: list[RankData], pipes: list[str], chk) -> pl.DataFrame:
+    wcols = [f"{p}_{w}" for p in pipes for w in ("wsum", "wden")]
+    k = kernel_table(ranks, ["op", "input_shapes", "name", "core", "bucket", "time_us", "count", *wcols])
+    if k is None:
+        return pl.DataFrame()
+    k = k.with_columns(pl.col("time_us").sum().over("rank").alias("_total")).filter(
+        pl.col("bucket") != "communication")
+    agg = (k.group_by("rank", "op", "input_shapes")
+           .agg(pl.col("time_us").sum(), pl.col("count").sum(), pl.col("_total").first(),
+                # example core/bucket/name: the group with the most time, so every run names the same one
+                *[pl.col(c).sort_by(["time_us", "name"], descending=[True, False]).first()
+                  for c in ("core", "bucket", "name")],
+                *[pl.col(c).sum() for c in wcols]))
+    agg = agg.with_columns(
+        *[(pl.col(f"{p}_wsum") / pl.col(f"{p}_wden")).alias(p) for p in pipes],
+        (pl.col("time_us") / pl.col("_total")).alias("share"),
+        (pl.col("time_us") / pl.col("count")).alias("avg_us"))
+    agg = (agg.filter((pl.col("share") >= chk["min_share"]) & (pl.col("avg_us") >= chk["min_duration_us"]))
+           .sort(["rank", "time_us", "op", "input_shapes"], descending=[False, True, False, False], nulls_last=True)
+           .group_by("rank", maintain_order=True).head(chk["top_n"]))
+    if agg.is_empty():
+        return agg
+    dom = pl.concat_list([pl.struct(pipe=pl.lit(p), ratio=pl.col(p)) for p in pipes]).list.eval(
+        pl.element().sort_by(pl.element().struct.field("ratio"), descending=True, nulls_last=True).first())
+    agg = agg.with_columns(dom.list.first().alias("_dom")).with_columns(
+        pl.col("_dom").struct.field("pipe").alias("dominant_pipe"),
+        pl.col("_dom").struct.field("ratio").alias("dominant_ratio")).drop("_dom")
+    return agg.select("rank", "op", "input_shapes", "name", "core", "bucket", "count", "time_us", "share",
+                      "avg_us", *pipes, "dominant_pipe", "dominant_ratio")
 
 
 def verdict(dominant_pipe: str | None, ratio: float | None, chk) -> tuple[str, str, str] | None:
@@ -83,14 +96,13 @@ def boundness_findings(ranks: list[RankData], table: pl.DataFrame, pack: RulePac
     if table.is_empty():
         return out
     by_rank = {r.rank: r for r in ranks}
+    tops = _cited_rows(ranks, table)
     for row in table.iter_rows(named=True):
         v = verdict(row["dominant_pipe"], row["dominant_ratio"], chk)
         if v is None:
             continue
         label, sev, why = v
         r = by_rank[row["rank"]]
-        rows = r.groups.filter((pl.col("op") == row["op"]) & (pl.col("bucket") != "communication")
-                               & (pl.col("input_shapes").eq_missing(row["input_shapes"])))
         shapes = f" ({row['input_shapes']})" if row["input_shapes"] else ""
         ratios = ", ".join(f"{p} {row[p]:.2f}" for p in PIPES if p in row and row[p] is not None)
         out.append(Finding(
@@ -102,8 +114,21 @@ def boundness_findings(ranks: list[RankData], table: pl.DataFrame, pack: RulePac
             metrics={"dominant_pipe": row["dominant_pipe"], "dominant_ratio": round(row["dominant_ratio"], 4),
                      "time_us": round(row["time_us"], 3), "calls": row["count"],
                      **{p: round(row[p], 4) for p in PIPES if p in row and row[p] is not None}},
-            evidence=(cite_kernels(r, rows, int(row["count"]),
+            evidence=(cite_kernels(r, None, int(row["count"]),
                                    {"source": "kernel_details", "op": row["op"],
                                     "input_shapes": row["input_shapes"], "bucket_not": "communication"},
+                                   locs=tops.get((row["rank"], row["op"], row["input_shapes"]), []),
                                    values={"time_us": round(row["time_us"], 3)}),)))
     return out
+
+
+def _cited_rows(ranks: list[RankData], table: pl.DataFrame) -> dict[tuple, list[int]]:
+    """(rank, op, input_shapes) -> the largest rows of that table row's non-communication groups."""
+    keys = ["rank", "op", "input_shapes"]
+    k = kernel_table(ranks, ["op", "input_shapes", "bucket", "lines", "line_durs"])
+    if k is None:
+        return {}
+    k = k.filter(pl.col("bucket") != "communication").join(table.select(keys), on=keys, how="semi",
+                                                            nulls_equal=True)
+    tops = top_lines_frame(k, keys, MAX_CITED)
+    return {(rank, op, shapes): lines for rank, op, shapes, lines in tops.iter_rows()}

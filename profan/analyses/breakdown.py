@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import polars as pl
 
-from profan.analyses.common import cite_kernels, ms, pct, top_lines_by
+from profan.analyses.common import cite_kernels, kernel_table, ms, pct, top_lines_by, top_lines_frame
 from profan.classify import UNCLASSIFIED
 from profan.evidence import MAX_CITED
 from profan.findings import Finding
@@ -15,19 +15,13 @@ BREAKDOWN_SCHEMA = {"rank": pl.Int64, "step": pl.Int64, "bucket": pl.Utf8, "time
                     "share": pl.Float64, "kernels": pl.Int64}
 
 
-def _kernel_ranks(ranks: list[RankData]) -> list[RankData]:
-    return [r for r in ranks if r.groups is not None and not r.groups.is_empty()]
-
-
 def breakdown(ranks: list[RankData]) -> pl.DataFrame:
     """rank, step, bucket, time_us (sum of kernel durations), share of the step's summed kernel time, kernels."""
-    parts = []
-    for r in _kernel_ranks(ranks):
-        g = r.groups.group_by("step", "bucket").agg(pl.col("time_us").sum(), pl.col("count").sum().alias("kernels"))
-        parts.append(g.with_columns(pl.lit(r.rank, pl.Int64).alias("rank")))
-    if not parts:
+    k = kernel_table(ranks, ["step", "bucket", "time_us", "count"])
+    if k is None:
         return pl.DataFrame(schema=BREAKDOWN_SCHEMA)
-    df = pl.concat(parts)
+    df = k.group_by("rank", "step", "bucket", maintain_order=True).agg(pl.col("time_us").sum(),
+                                                                       pl.col("count").sum().alias("kernels"))
     df = df.with_columns((pl.col("time_us") / pl.col("time_us").sum().over("rank", "step")).alias("share"))
     return sort_breakdown(df.select(list(BREAKDOWN_SCHEMA)).cast({"kernels": pl.Int64}))
 
@@ -76,59 +70,84 @@ def top_kernels(ranks: list[RankData], steps_max: int | None = None, per_bucket:
     A rank with more than ``steps_max`` steps gets one list per bucket over all its steps (``step`` null,
     ``steps`` = how many): per-step lists of a long capture repeat the same kernels thousands of times, and the
     per-step time stays in the ``breakdown`` table."""
-    parts = []
-    for r in _kernel_ranks(ranks):
-        n_steps = r.groups["step"].n_unique()
-        per_step = steps_max is None or n_steps <= steps_max
-        groups = r.groups if per_step else r.groups.with_columns(pl.lit(None, pl.Int64).alias("step"))
-        keys = ["step", "bucket", "op", "input_shapes"]
-        # the example name/core/rule: the group with the most time (ties: the first name), not whichever group
-        # the hash grouping saw first — the same input gives the same table
-        first = [pl.col(c).sort_by(["time_us", "name"], descending=[True, False]).first()
-                 for c in ("name", "core", "rule_id")]
-        g = (groups.group_by(keys)
-             .agg(pl.col("time_us").sum(), pl.col("count").sum(), pl.col("max_us").max(), *first))
-        g = g.with_columns((pl.col("time_us") / pl.col("time_us").sum().over("step", "bucket"))
-                           .alias("share_of_bucket"))
-        # ties: by op, shapes, then step and bucket — equal kernels in two steps must not swap the steps' order
-        g = (g.sort(["time_us", "op", "input_shapes", "step", "bucket"], descending=[True, False, False, False, False],
-                    nulls_last=True)
-             .group_by("step", "bucket", maintain_order=True).head(per_bucket))
-        # sample lines only for the kept kernels: exploding every group's lines costs more than the ranking
-        lines = (groups.join(g.select(keys), on=keys, how="semi", nulls_equal=True)
-                 .select(*keys, "lines", "line_durs").explode(["lines", "line_durs"])
-                 .group_by(keys).agg(pl.col("lines").top_k_by(["line_durs", "lines"], 5, reverse=[False, True])))
-        g = g.join(lines, on=keys, how="left", nulls_equal=True, maintain_order="left")
-        g = g.with_columns(pl.lit(1 if per_step else n_steps, pl.Int64).alias("steps"),
-                           pl.lit(r.rank, pl.Int64).alias("rank"))
-        parts.append(g)
-    if not parts:
+    k = kernel_table(ranks, ["step", "bucket", "op", "input_shapes", "name", "core", "rule_id", "time_us", "count",
+                             "max_us", "lines", "line_durs"])
+    if k is None:
         return pl.DataFrame()
-    return pl.concat(parts).select("rank", "step", "steps", "bucket", "op", "name", "input_shapes", "core",
-                                   "count", "time_us", "max_us", "share_of_bucket", "rule_id", "lines")
+    n_steps = pl.col("step").n_unique().over("rank")
+    per_step = pl.lit(True) if steps_max is None else n_steps <= steps_max
+    k = k.with_columns(pl.when(per_step).then(1).otherwise(n_steps).cast(pl.Int64).alias("steps"),
+                       pl.when(per_step).then(pl.col("step")).alias("step"))
+    keys = ["rank", "step", "bucket", "op", "input_shapes"]
+    # the example name/core/rule: the group with the most time (ties: the first name), not whichever group
+    # the hash grouping saw first — the same input gives the same table
+    first = [pl.col(c).sort_by(["time_us", "name"], descending=[True, False]).first()
+             for c in ("name", "core", "rule_id")]
+    g = (k.group_by(keys)
+         .agg(pl.col("time_us").sum(), pl.col("count").sum(), pl.col("max_us").max(), *first,
+              pl.col("steps").first()))
+    g = g.with_columns((pl.col("time_us") / pl.col("time_us").sum().over("rank", "step", "bucket"))
+                       .alias("share_of_bucket"))
+    # ties: by op, shapes, then step and bucket — equal kernels in two steps must not swap the steps' order
+    g = (g.sort(["rank", "time_us", "op", "input_shapes", "step", "bucket"],
+                descending=[False, True, False, False, False, False], nulls_last=True)
+         .group_by("rank", "step", "bucket", maintain_order=True).head(per_bucket))
+    # sample lines only for the kept kernels: exploding every group's lines costs more than the ranking
+    lines = (k.join(g.select(keys), on=keys, how="semi", nulls_equal=True)
+             .select(*keys, "lines", "line_durs").explode(["lines", "line_durs"])
+             .group_by(keys).agg(pl.col("lines").top_k_by(["line_durs", "lines"], 5, reverse=[False, True])))
+    g = g.join(lines, on=keys, how="left", nulls_equal=True, maintain_order="left")
+    return g.select("rank", "step", "steps", "bucket", "op", "name", "input_shapes", "core",
+                    "count", "time_us", "max_us", "share_of_bucket", "rule_id", "lines")
 
 
 def step_breakdown_findings(ranks: list[RankData], pack: RulePack) -> list[Finding]:
     """Where each rank's kernel time went: one finding per step for a few steps, else one over all steps.
 
     A long capture (hundreds of steps) would otherwise bury the report in near-identical per-step findings; the
-    per-step numbers stay in the ``breakdown`` table and the all-steps finding gives their range.
+    per-step numbers stay in the ``breakdown`` table and the all-steps finding gives their range. The per-step
+    sums and cited rows of every short rank come from one query over all of them (`kernel_table`).
     """
     chk = pack.check("step-breakdown")
+    k = kernel_table(ranks, ["step", "bucket", "time_us", "count", "lines", "line_durs"])
+    if k is None:
+        return []
+    n_steps = dict(k.group_by("rank").agg(pl.col("step").n_unique()).iter_rows())
+    short = k.filter(pl.col("rank").is_in([r for r, n in n_steps.items() if n <= chk["per_step_max"]]))
+    per_bucket: dict[tuple, list[tuple[str, float, int]]] = {}
+    totals: dict[tuple, float] = {}
+    tops: dict[tuple, list[int]] = {}
+    if not short.is_empty():
+        totals = {(r, s): t for r, s, t in short.group_by("rank", "step", maintain_order=True)
+                  .agg(pl.col("time_us").sum()).iter_rows()}
+        sums = (short.group_by("rank", "step", "bucket").agg(pl.col("time_us").sum(), pl.col("count").sum())
+                .sort(["rank", "step", "time_us", "bucket"], descending=[False, False, True, False], nulls_last=True))
+        for r, s, b, t, n in sums.iter_rows():
+            per_bucket.setdefault((r, s), []).append((b, t, n))
+        tf = top_lines_frame(short, ["rank", "step", "bucket"], MAX_CITED)
+        tops = {(r, s, b): lines for r, s, b, lines in tf.iter_rows()}
     out: list[Finding] = []
-    for r in _kernel_ranks(ranks):
-        steps = r.groups["step"].unique()
-        if steps.len() <= chk["per_step_max"]:
-            for (step,), g in r.groups.group_by(["step"], maintain_order=True):
+    for r in ranks:
+        if r.rank not in n_steps or r.groups is None or r.groups.is_empty():
+            continue
+        if n_steps[r.rank] <= chk["per_step_max"]:
+            steps = sorted((s for rk, s in totals if rk == r.rank), key=lambda s: (s is None, s))
+            for step in steps:
                 step_txt = (f"step {step}" if step is not None else "outside any ProfilerStep"
                             if r.info.get("steps") else "the profile (no steps)")
-                f = _breakdown_finding(r, g, chk, step, step_txt, {"step": step})
+                f = _breakdown_finding(r, totals[(r.rank, step)], per_bucket[(r.rank, step)],
+                                       {b: tops.get((r.rank, step, b), []) for b, _, _ in per_bucket[(r.rank, step)]},
+                                       chk, step, step_txt, {"step": step})
                 if f is not None:
                     out.append(f)
             continue
-        known = steps.drop_nulls().sort()
+        known = r.groups["step"].unique().drop_nulls().sort()
         span = f"{known.len():,} steps ({known[0]}–{known[-1]})"
-        f = _breakdown_finding(r, r.groups, chk, None, span, {}, _share_ranges(r.groups))
+        g = r.groups
+        buckets = (g.group_by("bucket").agg(pl.col("time_us").sum(), pl.col("count").sum())
+                   .sort(["time_us", "bucket"], descending=[True, False]))
+        f = _breakdown_finding(r, float(g["time_us"].sum()), list(buckets.iter_rows()),
+                               top_lines_by(g, "bucket", MAX_CITED), chk, None, span, {}, _share_ranges(g))
         if f is not None:
             out.append(f)
     return out
@@ -143,16 +162,15 @@ def _share_ranges(groups: pl.DataFrame) -> dict[str, tuple[float, float]]:
     return {b: (lo, hi) for b, lo, hi in ranges.select("bucket", "step_share_min", "step_share_max").iter_rows()}
 
 
-def _breakdown_finding(r: RankData, g: pl.DataFrame, chk, step: int | None, scope: str, select: dict,
+def _breakdown_finding(r: RankData, total: float, per_bucket: list[tuple[str, float, int]],
+                       tops: dict[str, list[int]], chk, step: int | None, scope: str, select: dict,
                        ranges: dict[str, tuple[float, float]] | None = None) -> Finding | None:
-    total = float(g["time_us"].sum())
+    """One rank's (step's) breakdown finding from its summed kernel time and its (bucket, time, rows), largest
+    first, with each bucket's cited rows."""
     if total <= 0:
         return None
-    per_bucket = (g.group_by("bucket").agg(pl.col("time_us").sum(), pl.col("count").sum())
-                  .sort(["time_us", "bucket"], descending=[True, False]))
     evidence, parts, metrics = [], [], {"device_time_us": round(total, 3)}
-    tops = top_lines_by(g, "bucket", MAX_CITED)
-    for b, t, n in per_bucket.iter_rows():
+    for b, t, n in per_bucket:
         share = t / total
         metrics[f"{b}_us"] = round(t, 3)
         metrics[f"{b}_share"] = round(share, 4)
@@ -173,38 +191,53 @@ def _breakdown_finding(r: RankData, g: pl.DataFrame, chk, step: int | None, scop
 
 
 def coverage_findings(ranks: list[RankData], pack: RulePack) -> list[Finding]:
-    """Unclassified time and AI CPU fallbacks, per rank over all steps."""
+    """Unclassified time and AI CPU fallbacks, per rank over all steps (one query over all ranks each)."""
     out: list[Finding] = []
     unc, aicpu = pack.check("unclassified-time"), pack.check("ai-cpu-ops")
-    for r in _kernel_ranks(ranks):
-        total = float(r.groups["time_us"].sum())
-        u = r.groups.filter(pl.col("bucket") == UNCLASSIFIED)
-        ut = float(u["time_us"].sum())
+    k = kernel_table(ranks, ["bucket", "core", "op", "time_us", "count", "lines", "line_durs"])
+    if k is None:
+        return out
+    totals = dict(k.group_by("rank").agg(pl.col("time_us").sum()).iter_rows())
+    u, a = k.filter(pl.col("bucket") == UNCLASSIFIED), k.filter(pl.col("core") == "AI_CPU")
+    u_sum, a_sum = _per_rank_sums(u), _per_rank_sums(a)
+    u_ops = {rank: ops for rank, ops in (
+        u.group_by("rank", "op").agg(pl.col("time_us").sum())
+        .sort(["rank", "time_us", "op"], descending=[False, True, False])
+        .group_by("rank", maintain_order=True).agg(pl.col("op").head(5))).iter_rows()}
+    a_ops = {rank: sorted(set(ops)) for rank, ops in a.group_by("rank").agg(pl.col("op")).iter_rows()}
+    u_tops, a_tops = top_lines_by(u, "rank", MAX_CITED), top_lines_by(a, "rank", MAX_CITED)
+    for r in ranks:
+        total = totals.get(r.rank)
+        if total is None or r.groups is None or r.groups.is_empty():
+            continue
+        ut, un = u_sum.get(r.rank, (0.0, 0))
         if total > 0 and ut / total >= unc["warning_share"]:
-            ops = (u.group_by("op").agg(pl.col("time_us").sum()).sort(["time_us", "op"], descending=[True, False])
-                   .head(5)["op"].to_list())
+            ops = u_ops[r.rank]
             out.append(Finding(
                 check=unc.id, severity="warning", rank=r.rank,
                 title=f"Rank {r.rank}: {pct(ut / total)} of kernel time matches no bucket rule",
                 message=(f"Rank {r.rank}: {ms(ut)} ({pct(ut / total)}) of summed kernel time in "
-                         f"{int(u['count'].sum())} rows matches no bucket rule (largest: {', '.join(ops)}). "
+                         f"{un} rows matches no bucket rule (largest: {', '.join(ops)}). "
                          "Add rules with --rules to classify it."),
                 metrics={"unclassified_us": round(ut, 3), "share": round(ut / total, 4)},
-                evidence=(cite_kernels(r, u, int(u["count"].sum()),
-                                       {"source": "kernel_details", "bucket": UNCLASSIFIED},
-                                       values={"time_us": round(ut, 3)}),)))
-        a = r.groups.filter(pl.col("core") == "AI_CPU")
-        at = float(a["time_us"].sum())
-        if total > 0 and a.height:
-            ops = sorted(set(a["op"].to_list()))
+                evidence=(cite_kernels(r, None, un, {"source": "kernel_details", "bucket": UNCLASSIFIED},
+                                       locs=u_tops.get(r.rank, []), values={"time_us": round(ut, 3)}),)))
+        if total > 0 and r.rank in a_sum:
+            at, an = a_sum[r.rank]
+            ops = a_ops[r.rank]
             sev = "warning" if at / total >= aicpu["warning_share"] else "info"
             out.append(Finding(
                 check=aicpu.id, severity=sev, rank=r.rank,
-                title=f"Rank {r.rank}: {int(a['count'].sum())} AI CPU kernel(s) take {at:,.2f} µs",
-                message=(f"Rank {r.rank}: {int(a['count'].sum())} kernel(s) ran on the AI CPU "
+                title=f"Rank {r.rank}: {an} AI CPU kernel(s) take {at:,.2f} µs",
+                message=(f"Rank {r.rank}: {an} kernel(s) ran on the AI CPU "
                          f"({', '.join(ops)}), {at:,.2f} µs = {pct(at / total)} of summed kernel time."),
-                metrics={"ai_cpu_us": round(at, 3), "share": round(at / total, 5), "kernels": int(a["count"].sum())},
-                evidence=(cite_kernels(r, a, int(a["count"].sum()),
-                                       {"source": "kernel_details", "core": "AI_CPU"},
-                                       values={"time_us": round(at, 3)}),)))
+                metrics={"ai_cpu_us": round(at, 3), "share": round(at / total, 5), "kernels": an},
+                evidence=(cite_kernels(r, None, an, {"source": "kernel_details", "core": "AI_CPU"},
+                                       locs=a_tops.get(r.rank, []), values={"time_us": round(at, 3)}),)))
     return out
+
+
+def _per_rank_sums(groups: pl.DataFrame) -> dict[int, tuple[float, int]]:
+    """rank -> (summed time, rows) of the given kernel groups."""
+    agg = groups.group_by("rank").agg(pl.col("time_us").sum(), pl.col("count").sum().cast(pl.Int64))
+    return {rank: (t, n) for rank, t, n in agg.iter_rows()}

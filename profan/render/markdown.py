@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import re
+from dataclasses import replace
 from pathlib import Path
 
 import jinja2
@@ -13,6 +14,7 @@ from profan.render.textfmt import FILTERS
 from profan.report import Report
 
 TABLE_ROWS = 25  # rows per detail table in Markdown; the JSON report has them all
+FULL_TABLES = ("breakdown", "steps", "top_kernels", "breakdown_all_steps")  # the template lists these in full
 
 
 def md_text(value: object) -> object:
@@ -52,8 +54,12 @@ def environment() -> jinja2.Environment:
 
 
 def render_markdown(report: Report, out: Path | None = None) -> str | None:
-    doc = report.to_dict()
-    text = environment().get_template("report.md.j2").render(r=doc, limit=TABLE_ROWS)
+    """The report as Markdown. Detail tables show their first TABLE_ROWS rows and say how many more there are,
+    so only those rows become Python values: a 64-rank job's link tables hold tens of thousands."""
+    sizes = {name: df.height for name, df in report.tables.items()}
+    shown = replace(report, tables={name: df if name in FULL_TABLES else df.head(TABLE_ROWS)
+                                    for name, df in report.tables.items()})
+    text = environment().get_template("report.md.j2").render(r=shown.to_dict(), sizes=sizes, limit=TABLE_ROWS)
     if out is not None:
         out.write_text(text, encoding="utf-8")
         return None
