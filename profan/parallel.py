@@ -7,12 +7,6 @@ results are small, so a process pool over ``load_rank`` is the whole parallel de
 ``spawn`` (not ``fork``): the parent may already run polars' thread pool, and forking a process with live threads
 can deadlock. Each worker pays one interpreter start and import (~0.5 s), so small jobs stay sequential, and
 the calling process is one of the ``jobs``: it reads ranks from the end of the list while the workers start.
-
-One core per process: with one polars thread each, every process (this one during the map, and each worker) is
-pinned to its own core. A rank's map is ~130 small polars queries, and each hands its work to polars' pool thread
-and waits for it; when the two threads sit on different cores every hand-off is a cross-core wake-up, which on a
-virtual machine costs tens of µs of system time. On one core the hand-off is a plain switch: the map of a rank
-of a 64-rank cluster took 72 ms unpinned and 42–51 ms pinned, on the same host back to back.
 """
 
 from __future__ import annotations
@@ -21,10 +15,8 @@ import os
 from collections.abc import Callable
 from concurrent.futures import FIRST_COMPLETED, Future, ProcessPoolExecutor, wait
 from concurrent.futures.process import BrokenProcessPool
-from contextlib import suppress
 from functools import partial
 from multiprocessing import get_context
-from multiprocessing.queues import Queue
 from pathlib import Path
 
 from profan.discover import RankSource
@@ -55,29 +47,6 @@ def resolve_jobs(jobs: int | None, n_ranks: int) -> int:
     return max(1, min(jobs, n_ranks))
 
 
-def _threads() -> list[int]:
-    """This process's thread ids (Linux); empty where /proc is not there."""
-    try:
-        return [int(t) for t in os.listdir("/proc/self/task")]
-    except OSError:
-        return []
-
-
-def _pin(cpus: set[int]) -> None:
-    """Bind every thread of this process (polars' pool included, and threads started later) to ``cpus``.
-    Best effort: a platform or container that refuses leaves the process as it was."""
-    if not hasattr(os, "sched_setaffinity"):
-        return
-    for tid in _threads() or [0]:
-        with suppress(OSError):  # a thread that just ended, or affinity not allowed here
-            os.sched_setaffinity(tid, cpus)
-
-
-def _worker_init(cores: Queue) -> None:
-    """Worker start: take a core of its own (see the module docstring)."""
-    _pin({cores.get()})
-
-
 def _load(rs: RankSource, root: Path, pack: RulePack, peers: bool) -> RankData | tuple[str, str | None, str]:
     """Worker entry: input errors travel back as plain values (ProfanInputError's signature does not pickle)."""
     try:
@@ -104,18 +73,8 @@ def load_ranks(sources: list[RankSource], root: Path, pack: RulePack, jobs: int 
     saved = os.environ.get("POLARS_MAX_THREADS")
     if saved is None:
         os.environ["POLARS_MAX_THREADS"] = str(max(1, _cores() // jobs))
-    ctx = get_context("spawn")
-    cpus = sorted(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else []
-    pinned = len(cpus) >= jobs and os.environ.get("POLARS_MAX_THREADS") == "1"  # one core, one thread each
-    cores = ctx.Queue() if pinned else None
-    if cores is not None:
-        for c in cpus[1:jobs]:
-            cores.put(c)
-        _pin({cpus[0]})
     try:
-        pool = ProcessPoolExecutor(max_workers=jobs - 1, mp_context=ctx,
-                                   initializer=_worker_init if cores is not None else None,
-                                   initargs=(cores,) if cores is not None else ())
+        pool = ProcessPoolExecutor(max_workers=jobs - 1, mp_context=get_context("spawn"))
         with pool:
             _run(pool, jobs - 1, sources, got, partial(_load, root=root, pack=pack, peers=n > 1),
                  say)
@@ -125,8 +84,6 @@ def load_ranks(sources: list[RankSource], root: Path, pack: RulePack, jobs: int 
     finally:
         if saved is None:
             os.environ.pop("POLARS_MAX_THREADS", None)
-        if pinned:  # the reduce and the report may use every core again
-            _pin(set(cpus))
     # the first failing rank in order, as a sequential read reports it
     for g in got:
         if isinstance(g, tuple):

@@ -10,7 +10,6 @@ from __future__ import annotations
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING
 
 import polars as pl
 
@@ -29,9 +28,6 @@ from profan.sources import (
     ascend_steps,
 )
 from profan.sources.csvtext import count_lines
-
-if TYPE_CHECKING:  # analyses import this module; the map only stores their per-rank result
-    from profan.analyses.rank_section import RankSection
 
 TOP_LINES = 20  # largest rows kept per kernel group, for evidence
 
@@ -65,8 +61,6 @@ class RankData:
     trace_comm: pl.DataFrame | None = None  # Kineto communication events (NCCL kernels, c10d ops, annotations)
     trace_links: pl.DataFrame | None = None  # trace_view HCCL plane tasks per plane / transport / link type
     trace_tasks: pl.DataFrame | None = None  # trace_view HCCL plane task events (Notify_Wait per peer)
-    # what the analyses compute from this rank alone (profan.analyses.rank_section), filled by the map
-    section: RankSection | None = None
     rows_read: dict[str, int] = field(default_factory=dict)
     rows_skipped: dict[str, int] = field(default_factory=dict)
     warnings: list[str] = field(default_factory=list)

@@ -1,0 +1,64 @@
+"""The one-rank analyses run as one set of queries over all ranks (keyed by rank). Their result must be exactly
+what each rank gives alone, stacked in rank order — on real multi-rank captures of both kinds."""
+
+from __future__ import annotations
+
+import polars as pl
+import pytest
+from conftest import ASCEND, FIXTURES, QWEN3, fnum, raw_rows
+from polars.testing import assert_frame_equal
+
+from profan.analyses.breakdown import sort_breakdown
+from profan.analyses.rank_section import FINDINGS, TABLES, rank_sections
+from profan.discover import discover
+from profan.parallel import load_ranks
+from profan.rulepack import load
+
+ALEXNET2 = ASCEND / "msinsight-alexnet-2rank-2025" / "level2"
+DLRM = FIXTURES / "torch" / "dlrm_v100_8rank"
+
+
+def _ranks(path):
+    disc = discover(path)
+    pack = load()
+    return load_ranks(disc.ranks, disc.root, pack, jobs=1), pack, disc.root
+
+
+@pytest.mark.parametrize("path", [ALEXNET2, QWEN3, DLRM], ids=["alexnet-level2", "qwen3", "dlrm"])
+def test_all_ranks_at_once_equal_each_rank_alone(path):
+    ranks, pack, _ = _ranks(path)
+    assert len(ranks) >= 2
+    tables, findings = rank_sections(ranks, pack)
+    alone = [rank_sections([r], pack) for r in ranks]
+    for name in TABLES:
+        parts = [t[name] for t, _ in alone if not t[name].is_empty()]
+        if not parts:
+            assert tables[name].is_empty(), name
+            continue
+        stacked = pl.concat(parts, how="diagonal_relaxed")
+        if name == "breakdown":
+            stacked = sort_breakdown(stacked)
+        # floats to the last few ulps: a share's denominator sums the same values, in another order
+        assert_frame_equal(tables[name], stacked, rel_tol=1e-12, abs_tol=1e-9)
+    for kind in FINDINGS:
+        assert [f.to_dict() for f in findings[kind]] == [f.to_dict() for _, fs in alone for f in fs[kind]], kind
+    # not vacuous: every capture yields per-rank breakdowns and findings for more than one rank
+    assert tables["breakdown"]["rank"].n_unique() >= 2
+    assert len({f.rank for f in findings["step_breakdown"]}) >= 2
+
+
+def test_all_ranks_at_once_on_real_values():
+    """alexnet level2, rank 1 among two: its communication bucket is the sum of its own HCCL rows, and the top
+    kernels of that bucket cite rows of rank 1's file, not rank 0's."""
+    ranks, pack, root = _ranks(ALEXNET2)
+    tables, _ = rank_sections(ranks, pack)
+    r1 = next(r for r in ranks if r.rank == 1)
+    _, rows = raw_rows(root / r1.files["kernel_details"])
+    hccl = {line: row for line, row in rows.items() if row.get("Accelerator Core") == "HCCL"
+            or row["Name"].startswith("hcom_")}
+    assert hccl
+    bd = tables["breakdown"].filter((pl.col("rank") == 1) & (pl.col("bucket") == "communication"))
+    assert bd["time_us"].sum() == pytest.approx(sum(fnum(r["Duration(us)"]) for r in hccl.values()), abs=1e-6)
+    tk = tables["top_kernels"].filter((pl.col("rank") == 1) & (pl.col("bucket") == "communication"))
+    cited = [line for lines in tk["lines"].to_list() for line in lines]
+    assert cited and set(cited) <= set(hccl)
