@@ -20,7 +20,7 @@ from pathlib import Path
 import polars as pl
 
 from profan.analyses import steps as steps_mod
-from profan.analyses.common import ms, pct
+from profan.analyses.common import kernel_table, ms, pct
 from profan.discover import base_dir, discover
 from profan.errors import ProfanInputError
 from profan.evidence import MAX_CITED, Evidence, cite_events, cite_lines
@@ -82,20 +82,14 @@ def _prefix(side_root: Path, common: Path) -> str:
 
 def _kernels(side: Side) -> pl.DataFrame:
     """Kernel groups of every rank of the side, with file, locator kind and the aligned step index."""
-    parts = []
-    for r in side.ranks:
-        if r.groups is None or r.groups.is_empty():
-            continue
+    def where(r: RankData) -> dict[str, str]:
         kfile = getattr(r, "kernel_file", "kernel_details")
-        kind = "events" if getattr(r, "kernel_locator", "lines") == "events" else "lines"
-        parts.append(r.groups.select("step", "op", "name",
-                                     pl.col("name").str.replace(_HCOM_SEQ, "$1").alias("kname"),
-                                     "input_shapes", "bucket", "count", "time_us", "lines", "line_durs")
-                     .with_columns(pl.lit(r.rank, pl.Int64).alias("rank"),
-                                   pl.lit(side.file(r.files[kfile])).alias("file"), pl.lit(kind).alias("loc_kind")))
-    if not parts:
-        return pl.DataFrame()
-    return pl.concat(parts, how="diagonal_relaxed")
+        return {"file": side.file(r.files[kfile]),
+                "loc_kind": "events" if getattr(r, "kernel_locator", "lines") == "events" else "lines"}
+
+    k = kernel_table(side.ranks, ["step", "op", "name", pl.col("name").str.replace(_HCOM_SEQ, "$1").alias("kname"),
+                                  "input_shapes", "bucket", "count", "time_us", "lines", "line_durs"], per_rank=where)
+    return pl.DataFrame() if k is None else k
 
 
 def _align_steps(ka: pl.DataFrame, kb: pl.DataFrame, sa: pl.DataFrame, sb: pl.DataFrame) -> tuple[list, list, str]:

@@ -9,7 +9,7 @@ from conftest import ASCEND, FIXTURES, QWEN3, fnum, raw_rows
 from polars.testing import assert_frame_equal
 
 from profan.analyses.breakdown import sort_breakdown
-from profan.analyses.rank_section import FINDINGS, TABLES, rank_sections
+from profan.analyses.rank_section import rank_sections
 from profan.discover import discover
 from profan.parallel import load_ranks
 from profan.rulepack import load
@@ -30,7 +30,7 @@ def test_all_ranks_at_once_equal_each_rank_alone(path):
     assert len(ranks) >= 2
     tables, findings = rank_sections(ranks, pack)
     alone = [rank_sections([r], pack) for r in ranks]
-    for name in TABLES:
+    for name in tables:
         parts = [t[name] for t, _ in alone if not t[name].is_empty()]
         if not parts:
             assert tables[name].is_empty(), name
@@ -40,7 +40,7 @@ def test_all_ranks_at_once_equal_each_rank_alone(path):
             stacked = sort_breakdown(stacked)
         # floats to the last few ulps: a share's denominator sums the same values, in another order
         assert_frame_equal(tables[name], stacked, rel_tol=1e-12, abs_tol=1e-9)
-    for kind in FINDINGS:
+    for kind in findings:
         assert [f.to_dict() for f in findings[kind]] == [f.to_dict() for _, fs in alone for f in fs[kind]], kind
     # not vacuous: every capture yields per-rank breakdowns and findings for more than one rank
     assert tables["breakdown"]["rank"].n_unique() >= 2

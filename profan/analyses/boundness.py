@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import polars as pl
 
-from profan.analyses.common import cite_kernels, kernel_table, ms, pct, top_lines_frame
+from profan.analyses.common import cite_kernels, first_by_time, kernel_table, ms, pct, top_lines_frame
 from profan.evidence import MAX_CITED
 from profan.findings import Finding
 from profan.rankmap import RankData
@@ -43,8 +43,7 @@ def boundness(ranks: list[RankData], pack: RulePack) -> pl.DataFrame:
     parts = [p for p in parts if not p.is_empty()]
     if not parts:
         return pl.DataFrame()
-    out = pl.concat(parts, how="diagonal_relaxed")
-    return out.sort("rank", maintain_order=True) if len(parts) > 1 else out
+    return pl.concat(parts, how="diagonal_relaxed").sort("rank", maintain_order=True)
 
 
 def _hottest(ranks: list[RankData], pipes: list[str], chk) -> pl.DataFrame:
@@ -56,9 +55,7 @@ def _hottest(ranks: list[RankData], pipes: list[str], chk) -> pl.DataFrame:
         pl.col("bucket") != "communication")
     agg = (k.group_by("rank", "op", "input_shapes")
            .agg(pl.col("time_us").sum(), pl.col("count").sum(), pl.col("_total").first(),
-                # example core/bucket/name: the group with the most time, so every run names the same one
-                *[pl.col(c).sort_by(["time_us", "name"], descending=[True, False]).first()
-                  for c in ("core", "bucket", "name")],
+                *first_by_time(("core", "bucket", "name")),
                 *[pl.col(c).sum() for c in wcols]))
     agg = agg.with_columns(
         *[(pl.col(f"{p}_wsum") / pl.col(f"{p}_wden")).alias(p) for p in pipes],
@@ -96,12 +93,14 @@ def boundness_findings(ranks: list[RankData], table: pl.DataFrame, pack: RulePac
     if table.is_empty():
         return out
     by_rank = {r.rank: r for r in ranks}
-    tops = _cited_rows(ranks, table)
-    for row in table.iter_rows(named=True):
-        v = verdict(row["dominant_pipe"], row["dominant_ratio"], chk)
-        if v is None:
-            continue
-        label, sev, why = v
+    judged = [(row, v) for row in table.iter_rows(named=True)
+              if (v := verdict(row["dominant_pipe"], row["dominant_ratio"], chk)) is not None]
+    if not judged:
+        return out
+    keys = pl.DataFrame([{k: row[k] for k in ("rank", "op", "input_shapes")} for row, _ in judged],
+                        schema={k: table.schema[k] for k in ("rank", "op", "input_shapes")})
+    tops = _cited_rows(ranks, keys)
+    for row, (label, sev, why) in judged:
         r = by_rank[row["rank"]]
         shapes = f" ({row['input_shapes']})" if row["input_shapes"] else ""
         ratios = ", ".join(f"{p} {row[p]:.2f}" for p in PIPES if p in row and row[p] is not None)
@@ -122,13 +121,12 @@ def boundness_findings(ranks: list[RankData], table: pl.DataFrame, pack: RulePac
     return out
 
 
-def _cited_rows(ranks: list[RankData], table: pl.DataFrame) -> dict[tuple, list[int]]:
-    """(rank, op, input_shapes) -> the largest rows of that table row's non-communication groups."""
+def _cited_rows(ranks: list[RankData], wanted: pl.DataFrame) -> dict[tuple, list[int]]:
+    """(rank, op, input_shapes) of ``wanted`` -> the largest rows of those non-communication groups."""
     keys = ["rank", "op", "input_shapes"]
     k = kernel_table(ranks, ["op", "input_shapes", "bucket", "lines", "line_durs"])
     if k is None:
         return {}
-    k = k.filter(pl.col("bucket") != "communication").join(table.select(keys), on=keys, how="semi",
-                                                            nulls_equal=True)
+    k = k.filter(pl.col("bucket") != "communication").join(wanted, on=keys, how="semi", nulls_equal=True)
     tops = top_lines_frame(k, keys, MAX_CITED)
     return {(rank, op, shapes): lines for rank, op, shapes, lines in tops.iter_rows()}

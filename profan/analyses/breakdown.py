@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import polars as pl
 
-from profan.analyses.common import cite_kernels, kernel_table, ms, pct, top_lines_by, top_lines_frame
+from profan.analyses.common import cite_kernels, first_by_time, kernel_table, ms, pct, top_lines_by, top_lines_frame
 from profan.classify import UNCLASSIFIED
 from profan.evidence import MAX_CITED
 from profan.findings import Finding
@@ -20,15 +20,14 @@ def breakdown(ranks: list[RankData]) -> pl.DataFrame:
     k = kernel_table(ranks, ["step", "bucket", "time_us", "count"])
     if k is None:
         return pl.DataFrame(schema=BREAKDOWN_SCHEMA)
-    df = k.group_by("rank", "step", "bucket", maintain_order=True).agg(pl.col("time_us").sum(),
-                                                                       pl.col("count").sum().alias("kernels"))
+    df = k.group_by("rank", "step", "bucket").agg(pl.col("time_us").sum(), pl.col("count").sum().alias("kernels"))
     df = df.with_columns((pl.col("time_us") / pl.col("time_us").sum().over("rank", "step")).alias("share"))
     return sort_breakdown(df.select(list(BREAKDOWN_SCHEMA)).cast({"kernels": pl.Int64}))
 
 
 def sort_breakdown(table: pl.DataFrame) -> pl.DataFrame:
     """The breakdown table's one order — rank, step, then time descending, equal times by bucket name — and its
-    schema when empty; used where it is built and where the ranks' tables are joined."""
+    schema when empty."""
     if table.is_empty():
         return pl.DataFrame(schema=BREAKDOWN_SCHEMA)
     return table.sort(["rank", "step", "time_us", "bucket"], descending=[False, False, True, False], nulls_last=True)
@@ -79,13 +78,9 @@ def top_kernels(ranks: list[RankData], steps_max: int | None = None, per_bucket:
     k = k.with_columns(pl.when(per_step).then(1).otherwise(n_steps).cast(pl.Int64).alias("steps"),
                        pl.when(per_step).then(pl.col("step")).alias("step"))
     keys = ["rank", "step", "bucket", "op", "input_shapes"]
-    # the example name/core/rule: the group with the most time (ties: the first name), not whichever group
-    # the hash grouping saw first — the same input gives the same table
-    first = [pl.col(c).sort_by(["time_us", "name"], descending=[True, False]).first()
-             for c in ("name", "core", "rule_id")]
     g = (k.group_by(keys)
-         .agg(pl.col("time_us").sum(), pl.col("count").sum(), pl.col("max_us").max(), *first,
-              pl.col("steps").first()))
+         .agg(pl.col("time_us").sum(), pl.col("count").sum(), pl.col("max_us").max(),
+              *first_by_time(("name", "core", "rule_id")), pl.col("steps").first()))
     g = g.with_columns((pl.col("time_us") / pl.col("time_us").sum().over("rank", "step", "bucket"))
                        .alias("share_of_bucket"))
     # ties: by op, shapes, then step and bucket — equal kernels in two steps must not swap the steps' order
@@ -93,80 +88,71 @@ def top_kernels(ranks: list[RankData], steps_max: int | None = None, per_bucket:
                 descending=[False, True, False, False, False, False], nulls_last=True)
          .group_by("rank", "step", "bucket", maintain_order=True).head(per_bucket))
     # sample lines only for the kept kernels: exploding every group's lines costs more than the ranking
-    lines = (k.join(g.select(keys), on=keys, how="semi", nulls_equal=True)
-             .select(*keys, "lines", "line_durs").explode(["lines", "line_durs"])
-             .group_by(keys).agg(pl.col("lines").top_k_by(["line_durs", "lines"], 5, reverse=[False, True])))
+    lines = top_lines_frame(k.join(g.select(keys), on=keys, how="semi", nulls_equal=True), keys, 5)
     g = g.join(lines, on=keys, how="left", nulls_equal=True, maintain_order="left")
     return g.select("rank", "step", "steps", "bucket", "op", "name", "input_shapes", "core",
                     "count", "time_us", "max_us", "share_of_bucket", "rule_id", "lines")
 
 
-def step_breakdown_findings(ranks: list[RankData], pack: RulePack) -> list[Finding]:
+def step_breakdown_findings(ranks: list[RankData], pack: RulePack, table: pl.DataFrame | None = None
+                            ) -> list[Finding]:
     """Where each rank's kernel time went: one finding per step for a few steps, else one over all steps.
 
     A long capture (hundreds of steps) would otherwise bury the report in near-identical per-step findings; the
-    per-step numbers stay in the ``breakdown`` table and the all-steps finding gives their range. The per-step
-    sums and cited rows of every short rank come from one query over all of them (`kernel_table`).
+    per-step numbers stay in the ``breakdown`` table and the all-steps finding gives their range. ``table``: the
+    `breakdown` of these ranks (built when not given) — the findings' sums are its rows; only the cited rows come
+    from the kernel groups, for all ranks in one query.
     """
     chk = pack.check("step-breakdown")
-    k = kernel_table(ranks, ["step", "bucket", "time_us", "count", "lines", "line_durs"])
-    if k is None:
+    table = breakdown(ranks) if table is None else table
+    k = kernel_table(ranks, ["step", "bucket", "lines", "line_durs"])
+    if k is None or table.is_empty():
         return []
-    n_steps = dict(k.group_by("rank").agg(pl.col("step").n_unique()).iter_rows())
-    short = k.filter(pl.col("rank").is_in([r for r, n in n_steps.items() if n <= chk["per_step_max"]]))
-    per_bucket: dict[tuple, list[tuple[str, float, int]]] = {}
-    totals: dict[tuple, float] = {}
-    tops: dict[tuple, list[int]] = {}
-    if not short.is_empty():
-        totals = {(r, s): t for r, s, t in short.group_by("rank", "step", maintain_order=True)
-                  .agg(pl.col("time_us").sum()).iter_rows()}
-        sums = (short.group_by("rank", "step", "bucket").agg(pl.col("time_us").sum(), pl.col("count").sum())
-                .sort(["rank", "step", "time_us", "bucket"], descending=[False, False, True, False], nulls_last=True))
-        for r, s, b, t, n in sums.iter_rows():
-            per_bucket.setdefault((r, s), []).append((b, t, n))
-        tf = top_lines_frame(short, ["rank", "step", "bucket"], MAX_CITED)
-        tops = {(r, s, b): lines for r, s, b, lines in tf.iter_rows()}
+    n_steps = dict(table.group_by("rank").agg(pl.col("step").n_unique()).iter_rows())
+    long_ranks = [r for r, n in n_steps.items() if n > chk["per_step_max"]]
+    is_long = pl.col("rank").is_in(long_ranks)
+    per_step: dict[int, dict] = {}  # rank -> step -> [(bucket, time, kernels)], largest first (the table's order)
+    short = table.filter(~is_long).select("rank", "step", "bucket", "time_us", "kernels")
+    for rank, step, b, t, n in short.iter_rows():
+        per_step.setdefault(rank, {}).setdefault(step, []).append((b, t, n))
+    step_tops = {(r, s, b): lines for r, s, b, lines
+                 in top_lines_frame(k.filter(~is_long), ["rank", "step", "bucket"], MAX_CITED).iter_rows()}
+    over_steps: dict[int, list] = {}
+    ranges: dict[int, dict[str, tuple[float, float]]] = {}
+    all_tops: dict[tuple, list[int]] = {}
+    if long_ranks:
+        long = table.filter(is_long)
+        buckets = (long.group_by("rank", "bucket").agg(pl.col("time_us").sum(), pl.col("kernels").sum())
+                   .sort(["rank", "time_us", "bucket"], descending=[False, True, False]))
+        for rank, b, t, n in buckets.iter_rows():
+            over_steps.setdefault(rank, []).append((b, t, n))
+        for rank, b, lo, hi in step_share_ranges(long, ["rank"]).select(
+                "rank", "bucket", "step_share_min", "step_share_max").iter_rows():
+            ranges.setdefault(rank, {})[b] = (lo, hi)
+        all_tops = {(r, b): lines for r, b, lines
+                    in top_lines_frame(k.filter(is_long), ["rank", "bucket"], MAX_CITED).iter_rows()}
     out: list[Finding] = []
     for r in ranks:
-        if r.rank not in n_steps or r.groups is None or r.groups.is_empty():
-            continue
-        if n_steps[r.rank] <= chk["per_step_max"]:
-            steps = sorted((s for rk, s in totals if rk == r.rank), key=lambda s: (s is None, s))
-            for step in steps:
+        if r.rank in per_step:
+            for step, buckets_ in per_step[r.rank].items():
                 step_txt = (f"step {step}" if step is not None else "outside any ProfilerStep"
                             if r.info.get("steps") else "the profile (no steps)")
-                f = _breakdown_finding(r, totals[(r.rank, step)], per_bucket[(r.rank, step)],
-                                       {b: tops.get((r.rank, step, b), []) for b, _, _ in per_bucket[(r.rank, step)]},
-                                       chk, step, step_txt, {"step": step})
-                if f is not None:
-                    out.append(f)
-            continue
-        known = r.groups["step"].unique().drop_nulls().sort()
-        span = f"{known.len():,} steps ({known[0]}–{known[-1]})"
-        g = r.groups
-        buckets = (g.group_by("bucket").agg(pl.col("time_us").sum(), pl.col("count").sum())
-                   .sort(["time_us", "bucket"], descending=[True, False]))
-        f = _breakdown_finding(r, float(g["time_us"].sum()), list(buckets.iter_rows()),
-                               top_lines_by(g, "bucket", MAX_CITED), chk, None, span, {}, _share_ranges(g))
-        if f is not None:
-            out.append(f)
-    return out
+                tops = {b: step_tops.get((r.rank, step, b), []) for b, _, _ in buckets_}
+                out.append(_breakdown_finding(r, buckets_, tops, chk, step, step_txt, {"step": step}))
+        elif r.rank in over_steps:
+            known = r.groups["step"].unique().drop_nulls().sort()
+            span = f"{known.len():,} steps ({known[0]}–{known[-1]})"
+            tops = {b: all_tops.get((r.rank, b), []) for b, _, _ in over_steps[r.rank]}
+            out.append(_breakdown_finding(r, over_steps[r.rank], tops, chk, None, span, {}, ranges.get(r.rank)))
+    return [f for f in out if f is not None]
 
 
-def _share_ranges(groups: pl.DataFrame) -> dict[str, tuple[float, float]]:
-    """Per bucket, the lowest and highest share it takes of a step (steps where it is absent count as 0)."""
-    per = groups.group_by("step", "bucket").agg(pl.col("time_us").sum())
-    per = per.with_columns((pl.col("time_us") / pl.col("time_us").sum().over("step")).alias("share"),
-                           pl.lit(0).alias("_all"))
-    ranges = step_share_ranges(per, ["_all"])
-    return {b: (lo, hi) for b, lo, hi in ranges.select("bucket", "step_share_min", "step_share_max").iter_rows()}
-
-
-def _breakdown_finding(r: RankData, total: float, per_bucket: list[tuple[str, float, int]],
-                       tops: dict[str, list[int]], chk, step: int | None, scope: str, select: dict,
+def _breakdown_finding(r: RankData, per_bucket: list[tuple[str, float, int]], tops: dict[str, list[int]], chk,
+                       step: int | None, scope: str, select: dict,
                        ranges: dict[str, tuple[float, float]] | None = None) -> Finding | None:
-    """One rank's (step's) breakdown finding from its summed kernel time and its (bucket, time, rows), largest
-    first, with each bucket's cited rows."""
+    """One rank's (step's) breakdown finding from its (bucket, time, rows), largest first, with each bucket's
+    cited rows."""
+    total = sum(t for _, t, _ in per_bucket)
     if total <= 0:
         return None
     evidence, parts, metrics = [], [], {"device_time_us": round(total, 3)}
@@ -208,11 +194,11 @@ def coverage_findings(ranks: list[RankData], pack: RulePack) -> list[Finding]:
     u_tops, a_tops = top_lines_by(u, "rank", MAX_CITED), top_lines_by(a, "rank", MAX_CITED)
     for r in ranks:
         total = totals.get(r.rank)
-        if total is None or r.groups is None or r.groups.is_empty():
+        if total is None:  # no kernel groups
             continue
         ut, un = u_sum.get(r.rank, (0.0, 0))
         if total > 0 and ut / total >= unc["warning_share"]:
-            ops = u_ops[r.rank]
+            ops = u_ops.get(r.rank, [])
             out.append(Finding(
                 check=unc.id, severity="warning", rank=r.rank,
                 title=f"Rank {r.rank}: {pct(ut / total)} of kernel time matches no bucket rule",

@@ -13,13 +13,13 @@ from profan.sources import ascend_matrix
 LINK_TRANSPORTS = ("HCCS", "PCIE", "SIO")  # on-node links; SDMA is the copy engine's total over these
 
 
-def op_bytes(bw: pl.DataFrame, by: tuple[str, ...] = ()) -> pl.DataFrame:
-    """Per op (and ``by``): bytes moved (MB), link busy time (ms) and the transports that carried data.
+def op_bytes(bw: pl.DataFrame) -> pl.DataFrame:
+    """Per rank and op: bytes moved (MB), link busy time (ms) and the transports that carried data.
 
     One transfer is listed under the SDMA engine *and* under the link it crossed (HCCS, PCIE or SIO), so the op's
     size is RDMA + max(SDMA, HCCS + PCIE + SIO), never the sum of all entries. Transports with no data are left out.
     """
-    keys = [*by, "step", "kind", "op"]
+    keys = ["rank", "step", "kind", "op"]
     size = pl.col("size_mb").fill_null(0)
     moved = bw.filter(size > 0)
     return (bw.group_by(keys).agg(
@@ -46,22 +46,22 @@ def comm_table(ranks: list[RankData]) -> pl.DataFrame:
     with_ops = [r for r in ranks if r.comm_ops is not None and not r.comm_ops.is_empty()]
     if not with_ops:
         return pl.DataFrame()
-    rank = [pl.lit(r.rank, pl.Int64).alias("rank") for r in with_ops]
-    t = pl.concat([r.comm_ops.with_columns(rk, pl.lit(r.files["communication"]).alias("file"))
-                   for r, rk in zip(with_ops, rank, strict=True)], how="diagonal_relaxed")
-    bws = [r.comm_bw.with_columns(rk) for r, rk in zip(with_ops, rank, strict=True)
-           if r.comm_bw is not None and not r.comm_bw.is_empty()]
-    on = ["rank", "step", "kind", "op"]
+    def rank(r: RankData) -> pl.Expr:
+        return pl.lit(r.rank, pl.Int64).alias("rank")
+
+    t = pl.concat([r.comm_ops.with_columns(rank(r), pl.lit(r.files["communication"]).alias("file"))
+                   for r in with_ops], how="diagonal_relaxed")
+    bws = [r.comm_bw.with_columns(rank(r)) for r in with_ops if r.comm_bw is not None and not r.comm_bw.is_empty()]
     if bws:
-        bw = op_bytes(pl.concat(bws, how="diagonal_relaxed"), by=("rank",))
-        t = t.join(bw, on=on, how="left", nulls_equal=True, maintain_order="left")
+        t = t.join(op_bytes(pl.concat(bws, how="diagonal_relaxed")), on=["rank", "step", "kind", "op"], how="left",
+                   nulls_equal=True, maintain_order="left")
     else:
         t = t.with_columns(pl.lit(None, pl.Float64).alias("bw_transit_ms"),
                            pl.lit(None, pl.Float64).alias("size_mb"), pl.lit(None, pl.Utf8).alias("transports"))
     groups = ascend_matrix.rank_group_table([(r.rank, r.metadata) for r in with_ops]).select(
         "rank", "group_hash", "group_name", pl.col("group_ranks").cast(pl.List(pl.Utf8)).list.join(","))
     t = t.join(groups, on=["rank", "group_hash"], how="left", maintain_order="left")
-    t = t.select(*[c for c in t.columns if c not in ("rank", "file")], "rank", "file")
+    t = t.select(pl.exclude("rank", "file"), "rank", "file")  # the op's own columns first
     transit = pl.col("transit_ms").fill_null(0)
     bw_t = pl.col("bw_transit_ms").fill_null(0)
     quirk = (transit == 0) & (bw_t > 0)

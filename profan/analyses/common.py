@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
+from typing import Any
+
 import polars as pl
 
 
@@ -53,16 +56,29 @@ def top_lines_by(groups: pl.DataFrame, key: str, k: int) -> dict:
     return dict(zip(tops[key].to_list(), tops["lines"].to_list(), strict=True))
 
 
-def kernel_table(ranks, cols: list[str | pl.Expr]) -> pl.DataFrame | None:
-    """``cols`` of the kernel groups of every rank that has some, behind a ``rank`` column, in rank-list order
-    (None when no rank has any).
+def kernel_table(ranks, cols: list[str | pl.Expr],
+                 per_rank: Callable[[Any], dict[str, Any]] | None = None) -> pl.DataFrame | None:
+    """``cols`` of the kernel groups of every rank that has some, behind a ``rank`` column, in the order of
+    ``ranks`` (discovery sorts them by rank); None when no rank has any. ``per_rank``: more columns, one value
+    per rank (e.g. the rank's kernel file).
 
     Why one frame: an analysis then runs each query once over all ranks (``rank`` leading every key) instead of
     once per rank. A polars query costs a fixed 0.1–0.3 ms however few its rows, and a cluster of small ranks
-    would pay that per rank and query; one rank's result is the same either way."""
-    parts = [r.groups.select_seq(pl.lit(r.rank, pl.Int64).alias("rank"), *cols)
+    would pay that per rank and query; one rank's result is the same either way. ``select_seq``: on frames this
+    small, evaluating the columns one after the other beats handing them to polars' thread pool."""
+    def extra(r) -> list[pl.Expr]:
+        return [pl.lit(v, pl.Utf8).alias(k) for k, v in per_rank(r).items()] if per_rank else []
+
+    parts = [r.groups.select_seq(pl.lit(r.rank, pl.Int64).alias("rank"), *cols, *extra(r))
              for r in ranks if r.groups is not None and not r.groups.is_empty()]
+    # relaxed: a rank from the cache or another source may hold a column in a wider type
     return pl.concat(parts, how="vertical_relaxed") if parts else None
+
+
+def first_by_time(cols: tuple[str, ...]) -> list[pl.Expr]:
+    """Aggregations: each column's value in the group's row with the most time (ties: the first name) — the
+    example a table names for a set of kernel groups, the same on every run whatever order grouping saw."""
+    return [pl.col(c).sort_by(["time_us", "name"], descending=[True, False]).first() for c in cols]
 
 
 def fmt_ranks(ranks: list[int]) -> str:

@@ -17,7 +17,7 @@ from __future__ import annotations
 
 import polars as pl
 
-from profan.analyses.common import fmt_ranks, ms, top_lines_frame
+from profan.analyses.common import fmt_ranks, kernel_table, ms, top_lines_frame
 from profan.evidence import cite_lines
 from profan.findings import Finding
 from profan.rankmap import RankData
@@ -42,12 +42,9 @@ def moe_table(ranks: list[RankData]) -> pl.DataFrame:
     and for evidence the kernel file, the 20 largest GroupedMatmul rows (the MoE bucket's when there is no GMM)
     and how many rows they stand for. One query over all ranks' MoE groups: per-rank queries cost a 64-rank
     cluster 0.1 s here."""
-    parts = [r.groups.select("bucket", "op", "input_shapes", "count", "time_us", "lines", "line_durs")
-             .with_columns(pl.lit(r.rank, pl.Int64).alias("rank"),
-                           pl.lit(r.files.get("kernel_details"), pl.Utf8).alias("file"))
-             for r in ranks if r.groups is not None and not r.groups.is_empty() and "bucket" in r.groups.columns]
-    # relaxed: a rank from the cache or another source may hold a column in a wider type
-    moe = pl.concat(parts, how="vertical_relaxed").filter(pl.col("bucket") == "moe") if parts else pl.DataFrame()
+    k = kernel_table(ranks, ["bucket", "op", "input_shapes", "count", "time_us", "lines", "line_durs"],
+                     per_rank=lambda r: {"file": r.files.get("kernel_details")})
+    moe = k.filter(pl.col("bucket") == "moe") if k is not None else pl.DataFrame()
     if moe.is_empty():
         return pl.DataFrame()
     tok, local, rows = _token_expr()

@@ -19,18 +19,16 @@ from profan.findings import Finding
 from profan.rankmap import RankData
 from profan.rulepack import RulePack
 
-TABLES = ("breakdown", "top_kernels", "boundness", "communication")
-FINDINGS = ("step_breakdown", "coverage", "boundness", "transit")  # in the report's order
-
 
 def rank_sections(ranks: list[RankData], pack: RulePack) -> tuple[dict[str, pl.DataFrame], dict[str, list[Finding]]]:
     """The per-rank tables (rows in rank order) and findings (per analysis, in rank order) of ``ranks``."""
     bound_tab = bound.boundness(ranks, pack)
     comm_tab = comm.comm_table(ranks)
-    tables = {"breakdown": bd.breakdown(ranks),
+    breakdown = bd.breakdown(ranks)
+    tables = {"breakdown": breakdown,
               "top_kernels": bd.top_kernels(ranks, pack.check("step-breakdown")["table_steps_max"]),
               "boundness": bound_tab, "communication": comm_tab}
-    findings = {"step_breakdown": bd.step_breakdown_findings(ranks, pack),
+    findings = {"step_breakdown": bd.step_breakdown_findings(ranks, pack, breakdown),
                 "coverage": bd.coverage_findings(ranks, pack),
                 "boundness": bound.boundness_findings(ranks, bound_tab, pack),
                 "transit": comm.transit_quirk_findings(comm_tab, pack)}

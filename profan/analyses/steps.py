@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import polars as pl
 
-from profan.analyses.common import cite_kernels, ms, pct, severity
+from profan.analyses.common import cite_kernels, kernel_table, ms, pct, severity
 from profan.evidence import cite_lines
 from profan.findings import Finding
 from profan.rankmap import RankData
@@ -72,14 +72,12 @@ def reconcile_findings(ranks: list[RankData], steps: pl.DataFrame, pack: RulePac
     out: list[Finding] = []
     if steps.is_empty():
         return out
-    kernel_ranks = {r.rank: r for r in ranks if r.groups is not None and not r.groups.is_empty()}
-    if not kernel_ranks:
+    k = kernel_table(ranks, ["step", "bucket", "time_us", "count"])
+    if k is None:
         return out
+    kernel_ranks = [r for r in ranks if r.groups is not None and not r.groups.is_empty()]
     # every rank's compute (non-communication) kernel time per step in one query, not two per rank
-    compute = (pl.concat([r.groups.select("step", "bucket", "time_us", "count")
-                          .with_columns(pl.lit(rank, pl.Int64).alias("rank")) for rank, r in kernel_ranks.items()],
-                         how="vertical_relaxed")
-               .filter(pl.col("bucket") != "communication").group_by("rank", "step", maintain_order=True)
+    compute = (k.filter(pl.col("bucket") != "communication").group_by("rank", "step", maintain_order=True)
                .agg(pl.col("time_us").sum(), pl.col("count").sum()))
     per_step = {(rank, step): (t, n) for rank, step, t, n in compute.iter_rows()}
     whole: dict[int, tuple[float, int]] = {}  # a step_trace row without a step number: all the rank's steps
@@ -89,7 +87,7 @@ def reconcile_findings(ranks: list[RankData], steps: pl.DataFrame, pack: RulePac
     step_rows: dict[int, list[dict]] = {}
     for row in steps.iter_rows(named=True):
         step_rows.setdefault(row["rank"], []).append(row)
-    for r in kernel_ranks.values():
+    for r in kernel_ranks:
         for row in step_rows.get(r.rank, ()):
             k_us, n = (per_step.get((r.rank, row["step"]), (0.0, 0)) if row["step"] is not None
                        else whole.get(r.rank, (0.0, 0)))

@@ -14,7 +14,8 @@ from profan.render.textfmt import FILTERS
 from profan.report import Report
 
 TABLE_ROWS = 25  # rows per detail table in Markdown; the JSON report has them all
-FULL_TABLES = ("breakdown", "steps", "top_kernels", "breakdown_all_steps")  # the template lists these in full
+# tables with a section of their own, listed in full; every other table shows TABLE_ROWS rows
+FULL_TABLES = ("breakdown", "steps", "top_kernels", "breakdown_all_steps")
 
 
 def md_text(value: object) -> object:
@@ -59,7 +60,8 @@ def render_markdown(report: Report, out: Path | None = None) -> str | None:
     sizes = {name: df.height for name, df in report.tables.items()}
     shown = replace(report, tables={name: df if name in FULL_TABLES else df.head(TABLE_ROWS)
                                     for name, df in report.tables.items()})
-    text = environment().get_template("report.md.j2").render(r=shown.to_dict(), sizes=sizes, limit=TABLE_ROWS)
+    text = environment().get_template("report.md.j2").render(r=shown.to_dict(), sizes=sizes, limit=TABLE_ROWS,
+                                                              full=FULL_TABLES)
     if out is not None:
         out.write_text(text, encoding="utf-8")
         return None
