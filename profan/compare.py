@@ -20,7 +20,7 @@ from pathlib import Path
 import polars as pl
 
 from profan.analyses import steps as steps_mod
-from profan.analyses.common import kernel_table, ms, pct
+from profan.analyses.common import kernel_table, ms, pct, top_lines_frame
 from profan.discover import base_dir, discover
 from profan.errors import ProfanInputError
 from profan.evidence import MAX_CITED, Evidence, cite_events, cite_lines
@@ -146,9 +146,8 @@ def _agg(k: pl.DataFrame, side: Side, keys: list[str]) -> pl.DataFrame:
     per_rank = k.group_by([*keys, "rank", "file", "loc_kind"]).agg(pl.col("time_us").sum().alias("_t"))
     top = (per_rank.sort(["_t", "rank"], descending=[True, False])  # ties: the lower rank, every run
            .group_by(keys, maintain_order=True).first())
-    locs = (k.join(top.select(*keys, "rank"), on=[*keys, "rank"], how="semi", nulls_equal=True)
-            .select(*keys, "lines", "line_durs").explode(["lines", "line_durs"]).drop_nulls(["lines", "line_durs"])
-            .group_by(keys).agg(pl.col("lines").top_k_by("line_durs", MAX_CITED).alias("locs")))
+    locs = top_lines_frame(k.join(top.select(*keys, "rank"), on=[*keys, "rank"], how="semi", nulls_equal=True),
+                           keys, MAX_CITED).rename({"lines": "locs"})
     return (tot.join(top.select(*keys, "rank", "file", "loc_kind"), on=keys, how="left", nulls_equal=True)
             .join(locs, on=keys, how="left", nulls_equal=True))
 
@@ -160,10 +159,9 @@ def _pair(a: pl.DataFrame, b: pl.DataFrame, keys: list[str]) -> pl.DataFrame:
     cols = [c for c in cols if (a.is_empty() or c in a.columns) and (b.is_empty() or c in b.columns)]
     a = a.rename({c: f"a_{c}" for c in cols}) if not a.is_empty() else None
     b = b.rename({c: f"b_{c}" for c in cols}) if not b.is_empty() else None
-    if a is None or b is None:
-        one = a if a is not None else b
-        return one
-    j = a.join(b, on=keys, how="full", coalesce=True, nulls_equal=True)
+    if a is None or b is None:  # one order for the same input: later rankings keep it for equal deltas
+        return (a if a is not None else b).sort(keys, nulls_last=True)
+    j = a.join(b, on=keys, how="full", coalesce=True, nulls_equal=True).sort(keys, nulls_last=True)
     j = j.with_columns(pl.col("a_time_us").fill_null(0.0), pl.col("b_time_us").fill_null(0.0),
                        pl.col("a_count").fill_null(0.0), pl.col("b_count").fill_null(0.0))
     status = (pl.when(pl.col("a_rows").is_null()).then(pl.lit("new"))
@@ -292,7 +290,7 @@ def _show(t: pl.DataFrame, keys: list[str]) -> pl.DataFrame:
             "a_locs", "b_rank", "b_file", "b_locs"]
     return t.select([c for c in cols if c in t.columns]).with_columns(
         pl.col("a_locs").list.head(5), pl.col("b_locs").list.head(5)).sort(
-        pl.col("delta_us").abs(), descending=True)
+        pl.col("delta_us").abs(), descending=True, maintain_order=True)
 
 
 def _steps_pair(a: pl.DataFrame, b: pl.DataFrame) -> pl.DataFrame:
@@ -323,7 +321,8 @@ def _total_finding(total_a, total_b, steps_t, buckets, sa: Side, sb: Side) -> Fi
         step_txt = (f" Step time (step_trace_time.csv) {ms(sa_us)} → {ms(sb_us)} "
                     f"({'+' if sb_us >= sa_us else ''}{ms(sb_us - sa_us)}).")
     else:
-        top = buckets.sort(pl.col("delta_us").abs(), descending=True).head(1) if "delta_us" in buckets.columns \
+        top = buckets.sort(pl.col("delta_us").abs(), descending=True, maintain_order=True).head(1) \
+            if "delta_us" in buckets.columns \
             else buckets.head(0)
         for row in top.iter_rows(named=True):
             for p in ("a", "b"):
@@ -353,7 +352,8 @@ def _regression_findings(buckets: pl.DataFrame, kernels: pl.DataFrame, total_a: 
     if "delta_us" not in buckets.columns:
         return out
     floor = max(chk["min_delta_us"], chk["min_share"] * total_a)
-    moved = buckets.filter(pl.col("delta_us").abs() >= floor).sort(pl.col("delta_us").abs(), descending=True)
+    moved = buckets.filter(pl.col("delta_us").abs() >= floor).sort(pl.col("delta_us").abs(), descending=True,
+                                                                  maintain_order=True)
     for row in moved.head(chk["max_findings"]).iter_rows(named=True):
         up = row["delta_us"] > 0
         share = abs(row["delta_us"]) / total_a if total_a else None
@@ -362,7 +362,7 @@ def _regression_findings(buckets: pl.DataFrame, kernels: pl.DataFrame, total_a: 
         ks = kernels.filter((pl.col("bucket") == row["bucket"]) & ((pl.col("delta_us") > 0) if up
                                                                    else (pl.col("delta_us") < 0))
                             & pl.col("status").is_in(["both", "shape changed"]))
-        ks = ks.sort("delta_us", descending=up).head(3)
+        ks = ks.sort("delta_us", descending=up, maintain_order=True).head(3)
         k_txt = "; ".join(
             f"{k['op']}{' [' + k['input_shapes'] + ']' if k['input_shapes'] else ''} "
             f"{'+' if up else ''}{ms(k['delta_us'])} ({k['a_count']:g}→{k['b_count']:g} launches, "
@@ -414,7 +414,7 @@ def _new_missing_findings(kernels: pl.DataFrame, total_a: float, pack: RulePack)
     floor = max(chk["min_delta_us"], chk["min_share"] * total_a)
     for status, p, word in (("new", "b", "only in B"), ("missing", "a", "only in A")):
         rows = kernels.filter((pl.col("status") == status) & (pl.col(f"{p}_time_us") >= floor)).sort(
-            f"{p}_time_us", descending=True).head(5)
+            f"{p}_time_us", descending=True, maintain_order=True).head(5)
         if rows.is_empty():
             continue
         evidence = [e for r in rows.iter_rows(named=True)

@@ -132,3 +132,20 @@ def test_runs_profiled_at_different_steps_are_matched_by_order(tmp_path):
     assert regs and regs[0].metrics["kernels"][0]["op"] == "SwiGlu"
     steps = rep.tables["compare_steps"]
     assert steps["a_step"].to_list() == [3, 4] and steps["b_step"].to_list() == [10, 11]
+
+
+def test_the_same_input_gives_the_same_comparison_and_ties_cite_the_earlier_row():
+    """Equal deltas and equal durations are ordered by key and by line, not by how grouping met them: three
+    runs give one report. rank_2's hcom_allReduce__534_10_1 group is new in B; its rows by duration (from the
+    CSV) are 1474 (2.58 µs), 447 and 1458 (2.56), then 463, 464 and 1475 (2.50): the cited five end 463, 464."""
+    runs = []
+    for _ in range(3):
+        d = compare(QWEN3, ranks=(0, 2)).to_dict()
+        d["meta"].pop("timings_s", None)
+        runs.append(d)
+    assert runs[0] == runs[1] == runs[2]
+    row = next(r for r in runs[0]["tables"]["compare_kernels"] if r["name"] == "hcom_allReduce__534_10_1")
+    assert row["status"] == "new" and row["b_locs"] == [1474, 447, 1458, 463, 464]
+    _, rows = raw_rows(QWEN3 / "rank_2_ascend_pt" / "ASCEND_PROFILER_OUTPUT" / "kernel_details.csv")
+    assert [fnum(rows[line]["Duration(us)"]) for line in row["b_locs"]] == [2.58, 2.56, 2.56, 2.5, 2.5]
+    assert fnum(rows[1475]["Duration(us)"]) == 2.5
