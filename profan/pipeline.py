@@ -8,8 +8,8 @@ from pathlib import Path
 
 import polars as pl
 
-from profan.analyses import bandwidth, crossrank, imbalance, reconcile, steps, trace_steps
 from profan.analyses import breakdown as bd
+from profan.analyses import comm_section, crossrank, imbalance, reconcile, steps, trace_steps
 from profan.analyses.rank_section import rank_sections
 from profan.discover import base_dir, discover
 from profan.evidence import file_sizes
@@ -66,7 +66,7 @@ def build_report(ranks: list[RankData], pack: RulePack, *, root: Path, fmt: str,
         *rank_findings["transit"],
     ]
     hw = hardware or load_hardware()
-    comm_tables, comm_findings, comm_notes = bandwidth.communication_section(ranks, step_tab, comm_tab, pack, hw)
+    comm_tables, comm_findings, comm_notes = comm_section.communication_section(ranks, step_tab, comm_tab, pack, hw)
     findings += comm_findings
     opstat_tab = reconcile.op_statistic_table(ranks)
     opstat_findings, opstat_notes = reconcile.op_statistic_findings(opstat_tab, pack)

@@ -1,5 +1,5 @@
-"""Is each transfer as fast as its link allows, which links are slow, and how much communication is exposed (Ascend;
-NCCL in `nccl`, HCCL trace lanes in `hccl_planes`, assembled by `communication_section`).
+"""Is each transfer as fast as its link allows, and which links are slow (Ascend; NCCL in `nccl`, HCCL trace lanes
+in `hccl_planes`, waiting and exposed time in `comm`, all assembled by `comm_section`).
 
 Ascend's ``communication.json`` gives, per op and transport, bytes and busy time (so a per-link copy rate:
 Σ size / Σ transit time, not a bus bandwidth); ``communication_matrix.json`` gives the same per link
@@ -14,9 +14,8 @@ from __future__ import annotations
 
 import polars as pl
 
-from profan.analyses import hccl_planes, nccl
-from profan.analyses.common import ms, pct, severity
-from profan.evidence import cite_lines, cite_pointers
+from profan.analyses.common import pct
+from profan.evidence import cite_pointers
 from profan.findings import Finding
 from profan.hardware import Hardware
 from profan.rankmap import RankData
@@ -24,7 +23,6 @@ from profan.rulepack import RulePack
 from profan.sources import ascend_matrix
 
 ENGINE = "SDMA"  # communication.json: the copy engine's total over HCCS + PCIE + SIO — not a link of its own
-STRAGGLER_CHECKS = "straggler, pipeline-stage-imbalance, compute-imbalance"
 PEERS_GROUP = ["step", "group_hash", "op_type", "transport"]  # a link's peers: same group, op type, transport …
 PEERS_JOB = ["step", "op_type", "transport"]  # … or, for groups with too few links, across the job's groups
 
@@ -45,7 +43,7 @@ def device_table(ranks: list[RankData], hw: Hardware) -> pl.DataFrame:
     return pl.DataFrame(rows, schema=schema, orient="row") if rows else pl.DataFrame(schema=schema)
 
 
-def _prior_frame(devices: pl.DataFrame, hw: Hardware, links: list[str]) -> pl.DataFrame:
+def prior_frame(devices: pl.DataFrame, hw: Hardware, links: list[str]) -> pl.DataFrame:
     """(rank, transport) → usable GB/s and a label naming the prior and its source."""
     rows = []
     for rank, dev in devices.select("rank", "device").iter_rows():
@@ -94,7 +92,7 @@ def transport_table(ranks: list[RankData], devices: pl.DataFrame, hw: Hardware) 
          .with_columns(pl.col("op").str.split("@").list.get(0).alias("op_name"),
                        pl.col("op").str.split("@").list.get(1, null_on_oob=True).alias("group_hash"))
          .join(groups, on=["rank", "group_hash"], how="left", maintain_order="left"))
-    priors = _prior_frame(devices, hw, sorted(set(t["transport"].to_list()) - {ENGINE}))
+    priors = prior_frame(devices, hw, sorted(set(t["transport"].to_list()) - {ENGINE}))
     t = t.join(priors, on=["rank", "transport"], how="left")
     return t.select(
         "rank", "step", "kind", "op", "op_name", "group_name", "group_ranks", "transport",
@@ -325,162 +323,3 @@ def small_packet_findings(pt: pl.DataFrame, pack: RulePack) -> list[Finding]:
                                      "size_distribution_packet_mb_below": row["small_limit_mb"]},
                                     values={"small_mb": row["small_mb"], "small_time_ms": row["small_time_ms"]}),)))
     return out
-
-
-# ------------------------------------------------------------------------------ waiting and exposed time
-
-
-def _peers(group_ranks: str | None, rank: int) -> str:
-    if not group_ranks:
-        return "peers unknown (no parallel_group_info)"
-    others = [x for x in group_ranks.split(",") if x != str(rank)]
-    return "peer rank(s) " + ", ".join(others) if others else "no peer"
-
-
-def wait_dominated_findings(comm: pl.DataFrame, steps: pl.DataFrame, pack: RulePack) -> list[Finding]:
-    """Collectives whose time inside the op is mostly not transfer: a peer arrived late."""
-    chk = pack.check("comm-wait-dominated")
-    out: list[Finding] = []
-    if comm.is_empty() or "waiting_ms" not in comm.columns:
-        return out
-    hits = comm.filter((pl.col("elapse_ms") >= chk["min_elapse_ms"]) & pl.col("waiting_ms").is_not_null()
-                       & (pl.col("waiting_ms") >= chk["wait_ratio"] * pl.col("transfer_ms")))
-    for (rank, step, file), g in hits.group_by(["rank", "step", "file"], maintain_order=True):
-        g = g.sort("waiting_ms", descending=True)
-        waiting, elapse = float(g["waiting_ms"].sum()), float(g["elapse_ms"].sum())
-        step_row = steps.filter((pl.col("rank") == rank) & pl.col("step").eq_missing(step)) \
-            if not steps.is_empty() else pl.DataFrame()
-        step_us = float(step_row["step_us"][0]) if step_row.height and step_row["step_us"][0] else None
-        share = waiting * 1000 / step_us if step_us else None
-        sev = "warning" if share is not None and share >= chk["warning_share"] else "info"
-
-        items = []
-        for row in g.head(4).iter_rows(named=True):
-            grp = row.get("group_name") or "group ?"
-            peers = _peers(row.get("group_ranks"), rank)
-            items.append(f"{row['op_name']} ({grp}, {peers}): {row['elapse_ms']:,.2f} ms, "
-                         f"transfer {row['transfer_ms']:,.2f} ({row['transfer_source']}), not transferring "
-                         f"{row['waiting_ms']:,.2f} (profiler Wait Time {(row['wait_ms'] or 0):,.2f})")
-        out.append(Finding(
-            check=chk.id, severity=sev, rank=rank, step=step,
-            title=(f"Rank {rank}, step {step}: {g.height} collective(s) spend {waiting:,.1f} ms waiting, not "
-                   "transferring"),
-            message=(f"Rank {rank}, step {step}: in {g.height} op(s) the time not spent transferring is ≥ "
-                     f"{chk['wait_ratio']:g}× the transfer: {waiting:,.1f} of {elapse:,.1f} ms"
-                     f"{f' ({pct(share)} of the step)' if share is not None else ''}. " + "; ".join(items)
-                     + f". The link is not the bottleneck: a peer arrives late — see the straggler findings "
-                     f"({STRAGGLER_CHECKS})."),
-            metrics={"waiting_ms": round(waiting, 6), "elapse_ms": round(elapse, 6), "ops": g.height},
-            evidence=(cite_pointers(file, g["pointer"].to_list(),
-                                    {"source": "communication", "step": step, "wait_dominated": True},
-                                    values={"waiting_ms": round(waiting, 6), "elapse_ms": round(elapse, 6)}),)))
-    return out
-
-
-def exposed_table(comm: pl.DataFrame, steps: pl.DataFrame) -> pl.DataFrame:
-    """Per rank and step: exposed communication (step_trace) and what the comm ops' time is made of."""
-    if comm.is_empty() or steps.is_empty() or "waiting_ms" not in comm.columns:
-        return pl.DataFrame()
-    ops = comm.group_by(["rank", "step"], maintain_order=True).agg(
-        pl.len().alias("ops"), pl.col("elapse_ms").sum(), pl.col("transfer_ms").sum(),
-        pl.col("wait_ms").fill_null(0).sum(), pl.col("idle_ms").fill_null(0).sum(),
-        pl.col("waiting_ms").fill_null(0).sum(), pl.col("file").first().alias("comm_file"),
-        pl.col("elapse_ms").filter(pl.col("waiting_ms").is_null()).sum().alias("unrecorded_ms"),
-        (pl.col("transfer_source") == "bandwidth info").sum().alias("ops_transfer_from_bandwidth_info"),
-        pl.col("pointer").sort_by("elapse_ms", descending=True).alias("pointers"))
-    st = steps.select("rank", "step", "step_us", "comm_not_overlapped_us", "src_line",
-                      pl.col("file").alias("step_file"))
-    t = st.join(ops, on=["rank", "step"], how="inner", nulls_equal=True)
-    return t.with_columns((pl.col("comm_not_overlapped_us") / pl.col("step_us")).alias("exposed_share"),
-                          (pl.col("waiting_ms") / pl.col("elapse_ms")).alias("waiting_share_of_comm")
-                          ).sort("rank", "step")
-
-
-def exposed_findings(et: pl.DataFrame, pack: RulePack, waited: dict[int, Finding] | None = None) -> list[Finding]:
-    """`waited`: per rank, its comm-waited-peer finding (named in the message when the time is waiting)."""
-    chk = pack.check("comm-exposed-split")
-    level = pack.check("exposed-communication")  # this finding supersedes the plain one: same severity scale
-    out: list[Finding] = []
-    if et.is_empty():
-        return out
-    for row in et.filter(pl.col("exposed_share") >= chk["min_share"]).iter_rows(named=True):
-        waiting_dominates = (row["waiting_share_of_comm"] or 0) >= chk["waiting_share"]
-        share = row["exposed_share"]
-        sev = severity(share, level) or "info"
-        short = "mostly waiting for peers, not transfer" if waiting_dominates else "mostly transfer"
-        verdict = ("mostly waiting for peers, not transfer" if waiting_dominates
-                   else "mostly transfer: faster links, fewer bytes or more overlap would help")
-        peer = (waited or {}).get(row["rank"]) if waiting_dominates else None
-        if peer is not None:
-            verdict += (f" (HCCL Notify_Wait in trace_view.json: {ms(peer.metrics['wait_us'])} waiting for peer "
-                        f"{peer.metrics['peer']})")
-        fallback = (f" ({row['ops_transfer_from_bandwidth_info']} op(s) report Transit Time 0; their transfer is "
-                    "read from the bandwidth info)" if row["ops_transfer_from_bandwidth_info"] else "")
-        exposed = row["comm_not_overlapped_us"]
-        unknown = (f"; {row['unrecorded_ms']:,.2f} ms in ops that record neither transfer nor wait"
-                   if row["unrecorded_ms"] else "")
-        out.append(Finding(
-            check=chk.id, severity=sev, rank=row["rank"], step=row["step"],
-            title=(f"Rank {row['rank']}, step {row['step']}: {pct(row['exposed_share'])} of the step is exposed "
-                   f"communication, {short}"),
-            message=(f"Rank {row['rank']}, step {row['step']}: communication not overlapped with compute is "
-                     f"{ms(exposed)} of the {ms(row['step_us'])} step ({pct(row['exposed_share'])}). Inside its "
-                     f"{row['ops']} communication ops ({row['elapse_ms']:,.2f} ms elapsed): transfer "
-                     f"{row['transfer_ms']:,.2f} ms{fallback}; not moving data {row['waiting_ms']:,.2f} ms "
-                     f"({pct(row['waiting_share_of_comm'])}: profiler Wait Time {row['wait_ms']:,.2f} ms, the rest "
-                     f"idle{unknown}; profiler Idle Time {row['idle_ms']:,.2f} ms) — {verdict}."),
-            metrics={"comm_not_overlapped_us": exposed, "step_us": row["step_us"],
-                     "exposed_share": round(row["exposed_share"], 6), "elapse_ms": round(row["elapse_ms"], 6),
-                     "transfer_ms": round(row["transfer_ms"], 6), "wait_ms": round(row["wait_ms"], 6),
-                     "idle_ms": round(row["idle_ms"], 6), "waiting_ms": round(row["waiting_ms"], 6)},
-            evidence=(cite_lines(row["step_file"], [row["src_line"]], 1, {"source": "step_trace_time",
-                                                                            "step": row["step"]},
-                                 values={"Communication(Not Overlapped)": exposed, "step_us": row["step_us"]}),
-                      cite_pointers(row["comm_file"], row["pointers"], {"source": "communication", "step": row["step"]},
-                                    values={"elapse_ms": round(row["elapse_ms"], 6),
-                                            "wait_ms": round(row["wait_ms"], 6),
-                                            "idle_ms": round(row["idle_ms"], 6)}),
-                      *(peer.evidence if peer is not None else ()))))
-    return out
-
-
-# ------------------------------------------------------------------------------------------- the section
-
-
-def communication_section(ranks: list[RankData], step_tab: pl.DataFrame, comm_tab: pl.DataFrame, pack: RulePack,
-                          hw: Hardware) -> tuple[dict[str, pl.DataFrame], list[Finding], list[str]]:
-    """Everything this module adds to the report: tables, findings and notes (one call for the pipeline)."""
-    devices = device_table(ranks, hw)
-    tt = transport_table(ranks, devices, hw)
-    links = link_table(ranks, pack)
-    if not links.is_empty():  # the absolute view next to the relative one, where the device is known
-        links = links.join(_prior_frame(devices, hw, sorted(set(links["transport"].to_list()))),
-                           on=["rank", "transport"], how="left").with_columns(
-            (pl.col("bandwidth_gbps") / pl.col("prior_gbps")).alias("prior_share"))
-    packets = packet_table(ranks, pack)
-    exposed = exposed_table(comm_tab, step_tab)
-    findings = [*below_prior_findings(tt, pack), *slow_link_findings(links, pack),
-                *small_packet_findings(packets, pack), *wait_dominated_findings(comm_tab, step_tab, pack)]
-    notes = device_notes(devices) if not tt.is_empty() else []
-    local_only = [r.rank for r in ranks if r.comm_links is not None and not r.comm_links.is_empty()
-                  and r.comm_links["src_rank"].null_count() == r.comm_links.height]
-    if local_only:
-        notes.append("communication: communication_matrix.json ranks are group-local where profiler_metadata.json "
-                     f"has no parallel_group_info (ranks {', '.join(str(x) for x in local_only)})")
-    unread = [r.rank for r in ranks if "trace_view" in r.files and getattr(r, "trace_links", None) is None]
-    if unread:
-        notes.append("communication: HCCL plane tasks of trace_view.json not summarised for rank(s) "
-                     + ", ".join(str(x) for x in unread) + " (no HCCL plane lanes read); link figures come from "
-                     "communication.json and communication_matrix.json")
-    nccl_tab, nccl_found, nccl_notes = nccl.nccl_section(ranks, hw, pack)
-    notes += nccl_notes
-    waited = hccl_planes.waited_peer_findings(ranks, pack)
-    findings += [*nccl_found, *waited, *exposed_findings(exposed, pack, {f.rank: f for f in waited})]
-    hccl_links = hccl_planes.hccl_link_summary(ranks)
-    tables = {"comm_nccl": nccl_tab, "comm_hccl_links": hccl_links.drop("events") if not hccl_links.is_empty()
-              else hccl_links,
-              "comm_devices": devices, "comm_bandwidth": tt.drop("group_ranks") if not tt.is_empty() else tt,
-              "comm_links": links.drop("pointers", "in_class_g") if not links.is_empty() else links,
-              "comm_packets": packets.drop("small_pointers") if not packets.is_empty() else packets,
-              "comm_exposed": exposed.drop("pointers") if not exposed.is_empty() else exposed}
-    return tables, findings, notes

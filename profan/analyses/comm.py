@@ -1,10 +1,12 @@
-"""Communication time from communication.json: waiting vs transfer per rank and step, and source quirks."""
+"""Communication time from communication.json: per op, per rank and step, waiting vs transfer and how much of it
+is exposed, and source quirks."""
 
 from __future__ import annotations
 
 import polars as pl
 
-from profan.evidence import cite_pointers
+from profan.analyses.common import ms, pct, severity
+from profan.evidence import cite_lines, cite_pointers
 from profan.findings import Finding
 from profan.rankmap import RankData
 from profan.rulepack import RulePack
@@ -96,4 +98,126 @@ def transit_quirk_findings(table: pl.DataFrame, pack: RulePack) -> list[Finding]
             metrics={"ops": g.height, "bandwidth_transit_ms": round(bw_t, 3)},
             evidence=(cite_pointers(file, g["pointer"].to_list(), {"source": "communication",
                                                                    "transit_ms": 0}),)))
+    return out
+
+
+# ------------------------------------------------------------------------------ waiting and exposed time
+
+STRAGGLER_CHECKS = "straggler, pipeline-stage-imbalance, compute-imbalance"  # where a late peer is named
+
+
+def _peers(group_ranks: str | None, rank: int) -> str:
+    if not group_ranks:
+        return "peers unknown (no parallel_group_info)"
+    others = [x for x in group_ranks.split(",") if x != str(rank)]
+    return "peer rank(s) " + ", ".join(others) if others else "no peer"
+
+
+def wait_dominated_findings(comm: pl.DataFrame, steps: pl.DataFrame, pack: RulePack) -> list[Finding]:
+    """Collectives whose time inside the op is mostly not transfer: a peer arrived late."""
+    chk = pack.check("comm-wait-dominated")
+    out: list[Finding] = []
+    if comm.is_empty() or "waiting_ms" not in comm.columns:
+        return out
+    hits = comm.filter((pl.col("elapse_ms") >= chk["min_elapse_ms"]) & pl.col("waiting_ms").is_not_null()
+                       & (pl.col("waiting_ms") >= chk["wait_ratio"] * pl.col("transfer_ms")))
+    step_times: dict[tuple, float | None] = {}  # (rank, step) -> the first step_trace row's step time
+    if not steps.is_empty():
+        for rank, step, us in steps.select("rank", "step", "step_us").iter_rows():
+            step_times.setdefault((rank, step), us)
+    for (rank, step, file), g in hits.group_by(["rank", "step", "file"], maintain_order=True):
+        g = g.sort("waiting_ms", descending=True)
+        waiting, elapse = float(g["waiting_ms"].sum()), float(g["elapse_ms"].sum())
+        us = step_times.get((rank, step))
+        step_us = float(us) if us else None
+        share = waiting * 1000 / step_us if step_us else None
+        sev = "warning" if share is not None and share >= chk["warning_share"] else "info"
+
+        items = []
+        for row in g.head(4).iter_rows(named=True):
+            grp = row.get("group_name") or "group ?"
+            peers = _peers(row.get("group_ranks"), rank)
+            items.append(f"{row['op_name']} ({grp}, {peers}): {row['elapse_ms']:,.2f} ms, "
+                         f"transfer {row['transfer_ms']:,.2f} ({row['transfer_source']}), not transferring "
+                         f"{row['waiting_ms']:,.2f} (profiler Wait Time {(row['wait_ms'] or 0):,.2f})")
+        out.append(Finding(
+            check=chk.id, severity=sev, rank=rank, step=step,
+            title=(f"Rank {rank}, step {step}: {g.height} collective(s) spend {waiting:,.1f} ms waiting, not "
+                   "transferring"),
+            message=(f"Rank {rank}, step {step}: in {g.height} op(s) the time not spent transferring is ≥ "
+                     f"{chk['wait_ratio']:g}× the transfer: {waiting:,.1f} of {elapse:,.1f} ms"
+                     f"{f' ({pct(share)} of the step)' if share is not None else ''}. " + "; ".join(items)
+                     + f". The link is not the bottleneck: a peer arrives late — see the straggler findings "
+                     f"({STRAGGLER_CHECKS})."),
+            metrics={"waiting_ms": round(waiting, 6), "elapse_ms": round(elapse, 6), "ops": g.height},
+            evidence=(cite_pointers(file, g["pointer"].to_list(),
+                                    {"source": "communication", "step": step, "wait_dominated": True},
+                                    values={"waiting_ms": round(waiting, 6), "elapse_ms": round(elapse, 6)}),)))
+    return out
+
+
+def exposed_table(comm: pl.DataFrame, steps: pl.DataFrame) -> pl.DataFrame:
+    """Per rank and step: exposed communication (step_trace) and what the comm ops' time is made of."""
+    if comm.is_empty() or steps.is_empty() or "waiting_ms" not in comm.columns:
+        return pl.DataFrame()
+    ops = comm.group_by(["rank", "step"], maintain_order=True).agg(
+        pl.len().alias("ops"), pl.col("elapse_ms").sum(), pl.col("transfer_ms").sum(),
+        pl.col("wait_ms").fill_null(0).sum(), pl.col("idle_ms").fill_null(0).sum(),
+        pl.col("waiting_ms").fill_null(0).sum(), pl.col("file").first().alias("comm_file"),
+        pl.col("elapse_ms").filter(pl.col("waiting_ms").is_null()).sum().alias("unrecorded_ms"),
+        (pl.col("transfer_source") == "bandwidth info").sum().alias("ops_transfer_from_bandwidth_info"),
+        pl.col("pointer").sort_by("elapse_ms", descending=True).alias("pointers"))
+    st = steps.select("rank", "step", "step_us", "comm_not_overlapped_us", "src_line",
+                      pl.col("file").alias("step_file"))
+    t = st.join(ops, on=["rank", "step"], how="inner", nulls_equal=True)
+    return t.with_columns((pl.col("comm_not_overlapped_us") / pl.col("step_us")).alias("exposed_share"),
+                          (pl.col("waiting_ms") / pl.col("elapse_ms")).alias("waiting_share_of_comm")
+                          ).sort("rank", "step")
+
+
+def exposed_findings(et: pl.DataFrame, pack: RulePack, waited: dict[int, Finding] | None = None) -> list[Finding]:
+    """`waited`: per rank, its comm-waited-peer finding (named in the message when the time is waiting)."""
+    chk = pack.check("comm-exposed-split")
+    level = pack.check("exposed-communication")  # this finding supersedes the plain one: same severity scale
+    out: list[Finding] = []
+    if et.is_empty():
+        return out
+    for row in et.filter(pl.col("exposed_share") >= chk["min_share"]).iter_rows(named=True):
+        waiting_dominates = (row["waiting_share_of_comm"] or 0) >= chk["waiting_share"]
+        share = row["exposed_share"]
+        sev = severity(share, level) or "info"
+        short = "mostly waiting for peers, not transfer" if waiting_dominates else "mostly transfer"
+        verdict = ("mostly waiting for peers, not transfer" if waiting_dominates
+                   else "mostly transfer: faster links, fewer bytes or more overlap would help")
+        peer = (waited or {}).get(row["rank"]) if waiting_dominates else None
+        if peer is not None:
+            verdict += (f" (HCCL Notify_Wait in trace_view.json: {ms(peer.metrics['wait_us'])} waiting for peer "
+                        f"{peer.metrics['peer']})")
+        fallback = (f" ({row['ops_transfer_from_bandwidth_info']} op(s) report Transit Time 0; their transfer is "
+                    "read from the bandwidth info)" if row["ops_transfer_from_bandwidth_info"] else "")
+        exposed = row["comm_not_overlapped_us"]
+        unknown = (f"; {row['unrecorded_ms']:,.2f} ms in ops that record neither transfer nor wait"
+                   if row["unrecorded_ms"] else "")
+        out.append(Finding(
+            check=chk.id, severity=sev, rank=row["rank"], step=row["step"],
+            title=(f"Rank {row['rank']}, step {row['step']}: {pct(row['exposed_share'])} of the step is exposed "
+                   f"communication, {short}"),
+            message=(f"Rank {row['rank']}, step {row['step']}: communication not overlapped with compute is "
+                     f"{ms(exposed)} of the {ms(row['step_us'])} step ({pct(row['exposed_share'])}). Inside its "
+                     f"{row['ops']} communication ops ({row['elapse_ms']:,.2f} ms elapsed): transfer "
+                     f"{row['transfer_ms']:,.2f} ms{fallback}; not moving data {row['waiting_ms']:,.2f} ms "
+                     f"({pct(row['waiting_share_of_comm'])}: profiler Wait Time {row['wait_ms']:,.2f} ms, the rest "
+                     f"idle{unknown}; profiler Idle Time {row['idle_ms']:,.2f} ms) — {verdict}."),
+            metrics={"comm_not_overlapped_us": exposed, "step_us": row["step_us"],
+                     "exposed_share": round(row["exposed_share"], 6), "elapse_ms": round(row["elapse_ms"], 6),
+                     "transfer_ms": round(row["transfer_ms"], 6), "wait_ms": round(row["wait_ms"], 6),
+                     "idle_ms": round(row["idle_ms"], 6), "waiting_ms": round(row["waiting_ms"], 6)},
+            evidence=(cite_lines(row["step_file"], [row["src_line"]], 1, {"source": "step_trace_time",
+                                                                            "step": row["step"]},
+                                 values={"Communication(Not Overlapped)": exposed, "step_us": row["step_us"]}),
+                      cite_pointers(row["comm_file"], row["pointers"], {"source": "communication", "step": row["step"]},
+                                    values={"elapse_ms": round(row["elapse_ms"], 6),
+                                            "wait_ms": round(row["wait_ms"], 6),
+                                            "idle_ms": round(row["idle_ms"], 6)}),
+                      *(peer.evidence if peer is not None else ()))))
     return out
