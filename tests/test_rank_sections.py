@@ -62,3 +62,22 @@ def test_all_ranks_at_once_on_real_values():
     tk = tables["top_kernels"].filter((pl.col("rank") == 1) & (pl.col("bucket") == "communication"))
     cited = [line for lines in tk["lines"].to_list() for line in lines]
     assert cited and set(cited) <= set(hccl)
+
+
+def test_a_zero_unclassified_threshold_reports_only_ranks_with_such_rows(tmp_path):
+    """A user rules file may set the unclassified-time threshold to 0. A rank with unclassified rows (alexnet
+    level0: both) then gets the finding whatever its share; a rank with none (Qwen3) gets none — there is no
+    row to cite — rather than an error."""
+    rules = tmp_path / "zero.toml"
+    rules.write_text('[[check]]\nid = "unclassified-time"\nwarning_share = 0.0\n', encoding="utf-8")
+    pack = load([rules])
+    for path, expect in ((ASCEND / "msinsight-alexnet-2rank-2025" / "level0", [0, 1]), (QWEN3, [])):
+        disc = discover(path)
+        ranks = load_ranks(disc.ranks, disc.root, pack, jobs=1)
+        _, findings = rank_sections(ranks, pack)
+        unc = [f for f in findings["coverage"] if f.check == "unclassified-time"]
+        assert [f.rank for f in unc] == expect
+        for f in unc:
+            g = next(r for r in ranks if r.rank == f.rank).groups.filter(pl.col("bucket") == "unclassified")
+            assert f.evidence[0].row_count == g["count"].sum() > 0
+            assert f.metrics["unclassified_us"] == round(g["time_us"].sum(), 3)

@@ -197,8 +197,8 @@ def coverage_findings(ranks: list[RankData], pack: RulePack) -> list[Finding]:
         if total is None:  # no kernel groups
             continue
         ut, un = u_sum.get(r.rank, (0.0, 0))
-        if total > 0 and ut / total >= unc["warning_share"]:
-            ops = u_ops.get(r.rank, [])
+        if un and total > 0 and ut / total >= unc["warning_share"]:  # rows to cite, whatever the threshold
+            ops = u_ops[r.rank]
             out.append(Finding(
                 check=unc.id, severity="warning", rank=r.rank,
                 title=f"Rank {r.rank}: {pct(ut / total)} of kernel time matches no bucket rule",
