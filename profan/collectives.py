@@ -241,16 +241,17 @@ def _hccl_rows_from_groups(groups: pl.DataFrame | None) -> pl.DataFrame | None:
 
 def ascend_collectives(kernel_path: Path | None, kernel_file: str | None, n_records: int | None,
                        comm_ops: pl.DataFrame | None, comm_file: str | None,
-                       pack: RulePack, groups: pl.DataFrame | None = None,
+                       pack: RulePack, groups: pl.DataFrame | None = None, timed: pl.DataFrame | None = None,
                        ) -> tuple[pl.DataFrame | None, pl.DataFrame | None]:
     """(collectives, windows) of one Ascend rank from kernel_details.csv and/or communication.json.
 
     Streamed in batches. One pass over the kernel file when communication.json gives the ops (the HCCL rows'
     line numbers and the windows come from the same pass), two otherwise (the HCCL rows first, to know the
-    windows).
+    windows). ``timed``: the file's timed rows, already read by the kernel pass (`ascend_kernels.timed_rows`):
+    then no pass at all.
     """
-    lf = None
-    if kernel_path is not None:
+    lf = timed
+    if kernel_path is not None and lf is None:
         kf = ascend_kernels.inspect(kernel_path)
         lf = ascend_kernels.scan(kf).filter(~pl.col("bad") & pl.col("dur_us").is_not_null())
         if n_records is not None:

@@ -201,53 +201,84 @@ def _classify_distinct(groups: pl.DataFrame, rules: list) -> pl.DataFrame:
 CACHE_BYTES = 16 << 20  # kernel files from this size keep their reduced groups in the cache (profan.cache)
 
 
-def reduce_kernels(path: Path, pack: RulePack, rules_for: str = "ascend", *, starts: bool = False
-                   ) -> tuple[pl.DataFrame, dict, str, bool]:
-    """Read a kernel file in one pass: (classified groups, counts, header variant, has pipe ratios).
+@dataclass
+class KernelPass:
+    """One kernel file, read: its classified groups, row counts, header variant, whether it has pipe ratios, and
+    — for a small file when asked — ``timed``, its usable rows with their place in time (step, op, name, type,
+    core, start_us, dur_us, loc), which the collectives' windows need (they read the file themselves otherwise)."""
+
+    groups: pl.DataFrame
+    counts: dict[str, int]
+    variant: str
+    has_pipe_ratios: bool
+    timed: pl.DataFrame | None = None
+
+
+def reduce_kernels(path: Path, pack: RulePack, rules_for: str = "ascend", *, starts: bool = False,
+                   timed: bool = False) -> KernelPass:
+    """Read a kernel file in one pass into its `KernelPass`.
 
     The groups of a big file are cached (before classification, so a changed rule pack never meets a stale
     verdict): analysing it again — ``profan evidence DIR F3``, an agent's follow-up question — skips the pass.
-    ``starts``: keep each group's first start even on a big file (see `_aggs`)."""
+    ``starts``: keep each group's first start even on a big file (see `_aggs`). ``timed``: also keep a small
+    file's timed rows, from the same read."""
     kf = ascend_kernels.inspect(path)
     size = path.stat().st_size
     starts = starts or size <= ascend_kernels.IN_MEMORY_BYTES  # in memory the starts cost next to nothing
+    rows = None
     if size >= CACHE_BYTES:
         from profan.cache import cached_table
 
         kind = "kernel_groups+starts" if starts else "kernel_groups"
-        groups, counts, _ = cached_table(path, kind, lambda: _reduce_file(kf, starts))
+        groups, counts, _ = cached_table(path, kind, lambda: _reduce_file(kf, starts)[:2])
     else:
-        groups, counts = _reduce_file(kf, starts)
+        groups, counts, rows = _reduce_file(kf, starts, timed)
     # one order for the same input: a hash grouping's order varies from run to run, and with it the order of
     # every later float sum — enough to swap two kernels of equal time in a ranking
     groups = _classify_distinct(groups, pack.rules_for(rules_for)).sort(KEYS, nulls_last=True)
-    return groups, {"rows": counts["rows"], "skipped": counts["skipped"]}, kf.variant, kf.has_pipe_ratios
+    return KernelPass(groups, {"rows": counts["rows"], "skipped": counts["skipped"]}, kf.variant,
+                      kf.has_pipe_ratios, None if rows is None else ascend_kernels.timed_rows(kf, rows))
 
 
-def _reduce_file(kf: ascend_kernels.KernelFile, starts: bool) -> tuple[pl.DataFrame, dict[str, int]]:
-    """(unclassified groups, {"rows", "skipped"}) of one kernel file.
+def _reduce_file(kf: ascend_kernels.KernelFile, starts: bool, keep_rows: bool = False
+                 ) -> tuple[pl.DataFrame, dict[str, int], pl.DataFrame | None]:
+    """(unclassified groups, {"rows", "skipped"}, the per-row table when ``keep_rows`` and the file is read in
+    memory) of one kernel file.
 
-    The physical line count that proves one line per record runs in a thread beside the pass (polars releases
-    the GIL), so the check costs little wall time on a multi-core machine."""
+    The physical line count that proves one line per record runs in a thread beside the pass of a big file
+    (polars releases the GIL), so the check costs little wall time on a multi-core machine; a small file is
+    counted first, which costs less than starting the thread."""
     path = kf.path
     pipes = list(kf.pipe_columns)
     exact = path.stat().st_size <= ascend_kernels.IN_MEMORY_BYTES  # in memory: the TOP_LINES largest rows
+    keep = keep_rows and exact
+    rows = None
+
+    def reduce(fast: bool) -> tuple[pl.LazyFrame, pl.DataFrame, int, int]:
+        nonlocal rows
+        lf = ascend_kernels.scan_for_groups(kf, fast=fast)
+        if keep:
+            rows = lf.collect()
+            lf = rows.lazy()
+        return lf, *_reduce_rows(lf, kf, pipes, exact, starts)
+
     with ThreadPoolExecutor(max_workers=1) as pool:
-        n_lines = pool.submit(count_lines, path)
+        n_lines = pool.submit(count_lines, path) if not exact else None
+        lines = count_lines(path) if exact else None
         try:
-            lf = ascend_kernels.scan_for_groups(kf, fast=True)
-            groups, n_rows, n_bad = _reduce_rows(lf, kf, pipes, exact, starts)
+            lf, groups, n_rows, n_bad = reduce(fast=True)
         except pl.exceptions.PolarsError:  # a number cell the fast reader refuses: read those columns as text
-            lf = ascend_kernels.scan_for_groups(kf, fast=False)
-            groups, n_rows, n_bad = _reduce_rows(lf, kf, pipes, exact, starts)
-        one_line_per_record = n_lines.result() == n_rows + 1
+            lf, groups, n_rows, n_bad = reduce(fast=False)
+        one_line_per_record = (n_lines.result() if n_lines is not None else lines) == n_rows + 1
     if n_rows == 0:
         raise ProfanInputError(path, "no data rows (header only)")
     if not one_line_per_record:
         # A quoted field holds a line break: map record index -> true physical line, then redo the reduction.
         lf = ascend_kernels.with_exact_lines(kf, lf, n_rows)
         groups, _, _ = _reduce_rows(lf, kf, pipes, exact, starts)
-    return groups, {"rows": n_rows, "skipped": n_bad}
+        if keep:
+            rows = lf.collect()
+    return groups, {"rows": n_rows, "skipped": n_bad}, rows
 
 
 def load_rank(rs: RankSource, root: Path, pack: RulePack, *, peers: bool = True) -> RankData:
@@ -269,16 +300,18 @@ def load_rank(rs: RankSource, root: Path, pack: RulePack, *, peers: bool = True)
             rd.metadata = ascend_meta.read_metadata(rs.files["profiler_metadata"])
         except ProfanInputError as exc:
             rd.warnings.append(f"ignored {rd.files['profiler_metadata']}: {exc.problem}")
+    timed = None  # a small kernel file's timed rows, for the collectives
     if "kernel_details" in rs.files:
         try:
             # without communication.json the collectives take the HCCL rows' starts from the groups
             starts = peers and "communication" not in rs.files
-            groups, counts, variant, has_pipes = reduce_kernels(rs.files["kernel_details"], pack, starts=starts)
+            kp = reduce_kernels(rs.files["kernel_details"], pack, starts=starts, timed=peers and rs.kind == "ascend")
         except pl.exceptions.PolarsError as exc:  # malformed beyond what the tolerant reader accepts
             first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
             raise ProfanInputError(rs.files["kernel_details"], f"cannot be parsed as CSV ({first})") from None
-        rd.groups, rd.kernel_variant, rd.has_pipe_ratios = groups, variant, has_pipes
-        rd.count("kernel_details", counts["rows"], counts["skipped"],
+        rd.groups, rd.kernel_variant, rd.has_pipe_ratios = kp.groups, kp.variant, kp.has_pipe_ratios
+        timed = kp.timed
+        rd.count("kernel_details", kp.counts["rows"], kp.counts["skipped"],
                  "rows whose duration is not a number of 0 or more, or whose block dim is text (truncated or "
                  "misaligned rows)")
     if "op_statistic" in rs.files:
@@ -300,7 +333,7 @@ def load_rank(rs: RankSource, root: Path, pack: RulePack, *, peers: bool = True)
         rd.comm_links = ascend_matrix.link_totals(ascend_matrix.map_ranks(links, rd.metadata))
         rd.count("communication_matrix", links.height + skipped, skipped, "entries of unexpected shape")
     if peers:
-        _load_collectives(rd, rs, pack)
+        _load_collectives(rd, rs, pack, timed)
     if "kineto_trace" in rs.files:
         from profan.sources import kineto
 
@@ -317,8 +350,9 @@ def load_rank(rs: RankSource, root: Path, pack: RulePack, *, peers: bool = True)
         rd.info["platform_version"] = platform
     return rd
 
-def _load_collectives(rd: RankData, rs: RankSource, pack: RulePack) -> None:
-    """The rank's communication ops and their pre-collective windows, for cross-rank alignment and stragglers."""
+def _load_collectives(rd: RankData, rs: RankSource, pack: RulePack, timed: pl.DataFrame | None = None) -> None:
+    """The rank's communication ops and their pre-collective windows, for cross-rank alignment and stragglers.
+    ``timed``: the kernel file's timed rows when the kernel pass kept them (`KernelPass.timed`)."""
     from profan.collectives import ascend_collectives
 
     if rs.kind == "kineto" and "kineto_trace" in rs.files:
@@ -330,4 +364,4 @@ def _load_collectives(rd: RankData, rs: RankSource, pack: RulePack) -> None:
         return
     rd.collectives, rd.windows = ascend_collectives(
         rs.files.get("kernel_details"), rd.files.get("kernel_details"), rd.rows_read.get("kernel_details"),
-        rd.comm_ops, rd.files.get("communication"), pack, rd.groups)
+        rd.comm_ops, rd.files.get("communication"), pack, rd.groups, timed)
