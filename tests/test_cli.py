@@ -310,3 +310,14 @@ def test_compare_brief_and_evidence(tmp_path):
         assert [r["text"] for r in item["rows"]] == [raw[n - 1] for n in item["lines"]]
         sides.add(item["file"].split("/")[0])
     assert sides == {"rank_0_ascend_pt", "rank_2_ascend_pt"}
+
+
+def test_markdown_shows_microsecond_kernels_without_rounding_them_to_zero():
+    """vllm-ascend msprof capture: OnesLike ran 4.800 and 8.860 µs, GroupedMatmul 25.861 µs (op_summary lines 2–4).
+    The ms columns keep digits enough to tell them apart instead of printing 0.00 / 0.01."""
+    res = run_cli("analyze", str(ASCEND / "vllm-ascend-msprof-gmm-1op"), "-q")
+    assert res.returncode == 0, res.stderr
+    rows = [line for line in res.stdout.splitlines() if line.startswith("| 0 | — | ") and "ASC-" in line]
+    times = {(cells[3], cells[4]): cells[6] for cells in (r.split(" | ") for r in rows)}
+    assert times == {("`GroupedMatmul`", "512,16;8,2048,16;;;;;;8"): "0.026",
+                     ("`OnesLike`", "8,2048,16"): "0.0089", ("`OnesLike`", "512,16"): "0.0048"}

@@ -4,7 +4,13 @@ from __future__ import annotations
 
 
 def fmt_ms(us) -> str:
-    return "—" if us is None else f"{us / 1000:,.2f}"
+    """µs shown in ms: two decimals, more below 0.1 ms — a 4.8 µs kernel reads 0.0048, not 0.00."""
+    if us is None:
+        return "—"
+    v = us / 1000
+    if v == 0 or abs(v) >= 0.1:
+        return f"{v:,.2f}"
+    return f"{v:.3f}" if abs(v) >= 0.01 else f"{v:.4f}"
 
 
 def fmt_us(us) -> str:
