@@ -75,9 +75,12 @@ def load_ranks(sources: list[RankSource], root: Path, pack: RulePack, jobs: int 
         os.environ["POLARS_MAX_THREADS"] = str(max(1, _cores() // jobs))
     try:
         pool = ProcessPoolExecutor(max_workers=jobs - 1, mp_context=get_context("spawn"))
-        with pool:
+        try:
             _run(pool, jobs - 1, sources, got, partial(_load, root=root, pack=pack, peers=n > 1),
                  say)
+        finally:
+            # every result is in: the workers wind down (~0.1 s) while this process goes on to the reduce
+            pool.shutdown(wait=False, cancel_futures=True)
     except BrokenProcessPool:
         raise ProfanError("a worker process died while reading ranks (out of memory?); "
                           "run again with --jobs 1 to read them one at a time") from None
