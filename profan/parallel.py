@@ -2,7 +2,7 @@
 
 Why processes: a rank's read is polars work plus Python glue (JSON side files, small-table building); the glue
 holds the GIL, so threads do not scale past one core for clusters of small files. Ranks are independent and their
-results are small, so a process pool over ``load_rank`` is the whole parallel design.
+results are small, so a process pool over batches of ranks (`load_ranks_batch`) is the whole parallel design.
 
 ``spawn`` (not ``fork``): the parent may already run polars' thread pool, and forking a process with live threads
 can deadlock. Each worker pays one interpreter start and import (~0.5 s), so small jobs stay sequential, and
@@ -21,7 +21,7 @@ from pathlib import Path
 
 from profan.discover import RankSource
 from profan.errors import ProfanError, ProfanInputError
-from profan.rankmap import RankData, load_rank
+from profan.rankmap import RankData, load_ranks_batch
 from profan.rulepack import RulePack
 
 AUTO_MIN_RANKS = 16  # below this, worker start-up costs more than it saves
@@ -47,28 +47,45 @@ def resolve_jobs(jobs: int | None, n_ranks: int) -> int:
     return max(1, min(jobs, n_ranks))
 
 
-def _load(rs: RankSource, root: Path, pack: RulePack, peers: bool) -> RankData | tuple[str, str | None, str]:
-    """Worker entry: input errors travel back as plain values (ProfanInputError's signature does not pickle)."""
-    try:
-        return load_rank(rs, root, pack, peers=peers)
-    except ProfanInputError as exc:
-        return ("input-error", exc.path, exc.problem)
+BATCH = 4  # ranks per task: small kernel files of a batch are reduced by one query (rankmap.load_ranks_batch)
+
+Failure = tuple[str, str | None, str]  # ("input-error", path, problem): ProfanInputError's signature does not pickle
+
+
+def _load(batch: list[RankSource], root: Path, pack: RulePack, peers: bool) -> list[RankData | Failure]:
+    """Worker entry: a batch of ranks, input errors as plain values."""
+    return [r if isinstance(r, RankData) else ("input-error", r.path, r.problem)
+            for r in load_ranks_batch(batch, root, pack, peers=peers)]
+
+
+def _batches(n: int) -> list[range]:
+    return [range(i, min(i + BATCH, n)) for i in range(0, n, BATCH)]
+
+
+def _said(say: Callable[[str], None], sources: list[RankSource], got: list, idx: range) -> None:
+    """One progress line per rank of a batch just read."""
+    done = sum(g is not None for g in got) - len(idx)
+    for k, i in enumerate(idx, start=1):
+        say(f"[{done + k}/{len(sources)}] read rank {sources[i].rank}")
 
 
 def load_ranks(sources: list[RankSource], root: Path, pack: RulePack, jobs: int | None = None,
                say: Callable[[str], None] | None = None) -> list[RankData]:
-    """RankData for every rank source, in the given order; sequential or over ``jobs`` processes."""
+    """RankData for every rank source, in the given order; sequential or over ``jobs`` processes. Either way
+    ranks are read a batch at a time, and the first failing rank in order is the error reported."""
     say = say or (lambda _m: None)
     n = len(sources)
     jobs = resolve_jobs(jobs, n)
+    got: list[RankData | Failure | None] = [None] * n
+    load = partial(_load, root=root, pack=pack, peers=n > 1)
     if jobs <= 1:
-        out = []
-        for i, rs in enumerate(sources, start=1):
-            say(f"[{i}/{n}] reading rank {rs.rank}")
-            out.append(load_rank(rs, root, pack, peers=n > 1))
-        return out
+        for idx in _batches(n):
+            got[idx.start:idx.stop] = load([sources[i] for i in idx])
+            _said(say, sources, got, idx)
+            if any(isinstance(g, tuple) for g in got[idx.start:idx.stop]):
+                break
+        return _results(got)
     say(f"reading {n} ranks in {jobs} processes")
-    got: list[RankData | tuple[str, str | None, str] | None] = [None] * n
     # each worker gets its share of the cores for polars' own thread pool (set before the workers start)
     saved = os.environ.get("POLARS_MAX_THREADS")
     if saved is None:
@@ -76,8 +93,7 @@ def load_ranks(sources: list[RankSource], root: Path, pack: RulePack, jobs: int 
     try:
         pool = ProcessPoolExecutor(max_workers=jobs - 1, mp_context=get_context("spawn"))
         try:
-            _run(pool, jobs - 1, sources, got, partial(_load, root=root, pack=pack, peers=n > 1),
-                 say)
+            _run(pool, jobs - 1, sources, got, load, say)
         finally:
             # every result is in: the workers wind down (~0.1 s) while this process goes on to the reduce
             pool.shutdown(wait=False, cancel_futures=True)
@@ -87,39 +103,49 @@ def load_ranks(sources: list[RankSource], root: Path, pack: RulePack, jobs: int 
     finally:
         if saved is None:
             os.environ.pop("POLARS_MAX_THREADS", None)
-    # the first failing rank in order, as a sequential read reports it
+    return _results(got)
+
+
+def _results(got: list[RankData | Failure | None]) -> list[RankData]:
+    """The RankData, or the first failing rank's error in order, as a sequential read reports it."""
     for g in got:
         if isinstance(g, tuple):
             raise ProfanInputError(g[1], g[2])
     return [g for g in got if isinstance(g, RankData)]
 
 
-LOOKAHEAD = 3  # ranks handed to each worker ahead of time, so none idles while this process reads a rank
+LOOKAHEAD = 2  # batches handed to each worker ahead of time, so none idles while this process reads a batch
+
+
+def _next_batch(lo: int, hi: int, jobs: int) -> int:
+    """Size of the next batch out of ranks ``lo..hi``: `BATCH` while many are left, smaller towards the end, so
+    that no process is left with queued batches while the others have nothing to do (guided scheduling)."""
+    return max(1, min(BATCH, (hi - lo + 1) // (2 * jobs)))
 
 
 def _run(pool: ProcessPoolExecutor, workers: int, sources: list[RankSource], got: list,
-         load: Callable[[RankSource], RankData | tuple[str, str | None, str]], say: Callable[[str], None]) -> None:
-    """Fill ``got``: the workers take ranks from the front of the list, this process reads from the end (it is
-    ready at once, while each worker first spends ~0.5 s starting). Work is handed out a few ranks at a time."""
+         load: Callable[[list[RankSource]], list[RankData | Failure]], say: Callable[[str], None]) -> None:
+    """Fill ``got``: the workers take batches from the front of the list, this process reads from the end (it
+    is ready at once, while each worker first spends ~0.3 s starting)."""
     n = len(sources)
     front, back = 0, n - 1
-    running: dict[Future, int] = {}
+    running: dict[Future, range] = {}
 
-    def done(i: int) -> None:
-        say(f"[{i + 1}/{n}] read rank {sources[i].rank}")
+    def take(idx: range, results: list) -> None:
+        got[idx.start:idx.stop] = results
+        _said(say, sources, got, idx)
 
     while front <= back or running:
         while front <= back and len(running) < workers * LOOKAHEAD:
-            running[pool.submit(load, sources[front])] = front
-            front += 1
+            idx = range(front, front + _next_batch(front, back, workers + 1))
+            running[pool.submit(load, [sources[i] for i in idx])] = idx
+            front = idx.stop
         if front <= back:
-            got[back] = load(sources[back])
-            done(back)
-            back -= 1
+            idx = range(back + 1 - _next_batch(front, back, workers + 1), back + 1)
+            take(idx, load([sources[i] for i in idx]))
+            back = idx.start - 1
             finished = [f for f in running if f.done()]
         else:
             finished = list(wait(running, return_when=FIRST_COMPLETED).done)
         for f in finished:
-            i = running.pop(f)
-            got[i] = f.result()
-            done(i)
+            take(running.pop(f), f.result())

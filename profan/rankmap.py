@@ -7,29 +7,24 @@ only these results travel. Nothing here formats text for a report; analyses work
 
 from __future__ import annotations
 
-from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
 
 import polars as pl
 
-from profan.classify import classify, rule_fields
 from profan.discover import RankSource, relpath
 from profan.errors import ProfanInputError
+from profan.kernel_pass import KernelPass, reduce_kernel_batch, reduce_kernels
 from profan.rulepack import RulePack
 from profan.sources import (
     ascend_comm,
     ascend_device,
-    ascend_kernels,
     ascend_matrix,
     ascend_meta,
     ascend_opstat,
     ascend_packets,
     ascend_steps,
 )
-from profan.sources.csvtext import count_lines
-
-TOP_LINES = 20  # largest rows kept per kernel group, for evidence
 
 
 @dataclass
@@ -76,217 +71,41 @@ class RankData:
             self.warnings.append(f"{self.files[logical]}: {empty}")
 
 
-KEYS = ["step", "op", "name", "type", "core", "input_shapes"]
-
-
-def _aggs(pipes: list[str], exact: bool, starts: bool) -> list[pl.Expr]:
-    """Aggregations over the kernel rows of one group.
-
-    ``exact`` (small files, grouped in memory): ``lines`` holds the TOP_LINES largest rows, largest first, ties in
-    file order, with their durations in ``line_durs``. Otherwise (big files, polars' streaming group-by, which
-    holds one row of state per group and cannot keep per-group lists): the longest row and the first row of the
-    group — ``_merge_samples`` makes them ``lines``. Either way every cited line is a row of the group, and the
-    group's count and select say what the claim covers.
-
-    ``starts``: also each group's first start (``first_start_us``), which lets `profan.collectives` take the HCCL
-    rows from the groups instead of a pass of its own over the file. Parsing every row's start costs 0.1 s per
-    GB, so a big file pays it only when the collectives need it (no communication.json gives the ops)."""
-    dur = pl.col("dur_us")
-    aggs = [  # every aggregate costs time on every row of a GB file: only what the analyses read
-        pl.len().alias("count"),
-        dur.sum().alias("time_us"),
-        dur.max().alias("max_us"),
-        *([pl.col("start_us").min().alias("first_start_us")] if starts else []),
-    ]
-    if exact:
-        aggs += [
-            pl.col("src_line").sort_by("dur_us", descending=True, nulls_last=True, maintain_order=True)
-            .head(TOP_LINES).alias("lines"),
-            dur.sort(descending=True, nulls_last=True).head(TOP_LINES).alias("line_durs"),
-        ]
-    else:  # the longest row (ties: the later line; deterministic) and the first row
-        aggs += [
-            pl.col("src_line").sort_by(["dur_us", "src_line"]).last().alias("_top_line"),
-            pl.col("src_line").min().alias("_first_line"),
-            dur.sort_by("src_line").first().alias("_first_dur"),
-        ]
-    aggs += [(pl.col(p) * dur).sum().alias(f"{p}_wsum") for p in pipes]  # their weights: see `_pmu_mask`
-    return aggs
-
-
-def _pmu_mask(pipes: list[str]) -> pl.Expr:
-    """Which pipe ratios a row has (bit i: ``pipes[i]`` is not null), a grouping key beside the kernel's keys.
-
-    A pipe's duration-weighted mean needs the duration of the rows that have that ratio. Grouping by the mask
-    makes that the group's own ``time_us`` (every row of the group has the same ratios), so no per-pipe weight
-    is aggregated over millions of rows; `_pmu_weights` derives the weights and `_merge` folds the masks."""
-    if not pipes:
-        return pl.lit(0, pl.Int32).alias("_pmu")
-    return pl.sum_horizontal([pl.col(p).is_not_null().cast(pl.Int32) * (1 << i)
-                              for i, p in enumerate(pipes)]).alias("_pmu")
-
-
-def _pmu_weights(g: pl.DataFrame, pipes: list[str]) -> pl.DataFrame:
-    """``{pipe}_wden``: the duration of the group's rows that have the pipe's ratio (see `_pmu_mask`)."""
-    bit = pl.col("_pmu")
-    return g.with_columns(
-        pl.when((bit & (1 << i)) != 0).then(pl.col("time_us")).otherwise(0.0).alias(f"{p}_wden")
-        for i, p in enumerate(pipes)).drop("_pmu")
-
-
-def _merge_samples(g: pl.DataFrame) -> pl.DataFrame:
-    """Streaming groups: ``lines`` = [longest row, first row] (one when they coincide), durations alike."""
-    same = pl.col("_top_line") == pl.col("_first_line")
-    return g.with_columns(
-        pl.when(same).then(pl.concat_list(pl.col("_top_line")))
-        .otherwise(pl.concat_list("_top_line", "_first_line")).alias("lines"),
-        pl.when(same).then(pl.concat_list(pl.col("max_us")))
-        .otherwise(pl.concat_list("max_us", "_first_dur")).alias("line_durs"),
-    ).drop("_top_line", "_first_line", "_first_dur")
-
-
-def _merge(g: pl.DataFrame, pipes: list[str]) -> pl.DataFrame:
-    """One row per key: raw keys that clean up to the same key (``"A "`` and ``"A"``) are combined — sums add,
-    min/max fold, the sample lines are re-ranked."""
-    sums = ["count", "time_us", *[f"{p}_{s}" for p in pipes for s in ("wsum", "wden")]]
-    starts = ["first_start_us"] if "first_start_us" in g.columns else []
-    cols = ["count", "time_us", "max_us", *starts,
-            *[f"{p}_{s}" for p in pipes for s in ("wsum", "wden")], "lines", "line_durs"]
-    g = g.select(*KEYS, *cols)
-    split = g.select(KEYS).is_duplicated()
-    if not split.any():
-        return g
-    s = g.filter(split)
-    scalars = s.group_by(KEYS).agg(*[pl.col(c).sum() for c in sums], pl.col("max_us").max(),
-                                   *[pl.col(c).min() for c in starts])
-    tops = (s.select(*KEYS, "lines", "line_durs").explode(["lines", "line_durs"])
-            .sort(["line_durs", "lines"], descending=[True, False], nulls_last=True)
-            .group_by(KEYS, maintain_order=True).agg(pl.col("lines").head(TOP_LINES),
-                                                     pl.col("line_durs").head(TOP_LINES)))
-    merged = scalars.join(tops, on=KEYS, how="left", nulls_equal=True)
-    return pl.concat([g.filter(~split), merged.select(*KEYS, *cols)])
-
-
-def _reduce_rows(lf: pl.LazyFrame, kf: ascend_kernels.KernelFile, pipes: list[str],
-                 exact: bool, starts: bool) -> tuple[pl.DataFrame, int, int]:
-    """One pass over the rows: (groups, rows, bad rows).
-
-    Grouping runs on the raw key text plus ``bad``, so bad rows are counted by the same pass and then dropped;
-    the key clean-up (`key_exprs`) and the op derivation run once per distinct raw key instead of once per row.
-    Big files go through polars' streaming engine: memory is bounded by the groups, never by the file."""
-    raw = ascend_kernels.raw_key_columns(kf)
-    q = lf.group_by(*raw, "bad", _pmu_mask(pipes)).agg(_aggs(pipes, exact, starts))
-    g = q.collect() if exact else q.collect(engine="streaming")
-    n_rows = int(g["count"].sum()) if g.height else 0
-    bad = g.filter(pl.col("bad"))
-    g = _pmu_weights(g.filter(~pl.col("bad")).drop("bad"), pipes)
-    if not exact:
-        g = _merge_samples(g)
-    g = g.select(*ascend_kernels.key_exprs(kf), pl.exclude(raw)).with_columns(ascend_kernels.op_expr())
-    return _merge(g, pipes), n_rows, int(bad["count"].sum()) if bad.height else 0
-
-
-def _classify_distinct(groups: pl.DataFrame, rules: list) -> pl.DataFrame:
-    """`classify` on the distinct values of the fields the rules read, joined back: the same bucket and rule for
-    every group, with the regex chain run over a few hundred kernels instead of one row per (step, kernel)."""
-    fields = rule_fields(rules)
-    if not fields or groups.is_empty():
-        return classify(groups, rules)
-    kinds = groups.select(fields).unique()
-    if kinds.height * 4 > groups.height:  # names nearly unique per group: a join would cost more than it saves
-        return classify(groups, rules)
-    return groups.join(classify(kinds, rules), on=fields, how="left", nulls_equal=True, maintain_order="left")
-
-
-CACHE_BYTES = 16 << 20  # kernel files from this size keep their reduced groups in the cache (profan.cache)
-
-
-@dataclass
-class KernelPass:
-    """One kernel file, read: its classified groups, row counts, header variant, whether it has pipe ratios, and
-    — for a small file when asked — ``timed``, its usable rows with their place in time (step, op, name, type,
-    core, start_us, dur_us, loc), which the collectives' windows need (they read the file themselves otherwise)."""
-
-    groups: pl.DataFrame
-    counts: dict[str, int]
-    variant: str
-    has_pipe_ratios: bool
-    timed: pl.DataFrame | None = None
-
-
-def reduce_kernels(path: Path, pack: RulePack, rules_for: str = "ascend", *, starts: bool = False,
-                   timed: bool = False) -> KernelPass:
-    """Read a kernel file in one pass into its `KernelPass`.
-
-    The groups of a big file are cached (before classification, so a changed rule pack never meets a stale
-    verdict): analysing it again — ``profan evidence DIR F3``, an agent's follow-up question — skips the pass.
-    ``starts``: keep each group's first start even on a big file (see `_aggs`). ``timed``: also keep a small
-    file's timed rows, from the same read."""
-    kf = ascend_kernels.inspect(path)
-    size = path.stat().st_size
-    starts = starts or size <= ascend_kernels.IN_MEMORY_BYTES  # in memory the starts cost next to nothing
-    rows = None
-    if size >= CACHE_BYTES:
-        from profan.cache import cached_table
-
-        kind = "kernel_groups+starts" if starts else "kernel_groups"
-        groups, counts, _ = cached_table(path, kind, lambda: _reduce_file(kf, starts)[:2])
-    else:
-        groups, counts, rows = _reduce_file(kf, starts, timed)
-    # one order for the same input: a hash grouping's order varies from run to run, and with it the order of
-    # every later float sum — enough to swap two kernels of equal time in a ranking
-    groups = _classify_distinct(groups, pack.rules_for(rules_for)).sort(KEYS, nulls_last=True)
-    return KernelPass(groups, {"rows": counts["rows"], "skipped": counts["skipped"]}, kf.variant,
-                      kf.has_pipe_ratios, None if rows is None else ascend_kernels.timed_rows(kf, rows))
-
-
-def _reduce_file(kf: ascend_kernels.KernelFile, starts: bool, keep_rows: bool = False
-                 ) -> tuple[pl.DataFrame, dict[str, int], pl.DataFrame | None]:
-    """(unclassified groups, {"rows", "skipped"}, the per-row table when ``keep_rows`` and the file is read in
-    memory) of one kernel file.
-
-    The physical line count that proves one line per record runs in a thread beside the pass of a big file
-    (polars releases the GIL), so the check costs little wall time on a multi-core machine; a small file is
-    counted first, which costs less than starting the thread."""
-    path = kf.path
-    pipes = list(kf.pipe_columns)
-    exact = path.stat().st_size <= ascend_kernels.IN_MEMORY_BYTES  # in memory: the TOP_LINES largest rows
-    keep = keep_rows and exact
-    rows = None
-
-    def reduce(fast: bool) -> tuple[pl.LazyFrame, pl.DataFrame, int, int]:
-        nonlocal rows
-        lf = ascend_kernels.scan_for_groups(kf, fast=fast)
-        if keep:
-            rows = lf.collect()
-            lf = rows.lazy()
-        return lf, *_reduce_rows(lf, kf, pipes, exact, starts)
-
-    with ThreadPoolExecutor(max_workers=1) as pool:
-        n_lines = pool.submit(count_lines, path) if not exact else None
-        lines = count_lines(path) if exact else None
+def load_ranks_batch(sources: list[RankSource], root: Path, pack: RulePack, *, peers: bool = True
+                     ) -> list[RankData | ProfanInputError]:
+    """`load_rank` of each source, with the small kernel files of the batch reduced together
+    (`reduce_kernel_batch`). A rank's input error is its entry in the list: the other ranks are still read, and
+    the caller decides which error to report."""
+    with_kernels = [i for i, rs in enumerate(sources) if "kernel_details" in rs.files]
+    kps: list[KernelPass | None] = [None] * len(sources)
+    if len(with_kernels) > 1:
+        timed = [_wants_timed(sources[i], peers) for i in with_kernels]
+        if all(timed) or not any(timed):
+            got = reduce_kernel_batch([sources[i].files["kernel_details"] for i in with_kernels], pack,
+                                      timed=timed[0])
+            for i, kp in zip(with_kernels, got, strict=True):
+                kps[i] = kp
+    out: list[RankData | ProfanInputError] = []
+    for rs, kp in zip(sources, kps, strict=True):
         try:
-            lf, groups, n_rows, n_bad = reduce(fast=True)
-        except pl.exceptions.PolarsError:  # a number cell the fast reader refuses: read those columns as text
-            lf, groups, n_rows, n_bad = reduce(fast=False)
-        one_line_per_record = (n_lines.result() if n_lines is not None else lines) == n_rows + 1
-    if n_rows == 0:
-        raise ProfanInputError(path, "no data rows (header only)")
-    if not one_line_per_record:
-        # A quoted field holds a line break: map record index -> true physical line, then redo the reduction.
-        lf = ascend_kernels.with_exact_lines(kf, lf, n_rows)
-        groups, _, _ = _reduce_rows(lf, kf, pipes, exact, starts)
-        if keep:
-            rows = lf.collect()
-    return groups, {"rows": n_rows, "skipped": n_bad}, rows
+            out.append(load_rank(rs, root, pack, peers=peers, kernels=kp))
+        except ProfanInputError as exc:
+            out.append(exc)
+    return out
 
 
-def load_rank(rs: RankSource, root: Path, pack: RulePack, *, peers: bool = True) -> RankData:
+def _wants_timed(rs: RankSource, peers: bool) -> bool:
+    """Whether the kernel pass keeps the file's timed rows: the collectives' windows of an Ascend rank read them."""
+    return peers and rs.kind == "ascend"
+
+
+def load_rank(rs: RankSource, root: Path, pack: RulePack, *, peers: bool = True,
+              kernels: KernelPass | None = None) -> RankData:
     """Read everything profan uses from one rank. Input errors propagate as ProfanInputError.
 
     ``peers``: other ranks are analysed with this one. Only then are the collectives and their pre-collective
     windows read — they serve cross-rank alignment alone, and on a big kernel file the windows cost a second
-    pass."""
+    pass. ``kernels``: the kernel file's pass, already made (`load_ranks_batch`)."""
     rd = RankData(rank=int(rs.rank or 0), path=relpath(rs.path, root) or ".", kind=rs.kind,
                   rank_origin=rs.rank_origin, files={k: relpath(p, root) for k, p in rs.files.items()})
     if "profiler_info" in rs.files:
@@ -305,7 +124,8 @@ def load_rank(rs: RankSource, root: Path, pack: RulePack, *, peers: bool = True)
         try:
             # without communication.json the collectives take the HCCL rows' starts from the groups
             starts = peers and "communication" not in rs.files
-            kp = reduce_kernels(rs.files["kernel_details"], pack, starts=starts, timed=peers and rs.kind == "ascend")
+            kp = kernels or reduce_kernels(rs.files["kernel_details"], pack, starts=starts,
+                                           timed=_wants_timed(rs, peers))
         except pl.exceptions.PolarsError as exc:  # malformed beyond what the tolerant reader accepts
             first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
             raise ProfanInputError(rs.files["kernel_details"], f"cannot be parsed as CSV ({first})") from None

@@ -96,17 +96,17 @@ def test_big_kernel_file_groups_are_cached_and_invalidated(tmp_path, monkeypatch
     import shutil
 
     import profan
-    from profan import rankmap
+    from profan import kernel_pass
 
     src = QWEN3 / "rank_0_ascend_pt" / "ASCEND_PROFILER_OUTPUT" / "kernel_details.csv"
     f = tmp_path / "kernel_details.csv"
     shutil.copy(src, f)
     monkeypatch.setenv("PROFAN_CACHE_DIR", str(tmp_path / "cache"))
     monkeypatch.delenv("PROFAN_NO_CACHE", raising=False)
-    monkeypatch.setattr(rankmap, "CACHE_BYTES", 0)  # the real file is small; treat it as big
+    monkeypatch.setattr(kernel_pass, "CACHE_BYTES", 0)  # the real file is small; treat it as big
     reads = []
-    real = rankmap._reduce_file
-    monkeypatch.setattr(rankmap, "_reduce_file", lambda kf, *a: reads.append(kf.path) or real(kf, *a))
+    real = kernel_pass._reduce_file
+    monkeypatch.setattr(kernel_pass, "_reduce_file", lambda kf, *a: reads.append(kf.path) or real(kf, *a))
 
     def doc() -> dict:
         d = profan.analyze(f).to_dict()
@@ -132,18 +132,18 @@ def test_streaming_reduction_of_big_files_on_real_rows(variant, monkeypatch):
     first row. On real files (forced down that path) every group's count, time, maximum and pipe sums equal the
     in-memory reduction's, the bad-row count is the same, and each cited line, read from the raw file, is the
     group's longest row or its first row."""
-    from profan import rankmap
+    from profan import kernel_pass
     from profan.rulepack import load
 
     path = ASCEND / FILES[variant]
     pack = load([])
-    kp = rankmap.reduce_kernels(path, pack)
+    kp = kernel_pass.reduce_kernels(path, pack)
     exact, c_exact = kp.groups, kp.counts
     monkeypatch.setattr(ascend_kernels, "IN_MEMORY_BYTES", -1)
-    kp = rankmap.reduce_kernels(path, pack)
+    kp = kernel_pass.reduce_kernels(path, pack)
     stream, c_stream = kp.groups, kp.counts
     assert c_stream == c_exact
-    keys = rankmap.KEYS
+    keys = kernel_pass.KEYS
     both = exact.join(stream, on=keys, how="full", nulls_equal=True, suffix="_s")
     assert both.height == exact.height == stream.height
     for c in [c for c in exact.columns if c.endswith(("_wsum", "_wden"))] + ["time_us", "max_us"]:
@@ -157,10 +157,10 @@ def test_streaming_reduction_of_big_files_on_real_rows(variant, monkeypatch):
         # the group's rows, independently: the exact reduction's cited lines hold all of them for these files
         members = next(e for e in both.iter_rows(named=True)
                        if all(e[k] == g[k] for k in keys))["lines"]
-        assert len(members) == g["count"] or g["count"] > rankmap.TOP_LINES
+        assert len(members) == g["count"] or g["count"] > kernel_pass.TOP_LINES
         longest, *rest = g["lines"]
         assert fnum(rows[longest][dur_col]) == pytest.approx(g["max_us"])
-        if g["count"] <= rankmap.TOP_LINES:
+        if g["count"] <= kernel_pass.TOP_LINES:
             assert set(g["lines"]) <= set(members)
             assert min(g["lines"]) == min(members)  # the first row of the group is cited
         assert len(rest) <= 1
@@ -211,3 +211,19 @@ def test_streamed_ranks_without_communication_json_keep_hccl_starts(tmp_path, mo
         assert b.collectives is not None and b.collectives.height == a.collectives.height > 0
         cols = ["name", "start_us", "kline"]
         assert b.collectives.select(cols).equals(a.collectives.select(cols))
+
+
+@pytest.mark.parametrize("tail", ["", "\n", "\r\n"])
+def test_line_count_is_the_same_read_whole_or_in_blocks(tmp_path, monkeypatch, tail):
+    """Files up to csvtext.SMALL_COUNT_BYTES are counted in one read, bigger ones block by block; both count a
+    last line without a newline. Checked against the csv module's count of the real file."""
+    from profan.sources import csvtext
+
+    src = ASCEND / FILES["K3 alexnet level1 CRLF"]
+    _, rows = raw_rows(src)
+    f = tmp_path / "k.csv"
+    f.write_bytes(src.read_bytes().rstrip(b"\r\n") + tail.encode())
+    whole = csvtext.count_lines(f)
+    csvtext._count_lines.cache_clear()
+    monkeypatch.setattr(csvtext, "SMALL_COUNT_BYTES", 0)
+    assert csvtext.count_lines(f) == whole == len(rows) + 1

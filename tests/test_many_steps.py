@@ -11,7 +11,7 @@ import pytest
 from conftest import QWEN3, fnum, raw_rows
 
 import profan
-from profan import rankmap
+from profan import kernel_pass
 from profan.drill import select_kernel_rows
 from profan.render import render
 
@@ -94,14 +94,14 @@ def test_all_steps_table_and_markdown_for_a_long_capture(six_steps, tmp_path):
 def test_report_does_not_depend_on_the_order_groups_are_reduced_in(six_steps, monkeypatch):
     """Steps 1–6 hold the same kernels with the same times, so ties are everywhere. polars' hash grouping hands
     the kernel groups over in an order that varies from run to run; the report must not follow it."""
-    reduce_file = rankmap._reduce_file
+    reduce_file = kernel_pass._reduce_file
     docs = []
     for seed in range(4):
         def shuffled(kf, *args, seed=seed):
             groups, *rest = reduce_file(kf, *args)
             return groups.sample(fraction=1.0, shuffle=True, seed=seed), *rest
 
-        monkeypatch.setattr(rankmap, "_reduce_file", shuffled)
+        monkeypatch.setattr(kernel_pass, "_reduce_file", shuffled)
         d = profan.analyze(six_steps).to_dict()
         d["meta"].pop("timings_s")
         docs.append(msgspec.json.encode(d))

@@ -187,14 +187,15 @@ def scan_for_groups(kf: KernelFile, *, fast: bool = True) -> pl.LazyFrame:
                                                     *number_exprs(kf, typed=floats))
 
 
-def timed_rows(kf: KernelFile, rows: pl.DataFrame) -> pl.DataFrame:
+def timed_rows(kf: KernelFile, rows: pl.DataFrame, by: tuple[str, ...] = ()) -> pl.DataFrame:
     """The usable rows of a `scan_for_groups` table (read in memory) with their place in time: step, op, name,
     type, core, start_us, dur_us, loc (the CSV line) — what `scan` gives the collectives, without a second read
-    of the file."""
+    of the file. ``by``: columns kept in front (the file index of a batch of files)."""
     return (rows.lazy().filter(~pl.col("bad") & pl.col("dur_us").is_not_null())
-            .select(*key_exprs(kf)[:4], "start_us", "dur_us", pl.col("src_line").alias("loc"))
+            .select(*by, *key_exprs(kf)[:4], "start_us", "dur_us", pl.col("src_line").alias("loc"))
             .with_columns(op_expr())
-            .select("step", "op", "name", "type", "core", "start_us", "dur_us", "loc").collect(engine="in-memory"))
+            .select(*by, "step", "op", "name", "type", "core", "start_us", "dur_us", "loc")
+            .collect(engine="in-memory"))
 
 
 def op_expr() -> pl.Expr:

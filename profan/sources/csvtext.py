@@ -65,8 +65,15 @@ def count_lines(path: Path) -> int:
     return _count_lines(str(path), st.st_size, st.st_mtime_ns)
 
 
+SMALL_COUNT_BYTES = 8 << 20  # files up to this size are counted in one read: no buffer, no Arrow view
+
+
 @functools.lru_cache(maxsize=64)
-def _count_lines(path: str, _size: int, _mtime_ns: int) -> int:
+def _count_lines(path: str, size: int, _mtime_ns: int) -> int:
+    if size <= SMALL_COUNT_BYTES:  # most files of a cluster: a read and bytes.count beat setting up the blocks
+        with open(path, "rb") as fh:
+            data = fh.read()
+        return data.count(b"\n") + (1 if data and not data.endswith(b"\n") else 0)
     # One reused buffer, unbuffered reads: no allocation per block and no page-cache mapping of the whole file (a
     # memory-mapped count would hold the file's pages in this process's RSS). The newlines of each block are
     # counted by polars over a zero-copy Arrow view of the buffer: 0.1 s per GB, where bytes.count takes 0.45 s —

@@ -1,0 +1,297 @@
+"""The kernel pass: one read of a kernel file (kernel_details.csv / op_summary) reduced to classified groups.
+
+A group is one (step, op, name, type, core, input_shapes) with its count, time, longest row and the lines to cite;
+this is what every kernel analysis reads, and it is small however big the file. Small files of the same header
+can be reduced together (`reduce_kernel_batch`): one query over many ranks instead of a few per rank, since a
+polars query has a fixed cost that dominates files of a few hundred kB.
+"""
+
+from __future__ import annotations
+
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
+from pathlib import Path
+
+import polars as pl
+
+from profan.classify import classify, rule_fields
+from profan.errors import ProfanInputError
+from profan.rulepack import RulePack
+from profan.sources import ascend_kernels
+from profan.sources.csvtext import count_lines
+
+TOP_LINES = 20  # largest rows kept per kernel group, for evidence
+
+KEYS = ["step", "op", "name", "type", "core", "input_shapes"]
+
+
+def _aggs(pipes: list[str], exact: bool, starts: bool) -> list[pl.Expr]:
+    """Aggregations over the kernel rows of one group.
+
+    ``exact`` (small files, grouped in memory): ``lines`` holds the TOP_LINES largest rows, largest first, ties in
+    file order, with their durations in ``line_durs``. Otherwise (big files, polars' streaming group-by, which
+    holds one row of state per group and cannot keep per-group lists): the longest row and the first row of the
+    group — ``_merge_samples`` makes them ``lines``. Either way every cited line is a row of the group, and the
+    group's count and select say what the claim covers.
+
+    ``starts``: also each group's first start (``first_start_us``), which lets `profan.collectives` take the HCCL
+    rows from the groups instead of a pass of its own over the file. Parsing every row's start costs 0.1 s per
+    GB, so a big file pays it only when the collectives need it (no communication.json gives the ops)."""
+    dur = pl.col("dur_us")
+    aggs = [  # every aggregate costs time on every row of a GB file: only what the analyses read
+        pl.len().alias("count"),
+        dur.sum().alias("time_us"),
+        dur.max().alias("max_us"),
+        *([pl.col("start_us").min().alias("first_start_us")] if starts else []),
+    ]
+    if exact:
+        aggs += [
+            pl.col("src_line").sort_by("dur_us", descending=True, nulls_last=True, maintain_order=True)
+            .head(TOP_LINES).alias("lines"),
+            dur.sort(descending=True, nulls_last=True).head(TOP_LINES).alias("line_durs"),
+        ]
+    else:  # the longest row (ties: the later line; deterministic) and the first row
+        aggs += [
+            pl.col("src_line").sort_by(["dur_us", "src_line"]).last().alias("_top_line"),
+            pl.col("src_line").min().alias("_first_line"),
+            dur.sort_by("src_line").first().alias("_first_dur"),
+        ]
+    aggs += [(pl.col(p) * dur).sum().alias(f"{p}_wsum") for p in pipes]  # their weights: see `_pmu_mask`
+    return aggs
+
+
+def _pmu_mask(pipes: list[str]) -> pl.Expr:
+    """Which pipe ratios a row has (bit i: ``pipes[i]`` is not null), a grouping key beside the kernel's keys.
+
+    A pipe's duration-weighted mean needs the duration of the rows that have that ratio. Grouping by the mask
+    makes that the group's own ``time_us`` (every row of the group has the same ratios), so no per-pipe weight
+    is aggregated over millions of rows; `_pmu_weights` derives the weights and `_merge` folds the masks."""
+    if not pipes:
+        return pl.lit(0, pl.Int32).alias("_pmu")
+    return pl.sum_horizontal([pl.col(p).is_not_null().cast(pl.Int32) * (1 << i)
+                              for i, p in enumerate(pipes)]).alias("_pmu")
+
+
+def _pmu_weights(g: pl.DataFrame, pipes: list[str]) -> pl.DataFrame:
+    """``{pipe}_wden``: the duration of the group's rows that have the pipe's ratio (see `_pmu_mask`)."""
+    bit = pl.col("_pmu")
+    return g.with_columns(
+        pl.when((bit & (1 << i)) != 0).then(pl.col("time_us")).otherwise(0.0).alias(f"{p}_wden")
+        for i, p in enumerate(pipes)).drop("_pmu")
+
+
+def _merge_samples(g: pl.DataFrame) -> pl.DataFrame:
+    """Streaming groups: ``lines`` = [longest row, first row] (one when they coincide), durations alike."""
+    same = pl.col("_top_line") == pl.col("_first_line")
+    return g.with_columns(
+        pl.when(same).then(pl.concat_list(pl.col("_top_line")))
+        .otherwise(pl.concat_list("_top_line", "_first_line")).alias("lines"),
+        pl.when(same).then(pl.concat_list(pl.col("max_us")))
+        .otherwise(pl.concat_list("max_us", "_first_dur")).alias("line_durs"),
+    ).drop("_top_line", "_first_line", "_first_dur")
+
+
+def _merge(g: pl.DataFrame, pipes: list[str], keys: list[str] = KEYS) -> pl.DataFrame:
+    """One row per key: raw keys that clean up to the same key (``"A "`` and ``"A"``) are combined — sums add,
+    min/max fold, the sample lines are re-ranked. ``keys``: `KEYS`, led by the file index in a batch."""
+    sums = ["count", "time_us", *[f"{p}_{s}" for p in pipes for s in ("wsum", "wden")]]
+    starts = ["first_start_us"] if "first_start_us" in g.columns else []
+    cols = ["count", "time_us", "max_us", *starts,
+            *[f"{p}_{s}" for p in pipes for s in ("wsum", "wden")], "lines", "line_durs"]
+    g = g.select(*keys, *cols)
+    split = g.select(keys).is_duplicated()
+    if not split.any():
+        return g
+    s = g.filter(split)
+    scalars = s.group_by(keys).agg(*[pl.col(c).sum() for c in sums], pl.col("max_us").max(),
+                                   *[pl.col(c).min() for c in starts])
+    tops = (s.select(*keys, "lines", "line_durs").explode(["lines", "line_durs"])
+            .sort(["line_durs", "lines"], descending=[True, False], nulls_last=True)
+            .group_by(keys, maintain_order=True).agg(pl.col("lines").head(TOP_LINES),
+                                                     pl.col("line_durs").head(TOP_LINES)))
+    merged = scalars.join(tops, on=keys, how="left", nulls_equal=True)
+    return pl.concat([g.filter(~split), merged.select(*keys, *cols)])
+
+
+def _group_rows(lf: pl.LazyFrame, kf: ascend_kernels.KernelFile, pipes: list[str], exact: bool, starts: bool,
+                by: tuple[str, ...] = ()) -> tuple[pl.DataFrame, pl.DataFrame]:
+    """One pass over the rows: (groups, per-``by`` row counts ``rows`` and ``bad``).
+
+    Grouping runs on the raw key text plus ``bad``, so bad rows are counted by the same pass and then dropped;
+    the key clean-up (`key_exprs`) and the op derivation run once per distinct raw key instead of once per row.
+    Big files go through polars' streaming engine: memory is bounded by the groups, never by the file. ``by``:
+    keys that lead every group (the file index of a batch)."""
+    raw = ascend_kernels.raw_key_columns(kf)
+    q = lf.group_by(*by, *raw, "bad", _pmu_mask(pipes)).agg(_aggs(pipes, exact, starts))
+    g = q.collect() if exact else q.collect(engine="streaming")
+    counts = g.group_by(*by).agg(pl.col("count").sum().alias("rows"),
+                                 pl.col("count").filter(pl.col("bad")).sum().alias("bad")) if by else \
+        pl.DataFrame({"rows": [int(g["count"].sum())], "bad": [int(g["count"].filter(g["bad"]).sum())]})
+    g = _pmu_weights(g.filter(~pl.col("bad")).drop("bad"), pipes)
+    if not exact:
+        g = _merge_samples(g)
+    g = g.select(*by, *ascend_kernels.key_exprs(kf), pl.exclude(*raw, *by)).with_columns(ascend_kernels.op_expr())
+    return _merge(g, pipes, [*by, *KEYS]), counts
+
+
+def _reduce_rows(lf: pl.LazyFrame, kf: ascend_kernels.KernelFile, pipes: list[str],
+                 exact: bool, starts: bool) -> tuple[pl.DataFrame, int, int]:
+    """One file's pass (`_group_rows`): (groups, rows, bad rows)."""
+    groups, counts = _group_rows(lf, kf, pipes, exact, starts)
+    return groups, int(counts["rows"][0]), int(counts["bad"][0])
+
+
+def _classify_distinct(groups: pl.DataFrame, rules: list) -> pl.DataFrame:
+    """`classify` on the distinct values of the fields the rules read, joined back: the same bucket and rule for
+    every group, with the regex chain run over a few hundred kernels instead of one row per (step, kernel)."""
+    fields = rule_fields(rules)
+    if not fields or groups.is_empty():
+        return classify(groups, rules)
+    kinds = groups.select(fields).unique()
+    if kinds.height * 4 > groups.height:  # names nearly unique per group: a join would cost more than it saves
+        return classify(groups, rules)
+    return groups.join(classify(kinds, rules), on=fields, how="left", nulls_equal=True, maintain_order="left")
+
+
+CACHE_BYTES = 16 << 20  # kernel files from this size keep their reduced groups in the cache (profan.cache)
+
+
+@dataclass
+class KernelPass:
+    """One kernel file, read: its classified groups, row counts, header variant, whether it has pipe ratios, and
+    — for a small file when asked — ``timed``, its usable rows with their place in time (step, op, name, type,
+    core, start_us, dur_us, loc), which the collectives' windows need (they read the file themselves otherwise)."""
+
+    groups: pl.DataFrame
+    counts: dict[str, int]
+    variant: str
+    has_pipe_ratios: bool
+    timed: pl.DataFrame | None = None
+
+
+def reduce_kernels(path: Path, pack: RulePack, rules_for: str = "ascend", *, starts: bool = False,
+                   timed: bool = False) -> KernelPass:
+    """Read a kernel file in one pass into its `KernelPass`.
+
+    The groups of a big file are cached (before classification, so a changed rule pack never meets a stale
+    verdict): analysing it again — ``profan evidence DIR F3``, an agent's follow-up question — skips the pass.
+    ``starts``: keep each group's first start even on a big file (see `_aggs`). ``timed``: also keep a small
+    file's timed rows, from the same read."""
+    kf = ascend_kernels.inspect(path)
+    size = path.stat().st_size
+    starts = starts or size <= ascend_kernels.IN_MEMORY_BYTES  # in memory the starts cost next to nothing
+    rows = None
+    if size >= CACHE_BYTES:
+        from profan.cache import cached_table
+
+        kind = "kernel_groups+starts" if starts else "kernel_groups"
+        groups, counts, _ = cached_table(path, kind, lambda: _reduce_file(kf, starts)[:2])
+    else:
+        groups, counts, rows = _reduce_file(kf, starts, timed)
+    # one order for the same input: a hash grouping's order varies from run to run, and with it the order of
+    # every later float sum — enough to swap two kernels of equal time in a ranking
+    groups = _classify_distinct(groups, pack.rules_for(rules_for)).sort(KEYS, nulls_last=True)
+    return KernelPass(groups, {"rows": counts["rows"], "skipped": counts["skipped"]}, kf.variant,
+                      kf.has_pipe_ratios, None if rows is None else ascend_kernels.timed_rows(kf, rows))
+
+
+def reduce_kernel_batch(paths: list[Path], pack: RulePack, rules_for: str = "ascend", *, timed: bool = False
+                        ) -> list[KernelPass | None]:
+    """`reduce_kernels` of many small files at once: for each path its `KernelPass`, or None where the file must
+    take the one-file path (big, alone with its header, a header the reader refuses, a cell the fast reader
+    refuses, a quoted line break, no data rows) — which then also words any error, so a batch never changes
+    what a file reads as or what is said about it.
+
+    Files of one header are read as one table keyed by file index and grouped, counted and classified by one
+    query each: the fixed cost of a polars query (~0.1–0.3 ms) is paid once per batch, not once per file.
+    Every group and row is computed as `reduce_kernels` computes it for the file alone."""
+    out: list[KernelPass | None] = [None] * len(paths)
+    by_header: dict[tuple[str, ...], list[tuple[int, ascend_kernels.KernelFile]]] = {}
+    for i, path in enumerate(paths):
+        try:
+            if path.stat().st_size >= CACHE_BYTES:
+                continue
+            kf = ascend_kernels.inspect(path)
+        except (OSError, ProfanInputError):
+            continue
+        by_header.setdefault(tuple(kf.header), []).append((i, kf))
+    rules = pack.rules_for(rules_for)
+    for members in by_header.values():
+        if len(members) > 1:
+            for i, kp in _reduce_same_header([kf for _, kf in members], rules, timed).items():
+                out[members[i][0]] = kp
+    return out
+
+
+def _reduce_same_header(kfs: list[ascend_kernels.KernelFile], rules: list, timed: bool) -> dict[int, KernelPass]:
+    """`reduce_kernel_batch` for small files of one header: {index in ``kfs``: KernelPass} of those that need
+    nothing the batch cannot give (see there)."""
+    kf, by = kfs[0], ("_f",)
+    pipes = list(kf.pipe_columns)
+    try:
+        rows = pl.concat([ascend_kernels.scan_for_groups(k).with_columns(pl.lit(i, pl.Int32).alias("_f"))
+                          for i, k in enumerate(kfs)]).collect()
+    except pl.exceptions.PolarsError:  # a cell the fast reader refuses, in one of them: each alone
+        return {}
+    per_file = rows.group_by("_f").len()
+    n_rows = dict(zip(per_file["_f"].to_list(), per_file["len"].to_list(), strict=True))
+    # one line per record (else src_line is not the physical line) and at least one row: what the batch can do
+    ok = [i for i, k in enumerate(kfs) if n_rows.get(i, 0) and count_lines(k.path) == n_rows[i] + 1]
+    if not ok:
+        return {}
+    if len(ok) < len(kfs):
+        rows = rows.filter(pl.col("_f").is_in(ok))
+    groups, counts = _group_rows(rows.lazy(), kf, pipes, exact=True, starts=True, by=by)
+    groups = _classify_distinct(groups, rules).sort(["_f", *KEYS], nulls_last=True)
+    bad = dict(zip(counts["_f"].to_list(), counts["bad"].to_list(), strict=True))
+    parts = groups.partition_by("_f", as_dict=True, include_key=False, maintain_order=True)
+    empty = groups.clear().drop("_f")
+    times = {}
+    if timed:
+        t = ascend_kernels.timed_rows(kf, rows, by)
+        times = t.partition_by("_f", as_dict=True, include_key=False, maintain_order=True)
+        t_empty = t.clear().drop("_f")
+    return {i: KernelPass(parts.get((i,), empty), {"rows": n_rows[i], "skipped": int(bad[i])}, kfs[i].variant,
+                          kfs[i].has_pipe_ratios, times.get((i,), t_empty) if timed else None)
+            for i in ok}
+
+
+def _reduce_file(kf: ascend_kernels.KernelFile, starts: bool, keep_rows: bool = False
+                 ) -> tuple[pl.DataFrame, dict[str, int], pl.DataFrame | None]:
+    """(unclassified groups, {"rows", "skipped"}, the per-row table when ``keep_rows`` and the file is read in
+    memory) of one kernel file.
+
+    The physical line count that proves one line per record runs in a thread beside the pass of a big file
+    (polars releases the GIL), so the check costs little wall time on a multi-core machine; a small file is
+    counted first, which costs less than starting the thread."""
+    path = kf.path
+    pipes = list(kf.pipe_columns)
+    exact = path.stat().st_size <= ascend_kernels.IN_MEMORY_BYTES  # in memory: the TOP_LINES largest rows
+    keep = keep_rows and exact
+    rows = None
+
+    def reduce(fast: bool) -> tuple[pl.LazyFrame, pl.DataFrame, int, int]:
+        nonlocal rows
+        lf = ascend_kernels.scan_for_groups(kf, fast=fast)
+        if keep:
+            rows = lf.collect()
+            lf = rows.lazy()
+        return lf, *_reduce_rows(lf, kf, pipes, exact, starts)
+
+    with ThreadPoolExecutor(max_workers=1) as pool:
+        n_lines = pool.submit(count_lines, path) if not exact else None
+        lines = count_lines(path) if exact else None
+        try:
+            lf, groups, n_rows, n_bad = reduce(fast=True)
+        except pl.exceptions.PolarsError:  # a number cell the fast reader refuses: read those columns as text
+            lf, groups, n_rows, n_bad = reduce(fast=False)
+        one_line_per_record = (n_lines.result() if n_lines is not None else lines) == n_rows + 1
+    if n_rows == 0:
+        raise ProfanInputError(path, "no data rows (header only)")
+    if not one_line_per_record:
+        # A quoted field holds a line break: map record index -> true physical line, then redo the reduction.
+        lf = ascend_kernels.with_exact_lines(kf, lf, n_rows)
+        groups, _, _ = _reduce_rows(lf, kf, pipes, exact, starts)
+        if keep:
+            rows = lf.collect()
+    return groups, {"rows": n_rows, "skipped": n_bad}, rows
