@@ -20,6 +20,7 @@ loc_kind.
 from __future__ import annotations
 
 import re
+from dataclasses import dataclass
 from pathlib import Path
 
 import polars as pl
@@ -42,46 +43,63 @@ COLL_SCHEMA = {"cid": pl.Int64, "step": pl.Int64, "kind": pl.Utf8, "group": pl.U
 GAP_COLS = ("gap_us", "gap_prev_loc", "gap_loc")
 
 
-def _finish(colls: pl.DataFrame) -> pl.DataFrame:
-    """Order ops, number them, derive seq within (step, group) and each op's window start."""
-    colls = colls.sort("start_us").with_row_index("cid").with_columns(pl.col("cid").cast(pl.Int64))
-    colls = colls.with_columns(
-        pl.col("start_us").rank("ordinal").over("step", "group").sub(1).cast(pl.Int64).alias("seq"),
-        (pl.col("start_us") + pl.col("dur_us")).cum_max().shift(1).alias("win_start_us"),
+def _finish(colls: pl.DataFrame, by: tuple[str, ...] = ()) -> pl.DataFrame:
+    """Order ops, number them, derive seq within (step, group) and each op's window start. ``by``: the key of
+    each rank in a batch of ranks (`ascend_collectives_batch`); everything is per rank."""
+    colls = colls.sort([*by, "start_us"], maintain_order=True)
+    cid = pl.int_range(pl.len(), dtype=pl.Int64).over(by) if by else pl.int_range(pl.len(), dtype=pl.Int64)
+    end = (pl.col("start_us") + pl.col("dur_us")).cum_max().shift(1)
+    colls = colls.with_columns(cid.alias("cid")).with_columns(
+        pl.col("start_us").rank("ordinal").over(*by, "step", "group").sub(1).cast(pl.Int64).alias("seq"),
+        (end.over(by) if by else end).alias("win_start_us"),
     )
     colls = colls.with_columns(*[pl.lit(None, COLL_SCHEMA[c]).alias(c) for c in GAP_COLS if c not in colls.columns])
-    return colls.select(list(COLL_SCHEMA))
+    return colls.select(*by, *COLL_SCHEMA)
 
 
 WINDOW_KERNELS = 16  # distinct kernels kept per window (largest by time); the rest fold into one row per bucket
 BATCH_ROWS = 250_000  # kernel rows per streamed batch: memory is bounded by the batch, not the file
 
 
+def _next_op(batch: pl.DataFrame, colls: pl.DataFrame, by: tuple[str, ...]) -> pl.DataFrame:
+    """``batch`` with ``cid``: the first op starting at or after each kernel (a binary search over the op starts
+    — no join of the big table). Over a batch of ranks: the number of the rank's ops that start before the
+    kernel, counted in one sort of kernels and ops together, kernels first among equal starts."""
+    if not by:
+        cid = pl.lit(colls["start_us"]).search_sorted(pl.col("start_us"), side="left").cast(pl.Int64)
+        return batch.with_columns(cid.alias("cid"))
+    ops = colls.select(*by, "start_us", pl.lit(True).alias("_op"))
+    both = pl.concat([batch.with_row_index("_row").with_columns(pl.lit(False).alias("_op")), ops], how="diagonal")
+    return (both.lazy().sort([*by, "start_us", "_op"], maintain_order=True)
+            .with_columns(pl.col("_op").cast(pl.Int64).cum_sum().over(by).alias("cid"))
+            .filter(~pl.col("_op")).sort("_row").drop("_row", "_op").collect())
+
+
 def _window_part(batch: pl.DataFrame, colls: pl.DataFrame, keys: list[str],
-                 seen: set[int]) -> tuple[pl.DataFrame, pl.DataFrame]:
+                 seen: set[int], by: tuple[str, ...] = ()) -> tuple[pl.DataFrame, pl.DataFrame]:
     """Per (window, kernel) partial aggregate of one batch, and per window its longest idle gap and last kernel.
 
-    Each kernel goes to the first op starting at or after it (binary search over the op starts — no join of the
-    big table), and only if it started after the previous op ended. A gap is a kernel's start minus the latest
-    end before it in the window (the window start for its first kernel); windows already seen in an earlier batch
-    skip their first row here, whose predecessor is in that batch."""
-    cid = pl.lit(colls["start_us"]).search_sorted(pl.col("start_us"), side="left").cast(pl.Int64)
-    k = batch.with_columns(cid.alias("cid")).filter(pl.col("cid") < colls.height)
-    ws = pl.col("cid").replace_strict(colls["cid"], colls["win_start_us"], default=None, return_dtype=pl.Float64)
-    k = k.with_columns(ws.alias("_ws")).filter(pl.col("_ws").is_null() | (pl.col("start_us") >= pl.col("_ws")))
-    agg = (k.group_by(["cid", *keys])
+    Each kernel goes to the first op starting at or after it (`_next_op`), and only if it started after the
+    previous op ended. A gap is a kernel's start minus the latest end before it in the window (the window start
+    for its first kernel); windows already seen in an earlier batch skip their first row here, whose predecessor
+    is in that batch."""
+    w = [*by, "cid"]
+    k = _next_op(batch, colls, by).join(colls.select(*w, pl.col("win_start_us").alias("_ws")), on=w,
+                                         maintain_order="left")
+    k = k.filter(pl.col("_ws").is_null() | (pl.col("start_us") >= pl.col("_ws")))
+    agg = (k.group_by([*w, *keys])
            .agg(pl.len().cast(pl.Int64).alias("count"), pl.col("dur_us").sum().alias("time_us"),
                 # ties: the earlier row, so the same input cites the same rows
                 pl.col("loc").top_k_by(["dur_us", "loc"], WINDOW_LOCS, reverse=[False, True]).alias("locs"),
                 pl.col("dur_us").top_k(WINDOW_LOCS).alias("loc_durs")))
-    k = k.sort("cid", "start_us").with_columns((pl.col("start_us") + pl.col("dur_us")).alias("_end"))
-    prev_end = pl.col("_end").cum_max().shift(1).over("cid")
+    k = k.sort(*w, "start_us").with_columns((pl.col("start_us") + pl.col("dur_us")).alias("_end"))
+    prev_end = pl.col("_end").cum_max().shift(1).over(w)
     first_here = pl.col("cid").is_in(list(seen)) if seen else pl.lit(False)
     k = k.with_columns(
         pl.when(prev_end.is_not_null()).then(pl.col("start_us") - prev_end)
         .when(~first_here).then(pl.col("start_us") - pl.col("_ws")).alias("_gap"),
-        pl.col("loc").shift(1).over("cid").alias("_prev"))
-    gaps = k.group_by("cid").agg(
+        pl.col("loc").shift(1).over(w).alias("_prev"))
+    gaps = k.group_by(w).agg(
         pl.col("_gap").max().alias("gap_us"), pl.col("_prev").sort_by("_gap").last().alias("gap_prev_loc"),
         pl.col("loc").sort_by("_gap").last().alias("gap_loc"), pl.col("_end").max().alias("last_end"),
         pl.col("loc").sort_by("_end").last().alias("last_loc"))
@@ -96,18 +114,18 @@ def _merge_gaps(gaps: list[pl.DataFrame]) -> pl.DataFrame:
         pl.col("last_loc").sort_by("last_end").last())
 
 
-def _with_gaps(colls: pl.DataFrame, gaps: pl.DataFrame | None) -> pl.DataFrame:
+def _with_gaps(colls: pl.DataFrame, gaps: pl.DataFrame | None, by: tuple[str, ...] = ()) -> pl.DataFrame:
     """Longest idle stretch per window: between two kernels, or after the last kernel up to the op itself."""
     if gaps is None or gaps.is_empty():
         return colls
-    c = colls.drop(*GAP_COLS).join(gaps, on="cid", how="left")
+    c = colls.drop(*GAP_COLS).join(gaps, on=[*by, "cid"], how="left")
     trailing = pl.col("start_us") - pl.col("last_end")
     use_trailing = trailing > pl.col("gap_us").fill_null(float("-inf"))
     c = c.with_columns(
         pl.when(use_trailing).then(trailing).otherwise(pl.col("gap_us")).alias("gap_us"),
         pl.when(use_trailing).then(pl.col("last_loc")).otherwise(pl.col("gap_prev_loc")).alias("gap_prev_loc"),
         pl.when(use_trailing).then(pl.col("kline")).otherwise(pl.col("gap_loc")).alias("gap_loc"))
-    return c.select(list(COLL_SCHEMA))
+    return c.select(*by, *COLL_SCHEMA)
 
 
 def _merge_parts(parts: list[pl.DataFrame], keys: list[str]) -> pl.DataFrame:
@@ -122,17 +140,18 @@ def _merge_parts(parts: list[pl.DataFrame], keys: list[str]) -> pl.DataFrame:
     return sums.join(tops, on=g, how="left", nulls_equal=True)
 
 
-def _cap(win: pl.DataFrame) -> pl.DataFrame:
+def _cap(win: pl.DataFrame, by: tuple[str, ...] = ()) -> pl.DataFrame:
     """Keep the WINDOW_KERNELS largest kernels of each window; fold the rest into '(other)' per bucket, so long
     profiles (thousands of windows) stay small while window and bucket totals stay exact."""
     # rank by time, ties by name: which kernels stay named must not depend on the grouping's row order
-    win = (win.sort(["cid", "time_us", "name"], descending=[False, True, False], nulls_last=True)
-           .with_columns(pl.int_range(1, pl.len() + 1).over("cid").alias("_r")))
+    win = (win.sort([*by, "cid", "time_us", "name"], descending=[*[False] * len(by), False, True, False],
+                    nulls_last=True)
+           .with_columns(pl.int_range(1, pl.len() + 1).over(*by, "cid").alias("_r")))
     keep = win.filter(pl.col("_r") <= WINDOW_KERNELS).drop("_r")
     rest = win.filter(pl.col("_r") > WINDOW_KERNELS)
     if rest.is_empty():
         return keep
-    folded = rest.group_by("cid", "bucket").agg(
+    folded = rest.group_by(*by, "cid", "bucket").agg(
         pl.col("count").sum(), pl.col("time_us").sum(),
         pl.col("locs").list.explode(keep_nulls=False, empty_as_null=False).head(WINDOW_LOCS))
     folded = folded.with_columns(pl.lit("(other)").alias("op"), pl.lit("(other kernels)").alias("name"),
@@ -195,16 +214,23 @@ def _classify(win: pl.DataFrame, rules: list, groups: pl.DataFrame | None) -> pl
                      how="diagonal_relaxed")
 
 
-def _finish_windows(win: pl.DataFrame, colls: pl.DataFrame, first: float | None, pack: RulePack, rules_for: str,
-                    loc_file: str, loc_kind: str, groups: pl.DataFrame | None = None,
-                    ) -> tuple[pl.DataFrame, pl.DataFrame]:
-    if first is not None:
+def _finish_windows(win: pl.DataFrame, colls: pl.DataFrame, first: float | pl.DataFrame | None, pack: RulePack,
+                    rules_for: str, loc_file: str | pl.Expr, loc_kind: str, groups: pl.DataFrame | None = None,
+                    by: tuple[str, ...] = ()) -> tuple[pl.DataFrame, pl.DataFrame]:
+    """Classify and cap the windows; the first op's window starts at the rank's first kernel. Over a batch of
+    ranks (``by``): ``first`` holds each rank's first start (ranks with windows only), ``loc_file`` each rank's
+    file as an expression."""
+    if isinstance(first, pl.DataFrame):
+        colls = (colls.join(first.rename({"first": "_first"}), on=list(by), how="left", maintain_order="left")
+                 .with_columns(pl.col("win_start_us").fill_null(pl.col("_first"))).drop("_first"))
+    elif first is not None:
         colls = colls.with_columns(pl.col("win_start_us").fill_null(first))
     if "bucket" not in win.columns:  # not yet classified by the source
         win = _classify(win, pack.rules_for(rules_for), groups)
-    win = _cap(win.drop("loc_durs", strict=False)).with_columns(
-        pl.col("count").cast(pl.Int64), pl.lit(loc_file).alias("loc_file"), pl.lit(loc_kind).alias("loc_kind"))
-    return win.sort("cid", "time_us", descending=[False, True]), colls
+    file = loc_file if isinstance(loc_file, pl.Expr) else pl.lit(loc_file)
+    win = _cap(win.drop("loc_durs", strict=False), by).with_columns(
+        pl.col("count").cast(pl.Int64), file.alias("loc_file"), pl.lit(loc_kind).alias("loc_kind"))
+    return win.sort(*by, "cid", "time_us", descending=[*[False] * len(by), False, True]), colls
 
 
 def build_windows(kernels: pl.DataFrame | pl.LazyFrame, colls: pl.DataFrame, pack: RulePack, rules_for: str,
@@ -239,6 +265,21 @@ def _hccl_rows_from_groups(groups: pl.DataFrame | None) -> pl.DataFrame | None:
                     pl.col("lines").list.first().alias("loc"))
 
 
+def _is_comm() -> pl.Expr:
+    """A kernel row of a communication op (its HCCL task), not compute."""
+    return pl.col("core").is_in(list(COMM_CORES)) | pl.col("name").str.starts_with("hcom_")
+
+
+def _colls_from_ops(ops: pl.DataFrame, file: pl.Expr, kfile: pl.Expr, by: tuple[str, ...] = ()) -> pl.DataFrame:
+    """The collectives of communication.json's ops (`ascend_comm.tables`) with a start, numbered (`_finish`);
+    ``file``/``kfile``: the communication and kernel file each op is cited in."""
+    return _finish(ops.filter(pl.col("start_us").is_not_null()).select(
+        *by, "step", "kind", pl.coalesce("group_hash", pl.lit("?")).alias("group"), pl.col("op_name").alias("name"),
+        "start_us", (pl.col("elapse_ms") * 1000).alias("dur_us"), (pl.col("wait_ms") * 1000).alias("wait_us"),
+        file.alias("file"), pl.lit("pointers").alias("loc_kind"), pl.lit(None, pl.Int64).alias("loc"),
+        "pointer", kfile.alias("kfile"), pl.lit(None, pl.Int64).alias("kline")), by)
+
+
 def ascend_collectives(kernel_path: Path | None, kernel_file: str | None, n_records: int | None,
                        comm_ops: pl.DataFrame | None, comm_file: str | None,
                        pack: RulePack, groups: pl.DataFrame | None = None, timed: pl.DataFrame | None = None,
@@ -259,16 +300,11 @@ def ascend_collectives(kernel_path: Path | None, kernel_file: str | None, n_reco
         lf = lf.select("step", "op", "name", "type", "core", "start_us", "dur_us", pl.col("src_line").alias("loc"))
         if kernel_path.stat().st_size <= ascend_kernels.IN_MEMORY_BYTES:
             lf = lf.collect()  # small: in memory, no streaming set-up (see `_stream_windows`)
-    is_comm = pl.col("core").is_in(list(COMM_CORES)) | pl.col("name").str.starts_with("hcom_")
+    is_comm = _is_comm()
     keys = ["op", "name", "type", "core"]
     if comm_ops is not None and not comm_ops.is_empty():
-        colls = comm_ops.filter(pl.col("start_us").is_not_null()).select(
-            "step", "kind", pl.coalesce("group_hash", pl.lit("?")).alias("group"), pl.col("op_name").alias("name"),
-            "start_us", (pl.col("elapse_ms") * 1000).alias("dur_us"), (pl.col("wait_ms") * 1000).alias("wait_us"),
-            pl.lit(comm_file).alias("file"), pl.lit("pointers").alias("loc_kind"), pl.lit(None, pl.Int64).alias("loc"),
-            "pointer", pl.lit(kernel_file if lf is not None else None, pl.Utf8).alias("kfile"),
-            pl.lit(None, pl.Int64).alias("kline"))
-        colls = _finish(colls.select([c for c in COLL_SCHEMA if c not in ("cid", "seq", "win_start_us", *GAP_COLS)]))
+        colls = _colls_from_ops(comm_ops, pl.lit(comm_file, pl.Utf8),
+                                pl.lit(kernel_file if lf is not None else None, pl.Utf8))
         if lf is None:
             return colls, None
         win, first, krows, gaps = _stream_windows(lf, colls, keys, also=is_comm)
@@ -298,6 +334,61 @@ def ascend_collectives(kernel_path: Path | None, kernel_file: str | None, n_reco
     colls = _finish(colls.select([c for c in COLL_SCHEMA if c not in ("cid", "seq", "win_start_us", *GAP_COLS)]))
     windows, colls = build_windows(lf.filter(~is_comm), colls, pack, "ascend", kernel_file or "", "lines", groups)
     return colls, (windows if not windows.is_empty() else None)
+
+
+@dataclass
+class AscendRank:
+    """What `ascend_collectives_batch` needs of one rank: the kernel file's timed rows (`KernelPass.timed`), the
+    communication ops of communication.json, both files' paths as the report cites them, and the classified
+    kernel groups (their verdicts are reused for the windows)."""
+
+    timed: pl.DataFrame
+    comm_ops: pl.DataFrame
+    comm_file: str
+    kernel_file: str
+    groups: pl.DataFrame | None
+
+
+def ascend_collectives_batch(ranks: list[AscendRank], pack: RulePack
+                             ) -> list[tuple[pl.DataFrame, pl.DataFrame | None]]:
+    """`ascend_collectives` of several ranks whose kernel rows are in memory and whose ops come from
+    communication.json — a cluster's usual case — computed as one table keyed by rank: each step is one query
+    for the batch instead of one per rank. Every rank's result equals `ascend_collectives` on it alone."""
+    if len({(tuple(r.comm_ops.schema.items()), tuple(r.timed.schema.items())) for r in ranks}) > 1:
+        return [ascend_collectives(None, r.kernel_file, None, r.comm_ops, r.comm_file, pack, r.groups, r.timed)
+                for r in ranks]  # columns typed differently: one table would need casts that alone does not do
+    by = ("_f",)
+    f = pl.col("_f")
+    ops = pl.concat([r.comm_ops.lazy().with_columns(pl.lit(i, pl.Int32).alias("_f"))
+                     for i, r in enumerate(ranks)]).collect()
+    file_of = {i: r.comm_file for i, r in enumerate(ranks)}
+    kfile_of = {i: r.kernel_file for i, r in enumerate(ranks)}
+    colls = _colls_from_ops(ops, f.replace_strict(file_of, return_dtype=pl.Utf8),
+                            f.replace_strict(kfile_of, return_dtype=pl.Utf8), by)
+    rows = pl.concat([r.timed.with_columns(pl.lit(i, pl.Int32).alias("_f")) for i, r in enumerate(ranks)])
+    is_comm = _is_comm()
+    comp, krows = rows.filter(~is_comm), rows.filter(is_comm)
+    keys = ["op", "name", "type", "core"]
+    lines = krows.group_by(*by, "step", "name").agg(pl.col("loc").min().alias("kline"))
+    # ranks without HCCL rows keep kline null, as alone
+    colls = colls.drop("kline").join(lines, on=[*by, "step", "name"], how="left", nulls_equal=True,
+                                     maintain_order="left").select(*by, *COLL_SCHEMA)
+    win, gaps = _window_part(comp, colls, keys, set(), by)
+    with_win = win.select(by).unique()
+    windows = None
+    if not win.is_empty():
+        first = comp.group_by(by).agg(pl.col("start_us").min().alias("first")).join(with_win, on=list(by))
+        groups = [r.groups.with_columns(pl.lit(i, pl.Int32).alias("_f")) for i, r in enumerate(ranks)
+                  if r.groups is not None]
+        windows, colls = _finish_windows(win, colls, first, pack, "ascend",
+                                         f.replace_strict(kfile_of, return_dtype=pl.Utf8), "lines",
+                                         pl.concat(groups, how="diagonal_relaxed") if groups else None, by)
+        colls = _with_gaps(colls, gaps, by)
+    out_c = colls.partition_by("_f", as_dict=True, include_key=False, maintain_order=True)
+    out_w = windows.partition_by("_f", as_dict=True, include_key=False, maintain_order=True) \
+        if windows is not None else {}
+    empty = colls.clear().drop("_f")
+    return [(out_c.get((i,), empty), out_w.get((i,))) for i in range(len(ranks))]
 
 
 def kineto_collectives(path: Path, trace_file: str, pack: RulePack) -> tuple[pl.DataFrame | None, pl.DataFrame | None]:

@@ -86,12 +86,38 @@ def load_ranks_batch(sources: list[RankSource], root: Path, pack: RulePack, *, p
             for i, kp in zip(with_kernels, got, strict=True):
                 kps[i] = kp
     out: list[RankData | ProfanInputError] = []
-    for rs, kp in zip(sources, kps, strict=True):
+    timed: dict[int, pl.DataFrame | None] = {}
+    for i, (rs, kp) in enumerate(zip(sources, kps, strict=True)):
         try:
-            out.append(load_rank(rs, root, pack, peers=peers, kernels=kp))
+            rd, timed[i] = _read_rank(rs, root, pack, peers, kp)
+            out.append(rd)
         except ProfanInputError as exc:
             out.append(exc)
+    if not peers:
+        return out
+    together = [i for i in timed if _collectives_batchable(out[i], sources[i], timed[i])]
+    if len(together) > 1:
+        from profan.collectives import AscendRank, ascend_collectives_batch
+
+        got = ascend_collectives_batch([AscendRank(timed[i], out[i].comm_ops, out[i].files["communication"],
+                                                   out[i].files["kernel_details"], out[i].groups)
+                                        for i in together], pack)
+        for i, (colls, windows) in zip(together, got, strict=True):
+            out[i].collectives, out[i].windows = colls, windows
+    for i in timed:
+        if i not in together or len(together) == 1:
+            _load_collectives(out[i], sources[i], pack, timed[i])
     return out
+
+
+def _collectives_batchable(rd: RankData, rs: RankSource, timed: pl.DataFrame | None) -> bool:
+    """The ranks `ascend_collectives_batch` takes: ops from communication.json, kernel rows in memory and few
+    enough to be one slice of the windows' pass (as `ascend_collectives` reads them alone)."""
+    from profan.collectives import BATCH_ROWS
+
+    return (rs.kind == "ascend" and timed is not None and timed.height <= BATCH_ROWS
+            and rd.comm_ops is not None and not rd.comm_ops.is_empty() and "communication" in rd.files
+            and "kernel_details" in rd.files)
 
 
 def _wants_timed(rs: RankSource, peers: bool) -> bool:
@@ -106,6 +132,15 @@ def load_rank(rs: RankSource, root: Path, pack: RulePack, *, peers: bool = True,
     ``peers``: other ranks are analysed with this one. Only then are the collectives and their pre-collective
     windows read — they serve cross-rank alignment alone, and on a big kernel file the windows cost a second
     pass. ``kernels``: the kernel file's pass, already made (`load_ranks_batch`)."""
+    rd, timed = _read_rank(rs, root, pack, peers, kernels)
+    if peers:
+        _load_collectives(rd, rs, pack, timed)
+    return rd
+
+
+def _read_rank(rs: RankSource, root: Path, pack: RulePack, peers: bool, kernels: KernelPass | None
+               ) -> tuple[RankData, pl.DataFrame | None]:
+    """`load_rank` without the collectives: the rank, and its kernel file's timed rows when the pass kept them."""
     rd = RankData(rank=int(rs.rank or 0), path=relpath(rs.path, root) or ".", kind=rs.kind,
                   rank_origin=rs.rank_origin, files={k: relpath(p, root) for k, p in rs.files.items()})
     if "profiler_info" in rs.files:
@@ -149,11 +184,9 @@ def load_rank(rs: RankSource, root: Path, pack: RulePack, *, peers: bool = True,
                  empty="holds no communication ops")
         rd.comm_packets = ascend_packets.read(items)
     if "communication_matrix" in rs.files:
-        links, skipped = ascend_matrix.read(rs.files["communication_matrix"])
+        links, n_read, skipped = ascend_matrix.read_for_totals(rs.files["communication_matrix"])
         rd.comm_links = ascend_matrix.link_totals(ascend_matrix.map_ranks(links, rd.metadata))
-        rd.count("communication_matrix", links.height + skipped, skipped, "entries of unexpected shape")
-    if peers:
-        _load_collectives(rd, rs, pack, timed)
+        rd.count("communication_matrix", n_read + skipped, skipped, "entries of unexpected shape")
     if "kineto_trace" in rs.files:
         from profan.sources import kineto
 
@@ -168,7 +201,7 @@ def load_rank(rs: RankSource, root: Path, pack: RulePack, *, peers: bool = True,
     platform = ascend_device.platform_version(rs.path)
     if platform is not None:
         rd.info["platform_version"] = platform
-    return rd
+    return rd, timed
 
 def _load_collectives(rd: RankData, rs: RankSource, pack: RulePack, timed: pl.DataFrame | None = None) -> None:
     """The rank's communication ops and their pre-collective windows, for cross-rank alignment and stragglers.

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import polars as pl
 
+from profan.analyses.common import stack
 from profan.rankmap import RankData
 from profan.sources.ascend_meta import double_hash
 
@@ -40,11 +41,10 @@ def group_members(ranks: list[RankData]) -> dict[str, tuple[str, list[int]]]:
 
 def collective_table(ranks: list[RankData]) -> pl.DataFrame:
     """All ranks' communication ops (one row per rank and op) with a ``rank`` column."""
-    parts = [r.collectives.with_columns(pl.lit(r.rank, pl.Int64).alias("rank"))
-             for r in ranks if getattr(r, "collectives", None) is not None and not r.collectives.is_empty()]
-    if not parts:
+    have = [r for r in ranks if getattr(r, "collectives", None) is not None and not r.collectives.is_empty()]
+    if not have:
         return pl.DataFrame()
-    return pl.concat(parts, how="diagonal_relaxed")
+    return stack([r.collectives for r in have], {"rank": [r.rank for r in have]})
 
 
 def align(ranks: list[RankData], *, kinds: tuple[str, ...] = ("collective",)) -> pl.DataFrame:

@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import polars as pl
 
-from profan.analyses.common import pct
+from profan.analyses.common import pct, stack
 from profan.evidence import cite_pointers
 from profan.findings import Finding
 from profan.hardware import Hardware
@@ -85,9 +85,8 @@ def transport_table(ranks: list[RankData], devices: pl.DataFrame, hw: Hardware) 
         return pl.DataFrame()
     groups = ascend_matrix.rank_group_table([(r.rank, r.metadata) for r in with_bw]).select(
         "rank", "group_hash", "group_name", "group_ranks")
-    t = (pl.concat([r.comm_bw.with_columns(pl.lit(r.rank, pl.Int64).alias("rank"),
-                                           pl.lit(r.files["communication"]).alias("file")) for r in with_bw],
-                   how="diagonal_relaxed")
+    t = (stack([r.comm_bw for r in with_bw], {"rank": [r.rank for r in with_bw],
+                                              "file": [r.files["communication"] for r in with_bw]})
          .filter((pl.col("size_mb").fill_null(0) > 0) & (pl.col("time_ms").fill_null(0) > 0))
          .with_columns(pl.col("op").str.split("@").list.get(0).alias("op_name"),
                        pl.col("op").str.split("@").list.get(1, null_on_oob=True).alias("group_hash"))
@@ -142,16 +141,12 @@ def link_table(ranks: list[RankData], pack: RulePack) -> pl.DataFrame:
     Aggregated matrices contribute their ``-total`` entries; per-op matrices are summed per link.
     """
     chk = pack.check("comm-slow-link")
-    parts = []
-    for r in ranks:
-        m = r.comm_links  # per-link totals, reduced in the per-rank map (ascend_matrix.link_totals)
-        if m is None or m.is_empty():
-            continue
-        parts.append(m.with_columns(pl.lit(r.rank, pl.Int64).alias("rank"),
-                                    pl.lit(r.files["communication_matrix"]).alias("file")))
-    if not parts:
+    # per-link totals, reduced in the per-rank map (ascend_matrix.link_totals)
+    have = [r for r in ranks if r.comm_links is not None and not r.comm_links.is_empty()]
+    if not have:
         return pl.DataFrame()
-    t = pl.concat(parts, how="diagonal_relaxed").with_columns(
+    t = stack([r.comm_links for r in have], {"rank": [r.rank for r in have],
+                                             "file": [r.files["communication_matrix"] for r in have]}).with_columns(
         (pl.col("size_mb") / pl.col("time_ms")).alias("bandwidth_gbps"))
     ratio = float(chk["size_ratio"])
 
@@ -262,16 +257,12 @@ def packet_table(ranks: list[RankData], pack: RulePack) -> pl.DataFrame:
     the rate of the large ones, and the time the small ones cost beyond moving the same bytes at the large rate."""
     chk = pack.check("comm-small-packets")
     small_mb: dict = chk["small_mb"]
-    parts = []
-    for r in ranks:
-        p = r.comm_packets
-        if p is None or p.is_empty():
-            continue
-        parts.append(p.filter(pl.col("transport") != ENGINE).with_columns(
-            pl.lit(r.rank, pl.Int64).alias("rank"), pl.lit(r.files["communication"]).alias("file")))
-    if not parts:
+    have = [r for r in ranks if r.comm_packets is not None and not r.comm_packets.is_empty()]
+    if not have:
         return pl.DataFrame()
-    p = pl.concat(parts, how="diagonal_relaxed").with_columns(
+    p = stack([r.comm_packets for r in have], {"rank": [r.rank for r in have],
+                                                "file": [r.files["communication"] for r in have]})
+    p = p.filter(pl.col("transport") != ENGINE).with_columns(
         pl.col("transport").replace_strict(small_mb, default=None, return_dtype=pl.Float64).alias("small_limit_mb"))
     p = p.with_columns((pl.col("packet_mb") < pl.col("small_limit_mb")).alias("small"),
                        (pl.col("packet_mb") * pl.col("count")).alias("bytes_mb"))

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import polars as pl
 
-from profan.analyses.common import ms, pct, severity
+from profan.analyses.common import ms, pct, severity, stack
 from profan.evidence import cite_lines, cite_pointers
 from profan.findings import Finding
 from profan.rankmap import RankData
@@ -22,16 +22,15 @@ def op_bytes(bw: pl.DataFrame) -> pl.DataFrame:
     size is RDMA + max(SDMA, HCCS + PCIE + SIO), never the sum of all entries. Transports with no data are left out.
     """
     keys = ["rank", "step", "kind", "op"]
-    size = pl.col("size_mb").fill_null(0)
-    moved = bw.filter(size > 0)
+    size, t = pl.col("size_mb").fill_null(0), pl.col("transport")
+    moved = t.filter((size > 0) & (t != "SDMA"))
     return (bw.group_by(keys).agg(
-        size.filter(pl.col("transport") == "RDMA").sum().alias("_rdma"),
-        size.filter(pl.col("transport") == "SDMA").sum().alias("_sdma"),
-        size.filter(pl.col("transport").is_in(LINK_TRANSPORTS)).sum().alias("_links"),
-        pl.col("time_ms").max().alias("bw_transit_ms"))
-        .join(moved.group_by(keys).agg(pl.col("transport").filter(pl.col("transport") != "SDMA").unique()
-                                       .sort().str.join("+").alias("transports")),
-              on=keys, how="left", nulls_equal=True)
+        size.filter(t == "RDMA").sum().alias("_rdma"),
+        size.filter(t == "SDMA").sum().alias("_sdma"),
+        size.filter(t.is_in(LINK_TRANSPORTS)).sum().alias("_links"),
+        pl.col("time_ms").max().alias("bw_transit_ms"),
+        # null where nothing moved; "" where only the engine did (its links carry the names)
+        pl.when((size > 0).any()).then(moved.unique().sort().str.join("+")).alias("transports"))
         .with_columns((pl.col("_rdma") + pl.max_horizontal("_sdma", "_links")).alias("size_mb"))
         .drop("_rdma", "_sdma", "_links"))
 
@@ -48,14 +47,12 @@ def comm_table(ranks: list[RankData]) -> pl.DataFrame:
     with_ops = [r for r in ranks if r.comm_ops is not None and not r.comm_ops.is_empty()]
     if not with_ops:
         return pl.DataFrame()
-    def rank(r: RankData) -> pl.Expr:
-        return pl.lit(r.rank, pl.Int64).alias("rank")
-
-    t = pl.concat([r.comm_ops.with_columns(rank(r), pl.lit(r.files["communication"]).alias("file"))
-                   for r in with_ops], how="diagonal_relaxed")
-    bws = [r.comm_bw.with_columns(rank(r)) for r in with_ops if r.comm_bw is not None and not r.comm_bw.is_empty()]
-    if bws:
-        t = t.join(op_bytes(pl.concat(bws, how="diagonal_relaxed")), on=["rank", "step", "kind", "op"], how="left",
+    t = stack([r.comm_ops for r in with_ops], {"rank": [r.rank for r in with_ops],
+                                               "file": [r.files["communication"] for r in with_ops]})
+    with_bw = [r for r in with_ops if r.comm_bw is not None and not r.comm_bw.is_empty()]
+    if with_bw:
+        bws = stack([r.comm_bw for r in with_bw], {"rank": [r.rank for r in with_bw]})
+        t = t.join(op_bytes(bws), on=["rank", "step", "kind", "op"], how="left",
                    nulls_equal=True, maintain_order="left")
     else:
         t = t.with_columns(pl.lit(None, pl.Float64).alias("bw_transit_ms"),

@@ -56,23 +56,41 @@ def top_lines_by(groups: pl.DataFrame, key: str, k: int) -> dict:
     return dict(zip(tops[key].to_list(), tops["lines"].to_list(), strict=True))
 
 
+def stack(frames: list[pl.DataFrame], keys: dict[str, list], how: str = "diagonal_relaxed") -> pl.DataFrame:
+    """``frames`` one below the other (`pl.concat` ``how``), followed by ``keys`` columns holding one value per
+    frame — its rank (Int64), its file (text).
+
+    Why not add the keys to each frame and then concatenate: every ``with_columns`` is a polars query, with a
+    fixed cost of 0.1–0.3 ms however few its rows; over 64 ranks and a dozen tables that is most of a reduce.
+    Here the key columns are built by one query over one row per frame."""
+    out = pl.concat(frames, how=how)  # type: ignore[arg-type]
+    types = {k: pl.Int64 if k == "rank" else pl.Utf8 for k in keys}
+    lead = (pl.DataFrame({**keys, "_n": [f.height for f in frames]}, schema={**types, "_n": pl.Int64})
+            .filter(pl.col("_n") > 0).select(pl.exclude("_n").repeat_by(pl.col("_n")).explode()))
+    return out.hstack(lead)
+
+
 def kernel_table(ranks, cols: list[str | pl.Expr],
                  per_rank: Callable[[Any], dict[str, Any]] | None = None) -> pl.DataFrame | None:
     """``cols`` of the kernel groups of every rank that has some, behind a ``rank`` column, in the order of
     ``ranks`` (discovery sorts them by rank); None when no rank has any. ``per_rank``: more columns, one value
-    per rank (e.g. the rank's kernel file).
+    per rank (e.g. the rank's kernel file). ``cols`` expressions must be row by row (they run on all ranks'
+    rows together).
 
     Why one frame: an analysis then runs each query once over all ranks (``rank`` leading every key) instead of
     once per rank. A polars query costs a fixed 0.1–0.3 ms however few its rows, and a cluster of small ranks
-    would pay that per rank and query; one rank's result is the same either way. ``select_seq``: on frames this
-    small, evaluating the columns one after the other beats handing them to polars' thread pool."""
-    def extra(r) -> list[pl.Expr]:
-        return [pl.lit(v, pl.Utf8).alias(k) for k, v in per_rank(r).items()] if per_rank else []
-
-    parts = [r.groups.select_seq(pl.lit(r.rank, pl.Int64).alias("rank"), *cols, *extra(r))
-             for r in ranks if r.groups is not None and not r.groups.is_empty()]
+    would pay that per rank and query; one rank's result is the same either way. The ranks' columns are taken
+    without a query (`stack`)."""
+    with_groups = [r for r in ranks if r.groups is not None and not r.groups.is_empty()]
+    if not with_groups:
+        return None
+    names = list(dict.fromkeys(n for c in cols for n in ([c] if isinstance(c, str) else c.meta.root_names())))
+    extra = [per_rank(r) for r in with_groups] if per_rank else []
+    keys = {"rank": [r.rank for r in with_groups],
+            **{k: [e[k] for e in extra] for k in (extra[0] if extra else {})}}
     # relaxed: a rank from the cache or another source may hold a column in a wider type
-    return pl.concat(parts, how="vertical_relaxed") if parts else None
+    t = stack([r.groups[names] for r in with_groups], keys, how="vertical_relaxed")
+    return t.select_seq("rank", *cols, *[k for k in keys if k != "rank"])
 
 
 def first_by_time(cols: tuple[str, ...]) -> list[pl.Expr]:

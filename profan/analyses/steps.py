@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import polars as pl
 
-from profan.analyses.common import cite_kernels, kernel_table, ms, pct, severity
+from profan.analyses.common import cite_kernels, kernel_table, ms, pct, severity, stack
 from profan.evidence import cite_lines
 from profan.findings import Finding
 from profan.rankmap import RankData
@@ -19,15 +19,12 @@ STEP_COLUMNS = ["rank", "step", "device_id", "computing_us", "comm_not_overlappe
 
 
 def step_table(ranks: list[RankData]) -> pl.DataFrame:
-    parts = []
-    for r in ranks:
-        if r.steps is None or r.steps.is_empty():
-            continue
-        parts.append(r.steps.with_columns(pl.lit(r.rank, pl.Int64).alias("rank"),
-                                          pl.lit(r.files["step_trace_time"]).alias("file")))
-    if not parts:
+    have = [r for r in ranks if r.steps is not None and not r.steps.is_empty()]
+    if not have:
         return pl.DataFrame()
-    return pl.concat(parts, how="diagonal_relaxed").select(STEP_COLUMNS).sort("rank", "step")
+    return stack([r.steps for r in have], {"rank": [r.rank for r in have],
+                                           "file": [r.files["step_trace_time"] for r in have]}
+                 ).select(STEP_COLUMNS).sort("rank", "step")
 
 
 def share_findings(steps: pl.DataFrame, pack: RulePack) -> list[Finding]:

@@ -46,9 +46,29 @@ def op_type(op_name: str) -> str:
 
 
 def read(path: Path) -> tuple[pl.DataFrame, int]:
-    """(one row per link entry, skipped entries). Built column by column, with what is the same for all links of
+    """(one row per link entry, skipped entries)."""
+    links, _, skipped = _read(path, totals_only=False)
+    return links, skipped
+
+
+def read_for_totals(path: Path) -> tuple[pl.DataFrame, int, int]:
+    """(the link entries `link_totals` reads, entries read, entries skipped). An aggregated matrix's top, middle
+    and bottom entries are picks of the ops its ``-total`` entry sums: they are checked and counted, but no row
+    is built for them — three quarters of a current matrix."""
+    return _read(path, totals_only=True)
+
+
+def _valid_link(link: str, v: object) -> bool:
+    """A link entry: ``"src-dst"`` (two ASCII rank numbers) holding an object."""
+    s, sep, d = link.partition("-")
+    return bool(sep and s.isdigit() and d.isdigit() and s.isascii() and d.isascii()) and isinstance(v, dict)
+
+
+def _read(path: Path, totals_only: bool) -> tuple[pl.DataFrame, int, int]:
+    """(link rows, entries read, entries skipped). Built column by column, with what is the same for all links of
     an op repeated rather than looked up again: a cluster's matrix holds thousands of links per rank."""
     items, skipped = ascend_comm.entries(path)
+    n_read = 0
     cols: dict[str, list] = {name: [] for name in SCHEMA}
     per_op = [cols[c] for c in ("step", "kind", "key", "shape", "op_type", "rank_class", "group_hash")]
     op_name, src, dst, transport = cols["op_name"], cols["src_local"], cols["dst_local"], cols["transport"]
@@ -58,6 +78,11 @@ def read(path: Path) -> tuple[pl.DataFrame, int]:
             skipped += 1
             continue
         agg = _AGG_KEY.match(key)
+        if agg and totals_only and agg.group(2) != "total":
+            ok = sum(1 for link, v in links.items() if _valid_link(link, v))
+            n_read += ok
+            skipped += len(links) - ok
+            continue
         if agg:
             fixed = (step, kind, key, "aggregated", agg.group(1).lower(), agg.group(2), agg.group(3) or None)
             name = None
@@ -67,11 +92,11 @@ def read(path: Path) -> tuple[pl.DataFrame, int]:
         prefix = make_pointer(step_key, kind, key) + "/"
         n = 0
         for link, v in links.items():
-            s, sep, d = link.partition("-")
-            if not (sep and s.isdigit() and d.isdigit() and s.isascii() and d.isascii()) or not isinstance(v, dict):
+            if not _valid_link(link, v):
                 skipped += 1
                 continue
             n += 1
+            s, _, d = link.partition("-")
             src.append(int(s))
             dst.append(int(d))
             op_name.append(v.get("Op Name") if agg else name)
@@ -84,7 +109,8 @@ def read(path: Path) -> tuple[pl.DataFrame, int]:
             pointer.append(prefix + link)  # "src-dst" holds neither "~" nor "/": no escaping
         for col, value in zip(per_op, fixed, strict=True):
             col.extend([value] * n)
-    return columns_frame(cols, SCHEMA), skipped
+        n_read += n
+    return columns_frame(cols, SCHEMA), n_read, skipped
 
 
 GROUP_SCHEMA = {"group_hash": pl.Utf8, "group_name": pl.Utf8, "hccl_group": pl.Utf8,
