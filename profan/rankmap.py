@@ -73,9 +73,11 @@ class RankData:
 
 def load_ranks_batch(sources: list[RankSource], root: Path, pack: RulePack, *, peers: bool = True
                      ) -> list[RankData | ProfanInputError]:
-    """`load_rank` of each source, with the small kernel files of the batch reduced together
-    (`reduce_kernel_batch`). A rank's input error is its entry in the list: the other ranks are still read, and
-    the caller decides which error to report."""
+    """`load_rank` of each source, with the steps that cost mostly per-query overhead on a small rank computed for
+    the batch at once: the kernel pass of small kernel files (`reduce_kernel_batch`), the collectives and their
+    windows (`ascend_collectives_batch`) and the link totals (`ascend_matrix.rank_link_totals`). Each rank's
+    result equals `load_rank` on it alone. A rank's input error is its entry in the list: the other ranks are
+    still read, and the caller decides which error to report."""
     with_kernels = [i for i, rs in enumerate(sources) if "kernel_details" in rs.files]
     kps: list[KernelPass | None] = [None] * len(sources)
     if len(with_kernels) > 1:
@@ -86,15 +88,20 @@ def load_ranks_batch(sources: list[RankSource], root: Path, pack: RulePack, *, p
             for i, kp in zip(with_kernels, got, strict=True):
                 kps[i] = kp
     out: list[RankData | ProfanInputError] = []
-    timed: dict[int, pl.DataFrame | None] = {}
+    later: dict[int, _Later] = {}
     for i, (rs, kp) in enumerate(zip(sources, kps, strict=True)):
         try:
-            rd, timed[i] = _read_rank(rs, root, pack, peers, kp)
+            rd, later[i] = _read_rank(rs, root, pack, peers, kp)
             out.append(rd)
         except ProfanInputError as exc:
             out.append(exc)
+    with_links = [i for i in later if later[i].links is not None]
+    totals = ascend_matrix.rank_link_totals([(later[i].links, out[i].metadata) for i in with_links])
+    for i, t in zip(with_links, totals, strict=True):
+        out[i].comm_links = t
     if not peers:
         return out
+    timed = {i: later[i].timed for i in later}
     together = [i for i in timed if _collectives_batchable(out[i], sources[i], timed[i])]
     if len(together) > 1:
         from profan.collectives import AscendRank, ascend_collectives_batch
@@ -132,15 +139,26 @@ def load_rank(rs: RankSource, root: Path, pack: RulePack, *, peers: bool = True,
     ``peers``: other ranks are analysed with this one. Only then are the collectives and their pre-collective
     windows read — they serve cross-rank alignment alone, and on a big kernel file the windows cost a second
     pass. ``kernels``: the kernel file's pass, already made (`load_ranks_batch`)."""
-    rd, timed = _read_rank(rs, root, pack, peers, kernels)
+    rd, later = _read_rank(rs, root, pack, peers, kernels)
+    if later.links is not None:
+        rd.comm_links = ascend_matrix.rank_link_totals([(later.links, rd.metadata)])[0]
     if peers:
-        _load_collectives(rd, rs, pack, timed)
+        _load_collectives(rd, rs, pack, later.timed)
     return rd
 
 
+@dataclass
+class _Later:
+    """What `_read_rank` read for the steps that run over a batch of ranks: the kernel file's timed rows (when the
+    pass kept them), for the collectives, and communication_matrix.json's links, for their totals."""
+
+    timed: pl.DataFrame | None = None
+    links: pl.DataFrame | None = None
+
+
 def _read_rank(rs: RankSource, root: Path, pack: RulePack, peers: bool, kernels: KernelPass | None
-               ) -> tuple[RankData, pl.DataFrame | None]:
-    """`load_rank` without the collectives: the rank, and its kernel file's timed rows when the pass kept them."""
+               ) -> tuple[RankData, _Later]:
+    """`load_rank` without the steps a batch computes together (`_Later`)."""
     rd = RankData(rank=int(rs.rank or 0), path=relpath(rs.path, root) or ".", kind=rs.kind,
                   rank_origin=rs.rank_origin, files={k: relpath(p, root) for k, p in rs.files.items()})
     if "profiler_info" in rs.files:
@@ -154,7 +172,7 @@ def _read_rank(rs: RankSource, root: Path, pack: RulePack, peers: bool, kernels:
             rd.metadata = ascend_meta.read_metadata(rs.files["profiler_metadata"])
         except ProfanInputError as exc:
             rd.warnings.append(f"ignored {rd.files['profiler_metadata']}: {exc.problem}")
-    timed = None  # a small kernel file's timed rows, for the collectives
+    later = _Later()
     if "kernel_details" in rs.files:
         try:
             # without communication.json the collectives take the HCCL rows' starts from the groups
@@ -165,7 +183,7 @@ def _read_rank(rs: RankSource, root: Path, pack: RulePack, peers: bool, kernels:
             first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
             raise ProfanInputError(rs.files["kernel_details"], f"cannot be parsed as CSV ({first})") from None
         rd.groups, rd.kernel_variant, rd.has_pipe_ratios = kp.groups, kp.variant, kp.has_pipe_ratios
-        timed = kp.timed
+        later.timed = kp.timed
         rd.count("kernel_details", kp.counts["rows"], kp.counts["skipped"],
                  "rows whose duration is not a number of 0 or more, or whose block dim is text (truncated or "
                  "misaligned rows)")
@@ -184,8 +202,7 @@ def _read_rank(rs: RankSource, root: Path, pack: RulePack, peers: bool, kernels:
                  empty="holds no communication ops")
         rd.comm_packets = ascend_packets.read(items)
     if "communication_matrix" in rs.files:
-        links, n_read, skipped = ascend_matrix.read_for_totals(rs.files["communication_matrix"])
-        rd.comm_links = ascend_matrix.link_totals(ascend_matrix.map_ranks(links, rd.metadata))
+        later.links, n_read, skipped = ascend_matrix.read_for_totals(rs.files["communication_matrix"])
         rd.count("communication_matrix", n_read + skipped, skipped, "entries of unexpected shape")
     if "kineto_trace" in rs.files:
         from profan.sources import kineto
@@ -201,7 +218,7 @@ def _read_rank(rs: RankSource, root: Path, pack: RulePack, peers: bool, kernels:
     platform = ascend_device.platform_version(rs.path)
     if platform is not None:
         rd.info["platform_version"] = platform
-    return rd, timed
+    return rd, later
 
 def _load_collectives(rd: RankData, rs: RankSource, pack: RulePack, timed: pl.DataFrame | None = None) -> None:
     """The rank's communication ops and their pre-collective windows, for cross-rank alignment and stragglers.
