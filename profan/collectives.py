@@ -75,6 +75,16 @@ def _next_op(batch: pl.DataFrame, colls: pl.DataFrame, by: tuple[str, ...]) -> p
             .filter(~pl.col("_op")).sort("_row").drop("_row", "_op").collect())
 
 
+def _largest(loc: str, dur: str) -> list[pl.Expr]:
+    """``locs`` and ``loc_durs``: the WINDOW_LOCS longest rows of a group and their durations, longest first,
+    ties by the earlier row (the same input cites the same rows), the two lists in the same order — `_merge_parts`
+    pairs them up again."""
+    order = pl.col(loc).sort_by([dur, loc], descending=[True, False], nulls_last=True)
+    return [order.head(WINDOW_LOCS).alias("locs"),
+            pl.col(dur).sort_by([dur, loc], descending=[True, False], nulls_last=True).head(WINDOW_LOCS)
+            .alias("loc_durs")]
+
+
 def _window_part(batch: pl.DataFrame, colls: pl.DataFrame, keys: list[str],
                  seen: set[int], by: tuple[str, ...] = ()) -> tuple[pl.DataFrame, pl.DataFrame]:
     """Per (window, kernel) partial aggregate of one batch, and per window its longest idle gap and last kernel.
@@ -89,9 +99,7 @@ def _window_part(batch: pl.DataFrame, colls: pl.DataFrame, keys: list[str],
     k = k.filter(pl.col("_ws").is_null() | (pl.col("start_us") >= pl.col("_ws")))
     agg = (k.group_by([*w, *keys])
            .agg(pl.len().cast(pl.Int64).alias("count"), pl.col("dur_us").sum().alias("time_us"),
-                # ties: the earlier row, so the same input cites the same rows
-                pl.col("loc").top_k_by(["dur_us", "loc"], WINDOW_LOCS, reverse=[False, True]).alias("locs"),
-                pl.col("dur_us").top_k(WINDOW_LOCS).alias("loc_durs")))
+                *_largest("loc", "dur_us")))
     k = k.sort(*w, "start_us").with_columns((pl.col("start_us") + pl.col("dur_us")).alias("_end"))
     prev_end = pl.col("_end").cum_max().shift(1).over(w)
     first_here = pl.col("cid").is_in(list(seen)) if seen else pl.lit(False)
@@ -135,8 +143,7 @@ def _merge_parts(parts: list[pl.DataFrame], keys: list[str]) -> pl.DataFrame:
     g = ["cid", *keys]
     sums = allp.group_by(g).agg(pl.col("count").sum(), pl.col("time_us").sum())
     tops = (allp.select(*g, "locs", "loc_durs").explode(["locs", "loc_durs"]).drop_nulls(["locs"])
-            .group_by(g).agg(pl.col("locs").top_k_by(["loc_durs", "locs"], WINDOW_LOCS, reverse=[False, True]),
-                             pl.col("loc_durs").top_k(WINDOW_LOCS)))
+            .group_by(g).agg(*_largest("locs", "loc_durs")))
     return sums.join(tops, on=g, how="left", nulls_equal=True)
 
 

@@ -85,3 +85,28 @@ def test_ranks_typed_differently_are_each_computed_alone(faulty):
     for (colls, windows), rd in zip(got, ranks, strict=True):
         assert colls.height == rd.collectives.height
         assert_frame_equal(windows, rd.windows)
+
+
+@pytest.mark.parametrize("rank", [0, 2])
+def test_windows_streamed_in_slices_equal_one_pass(rank, monkeypatch):
+    """A big kernel file's windows are built slice by slice and merged: the merged windows cite the same rows, in
+    the same order (longest first), as one pass over the whole file — on the real Qwen3 ranks cut into slices of
+    500 rows. The cited rows' durations are checked against the CSV."""
+    from conftest import fnum, raw_rows
+
+    pack = load()
+    disc = discover(QWEN3)
+    rs = disc.ranks[rank]
+    whole = load_rank(rs, disc.root, pack)
+    monkeypatch.setattr(collectives, "BATCH_ROWS", 500)
+    sliced = load_rank(rs, disc.root, pack)
+    _, rows = raw_rows(rs.files["kernel_details"])
+    assert whole.windows.height > 0 and len(rows) > 2 * 500  # at least three slices
+    cols = ["cid", "op", "name", "bucket", "count", "locs"]
+    key = ["cid", "time_us", "name", "op", "type", "core"]
+    assert_frame_equal(sliced.windows.sort(key).select(cols), whole.windows.sort(key).select(cols))
+    assert_frame_equal(sliced.windows.sort(key).select("time_us"), whole.windows.sort(key).select("time_us"),
+                       rel_tol=1e-12)
+    for locs in whole.windows["locs"].head(50):
+        durs = [fnum(rows[line]["Duration(us)"]) for line in locs]
+        assert durs == sorted(durs, reverse=True)
