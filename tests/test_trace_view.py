@@ -73,8 +73,17 @@ def test_lanes_are_found_by_thread_name_not_tid(tmp_path):
     assert moved.select(cols).rows() == orig.select(cols).rows()
 
 
-def test_hccl_group_ops_and_plane_links():
-    path = out_dir("level2", 0) / "trace_view.json"
+def _synth_trace(tmp_path) -> Path:
+    """A generated rank's trace_view.json: its plane tasks repeat equal durations, the ties real files lack."""
+    from profan.synth import generate
+
+    generate(tmp_path / "c", ranks=2, layers=2, seed=5)
+    return sorted((tmp_path / "c").rglob("trace_view.json"))[0]
+
+
+@pytest.mark.parametrize("source", ["level2", "synthetic"])
+def test_hccl_group_ops_and_plane_links(source, tmp_path):
+    path = out_dir("level2", 0) / "trace_view.json" if source == "level2" else _synth_trace(tmp_path)
     events = json.loads(path.read_text(encoding="utf-8"))
     procs = {e["pid"]: e["args"]["name"] for e in events if e.get("ph") == "M" and e["name"] == "process_name"}
     threads = {(e["pid"], e["tid"]): e["args"]["name"] for e in events
@@ -82,6 +91,7 @@ def test_hccl_group_ops_and_plane_links():
     hccl = [(i, e) for i, e in enumerate(events) if e.get("ph") == "X" and procs.get(e["pid"]) == "HCCL"]
     ops = [i for i, e in hccl if threads[(e["pid"], e["tid"])].startswith("Group ")]
     tasks = [e for _, e in hccl if threads[(e["pid"], e["tid"])].startswith("Plane ")]
+    task_idx = [i for i, e in hccl if threads[(e["pid"], e["tid"])].startswith("Plane ")]
     _, _, _, got_ops, links = trace_view.load(path)
     assert got_ops["event_idx"].to_list() == sorted(ops, key=lambda i: float(events[i]["ts"]))
     assert all(events[i]["name"].startswith("hcom_") for i in ops)
@@ -91,6 +101,12 @@ def test_hccl_group_ops_and_plane_links():
         want = [e for e in tasks if threads[(e["pid"], e["tid"])] == plane and e["args"]["link type"] == link]
         assert g["bytes"].sum() == pytest.approx(sum(e["args"]["size(Byte)"] for e in want))
         assert g["time_us"].sum() == pytest.approx(sum(e["dur"] for e in want))
+    # the cited tasks of each link: its longest, longest first, ties by the earlier event
+    for row in links.iter_rows(named=True):
+        mine = [i for i in task_idx if threads[(events[i]["pid"], events[i]["tid"])] == row["plane"]
+                and events[i]["args"].get("transport type") == row["transport_type"]
+                and events[i]["args"]["link type"] == row["link_type"]]
+        assert mine and row["top_events"] == sorted(mine, key=lambda i: (-float(events[i]["dur"]), i))[:5]
 
 
 @pytest.mark.parametrize("level", ["level1", "level2"])

@@ -86,7 +86,9 @@ def hccl(x: pl.DataFrame, tr: Trace) -> tuple[pl.DataFrame, pl.DataFrame]:
     links = (tasks.group_by(pl.col("thread_name").alias("plane"), "transport_type", "link_type")
              .agg(pl.len().alias("tasks"), pl.col("dur_us").sum().alias("time_us"),
                   pl.col("size_bytes").sum().alias("bytes"),
-                  pl.col("event_idx").top_k_by("dur_us", 5).alias("top_events"))
+                  # longest first, ties by the earlier event: the same trace cites the same events
+                  pl.col("event_idx").sort_by(["dur_us", "event_idx"], descending=[True, False], nulls_last=True)
+                  .head(5).alias("top_events"))
              .with_columns((pl.col("bytes") / pl.col("time_us") / 1e3).alias("bandwidth_gbps"))
              .sort("plane", "transport_type", "link_type"))
     return ops.sort("ts_us"), links
