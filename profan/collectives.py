@@ -63,16 +63,18 @@ BATCH_ROWS = 250_000  # kernel rows per streamed batch: memory is bounded by the
 
 def _next_op(batch: pl.DataFrame, colls: pl.DataFrame, by: tuple[str, ...]) -> pl.DataFrame:
     """``batch`` with ``cid``: the first op starting at or after each kernel (a binary search over the op starts
-    — no join of the big table). Over a batch of ranks: the number of the rank's ops that start before the
-    kernel, counted in one sort of kernels and ops together, kernels first among equal starts."""
+    — no join of the big table). Over a batch of ranks (``by``; the rows grouped by rank, as
+    `ascend_collectives_batch` stacks them) each rank's kernels are searched in that rank's ops."""
+    def search(rows: pl.DataFrame, ops: pl.DataFrame) -> pl.DataFrame:
+        cid = pl.lit(ops["start_us"]).search_sorted(pl.col("start_us"), side="left").cast(pl.Int64)
+        return rows.with_columns(cid.alias("cid"))
+
     if not by:
-        cid = pl.lit(colls["start_us"]).search_sorted(pl.col("start_us"), side="left").cast(pl.Int64)
-        return batch.with_columns(cid.alias("cid"))
-    ops = colls.select(*by, "start_us", pl.lit(True).alias("_op"))
-    both = pl.concat([batch.with_row_index("_row").with_columns(pl.lit(False).alias("_op")), ops], how="diagonal")
-    return (both.lazy().sort([*by, "start_us", "_op"], maintain_order=True)
-            .with_columns(pl.col("_op").cast(pl.Int64).cum_sum().over(by).alias("cid"))
-            .filter(~pl.col("_op")).sort("_row").drop("_row", "_op").collect())
+        return search(batch, colls)
+    ops = colls.partition_by(by, as_dict=True, maintain_order=True)
+    empty = colls.clear()
+    return pl.concat([search(rows, ops.get(key, empty))
+                      for key, rows in batch.partition_by(by, as_dict=True, maintain_order=True).items()])
 
 
 def _largest(loc: str, dur: str) -> list[pl.Expr]:
