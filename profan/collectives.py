@@ -69,7 +69,7 @@ def _next_op(batch: pl.DataFrame, colls: pl.DataFrame, by: tuple[str, ...]) -> p
         cid = pl.lit(ops["start_us"]).search_sorted(pl.col("start_us"), side="left").cast(pl.Int64)
         return rows.with_columns(cid.alias("cid"))
 
-    if not by:
+    if not by or batch.is_empty():
         return search(batch, colls)
     ops = colls.partition_by(by, as_dict=True, maintain_order=True)
     empty = colls.clear()
@@ -266,8 +266,7 @@ def _hccl_rows_from_groups(groups: pl.DataFrame | None) -> pl.DataFrame | None:
     carry a sequence number, so they do): saves a pass over the kernel file."""
     if groups is None or groups.is_empty() or "first_start_us" not in groups.columns:
         return None
-    is_comm = pl.col("core").is_in(list(COMM_CORES)) | pl.col("name").str.starts_with("hcom_")
-    g = groups.filter(is_comm)
+    g = groups.filter(_is_comm())
     if g.is_empty() or (g["count"] > 1).any():
         return None
     return g.select("step", "name", pl.col("first_start_us").alias("start_us"), pl.col("time_us").alias("dur_us"),
@@ -382,13 +381,13 @@ def ascend_collectives_batch(ranks: list[AscendRank], pack: RulePack
     # ranks without HCCL rows keep kline null, as alone
     colls = colls.drop("kline").join(lines, on=[*by, "step", "name"], how="left", nulls_equal=True,
                                      maintain_order="left").select(*by, *COLL_SCHEMA)
-    win, gaps = _window_part(comp, colls, keys, set(), by)
-    with_win = win.select(by).unique()
     windows = None
+    # no compute row in the whole batch (only HCCL rows, or none usable): no windows, as each rank alone
+    win, gaps = _window_part(comp, colls, keys, set(), by) if comp.height else (pl.DataFrame(), None)
     if not win.is_empty():
+        with_win = win.select(by).unique()
         first = comp.group_by(by).agg(pl.col("start_us").min().alias("first")).join(with_win, on=list(by))
-        groups = [r.groups.with_columns(pl.lit(i, pl.Int32).alias("_f")) for i, r in enumerate(ranks)
-                  if r.groups is not None]
+        groups = [r.groups for r in ranks if r.groups is not None]  # verdicts depend on the kernel, not the rank
         windows, colls = _finish_windows(win, colls, first, pack, "ascend",
                                          f.replace_strict(kfile_of, return_dtype=pl.Utf8), "lines",
                                          pl.concat(groups, how="diagonal_relaxed") if groups else None, by)

@@ -225,14 +225,20 @@ def reduce_kernel_batch(paths: list[Path], pack: RulePack, rules_for: str = "asc
 
 def _reduce_same_header(kfs: list[ascend_kernels.KernelFile], rules: list, timed: bool) -> dict[int, KernelPass]:
     """`reduce_kernel_batch` for small files of one header: {index in ``kfs``: KernelPass} of those that need
-    nothing the batch cannot give (see there)."""
+    nothing the batch cannot give (see there). Any cell polars refuses — the fast reader's numbers, a step id
+    that is no integer — sends every file of the batch the one-file way, which reads it or words the error."""
+    try:
+        return _reduce_same_header_rows(kfs, rules, timed)
+    except pl.exceptions.PolarsError:
+        return {}
+
+
+def _reduce_same_header_rows(kfs: list[ascend_kernels.KernelFile], rules: list, timed: bool
+                             ) -> dict[int, KernelPass]:
     kf, by = kfs[0], ("_f",)
     pipes = list(kf.pipe_columns)
-    try:
-        rows = pl.concat([ascend_kernels.scan_for_groups(k).with_columns(pl.lit(i, pl.Int32).alias("_f"))
-                          for i, k in enumerate(kfs)]).collect()
-    except pl.exceptions.PolarsError:  # a cell the fast reader refuses, in one of them: each alone
-        return {}
+    rows = pl.concat([ascend_kernels.scan_for_groups(k).with_columns(pl.lit(i, pl.Int32).alias("_f"))
+                      for i, k in enumerate(kfs)]).collect()
     per_file = rows.group_by("_f").len()
     n_rows = dict(zip(per_file["_f"].to_list(), per_file["len"].to_list(), strict=True))
     # one line per record (else src_line is not the physical line) and at least one row: what the batch can do

@@ -5,8 +5,8 @@ holds the GIL, so threads do not scale past one core for clusters of small files
 results are small, so a process pool over batches of ranks (`load_ranks_batch`) is the whole parallel design.
 
 ``spawn`` (not ``fork``): the parent may already run polars' thread pool, and forking a process with live threads
-can deadlock. Each worker pays one interpreter start and import (~0.5 s), so small jobs stay sequential, and
-the calling process is one of the ``jobs``: it reads ranks from the end of the list while the workers start.
+can deadlock. Each worker pays one interpreter start and import (~0.2–0.3 s), so small jobs stay sequential,
+and the calling process is one of the ``jobs``: it reads ranks from the end of the list while the workers start.
 """
 
 from __future__ import annotations
@@ -21,7 +21,7 @@ from pathlib import Path
 
 from profan.discover import RankSource
 from profan.errors import ProfanError, ProfanInputError
-from profan.rankmap import RankData, load_ranks_batch
+from profan.rankmap import RankData, load_rank, load_ranks_batch
 from profan.rulepack import RulePack
 
 AUTO_MIN_RANKS = 16  # below this, worker start-up costs more than it saves
@@ -53,20 +53,39 @@ Failure = tuple[str, str | None, str]  # ("input-error", path, problem): ProfanI
 
 
 def _load(batch: list[RankSource], root: Path, pack: RulePack, peers: bool) -> list[RankData | Failure]:
-    """Worker entry: a batch of ranks, input errors as plain values."""
-    return [r if isinstance(r, RankData) else ("input-error", r.path, r.problem)
-            for r in load_ranks_batch(batch, root, pack, peers=peers)]
+    """Worker entry: a batch of ranks, input errors as plain values (and only those).
+
+    Should the batch fail as a whole — a fault the batched steps did not expect, in some rank — its ranks are
+    read again one at a time, in order, up to the first failing one: that rank's own error is the one reported,
+    as a sequential read of one rank after the other reports it."""
+    try:
+        return [r if isinstance(r, RankData) else ("input-error", r.path, r.problem)
+                for r in load_ranks_batch(batch, root, pack, peers=peers)]
+    except Exception:  # a rank that causes it again raises it below, in order
+        out: list[RankData | Failure] = []
+        for rs in batch:
+            try:
+                out.append(load_rank(rs, root, pack, peers=peers))
+            except ProfanInputError as exc:
+                out.append(("input-error", exc.path, exc.problem))
+                break
+        return out
 
 
 def _batches(n: int) -> list[range]:
     return [range(i, min(i + BATCH, n)) for i in range(0, n, BATCH)]
 
 
-def _said(say: Callable[[str], None], sources: list[RankSource], got: list, idx: range) -> None:
-    """One progress line per rank of a batch just read."""
-    done = sum(g is not None for g in got) - len(idx)
-    for k, i in enumerate(idx, start=1):
-        say(f"[{done + k}/{len(sources)}] read rank {sources[i].rank}")
+def _said(say: Callable[[str], None], sources: list[RankSource], done: int, idx: range) -> int:
+    """One progress line per rank of a batch just read, ``done`` ranks read before it; returns the new count."""
+    for k, i in enumerate(idx, start=done + 1):
+        say(f"[{k}/{len(sources)}] read rank {sources[i].rank}")
+    return done + len(idx)
+
+
+def _ranks_of(sources: list[RankSource], idx: range) -> str:
+    first, last = sources[idx[0]].rank, sources[idx[-1]].rank
+    return f"rank {first}" if len(idx) == 1 else f"ranks {first}–{last}"
 
 
 def load_ranks(sources: list[RankSource], root: Path, pack: RulePack, jobs: int | None = None,
@@ -79,11 +98,14 @@ def load_ranks(sources: list[RankSource], root: Path, pack: RulePack, jobs: int 
     got: list[RankData | Failure | None] = [None] * n
     load = partial(_load, root=root, pack=pack, peers=n > 1)
     if jobs <= 1:
+        done = 0
         for idx in _batches(n):
-            got[idx.start:idx.stop] = load([sources[i] for i in idx])
-            _said(say, sources, got, idx)
-            if any(isinstance(g, tuple) for g in got[idx.start:idx.stop]):
+            say(f"reading {_ranks_of(sources, idx)}")
+            part = load([sources[i] for i in idx])
+            got[idx.start:idx.start + len(part)] = part
+            if any(isinstance(g, tuple) for g in part):
                 break
+            done = _said(say, sources, done, idx)
         return _results(got)
     say(f"reading {n} ranks in {jobs} processes")
     # each worker gets its share of the cores for polars' own thread pool (set before the workers start)
@@ -130,13 +152,16 @@ def _run(pool: ProcessPoolExecutor, workers: int, sources: list[RankSource], got
     n = len(sources)
     front, back = 0, n - 1
     running: dict[Future, range] = {}
+    done = 0
 
     def take(idx: range, results: list) -> None:
-        got[idx.start:idx.stop] = results
-        _said(say, sources, got, idx)
+        nonlocal done
+        got[idx.start:idx.start + len(results)] = results
+        done = _said(say, sources, done, idx)
 
     while front <= back or running:
-        while front <= back and len(running) < workers * LOOKAHEAD:
+        # the last rank left stays with this process, which is ready now: the workers are still starting
+        while front < back and len(running) < workers * LOOKAHEAD:
             idx = range(front, front + _next_batch(front, back, workers + 1))
             running[pool.submit(load, [sources[i] for i in idx])] = idx
             front = idx.stop

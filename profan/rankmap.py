@@ -79,17 +79,16 @@ def load_ranks_batch(sources: list[RankSource], root: Path, pack: RulePack, *, p
     result equals `load_rank` on it alone. A rank's input error is its entry in the list: the other ranks are
     still read, and the caller decides which error to report."""
     with_kernels = [i for i, rs in enumerate(sources) if "kernel_details" in rs.files]
-    kps: list[KernelPass | None] = [None] * len(sources)
-    if len(with_kernels) > 1:
-        timed = [_wants_timed(sources[i], peers) for i in with_kernels]
-        if all(timed) or not any(timed):
-            got = reduce_kernel_batch([sources[i].files["kernel_details"] for i in with_kernels], pack,
-                                      timed=timed[0])
-            for i, kp in zip(with_kernels, got, strict=True):
-                kps[i] = kp
+    passes: list[KernelPass | None] = [None] * len(sources)
+    for want_timed in (True, False):  # a pass keeps the timed rows or not: one batch for each
+        same = [i for i in with_kernels if _wants_timed(sources[i], peers) == want_timed]
+        if len(same) > 1:
+            made = reduce_kernel_batch([sources[i].files["kernel_details"] for i in same], pack, timed=want_timed)
+            for i, kp in zip(same, made, strict=True):
+                passes[i] = kp
     out: list[RankData | ProfanInputError] = []
     later: dict[int, _Later] = {}
-    for i, (rs, kp) in enumerate(zip(sources, kps, strict=True)):
+    for i, (rs, kp) in enumerate(zip(sources, passes, strict=True)):
         try:
             rd, later[i] = _read_rank(rs, root, pack, peers, kp)
             out.append(rd)
@@ -101,19 +100,18 @@ def load_ranks_batch(sources: list[RankSource], root: Path, pack: RulePack, *, p
         out[i].comm_links = t
     if not peers:
         return out
-    timed = {i: later[i].timed for i in later}
-    together = [i for i in timed if _collectives_batchable(out[i], sources[i], timed[i])]
+    together = [i for i in later if _collectives_batchable(out[i], sources[i], later[i].timed)]
     if len(together) > 1:
         from profan.collectives import AscendRank, ascend_collectives_batch
 
-        got = ascend_collectives_batch([AscendRank(timed[i], out[i].comm_ops, out[i].files["communication"],
-                                                   out[i].files["kernel_details"], out[i].groups)
-                                        for i in together], pack)
-        for i, (colls, windows) in zip(together, got, strict=True):
+        found = ascend_collectives_batch([AscendRank(later[i].timed, out[i].comm_ops, out[i].files["communication"],
+                                                     out[i].files["kernel_details"], out[i].groups)
+                                          for i in together], pack)
+        for i, (colls, windows) in zip(together, found, strict=True):
             out[i].collectives, out[i].windows = colls, windows
-    for i in timed:
-        if i not in together or len(together) == 1:
-            _load_collectives(out[i], sources[i], pack, timed[i])
+    for i in later:
+        if later[i].collectives_due and (i not in together or len(together) == 1):
+            _load_collectives(out[i], sources[i], pack, later[i].timed)
     return out
 
 
@@ -142,7 +140,7 @@ def load_rank(rs: RankSource, root: Path, pack: RulePack, *, peers: bool = True,
     rd, later = _read_rank(rs, root, pack, peers, kernels)
     if later.links is not None:
         rd.comm_links = ascend_matrix.rank_link_totals([(later.links, rd.metadata)])[0]
-    if peers:
+    if later.collectives_due:
         _load_collectives(rd, rs, pack, later.timed)
     return rd
 
@@ -150,10 +148,12 @@ def load_rank(rs: RankSource, root: Path, pack: RulePack, *, peers: bool = True,
 @dataclass
 class _Later:
     """What `_read_rank` read for the steps that run over a batch of ranks: the kernel file's timed rows (when the
-    pass kept them), for the collectives, and communication_matrix.json's links, for their totals."""
+    pass kept them) for the collectives, whether those are still to be read (an Ascend rank's, when other ranks
+    are analysed with it), and communication_matrix.json's links, for their totals."""
 
     timed: pl.DataFrame | None = None
     links: pl.DataFrame | None = None
+    collectives_due: bool = False
 
 
 def _read_rank(rs: RankSource, root: Path, pack: RulePack, peers: bool, kernels: KernelPass | None
@@ -204,6 +204,11 @@ def _read_rank(rs: RankSource, root: Path, pack: RulePack, peers: bool, kernels:
     if "communication_matrix" in rs.files:
         later.links, n_read, skipped = ascend_matrix.read_for_totals(rs.files["communication_matrix"])
         rd.count("communication_matrix", n_read + skipped, skipped, "entries of unexpected shape")
+    if peers and rs.kind == "ascend":
+        later.collectives_due = True  # after the batch's kernel passes (`load_ranks_batch`)
+    elif peers:
+        # before the trace's own read: the collectives parse and cache the trace, which that read then reports
+        _load_collectives(rd, rs, pack)
     if "kineto_trace" in rs.files:
         from profan.sources import kineto
 

@@ -4,6 +4,10 @@ with a host-gap straggler, a hot expert and a slow link, where the windows and g
 
 from __future__ import annotations
 
+import json
+import shutil
+from pathlib import Path
+
 import polars as pl
 import pytest
 from conftest import QWEN3
@@ -34,7 +38,7 @@ def _batched_equals_alone(root, monkeypatch) -> list[RankData]:
             mine, theirs = getattr(rd, table), getattr(alone, table)
             assert (mine is None) == (theirs is None), table
             if mine is not None:
-                assert_frame_equal(mine, theirs)
+                assert_frame_equal(mine, theirs, check_exact=True)
         assert rd.rows_read == alone.rows_read and rd.warnings == alone.warnings
     return got
 
@@ -84,7 +88,7 @@ def test_ranks_typed_differently_are_each_computed_alone(faulty):
     got = collectives.ascend_collectives_batch(items, pack)
     for (colls, windows), rd in zip(got, ranks, strict=True):
         assert colls.height == rd.collectives.height
-        assert_frame_equal(windows, rd.windows)
+        assert_frame_equal(windows, rd.windows, check_exact=True)
 
 
 @pytest.mark.parametrize("rank", [0, 2])
@@ -110,3 +114,54 @@ def test_windows_streamed_in_slices_equal_one_pass(rank, monkeypatch):
     for locs in whole.windows["locs"].head(50):
         durs = [fnum(rows[line]["Duration(us)"]) for line in locs]
         assert durs == sorted(durs, reverse=True)
+
+
+def _qwen_copy(tmp_path, edit) -> Path:
+    """A copy of the real Qwen3 set with ``edit(lines)`` applied to the kernel file of ranks 0 and 2."""
+    root = tmp_path / "qwen"
+    shutil.copytree(QWEN3, root)
+    for r in (0, 2):
+        f = root / f"rank_{r}_ascend_pt" / "ASCEND_PROFILER_OUTPUT" / "kernel_details.csv"
+        f.write_text("".join(edit(f.read_text().splitlines(keepends=True))))
+    return root
+
+
+def test_kernel_files_of_hccl_rows_only(tmp_path, monkeypatch):
+    """Every kernel file of the batch holds only its HCCL rows: no compute row anywhere, so no window — and the
+    kernels-vs-step-trace finding says so, citing the step_trace row (there is no compute row to cite)."""
+    from conftest import run_cli
+
+    root = _qwen_copy(tmp_path, lambda lines: [lines[0], *(x for x in lines[1:] if ",COMMUNICATION," in x)])
+    got = _batched_equals_alone(root, monkeypatch)
+    assert all(r.windows is None for r in got)
+    assert got[0].collectives["kline"].null_count() < got[0].collectives.height  # the HCCL rows are there
+    res = run_cli("analyze", str(root), "-f", "json", "-q", "-j", "1")
+    assert res.returncode == 0, res.stderr
+    doc = json.loads(res.stdout)
+    cov = [f for f in doc["findings"] if f["check"] == "kernels-vs-step-trace" and f["rank"] == 0]
+    assert cov and cov[0]["metrics"]["kernel_compute_us"] == 0
+    assert [e["select"]["source"] for e in cov[0]["evidence"]] == ["step_trace_time"]
+
+
+def test_a_cell_polars_refuses_in_a_batch_is_that_rank_s_one_line_error(tmp_path):
+    """A Step Id of ``inf`` in rank 2's kernel file: the batch goes the one-file way, and the report is rank 2's
+    one-line error naming its file — not a polars message about the whole batch's values."""
+    from conftest import assert_one_line_error, run_cli
+
+    def inf_step(lines):
+        head = lines[0].split(",")
+        k = head.index("Step Id")
+        cells = lines[3].split(",")
+        cells[k] = "inf"
+        return [*lines[:3], ",".join(cells), *lines[4:]]
+
+    root = _qwen_copy(tmp_path, lambda lines: lines)
+    f = root / "rank_2_ascend_pt" / "ASCEND_PROFILER_OUTPUT" / "kernel_details.csv"
+    f.write_text("".join(inf_step(f.read_text().splitlines(keepends=True))))
+    pack = load()
+    disc = discover(root)
+    got = load_ranks_batch(disc.ranks, disc.root, pack)
+    assert [type(g).__name__ for g in got] == ["RankData", "RankData", "ProfanInputError", "RankData"]
+    assert "cannot be parsed as CSV" in got[2].problem and "Step Id" in got[2].problem
+    assert_one_line_error(run_cli("analyze", str(root), "-j", "1"), "rank_2_ascend_pt", "kernel_details.csv",
+                          "cannot be parsed as CSV")

@@ -25,13 +25,13 @@ GPT3 = ASCEND / "msinsight-gpt3-2rank-2023"
 
 def _same(batched, alone) -> None:
     assert batched is not None
-    assert_frame_equal(batched.groups, alone.groups)
+    assert_frame_equal(batched.groups, alone.groups, check_exact=True)
     assert batched.counts == alone.counts
     assert (batched.variant, batched.has_pipe_ratios) == (alone.variant, alone.has_pipe_ratios)
     if alone.timed is None:
         assert batched.timed is None
     else:
-        assert_frame_equal(batched.timed, alone.timed)
+        assert_frame_equal(batched.timed, alone.timed, check_exact=True)
 
 
 @pytest.mark.parametrize("timed", [True, False])
@@ -98,5 +98,5 @@ def test_a_failing_rank_in_a_batch_is_its_own_entry(tmp_path):
                 mine, theirs = getattr(rd, table), getattr(alone, table)
                 assert (mine is None) == (theirs is None), table
                 if mine is not None:
-                    assert_frame_equal(mine, theirs)
+                    assert_frame_equal(mine, theirs, check_exact=True)
     assert got[0].windows is not None and got[0].windows.height > 0  # rank 0's windows came from the batch

@@ -106,3 +106,37 @@ def test_real_cluster_report_is_identical_sequential_and_parallel():
     assert [f["check"] for f in seq["findings"]].count("straggler") >= 1
     # as text, so the order of keys and rows counts too
     assert msgspec.json.encode(par) == msgspec.json.encode(seq) == msgspec.json.encode(again)
+
+
+def test_a_batch_that_fails_as_a_whole_is_read_rank_by_rank(tmp_path, monkeypatch):
+    """Should a step computed for a whole batch fail, the batch's ranks are read one at a time: the report is
+    the same, and a rank with an input error is still the one reported, first in order. (The batched step is
+    made to fail here, in this process: the sequential read.)"""
+    import shutil
+
+    from profan.sources import ascend_matrix
+
+    root = tmp_path / "qwen"
+    shutil.copytree(FIXTURES / "ascend" / "msinsight-qwen3-4rank-2025q4", root)
+    want = profan.analyze(root, jobs=1).to_dict()
+    alone = ascend_matrix.rank_link_totals
+
+    failed = []
+
+    def broken(parts):
+        if len(parts) > 1:
+            failed.append(len(parts))
+            raise RuntimeError("batched step failed")
+        return alone(parts)
+
+    monkeypatch.setattr(ascend_matrix, "rank_link_totals", broken)
+    got = profan.analyze(root, jobs=1).to_dict()
+    assert failed == [4]  # the batch of four failed, and its ranks were read again one by one
+    for d in (want, got):
+        d["meta"].pop("timings_s")
+    assert got == want
+    bad = root / "rank_2_ascend_pt" / "ASCEND_PROFILER_OUTPUT" / "kernel_details.csv"
+    bad.write_text(bad.read_text().splitlines(keepends=True)[0])
+    with pytest.raises(ProfanInputError, match=r"rank_2_ascend_pt.*no data rows"):
+        profan.analyze(root, jobs=1)
+    assert failed == [4, 3]

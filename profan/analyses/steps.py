@@ -103,9 +103,10 @@ def reconcile_findings(ranks: list[RankData], steps: pl.DataFrame, pack: RulePac
                 evidence=(cite_lines(row["file"], [row["src_line"]], 1,
                                      {"source": "step_trace_time", "step": row["step"]},
                                      values={"Computing": comp}),
-                          cite_kernels(r, r.groups.filter(pl.col("bucket") != "communication"), n,
-                                       {"source": "kernel_details", "step": row["step"],
-                                        "bucket_not": "communication"},
-                                       values={"time_us": round(k_us, 3)}))))
+                          # no compute row at all (a file of HCCL rows only): nothing there to cite
+                          *([cite_kernels(r, r.groups.filter(pl.col("bucket") != "communication"), n,
+                                          {"source": "kernel_details", "step": row["step"],
+                                           "bucket_not": "communication"},
+                                          values={"time_us": round(k_us, 3)})] if n else []))))
     return out
 
