@@ -492,3 +492,38 @@ def test_bad_hardware_file_is_one_line_error(tmp_path, text, says):
     res = run_cli("analyze", str(ALEXNET2), "--hardware", str(hw), "-q")
     assert res.returncode == 2 and says in res.stderr and str(hw) in res.stderr
     assert len(res.stderr.strip().splitlines()) == 1
+
+
+def test_matrix_read_for_totals_counts_what_a_full_read_counts(tmp_path):
+    """`read_for_totals` builds rows only for the entries the link totals read, but counts every entry as a full
+    read does — on the real matrices (aggregated and per-op) and on a copy with bad link keys and a bad link
+    object in a top1 entry and in a total entry."""
+    import json
+
+    from profan.sources.ascend_matrix import link_totals, map_ranks, read, read_for_totals
+
+    files = [QWEN3 / f"rank_{r}_ascend_pt" / OUT / "communication_matrix.json" for r in range(4)]
+    files.append(GPT3 / "test_rank_0" / OUT / "communication_matrix.json")
+    doc = json.loads(files[0].read_text())
+    spoiled = 0
+    for sec in doc.values():
+        for items in sec.values():
+            for key, links in items.items():
+                if "-top1@" in key or "-total@" in key:
+                    first = next(iter(links))
+                    links["x-1"] = links[first]  # not a link key
+                    links["1,2-3"] = links[first]  # a comma inside the key
+                    links[first] = [1, 2]  # not a link object
+                    spoiled += 3
+    bad = tmp_path / "communication_matrix.json"
+    bad.write_text(json.dumps(doc))
+    assert spoiled >= 6
+    for f in [*files, bad]:
+        full, skipped = read(f)
+        part, n_read, skipped_part = read_for_totals(f)
+        assert (n_read, skipped_part) == (full.height, skipped)
+        assert part.height <= full.height
+        assert link_totals(map_ranks(part, None)).equals(link_totals(map_ranks(full, None)))
+    _, skipped_bad = read(bad)
+    _, skipped_src = read(files[0])
+    assert skipped_bad - skipped_src == spoiled
