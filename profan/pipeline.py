@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable
+from concurrent.futures import Future, ThreadPoolExecutor
 from pathlib import Path
 
 import polars as pl
@@ -51,9 +52,23 @@ def analyze(path: str | Path, *, rules: list[str | Path] | None = None, progress
 def build_report(ranks: list[RankData], pack: RulePack, *, root: Path, fmt: str, warnings: list[str],
                  notes: list[str], hardware: Hardware | None = None) -> Report:
     """The reduce: pure analyses over the per-rank results."""
+    step_tab = steps.step_table(ranks)
+    # the cross-rank section needs nothing the others compute: it runs in a thread beside them — polars releases
+    # the GIL, so a cluster's largest section uses the second core while this thread does the rest
+    pool = ThreadPoolExecutor(max_workers=1)
+    try:
+        cross = pool.submit(crossrank.cross_rank_section, ranks, step_tab, pack)
+        return _report(ranks, pack, step_tab, cross, root=root, fmt=fmt, warnings=warnings, notes=notes,
+                       hardware=hardware)
+    finally:
+        pool.shutdown(wait=True, cancel_futures=True)
+
+
+def _report(ranks: list[RankData], pack: RulePack, step_tab: pl.DataFrame, cross: Future, *, root: Path, fmt: str,
+            warnings: list[str], notes: list[str], hardware: Hardware | None) -> Report:
+    """`build_report` once the cross-rank section is under way (``cross``: its future)."""
     from profan import __version__
 
-    step_tab = steps.step_table(ranks)
     per_rank, rank_findings = rank_sections(ranks, pack)
     breakdown, bound_tab, comm_tab = per_rank["breakdown"], per_rank["boundness"], per_rank["communication"]
     findings = [
@@ -71,7 +86,7 @@ def build_report(ranks: list[RankData], pack: RulePack, *, root: Path, fmt: str,
     opstat_tab = reconcile.op_statistic_table(ranks)
     opstat_findings, opstat_notes = reconcile.op_statistic_findings(opstat_tab, pack)
     findings += opstat_findings
-    xr_tables, xr_findings, xr_notes = crossrank.cross_rank_section(ranks, step_tab, pack)
+    xr_tables, xr_findings, xr_notes = cross.result()
     findings += xr_findings
     tr_tables, tr_findings, tr_notes = trace_steps.trace_section(ranks, pack)
     findings += tr_findings
