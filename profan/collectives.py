@@ -28,6 +28,7 @@ import polars as pl
 from profan.classify import classify, rule_fields
 from profan.rulepack import RulePack
 from profan.sources import ascend_kernels
+from profan.sources.rowframe import stack
 
 WINDOW_LOCS = 5  # locators kept per (window, kernel)
 COMM_CORES = ("HCCL", "COMMUNICATION", "HCCL_AI_CPU")
@@ -367,13 +368,13 @@ def ascend_collectives_batch(ranks: list[AscendRank], pack: RulePack
                 for r in ranks]  # columns typed differently: one table would need casts that alone does not do
     by = ("_f",)
     f = pl.col("_f")
-    ops = pl.concat([r.comm_ops.lazy().with_columns(pl.lit(i, pl.Int32).alias("_f"))
-                     for i, r in enumerate(ranks)]).collect()
+    index = {"_f": list(range(len(ranks)))}
+    ops = stack([r.comm_ops for r in ranks], index, how="vertical")
     file_of = {i: r.comm_file for i, r in enumerate(ranks)}
     kfile_of = {i: r.kernel_file for i, r in enumerate(ranks)}
     colls = _colls_from_ops(ops, f.replace_strict(file_of, return_dtype=pl.Utf8),
                             f.replace_strict(kfile_of, return_dtype=pl.Utf8), by)
-    rows = pl.concat([r.timed.with_columns(pl.lit(i, pl.Int32).alias("_f")) for i, r in enumerate(ranks)])
+    rows = stack([r.timed for r in ranks], index, how="vertical")
     is_comm = _is_comm()
     comp, krows = rows.filter(~is_comm), rows.filter(is_comm)
     keys = ["op", "name", "type", "core"]

@@ -237,19 +237,19 @@ def _reduce_same_header_rows(kfs: list[ascend_kernels.KernelFile], rules: list, 
                              ) -> dict[int, KernelPass]:
     kf, by = kfs[0], ("_f",)
     pipes = list(kf.pipe_columns)
-    rows = pl.concat([ascend_kernels.scan_for_groups(k).with_columns(pl.lit(i, pl.Int32).alias("_f"))
+    rows = pl.concat([ascend_kernels.scan_for_groups(k).with_columns(pl.lit(i, pl.Int64).alias("_f"))
                       for i, k in enumerate(kfs)]).collect()
-    per_file = rows.group_by("_f").len()
-    n_rows = dict(zip(per_file["_f"].to_list(), per_file["len"].to_list(), strict=True))
-    # one line per record (else src_line is not the physical line) and at least one row: what the batch can do
+    groups, counts = _group_rows(rows.lazy(), kf, pipes, exact=True, starts=True, by=by)
+    n_rows = dict(zip(counts["_f"].to_list(), counts["rows"].to_list(), strict=True))
+    bad = dict(zip(counts["_f"].to_list(), counts["bad"].to_list(), strict=True))
+    # one line per record (else src_line is not the physical line) and at least one row: what the batch can do;
+    # the other files' groups are dropped below, and each of those files takes the one-file way
     ok = [i for i, k in enumerate(kfs) if n_rows.get(i, 0) and count_lines(k.path) == n_rows[i] + 1]
     if not ok:
         return {}
     if len(ok) < len(kfs):
         rows = rows.filter(pl.col("_f").is_in(ok))
-    groups, counts = _group_rows(rows.lazy(), kf, pipes, exact=True, starts=True, by=by)
     groups = _classify_distinct(groups, rules).sort(["_f", *KEYS], nulls_last=True)
-    bad = dict(zip(counts["_f"].to_list(), counts["bad"].to_list(), strict=True))
     parts = groups.partition_by("_f", as_dict=True, include_key=False, maintain_order=True)
     empty = groups.clear().drop("_f")
     times = {}

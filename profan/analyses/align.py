@@ -12,9 +12,9 @@ from __future__ import annotations
 
 import polars as pl
 
-from profan.analyses.common import stack
 from profan.rankmap import RankData
 from profan.sources.ascend_meta import double_hash
+from profan.sources.rowframe import stack
 
 ALIGNED_SCHEMA = {"step": pl.Int64, "group": pl.Utf8, "group_name": pl.Utf8, "seq": pl.Int64, "rank": pl.Int64,
                   "name": pl.Utf8, "start_us": pl.Float64, "dur_us": pl.Float64, "end_us": pl.Float64,

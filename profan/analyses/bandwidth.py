@@ -14,13 +14,14 @@ from __future__ import annotations
 
 import polars as pl
 
-from profan.analyses.common import pct, stack
+from profan.analyses.common import pct
 from profan.evidence import cite_pointers
 from profan.findings import Finding
 from profan.hardware import Hardware
 from profan.rankmap import RankData
 from profan.rulepack import RulePack
 from profan.sources import ascend_matrix
+from profan.sources.rowframe import stack
 
 ENGINE = "SDMA"  # communication.json: the copy engine's total over HCCS + PCIE + SIO — not a link of its own
 PEERS_GROUP = ["step", "group_hash", "op_type", "transport"]  # a link's peers: same group, op type, transport …

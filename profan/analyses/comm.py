@@ -5,12 +5,13 @@ from __future__ import annotations
 
 import polars as pl
 
-from profan.analyses.common import ms, pct, severity, stack
+from profan.analyses.common import ms, pct, severity
 from profan.evidence import cite_lines, cite_pointers
 from profan.findings import Finding
 from profan.rankmap import RankData
 from profan.rulepack import RulePack
 from profan.sources import ascend_matrix
+from profan.sources.rowframe import stack
 
 LINK_TRANSPORTS = ("HCCS", "PCIE", "SIO")  # on-node links; SDMA is the copy engine's total over these
 

@@ -7,6 +7,8 @@ from typing import Any
 
 import polars as pl
 
+from profan.sources.rowframe import stack
+
 
 def ms(us: float | None) -> str:
     """Milliseconds with one decimal; small values in µs so they never print as 0.0 ms."""
@@ -54,20 +56,6 @@ def top_lines_by(groups: pl.DataFrame, key: str, k: int) -> dict:
         return {}
     tops = top_lines_frame(groups, key, k)
     return dict(zip(tops[key].to_list(), tops["lines"].to_list(), strict=True))
-
-
-def stack(frames: list[pl.DataFrame], keys: dict[str, list], how: str = "diagonal_relaxed") -> pl.DataFrame:
-    """``frames`` one below the other (`pl.concat` ``how``), followed by ``keys`` columns holding one value per
-    frame — its rank (Int64), its file (text).
-
-    Why not add the keys to each frame and then concatenate: every ``with_columns`` is a polars query, with a
-    fixed cost of 0.1–0.3 ms however few its rows; over 64 ranks and a dozen tables that is most of a reduce.
-    Here the key columns are built by one query over one row per frame."""
-    out = pl.concat(frames, how=how)  # type: ignore[arg-type]
-    types = {k: pl.Int64 if k == "rank" else pl.Utf8 for k in keys}
-    lead = (pl.DataFrame({**keys, "_n": [f.height for f in frames]}, schema={**types, "_n": pl.Int64})
-            .filter(pl.col("_n") > 0).select(pl.exclude("_n").repeat_by(pl.col("_n")).explode()))
-    return out.hstack(lead)
 
 
 def kernel_table(ranks, cols: list[str | pl.Expr],

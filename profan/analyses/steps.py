@@ -8,11 +8,12 @@ from __future__ import annotations
 
 import polars as pl
 
-from profan.analyses.common import cite_kernels, kernel_table, ms, pct, severity, stack
+from profan.analyses.common import cite_kernels, kernel_table, ms, pct, severity
 from profan.evidence import cite_lines
 from profan.findings import Finding
 from profan.rankmap import RankData
 from profan.rulepack import RulePack
+from profan.sources.rowframe import stack
 
 STEP_COLUMNS = ["rank", "step", "device_id", "computing_us", "comm_not_overlapped_us", "overlapped_us",
                 "communication_us", "free_us", "bubble_us", "preparing_us", "step_us", "src_line", "file"]

@@ -15,6 +15,7 @@ from profan.evidence import cite_events, cite_lines
 from profan.findings import Finding
 from profan.rankmap import RankData
 from profan.rulepack import RulePack
+from profan.sources.rowframe import stack
 
 LANES = {"computing_us": "Computing", "comm_not_overlapped_us": "Communication(Not Overlapped)",
          "free_us": "Free", "communication_us": "Communication"}
@@ -177,18 +178,12 @@ def overlap_check(ranks: list[RankData], pack: RulePack) -> tuple[pl.DataFrame, 
 
 
 def comm_tables(ranks: list[RankData]) -> dict[str, pl.DataFrame]:
-    comm, links = [], []
-    for r in ranks:
-        f = _trace_file(r)
-        if r.trace_comm is not None and not r.trace_comm.is_empty():
-            comm.append(r.trace_comm.with_columns(pl.lit(r.rank, pl.Int64).alias("rank"), pl.lit(f).alias("file")))
-        if r.trace_links is not None and not r.trace_links.is_empty():
-            links.append(r.trace_links.with_columns(pl.lit(r.rank, pl.Int64).alias("rank"), pl.lit(f).alias("file")))
     out = {}
-    if comm:
-        out["trace_communication"] = pl.concat(comm, how="diagonal_relaxed")
-    if links:
-        out["hccl_links"] = pl.concat(links, how="diagonal_relaxed")
+    for name, attr in (("trace_communication", "trace_comm"), ("hccl_links", "trace_links")):
+        have = [r for r in ranks if getattr(r, attr) is not None and not getattr(r, attr).is_empty()]
+        if have:
+            out[name] = stack([getattr(r, attr) for r in have], {"rank": [r.rank for r in have],
+                                                                 "file": [_trace_file(r) for r in have]})
     return out
 
 

@@ -25,7 +25,7 @@ import polars as pl
 from profan.evidence import make_pointer
 from profan.sources import ascend_comm
 from profan.sources.ascend_meta import Metadata, double_hash
-from profan.sources.rowframe import columns_frame, rows_frame
+from profan.sources.rowframe import columns_frame, rows_frame, stack
 
 _AGG_KEY = re.compile(r"^([A-Za-z]+)-(top\d+|middle|bottom\d+|total)@(\d+)$")
 # torch_npu's op-type regex (first hit wins), so per-op keys get the same coarse type as aggregated ones
@@ -150,8 +150,13 @@ def rank_group_table(metas: list[tuple[int | None, Metadata | None]]) -> pl.Data
 
 def map_ranks(links: pl.DataFrame, meta: Metadata | None) -> pl.DataFrame:
     """Add group_name, group_ranks and global src_rank/dst_rank (null where the group is not in the metadata)."""
-    groups = group_table(meta)
-    out = links.join(groups, on="group_hash", how="left", maintain_order="left")
+    return _with_global_ranks(links, group_table(meta), ["group_hash"])
+
+
+def _with_global_ranks(links: pl.DataFrame, groups: pl.DataFrame, on: list[str]) -> pl.DataFrame:
+    """`map_ranks` with the group table already built, joined ``on`` its keys (a batch of ranks leads with the
+    rank's index)."""
+    out = links.join(groups, on=on, how="left", maintain_order="left")
     return out.with_columns(
         pl.col("group_ranks").list.get(pl.col("src_local"), null_on_oob=True).alias("src_rank"),
         pl.col("group_ranks").list.get(pl.col("dst_local"), null_on_oob=True).alias("dst_rank"),
@@ -185,13 +190,9 @@ def rank_link_totals(parts: list[tuple[pl.DataFrame, Metadata | None]]) -> list[
     work on a rank's few thousand links). Each result equals the rank's computed alone."""
     if len(parts) <= 1 or len({tuple(lk.schema.items()) for lk, _ in parts}) > 1:
         return [link_totals(map_ranks(lk, meta)) for lk, meta in parts]
-    links = pl.concat([lk.hstack([pl.Series("_f", [i] * lk.height, dtype=pl.Int64)])
-                       for i, (lk, _) in enumerate(parts)])
+    links = stack([lk for lk, _ in parts], {"_f": list(range(len(parts)))}, how="vertical")
     groups = rank_group_table([(i, meta) for i, (_, meta) in enumerate(parts)]).rename({"rank": "_f"})
-    m = links.join(groups, on=["_f", "group_hash"], how="left", maintain_order="left").with_columns(
-        pl.col("group_ranks").list.get(pl.col("src_local"), null_on_oob=True).alias("src_rank"),
-        pl.col("group_ranks").list.get(pl.col("dst_local"), null_on_oob=True).alias("dst_rank"))
-    totals = link_totals(m, by=("_f",))
+    totals = link_totals(_with_global_ranks(links, groups, ["_f", "group_hash"]), by=("_f",))
     out = totals.partition_by("_f", as_dict=True, include_key=False, maintain_order=True)
     empty = totals.clear().drop("_f")
     return [out.get((i,), empty) for i in range(len(parts))]

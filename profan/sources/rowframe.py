@@ -1,4 +1,4 @@
-"""Tables built from rows that a reader collected in Python (JSON side files)."""
+"""Tables built from rows that a reader collected in Python (JSON side files), and tables stacked from many."""
 
 from __future__ import annotations
 
@@ -23,3 +23,18 @@ def columns_frame(columns: dict[str, list | tuple], schema: dict[str, pl.DataTyp
         # a value of another JSON type than the field usually holds (a number where a name is expected): coerce
         # it to the column's type, or null where it cannot be, rather than refuse the file
         return pl.DataFrame(columns, schema=schema, strict=False)
+
+
+def stack(frames: list[pl.DataFrame], keys: dict[str, list], how: str = "diagonal_relaxed") -> pl.DataFrame:
+    """``frames`` one below the other (`pl.concat` ``how``), followed by ``keys`` columns holding one value per
+    frame: its rank or index (integers: Int64), its file (text).
+
+    Why not add the keys to each frame and then concatenate: every ``with_columns`` is a polars query, with a
+    fixed cost of 0.1–0.3 ms however few its rows; over 64 ranks and a dozen tables that is most of a reduce, and
+    over a batch of ranks in the map most of a step. Here the key columns are built by one query over one row per
+    frame."""
+    out = pl.concat(frames, how=how)  # type: ignore[arg-type]
+    types = {k: pl.Int64 if v and all(type(x) is int for x in v) else pl.Utf8 for k, v in keys.items()}
+    lead = (pl.DataFrame({**keys, "_n": [f.height for f in frames]}, schema={**types, "_n": pl.Int64})
+            .filter(pl.col("_n") > 0).select(pl.exclude("_n").repeat_by(pl.col("_n")).explode()))
+    return out.hstack(lead)

@@ -249,23 +249,40 @@ class _Sim:
           T * p.topk * H * 2 * 2 / VEC_BYTES_PER_US, f'"{T},{H};{T},{p.topk}"', "DT_BF16;INT32",
           f'"{T * p.topk},{H};{T * p.topk};{p.experts}"')
         recv = self._recv_tokens(layer)
-        if p.dispatcher == "mc2":
-            k(s, "MoeDistributeDispatch", "aclnnMoeDistributeDispatch_MoeDistributeDispatch_MoeDistributeDispatch",
-              "AI_VECTOR_CORE", [40.0 + n * H * 2 / 1e6 / HCCS_GBPS * 1000 for n in recv],
-              f'"{T},{H};{T},{p.topk}"', "DT_BF16;INT32", f'"{max(recv)},{H}"')
-        else:
-            self.collective(s, "allGather", "exp", p.experts * 8 / 1e6, "INT64")
-            self.collective(s, "alltoallv", "exp", [n * H * 2 / 1e6 for n in recv])
+        self._dispatch(s, recv, T, H, counts=True)
         self._experts(s, recv, H, F, E, straggle)
-        if p.dispatcher == "mc2":
-            k(s, "MoeDistributeCombine", "aclnnMoeDistributeCombine_MoeDistributeCombine_MoeDistributeCombine",
-              "AI_VECTOR_CORE", [40.0 + n * H * 2 / 1e6 / HCCS_GBPS * 1000 for n in recv],
-              f'"{max(recv)},{H};{T},{p.topk}"', "DT_BF16;INT32", f'"{T},{H}"')
-        else:
-            self.collective(s, "alltoallv", "exp", [n * H * 2 / 1e6 for n in recv])
+        self._combine(s, recv, T, H)
         k(s, "MoeFinalizeRoutingV2", "aclnnMoeFinalizeRoutingV2_MoeFinalizeRoutingV2_MoeFinalizeRoutingV2",
           "AI_VECTOR_CORE", T * p.topk * H * 2 * 2 / VEC_BYTES_PER_US,
           f'"{T * p.topk},{H};{T},{H};{T},{p.topk};{T},{p.topk}"', "DT_BF16;DT_BF16;DT_BF16;INT32", f'"{T},{H}"')
+
+    def _dispatch(self, s, recv, T, H, counts: bool) -> None:
+        """Tokens to their experts' ranks: MoeDistributeDispatch (mc2), or an all-to-all — after an all-gather of
+        the per-expert counts when ``counts`` (the forward pass; the backward reuses them)."""
+        p = self.p
+        if p.dispatcher == "mc2":
+            self.kernel(s, "MoeDistributeDispatch",
+                        "aclnnMoeDistributeDispatch_MoeDistributeDispatch_MoeDistributeDispatch", "AI_VECTOR_CORE",
+                        self._mc2_us(recv, H), f'"{T},{H};{T},{p.topk}"', "DT_BF16;INT32", f'"{max(recv)},{H}"')
+            return
+        if counts:
+            self.collective(s, "allGather", "exp", p.experts * 8 / 1e6, "INT64")
+        self.collective(s, "alltoallv", "exp", [n * H * 2 / 1e6 for n in recv])
+
+    def _combine(self, s, recv, T, H) -> None:
+        """Expert outputs back to their tokens' ranks: MoeDistributeCombine (mc2), or an all-to-all."""
+        if self.p.dispatcher == "mc2":
+            self.kernel(s, "MoeDistributeCombine",
+                        "aclnnMoeDistributeCombine_MoeDistributeCombine_MoeDistributeCombine", "AI_VECTOR_CORE",
+                        self._mc2_us(recv, H), f'"{max(recv)},{H};{T},{self.p.topk}"', "DT_BF16;INT32",
+                        f'"{T},{H}"')
+            return
+        self.collective(s, "alltoallv", "exp", [n * H * 2 / 1e6 for n in recv])
+
+    @staticmethod
+    def _mc2_us(recv: list[int], H: int) -> list[float]:
+        """An mc2 kernel's time per rank: a fixed start plus its tokens' bytes over HCCS."""
+        return [40.0 + n * H * 2 / 1e6 / HCCS_GBPS * 1000 for n in recv]
 
     def _recv_tokens(self, layer: int) -> list[int]:
         """Tokens each rank's local experts receive in this layer (the x rows of its GroupedMatmul)."""
@@ -308,19 +325,9 @@ class _Sim:
         k(s, "MoeFinalizeRoutingV2Grad", "aclnnMoeFinalizeRoutingV2Grad_MoeFinalizeRoutingV2Grad_"
           "MoeFinalizeRoutingV2Grad", "AI_VECTOR_CORE", T * p.topk * H * 2 * 2 / VEC_BYTES_PER_US,
           f'"{T},{H};{T * p.topk},{H}"', "DT_BF16;DT_BF16", f'"{T * p.topk},{H}"')
-        if p.dispatcher == "mc2":
-            k(s, "MoeDistributeDispatch", "aclnnMoeDistributeDispatch_MoeDistributeDispatch_MoeDistributeDispatch",
-              "AI_VECTOR_CORE", [40.0 + n * H * 2 / 1e6 / HCCS_GBPS * 1000 for n in recv],
-              f'"{T},{H};{T},{p.topk}"', "DT_BF16;INT32", f'"{max(recv)},{H}"')
-        else:
-            self.collective(s, "alltoallv", "exp", [n * H * 2 / 1e6 for n in recv])
+        self._dispatch(s, recv, T, H, counts=False)
         self._experts(s, recv, H, F, E, straggle, grad=True)
-        if p.dispatcher == "mc2":
-            k(s, "MoeDistributeCombine", "aclnnMoeDistributeCombine_MoeDistributeCombine_MoeDistributeCombine",
-              "AI_VECTOR_CORE", [40.0 + n * H * 2 / 1e6 / HCCS_GBPS * 1000 for n in recv],
-              f'"{max(recv)},{H};{T},{p.topk}"', "DT_BF16;INT32", f'"{T},{H}"')
-        else:
-            self.collective(s, "alltoallv", "exp", [n * H * 2 / 1e6 for n in recv])
+        self._combine(s, recv, T, H)
         k(s, "RmsNormGrad", "RmsNormGrad", "AI_VECTOR_CORE", T * H * 6 / VEC_BYTES_PER_US,
           f'"{T},{H};{T},{H};{T},1;{H}"', "DT_BF16;DT_BF16;FLOAT;DT_BF16", f'"{T},{H};{H}"',
           straggle.get("RmsNormGrad"))
