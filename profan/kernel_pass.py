@@ -206,21 +206,40 @@ def reduce_kernel_batch(paths: list[Path], pack: RulePack, rules_for: str = "asc
     query each: the fixed cost of a polars query (~0.1–0.3 ms) is paid once per batch, not once per file.
     Every group and row is computed as `reduce_kernels` computes it for the file alone."""
     out: list[KernelPass | None] = [None] * len(paths)
-    by_header: dict[tuple[str, ...], list[tuple[int, ascend_kernels.KernelFile]]] = {}
+    by_header: dict[tuple[str, ...], list[tuple[int, ascend_kernels.KernelFile, int]]] = {}
     for i, path in enumerate(paths):
         try:
-            if path.stat().st_size >= CACHE_BYTES:
+            size = path.stat().st_size
+            if size >= CACHE_BYTES:
                 continue
             kf = ascend_kernels.inspect(path)
         except (OSError, ProfanInputError):
             continue
-        by_header.setdefault(tuple(kf.header), []).append((i, kf))
+        by_header.setdefault(tuple(kf.header), []).append((i, kf, size))
     rules = pack.rules_for(rules_for)
-    for members in by_header.values():
+    for members in (part for same in by_header.values() for part in _by_bytes(same)):
         if len(members) > 1:
-            for i, kp in _reduce_same_header([kf for _, kf in members], rules, timed).items():
+            for i, kp in _reduce_same_header([kf for _, kf, _ in members], rules, timed).items():
                 out[members[i][0]] = kp
     return out
+
+
+BATCH_BYTES = 64 << 20  # kernel text one batched query holds in memory at once
+
+
+def _by_bytes(members: list[tuple[int, ascend_kernels.KernelFile, int]]
+              ) -> list[list[tuple[int, ascend_kernels.KernelFile, int]]]:
+    """``members`` (index, file, bytes) in runs of at most `BATCH_BYTES` of files, in order: a batch of many
+    files just under `CACHE_BYTES` is read in parts, so memory stays bounded by the cap, not by the batch."""
+    parts: list[list[tuple[int, ascend_kernels.KernelFile, int]]] = [[]]
+    held = 0
+    for m in members:
+        if parts[-1] and held + m[2] > BATCH_BYTES:
+            parts.append([])
+            held = 0
+        parts[-1].append(m)
+        held += m[2]
+    return parts
 
 
 def _reduce_same_header(kfs: list[ascend_kernels.KernelFile], rules: list, timed: bool) -> dict[int, KernelPass]:

@@ -12,6 +12,10 @@ and the calling process is one of the ``jobs``: it reads ranks from the end of t
 from __future__ import annotations
 
 import os
+import pickle
+import tempfile
+import threading
+import uuid
 from collections.abc import Callable
 from concurrent.futures import FIRST_COMPLETED, Future, ProcessPoolExecutor, wait
 from concurrent.futures.process import BrokenProcessPool
@@ -47,7 +51,8 @@ def resolve_jobs(jobs: int | None, n_ranks: int) -> int:
     return max(1, min(jobs, n_ranks))
 
 
-BATCH = 4  # ranks per task: small kernel files of a batch are reduced by one query (rankmap.load_ranks_batch)
+BATCH = 16  # ranks per task: the small files of a batch are reduced by a few queries (rankmap.load_ranks_batch)
+BATCH_MIN = 4  # smallest batch while more ranks are left: a batch of one costs ~3x a rank of a big batch
 
 Failure = tuple[str, str | None, str]  # ("input-error", path, problem): ProfanInputError's signature does not pickle
 
@@ -70,6 +75,44 @@ def _load(batch: list[RankSource], root: Path, pack: RulePack, peers: bool) -> l
                 out.append(("input-error", exc.path, exc.problem))
                 break
         return out
+
+
+def _load_spooled(batch: list[RankSource], root: Path, pack: RulePack, peers: bool, spool: str | None
+                  ) -> str | list[RankData | Failure]:
+    """Worker entry: `_load`, its results written to a file in ``spool`` whose path is what returns (the results
+    themselves when there is no spool folder or the file cannot be written).
+
+    A result sent back through the pool's pipe is read by the calling process's result thread, which needs the
+    GIL for every 64 kB of it while the main thread reads ranks of its own: the worker sat blocked on the pipe
+    for ~0.1 s per batch. A file is written at the worker's own pace and read once, when its batch is taken."""
+    got = _load(batch, root, pack, peers)
+    if spool is None:
+        return got
+    out = os.path.join(spool, f"{uuid.uuid4().hex}.pkl")
+    try:
+        with open(out, "wb") as fh:
+            pickle.dump(got, fh, protocol=pickle.HIGHEST_PROTOCOL)
+    except OSError:  # a full or read-only temporary folder: the pipe, then
+        return got
+    return out
+
+
+def _unspool(sent: str | list[RankData | Failure]) -> list[RankData | Failure]:
+    """A worker's results from what `_load_spooled` returned."""
+    if not isinstance(sent, str):
+        return sent
+    with open(sent, "rb") as fh:
+        got = pickle.load(fh)
+    os.unlink(sent)
+    return got
+
+
+def _spool() -> tempfile.TemporaryDirectory | None:
+    """The folder the workers write their results to; None (results through the pipe) when none can be made."""
+    try:
+        return tempfile.TemporaryDirectory(prefix="profan-map-", ignore_cleanup_errors=True)
+    except OSError:
+        return None
 
 
 def _batches(n: int) -> list[range]:
@@ -114,11 +157,15 @@ def load_ranks(sources: list[RankSource], root: Path, pack: RulePack, jobs: int 
         os.environ["POLARS_MAX_THREADS"] = str(max(1, _cores() // jobs))
     try:
         pool = ProcessPoolExecutor(max_workers=jobs - 1, mp_context=get_context("spawn"))
+        spool = _spool()
         try:
-            _run(pool, jobs - 1, sources, got, load, say)
+            _run(pool, jobs - 1, sources, got, load,
+                 partial(_load_spooled, root=root, pack=pack, peers=n > 1, spool=spool and spool.name), say)
         finally:
             # every result is in: the workers wind down (~0.1 s) while this process goes on to the reduce
             pool.shutdown(wait=False, cancel_futures=True)
+            if spool is not None:
+                spool.cleanup()
     except BrokenProcessPool:
         raise ProfanError("a worker process died while reading ranks (out of memory?); "
                           "run again with --jobs 1 to read them one at a time") from None
@@ -136,21 +183,28 @@ def _results(got: list[RankData | Failure | None]) -> list[RankData]:
     return [g for g in got if isinstance(g, RankData)]
 
 
-LOOKAHEAD = 2  # batches handed to each worker ahead of time, so none idles while this process reads a batch
-
-
 def _next_batch(lo: int, hi: int, jobs: int) -> int:
     """Size of the next batch out of ranks ``lo..hi``: `BATCH` while many are left, smaller towards the end, so
-    that no process is left with queued batches while the others have nothing to do (guided scheduling)."""
-    return max(1, min(BATCH, (hi - lo + 1) // (2 * jobs)))
+    that no process is left with queued batches while the others have nothing to do (guided scheduling) — but
+    not below `BATCH_MIN`: a query's fixed cost makes small batches dear (64 small ranks: 26 polars queries per
+    rank in batches of 4, 10 in batches of 16)."""
+    left = hi - lo + 1
+    return max(min(BATCH_MIN, left), min(BATCH, left // (2 * jobs)))
 
 
 def _run(pool: ProcessPoolExecutor, workers: int, sources: list[RankSource], got: list,
-         load: Callable[[list[RankSource]], list[RankData | Failure]], say: Callable[[str], None]) -> None:
+         load: Callable[[list[RankSource]], list[RankData | Failure]],
+         spooled: Callable[[list[RankSource]], str | list[RankData | Failure]],
+         say: Callable[[str], None]) -> None:
     """Fill ``got``: the workers take batches from the front of the list, this process reads from the end (it
-    is ready at once, while each worker first spends ~0.3 s starting)."""
-    n = len(sources)
-    front, back = 0, n - 1
+    is ready at once, while each worker first spends ~0.3 s starting).
+
+    A worker is handed its next batch the moment it finishes one (from the pool's result thread), so the split
+    between the processes is decided by how fast each goes, not planned ahead. Under ``lock``, a batch is taken
+    off the list and either read here or put in ``running``: once the list is empty, ``running`` holds every
+    batch still to come."""
+    lock = threading.Lock()
+    front, back = 0, len(sources) - 1
     running: dict[Future, range] = {}
     done = 0
 
@@ -159,18 +213,43 @@ def _run(pool: ProcessPoolExecutor, workers: int, sources: list[RankSource], got
         got[idx.start:idx.start + len(results)] = results
         done = _said(say, sources, done, idx)
 
-    while front <= back or running:
-        # the last rank left stays with this process, which is ready now: the workers are still starting
-        while front < back and len(running) < workers * LOOKAHEAD:
-            idx = range(front, front + _next_batch(front, back, workers + 1))
-            running[pool.submit(load, [sources[i] for i in idx])] = idx
+    def feed(_finished: Future | None = None) -> None:
+        nonlocal front
+        with lock:
+            # the last rank left stays with this process, which is ready now: the workers may still be starting
+            if front >= back:
+                return
+            idx = range(front, front + _next_batch(front, back - 1, workers + 1))
+            try:
+                fut = pool.submit(spooled, [sources[i] for i in idx])
+            except (BrokenProcessPool, RuntimeError):  # the pool broke or shut down: the wait below says so
+                return
             front = idx.stop
-        if front <= back:
+            running[fut] = idx
+        fut.add_done_callback(feed)
+
+    def collect(block: bool) -> bool:
+        """Take the finished batches (waiting for one when ``block``); False once none is running."""
+        with lock:
+            pending = list(running)
+        if not pending:
+            return False
+        finished = wait(pending, return_when=FIRST_COMPLETED).done if block else [f for f in pending if f.done()]
+        with lock:
+            popped = [(f, running.pop(f)) for f in finished]
+        for f, idx in popped:
+            take(idx, _unspool(f.result()))
+        return True
+
+    for _ in range(workers):
+        feed()
+    while True:
+        with lock:
+            if front > back:
+                break
             idx = range(back + 1 - _next_batch(front, back, workers + 1), back + 1)
-            take(idx, load([sources[i] for i in idx]))
             back = idx.start - 1
-            finished = [f for f in running if f.done()]
-        else:
-            finished = list(wait(running, return_when=FIRST_COMPLETED).done)
-        for f in finished:
-            take(running.pop(f), f.result())
+        take(idx, load([sources[i] for i in idx]))
+        collect(block=False)
+    while collect(block=True):
+        pass

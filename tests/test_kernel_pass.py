@@ -100,3 +100,29 @@ def test_a_failing_rank_in_a_batch_is_its_own_entry(tmp_path):
                 if mine is not None:
                     assert_frame_equal(mine, theirs, check_exact=True)
     assert got[0].windows is not None and got[0].windows.height > 0  # rank 0's windows came from the batch
+
+
+def test_a_batch_holds_at_most_its_byte_cap_of_kernel_text(tmp_path, monkeypatch):
+    """Files of one header are read together only up to `BATCH_BYTES`: with a cap of just over two copies of
+    Qwen3 rank 0, five copies are read as parts of two, two and one — the last alone, the one-file way — and
+    every file still gets what it gets alone."""
+    from profan import kernel_pass
+
+    pack = load()
+    files = [Path(shutil.copy(QWEN_FILES[0], tmp_path / f"k{i}.csv")) for i in range(5)]
+    size = files[0].stat().st_size
+    monkeypatch.setattr(kernel_pass, "BATCH_BYTES", 2 * size + 1)
+    read_together = []
+    whole = kernel_pass._reduce_same_header
+
+    def spy(kfs, rules, timed):
+        read_together.append([kf.path.name for kf in kfs])
+        return whole(kfs, rules, timed)
+
+    monkeypatch.setattr(kernel_pass, "_reduce_same_header", spy)
+    got = reduce_kernel_batch(files, pack, timed=True)
+    assert read_together == [["k0.csv", "k1.csv"], ["k2.csv", "k3.csv"]]
+    assert [kp is not None for kp in got] == [True, True, True, True, False]
+    alone = reduce_kernels(files[0], pack, timed=True)
+    for kp in got[:4]:
+        _same(kp, alone)

@@ -46,6 +46,33 @@ def test_process_pool_matches_sequential(tmp_path):
     assert [f.rank for f in par.findings if f.check == "straggler" and f.severity != "info"] == [6]
 
 
+@pytest.mark.parametrize("spool", ["made", "none", "unwritable"])
+def test_worker_results_come_back_through_a_file_or_else_the_pipe(tmp_path, monkeypatch, spool):
+    """Workers write their results to a temporary folder, which is gone afterwards; without one (none can be
+    made, or it cannot be written) the results come through the pool's pipe. The report is the same."""
+    import tempfile
+    import types
+
+    from profan import parallel
+
+    generate(tmp_path / "c", ranks=8, layers=1, steps=1, seed=3, trace=False)
+    temp = tmp_path / "tmp"
+    temp.mkdir()
+    monkeypatch.setattr(tempfile, "tempdir", str(temp))
+    if spool == "none":
+        monkeypatch.setattr(parallel, "_spool", lambda: None)
+    elif spool == "unwritable":
+        missing = types.SimpleNamespace(name=str(tmp_path / "no-such-folder"), cleanup=lambda: None)
+        monkeypatch.setattr(parallel, "_spool", lambda: missing)
+    sent = []
+    unspool = parallel._unspool
+    monkeypatch.setattr(parallel, "_unspool", lambda x: sent.append(type(x).__name__) or unspool(x))
+    seq, par = profan.analyze(tmp_path / "c", jobs=1), profan.analyze(tmp_path / "c", jobs=2)
+    assert [_canon(f) for f in par.findings] == [_canon(f) for f in seq.findings]
+    assert sent == (["str"] if spool == "made" else ["list"])  # the worker's one batch: ranks 0-3
+    assert list(temp.iterdir()) == []
+
+
 def test_worker_input_error_is_one_profan_error(tmp_path):
     generate(tmp_path / "c", ranks=4, layers=1, steps=1, seed=2, trace=False)
     bad = next((tmp_path / "c").glob("*41002*")) / "ASCEND_PROFILER_OUTPUT" / "kernel_details.csv"
@@ -140,3 +167,50 @@ def test_a_batch_that_fails_as_a_whole_is_read_rank_by_rank(tmp_path, monkeypatc
     with pytest.raises(ProfanInputError, match=r"rank_2_ascend_pt.*no data rows"):
         profan.analyze(root, jobs=1)
     assert failed == [4, 3]
+
+
+@pytest.mark.parametrize("workers", [1, 3])
+def test_the_split_between_processes_reads_every_rank_once_in_order(tmp_path, workers):
+    """`parallel._run` with threads standing in for worker processes and batches of uneven cost: each rank is
+    read once, results land in order, the workers read from the front and this process from the end, and no
+    batch is smaller than `BATCH_MIN` while more ranks were left."""
+    import pickle
+    import random
+    import time
+    from concurrent.futures import ThreadPoolExecutor
+    from types import SimpleNamespace
+
+    from profan import parallel
+
+    n = 53
+    sources = [SimpleNamespace(rank=i) for i in range(n)]
+    rng = random.Random(workers)
+    for trial in range(10):
+        here: list[list[int]] = []
+        there: list[list[int]] = []
+
+        def read(batch, side):
+            time.sleep(rng.uniform(0, 0.004) * len(batch))
+            side.append([s.rank for s in batch])
+            return [("rank", s.rank) for s in batch]
+
+        def spooled(batch, trial=trial, there=there):
+            out = tmp_path / f"{trial}-{batch[0].rank}.pkl"
+            out.write_bytes(pickle.dumps(read(batch, there)))
+            return str(out)
+
+        def load(batch, here=here):
+            return read(batch, here)
+
+        got: list = [None] * n
+        said: list[str] = []
+        with ThreadPoolExecutor(max_workers=workers) as pool:
+            parallel._run(pool, workers, sources, got, load, spooled, said.append)
+        assert got == [("rank", i) for i in range(n)]
+        assert sorted(i for b in here + there for i in b) == list(range(n))
+        assert len(said) == n and not list(tmp_path.glob(f"{trial}-*"))  # every spooled file taken
+        if there:
+            assert max(max(b) for b in there) < min(min(b) for b in here)
+        assert here and here[0][-1] == n - 1  # this process starts at the end at once
+        # smaller batches only once fewer ranks are left: the last claim from each end
+        assert sum(len(b) < parallel.BATCH_MIN for b in here + there) <= 2, (here, there)
