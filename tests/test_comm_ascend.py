@@ -527,3 +527,58 @@ def test_matrix_read_for_totals_counts_what_a_full_read_counts(tmp_path):
     _, skipped_bad = read(bad)
     _, skipped_src = read(files[0])
     assert skipped_bad - skipped_src == spoiled
+
+
+def test_matrix_typed_reader_equals_the_untyped_one(tmp_path):
+    """The matrix is decoded typed, each op's links only as far as they are used; whatever that way cannot take
+    is read untyped. Both give the same rows and counts — on the real matrices (aggregated and per-op) and on
+    copies with a key that is no step, a "Total Op Info" entry, text where numbers go, a section that is no
+    object, a link that is no object, and a NaN literal (which msgspec refuses)."""
+    from polars.testing import assert_frame_equal
+
+    from profan.sources.ascend_comm import entries
+
+    src = QWEN3 / "rank_0_ascend_pt" / OUT / "communication_matrix.json"
+    text = src.read_text()
+    doc = json.loads(text)
+    step = next(iter(doc))
+    total_key = next(k for k in doc[step]["collective"] if "-total@" in k)
+    first_link = next(iter(doc[step]["collective"][total_key]))
+
+    def variant(name: str, change) -> Path:
+        d = json.loads(text)
+        change(d)
+        out = tmp_path / name / "communication_matrix.json"
+        out.parent.mkdir()
+        out.write_text(json.dumps(d))
+        return out
+
+    def texts(d):
+        link = d[step]["collective"][total_key][first_link]
+        link["Transit Size(MB)"], link["Transport Type"] = "1.5", None
+
+    typed = [
+        *(QWEN3 / f"rank_{r}_ascend_pt" / OUT / "communication_matrix.json" for r in range(4)),
+        GPT3 / "test_rank_0" / OUT / "communication_matrix.json",
+        variant("not_a_step", lambda d: d.update({"summary": {"collective": {}}})),
+        variant("total_op_info", lambda d: d[step]["collective"].update({"Total Op Info": {"0-1": {}}})),
+        variant("texts", texts),
+    ]
+    untyped = [
+        variant("section", lambda d: d.update({"step99": {"collective": 7}})),
+        variant("link", lambda d: d[step]["collective"][total_key].update({first_link: [1, 2]})),
+    ]
+    nan = tmp_path / "nan" / "communication_matrix.json"
+    nan.parent.mkdir()
+    nan.write_text(text.replace('"Transit Time(ms)": ', '"Transit Time(ms)": NaN, "x": ', 1))
+    untyped.append(nan)
+    for f in typed + untyped:
+        assert (ascend_matrix._typed_entries(f) is not None) == (f in typed or f.parent.name == "link"), f
+        for totals_only in (True, False):
+            got, n_read, skipped = ascend_matrix._read(f, totals_only)
+            want, w_read, w_skipped = ascend_matrix._rows(*entries(f), totals_only, lazy=False)
+            assert (n_read, skipped) == (w_read, w_skipped), f
+            assert_frame_equal(got, want)
+    spoiled, _, skipped = ascend_matrix._read(typed[-1], False)
+    assert skipped == 0 and spoiled.filter(pl.col("transport") == "None").height == 1
+    assert ascend_matrix._read(untyped[1], False)[2] == 1  # the link that is no object, skipped and counted

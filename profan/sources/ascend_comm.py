@@ -40,17 +40,22 @@ def entries(path: Path) -> tuple[list[tuple[str, int | None, str, str, object]],
     out: list[tuple[str, int | None, str, str, object]] = []
     skipped = 0
     for step_key, sections in doc.items():
-        m = _STEP.match(step_key)
-        if not m or not isinstance(sections, dict):
+        is_step, step = step_of(step_key)
+        if not is_step or not isinstance(sections, dict):
             skipped += 1
             continue
-        step = int(m.group(1)) if m.group(1) else None
         for kind, items in sections.items():
             if not isinstance(items, dict):
                 skipped += 1
                 continue
             out += [(step_key, step, kind, key, body) for key, body in items.items() if key != TOTAL_KEY]
     return out, skipped
+
+
+def step_of(step_key: str) -> tuple[bool, int | None]:
+    """(whether a top-level key names a step, its number): ``step12`` → (True, 12), ``step`` → (True, None)."""
+    m = _STEP.match(step_key)
+    return (True, int(m.group(1)) if m.group(1) else None) if m else (False, None)
 
 
 def read(path: Path) -> tuple[pl.DataFrame, pl.DataFrame, int]:

@@ -18,8 +18,10 @@ Every row keeps the RFC 6901 pointer of its link object, the evidence locator.
 from __future__ import annotations
 
 import re
+from collections.abc import Iterable
 from pathlib import Path
 
+import msgspec
 import polars as pl
 
 from profan.evidence import make_pointer
@@ -64,35 +66,104 @@ _LINKS = re.compile(r"[0-9]+-[0-9]+(?:,[0-9]+-[0-9]+)*")
 def _count_valid(links: dict) -> int:
     """How many entries of ``links`` are links (`_valid_link`): every one, checked by one regex over the joined
     keys, in the usual case — a matrix of a large group has thousands per op — else entry by entry."""
-    joined = ",".join(links)
-    if (joined.count(",") == len(links) - 1 and _LINKS.fullmatch(joined)
-            and all(isinstance(v, dict) for v in links.values())):
+    if _keys_are_links(links) and all(isinstance(v, dict) for v in links.values()):
         return len(links)
     return sum(1 for link, v in links.items() if _valid_link(link, v))
 
 
+def _keys_are_links(links: dict) -> bool:
+    joined = ",".join(links)
+    return joined.count(",") == len(links) - 1 and bool(_LINKS.fullmatch(joined))
+
+
 def _valid_link(link: str, v: object) -> bool:
     """A link entry: ``"src-dst"`` (two ASCII rank numbers) holding an object."""
+    return _valid_key(link) and isinstance(v, (dict, _Link))
+
+
+def _valid_key(link: str) -> bool:
     s, sep, d = link.partition("-")
-    return bool(sep and s.isdigit() and d.isdigit() and s.isascii() and d.isascii()) and isinstance(v, dict)
+    return bool(sep and s.isdigit() and d.isdigit() and s.isascii() and d.isascii())
+
+
+class _Link(msgspec.Struct):
+    """The fields of a link object the reader keeps, as the JSON holds them (any value: the frame coerces)."""
+
+    transport: object = msgspec.field(name="Transport Type", default="")
+    size_mb: object = msgspec.field(name="Transit Size(MB)", default=None)
+    time_ms: object = msgspec.field(name="Transit Time(ms)", default=None)
+    bandwidth_gbps: object = msgspec.field(name="Bandwidth(GB/s)", default=None)
+    op_name: object = msgspec.field(name="Op Name", default=None)
+
+
+class _Object(msgspec.Struct):
+    """Any JSON object, its contents skipped: a link that is counted, not built."""
+
+
+# step -> section -> op key -> its links, left undecoded until the reader knows what it needs of them
+_DOCUMENT = msgspec.json.Decoder(dict[str, dict[str, dict[str, msgspec.Raw]]])
+_BUILT = msgspec.json.Decoder(dict[str, _Link])
+_COUNTED = msgspec.json.Decoder(dict[str, _Object])
+
+
+def _typed_entries(path: Path) -> tuple[list[ascend_comm.Entry], int] | None:
+    """`ascend_comm.entries` with each op's links still JSON text, from a document of the usual shape; None for
+    anything else (unreadable, not JSON msgspec takes, another nesting), which the untyped reader then reads
+    and words. Decoding only what is used is what makes this the fast way: three quarters of a current
+    matrix are entries that are only counted, and their links are never made into Python objects."""
+    try:
+        doc = _DOCUMENT.decode(path.read_bytes())
+    except (OSError, msgspec.DecodeError, msgspec.ValidationError):
+        return None
+    out: list[ascend_comm.Entry] = []
+    skipped = 0
+    for step_key, sections in doc.items():
+        is_step, step = ascend_comm.step_of(step_key)
+        if not is_step:
+            skipped += 1
+            continue
+        for kind, items in sections.items():
+            out += [(step_key, step, kind, key, body) for key, body in items.items() if key != ascend_comm.TOTAL_KEY]
+    return out, skipped
+
+
+class _Untyped(Exception):
+    """An op's links are not all objects: the document is read the untyped way instead."""
 
 
 def _read(path: Path, totals_only: bool) -> tuple[pl.DataFrame, int, int]:
-    """(link rows, entries read, entries skipped). Built column by column, with what is the same for all links of
-    an op repeated rather than looked up again: a cluster's matrix holds thousands of links per rank."""
-    items, skipped = ascend_comm.entries(path)
+    """(link rows, entries read, entries skipped): the typed way (`_typed_entries`) where the document allows,
+    else from the untyped document, with the same rows and counts."""
+    typed = _typed_entries(path)
+    if typed is not None:
+        try:
+            return _rows(*typed, totals_only, lazy=True)
+        except (msgspec.DecodeError, msgspec.ValidationError, _Untyped):
+            pass
+    return _rows(*ascend_comm.entries(path), totals_only, lazy=False)
+
+
+def _rows(items: Iterable[ascend_comm.Entry], skipped: int, totals_only: bool, lazy: bool
+          ) -> tuple[pl.DataFrame, int, int]:
+    """The link rows of ``items``. Built column by column, with what is the same for all links of an op repeated
+    rather than looked up again: a cluster's matrix holds thousands of links per rank. ``lazy``: each op's links
+    are JSON text (`_typed_entries`), decoded here into what is needed."""
     n_read = 0
     cols: dict[str, list] = {name: [] for name in SCHEMA}
     per_op = [cols[c] for c in ("step", "kind", "key", "shape", "op_type", "rank_class", "group_hash")]
     op_name, src, dst, transport = cols["op_name"], cols["src_local"], cols["dst_local"], cols["transport"]
     size, time_ms, bw, pointer = cols["size_mb"], cols["time_ms"], cols["bandwidth_gbps"], cols["pointer"]
     for step_key, step, kind, key, links in items:
-        if not isinstance(links, dict):
+        agg = _AGG_KEY.match(key)
+        counted = agg and totals_only and agg.group(2) != "total"
+        if lazy:
+            links = (_COUNTED if counted else _BUILT).decode(links)  # raises unless every link is an object
+        elif not isinstance(links, dict):
             skipped += 1
             continue
-        agg = _AGG_KEY.match(key)
-        if agg and totals_only and agg.group(2) != "total":  # counted, not built
-            ok = _count_valid(links)
+        if counted:  # counted, not built
+            ok = (len(links) if _keys_are_links(links) else sum(map(_valid_key, links))) if lazy \
+                else _count_valid(links)
             n_read += ok
             skipped += len(links) - ok
             continue
@@ -112,13 +183,20 @@ def _read(path: Path, totals_only: bool) -> tuple[pl.DataFrame, int, int]:
             s, _, d = link.partition("-")
             src.append(int(s))
             dst.append(int(d))
-            op_name.append(v.get("Op Name") if agg else name)
-            transport.append(str(v.get("Transport Type", "")))
             # numbers as the JSON holds them: the frame coerces a value of another type (text, a list) to the
             # column's float or null — one conversion per column instead of a call per value
-            size.append(v.get("Transit Size(MB)"))
-            time_ms.append(v.get("Transit Time(ms)"))
-            bw.append(v.get("Bandwidth(GB/s)"))
+            if lazy:
+                op_name.append(v.op_name if agg else name)
+                transport.append(str(v.transport))
+                size.append(v.size_mb)
+                time_ms.append(v.time_ms)
+                bw.append(v.bandwidth_gbps)
+            else:
+                op_name.append(v.get("Op Name") if agg else name)
+                transport.append(str(v.get("Transport Type", "")))
+                size.append(v.get("Transit Size(MB)"))
+                time_ms.append(v.get("Transit Time(ms)"))
+                bw.append(v.get("Bandwidth(GB/s)"))
             pointer.append(prefix + link)  # "src-dst" holds neither "~" nor "/": no escaping
         for col, value in zip(per_op, fixed, strict=True):
             col.extend([value] * n)
