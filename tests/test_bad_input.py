@@ -85,6 +85,33 @@ def test_invalid_user_rules(tmp_path):
                           "rule X1: invalid regular expression")
 
 
+def test_bandwidth_info_of_another_json_type_is_no_crash(tmp_path):
+    """An op of communication.json whose "Communication Bandwidth Info" is a list, not an object of transports:
+    the op is still read (its time split), it has no bandwidth or packet rows, and every other op keeps its own."""
+    import json
+
+    from profan.sources import ascend_comm, ascend_packets
+
+    rank = one_rank(tmp_path)
+    f = rank / "ASCEND_PROFILER_OUTPUT" / "communication.json"
+    doc = json.loads(f.read_text())
+    step_key = next(iter(doc))
+    op = next(k for k in doc[step_key]["collective"] if k != "Total Op Info")
+    doc[step_key]["collective"][op]["Communication Bandwidth Info"] = [1, 2]
+    f.write_text(json.dumps(doc))
+    items, bad = ascend_comm.entries(f)
+    ops, bws, skipped = ascend_comm.tables(items, bad)
+    packets = ascend_packets.read(items)
+    good_items, _ = ascend_comm.entries(QWEN3 / "rank_0_ascend_pt" / "ASCEND_PROFILER_OUTPUT" / "communication.json")
+    good_ops, good_bws, _ = ascend_comm.tables(good_items)
+    good_packets = ascend_packets.read(good_items)
+    assert skipped == 0 and ops.height == good_ops.height and op in ops["op"].to_list()
+    assert bws.height == good_bws.height - good_bws.filter(good_bws["op"] == op).height > 0
+    assert op not in packets["op"].to_list() and packets.height < good_packets.height
+    res = run_cli("analyze", str(rank), "-o", str(tmp_path / "r.md"), "-q")
+    assert res.returncode == 0 and "Traceback" not in res.stderr, res.stderr
+
+
 def test_matrix_value_of_another_json_type_is_coerced_not_a_crash(tmp_path):
     """A link whose "Op Name" is a number and whose size is text (a hand-edited or foreign writer's file) is read:
     the name as its text, the size as unknown — no traceback, the rest of the file intact."""

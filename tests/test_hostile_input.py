@@ -275,3 +275,26 @@ def test_trace_view_elements_without_a_phase_are_said(tmp_path):
     said = [w for w in report.warnings if "trace_view.json" in w and "elements of the event array" in w]
     assert len(said) == 1 and f"ignored {stripped} elements" in said[0]
     assert not any("elements of the event array" in w for w in profan.analyze(src.parent).warnings)
+
+
+@pytest.mark.parametrize("where", ["first", "middle", "last"])
+def test_null_elements_of_the_event_array_are_counted_not_a_crash(tmp_path, where):
+    """A ``null`` element in a trace's event array (pyarrow's reader crashed the process on one at the start of
+    the array): counted and said like any element that is no event. The events around it keep their indexes,
+    so every other finding and locator is that of the clean trace."""
+    src = FIXTURES / "torch" / "dlrm_v100_8rank" / "worker4_step_12.1694128201547.pt.trace.json"
+    doc = json.loads(src.read_text())
+    at = {"first": 0, "middle": len(doc["traceEvents"]) // 2, "last": len(doc["traceEvents"]) - 1}[where]
+    doc["traceEvents"][at] = None
+    f = tmp_path / src.name
+    f.write_text(json.dumps(doc))
+    res = run_cli("analyze", str(f), "-f", "json", "-o", str(tmp_path / "r.json"), "-q")
+    assert res.returncode == 0 and "Traceback" not in res.stderr, (res.returncode, res.stderr)
+    report = json.loads((tmp_path / "r.json").read_text())
+    assert [w for w in report["warnings"] if "event array" in w] == [
+        f"rank 4: {src.name}: ignored 1 elements of the event array that have no \"ph\" (phase) field, so are no "
+        "chrome-trace events"]
+    clean = profan.analyze(src).to_dict()
+    events = [(f["id"], [e.get("events") for e in f["evidence"]]) for f in report["findings"]]
+    if where != "first":  # the middle and last elements are events no finding cites
+        assert events == [(f["id"], [e.get("events") for e in f["evidence"]]) for f in clean["findings"]]

@@ -29,7 +29,8 @@ def read(items: list[ascend_comm.Entry]) -> pl.DataFrame:
     for step_key, step, kind, op, body in items:
         if not isinstance(body, dict):
             continue
-        for transport, b in (body.get("Communication Bandwidth Info") or {}).items():
+        bw_info = body.get("Communication Bandwidth Info")
+        for transport, b in (bw_info.items() if isinstance(bw_info, dict) else ()):
             dist = b.get("Size Distribution") if isinstance(b, dict) else None
             if not isinstance(dist, dict):
                 continue

@@ -347,8 +347,13 @@ def event_chunks(path: Path, arr: memoryview) -> Iterator[list[msgspec.Raw]]:
 def _chunk_tables(raws: list[msgspec.Raw], offset: int, keep: pl.Expr, layout: str
                   ) -> tuple[pl.DataFrame, pl.DataFrame | None, int]:
     """(kept core rows, details of the rows that need them, events without a phase) of one chunk; polars
-    releases the GIL here."""
-    core = _core(_read_core(b"\n".join(raws), layout), offset)
+    releases the GIL here. A ``null`` element is read as one without a phase (counted and said, as any element
+    that is no event), not as an error."""
+    text = b"\n".join(raws)
+    if _has_null_line(text):  # rare: the loop over elements runs only then
+        raws = [_EMPTY if bytes(r) == b"null" else r for r in raws]
+        text = b"\n".join(raws)
+    core = _core(_read_core(text, layout), offset)
     no_phase = core["ph"].null_count()
     core = core.filter(keep)
     want = core.filter(needs_detail())["event_idx"]
@@ -356,6 +361,13 @@ def _chunk_tables(raws: list[msgspec.Raw], offset: int, keep: pl.Expr, layout: s
         return core, None, no_phase
     sub = b"\n".join([raws[i] for i in (want - offset).to_list()])
     return core, _details(_read_detail(sub, layout), want), no_phase
+
+
+_EMPTY = msgspec.Raw(b"{}")
+
+
+def _has_null_line(text: bytes) -> bool:
+    return text.startswith(b"null") or b"\nnull" in text
 
 
 def no_phase_warning(file: str, count: int) -> str:
@@ -386,7 +398,13 @@ _ARROW_DETAIL = {
 
 
 def _arrow(text: bytes, schema: pa.Schema) -> pl.DataFrame | None:
-    """pyarrow's reader with a strict schema; None when a value does not fit it (the caller uses polars)."""
+    """pyarrow's reader with a strict schema; None when a value does not fit it (the caller uses polars).
+
+    Never for text with a line ``null``: pyarrow (26.0) crashes the process on a ``null`` element in the first
+    line. `_chunk_tables` replaces null elements; a line ``null`` left inside an event (an unindented
+    pretty-printed array) goes to polars — slower, never wrong."""
+    if _has_null_line(text):
+        return None
     try:
         table = pa_json.read_json(pa.py_buffer(text), parse_options=pa_json.ParseOptions(
             explicit_schema=schema, unexpected_field_behavior="ignore"),
