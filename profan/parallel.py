@@ -180,6 +180,9 @@ def _results(got: list[RankData | Failure | None]) -> list[RankData]:
     for g in got:
         if isinstance(g, tuple):
             raise ProfanInputError(g[1], g[2])
+    missing = [i for i, g in enumerate(got) if g is None]
+    if missing:  # never without a failing rank before it: a rank left out would be a report that lies
+        raise RuntimeError(f"{len(missing)} rank(s) were not read (first: position {missing[0]})")
     return [g for g in got if isinstance(g, RankData)]
 
 

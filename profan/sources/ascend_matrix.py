@@ -72,6 +72,7 @@ def _count_valid(links: dict) -> int:
 
 
 def _keys_are_links(links: dict) -> bool:
+    """Every key of ``links`` is ``"src-dst"``: one regex over the joined keys."""
     joined = ",".join(links)
     return joined.count(",") == len(links) - 1 and bool(_LINKS.fullmatch(joined))
 
@@ -82,6 +83,7 @@ def _valid_link(link: str, v: object) -> bool:
 
 
 def _valid_key(link: str) -> bool:
+    """``"src-dst"``: two ASCII rank numbers."""
     s, sep, d = link.partition("-")
     return bool(sep and s.isdigit() and d.isdigit() and s.isascii() and d.isascii())
 
@@ -127,10 +129,6 @@ def _typed_entries(path: Path) -> tuple[list[ascend_comm.Entry], int] | None:
     return out, skipped
 
 
-class _Untyped(Exception):
-    """An op's links are not all objects: the document is read the untyped way instead."""
-
-
 def _read(path: Path, totals_only: bool) -> tuple[pl.DataFrame, int, int]:
     """(link rows, entries read, entries skipped): the typed way (`_typed_entries`) where the document allows,
     else from the untyped document, with the same rows and counts."""
@@ -138,7 +136,7 @@ def _read(path: Path, totals_only: bool) -> tuple[pl.DataFrame, int, int]:
     if typed is not None:
         try:
             return _rows(*typed, totals_only, lazy=True)
-        except (msgspec.DecodeError, msgspec.ValidationError, _Untyped):
+        except (msgspec.DecodeError, msgspec.ValidationError):  # an op's links are not all objects
             pass
     return _rows(*ascend_comm.entries(path), totals_only, lazy=False)
 
