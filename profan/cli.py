@@ -30,7 +30,8 @@ def _progress(quiet: bool):
 
 
 def _cli_jobs(jobs: int | None) -> int | None:
-    """The command line reads big clusters in parallel by default (0: one process per core from 16 ranks up).
+    """The command line reads big clusters in parallel by default (0: one process per core for 4 ranks or more
+    holding 32 MB or more).
     The library keeps 1 unless asked: its spawned workers re-import the caller's main module, which the console
     script guards and an arbitrary user script may not."""
     if jobs is not None or os.environ.get("PROFAN_JOBS", "").strip():
@@ -50,7 +51,7 @@ def analyze(
     hardware: Annotated[Path | None, typer.Option(
         "--hardware", help="TOML file of link-bandwidth priors / the device, on top of rules/hardware.")] = None,
     jobs: Annotated[int | None, typer.Option(
-        "--jobs", "-j", help="Processes reading ranks (1 = sequential, 0 = one per core from 16 ranks up); "
+        "--jobs", "-j", help="Processes reading ranks (1 = sequential, 0 = one per core for 4+ ranks of 32+ MB); "
                              "default PROFAN_JOBS, else 0.")
     ] = None,
     brief: Annotated[bool, typer.Option(

@@ -31,7 +31,7 @@ def analyze(path: str | Path, *, rules: list[str | Path] | None = None, progress
     """Analyse a profiler output directory (or one kernel file) into a Report.
 
     ``hardware``: a TOML file of link-bandwidth priors (or a loaded Hardware) on top of ``rules/hardware``.
-    ``jobs``: processes reading ranks: 1 sequential, N processes, 0 one per core from 16 ranks up; None takes
+    ``jobs``: processes reading ranks: 1 sequential, N processes, 0 one per core for 4+ ranks of 32+ MB; None takes
     ``PROFAN_JOBS`` from the environment, else 1.
     """
     t0 = time.perf_counter()

@@ -111,13 +111,29 @@ def test_dead_worker_is_one_profan_error(tmp_path):
         load_ranks(disc.ranks, disc.root, load(), jobs=2)
 
 
-def test_jobs_resolution(monkeypatch):
+def test_jobs_resolution(monkeypatch, tmp_path):
+    from profan import parallel
+    from profan.parallel import AUTO_MIN_BYTES, GZ_FACTOR, work_bytes
+
     monkeypatch.delenv("PROFAN_JOBS", raising=False)
-    assert resolve_jobs(None, 64) == 1  # a library call never starts processes unasked
+    monkeypatch.setattr(parallel, "_cores", lambda: 2)
+    big = AUTO_MIN_BYTES
+    assert resolve_jobs(None, 64, big) == 1  # a library call never starts processes unasked
     assert resolve_jobs(3, 2) == 2  # never more workers than ranks
-    assert resolve_jobs(0, 4) == 1  # automatic: small jobs stay sequential
+    assert resolve_jobs(0, 64, big) == 2  # automatic: one per core for enough ranks holding enough bytes
+    assert resolve_jobs(0, 64, big - 1) == 1  # few bytes: a worker's start costs what it saves
+    assert resolve_jobs(0, 3, 10 * big) == 1  # few ranks
+    monkeypatch.setenv("PROFAN_JOBS", "0")
+    assert resolve_jobs(None, 64, big) == 2
     monkeypatch.setenv("PROFAN_JOBS", "2")
     assert resolve_jobs(None, 64) == 2
+    # the bytes weighed: the real files of the ranks, a .gz trace counted as the JSON it unpacks to (about)
+    qwen = discover(FIXTURES / "ascend" / "msinsight-qwen3-4rank-2025q4").ranks
+    on_disk = sum(p.stat().st_size for rs in qwen for p in rs.files.values())
+    assert work_bytes(qwen) == on_disk > 0
+    nccl = discover(FIXTURES / "torch" / "nccl_a100_1rank").ranks
+    (gz,) = [p for rs in nccl for p in rs.files.values()]
+    assert str(gz).endswith(".gz") and work_bytes(nccl) == GZ_FACTOR * gz.stat().st_size
 
 
 def test_real_cluster_report_is_identical_sequential_and_parallel():
