@@ -25,3 +25,6 @@ class ProfanInputError(ProfanError):
         self.path = str(path) if path is not None else None
         self.problem = problem
         super().__init__(f"{self.path}: {problem}" if self.path else problem)
+
+
+TOO_DEEP = "nests JSON values more deeply than the reader takes (about 1,000 levels)"  # RecursionError, said

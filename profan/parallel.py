@@ -207,10 +207,11 @@ def _results(got: list[RankData | Failure | None]) -> list[RankData]:
 def _next_batch(lo: int, hi: int, jobs: int) -> int:
     """Size of the next batch out of ranks ``lo..hi``: `BATCH` while many are left, smaller towards the end, so
     that no process is left with queued batches while the others have nothing to do (guided scheduling) — but
-    not below `BATCH_MIN`: a query's fixed cost makes small batches dear (64 small ranks: 26 polars queries per
-    rank in batches of 4, 10 in batches of 16)."""
+    not below `BATCH_MIN` while each of the ``jobs`` processes can still get that many: a query's fixed cost
+    makes small batches dear (64 small ranks: 26 polars queries per rank in batches of 4, 10 in batches of 16),
+    and a few big ranks must still be shared out."""
     left = hi - lo + 1
-    return max(min(BATCH_MIN, left), min(BATCH, left // (2 * jobs)))
+    return max(1, min(BATCH_MIN, left // jobs), min(BATCH, left // (2 * jobs)))
 
 
 def _run(pool: ProcessPoolExecutor, workers: int, sources: list[RankSource], got: list,

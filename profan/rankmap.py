@@ -200,7 +200,10 @@ def _read_rank(rs: RankSource, root: Path, pack: RulePack, peers: bool, kernels:
         rd.comm_ops, rd.comm_bw, skipped = ascend_comm.tables(items, bad)
         rd.count("communication", rd.comm_ops.height + skipped, skipped, "entries of unexpected shape",
                  empty="holds no communication ops")
-        rd.comm_packets = ascend_packets.read(items)
+        rd.comm_packets, bad_sizes = ascend_packets.read(items)
+        if bad_sizes:
+            rd.warnings.append(f"{rd.files['communication']}: skipped {bad_sizes} packet-size entries that are not "
+                               "[count, ms] pairs of numbers")
     if "communication_matrix" in rs.files:
         later.links, n_read, skipped = ascend_matrix.read_for_totals(rs.files["communication_matrix"])
         rd.count("communication_matrix", n_read + skipped, skipped, "entries of unexpected shape")

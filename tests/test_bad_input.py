@@ -101,15 +101,45 @@ def test_bandwidth_info_of_another_json_type_is_no_crash(tmp_path):
     f.write_text(json.dumps(doc))
     items, bad = ascend_comm.entries(f)
     ops, bws, skipped = ascend_comm.tables(items, bad)
-    packets = ascend_packets.read(items)
+    packets, _ = ascend_packets.read(items)
     good_items, _ = ascend_comm.entries(QWEN3 / "rank_0_ascend_pt" / "ASCEND_PROFILER_OUTPUT" / "communication.json")
     good_ops, good_bws, _ = ascend_comm.tables(good_items)
-    good_packets = ascend_packets.read(good_items)
+    good_packets, _ = ascend_packets.read(good_items)
     assert skipped == 0 and ops.height == good_ops.height and op in ops["op"].to_list()
     assert bws.height == good_bws.height - good_bws.filter(good_bws["op"] == op).height > 0
     assert op not in packets["op"].to_list() and packets.height < good_packets.height
     res = run_cli("analyze", str(rank), "-o", str(tmp_path / "r.md"), "-q")
     assert res.returncode == 0 and "Traceback" not in res.stderr, res.stderr
+
+
+def test_packet_sizes_that_are_no_count_and_time_are_skipped_and_counted(tmp_path):
+    """Size Distribution entries that are not [count, ms] pairs of numbers — an infinite or huge count, an
+    object, text, a negative time, a size that is no number — are skipped, counted and said; the other entries of
+    the file are read as before. (An infinite count used to stop the analysis with an internal error.)"""
+    import json
+
+    rank = one_rank(tmp_path)
+    f = rank / "ASCEND_PROFILER_OUTPUT" / "communication.json"
+    doc = json.loads(f.read_text())
+    dists = [b["Size Distribution"] for sec in doc.values() for items in sec.values()
+             for op, body in items.items() if op != "Total Op Info"
+             for b in body["Communication Bandwidth Info"].values() if b.get("Size Distribution")]
+    dist = dists[0]
+    before = sum(len(d) for d in dists)
+    odd = {"1": [1e300, 1], "2": {"0": 1}, "3": [10000000000000000000, 1], "4": ["5", 1], "5": [3, -1.0],
+           "x": [1, 1.0]}
+    dist.update(odd)
+    f.write_text(json.dumps(doc).replace('"1": [1e+300, 1]', '"1": [1e400, 1]'))
+    res = run_cli("analyze", str(rank), "-f", "json", "-o", str(tmp_path / "r.json"), "-q")
+    assert res.returncode == 0 and "Traceback" not in res.stderr, res.stderr
+    report = json.loads((tmp_path / "r.json").read_text())
+    assert [w for w in report["warnings"] if "packet-size" in w] == [
+        "rank 0: ASCEND_PROFILER_OUTPUT/communication.json: skipped 6 packet-size entries that "
+        "are not [count, ms] pairs of numbers"]
+    from profan.sources import ascend_comm, ascend_packets
+
+    packets, skipped = ascend_packets.read(ascend_comm.entries(f)[0])
+    assert skipped == len(odd) and packets.height == before
 
 
 def test_matrix_value_of_another_json_type_is_coerced_not_a_crash(tmp_path):

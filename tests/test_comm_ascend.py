@@ -13,6 +13,7 @@ import pytest
 from conftest import ASCEND, QWEN3, run_cli
 
 import profan
+from profan.errors import ProfanInputError
 from profan.evidence import resolve_pointer
 from profan.sources import ascend_matrix, ascend_meta
 
@@ -568,6 +569,14 @@ def test_matrix_typed_reader_equals_the_untyped_one(tmp_path):
         variant("section", lambda d: d.update({"step99": {"collective": 7}})),
         variant("link", lambda d: d[step]["collective"][total_key].update({first_link: [1, 2]})),
     ]
+    bad_utf8 = tmp_path / "utf8" / "communication_matrix.json"  # a byte no UTF-8 text holds, in a counted entry
+    bad_utf8.parent.mkdir()
+    top1 = next(k for k in doc[step]["collective"] if "-top1@" in k)
+    cut = text.index('"Transport Type"', text.index(f'"{top1}"'))
+    bad_utf8.write_bytes(text[:cut].encode() + b'"Note": "\xff", ' + text[cut:].encode())
+    assert ascend_matrix._typed_entries(bad_utf8) is None
+    with pytest.raises(ProfanInputError, match="not valid JSON"):
+        ascend_matrix._read(bad_utf8, True)
     nan = tmp_path / "nan" / "communication_matrix.json"
     nan.parent.mkdir()
     nan.write_text(text.replace('"Transit Time(ms)": ', '"Transit Time(ms)": NaN, "x": ', 1))

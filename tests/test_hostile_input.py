@@ -298,3 +298,33 @@ def test_null_elements_of_the_event_array_are_counted_not_a_crash(tmp_path, wher
     events = [(f["id"], [e.get("events") for e in f["evidence"]]) for f in report["findings"]]
     if where != "first":  # the middle and last elements are events no finding cites
         assert events == [(f["id"], [e.get("events") for e in f["evidence"]]) for f in clean["findings"]]
+
+
+@pytest.mark.parametrize("where", ["communication_matrix.json", "trace_view.json"])
+def test_json_nested_too_deeply_is_one_line(tmp_path, where):
+    """3,000 nested arrays inside one value: the JSON readers recurse, and that used to end in an internal error."""
+    src = FIXTURES / "ascend" / "msinsight-alexnet-2rank-2025" / "level2" / "rank0_ascend_pt"
+    rank = shutil.copytree(src, tmp_path / "rank0_ascend_pt")
+    f = rank / "ASCEND_PROFILER_OUTPUT" / where
+    text = f.read_text()
+    at = text.index('"Transport Type"' if where.startswith("communication") else '"args"')
+    f.write_text(text[:at] + '"deep": ' + "[" * 3000 + "]" * 3000 + ", " + text[at:])
+    assert_one_line_error(run_cli("analyze", str(rank), "-q", "-o", str(tmp_path / "r.md")), where,
+                          "nests JSON values more deeply")
+
+
+def test_a_lone_surrogate_escape_in_json_text_is_read(tmp_path):
+    """JSON may escape half a UTF-16 pair ("\\ud800"); no UTF-8 column can hold it. The op key that carries one
+    is read with "?" in its place, and the analysis goes on (it used to stop with an internal error)."""
+    rank = one_rank(tmp_path)
+    f = rank / "ASCEND_PROFILER_OUTPUT" / "communication_matrix.json"
+    text = f.read_text()
+    key = re.search(r'"([a-zA-Z]+-total@\d+)"', text).group(1)
+    f.write_text(text.replace(f'"{key}"', f'"{key}\\ud800"', 1))
+    res = run_cli("analyze", str(rank), "-f", "json", "-o", str(tmp_path / "r.json"), "-q")
+    assert res.returncode == 0 and "Traceback" not in res.stderr, res.stderr
+    from profan.sources import ascend_matrix
+
+    links, _ = ascend_matrix.read(f)
+    assert (links["key"] == key + "?").sum() > 0
+

@@ -185,6 +185,26 @@ def test_a_batch_that_fails_as_a_whole_is_read_rank_by_rank(tmp_path, monkeypatc
     assert failed == [4, 3]
 
 
+@pytest.mark.parametrize(("n", "workers"), [(5, 1), (8, 7)])
+def test_a_few_ranks_are_shared_out_among_the_processes(n, workers):
+    """Few (big) ranks: every process gets some — batching them would leave processes idle and gain nothing."""
+    from profan import parallel
+
+    claims, front, back = [], 0, n - 1
+    while front <= back:  # as `_run` claims them when every process asks in turn: workers from the front
+        for _ in range(workers):
+            if front < back:
+                size = parallel._next_batch(front, back - 1, workers + 1)
+                claims.append(range(front, front + size))
+                front += size
+        if front <= back:
+            size = parallel._next_batch(front, back, workers + 1)
+            claims.append(range(back + 1 - size, back + 1))
+            back -= size
+    assert sorted(i for c in claims for i in c) == list(range(n))
+    assert len(claims[:workers + 1]) == workers + 1 and all(len(c) <= 2 for c in claims)
+
+
 @pytest.mark.parametrize("workers", [1, 3])
 def test_the_split_between_processes_reads_every_rank_once_in_order(tmp_path, workers):
     """`parallel._run` with threads standing in for worker processes and batches of uneven cost: each rank is
@@ -228,5 +248,6 @@ def test_the_split_between_processes_reads_every_rank_once_in_order(tmp_path, wo
         if there:
             assert max(max(b) for b in there) < min(min(b) for b in here)
         assert here and here[0][-1] == n - 1  # this process starts at the end at once
-        # smaller batches only once fewer ranks are left: the last claim from each end
-        assert sum(len(b) < parallel.BATCH_MIN for b in here + there) <= 2, (here, there)
+        # smaller batches only once fewer ranks are left than the processes could each take BATCH_MIN of
+        small = [b for b in here + there if len(b) < parallel.BATCH_MIN]
+        assert sum(map(len, small)) < parallel.BATCH_MIN * (workers + 1), (here, there)

@@ -114,8 +114,11 @@ def _typed_entries(path: Path) -> tuple[list[ascend_comm.Entry], int] | None:
     and words. Decoding only what is used is what makes this the fast way: three quarters of a current
     matrix are entries that are only counted, and their links are never made into Python objects."""
     try:
-        doc = _DOCUMENT.decode(path.read_bytes())
-    except (OSError, msgspec.DecodeError, msgspec.ValidationError):
+        data = path.read_bytes()
+        if not data.isascii():
+            data.decode("utf-8")  # msgspec checks only the text it decodes, not the text it skips
+        doc = _DOCUMENT.decode(data)
+    except (OSError, UnicodeDecodeError, RecursionError, msgspec.DecodeError, msgspec.ValidationError):
         return None
     out: list[ascend_comm.Entry] = []
     skipped = 0
@@ -136,7 +139,7 @@ def _read(path: Path, totals_only: bool) -> tuple[pl.DataFrame, int, int]:
     if typed is not None:
         try:
             return _rows(*typed, totals_only, lazy=True)
-        except (msgspec.DecodeError, msgspec.ValidationError):  # an op's links are not all objects
+        except (RecursionError, msgspec.DecodeError, msgspec.ValidationError):  # an op's links: not all objects
             pass
     return _rows(*ascend_comm.entries(path), totals_only, lazy=False)
 

@@ -9,7 +9,7 @@ from typing import Any
 
 import msgspec
 
-from profan.errors import ProfanInputError
+from profan.errors import TOO_DEEP, ProfanInputError
 
 
 def load_json(path: Path) -> Any:
@@ -24,8 +24,12 @@ def load_json(path: Path) -> Any:
         return msgspec.json.decode(raw)  # about twice the stdlib's speed; a cluster has thousands of these files
     except msgspec.DecodeError:
         pass  # the stdlib takes what msgspec refuses (NaN literals, integers past 64 bits) and words the error
+    except RecursionError:
+        raise ProfanInputError(path, TOO_DEEP) from None
     try:
         return json.loads(raw)
+    except RecursionError:
+        raise ProfanInputError(path, TOO_DEEP) from None
     except ValueError as exc:
         raise ProfanInputError(path, f"not valid JSON ({exc.args[0].split(':')[0]} at byte "
                                      f"{getattr(exc, 'pos', '?')}; truncated?)") from None

@@ -31,7 +31,7 @@ import polars as pl
 import pyarrow as pa
 import pyarrow.json as pa_json
 
-from profan.errors import ProfanInputError
+from profan.errors import TOO_DEEP, ProfanInputError
 
 CHUNK_BYTES = 8 << 20  # event-array text per chunk: bounds the per-chunk spans, NDJSON copy and parse
 WORKERS = 3  # chunks in flight (each reader call is single-threaded; the main thread splits the next chunk)
@@ -480,6 +480,13 @@ def parse(path: Path, keep: pl.Expr | None = None) -> Trace:
     accumulate in memory.
     """
     path = Path(path)
+    try:
+        return _parse(path, keep)
+    except RecursionError:
+        raise ProfanInputError(path, TOO_DEEP) from None
+
+
+def _parse(path: Path, keep: pl.Expr | None) -> Trace:
     buf = read_bytes(path)
     arr, layout, meta = split_events(path, buf)
     keep = default_keep() if keep is None else keep

@@ -18,11 +18,25 @@ def rows_frame(rows: list[tuple], schema: dict[str, pl.DataType]) -> pl.DataFram
 def columns_frame(columns: dict[str, list | tuple], schema: dict[str, pl.DataType]) -> pl.DataFrame:
     """A DataFrame from columns already collected in ``schema`` order (a reader that fills lists directly)."""
     try:
+        return _frame(columns, schema)
+    except UnicodeEncodeError:
+        # JSON may escape a lone surrogate ("\ud800"), which decodes to a str no UTF-8 column can hold: such a
+        # character becomes "?" (the rest of the text, and of the file, stays as it is)
+        return _frame({k: [_utf8(v) for v in col] for k, col in columns.items()}, schema)
+
+
+def _frame(columns: dict[str, list | tuple], schema: dict[str, pl.DataType]) -> pl.DataFrame:
+    try:
         return pl.DataFrame(columns, schema=schema)
     except (TypeError, pl.exceptions.PolarsError):
         # a value of another JSON type than the field usually holds (a number where a name is expected): coerce
         # it to the column's type, or null where it cannot be, rather than refuse the file
         return pl.DataFrame(columns, schema=schema, strict=False)
+
+
+def _utf8(v: object) -> object:
+    """Text with each character UTF-8 cannot encode (a lone surrogate) as "?"; other values as they are."""
+    return v.encode("utf-8", "replace").decode("utf-8") if isinstance(v, str) else v
 
 
 def stack(frames: list[pl.DataFrame], keys: dict[str, list], how: str = "diagonal_relaxed") -> pl.DataFrame:
