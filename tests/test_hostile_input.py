@@ -328,3 +328,18 @@ def test_a_lone_surrogate_escape_in_json_text_is_read(tmp_path):
     links, _ = ascend_matrix.read(f)
     assert (links["key"] == key + "?").sum() > 0
 
+
+
+@pytest.mark.parametrize(("world_size", "said"), [([1, 2], None), ("8", 8), (8.5, None), (True, None), (-3, None)])
+def test_a_world_size_that_is_no_count_is_ignored(tmp_path, world_size, said):
+    """distributedInfo.world_size of another JSON type (a list used to end in an internal error): a whole
+    positive number, or its text, is used; anything else is ignored."""
+    src = FIXTURES / "torch" / "dlrm_v100_8rank" / "worker4_step_12.1694128201547.pt.trace.json"
+    doc = json.loads(src.read_text())
+    doc["distributedInfo"]["world_size"] = world_size
+    f = tmp_path / src.name
+    f.write_text(json.dumps(doc))
+    res = run_cli("analyze", str(f), "-f", "json", "-o", str(tmp_path / "r.json"), "-q")
+    assert res.returncode == 0 and "Traceback" not in res.stderr, res.stderr
+    report = json.loads((tmp_path / "r.json").read_text())
+    assert report["source"]["ranks"][0]["info"].get("world_size") == said

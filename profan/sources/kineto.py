@@ -232,7 +232,20 @@ def load(path: Path, trace: Trace | None = None) -> KinetoTrace:
                        collectives=_collectives(tr, ev, None if cpu_only else dev, steps),
                        cpu_only=cpu_only, events_read=int(ev.height), device_skipped=skipped,
                        no_phase=tr.no_phase,
-                       world_size=info.get("world_size"), device_name=dev_name, notes=notes)
+                       world_size=_count(info.get("world_size")),
+                       device_name=dev_name if isinstance(dev_name, str) else None, notes=notes)
+
+
+def _count(v: object) -> int | None:
+    """A header value that should be a positive whole number (``world_size``): that number, else None — a
+    trace written by hand or by another tool may hold text, a list or a float there."""
+    if isinstance(v, bool) or not isinstance(v, int | float | str):
+        return None
+    try:
+        n = float(v)
+    except ValueError:
+        return None
+    return int(n) if n.is_integer() and 0 < n < 2**31 else None
 
 
 # --------------------------------------------------------------------------- reductions for the per-rank map
