@@ -69,7 +69,8 @@ def test_worker_results_come_back_through_a_file_or_else_the_pipe(tmp_path, monk
     monkeypatch.setattr(parallel, "_unspool", lambda x: sent.append(type(x).__name__) or unspool(x))
     seq, par = profan.analyze(tmp_path / "c", jobs=1), profan.analyze(tmp_path / "c", jobs=2)
     assert [_canon(f) for f in par.findings] == [_canon(f) for f in seq.findings]
-    assert sent == (["str"] if spool == "made" else ["list"])  # the worker's one batch: ranks 0-3
+    # the worker's batches (how many depends on how fast each process goes): each through a file, or the pipe
+    assert sent and set(sent) == ({"str"} if spool == "made" else {"list"})
     assert list(temp.iterdir()) == []
 
 
