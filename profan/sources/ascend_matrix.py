@@ -66,7 +66,7 @@ _LINKS = re.compile(r"[0-9]+-[0-9]+(?:,[0-9]+-[0-9]+)*")
 def _count_valid(links: dict) -> int:
     """How many entries of ``links`` are links (`_valid_link`): every one, checked by one regex over the joined
     keys, in the usual case — a matrix of a large group has thousands per op — else entry by entry."""
-    if _keys_are_links(links) and all(isinstance(v, dict) for v in links.values()):
+    if _keys_are_links(links) and all(isinstance(v, _OBJECTS) for v in links.values()):
         return len(links)
     return sum(1 for link, v in links.items() if _valid_link(link, v))
 
@@ -79,7 +79,7 @@ def _keys_are_links(links: dict) -> bool:
 
 def _valid_link(link: str, v: object) -> bool:
     """A link entry: ``"src-dst"`` (two ASCII rank numbers) holding an object."""
-    return _valid_key(link) and isinstance(v, (dict, _Link))
+    return _valid_key(link) and isinstance(v, _OBJECTS)
 
 
 def _valid_key(link: str) -> bool:
@@ -100,6 +100,9 @@ class _Link(msgspec.Struct):
 
 class _Object(msgspec.Struct):
     """Any JSON object, its contents skipped: a link that is counted, not built."""
+
+
+_OBJECTS = (dict, _Link, _Object)  # a link object, decoded untyped or typed
 
 
 # step -> section -> op key -> its links, left undecoded until the reader knows what it needs of them
@@ -163,8 +166,7 @@ def _rows(items: Iterable[ascend_comm.Entry], skipped: int, totals_only: bool, l
             skipped += 1
             continue
         if counted:  # counted, not built
-            ok = (len(links) if _keys_are_links(links) else sum(map(_valid_key, links))) if lazy \
-                else _count_valid(links)
+            ok = _count_valid(links)
             n_read += ok
             skipped += len(links) - ok
             continue
@@ -184,20 +186,15 @@ def _rows(items: Iterable[ascend_comm.Entry], skipped: int, totals_only: bool, l
             s, _, d = link.partition("-")
             src.append(int(s))
             dst.append(int(d))
+            if not lazy:  # the rare untyped way: the same fields, by the same names
+                v = msgspec.convert(v, _Link)
             # numbers as the JSON holds them: the frame coerces a value of another type (text, a list) to the
             # column's float or null — one conversion per column instead of a call per value
-            if lazy:
-                op_name.append(v.op_name if agg else name)
-                transport.append(str(v.transport))
-                size.append(v.size_mb)
-                time_ms.append(v.time_ms)
-                bw.append(v.bandwidth_gbps)
-            else:
-                op_name.append(v.get("Op Name") if agg else name)
-                transport.append(str(v.get("Transport Type", "")))
-                size.append(v.get("Transit Size(MB)"))
-                time_ms.append(v.get("Transit Time(ms)"))
-                bw.append(v.get("Bandwidth(GB/s)"))
+            op_name.append(v.op_name if agg else name)
+            transport.append(str(v.transport))
+            size.append(v.size_mb)
+            time_ms.append(v.time_ms)
+            bw.append(v.bandwidth_gbps)
             pointer.append(prefix + link)  # "src-dst" holds neither "~" nor "/": no escaping
         for col, value in zip(per_op, fixed, strict=True):
             col.extend([value] * n)

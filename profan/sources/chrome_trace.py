@@ -350,7 +350,7 @@ def _chunk_tables(raws: list[msgspec.Raw], offset: int, keep: pl.Expr, layout: s
     releases the GIL here. A ``null`` element is read as one without a phase (counted and said, as any element
     that is no event), not as an error."""
     text = b"\n".join(raws)
-    if _has_null_line(text):  # rare: the loop over elements runs only then
+    if text.startswith(b"null") or b"\nnull" in text:  # rare: the loop over elements runs only then
         raws = [_EMPTY if bytes(r) == b"null" else r for r in raws]
         text = b"\n".join(raws)
     core = _core(_read_core(text, layout), offset)
@@ -364,10 +364,6 @@ def _chunk_tables(raws: list[msgspec.Raw], offset: int, keep: pl.Expr, layout: s
 
 
 _EMPTY = msgspec.Raw(b"{}")
-
-
-def _has_null_line(text: bytes) -> bool:
-    return text.startswith(b"null") or b"\nnull" in text
 
 
 def no_phase_warning(file: str, count: int) -> str:
@@ -400,11 +396,8 @@ _ARROW_DETAIL = {
 def _arrow(text: bytes, schema: pa.Schema) -> pl.DataFrame | None:
     """pyarrow's reader with a strict schema; None when a value does not fit it (the caller uses polars).
 
-    Never for text with a line ``null``: pyarrow (26.0) crashes the process on a ``null`` element in the first
-    line. `_chunk_tables` replaces null elements; a line ``null`` left inside an event (an unindented
-    pretty-printed array) goes to polars — slower, never wrong."""
-    if _has_null_line(text):
-        return None
+    Never given a ``null`` element (`_chunk_tables` replaces them): pyarrow (26.0) crashes the process on one in
+    the first line."""
     try:
         table = pa_json.read_json(pa.py_buffer(text), parse_options=pa_json.ParseOptions(
             explicit_schema=schema, unexpected_field_behavior="ignore"),

@@ -69,9 +69,8 @@ def rank_of(meta: dict, path: Path) -> tuple[int, str, str | None]:
     raw = info.get("rank") if isinstance(info, dict) else None
     problem = None
     if raw is not None:
-        text = str(raw).strip()
-        if not isinstance(raw, bool) and text.isdigit():
-            return int(text), "distributedInfo.rank", None
+        if (rank := _whole_number(raw)) is not None:
+            return rank, "distributedInfo.rank", None
         problem = f"distributedInfo.rank {json.dumps(raw)} is not a rank number"
     m = _RANK_IN_NAME.search(path.name)
     if m:
@@ -232,20 +231,18 @@ def load(path: Path, trace: Trace | None = None) -> KinetoTrace:
                        collectives=_collectives(tr, ev, None if cpu_only else dev, steps),
                        cpu_only=cpu_only, events_read=int(ev.height), device_skipped=skipped,
                        no_phase=tr.no_phase,
-                       world_size=_count(info.get("world_size")),
+                       world_size=_whole_number(info.get("world_size")) or None,
                        device_name=dev_name if isinstance(dev_name, str) else None, notes=notes)
 
 
-def _count(v: object) -> int | None:
-    """A header value that should be a positive whole number (``world_size``): that number, else None — a
-    trace written by hand or by another tool may hold text, a list or a float there."""
-    if isinstance(v, bool) or not isinstance(v, int | float | str):
+def _whole_number(raw: object) -> int | None:
+    """A header value that should be a whole number ≥ 0 (distributedInfo.rank, world_size), as a number or its
+    text; None for anything else — a trace written by hand or by another tool may hold a list, a fraction, a
+    sign or a bool there."""
+    if raw is None or isinstance(raw, bool):
         return None
-    try:
-        n = float(v)
-    except ValueError:
-        return None
-    return int(n) if n.is_integer() and 0 < n < 2**31 else None
+    text = str(raw).strip()
+    return int(text) if text.isdigit() else None
 
 
 # --------------------------------------------------------------------------- reductions for the per-rank map
