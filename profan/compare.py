@@ -19,6 +19,7 @@ from pathlib import Path
 
 import polars as pl
 
+from profan import limits
 from profan.analyses import steps as steps_mod
 from profan.analyses.common import kernel_table, ms, pct, top_lines_frame
 from profan.discover import base_dir, discover
@@ -192,6 +193,7 @@ def compare(a: str | Path, b: str | Path | None = None, *, ranks: tuple[int, int
     t0 = time.perf_counter()
     say = progress or (lambda _m: None)
     pack = pack or load([Path(p) for p in rules or []])
+    limits.use(pack.limits)
     pa = Path(a)
     if ranks is not None:
         if b is not None:

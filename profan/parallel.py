@@ -23,6 +23,7 @@ from functools import partial
 from multiprocessing import get_context
 from pathlib import Path
 
+from profan import limits
 from profan.discover import RankSource
 from profan.errors import ProfanError, ProfanInputError
 from profan.rankmap import RankData, load_rank, load_ranks_batch
@@ -81,6 +82,7 @@ def _load(batch: list[RankSource], root: Path, pack: RulePack, peers: bool) -> l
     Should the batch fail as a whole — a fault the batched steps did not expect, in some rank — its ranks are
     read again one at a time, in order, up to the first failing one: that rank's own error is the one reported,
     as a sequential read of one rank after the other reports it."""
+    limits.use(pack.limits)  # a spawned worker starts with the defaults
     try:
         return [r if isinstance(r, RankData) else ("input-error", r.path, r.problem)
                 for r in load_ranks_batch(batch, root, pack, peers=peers)]

@@ -9,6 +9,7 @@ from pathlib import Path
 
 import polars as pl
 
+from profan import limits
 from profan.analyses import breakdown as bd
 from profan.analyses import comm_section, crossrank, imbalance, reconcile, steps, trace_steps
 from profan.analyses.rank_section import rank_sections
@@ -37,6 +38,7 @@ def analyze(path: str | Path, *, rules: list[str | Path] | None = None, progress
     t0 = time.perf_counter()
     say = progress or (lambda _msg: None)
     pack = pack or load([Path(p) for p in rules or []])
+    limits.use(pack.limits)
     hw = hardware if isinstance(hardware, Hardware) else load_hardware(hardware)
     disc = discover(path)
     root = disc.root

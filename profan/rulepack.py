@@ -13,6 +13,7 @@ import polars as pl
 import tomllib
 
 from profan.errors import ProfanInputError
+from profan.limits import Limits, defaults
 from profan.paths import rules_dir
 
 MATCH_FIELDS = ("op", "name", "type", "core", "context")  # context: the CPU op that launched a GPU kernel (traces)
@@ -49,6 +50,7 @@ class RulePack:
     checks: dict[str, Check] = field(default_factory=dict)
     buckets: dict[str, list[str]] = field(default_factory=dict)  # applies_to -> bucket order
     files: list[str] = field(default_factory=list)
+    limits: Limits = field(default_factory=defaults)  # rules/limits.toml, a user file's [limits] on top
 
     def rules_for(self, applies_to: str) -> list[BucketRule]:
         return [r for r in self.rules if r.applies_to in (applies_to, "any")]
@@ -117,6 +119,10 @@ def load(extra: list[Path] | None = None) -> RulePack:
         user_rules.extend(rules)
         for c in doc.get("check", []):
             _add_check(pack, path, c, override=True)
+        if "limits" in doc:
+            if not isinstance(doc["limits"], dict):
+                raise ProfanInputError(path, "[limits] must be a table of name = number")
+            pack.limits = pack.limits.override(doc["limits"], path)
         pack.files.append(str(path))
     builtin: list[BucketRule] = []
     for path in sorted((base / "buckets").glob("*.toml")):
