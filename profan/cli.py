@@ -4,12 +4,14 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import sys
 from pathlib import Path
 from typing import Annotated
 
 import typer
 
+from profan import output
 from profan.errors import EXIT_BAD_INPUT, EXIT_FINDINGS, EXIT_INTERNAL, EXIT_OK, ProfanError, ProfanInputError
 
 app = typer.Typer(add_completion=False, no_args_is_help=True, pretty_exceptions_enable=False,
@@ -18,15 +20,24 @@ app = typer.Typer(add_completion=False, no_args_is_help=True, pretty_exceptions_
 SEVERITY_RANK = {"info": 0, "warning": 1, "critical": 2}
 
 
+_CONTROL = re.compile(r"[\x00-\x08\x0a-\x1f\x7f-\x9f]")  # a tab is kept: Ascend CSV cells end in one
+
+
+def _safe(text: str) -> str:
+    """Text for the terminal: names from traces and paths may hold escape sequences (retitle the window, clear the
+    screen) and line breaks (forge a second line); each control character is shown as a visible escape."""
+    return _CONTROL.sub(lambda m: m.group().encode("unicode_escape").decode("ascii"), text)
+
+
 def _err(msg: str) -> None:
-    typer.echo(f"profan: error: {msg}", err=True)
+    typer.echo(f"profan: error: {_safe(msg)}", err=True)
 
 
 def _progress(quiet: bool):
     """Progress lines go to stderr, and only to a terminal: a program reading stderr wants errors, not chatter."""
     if quiet or not sys.stderr.isatty():
         return None
-    return lambda msg: typer.echo(f"profan: {msg}", err=True)
+    return lambda msg: typer.echo(f"profan: {_safe(msg)}", err=True)
 
 
 def _cli_jobs(jobs: int | None) -> int | None:
@@ -71,17 +82,19 @@ def analyze(
         raise typer.Exit(EXIT_BAD_INPUT)
     if fmt in ("html", "xlsx") and out is None and not brief:
         out = Path(f"report.{fmt}")
+    if out is not None:
+        output.check_target(out)
     report = run(path, rules=rules or [], progress=_progress(quiet), hardware=hardware, jobs=_cli_jobs(jobs))
+    read = output.read_files(report, [*(rules or []), *([hardware] if hardware else [])])
+    if out is not None:
+        output.write(out, read, lambda tmp: render(report, fmt, tmp))
     if brief:
-        if out is not None:
-            render(report, fmt, out)
         _print_brief(report, str(out.resolve()) if fmt == "json" and out is not None else None)
-    else:
-        text = render(report, fmt, out)
-        if text is not None:
-            sys.stdout.write(text if text.endswith("\n") else text + "\n")
-        elif not quiet:
-            typer.echo(f"profan: wrote {out}", err=True)
+    elif out is None:
+        text = render(report, fmt)
+        sys.stdout.write(text if text.endswith("\n") else text + "\n")
+    elif not quiet:
+        typer.echo(f"profan: wrote {_safe(str(out))}", err=True)
     if fail_on is not None and any(SEVERITY_RANK[f.severity] >= SEVERITY_RANK[fail_on] for f in report.findings):
         raise typer.Exit(EXIT_FINDINGS)
 
@@ -114,12 +127,12 @@ def evidence(
     if fmt == "json":
         typer.echo(dumps(doc))
         return
-    typer.echo(f"{doc['id']} [{doc['severity']}] {doc['message']}")
+    typer.echo(_safe(f"{doc['id']} [{doc['severity']}] {doc['message']}"))
     for item in doc["evidence"]:
-        typer.echo(f"\n{item['file']}  ({len(item['rows'])} of {item['row_count']} rows cited; select: "
-                   f"{json.dumps(item['select'], ensure_ascii=False)})")
+        typer.echo("\n" + _safe(f"{item['file']}  ({len(item['rows'])} of {item['row_count']} rows cited; select: "
+                         f"{json.dumps(item['select'], ensure_ascii=False)})"))
         for row in item["rows"]:
-            typer.echo(f"{row['locator']:>12}: {row['text']}")
+            typer.echo(_safe(f"{row['locator']:>12}: {row['text']}"))
 
 
 @app.command()
@@ -216,11 +229,17 @@ def skill_install(
 
 
 @app.command()
-def mcp() -> None:
-    """Serve profan's tools (analyze, compare, evidence, rules) over MCP on stdio; needs 'pip install profan[mcp]'."""
+def mcp(
+    root: Annotated[list[Path] | None, typer.Option(
+        "--root", help="A folder the tools may read (repeat for more); default: the current folder.")] = None,
+) -> None:
+    """Serve profan's tools (analyze, compare, evidence, rules) over MCP on stdio; needs 'pip install profan\\[mcp]'."""
     from profan.mcp_server import serve
 
-    serve()
+    for r in root or []:
+        if not r.is_dir():
+            raise ProfanInputError(r, "--root takes a folder that exists")
+    serve(root)
 
 
 @app.command()
@@ -249,6 +268,8 @@ def compare(
         raise typer.Exit(EXIT_BAD_INPUT)
     if fmt in ("html", "xlsx") and out is None:
         out = Path(f"compare.{fmt}")
+    if out is not None:
+        output.check_target(out)
     pair = None
     if ranks is not None:
         try:
@@ -259,20 +280,22 @@ def compare(
             _err(f"--ranks takes two rank numbers like 0,7 (got {ranks!r})")
             raise typer.Exit(EXIT_BAD_INPUT)
     report = run_compare(a, b, ranks=pair, rules=rules or [], progress=_progress(quiet), jobs=_cli_jobs(jobs))
+    renderer = (render_json if fmt == "json" else render_compare_markdown) if brief else (
+        render_compare_markdown if fmt == "md" else lambda r, tmp: render(r, fmt, tmp))
+    if out is not None:
+        output.write(out, output.read_files(report, rules or []), lambda tmp: renderer(report, tmp))
     if brief:
-        if out is not None:
-            (render_json if fmt == "json" else render_compare_markdown)(report, out)
         report_file = str(out.resolve()) if fmt == "json" and out is not None else None
         # `profan evidence DIR` would analyse DIR, not compare it: only a saved comparison has these ids
         _print_brief(report, report_file, None if report_file else (
             "save the comparison with --format json -o report.json, then "
             "profan evidence report.json FINDING_ID --format json"))
         return
-    text = render_compare_markdown(report, out) if fmt == "md" else render(report, fmt, out)
-    if text is not None:
+    if out is None:
+        text = renderer(report, None)
         sys.stdout.write(text if text.endswith("\n") else text + "\n")
     elif not quiet:
-        typer.echo(f"profan: wrote {out}", err=True)
+        typer.echo(f"profan: wrote {_safe(str(out))}", err=True)
 
 
 def main() -> None:

@@ -16,11 +16,14 @@ import gzip
 import json
 import os
 import re
+import stat
 import zlib
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from profan import limits, trust
 from profan.errors import ProfanInputError
+from profan.limits import Limits
 
 OUTPUT_DIR = "ASCEND_PROFILER_OUTPUT"
 DERIVED_DIRS = {"cluster_analysis_output"}
@@ -51,7 +54,7 @@ class RankSource:
     rank: int | None = None
     rank_origin: str = ""
     device_id: int | None = None
-    ignored: list[Path] = field(default_factory=list)  # a profiler file's name, but a folder: said, then ignored
+    ignored: list[tuple[Path, str]] = field(default_factory=list)  # a profiler file's name, but (why) not read
 
     def rel(self, root: Path, logical: str) -> str:
         return relpath(self.files[logical], root)
@@ -83,34 +86,45 @@ def relpath(path: Path, root: Path) -> str:
 
 
 def discover(path: str | Path) -> Discovery:
+    """The ranks under ``path``. Reads only inside it: a link to a file or folder elsewhere is said and skipped, as
+    is anything but a regular file (a FIFO would block the read); the walk is bounded in depth, entries and ranks
+    (`profan.limits`)."""
     root = Path(path)
-    if not root.exists():
-        raise ProfanInputError(root, "no such file or directory")
-    if root.is_file():
-        return _discover_file(root)
+    try:
+        if not root.exists():
+            raise ProfanInputError(root, "no such file or directory")
+        if root.is_file():
+            return _discover_file(root)
+        if not root.is_dir():
+            raise ProfanInputError(root, "neither a folder nor a regular file")
+    except OSError as exc:
+        raise ProfanInputError(root, f"cannot read: {exc.strerror or exc}") from None
+    walk = _Walk(root, limits.active())
     found: list[RankSource] = []
-    notes: list[str] = []
     rejected: list[str] = []  # *.json files that are not traces, for the error message
-    for dirpath, dirnames, filenames in os.walk(root):
-        d = Path(dirpath)
-        dirnames.sort()
-        skipped = [n for n in dirnames if n in DERIVED_DIRS or n.startswith(".")]
-        for n in skipped:
-            if n in DERIVED_DIRS:
-                notes.append(f"skipped {relpath(d / n, root)}/: derived output of another tool, not profiler data")
-        dirnames[:] = [n for n in dirnames if n not in skipped]
-        rank = _rank_dir(d, dirnames, filenames)
+    for d, dirnames, filenames in walk:
+        rank = _rank_dir(d, dirnames, filenames, walk)
         if rank is not None:
             found.append(rank)
             dirnames[:] = []  # a rank directory's subfolders (PROF_*, FRAMEWORK, logs) are its raw data
         else:
-            found.extend(_kineto_ranks(d, filenames, rejected))
+            found.extend(_kineto_ranks(d, filenames, rejected, walk))
+        if len(found) > walk.limits.max_ranks:
+            raise ProfanInputError(root, f"holds more than {walk.limits.max_ranks:,} ranks, the most one analysis "
+                                         "takes (max_ranks under [limits] in a rules file raises it)")
+    empty = [rs for rs in found if not rs.files and not rs.ignored]
+    found = [rs for rs in found if rs not in empty]
     if not found:
         why = f"; {rejected[0]}" if rejected else ""
+        if empty:
+            why = f"; {len(empty)} folder(s) look like rank folders but hold no profiler file"
         raise ProfanInputError(root, "no profiler output found (looked for ASCEND_PROFILER_OUTPUT/, "
                                      "profiler_info_*.json, kernel_details.csv, PROF_*/mindstudio_profiler_output/, "
                                      f"PyTorch/Kineto *.json / *.json.gz traces){why}")
-    disc = Discovery(root=root, ranks=found, notes=notes)
+    disc = Discovery(root=root, ranks=found, notes=walk.notes, warnings=walk.said())
+    if empty:
+        disc.warnings.append(f"skipped {len(empty)} folder(s) that look like rank folders but hold no profiler "
+                             f"file: {_names(relpath(rs.path, root) for rs in empty)}")
     _resolve_ranks(disc)
     _note_missing_files(disc)
     kinds = sorted({r.kind for r in disc.ranks})
@@ -120,8 +134,92 @@ def discover(path: str | Path) -> Discovery:
     return disc
 
 
+def _names(names, shown: int = 5) -> str:
+    names = list(names)
+    return ", ".join(names[:shown]) + (f", … ({len(names) - shown} more)" if len(names) > shown else "")
+
+
+class _Walk:
+    """`os.walk` of the analysed folder within the bounds, never following a link out of it.
+
+    Said afterwards, with counts: links to folders or files outside, entries that are no regular file, folders
+    too deep to walk, and folders that could not be listed — nothing is dropped without a word."""
+
+    def __init__(self, root: Path, bounds: Limits) -> None:
+        self.root = root
+        self.real = root.resolve()
+        self.limits = bounds
+        self.entries = 0
+        self.notes: list[str] = []
+        self.outside: list[str] = []  # links leading out of the folder
+        self.irregular: list[str] = []  # FIFOs, sockets, devices named like profiler files
+        self.too_deep: list[str] = []
+        self.unlisted: list[str] = []
+
+    def __iter__(self):
+        for dirpath, dirnames, filenames in os.walk(self.root, onerror=self._unlisted):
+            d = Path(dirpath)
+            dirnames.sort()
+            self.entries += len(dirnames) + len(filenames)
+            if self.entries > self.limits.max_entries:
+                raise ProfanInputError(self.root, f"holds more than {self.limits.max_entries:,} files and folders; "
+                                                  "is it the profiler output folder? (max_entries under [limits] "
+                                                  "in a rules file raises the bound)")
+            keep = []
+            for n in dirnames:
+                if n in DERIVED_DIRS:
+                    self.notes.append(f"skipped {relpath(d / n, self.root)}/: derived output of another tool, "
+                                      "not profiler data")
+                elif n.startswith("."):
+                    continue
+                elif (d / n).is_symlink() and not trust.inside(d / n, self.real):
+                    self.outside.append(relpath(d / n, self.root))
+                else:
+                    keep.append(n)  # a link to a folder inside is not followed (os.walk): it is read where it lies
+            if len(d.relative_to(self.root).parts) >= self.limits.max_depth and keep:
+                self.too_deep += [relpath(d / n, self.root) for n in keep]
+                keep = []
+            dirnames[:] = keep
+            yield d, dirnames, filenames
+
+    def _unlisted(self, exc: OSError) -> None:
+        self.unlisted.append(f"{relpath(Path(exc.filename), self.root) if exc.filename else '?'} "
+                             f"({exc.strerror or exc})")
+
+    def readable(self, p: Path) -> bool:
+        """A regular file inside the folder (links resolved); what is not is remembered and said."""
+        try:
+            if not p.is_file():
+                if p.exists() and not p.is_dir():
+                    self.irregular.append(relpath(p, self.root))
+                return False
+        except OSError:
+            return False
+        if not trust.inside(p, self.real):
+            self.outside.append(relpath(p, self.root))
+            return False
+        return True
+
+    def said(self) -> list[str]:
+        out = []
+        if self.outside:
+            out.append(f"skipped {len(self.outside)} link(s) to files or folders outside the analysed folder "
+                       f"(profan reads only inside it): {_names(self.outside)}")
+        if self.irregular:
+            out.append(f"skipped {len(self.irregular)} entr(ies) that are not regular files: "
+                       f"{_names(self.irregular)}")
+        if self.too_deep:
+            out.append(f"did not walk {len(self.too_deep)} folder(s) more than {self.limits.max_depth} levels down "
+                       f"(max_depth under [limits] in a rules file): {_names(self.too_deep)}")
+        if self.unlisted:
+            out.append(f"could not list {len(self.unlisted)} folder(s): {_names(self.unlisted)}")
+        return out
+
+
 def _discover_file(path: Path) -> Discovery:
     name = path.name
+    if not stat.S_ISREG(path.stat().st_mode):
+        raise ProfanInputError(path, "is not a regular file (a FIFO, socket or device); refused")
     if name in ("kernel_details.csv",) or _OP_SUMMARY.match(name):
         rs = RankSource(path=path.parent, kind="ascend" if name == "kernel_details.csv" else "msprof",
                         files={"kernel_details": path})
@@ -137,66 +235,77 @@ def _discover_file(path: Path) -> Discovery:
                                  "kernel_details.csv, op_summary_*.csv or a Kineto *.json / *.json.gz trace)")
 
 
-def _rank_dir(d: Path, dirnames: list[str], filenames: list[str]) -> RankSource | None:
+def _rank_dir(d: Path, dirnames: list[str], filenames: list[str], walk: _Walk) -> RankSource | None:
     infos = [f for f in filenames if _INFO_FILE.match(f)]
     if d.name == OUTPUT_DIR:
-        # A bare ASCEND_PROFILER_OUTPUT passed directly: its parent may still hold profiler_info_*.json.
-        parent_infos = [p.name for p in d.parent.glob("profiler_info*.json") if _INFO_FILE.match(p.name)]
-        return _ascend_rank(d.parent, d, parent_infos)
+        # A bare ASCEND_PROFILER_OUTPUT: its parent may hold profiler_info_*.json, read only when the parent is
+        # inside the analysed folder too.
+        infos = [p.name for p in d.parent.glob("profiler_info*.json") if _INFO_FILE.match(p.name)]
+        if infos and d == walk.root:
+            walk.notes.append(f"{', '.join(sorted(infos))} in the parent folder not read (profan reads only inside "
+                              "the folder it was given; analyse the rank folder to use it)")
+            infos = []
+        return _ascend_rank(d.parent, d, infos, walk)
     if OUTPUT_DIR in dirnames or infos:
         out = d / OUTPUT_DIR
-        rs = _ascend_rank(d, out if out.is_dir() else None, infos)
-        rs.ignored += [d / f for f in sorted(dirnames) if _INFO_FILE.match(f)]  # a folder named like the file
+        rs = _ascend_rank(d, out if out.is_dir() and trust.inside(out, walk.real) else None, infos, walk)
+        rs.ignored += [(d / f, "is a folder, not a file") for f in sorted(dirnames) if _INFO_FILE.match(f)]
         return rs
     if _PROF_DIR.match(d.name) and "mindstudio_profiler_output" in dirnames:
-        return _msprof_rank(d)
+        return _msprof_rank(d, walk)
     if d.name == "mindstudio_profiler_output" and any(_OP_SUMMARY.match(f) for f in filenames):
         # the msprof output folder itself (passed directly, or its PROF_* parent was renamed)
-        return _msprof_rank(d.parent)
+        return _msprof_rank(d.parent, walk)
     if {"kernel_details.csv", "trace_view.json", "step_trace_time.csv"} & set(filenames):
         # the integrated files copied out of ASCEND_PROFILER_OUTPUT into a folder of their own
-        return _ascend_rank(d, d, [])
+        return _ascend_rank(d, d, [], walk)
     return None
 
 
-def _ascend_rank(d: Path, out: Path | None, infos: list[str]) -> RankSource:
+def _ascend_rank(d: Path, out: Path | None, infos: list[str], walk: _Walk) -> RankSource:
     rs = RankSource(path=d, kind="ascend")
     if out is not None:
         for logical, fname in ASCEND_FILES.items():
-            if _is_file(out / fname, rs):
+            if _is_file(out / fname, rs, walk):
                 rs.files[logical] = out / fname
     for f in sorted(infos):
-        if _is_file(d / f, rs):
+        if _is_file(d / f, rs, walk):
             rs.files["profiler_info"] = d / f
-    if _is_file(d / "profiler_metadata.json", rs):
+    if _is_file(d / "profiler_metadata.json", rs, walk):
         rs.files["profiler_metadata"] = d / "profiler_metadata.json"
     return rs
 
 
-def _is_file(p: Path, rs: RankSource) -> bool:
-    """A readable regular file. A folder of that name is noted on the rank (and said as a warning); a folder
-    whose entries cannot be listed is one clear input error, not a traceback."""
+def _is_file(p: Path, rs: RankSource, walk: _Walk) -> bool:
+    """A readable regular file inside the analysed folder. A folder of that name is noted on the rank (and said
+    as a warning); a folder whose entries cannot be listed is one clear input error, not a traceback."""
     try:
         if p.is_dir():
-            rs.ignored.append(p)
+            rs.ignored.append((p, "is a folder, not a file"))
             return False
-        return p.is_file()
     except OSError as exc:
         raise ProfanInputError(p.parent, f"cannot read: {exc.strerror or exc}") from None
+    return walk.readable(p)
 
 
-def _msprof_rank(d: Path) -> RankSource:
+def _msprof_rank(d: Path, walk: _Walk) -> RankSource:
     out = d / "mindstudio_profiler_output"
     rs = RankSource(path=d, kind="msprof")
-    summaries = sorted(p for p in out.glob("op_summary_*.csv") if _is_file(p, rs))
+    summaries = sorted(p for p in out.glob("op_summary_*.csv") if _is_file(p, rs, walk))
     if summaries:
         rs.files["kernel_details"] = summaries[-1]
-    stats = sorted(p for p in out.glob("op_statistic_*.csv") if _is_file(p, rs))
+    stats = sorted(p for p in out.glob("op_statistic_*.csv") if _is_file(p, rs, walk))
     if stats:
         rs.files["op_statistic"] = stats[-1]
-    for info in sorted(d.glob("device_*/info.json.*")):
-        rs.files["device_info"] = info
-        break
+    infos = sorted(d.glob("device_*/info.json.*"))
+    if infos and not trust.inside(d, walk.real):  # mindstudio_profiler_output given: its PROF_* is outside
+        walk.notes.append(f"{infos[0].relative_to(d).as_posix()} of the PROF_* folder not read (profan reads only "
+                          "inside the folder it was given; analyse the PROF_* folder to use it)")
+        infos = []
+    for info in infos:
+        if _is_file(info, rs, walk):
+            rs.files["device_info"] = info
+            break
     return rs
 
 
@@ -231,14 +340,14 @@ def sniff_kineto(path: Path) -> tuple[bool, int | None, str]:
     if not body.startswith(b"{") or not any(k in head for k in _KINETO_KEYS):
         return False, None, f"{path.name} is not a PyTorch/Kineto trace (no traceEvents)"
     m = _DIST_RANK.search(head)
-    return True, (int(m.group(1)) if m else None), ""
+    return True, (_rank_id(m.group(1)) if m else None), ""
 
 
-def _kineto_ranks(d: Path, filenames: list[str], rejected: list[str]) -> list[RankSource]:
+def _kineto_ranks(d: Path, filenames: list[str], rejected: list[str], walk: _Walk) -> list[RankSource]:
     """One rank per Kineto trace file in this directory (``*.json`` / ``*.json.gz``, sniffed, not parsed)."""
     out = []
     for f in sorted(filenames):
-        if not f.endswith(_TRACE_SUFFIXES):
+        if not f.endswith(_TRACE_SUFFIXES) or not walk.readable(d / f):
             continue
         ok, _, why = sniff_kineto(d / f)
         if ok:
@@ -251,21 +360,39 @@ def _kineto_ranks(d: Path, filenames: list[str], rejected: list[str]) -> list[Ra
 def _kineto_rank_of(rs: RankSource) -> tuple[int | None, str]:
     path = rs.files["kineto_trace"]
     _, rank, _ = sniff_kineto(path)
-    if rank is not None:
+    if _rank_id(rank) is not None:
         return rank, f"distributedInfo.rank in {path.name}"
     m = _TRACE_NAME_RANK.search(path.name)
-    if m:
+    if m and _rank_id(m.group(1)) is not None:
         return int(m.group(1)), f"file name {path.name}"
     return None, ""
 
 
 def _read_json_quiet(path: Path) -> dict | None:
+    """A small side file's object, for its rank id; None when it is not one (its reader says why later)."""
     try:
+        if path.stat().st_size > _SIDE_FILE_BYTES:
+            return None
         with open(path, "rb") as fh:
             data = json.loads(fh.read())
         return data if isinstance(data, dict) else None
-    except (OSError, ValueError):
+    except (OSError, ValueError, RecursionError):
         return None
+
+
+_SIDE_FILE_BYTES = 64 << 20  # profiler_info / info.json are a few KB: a bigger one holds no rank id worth reading
+MAX_RANK = 2**31 - 1  # rank ids are 32-bit in every profiler; a larger number is no rank id
+
+
+def _rank_id(value: object) -> int | None:
+    """A usable rank id from a file's value (a number, or text of digits); None otherwise."""
+    if isinstance(value, bool):
+        return None
+    try:
+        rank = int(value)  # type: ignore[call-overload]
+    except (TypeError, ValueError, OverflowError):
+        return None
+    return rank if 0 <= rank <= MAX_RANK and (not isinstance(value, float) or value == rank) else None
 
 
 def _rank_of(rs: RankSource) -> tuple[int | None, str]:
@@ -274,26 +401,18 @@ def _rank_of(rs: RankSource) -> tuple[int | None, str]:
     info = rs.files.get("profiler_info")
     if info is not None:
         m = _INFO_FILE.match(info.name)
-        if m and m.group(1) is not None:
+        if m and _rank_id(m.group(1)) is not None:
             return int(m.group(1)), f"file name {info.name}"
-        data = _read_json_quiet(info) or {}
-        rid = data.get("rank_id")
-        try:
-            if rid is not None and int(rid) >= 0:
-                return int(rid), f"rank_id in {info.name}"
-        except (TypeError, ValueError):
-            pass
+        rid = _rank_id((_read_json_quiet(info) or {}).get("rank_id"))
+        if rid is not None:
+            return rid, f"rank_id in {info.name}"
     dev = rs.files.get("device_info")
     if dev is not None:
-        data = _read_json_quiet(dev) or {}
-        rid = data.get("rank_id")
-        try:
-            if rid is not None and int(rid) >= 0:
-                return int(rid), f"rank_id in {dev.name}"
-        except (TypeError, ValueError):
-            pass
+        rid = _rank_id((_read_json_quiet(dev) or {}).get("rank_id"))
+        if rid is not None:
+            return rid, f"rank_id in {dev.name}"
     m = _RANK_IN_NAME.search(rs.path.name)
-    if m:
+    if m and _rank_id(m.group(1)) is not None:
         return int(m.group(1)), f"folder name {rs.path.name}"
     return None, ""
 
@@ -364,8 +483,8 @@ def _refuse_mixed_collections(disc: Discovery) -> None:
 def _note_missing_files(disc: Discovery) -> None:
     wanted = ("kernel_details", "step_trace_time")
     for rs in disc.ranks:
-        for p in rs.ignored:
-            disc.warnings.append(f"rank {rs.rank}: {relpath(p, disc.root)} is a folder, not a file; ignored")
+        for p, why in rs.ignored:
+            disc.warnings.append(f"rank {rs.rank}: {relpath(p, disc.root)} {why}; ignored")
         if rs.kind != "ascend":
             continue
         missing = [ASCEND_FILES[w] for w in wanted if w not in rs.files]

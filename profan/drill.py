@@ -7,40 +7,31 @@ from pathlib import Path
 from typing import Any
 
 from profan.discover import base_dir
-from profan.errors import ProfanInputError
+from profan.errors import TOO_DEEP, ProfanInputError
 from profan.evidence import read_back
 from profan.findings import Finding
 from profan.report import Report, from_dict
+from profan.trust import report_root
 
 
 def load_report_or_analyze(path: Path, root: Path | None = None) -> tuple[Report, Path]:
-    """A report.json is loaded; a directory is analysed afresh. Returns (report, data root)."""
+    """A report.json is loaded; a directory is analysed afresh. Returns (report, data root); the root of a loaded
+    report is decided by `trust.report_root` (never by the report's text alone)."""
     if path.is_file() and path.suffix == ".json":
         try:
             doc = json.loads(path.read_text(encoding="utf-8"))
             if not isinstance(doc, dict):
                 raise ValueError(f"a JSON {type(doc).__name__}, not an object")
             report = from_dict(doc)
+        except RecursionError:
+            raise ProfanInputError(path, f"not a profan JSON report: it {TOO_DEEP}") from None
         except (ValueError, KeyError, TypeError, AttributeError) as exc:
-            raise ProfanInputError(path, f"not a profan JSON report ({exc})") from None
-        return report, root or _data_root(report, path)
+            raise ProfanInputError(path, f"not a profan JSON report ({str(exc)[:200]})") from None
+        return report, report_root(report, path, root)
     from profan.pipeline import analyze
 
     report = analyze(path)
-    return report, root or Path(report.source["root_abs"])
-
-
-def _data_root(report: Report, report_path: Path) -> Path:
-    """Where the cited files are: the absolute root recorded at analysis, else relative to the report."""
-    candidates = [report.source.get("root_abs"), report.source.get("root")]
-    for c in candidates:
-        if c and Path(c).exists():
-            return Path(c)
-    rel = report.source.get("root")
-    if rel and (report_path.parent / rel).exists():
-        return report_path.parent / rel
-    raise ProfanInputError(report_path, f"the analysed data ({report.source.get('root_abs') or rel}) is not "
-                                        "here any more; pass --root DIR")
+    return report, report_root(report, None, root)
 
 
 def evidence_rows(root: Path, finding: Finding) -> list[dict[str, Any]]:

@@ -22,6 +22,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from profan import trust
 from profan.errors import ProfanInputError
 
 MAX_CITED = 20  # locators listed per evidence item; the rest are reachable through `select`
@@ -147,19 +148,30 @@ def trace_events(doc: Any) -> list:
 
 
 def inside_root(file: str) -> bool:
-    """Whether a cited path stays inside the analysed folder. A report is data too (shared, or written by
-    someone else): it may make profan read only files of its own folder, never ``../../etc/passwd``."""
+    """Whether a cited path stays inside the analysed folder by its text. A report is data too (shared, or written
+    by someone else): it may make profan read only files of its own folder, never ``../../etc/passwd``."""
     rel = os.path.normpath(file)
     return not (os.path.isabs(rel) or rel == ".." or rel.startswith(".." + os.sep))
 
 
-def read_back(root: Path, ev: Evidence) -> list[tuple[str, str]]:
-    """The raw text behind one evidence item, as (locator, text) pairs in the cited order."""
-    if not inside_root(ev.file):
-        raise ProfanInputError(ev.file, "cited file lies outside the analysed folder; refused")
-    path = root / os.path.normpath(ev.file)
+def source_path(base: Path, file: str) -> Path:
+    """The file a report cites, once it is sure to be a regular file inside ``base``: by its text, and again with
+    every symlink resolved (a ``kernel_details.csv`` linked to ``/etc/passwd`` is refused, not printed)."""
+    if not isinstance(file, str) or not inside_root(file):
+        raise ProfanInputError(file, "cited file lies outside the analysed folder; refused")
+    path = base / os.path.normpath(file)
     if not path.exists():
         raise ProfanInputError(path, "cited file no longer exists")
+    if not trust.inside(path, base):
+        raise ProfanInputError(path, "is a link to a file outside the analysed folder; refused")
+    if not path.is_file():
+        raise ProfanInputError(path, "cited file is not a regular file; refused")
+    return path
+
+
+def read_back(root: Path, ev: Evidence) -> list[tuple[str, str]]:
+    """The raw text behind one evidence item, as (locator, text) pairs in the cited order."""
+    path = source_path(root, ev.file)
     if ev.lines:
         if any(n < 1 for n in ev.lines):
             raise ProfanInputError(path, f"cited as line {min(ev.lines)}, which is no line number")
@@ -194,13 +206,23 @@ def file_sizes(base: Path, files: set[str]) -> dict[str, int]:
 
 def check_sizes(base: Path, recorded: dict[str, int] | None, files: set[str]) -> None:
     """Raise when a cited file's size differs from the one the report recorded (an edited, truncated or replaced
-    file: its line N may hold another row now). Reports without sizes, and files not recorded, are not checked —
-    a copy keeps the size but not always the modification time, so time is not compared."""
-    for f in sorted(files & set(recorded or {})):
+    file: its line N may hold another row now), and a cited file the analysis did not read at all. Reports
+    without sizes are not checked — a copy keeps the size but not always the modification time, so time is not
+    compared."""
+    if not isinstance(recorded, dict):
+        return
+    unread = sorted(f for f in files if f not in recorded)
+    if unread:
+        if not inside_root(unread[0]):
+            raise ProfanInputError(unread[0], "cited file lies outside the analysed folder; refused")
+        raise ProfanInputError(unread[0], "is cited, but the analysis the report records did not read it; refused")
+    for f in sorted(files):
         try:
             now = (base / f).stat().st_size
         except OSError:
             continue  # read_back says the file is gone
+        if not isinstance(recorded[f], int) or isinstance(recorded[f], bool):
+            raise ProfanInputError(f, f"the report records its size as {str(recorded[f])[:40]!r}, not a byte count")
         if now != recorded[f]:
             raise ProfanInputError(base / f, f"changed since the report ({recorded[f]:,} bytes then, {now:,} now): "
                                              "its cited rows may be other rows; analyse it again")

@@ -8,6 +8,11 @@ message (``profan: error: PATH: problem``), so an agent reads the same words whi
 
 Reports are kept in memory per (path, rule files, hardware file) and per compared pair: ``evidence`` on what was just
 analysed or compared answers from the same report, so its finding ids are the ones the agent saw.
+
+An agent can be steered by what it reads (a trace, a report, a web page) into asking for any path, so the server
+reads only inside the folders it was started with (``profan mcp --root DIR …``; default: the folder it was
+started in): every path a tool is given — data, report, rule and hardware files, ``root`` — is resolved (symlinks
+too) and refused unless it lies inside one of them.
 """
 
 from __future__ import annotations
@@ -19,6 +24,7 @@ from typing import Annotated, Any, Literal
 
 from profan.errors import ProfanError, ProfanInputError
 from profan.report import Report
+from profan.trust import inside, report_root
 
 try:
     from mcp.server.mcpserver import MCPServer
@@ -171,6 +177,23 @@ def _error(exc: Exception) -> CallToolResult:
     return CallToolResult(content=[TextContent(type="text", text=text.splitlines()[0])], is_error=True)
 
 
+class Roots:
+    """The folders the server may read (resolved once, at start)."""
+
+    def __init__(self, roots: list[Path]) -> None:
+        self.roots = [r.expanduser().resolve() for r in roots]
+
+    def check(self, path: str | Path, what: str = "path") -> Path:
+        p = Path(path).expanduser()
+        if not any(inside(p, r) for r in self.roots):
+            raise ProfanInputError(p, f"{what} lies outside the folders this server may read "
+                                      f"({', '.join(map(str, self.roots))}); start it with 'profan mcp --root DIR'")
+        return p
+
+    def all(self, paths: list[str] | None, what: str) -> list[str]:
+        return [str(self.check(p, what)) for p in paths or []]
+
+
 class Reports:
     """Reports analysed or compared in this session, keyed by what determines their finding ids."""
 
@@ -210,14 +233,16 @@ class Reports:
                                                    ranks=pair, rules=[Path(r) for r in rules or []]))
 
 
-def build_server() -> MCPServer:
-    """The MCP server with profan's tools registered (no transport started)."""
+def build_server(roots: list[Path] | None = None) -> MCPServer:
+    """The MCP server with profan's tools registered (no transport started); it reads only inside ``roots``
+    (default: the current folder)."""
     from profan import __version__
     from profan.brief import MAX_BYTES, brief, evidence_doc, rules_doc
     from profan.drill import load_report_or_analyze
 
     server = MCPServer(name="profan", version=__version__, instructions=INSTRUCTIONS)
     reports = Reports()
+    allowed = Roots(roots or [Path.cwd()])
     read_only = ToolAnnotations(read_only_hint=True, open_world_hint=False)
 
     @server.tool(annotations=read_only)
@@ -229,7 +254,8 @@ def build_server() -> MCPServer:
         locators. `rules`: extra rule TOML files tried before the built-in ones; `hardware`: a TOML of
         link-bandwidth priors; `max_bytes`: size cap of the result (default 8000)."""
         try:
-            report = reports.get(path, rules, hardware)
+            allowed.check(path)
+            report = reports.get(path, allowed.all(rules, "rules file"), _one(allowed, hardware, "hardware file"))
             hint = f"call the evidence tool with source={json.dumps(path)} and a finding_id"
             return _result(brief(report, max_bytes=max_bytes, drill=hint))
         except Exception as exc:
@@ -245,13 +271,19 @@ def build_server() -> MCPServer:
         for a finding of `compare`, pass its `a` as `source` and the same `b` or `ranks`.
         `limit` caps rows per evidence item; `root` is the data directory if a report.json's data has moved."""
         try:
-            src = Path(source).expanduser()
+            if limit is not None and limit < 1:
+                raise ProfanInputError(None, f"limit must be 1 or more (got {limit})")
+            src = allowed.check(source, "source")
+            given = allowed.check(root, "root") if root else None
+            rules = allowed.all(rules, "rules file")
             if src.is_file() and src.suffix == ".json":
-                report, data_root = load_report_or_analyze(src, Path(root) if root else None)
+                report, data_root = load_report_or_analyze(src, given)
             else:
-                report = (reports.compared(source, b, ranks, rules) if b is not None or ranks is not None
-                          else reports.get(source, rules, hardware))
-                data_root = Path(root) if root else Path(report.source["root_abs"])
+                report = (reports.compared(source, _one(allowed, b, "b"), ranks, rules)
+                          if b is not None or ranks is not None
+                          else reports.get(source, rules, _one(allowed, hardware, "hardware file")))
+                data_root = report_root(report, None, given)
+            allowed.check(data_root, "the report's data")
             return _result(evidence_doc(report, data_root, finding_id, where=source, limit=limit))
         except Exception as exc:
             return _error(exc)
@@ -263,7 +295,8 @@ def build_server() -> MCPServer:
         or files, or one job directory `a` with `ranks` [x, y]. Returns the compact report of the comparison:
         buckets and kernels that grew, kernels present on one side only, each citing rows on both sides."""
         try:
-            report = reports.compared(a, b, ranks, rules)
+            report = reports.compared(str(allowed.check(a, "a")), _one(allowed, b, "b"), ranks,
+                                      allowed.all(rules, "rules file"))
             other = f"b={json.dumps(b)}" if b is not None else f"ranks={json.dumps(ranks)}"
             hint = f"call the evidence tool with source={json.dumps(a)}, {other} and a finding_id"
             return _result(brief(report, max_bytes=max_bytes, drill=hint))
@@ -275,13 +308,17 @@ def build_server() -> MCPServer:
         """List the rule pack (bucket rules that classify kernels, and the checks that produce findings with their
         thresholds), or explain one rule or check by id (e.g. a finding's `check`)."""
         try:
-            return _result(rules_doc([Path(r) for r in rules or []], id))
+            return _result(rules_doc([Path(r) for r in allowed.all(rules, "rules file")], id))
         except Exception as exc:
             return _error(exc)
 
     return server
 
 
-def serve() -> None:
+def _one(allowed: Roots, path: str | None, what: str) -> str | None:
+    return None if path is None else str(allowed.check(path, what))
+
+
+def serve(roots: list[Path] | None = None) -> None:
     """Run on stdio until the client closes the pipe."""
-    build_server().run("stdio")
+    build_server(roots).run("stdio")

@@ -9,7 +9,7 @@ from pathlib import Path
 
 import polars as pl
 
-from profan import limits
+from profan import limits, trust
 from profan.analyses import breakdown as bd
 from profan.analyses import comm_section, crossrank, imbalance, reconcile, steps, trace_steps
 from profan.analyses.rank_section import rank_sections
@@ -112,6 +112,7 @@ def _report(ranks: list[RankData], pack: RulePack, step_tab: pl.DataFrame, cross
                    "rows_read": r.rows_read, "rows_skipped": r.rows_skipped} for r in ranks],
         "file_bytes": file_sizes(base_dir(root), {f for r in ranks for f in r.files.values()}),
     }
+    source["root_seal"] = trust.seal(source["root_abs"], source["file_bytes"])
     over_steps = bd.breakdown_over_steps(breakdown, pack.check("step-breakdown")["table_steps_max"])
     tables = {"breakdown": breakdown, "breakdown_all_steps": over_steps, "steps": step_tab,
               "top_kernels": per_rank["top_kernels"],
@@ -120,7 +121,7 @@ def _report(ranks: list[RankData], pack: RulePack, step_tab: pl.DataFrame, cross
     tables = {k: v for k, v in tables.items() if isinstance(v, pl.DataFrame) and not v.is_empty()}
     return Report(source=source, findings=number_findings(findings), tables=tables, warnings=all_warnings,
                   notes=notes, meta={"profan": __version__, "rule_files": pack.files,
-                                      "hardware_files": hw.files})
+                                      "hardware_files": hw.files}, read_root=root.resolve())
 
 
 def _drop_superseded(findings: list[Finding]) -> list[Finding]:

@@ -6,6 +6,7 @@ import math
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from datetime import date, datetime
+from pathlib import Path
 from typing import Any
 
 import polars as pl
@@ -23,6 +24,9 @@ class Report:
     warnings: list[str] = field(default_factory=list)
     notes: list[str] = field(default_factory=list)  # assumptions and what was skipped on purpose
     meta: dict[str, Any] = field(default_factory=dict)  # profan version, rule files, timings
+    # The data folder this process analysed (None for a report loaded from a file): its evidence may be read
+    # back from there. Never written out: a loaded report's root is decided by `trust.report_root`.
+    read_root: Path | None = None
 
     @property
     def breakdown(self) -> pl.DataFrame:

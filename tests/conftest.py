@@ -19,13 +19,15 @@ QWEN3 = ASCEND / "msinsight-qwen3-4rank-2025q4"
 
 @pytest.fixture(scope="session", autouse=True)
 def _private_cache(tmp_path_factory):
-    """Parsed-trace caches go to a temporary directory, never the user's ~/.cache/profan (subprocesses inherit it).
+    """Parsed-trace caches and the report-sealing key go to temporary folders, never the user's ~/.cache/profan or
+    ~/.config/profan (subprocesses inherit them).
     A ``PROFAN_NO_CACHE``/``PROFAN_JOBS`` in the caller's shell is set aside too: the suite tests the cache and the
     sequential default, whatever the environment it is started from."""
-    saved = {k: os.environ.get(k) for k in ("PROFAN_CACHE_DIR", "PROFAN_NO_CACHE", "PROFAN_JOBS")}
+    saved = {k: os.environ.get(k) for k in ("PROFAN_CACHE_DIR", "PROFAN_NO_CACHE", "PROFAN_JOBS", "PROFAN_CONFIG_DIR")}
     os.environ.pop("PROFAN_NO_CACHE", None)
     os.environ.pop("PROFAN_JOBS", None)
     os.environ["PROFAN_CACHE_DIR"] = str(tmp_path_factory.mktemp("profan-cache"))
+    os.environ["PROFAN_CONFIG_DIR"] = str(tmp_path_factory.mktemp("profan-config"))  # the report-sealing key
     yield
     for k, v in saved.items():
         if v is None:

@@ -4,6 +4,7 @@ sample, drill into one returned finding, and hold the returned rows against the 
 from __future__ import annotations
 
 import json
+import os
 import subprocess
 import sys
 
@@ -13,17 +14,20 @@ from conftest import QWEN3, ROOT, run_cli
 from mcp import Client
 from mcp.client.stdio import StdioServerParameters
 
-SERVER = StdioServerParameters(command=sys.executable, args=["-m", "profan", "mcp"], cwd=str(ROOT))
-
 
 def schema(which: str) -> dict:
     return json.loads(run_cli("schema", which).stdout)
 
 
-def call_session(steps):
-    """Run `steps(client)` against a fresh `profan mcp` subprocess and return what it returns."""
+def call_session(steps, *roots):
+    """Run `steps(client)` against a fresh `profan mcp` subprocess and return what it returns. The server reads
+    only inside the repository (its working folder) unless ``roots`` name the folders it may read."""
+    # the test session's environment (private cache and sealing key): the SDK passes only a few variables
+    server = StdioServerParameters(command=sys.executable, cwd=str(ROOT), env=dict(os.environ),
+                                   args=["-m", "profan", "mcp", *[a for r in roots for a in ("--root", str(r))]])
+
     async def main():
-        async with Client(SERVER) as client:
+        async with Client(server) as client:
             return await steps(client)
 
     return anyio.run(main)
@@ -97,7 +101,7 @@ def test_errors_are_the_cli_one_liners(tmp_path):
                 await client.call_tool("rules", {"id": "device-idle"}),
                 await client.call_tool("rules", {}))
 
-    bad_path, bad_id, bad_rule, one, listing = call_session(steps)
+    bad_path, bad_id, bad_rule, one, listing = call_session(steps, ROOT, tmp_path)
     for result, args in ((bad_path, ["analyze", missing]), (bad_id, ["evidence", str(QWEN3), "F999"]),
                          (bad_rule, ["rules", "NOPE-1"])):
         assert result.is_error
@@ -119,7 +123,7 @@ def test_report_file_source_and_closed_stdin(tmp_path):
     async def steps(client):
         return await client.call_tool("evidence", {"source": str(out), "finding_id": fid})
 
-    got = call_session(steps).structured_content
+    got = call_session(steps, ROOT, tmp_path).structured_content
     cli = json.loads(run_cli("evidence", str(out), fid, "--format", "json").stdout)
     assert got == cli
     res = subprocess.run([sys.executable, "-m", "profan", "mcp"], stdin=subprocess.DEVNULL, capture_output=True,
@@ -173,3 +177,36 @@ def test_reports_are_reused_and_bounded(tmp_path):
     assert other is not first and other.meta["rule_files"][0] == str(extra)
     reports.get(str(QWEN3), None, None)  # a third report pushes out the least recently used
     assert reports.get(vllm, None, None) is not first
+
+
+def test_the_server_reads_only_inside_its_roots(tmp_path):
+    """An agent steered into asking for '/', /etc, a rules file elsewhere, a root of '/', or a link out of an
+    allowed folder gets one refusal line each; nothing outside the roots is read."""
+    data = tmp_path / "data"
+    data.mkdir()
+    secret = tmp_path / "secret.txt"
+    secret.write_text("TOP-SECRET-CANARY\n")
+    (data / "rank_0").mkdir()
+    (data / "rank_0" / "kernel_details.csv").symlink_to(secret)
+    rules = tmp_path / "rules.toml"
+    rules.write_text("")
+
+    async def steps(client):
+        return [await client.call_tool("analyze", {"path": "/"}),
+                await client.call_tool("analyze", {"path": "/etc"}),
+                await client.call_tool("analyze", {"path": str(QWEN3), "rules": [str(rules)]}),
+                await client.call_tool("evidence", {"source": str(QWEN3), "finding_id": "F1", "root": "/"}),
+                await client.call_tool("evidence", {"source": str(QWEN3), "finding_id": "F1", "limit": 0}),
+                await client.call_tool("analyze", {"path": str(data)})]
+
+    results = call_session(steps, ROOT, data)
+    for res in results[:5]:
+        assert res.is_error
+        (text,) = [c.text for c in res.content]
+        assert text.startswith("profan: error: ") and "\n" not in text
+    for res in results[:4]:
+        assert "lies outside the folders this server may read" in res.content[0].text
+    assert "limit must be 1 or more (got 0)" in results[4].content[0].text
+    # the data folder is allowed, but its kernel file links out of it: not read, and said
+    assert results[5].is_error and "no profiler output found" in results[5].content[0].text
+    assert all("TOP-SECRET-CANARY" not in c.text for r in results for c in r.content)

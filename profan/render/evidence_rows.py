@@ -17,7 +17,8 @@ from pathlib import Path
 from typing import Any
 
 from profan.discover import base_dir
-from profan.evidence import Evidence, inside_root, load_json_document, read_lines, resolve_pointer, trace_events
+from profan.errors import ProfanInputError
+from profan.evidence import Evidence, load_json_document, read_lines, resolve_pointer, source_path, trace_events
 from profan.findings import Finding
 
 KEY_SEP = " › "
@@ -90,8 +91,8 @@ class RowReader:
     """Reads cited rows back, one pass per file. Missing or unreadable files become an error text, not a crash:
     a report may be rendered where only some of the data is still present."""
 
-    def __init__(self, root: Path) -> None:
-        self.root = base_dir(root)
+    def __init__(self, root: Path | None) -> None:
+        self.root = None if root is None else base_dir(root)  # None: a report whose data it may not read
         self._rows: dict[tuple[str, str], SourceRow] = {}
         self._headers: dict[str, list[str]] = {}
         self._errors: dict[str, str] = {}
@@ -99,15 +100,18 @@ class RowReader:
     def load(self, wanted: dict[str, tuple[str, set]]) -> None:
         """`wanted`: file -> (locator kind, locators)."""
         for file, (kind, locs) in sorted(wanted.items()):
-            if not inside_root(file):
-                self._errors[file] = f"not read back: {file} lies outside the analysed folder"
+            if self.root is None:
+                self._errors[file] = (f"could not read {file} back: the report's data folder is not known "
+                                      "(profan evidence REPORT ID --root DIR reads it)")
                 continue
-            path = self.root / file
             try:
+                path = source_path(self.root, file)
                 if kind == "lines":
                     self._load_csv(file, path, locs)
                 else:
                     self._load_json(file, path, kind, locs)
+            except ProfanInputError as exc:
+                self._errors[file] = f"could not read {file} back: {exc.problem}"
             except (OSError, ValueError, KeyError, IndexError, TypeError) as exc:
                 self._errors[file] = f"could not read {file} back: {exc.__class__.__name__}: {exc}"
 
@@ -157,7 +161,7 @@ class RowReader:
         return out
 
 
-def read_evidence(root: Path, findings: list[Finding],
+def read_evidence(root: Path | None, findings: list[Finding],
                   limit: dict[tuple[str, int], int] | None = None) -> dict[str, list[EvidenceTable]]:
     """Evidence tables per finding id. `limit[(finding id, item index)]` caps the rows read for an item
     (default: every cited row)."""
