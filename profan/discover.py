@@ -96,7 +96,7 @@ def discover(path: str | Path) -> Discovery:
         if root.is_file():
             return _discover_file(root)
         if not root.is_dir():
-            raise ProfanInputError(root, "neither a folder nor a regular file")
+            raise ProfanInputError(root, "is not a folder nor a regular file (a FIFO, socket or device); refused")
     except OSError as exc:
         raise ProfanInputError(root, f"cannot read: {exc.strerror or exc}") from None
     walk = _Walk(root, limits.active())
@@ -176,11 +176,11 @@ class _Walk:
                     self.outside.append(relpath(d / n, self.root))
                 else:
                     keep.append(n)  # a link to a folder inside is not followed (os.walk): it is read where it lies
-            if len(d.relative_to(self.root).parts) >= self.limits.max_depth and keep:
-                self.too_deep += [relpath(d / n, self.root) for n in keep]
-                keep = []
             dirnames[:] = keep
-            yield d, dirnames, filenames
+            yield d, dirnames, filenames  # the caller sees every name, and clears them under a rank folder
+            if len(d.relative_to(self.root).parts) >= self.limits.max_depth and dirnames:
+                self.too_deep += [relpath(d / n, self.root) for n in dirnames]
+                dirnames[:] = []
 
     def _unlisted(self, exc: OSError) -> None:
         self.unlisted.append(f"{relpath(Path(exc.filename), self.root) if exc.filename else '?'} "
