@@ -8,17 +8,17 @@ polars query has a fixed cost that dominates files of a few hundred kB.
 
 from __future__ import annotations
 
-from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
 
 import polars as pl
 
+from profan import limits
 from profan.classify import classify, rule_fields
 from profan.errors import ProfanInputError
 from profan.rulepack import RulePack
 from profan.sources import ascend_kernels
-from profan.sources.csvtext import count_lines
+from profan.sources.csvtext import check_lines, count_lines
 
 TOP_LINES = 20  # largest rows kept per kernel group, for evidence
 
@@ -184,7 +184,8 @@ def reduce_kernels(path: Path, pack: RulePack, rules_for: str = "ascend", *, sta
     if size >= CACHE_BYTES:
         from profan.cache import cached_table
 
-        kind = "kernel_groups+starts" if starts else "kernel_groups"
+        # the rows a group sums depend on the duration bound: a changed bound is another table
+        kind = f"{'kernel_groups+starts' if starts else 'kernel_groups'}/dur<={limits.active().max_duration_us}"
         groups, counts, _ = cached_table(path, kind, lambda: _reduce_file(kf, starts)[:2])
     else:
         groups, counts, rows = _reduce_file(kf, starts, timed)
@@ -213,6 +214,7 @@ def reduce_kernel_batch(paths: list[Path], pack: RulePack, rules_for: str = "asc
             if size >= CACHE_BYTES:
                 continue
             kf = ascend_kernels.inspect(path)
+            check_lines(path)  # a file the CSV reader must not see is refused by the one-file way
         except (OSError, ProfanInputError):
             continue
         by_header.setdefault(tuple(kf.header), []).append((i, kf, size))
@@ -286,9 +288,9 @@ def _reduce_file(kf: ascend_kernels.KernelFile, starts: bool, keep_rows: bool = 
     """(unclassified groups, {"rows", "skipped"}, the per-row table when ``keep_rows`` and the file is read in
     memory) of one kernel file.
 
-    The physical line count that proves one line per record runs in a thread beside the pass of a big file
-    (polars releases the GIL), so the check costs little wall time on a multi-core machine; a small file is
-    counted first, which costs less than starting the thread."""
+    The physical line count that proves one line per record comes from the pass `csvtext.check_lines` makes
+    before polars may read the file (it refuses a line past ``max_line_bytes`` and a lone CR first, which the
+    CSV parser must never see), so it costs no second read."""
     path = kf.path
     pipes = list(kf.pipe_columns)
     exact = path.stat().st_size <= ascend_kernels.IN_MEMORY_BYTES  # in memory: the TOP_LINES largest rows
@@ -303,14 +305,11 @@ def _reduce_file(kf: ascend_kernels.KernelFile, starts: bool, keep_rows: bool = 
             lf = rows.lazy()
         return lf, *_reduce_rows(lf, kf, pipes, exact, starts)
 
-    with ThreadPoolExecutor(max_workers=1) as pool:
-        n_lines = pool.submit(count_lines, path) if not exact else None
-        lines = count_lines(path) if exact else None
-        try:
-            lf, groups, n_rows, n_bad = reduce(fast=True)
-        except pl.exceptions.PolarsError:  # a number cell the fast reader refuses: read those columns as text
-            lf, groups, n_rows, n_bad = reduce(fast=False)
-        one_line_per_record = (n_lines.result() if n_lines is not None else lines) == n_rows + 1
+    try:
+        lf, groups, n_rows, n_bad = reduce(fast=True)
+    except pl.exceptions.PolarsError:  # a number cell the fast reader refuses: read those columns as text
+        lf, groups, n_rows, n_bad = reduce(fast=False)
+    one_line_per_record = count_lines(path) == n_rows + 1
     if n_rows == 0:
         raise ProfanInputError(path, "no data rows (header only)")
     if not one_line_per_record:

@@ -185,20 +185,23 @@ def _read_rank(rs: RankSource, root: Path, pack: RulePack, peers: bool, kernels:
         rd.groups, rd.kernel_variant, rd.has_pipe_ratios = kp.groups, kp.variant, kp.has_pipe_ratios
         later.timed = kp.timed
         rd.count("kernel_details", kp.counts["rows"], kp.counts["skipped"],
-                 "rows whose duration is not a number of 0 or more, or whose block dim is text (truncated or "
-                 "misaligned rows)")
+                 "rows whose duration is not a number from 0 to max_duration_us, or whose block dim is text "
+                 "(truncated or misaligned rows)")
     if "op_statistic" in rs.files:
         rd.op_stats, skipped = ascend_opstat.read(rs.files["op_statistic"])
-        rd.count("op_statistic", rd.op_stats.height + skipped, skipped, "unreadable rows",
+        rd.count("op_statistic", rd.op_stats.height + skipped, skipped,
+                 "unreadable rows (text, NaN, ids past 64 bits or times past max_duration_us)",
                  empty="no data rows (header only); kernel rows not cross-checked")
     if "step_trace_time" in rs.files:
         rd.steps, skipped = ascend_steps.read(rs.files["step_trace_time"])
-        rd.count("step_trace_time", rd.steps.height + skipped, skipped, "unreadable rows",
+        rd.count("step_trace_time", rd.steps.height + skipped, skipped,
+                 "unreadable rows (text, NaN, ids past 64 bits or times past max_duration_us)",
                  empty="no data rows (header only); no step times from it")
     if "communication" in rs.files:
         items, bad = ascend_comm.entries(rs.files["communication"])
         rd.comm_ops, rd.comm_bw, skipped = ascend_comm.tables(items, bad)
-        rd.count("communication", rd.comm_ops.height + skipped, skipped, "entries of unexpected shape",
+        rd.count("communication", rd.comm_ops.height + skipped, skipped,
+                 "entries of unexpected shape or holding NaN/Infinity or a time past max_duration_us",
                  empty="holds no communication ops")
         rd.comm_packets, bad_sizes = ascend_packets.read(items)
         if bad_sizes:
@@ -206,7 +209,8 @@ def _read_rank(rs: RankSource, root: Path, pack: RulePack, peers: bool, kernels:
                                "[count, ms] pairs of numbers")
     if "communication_matrix" in rs.files:
         later.links, n_read, skipped = ascend_matrix.read_for_totals(rs.files["communication_matrix"])
-        rd.count("communication_matrix", n_read + skipped, skipped, "entries of unexpected shape")
+        rd.count("communication_matrix", n_read + skipped, skipped,
+                 "entries of unexpected shape or holding NaN/Infinity or a time past max_duration_us")
     if peers and rs.kind == "ascend":
         later.collectives_due = True  # after the batch's kernel passes (`load_ranks_batch`)
     elif peers:

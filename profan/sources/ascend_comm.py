@@ -11,6 +11,7 @@ from pathlib import Path
 
 import polars as pl
 
+from profan import limits
 from profan.errors import ProfanInputError
 from profan.evidence import make_pointer
 from profan.sources.ascend_meta import load_json
@@ -53,9 +54,13 @@ def entries(path: Path) -> tuple[list[tuple[str, int | None, str, str, object]],
 
 
 def step_of(step_key: str) -> tuple[bool, int | None]:
-    """(whether a top-level key names a step, its number): ``step12`` → (True, 12), ``step`` → (True, None)."""
+    """(whether a top-level key names a step, its number): ``step12`` → (True, 12), ``step`` → (True, None).
+    A number past int64 names no step: its entries are skipped and counted (a step column is Int64)."""
     m = _STEP.match(step_key)
-    return (True, int(m.group(1)) if m.group(1) else None) if m else (False, None)
+    digits = m.group(1) if m else ""
+    if m is None or len(digits) > 19 or (digits and int(digits) >= 2**63):
+        return False, None
+    return True, int(digits) if digits else None
 
 
 def read(path: Path) -> tuple[pl.DataFrame, pl.DataFrame, int]:
@@ -68,9 +73,9 @@ Entry = tuple[str, int | None, str, str, object]
 
 def tables(items: list[Entry], skipped: int = 0) -> tuple[pl.DataFrame, pl.DataFrame, int]:
     """(ops, bandwidth rows, skipped entries) from `entries` — so other readers of the same document (packet sizes)
-    share one parse."""
+    share one parse. An op whose numbers are unusable (`_unusable_ops`) is skipped with its bandwidth rows."""
     ops: list[tuple] = []  # rows as tuples in schema order: many ranks × thousands of ops
-    bws: list[tuple] = []
+    bws: list[tuple] = []  # BW_SCHEMA order, then the index of the op in ``ops``
     for step_key, step, kind, op, body in items:
         if not isinstance(body, dict) or not isinstance(body.get("Communication Time Info"), dict):
             skipped += 1
@@ -88,5 +93,33 @@ def tables(items: list[Entry], skipped: int = 0) -> tuple[pl.DataFrame, pl.DataF
                 continue
             bws.append((step, kind, op, transport, b.get("Transit Size(MB)"), b.get("Transit Time(ms)"),
                         b.get("Bandwidth(GB/s)"), b.get("Large Packet Ratio"),
-                        ptr + make_pointer("Communication Bandwidth Info", transport)))
-    return rows_frame(ops, OP_SCHEMA), rows_frame(bws, BW_SCHEMA), skipped
+                        ptr + make_pointer("Communication Bandwidth Info", transport), len(ops) - 1))
+    op_rows, bw_rows = rows_frame(ops, OP_SCHEMA), rows_frame(bws, {**BW_SCHEMA, "_op": pl.Int64})
+    bad = _unusable_ops(op_rows, bw_rows)
+    if bad.len():
+        op_rows = op_rows.filter(~pl.int_range(pl.len()).is_in(bad.implode()))
+        bw_rows = bw_rows.filter(~pl.col("_op").is_in(bad.implode()))
+    return op_rows, bw_rows.drop("_op"), skipped + bad.len()
+
+
+OP_TIMES = ("elapse_ms", "transit_ms", "wait_ms", "sync_ms", "idle_ms")
+
+
+def _unusable_ops(ops: pl.DataFrame, bws: pl.DataFrame) -> pl.Series:
+    """Indexes of the ops to skip: a ``NaN`` or ``±Infinity`` in any number of the op or of its bandwidth rows,
+    or a time past ``max_duration_us``. Neither is JSON (the stdlib's reader takes the literals, and torch_npu
+    writes with it), and neither is a measurement: read as numbers they flow into the sums and flip what the
+    findings conclude (a NaN wait is never "high", an infinite elapse time swallows the step). A missing
+    number stays missing (null), as before."""
+    ms, inf = limits.active().max_duration_us / 1000, float("inf")
+    bad_ops = ops.select(pl.int_range(pl.len(), dtype=pl.Int64).filter(
+        ~(_within(("start_us",), inf) & _within(OP_TIMES, ms))))
+    bad_bws = bws.select(pl.col("_op").filter(
+        ~(_within(("size_mb", "bandwidth_gbps", "large_packet_ratio"), inf) & _within(("time_ms",), ms))))
+    return pl.concat([bad_ops.to_series(), bad_bws.to_series()]).unique()
+
+
+def _within(cols: tuple[str, ...], most: float) -> pl.Expr:
+    """Every column null, or a finite number no larger than ``most`` either way."""
+    return pl.all_horizontal([pl.col(c).is_null() | (pl.col(c).is_finite() & (pl.col(c).abs() <= most))
+                              for c in cols])

@@ -18,6 +18,6 @@ def platform_version(rank_dir: Path) -> int | None:
             try:
                 doc = json.loads(path.read_bytes())
                 return int(doc["platform_version"])
-            except (OSError, ValueError, KeyError, TypeError):
+            except (OSError, ValueError, KeyError, TypeError, OverflowError):  # OverflowError: Infinity
                 continue
     return None

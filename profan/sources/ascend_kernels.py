@@ -12,10 +12,11 @@ from pathlib import Path
 
 import polars as pl
 
-from profan.errors import ProfanInputError
+from profan import limits
 from profan.sources.csvtext import (
     count_lines,
     is_bad_number,
+    missing_columns,
     num,
     read_header,
     record_start_lines,
@@ -78,8 +79,7 @@ def inspect(path: Path) -> KernelFile:
                 break
     missing = [ALIASES[c][0] for c in REQUIRED if c not in cols]
     if missing:
-        raise ProfanInputError(path, f"missing column(s) {', '.join(missing)}; header has "
-                                     f"{', '.join(header[:12])}{'…' if len(header) > 12 else ''}")
+        raise missing_columns(path, missing, header)
     pipes: dict[str, list[str]] = {}
     for pipe in PIPES:
         matches = [h for h in header if h in (f"{pipe}_ratio", f"aic_{pipe}_ratio", f"aiv_{pipe}_ratio")]
@@ -122,22 +122,26 @@ def number_exprs(kf: KernelFile, *, typed: tuple[str, ...] = ()) -> list[pl.Expr
     ratios). ``typed``: columns the scan already parsed as floats.
 
     ``bad`` marks a row that cannot be sized — no duration as a number (a truncated row, or ``N/A``), or one that
-    is not finite (``nan``, ``inf``) or negative — or that holds text in a block-dim column: a row one field short
+    is not finite (``nan``, ``inf``), negative, or longer than ``max_duration_us`` (1e300 µs is no measurement:
+    summed, it would drown every real row) — or that holds text in a block-dim column: a row one field short
     shifts every later value and "NO" lands in Mix Block Dim. Block dims are integers or N/A in every variant.
     Bad rows are skipped and counted. The start time does not decide: a start of ``N/A`` or any other text that
     is not a number reads as null, and the row's duration still counts (it only has no place in time) — the
-    same on both scans, so whether a row counts never depends on another cell of the file."""
+    same on both scans, so whether a row counts never depends on another cell of the file. (A step id that is
+    no int64, ``inf`` or ``1e30``, is no bad row: the strict cast in `key_exprs` makes it the file's one-line
+    error.)"""
     c = kf.columns
 
     def number(col: str) -> pl.Expr:
         return pl.col(col) if col in typed else num(col)
 
     start, dur = num(c["start_us"]), number(c["dur_us"])
+    longest = limits.active().max_duration_us
     exprs = [
         start.alias("start_us"),
         dur.alias("dur_us"),
         (number(c["wait_us"]) if "wait_us" in c else pl.lit(None, pl.Float64)).alias("wait_us"),
-        pl.any_horizontal(dur.is_null(), (~dur.is_finite() | (dur < 0)).fill_null(False),
+        pl.any_horizontal(dur.is_null(), (~dur.is_finite() | (dur < 0) | (dur > longest)).fill_null(False),
                           *[is_bad_number(c[k]) if c[k] not in typed
                             # typed: text there makes the reader raise — the column must be read for that, so
                             # the check names it (an unused column would be pruned from the scan)

@@ -24,6 +24,7 @@ from pathlib import Path
 import msgspec
 import polars as pl
 
+from profan import limits
 from profan.evidence import make_pointer
 from profan.sources import ascend_comm
 from profan.sources.ascend_meta import Metadata, double_hash
@@ -60,7 +61,7 @@ def read_for_totals(path: Path) -> tuple[pl.DataFrame, int, int]:
     return _read(path, totals_only=True)
 
 
-_LINKS = re.compile(r"[0-9]+-[0-9]+(?:,[0-9]+-[0-9]+)*")
+_LINKS = re.compile(r"[0-9]{1,18}-[0-9]{1,18}(?:,[0-9]{1,18}-[0-9]{1,18})*")  # ranks that fit an int64
 
 
 def _count_valid(links: dict) -> int:
@@ -83,9 +84,10 @@ def _valid_link(link: str, v: object) -> bool:
 
 
 def _valid_key(link: str) -> bool:
-    """``"src-dst"``: two ASCII rank numbers."""
+    """``"src-dst"``: two ASCII rank numbers that fit an int64 (a longer one used to become a null rank)."""
     s, sep, d = link.partition("-")
-    return bool(sep and s.isdigit() and d.isdigit() and s.isascii() and d.isascii())
+    return bool(sep and s.isdigit() and d.isdigit() and s.isascii() and d.isascii() and len(s) <= 18
+                and len(d) <= 18)
 
 
 class _Link(msgspec.Struct):
@@ -199,7 +201,21 @@ def _rows(items: Iterable[ascend_comm.Entry], skipped: int, totals_only: bool, l
         for col, value in zip(per_op, fixed, strict=True):
             col.extend([value] * n)
         n_read += n
-    return columns_frame(cols, SCHEMA), n_read, skipped
+    links = columns_frame(cols, SCHEMA)
+    usable = links.filter(_usable_numbers())
+    unusable = links.height - usable.height
+    return usable, n_read - unusable, skipped + unusable
+
+
+def _usable_numbers() -> pl.Expr:
+    """A link whose size, time and bandwidth are each missing or a finite number, its time no longer than
+    ``max_duration_us``. ``NaN``/``±Infinity`` are no JSON (the stdlib's reader takes them, torch_npu writes
+    with it) and no measurement: a NaN size passes every "> 0" filter (polars orders NaN above all numbers) and
+    an infinite one swallows a link's total. Such a link is skipped and counted."""
+    ms = limits.active().max_duration_us / 1000
+    return pl.all_horizontal([pl.col(c).is_null() | (pl.col(c).is_finite() & (pl.col(c).abs() <= most))
+                              for c, most in (("size_mb", float("inf")), ("time_ms", ms),
+                                              ("bandwidth_gbps", float("inf")))])
 
 
 GROUP_SCHEMA = {"group_hash": pl.Utf8, "group_name": pl.Utf8, "hccl_group": pl.Utf8,

@@ -30,6 +30,9 @@ def load_json(path: Path) -> Any:
         return json.loads(raw)
     except RecursionError:
         raise ProfanInputError(path, TOO_DEEP) from None
+    except UnicodeDecodeError as exc:  # a ValueError too, but without a position the message below could use
+        raise ProfanInputError(path, f"not valid JSON (not UTF-8 text: byte 0x{raw[exc.start]:02x} at offset "
+                                     f"{exc.start}; profiler JSON files are UTF-8)") from None
     except ValueError as exc:
         raise ProfanInputError(path, f"not valid JSON ({exc.args[0].split(':')[0]} at byte "
                                      f"{getattr(exc, 'pos', '?')}; truncated?)") from None
@@ -42,6 +45,7 @@ class ProfilerInfo:
     torch_npu_version: str | None = None
     cann_version: str | None = None
     rank_id: int | None = None
+    collection_end_ns: int | None = None  # end_info.collectionTimeEnd: ranks of one job end close together
 
 
 def read_info(path: Path) -> ProfilerInfo:
@@ -51,14 +55,24 @@ def read_info(path: Path) -> ProfilerInfo:
     config = data.get("config")
     exp = config.get("experimental_config") if isinstance(config, dict) else None
     exp = exp if isinstance(exp, dict) else {}  # a config of another shape tells us nothing: not an error
-    rid = data.get("rank_id")
-    try:
-        rank = int(rid) if rid is not None else None
-    except (TypeError, ValueError):
-        rank = None
+    rank = whole(data.get("rank_id"))
+    end = data.get("end_info")
+    end_ns = whole(end.get("collectionTimeEnd")) if isinstance(end, dict) else None
     return ProfilerInfo(level=_text(exp.get("_profiler_level")), aic_metrics=_text(exp.get("_aic_metrics")),
                         torch_npu_version=_text(data.get("torch_npu_version")),
-                        cann_version=_text(data.get("cann_version")), rank_id=rank)
+                        cann_version=_text(data.get("cann_version")), rank_id=rank,
+                        collection_end_ns=end_ns if end_ns is not None and end_ns > 0 else None)
+
+
+def whole(v: Any) -> int | None:
+    """A rank id as ``int()`` reads it, if it fits an int64 (every table keeps ranks as Int64); None for
+    anything else — ``inf`` and ``NaN`` (which the stdlib's JSON reader accepts) and numbers past int64 used to
+    end in an internal error."""
+    try:
+        n = int(v)
+    except (TypeError, ValueError, OverflowError):
+        return None
+    return n if -2**63 <= n < 2**63 else None
 
 
 def _text(v: Any) -> str | None:
@@ -100,9 +114,8 @@ def read_metadata(path: Path) -> Metadata:
     groups = []
     for key, g in (info or {}).items():
         ranks = g.get("global_ranks") if isinstance(g, dict) else None
-        try:
-            ranks = [int(r) for r in ranks] if isinstance(ranks, list) else None
-        except (TypeError, ValueError):  # a rank that is no integer: the group cannot map ranks
+        ranks = [whole(r) for r in ranks] if isinstance(ranks, list) else None
+        if ranks is not None and None in ranks:  # a rank that is no int64: the group cannot map ranks
             ranks = None
         if ranks is not None:
             groups.append(ParallelGroup(hccl_name=key, group_name=str(g.get("group_name", "")), global_ranks=ranks))

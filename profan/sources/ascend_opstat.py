@@ -6,10 +6,12 @@ It covers compute kernels only (no communication rows) and is used to cross-chec
 
 from __future__ import annotations
 
+import math
 from pathlib import Path
 
 import polars as pl
 
+from profan import limits
 from profan.sources.csvtext import require_columns, small_csv
 
 REQUIRED = ("OP Type", "Core Type", "Count", "Total Time(us)")
@@ -22,12 +24,16 @@ def read(path: Path) -> tuple[pl.DataFrame, int]:
     require_columns(path, header, REQUIRED)
     idx = {h: i for i, h in enumerate(header)}
     records, skipped = [], 0
+    longest = limits.active().max_duration_us
     for line, cells in rows:
         try:
+            count, total = float(cells[idx["Count"]]), float(cells[idx["Total Time(us)"]].strip(" \t\""))
+            # a count that is no int64 (inf, 1e30) or a total that is no time (nan, 1e300 µs): skipped, counted
+            if not (abs(count) < 2**63 and math.isfinite(total) and abs(total) <= longest):
+                raise ValueError(cells[idx["Count"]])
             records.append({"src_line": line, "op_type": cells[idx["OP Type"]], "core": cells[idx["Core Type"]],
-                            "count": int(float(cells[idx["Count"]])),
-                            "total_us": float(cells[idx["Total Time(us)"]].strip(" \t\""))})
-        except (ValueError, IndexError, OverflowError):  # OverflowError: a count of inf
+                            "count": int(count), "total_us": total})
+        except (ValueError, IndexError):
             skipped += 1
     df = pl.DataFrame(records, schema=SCHEMA, orient="row") if records else pl.DataFrame(schema=SCHEMA)
     return df, skipped

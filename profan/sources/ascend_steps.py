@@ -6,10 +6,12 @@ is small (one row per device and step), so it is read exactly with its physical 
 
 from __future__ import annotations
 
+import math
 from pathlib import Path
 
 import polars as pl
 
+from profan import limits
 from profan.sources.csvtext import require_columns, small_csv
 
 COLUMNS = {
@@ -28,10 +30,27 @@ SCHEMA = {"src_line": pl.Int64, "step": pl.Int64, "device_id": pl.Int64, **{v: p
 
 
 def _float(cell: str) -> float | None:
+    """A lane time in µs; None for an empty or N/A cell. ValueError (the row is skipped and counted) for text,
+    ``nan``/``inf``, or a time past ``max_duration_us`` — as a kernel row's duration."""
     cell = cell.strip(" \t\r\"")
     if cell in ("", "N/A"):
         return None
-    return float(cell)
+    value = float(cell)
+    if not (math.isfinite(value) and abs(value) <= limits.active().max_duration_us):
+        raise ValueError(f"no lane time: {cell}")
+    return value
+
+
+def _whole(cell: str) -> int | None:
+    """A step or device id; None for an empty cell. ValueError (the row is skipped and counted) for text and for
+    a number that is no int64 (``inf``, ``1e30``), which used to end in an internal error."""
+    cell = cell.strip()
+    if not cell:
+        return None
+    value = float(cell)
+    if not (math.isfinite(value) and abs(value) < 2**63):
+        raise ValueError(f"no id: {cell}")
+    return int(value)
 
 
 def read(path: Path) -> tuple[pl.DataFrame, int]:
@@ -44,10 +63,9 @@ def read(path: Path) -> tuple[pl.DataFrame, int]:
     for line, cells in rows:
         try:
             rec: dict = {"src_line": line}
-            step = cells[idx["Step"]].strip() if idx["Step"] < len(cells) else ""
-            rec["step"] = int(float(step)) if step else None
-            dev = cells[idx["Device_id"]] if "Device_id" in idx and idx["Device_id"] < len(cells) else ""
-            rec["device_id"] = int(float(dev)) if dev.strip() else None
+            rec["step"] = _whole(cells[idx["Step"]] if idx["Step"] < len(cells) else "")
+            rec["device_id"] = _whole(cells[idx["Device_id"]] if "Device_id" in idx and idx["Device_id"] < len(cells)
+                                      else "")
             for src, dst in COLUMNS.items():
                 rec[dst] = _float(cells[idx[src]]) if src in idx and idx[src] < len(cells) else None
             if rec["computing_us"] is None:

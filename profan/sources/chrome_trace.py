@@ -10,13 +10,16 @@ is alive at a time, so peak memory stays below twice the file size (``bench/benc
 
 Tolerated variants (format reference kineto-traces.md §3, ascend-formats.md §3): compact or pretty-printed JSON,
 ``.json.gz``, ``ts`` as string/int/float, ``pid``/``tid`` as int or string, unsorted events, integers beyond int64
-in fields profan does not read (they are skipped unparsed), missing ``distributedInfo``/``deviceProperties``.
+in fields profan does not read (they are skipped unparsed), missing ``distributedInfo``/``deviceProperties``,
+event text that is not UTF-8 (read as U+FFFD, counted). A ``.gz`` inflates only within ``max_inflated_bytes`` and
+``max_inflate_ratio`` (`profan.limits`), whatever its trailer claims.
 """
 
 from __future__ import annotations
 
 import gzip
 import json
+import os
 import re
 import zlib
 from collections import deque
@@ -31,6 +34,7 @@ import polars as pl
 import pyarrow as pa
 import pyarrow.json as pa_json
 
+from profan import limits
 from profan.errors import TOO_DEEP, ProfanInputError
 
 CHUNK_BYTES = 8 << 20  # event-array text per chunk: bounds the per-chunk spans, NDJSON copy and parse
@@ -89,6 +93,7 @@ _DETAIL_SCHEMA = {
 DETAIL_CATS = ("kernel", "Kernel", "gpu_memcpy", "gpu_memset", "gpu_user_annotation")
 COMM_NAME = r"^(c10d::|record_param_comms|nccl:|gloo:|ncclKernel|ncclDevKernel)"
 
+NOT_UTF8 = "profan:not_utf8"  # `Trace.meta` key of the invalid UTF-8 count (meta holds no field of that name)
 CORE_COLUMNS = ["event_idx", "ph", "cat", "name", "pid", "tid", "ts_us", "dur_us", *_CORE_ARGS.values()]
 
 
@@ -122,6 +127,12 @@ class Trace:
     meta: dict[str, Any] = field(default_factory=dict)  # distributedInfo, deviceProperties, schemaVersion, …
     no_phase: int = 0  # elements of the event array without a "ph" field: no chrome-trace event, left out
 
+    @property
+    def not_utf8(self) -> int:
+        """Invalid UTF-8 sequences in the event text, read as U+FFFD (`_utf8_text`). Kept in ``meta``, under a
+        key no trace has, so a cached parse (`profan.cache`, which stores ``meta``) still says it."""
+        return int(self.meta.get(NOT_UTF8, 0))
+
     def with_details(self, frame: pl.DataFrame) -> pl.DataFrame:
         return frame.join(self.details, on="event_idx", how="left")
 
@@ -139,27 +150,68 @@ _OBJECT = msgspec.json.Decoder(_Top)
 
 
 def _gzip_size_hint(fh) -> int:
-    """Uncompressed size from the gzip trailer (exact below 4 GiB, a hint above)."""
+    """Uncompressed size from the gzip trailer (exact below 4 GiB, a hint above; anything at all in a cut-off or
+    crafted file)."""
     fh.seek(-4, 2)
     size = int.from_bytes(fh.read(4), "little")
     fh.seek(0)
     return size
 
 
-def read_bytes(path: Path) -> bytearray:
-    """The file's JSON text in one buffer, line breaks flattened to spaces; ``.gz`` is decompressed.
+PREALLOC_RATIO = 32  # a .gz buffer starts at most this many times the file size: real traces inflate 13-25x
+RATIO_FROM = 64 << 20  # `max_inflate_ratio` applies once the output passes this many bytes
 
-    Filled block by block into one preallocated buffer, so peak memory is the text size plus one block.
+
+@dataclass
+class _Inflation:
+    """The bounds a .gz is decompressed under: ``max_inflated_bytes`` in all, and past `RATIO_FROM` of output
+    ``max_inflate_ratio`` times the file's size on disk. Checked after every block, so a decompression bomb is
+    stopped within a block of the bound, never inflated to the end."""
+
+    path: Path
+    disk: int  # the file's size on disk
+
+    def __post_init__(self) -> None:
+        lim = limits.active()
+        self.most, self.ratio = lim.max_inflated_bytes, lim.max_inflate_ratio
+        self.cap = min(self.most, max(RATIO_FROM, self.ratio * self.disk))  # the most output `check` lets pass
+
+    def first_size(self, hint: int) -> int:
+        """The buffer to start with: the trailer's size only as far as the compressed size makes it plausible
+        (a crafted trailer claims 4 GiB for a few hundred bytes), never past the bounds; a real trace that
+        inflates more grows the buffer as it goes."""
+        return min(hint, self.disk * PREALLOC_RATIO, self.cap + 1)
+
+    def check(self, n: int) -> None:
+        fix = "; if the trace is real, raise it under [limits] in a rules file (--rules FILE)"
+        if n > self.most:
+            raise ProfanInputError(self.path, f"decompresses to more than {self.most:,} bytes, the bound "
+                                              f"max_inflated_bytes{fix}")
+        if n > RATIO_FROM and n > self.ratio * self.disk:
+            raise ProfanInputError(self.path, f"decompresses to more than {self.ratio} times its {self.disk:,} "
+                                              f"bytes on disk (max_inflate_ratio), as a decompression bomb does"
+                                              f"{fix}")
+
+
+def read_bytes(path: Path) -> bytearray:
+    """The file's JSON text in one buffer, line breaks flattened to spaces; ``.gz`` is decompressed under the
+    bounds of `_Inflation`.
+
+    Filled block by block into one buffer sized up front, so peak memory is the text size plus one block (plus
+    the growth of a .gz that inflates more than its trailer or `_Inflation.first_size` allows for).
     """
     try:
         with open(path, "rb") as fh:
             gz = path.name.endswith(".gz")
             if gz and fh.read(2) != b"\x1f\x8b":
                 raise ProfanInputError(path, "named .gz but is not gzip-compressed (no gzip header)")
-            size = _gzip_size_hint(fh) if gz else path.stat().st_size
-            src = gzip.GzipFile(fileobj=fh) if gz else fh
+            disk = os.fstat(fh.fileno()).st_size
+            if not gz:
+                return _fill(fh, disk)
+            bound = _Inflation(path, disk)
+            size = bound.first_size(_gzip_size_hint(fh))
             try:
-                return _fill(src, size)
+                return _fill(gzip.GzipFile(fileobj=fh), size, bound)
             except EOFError:
                 raise ProfanInputError(path, "gzip stream is truncated (file cut off)") from None
             except (zlib.error, gzip.BadGzipFile) as exc:
@@ -168,12 +220,13 @@ def read_bytes(path: Path) -> bytearray:
         raise ProfanInputError(path, f"cannot read: {exc.strerror or exc}") from None
 
 
-def _fill(src, size: int) -> bytearray:
+def _fill(src, size: int, bound: _Inflation | None = None) -> bytearray:
     buf = bytearray(max(size, 1) + 1)
     n = 0
     while True:
-        if n == len(buf):
-            buf.extend(bytes(len(buf) // 2 + BLOCK))
+        if n == len(buf):  # grown by half, but never past what the bounds let through (then `check` raises)
+            more = len(buf) // 2 + BLOCK
+            buf.extend(bytes(more if bound is None else max(1, min(more, bound.cap + 1 - n))))
         with memoryview(buf) as mv:
             k = src.readinto(mv[n:n + BLOCK])
             if not k:
@@ -181,6 +234,8 @@ def _fill(src, size: int) -> bytearray:
             if buf.find(b"\n", n, n + k) != -1 or buf.find(b"\r", n, n + k) != -1:
                 mv[n:n + k] = bytes(mv[n:n + k]).translate(_FLATTEN)
         n += k
+        if bound is not None:
+            bound.check(n)
     del buf[n:]
     return buf
 
@@ -345,11 +400,11 @@ def event_chunks(path: Path, arr: memoryview) -> Iterator[list[msgspec.Raw]]:
 
 
 def _chunk_tables(raws: list[msgspec.Raw], offset: int, keep: pl.Expr, layout: str
-                  ) -> tuple[pl.DataFrame, pl.DataFrame | None, int]:
-    """(kept core rows, details of the rows that need them, events without a phase) of one chunk; polars
-    releases the GIL here. A ``null`` element is read as one without a phase (counted and said, as any element
-    that is no event), not as an error."""
-    text = b"\n".join(raws)
+                  ) -> tuple[pl.DataFrame, pl.DataFrame | None, int, int]:
+    """(kept core rows, details of the rows that need them, events without a phase, invalid UTF-8 sequences read
+    as U+FFFD) of one chunk; polars releases the GIL here. A ``null`` element is read as one without a phase
+    (counted and said, as any element that is no event), not as an error."""
+    text, raws, not_utf8 = _utf8_text(raws)
     if text.startswith(b"null") or b"\nnull" in text:  # rare: the loop over elements runs only then
         raws = [_EMPTY if bytes(r) == b"null" else r for r in raws]
         text = b"\n".join(raws)
@@ -358,12 +413,51 @@ def _chunk_tables(raws: list[msgspec.Raw], offset: int, keep: pl.Expr, layout: s
     core = core.filter(keep)
     want = core.filter(needs_detail())["event_idx"]
     if not want.len():
-        return core, None, no_phase
+        return core, None, no_phase, not_utf8
     sub = b"\n".join([raws[i] for i in (want - offset).to_list()])
-    return core, _details(_read_detail(sub, layout), want), no_phase
+    return core, _details(_read_detail(sub, layout), want), no_phase, not_utf8
 
 
 _EMPTY = msgspec.Raw(b"{}")
+_FFFD = "\ufffd".encode()
+
+
+def _utf8_text(raws: list[msgspec.Raw]) -> tuple[bytes, list, int]:
+    """(the chunk as NDJSON text, its elements, how many invalid UTF-8 sequences were read as U+FFFD).
+
+    msgspec skips the strings of the elements it only splits, and pyarrow's JSON reader does not check UTF-8
+    either: an invalid byte in an event name ends up in a polars string column, and polars panics when it reads
+    it back (an internal error, never a line about the file). So a chunk that is not ASCII is checked by Arrow's
+    UTF-8 validation (no copy, about 6 GB/s); only an invalid one is decoded with replacement characters and
+    split again into its elements (the text holds no raw line break, so each line is one element)."""
+    text = b"\n".join(raws)
+    if text.isascii() or _is_utf8(text):
+        return text, raws, 0
+    fixed = text.decode("utf-8", "replace")
+    replaced = fixed.count("\ufffd") - text.count(_FFFD)
+    text = fixed.encode("utf-8")
+    return text, text.split(b"\n"), replaced
+
+
+def _is_utf8(text: bytes) -> bool:
+    offsets = pa.array([0, len(text)], pa.int64()).buffers()[1]
+    try:
+        pa.Array.from_buffers(pa.large_string(), 1, [None, offsets, pa.py_buffer(text)]).validate(full=True)
+    except pa.ArrowInvalid:
+        return False
+    return True
+
+
+def not_utf8_warning(file: str, count: int) -> str:
+    """The warning for `Trace.not_utf8`, one wording for every trace kind."""
+    return (f"{file}: read {count} byte sequence(s) of event text that are not UTF-8 as the replacement character "
+            "U+FFFD")
+
+
+def bad_steps_warning(file: str, count: int) -> str:
+    """The warning for ProfilerStep annotations whose number `step_number` cannot take."""
+    return (f"{file}: ignored {count} ProfilerStep annotation(s) whose step number does not fit a 64-bit integer; "
+            "their events count as outside any ProfilerStep")
 
 
 def no_phase_warning(file: str, count: int) -> str:
@@ -426,6 +520,20 @@ def _ndjson_text(text: bytes, schema: dict) -> pl.DataFrame:
     return df
 
 
+def usable_duration(col: str = "dur_us") -> pl.Expr:
+    """True where an event's duration can be summed: a finite number from 0 to ``max_duration_us``. The rest —
+    missing, not a number, ``nan``/``inf``, negative, or absurdly long (1e300 µs is no measurement, and summed it
+    drowns every real event) — the readers skip and count, never sum."""
+    d = pl.col(col)
+    return (d.is_not_null() & d.is_finite() & (d >= 0) & (d <= limits.active().max_duration_us)).fill_null(False)
+
+
+def step_number(name: pl.Expr, pattern: str) -> pl.Expr:
+    """The step number a ``ProfilerStep#N`` name carries, as Int64; null where ``N`` does not fit one (a step
+    beyond int64 used to stop the analysis with an internal error). Callers count and say those."""
+    return name.str.extract(pattern, 1).cast(pl.Int64, strict=False)
+
+
 def _number(col: str) -> pl.Expr:
     """A JSON number or numeric string -> Float64 (``ts`` is a string of epoch µs in Ascend traces)."""
     return pl.col(col).cast(pl.Float64, strict=False)
@@ -485,14 +593,15 @@ def _parse(path: Path, keep: pl.Expr | None) -> Trace:
     keep = default_keep() if keep is None else keep
     parts, details = [], []
     offset = 0
-    no_phase = 0
+    no_phase = not_utf8 = 0
     pending: deque[Future] = deque()
 
     def collect(fut: Future) -> None:
-        nonlocal no_phase
-        core, det, n = fut.result()
+        nonlocal no_phase, not_utf8
+        core, det, n, bad = fut.result()
         parts.append(core)
         no_phase += n
+        not_utf8 += bad
         if det is not None:
             details.append(det)
 
@@ -515,4 +624,6 @@ def _parse(path: Path, keep: pl.Expr | None) -> Trace:
         raise ProfanInputError(path, "trace has no events (empty event array)")
     events = pl.concat(parts, rechunk=False) if len(parts) > 1 else parts[0]
     detail = pl.concat(details) if details else _empty_details()
+    if not_utf8:
+        meta[NOT_UTF8] = not_utf8
     return Trace(path=path, events=events, details=detail, layout=layout, meta=meta, no_phase=no_phase)

@@ -6,10 +6,12 @@ import csv
 import functools
 import io
 import os
+import re
 from pathlib import Path
 
 import polars as pl
 
+from profan import limits
 from profan.errors import ProfanInputError
 
 NULL_TOKENS = ("", "N/A", "NA", "n/a", "null", "None")
@@ -17,12 +19,16 @@ _STRIP = " \t\r\n\""
 
 
 def read_header(path: Path) -> list[str]:
-    """The header row of a CSV, tolerant of a BOM, CRLF and a missing trailing newline."""
+    """The header row of a CSV, tolerant of a BOM, CRLF and a missing trailing newline. A first line longer than
+    ``max_line_bytes`` is refused (`too_long`): no more than that much of it is read."""
+    most = limits.active().max_line_bytes
     try:
         with open(path, "rb") as fh:
-            first = fh.readline(1 << 20)
+            first = fh.readline(most + 1)
     except OSError as exc:
         raise ProfanInputError(path, f"cannot read: {exc.strerror or exc}") from None
+    if len(first.rstrip(b"\r\n")) > most:
+        raise ProfanInputError(path, too_long(1, most))
     if not first.strip():
         raise ProfanInputError(path, "empty file (no header row)")
     if first.startswith((b"\xff\xfe", b"\xfe\xff")):
@@ -33,6 +39,31 @@ def read_header(path: Path) -> list[str]:
     except csv.Error as exc:
         raise ProfanInputError(path, f"the header row cannot be read as CSV ({exc}); profiler CSVs end lines with "
                                      "LF or CRLF") from None
+
+
+# terminal escape sequences (CSI, OSC, two-character), then any other C0/C1 control and the invisible
+# direction and width marks that can make shown text lie about what it is
+_CONTROL = re.compile(r"\x1b(?:\[[0-?]*[ -/]*[@-~]|\][^\x07\x1b]*(?:\x07|\x1b\\)?|[@-_])?"
+                      r"|[\x00-\x1f\x7f-\x9f\u200b-\u200f\u202a-\u202e\u2066-\u2069\ufeff]")
+SHOWN_NAMES, NAME_CHARS = 12, 40
+
+
+def shown_header(header: list[str]) -> str:
+    """The header's first names as an error message may show them: a missing-column error says what the file
+    holds instead, but its first line can be anything (a binary file, a log, a terminal escape sequence). So at
+    most `SHOWN_NAMES` names, each cut to `NAME_CHARS`, with every control character or escape sequence replaced
+    by one "?" (removed, yet seen: a name that looks like ``Step`` but is not is why Step is missing)."""
+    names = []
+    for name in header[:SHOWN_NAMES]:
+        clean = _CONTROL.sub("?", name).strip()
+        names.append(clean if len(clean) <= NAME_CHARS else clean[:NAME_CHARS - 1] + "…")
+    more = f" and {len(header) - SHOWN_NAMES} more" if len(header) > SHOWN_NAMES else ""
+    return f"the header has {len(header)} name(s): {', '.join(repr(n) for n in names)}{more}"
+
+
+def missing_columns(path: Path, missing: list[str], header: list[str]) -> ProfanInputError:
+    """One line naming the file, every missing column, and (`shown_header`) what the header holds."""
+    return ProfanInputError(path, f"missing column(s) {', '.join(missing)}; {shown_header(header)}")
 
 
 def _stripped(col: str) -> pl.Expr:
@@ -57,38 +88,83 @@ def text(col: str) -> pl.Expr:
 
 
 def count_lines(path: Path) -> int:
-    """Number of physical lines (a last line without a newline counts).
-
-    Remembered per (path, size, mtime): several readers verify the same big file, and counting a GB costs about
-    half a CPU-second."""
-    st = os.stat(path)
-    return _count_lines(str(path), st.st_size, st.st_mtime_ns)
+    """Number of physical lines (a last line without a newline counts), from the pass of `check_lines`: a file it
+    refuses is refused here too."""
+    return _line_pass(path)
 
 
-SMALL_COUNT_BYTES = 8 << 20  # files up to this size are counted in one read: no buffer, no Arrow view
+def check_lines(path: Path) -> None:
+    """Refuse, in one line, a CSV file that must not reach the CSV parser: a line longer than ``max_line_bytes``
+    (polars must hold a line whole, and a 2 GiB one aborts the process inside it), or a carriage return not
+    followed by a line feed inside the file — polars takes only LF (and CRLF) for a line end, so a lone CR would
+    silently merge two rows into one, and the lines evidence cites would no longer be the rows read."""
+    _line_pass(path)
+
+
+def _line_pass(path: Path) -> int:
+    most = limits.active().max_line_bytes
+    try:
+        st = os.stat(path)
+        lines, problem = _count_lines(str(path), st.st_size, st.st_mtime_ns, most)
+    except OSError as exc:
+        raise ProfanInputError(path, f"cannot read: {exc.strerror or exc}") from None
+    if problem is not None:
+        raise ProfanInputError(path, problem)
+    return lines
+
+
+_LONE_CR = re.compile(rb"\r(?!\n)")
+SMALL_COUNT_BYTES = 8 << 20  # files up to this size are read in one block (most files of a cluster)
 
 
 @functools.lru_cache(maxsize=64)
-def _count_lines(path: str, size: int, _mtime_ns: int) -> int:
-    if size <= SMALL_COUNT_BYTES:  # most files of a cluster: a read and bytes.count beat setting up the blocks
-        with open(path, "rb") as fh:
-            data = fh.read()
-        return data.count(b"\n") + (1 if data and not data.endswith(b"\n") else 0)
-    # One reused buffer, unbuffered reads: no allocation per block and no page-cache mapping of the whole file (a
-    # memory-mapped count would hold the file's pages in this process's RSS). The newlines of each block are
-    # counted by polars over a zero-copy Arrow view of the buffer: 0.1 s per GB, where bytes.count takes 0.45 s —
-    # and the count runs beside the kernel pass, competing for the same cores.
+def _count_lines(path: str, size: int, _mtime_ns: int, most: int) -> tuple[int, str | None]:
+    """(physical lines, what `check_lines` refuses or None), in one streaming pass.
+
+    Remembered per (path, size, mtime, bound): the kernel pass, the collectives and a drill-down all ask about
+    the same big file, and a pass costs about 0.2 s per GB. One reused buffer, unbuffered reads: no allocation
+    per block and no page-cache mapping of the whole file (a memory-mapped pass would hold the file's pages in
+    this process's RSS). Newlines are counted by polars over a zero-copy Arrow view of each block (0.07 s per GB,
+    where ``bytes.count`` takes 0.3 s); the first and last newline of a block (memchr) give the line running
+    across blocks, and blocks are no longer than the bound, so a line inside one block is within it. A CR is
+    looked at only in a block that has one (CRLF files: counted; a lone CR located by a regex)."""
     import pyarrow as pa
 
-    buf = bytearray(1 << 22)
+    buf = bytearray(max(1, min(size + 1 if size <= SMALL_COUNT_BYTES else 1 << 22, most)))
     view = pa.py_buffer(buf)
-    n, last = 0, 10
+    n = 0
+    pos = line_start = 0  # file offsets of buf[0] and of the current line's first byte
+    last = 10
     with open(path, "rb", buffering=0) as fh:
         while k := fh.readinto(buf):
+            if last == 13 and buf[0] != 10:
+                return n, _lone_cr(n + 1)
             block = pl.from_arrow(pa.Array.from_buffers(pa.uint8(), k, [None, view]))
-            n += int((block == 10).sum())
+            first = buf.find(b"\n", 0, k)
+            if first >= 0:
+                if pos + first - line_start > most:
+                    return n, too_long(n + 1, most)
+                n += int((block == 10).sum())
+                line_start = pos + buf.rfind(b"\n", 0, k) + 1
+            if pos + k - line_start > most:
+                return n, too_long(n + 1, most)
+            if buf.find(b"\r", 0, k) >= 0 and ((block == 13) & (block.shift(-1) != 10)).any():
+                at = _LONE_CR.search(buf, 0, k).start()  # the last byte is never found: shift(-1) is null there
+                return n, _lone_cr(n - buf.count(b"\n", at, k) + 1)
             last = buf[k - 1]
-    return n + (0 if last == 10 else 1)
+            pos += k
+    return n + (0 if last == 10 else 1), None  # a CR that ends the file merges no rows: a cut CRLF line end
+
+
+def too_long(line: int, most: int) -> str:
+    return (f"line {line} is longer than {most:,} bytes (max_line_bytes): no row of a profiler CSV is; if the "
+            "file is real, raise the bound under [limits] in a rules file (--rules FILE)")
+
+
+def _lone_cr(line: int) -> str:
+    return (f"line {line} holds a carriage return (CR) not followed by a line feed: a line end the CSV reader "
+            "does not take, which would merge two rows into one; profiler CSVs end lines with LF or CRLF "
+            "(convert the file's line ends)")
 
 
 def record_start_lines(path: Path) -> list[int]:
@@ -106,10 +182,10 @@ def record_start_lines(path: Path) -> list[int]:
 
 
 def require_columns(path: Path, header: list[str], required: tuple[str, ...]) -> None:
-    """One clear error naming the file and every missing column."""
+    """One clear error naming the file and every missing column (`missing_columns`)."""
     missing = [c for c in required if c not in header]
     if missing:
-        raise ProfanInputError(path, f"missing column(s) {', '.join(missing)}")
+        raise missing_columns(path, missing, header)
 
 
 def scan_text_csv(path: Path, columns: list[str], floats: tuple[str, ...] = (),
@@ -124,7 +200,10 @@ def scan_text_csv(path: Path, columns: list[str], floats: tuple[str, ...] = (),
     ``categorical``: text columns read as Categorical — the same text, but grouping on them hashes a small
     integer instead of the string (kernel names repeat millions of times in a big file). Cast to String before
     any string operation.
+
+    Every scan is preceded by `check_lines`: what polars cannot be given safely is refused first.
     """
+    check_lines(path)
     overrides: dict[str, pl.DataType] = {**dict.fromkeys(categorical, pl.Categorical()),
                                          **dict.fromkeys(floats, pl.Float64())}
     return pl.scan_csv(path, infer_schema=False, truncate_ragged_lines=True, encoding="utf8-lossy",
@@ -133,7 +212,10 @@ def scan_text_csv(path: Path, columns: list[str], floats: tuple[str, ...] = (),
 
 
 def small_csv(path: Path) -> tuple[list[str], list[tuple[int, list[str]]]]:
-    """Read a small CSV fully with exact line numbers: (header, [(line, cells), …]). For step/statistic files."""
+    """Read a small CSV fully with exact line numbers: (header, [(line, cells), …]). For step/statistic files.
+    `check_lines` first: the whole file is read, and the csv module would take a lone CR for a line end (then
+    its line numbers are not the lines evidence cites)."""
+    check_lines(path)
     try:
         with open(path, encoding="utf-8-sig", errors="replace", newline="") as fh:
             data = fh.read()

@@ -23,8 +23,17 @@ from pathlib import Path
 
 import polars as pl
 
+from profan import limits
 from profan.classify import classify
-from profan.sources.chrome_trace import Trace, no_phase_warning, parse
+from profan.sources.chrome_trace import (
+    Trace,
+    bad_steps_warning,
+    no_phase_warning,
+    not_utf8_warning,
+    parse,
+    step_number,
+    usable_duration,
+)
 
 DEVICE_CATS = ("kernel", "Kernel", "gpu_memcpy", "gpu_memset")
 KEEP_CATS = ("cpu_op", "user_annotation", "gpu_user_annotation", "cuda_runtime", "cuda_driver", "Runtime",
@@ -51,6 +60,8 @@ class KinetoTrace:
     cpu_only: bool
     events_read: int
     device_skipped: int = 0  # device (or CPU-only: cpu_op) events without a usable duration, left out
+    bad_steps: int = 0  # ProfilerStep annotations whose number is no int64: no step, left out
+    not_utf8: int = 0  # invalid UTF-8 sequences in the event text, read as U+FFFD
     no_phase: int = 0  # elements of the event array without a "ph" field (no chrome-trace event), left out
     world_size: int | None = None
     device_name: str | None = None
@@ -71,10 +82,11 @@ def rank_of(meta: dict, path: Path) -> tuple[int, str, str | None]:
     if raw is not None:
         if (rank := _whole_number(raw)) is not None:
             return rank, "distributedInfo.rank", None
-        problem = f"distributedInfo.rank {json.dumps(raw)} is not a rank number"
+        shown = json.dumps(raw)  # a value of any length and shape: cut for the one-line warning
+        problem = f"distributedInfo.rank {shown if len(shown) <= 40 else shown[:39] + '…'} is not a rank number"
     m = _RANK_IN_NAME.search(path.name)
-    if m:
-        return int(m.group(1)), f"file name {path.name}", problem
+    if m and (rank := _whole_number(m.group(1))) is not None:
+        return rank, f"file name {path.name}", problem
     return 0, "assumed 0 (no distributedInfo.rank, no rank in the file name)", problem
 
 
@@ -86,9 +98,11 @@ def op_of(name: pl.Expr) -> pl.Expr:
 
 
 def step_table(ev: pl.DataFrame) -> pl.DataFrame:
+    """One row per ProfilerStep annotation. One whose number does not fit an int64 has step null here: `load`
+    drops and counts it."""
     s = ev.filter(pl.col("cat").is_in(["user_annotation", "gpu_user_annotation"])
                   & pl.col("name").cast(pl.String).str.contains(STEP_NAME))
-    return s.select(pl.col("name").cast(pl.String).str.extract(STEP_NAME, 1).cast(pl.Int64).alias("step"),
+    return s.select(step_number(pl.col("name").cast(pl.String), STEP_NAME).alias("step"),
                     "event_idx", pl.col("cat").cast(pl.String), pl.col("tid").cast(pl.String),
                     pl.col("ts_us").alias("start_us"), (pl.col("ts_us") + pl.col("dur_us")).alias("end_us")
                     ).sort("cat", "start_us")
@@ -212,17 +226,19 @@ def load(path: Path, trace: Trace | None = None) -> KinetoTrace:
     ev = tr.events
     rank, origin, rank_problem = rank_of(tr.meta, tr.path)
     steps = step_table(ev)
+    bad_steps = steps["step"].null_count()
+    steps = steps.filter(pl.col("step").is_not_null())
     dev = _device_events(tr, ev, steps)
     cpu_only = dev.is_empty()
     notes = []
     if cpu_only:
         dev = _cpu_activity(ev, steps)
         notes.append("no GPU activity in the trace: the main thread's top-level cpu_ops are analysed instead")
-    # an event without a duration, or a duration that is not a number of 0 or more, cannot be sized, and one
-    # without a start cannot be placed in its step: left out and counted (the caller says how many), never
-    # summed as nothing or as a negative time
-    dur, ts = pl.col("dur_us"), pl.col("ts_us")
-    usable = dev.filter(dur.is_not_null() & dur.is_finite() & (dur >= 0) & ts.is_not_null() & ts.is_finite())
+    # an event without a duration, or a duration that is not a number of 0 up to max_duration_us, cannot be
+    # sized, and one without a start cannot be placed in its step: left out and counted (the caller says how
+    # many), never summed as nothing, as a negative time or as 1e300 µs
+    ts = pl.col("ts_us")
+    usable = dev.filter(usable_duration() & ts.is_not_null() & ts.is_finite())
     skipped, dev = dev.height - usable.height, usable
     info = tr.meta.get("distributedInfo") if isinstance(tr.meta.get("distributedInfo"), dict) else {}
     props = tr.meta.get("deviceProperties")
@@ -230,7 +246,7 @@ def load(path: Path, trace: Trace | None = None) -> KinetoTrace:
     return KinetoTrace(path=tr.path, rank=rank, rank_origin=origin, rank_problem=rank_problem, device=dev, steps=steps,
                        collectives=_collectives(tr, ev, None if cpu_only else dev, steps),
                        cpu_only=cpu_only, events_read=int(ev.height), device_skipped=skipped,
-                       no_phase=tr.no_phase,
+                       bad_steps=bad_steps, not_utf8=tr.not_utf8, no_phase=tr.no_phase,
                        world_size=_whole_number(info.get("world_size")) or None,
                        device_name=dev_name if isinstance(dev_name, str) else None, notes=notes)
 
@@ -238,11 +254,11 @@ def load(path: Path, trace: Trace | None = None) -> KinetoTrace:
 def _whole_number(raw: object) -> int | None:
     """A header value that should be a whole number ≥ 0 (distributedInfo.rank, world_size), as a number or its
     text; None for anything else — a trace written by hand or by another tool may hold a list, a fraction, a
-    sign or a bool there."""
+    sign, a bool or a number past int64 (every table keeps ranks as Int64) there."""
     if raw is None or isinstance(raw, bool):
         return None
     text = str(raw).strip()
-    return int(text) if text.isdigit() else None
+    return int(text) if text.isascii() and text.isdigit() and len(text) <= 19 and int(text) < 2**63 else None
 
 
 # --------------------------------------------------------------------------- reductions for the per-rank map
@@ -374,7 +390,7 @@ def load_rank_trace(rd, path: Path, pack) -> None:
     rd.trace_comm = kt.collectives
     rd.count("kineto_trace", kt.events_read, kt.device_skipped,
              "trace events (device events whose start or duration is missing or not a number, or whose "
-             "duration is negative)")
+             f"duration is negative or longer than {limits.active().max_duration_us:,} µs, max_duration_us)")
     rd.info.update({k: v for k, v in {"device": kt.device_name, "world_size": kt.world_size,
                                       "rank_in_trace": kt.rank if kt.rank_origin == "distributedInfo.rank" else None,
                                       "steps": sorted(set(kt.steps["step"].to_list())) or None,
@@ -383,6 +399,10 @@ def load_rank_trace(rd, path: Path, pack) -> None:
         rd.info["trace_notes"] = kt.notes
     if kt.no_phase:
         rd.warnings.append(no_phase_warning(rd.files["kineto_trace"], kt.no_phase))
+    if kt.bad_steps:
+        rd.warnings.append(bad_steps_warning(rd.files["kineto_trace"], kt.bad_steps))
+    if kt.not_utf8:
+        rd.warnings.append(not_utf8_warning(rd.files["kineto_trace"], kt.not_utf8))
     if kt.rank_problem:
         rd.warnings.append(f"{rd.files['kineto_trace']}: {kt.rank_problem}; the rank was taken as {rd.rank} "
                            f"({rd.rank_origin})")

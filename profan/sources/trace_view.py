@@ -18,7 +18,16 @@ from pathlib import Path
 
 import polars as pl
 
-from profan.sources.chrome_trace import Trace, no_phase_warning, parse
+from profan import limits
+from profan.sources.chrome_trace import (
+    Trace,
+    bad_steps_warning,
+    no_phase_warning,
+    not_utf8_warning,
+    parse,
+    step_number,
+    usable_duration,
+)
 
 LANES = {"Computing": "computing_us", "Communication": "communication_us",
          "Communication(Not Overlapped)": "comm_not_overlapped_us", "Free": "free_us"}
@@ -33,17 +42,25 @@ def _names(ev: pl.DataFrame, kind: str, keys: list[str]) -> pl.DataFrame:
             .unique(keys, keep="last"))
 
 
+def usable() -> pl.Expr:
+    """X events whose duration can be summed and whose start is a number (`usable_duration`, the rule of the
+    Kineto reader): the others are left out of every lane, and `load_rank_trace` counts them."""
+    ts = pl.col("ts_us")
+    return usable_duration() & ts.is_not_null() & ts.is_finite()
+
+
 def lanes(ev: pl.DataFrame) -> pl.DataFrame:
-    """X events with their ``process_name`` and ``thread_name``."""
-    x = ev.filter(pl.col("ph") == "X").with_columns(pl.col("pid", "tid", "name", "cat").cast(pl.String))
+    """X events (`usable`) with their ``process_name`` and ``thread_name``."""
+    x = ev.filter((pl.col("ph") == "X") & usable()).with_columns(pl.col("pid", "tid", "name", "cat").cast(pl.String))
     return (x.join(_names(ev, "process_name", ["pid"]), on="pid", how="left")
             .join(_names(ev, "thread_name", ["pid", "tid"]), on=["pid", "tid"], how="left")
             .with_columns((pl.col("ts_us") + pl.col("dur_us")).alias("end_us")))
 
 
 def steps(x: pl.DataFrame) -> pl.DataFrame:
+    """ProfilerStep spans on the Python lane; one whose number is no int64 has step null (`load` drops it)."""
     s = x.filter((pl.col("process_name") == "Python") & pl.col("name").str.contains(STEP_NAME))
-    return s.select(pl.col("name").str.extract(STEP_NAME, 1).cast(pl.Int64).alias("step"),
+    return s.select(step_number(pl.col("name"), STEP_NAME).alias("step"),
                     pl.col("event_idx").alias("step_event"), pl.col("ts_us").alias("start_us"),
                     "end_us").sort("start_us")
 
@@ -96,21 +113,37 @@ def hccl(x: pl.DataFrame, tr: Trace) -> tuple[pl.DataFrame, pl.DataFrame]:
 
 def load(path: Path) -> tuple[Trace, pl.DataFrame, pl.DataFrame, pl.DataFrame, pl.DataFrame]:
     """(trace, steps, overlap split per step, HCCL ops, HCCL plane links)."""
+    return _load(path)[:5]
+
+
+def _load(path: Path) -> tuple[Trace, pl.DataFrame, pl.DataFrame, pl.DataFrame, pl.DataFrame, int]:
+    """`load`, and how many ProfilerSteps were left out for a number that is no int64."""
     from profan.cache import cached_parse
 
     tr, _ = cached_parse(path, "trace_view", parse)
     x = lanes(tr.events)
     st = steps(x)
+    bad_steps = st["step"].null_count()
+    st = st.filter(pl.col("step").is_not_null())
     ops, links = hccl(x, tr)
-    return tr, st, overlap_split(x, st), ops, links
+    return tr, st, overlap_split(x, st), ops, links, bad_steps
 
 
 def load_rank_trace(rd, path: Path) -> None:
-    """Add the trace_view-derived step split and HCCL lanes to an Ascend ``RankData``."""
-    tr, _st, split, ops, links = load(path)
-    rd.rows_read["trace_view"] = int(tr.events.height)
+    """Add the trace_view-derived step split and HCCL lanes to an Ascend ``RankData``, and say what was left out:
+    events without a usable duration or start, steps of no usable number, invalid UTF-8 read as U+FFFD."""
+    tr, _st, split, ops, links, bad_steps = _load(path)
+    file = rd.files["trace_view"]
+    skipped = tr.events.select(((pl.col("ph") == "X") & ~usable()).sum()).item()
+    rd.count("trace_view", int(tr.events.height), int(skipped),
+             "trace events (events whose start or duration is missing or not a number, or whose duration is "
+             f"negative or longer than {limits.active().max_duration_us:,} µs, max_duration_us)")
+    if bad_steps:
+        rd.warnings.append(bad_steps_warning(file, bad_steps))
+    if tr.not_utf8:
+        rd.warnings.append(not_utf8_warning(file, tr.not_utf8))
     if tr.no_phase:
-        rd.warnings.append(no_phase_warning(rd.files["trace_view"], tr.no_phase))
+        rd.warnings.append(no_phase_warning(file, tr.no_phase))
     if not split.is_empty():
         rd.trace_steps = split.with_columns(pl.lit("overlap_analysis").alias("source"))
     if not ops.is_empty():
