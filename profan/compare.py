@@ -19,15 +19,16 @@ from pathlib import Path
 
 import polars as pl
 
-from profan import limits
+from profan import limits, trust
 from profan.analyses import steps as steps_mod
 from profan.analyses.common import kernel_table, ms, pct, top_lines_frame
 from profan.discover import base_dir, discover
 from profan.errors import ProfanInputError
-from profan.evidence import MAX_CITED, Evidence, cite_events, cite_lines
+from profan.evidence import MAX_CITED, Evidence, cite_events, cite_lines, file_sizes
 from profan.findings import Finding, number_findings
 from profan.parallel import load_ranks
 from profan.rankmap import RankData
+from profan.render.textfmt import id_list
 from profan.report import Report
 from profan.rulepack import RulePack, load
 
@@ -107,6 +108,23 @@ def _align_steps(ka: pl.DataFrame, kb: pl.DataFrame, sa: pl.DataFrame, sb: pl.Da
         return common, common, "by step number"
     n = min(len(a), len(b))
     return a[:n], b[:n], "by order (the two sides profiled different step numbers)"
+
+
+def _unmatched_steps(k: pl.DataFrame, side: Side, other: Side) -> str | None:
+    """A warning naming the steps with device work on this side that the alignment paired with no step of the
+    other (a step profiled on one side only, or beyond the shorter side when matched by order): their time is in
+    no total and no delta, and a comparison of fewer steps than were given must say so."""
+    kept = [s for s in side.steps if s is not None]
+    if not kept:
+        return None
+    left = k.filter(pl.col("step").is_not_null() & ~pl.col("step").is_in(kept))
+    if left.is_empty():
+        return None
+    steps = left["step"].unique().sort().to_list()
+    return (f"compare: step{'s' if len(steps) > 1 else ''} {id_list(steps)} of {side.label} "
+            f"({ms(float(left['time_us'].sum()))} of kernel time, {left['rank'].n_unique()} rank(s)) "
+            f"{'have' if len(steps) > 1 else 'has'} device work but no counterpart in {other.label}: "
+            f"left out of the comparison")
 
 
 def _step_totals(side: Side, steps_tab: pl.DataFrame) -> pl.DataFrame:
@@ -252,37 +270,47 @@ def build_compare(sa: Side, sb: Side, pack: RulePack, common: Path, mode: str, t
               "b": {"path": str(sb.path), "ranks": [r.rank for r in sb.ranks], "steps": sb.steps,
                     "files": [{k: sb.file(v) for k, v in r.files.items()} for r in sb.ranks]},
               "ranks": []}
+    source["file_bytes"] = file_sizes(common, {s.file(v) for s in (sa, sb) for r in s.ranks for v in r.files.values()})
+    source["root_seal"] = trust.seal(source["root_abs"], source["file_bytes"])
     warnings = [f"{s.label} rank {r.rank}: {w}" for s in (sa, sb) for r in s.ranks for w in r.warnings]
+    warnings += [w for k, s, o in ((ka, sa, sb), (kb, sb, sa)) if (w := _unmatched_steps(k, s, o))]
     return Report(source=source, findings=number_findings([f for f in findings if f is not None]), tables=tables,
                   warnings=warnings, notes=notes,
                   meta={"profan": __version__, "rule_files": pack.files,
-                        "timings_s": {"total": round(time.perf_counter() - t0, 3)}})
+                        "timings_s": {"total": round(time.perf_counter() - t0, 3)}}, read_root=common)
 
 
 def _fold_shapes(kernels: pl.DataFrame, ka: pl.DataFrame, kb: pl.DataFrame, sa: Side, sb: Side) -> pl.DataFrame:
     """Kernels whose name runs on both sides but whose shapes differ are compared by name ('shape changed')
-    instead of being listed as new on one side and missing on the other (e.g. GroupedMatmul token counts)."""
+    instead of being listed as new on one side and missing on the other (e.g. GroupedMatmul token counts).
+
+    Only a name with shapes on A alone *and* shapes on B alone is folded: a shape that one side adds to shapes
+    both run (or one renamed row that leaves its name's other shapes on both sides) has no counterpart, so it
+    stays new or missing — flagged ``same_name_other_shape`` for the message."""
     if "status" not in kernels.columns:
         return kernels.with_columns(pl.lit(False).alias("same_name_other_shape"))
-    on_a = pl.col("a_rows").is_not_null().any().over("op", "kname")
-    on_b = pl.col("b_rows").is_not_null().any().over("op", "kname")
+    two = ["op", "kname", "bucket"]
+    on_a = pl.col("a_rows").is_not_null().any().over(two)
+    on_b = pl.col("b_rows").is_not_null().any().over(two)
     kernels = kernels.with_columns(((pl.col("status") != "both") & on_a & on_b).alias("same_name_other_shape"))
-    moved = kernels.filter(pl.col("same_name_other_shape"))
+    one_side = pl.col("same_name_other_shape")
+    moved = kernels.filter(one_side & (one_side & (pl.col("status") == "missing")).any().over(two)
+                           & (one_side & (pl.col("status") == "new")).any().over(two))
     if moved.is_empty():
         return kernels
     keys = [*KEY, "bucket"]
-    two = ["op", "kname", "bucket"]
     fa = _agg(ka.join(moved.filter(pl.col("status") == "missing").select(keys), on=keys, how="semi",
                       nulls_equal=True), sa, two)
     fb = _agg(kb.join(moved.filter(pl.col("status") == "new").select(keys), on=keys, how="semi",
                       nulls_equal=True), sb, two)
-    shapes = moved.group_by("op", "kname", "status").agg(pl.col("input_shapes").sort().first()).pivot(
-        "status", index=["op", "kname"], values="input_shapes")
-    folded = _pair(fa, fb, two).join(shapes, on=["op", "kname"], how="left").with_columns(
+    shapes = moved.group_by(two).agg(
+        *(pl.col("input_shapes").filter(pl.col("status") == st).sort().first().alias(st) for st in ("missing", "new")))
+    folded = _pair(fa, fb, two).join(shapes, on=two, how="left", nulls_equal=True).with_columns(
         (pl.lit("A: ") + pl.col("missing").fill_null("?") + pl.lit(" | B: ") + pl.col("new").fill_null("?"))
         .alias("input_shapes"), pl.lit("shape changed").alias("status"), pl.lit(True).alias("same_name_other_shape"))
     folded = folded.drop("missing", "new")
-    return pl.concat([kernels.filter(~pl.col("same_name_other_shape")), folded], how="diagonal_relaxed")
+    return pl.concat([kernels.join(moved.select(keys), on=keys, how="anti", nulls_equal=True), folded],
+                     how="diagonal_relaxed")
 
 
 def _show(t: pl.DataFrame, keys: list[str]) -> pl.DataFrame:

@@ -112,7 +112,7 @@ class RowReader:
                     self._load_json(file, path, kind, locs)
             except ProfanInputError as exc:
                 self._errors[file] = f"could not read {file} back: {exc.problem}"
-            except (OSError, ValueError, KeyError, IndexError, TypeError) as exc:
+            except (OSError, ValueError, KeyError, IndexError, TypeError, csv.Error) as exc:
                 self._errors[file] = f"could not read {file} back: {exc.__class__.__name__}: {exc}"
 
     def _load_csv(self, file: str, path: Path, locs: set) -> None:

@@ -5,7 +5,9 @@ the script and the data. A Content-Security-Policy forbids every fetch, so a reg
 
 Every string taken from the traces (kernel names, shapes, paths, args) goes through Jinja2 autoescaping; the chart
 data is embedded as JSON with ``<``, ``>`` and ``&`` escaped, and labels handed to Plotly (which understands a few
-HTML tags) are HTML-escaped first so a kernel called ``<b>x</b>`` is drawn as exactly that text.
+HTML tags) are HTML-escaped first so a kernel called ``<b>x</b>`` is drawn as exactly that text. Control
+characters (a CR or an ESC sequence in a kernel name) are shown as visible escapes (``textfmt.visible``), in the
+page text as in the chart labels.
 
 The renderer formats and lays out the Report; it computes nothing. The one thing it reads from disk is the cited
 source rows, to show them (see ``evidence_rows``).
@@ -22,11 +24,13 @@ import jinja2
 import polars as pl
 from markupsafe import Markup
 
+from profan.errors import ProfanInputError
 from profan.findings import SEVERITIES, Finding
 from profan.paths import templates_dir
 from profan.render.evidence_rows import EvidenceTable, read_evidence
-from profan.render.textfmt import FILTERS, PIPE_COLUMNS, column_kind, column_label, fmt_cell, id_list, locators
+from profan.render.textfmt import FILTERS, PIPE_COLUMNS, column_kind, column_label, fmt_cell, id_list, locators, visible
 from profan.report import Report
+from profan.trust import report_root
 
 ROW_BUDGET = 1000  # evidence rows (and their table headers) embedded in the page, all findings together
 ITEM_CAPS = (20, 10, 5, 3, 2, 1)  # rows shown per evidence item: the largest cap that fits the budget
@@ -122,9 +126,14 @@ def build_html(report: Report, *, row_budget: int = ROW_BUDGET) -> str:
     return environment().get_template("report.html.j2").render(**ctx)
 
 
+def _shown(value: Any) -> Any:
+    """Every value the template prints, before autoescaping: control characters as visible escapes."""
+    return visible(value) if isinstance(value, str) and not isinstance(value, Markup) else value
+
+
 def environment() -> jinja2.Environment:
     env = jinja2.Environment(loader=jinja2.FileSystemLoader(str(templates_dir())), autoescape=True,
-                             trim_blocks=True, lstrip_blocks=True, undefined=jinja2.StrictUndefined)
+                             finalize=_shown, trim_blocks=True, lstrip_blocks=True, undefined=jinja2.StrictUndefined)
     env.filters.update(FILTERS)
     return env
 
@@ -141,12 +150,12 @@ def _asset(name: str) -> str:
     return text.replace("</", "<\\/") if name.endswith(".js") else text
 
 
-def data_root(report: Report) -> Path:
-    for key in ("root_abs", "root"):
-        p = report.source.get(key)
-        if p and Path(p).exists():
-            return Path(p)
-    return Path(report.source.get("root_abs") or report.source.get("root") or ".")
+def data_root(report: Report) -> Path | None:
+    """Where the report's cited rows are read back from (None: nowhere it may read; each row then says so)."""
+    try:
+        return report_root(report)
+    except ProfanInputError:
+        return None
 
 
 # ------------------------------------------------------------------------------------------ evidence
@@ -304,7 +313,7 @@ def table_sections(report: Report) -> list[dict[str, Any]]:
 
 def _esc(s: Any) -> str:
     """Text for Plotly labels: Plotly reads a few HTML tags in strings, so untrusted text is entity-escaped."""
-    return html.escape(str(s), quote=False)
+    return html.escape(visible(str(s)), quote=False)
 
 
 def _label(rank: Any, step: Any, many_steps: bool, many_ranks: bool = False) -> str:

@@ -10,7 +10,7 @@ import jinja2
 import markupsafe
 
 from profan.paths import templates_dir
-from profan.render.textfmt import FILTERS
+from profan.render.textfmt import FILTERS, selected, visible
 from profan.report import Report
 
 TABLE_ROWS = 25  # rows per detail table in Markdown; the JSON report has them all
@@ -18,30 +18,60 @@ TABLE_ROWS = 25  # rows per detail table in Markdown; the JSON report has them a
 FULL_TABLES = ("breakdown", "steps", "top_kernels", "breakdown_all_steps")
 
 
-def md_text(value: object) -> object:
-    """Every value a template prints, unless a filter marked it safe: ``<``, ``>`` and ``&`` as entities.
+_MD_PUNCT = re.compile(r"[\\`\[\]|]")  # one pass, backslashes included: one in the text cannot undo ours
+_SCHEME = re.compile(r":(?=//)")  # http://…: a GFM viewer links a bare URL
+_WWW = re.compile(r"\bwww\.")  # www.…: likewise
 
-    Why: kernel names, shapes and paths come from the traces, and Markdown viewers render inline HTML — a kernel
-    named ``<img src=x onerror=…>`` must not run. The entities read back as the same characters
-    (``void kernel<float>`` stays legible instead of vanishing as an unknown tag)."""
+
+def md_escape(text: str) -> str:
+    """Untrusted text (kernel names, shapes, paths, messages quoting them) as Markdown that reads as itself and
+    forms nothing: no link, image, autolink, HTML element or code span, and no table cell boundary.
+
+    Why: Markdown viewers render links, images and inline HTML — a kernel named ``![x](http://host/p.png)`` would
+    make the viewer fetch that image, ``<img src=x onerror=…>`` would run. ``<``, ``>`` and ``&`` become entities
+    (``void kernel<float>`` stays legible instead of vanishing as an unknown tag); ``[``, ``]``, backticks, ``|``
+    and backslashes are backslash-escaped (no link text or image can open, no ``|`` ends a cell); the ``:`` of
+    ``scheme://`` and the ``.`` of ``www.`` are escaped so GFM's bare-URL autolinks do not form. A line break would
+    let the text start a block of its own (a heading, a link definition), so it reads as a space; control
+    characters are visible escapes (``textfmt.visible``). Rendered, every escape shows the original character."""
+    text = visible(text).replace("\n", " ")
+    text = _MD_PUNCT.sub(r"\\\g<0>", text)
+    text = text.replace("&", "&amp;").replace("<", "&lt;").replace(">", "&gt;")
+    return _WWW.sub(r"www\\.", _SCHEME.sub(r"\\:", text))
+
+
+def md_text(value: object) -> object:
+    """Every value a template prints, unless a filter marked it safe (`md_code`, `md_selected`): `md_escape`d.
+    The templates hold the trusted Markdown; whatever a value holds is text."""
     if isinstance(value, str) and not isinstance(value, markupsafe.Markup):
-        return value.replace("&", "&amp;").replace("<", "&lt;").replace(">", "&gt;")
+        return md_escape(value)
     return value
 
 
 def md_cell(value: object) -> str:
-    """Text for a table cell: a ``|`` would end the cell and a line break the row."""
-    return "" if value is None else str(value).replace("|", "\\|").replace("\n", " ")
+    """Text for a table cell (``|`` and line breaks are taken care of by `md_text`, as everywhere): None is
+    empty."""
+    return "" if value is None else str(value)
 
 
-def md_code(value: object) -> markupsafe.Markup:
+def md_code(value: object, cell: bool = False) -> markupsafe.Markup:
     """A code span around untrusted text. Inside one nothing is interpreted, so nothing is escaped — but a
     backtick in the text would close the span early and let what follows be read as HTML, so the fence is made
-    longer than any run of backticks in the text (CommonMark)."""
-    text = "" if value is None else str(value).replace("\n", " ")
+    longer than any run of backticks in the text (CommonMark). ``cell``: the span is in a table cell, where GFM
+    ends the cell at a ``|`` even inside a span unless it is written ``\\|`` (the backslash is not shown)."""
+    text = "" if value is None else visible(str(value)).replace("\n", " ")
+    if cell:
+        text = text.replace("|", "\\|")
     fence = "`" * (max((len(m) for m in re.findall(r"`+", text)), default=0) + 1)
     pad = " " if text.startswith("`") or text.endswith("`") else ""
     return markupsafe.Markup(f"{fence}{pad}{text}{pad}{fence}")
+
+
+def md_selected(select: dict) -> markupsafe.Markup:
+    """`textfmt.selected` with its values escaped and its own brackets kept as written (escaped brackets would
+    read as noise in every evidence line of the raw Markdown an agent reads)."""
+    text = selected(select)
+    return markupsafe.Markup(f" [{md_escape(text[2:-1])}]" if text else "")
 
 
 def environment() -> jinja2.Environment:
@@ -51,6 +81,7 @@ def environment() -> jinja2.Environment:
     env.filters.update(FILTERS)
     env.filters["mdcell"] = md_cell
     env.filters["mdcode"] = md_code
+    env.filters["selected"] = md_selected
     return env
 
 

@@ -1,6 +1,19 @@
-"""Number formatting shared by the text renderers (Markdown, HTML)."""
+"""Number formatting and control-character handling shared by the renderers (Markdown, HTML, Excel)."""
 
 from __future__ import annotations
+
+import re
+
+# C0 controls but tab and line feed, DEL, and C1 controls: text from traces may hold them (a kernel name with a CR
+# or an ESC sequence), and no report should carry them raw — a terminal runs an ESC sequence, XML (xlsx) cannot
+# hold most of them, and a CR or form feed garbles a line without showing why
+_CONTROL = re.compile(r"[\x00-\x08\x0b-\x1f\x7f-\x9f]")
+
+
+def visible(text: str) -> str:
+    """``text`` with each control character written as a visible escape the way Python writes it (``\\r``,
+    ``\\x1b``): every renderer shows the same name, and the reader sees that the source holds one."""
+    return _CONTROL.sub(lambda m: "\\r" if m[0] == "\r" else f"\\x{ord(m[0]):02x}", text)
 
 
 def fmt_ms(us) -> str:

@@ -6,7 +6,8 @@ its first evidence row.
 
 Every string cell is written as text: a kernel name such as ``=HYPERLINK(...)`` or ``-1+2`` coming from a trace
 must never become a formula, so cells starting with ``= + - @``, tab or CR are stored as strings with Excel's
-quote prefix (the cell shows the text, and editing it keeps it text). Values stay in their source units; the
+quote prefix (the cell shows the text, and editing it keeps it text). Control characters are written as visible
+escapes (``\\r``, ``\\x1b``), as in the other reports. Values stay in their source units; the
 number formats show the unit (µs, ms, %).
 """
 
@@ -28,11 +29,10 @@ from openpyxl.worksheet.worksheet import Worksheet
 from profan.findings import SEVERITIES
 from profan.render.evidence_rows import NAME_COLUMNS, TYPE_COLUMNS, EvidenceTable, key_values, pick, read_evidence
 from profan.render.html import data_root
-from profan.render.textfmt import column_kind, column_label
+from profan.render.textfmt import column_kind, column_label, visible
 from profan.report import Report
 
 FORMULA_START = ("=", "+", "-", "@", "\t", "\r")
-_ILLEGAL = re.compile(r"[\x00-\x08\x0b\x0c\x0e-\x1f]")  # characters XML 1.0 (and so xlsx) cannot hold
 MAX_CELL = 32767  # Excel's limit on characters in a cell
 
 NUMBER_FORMATS = {"us": '#,##0.0" µs"', "ms": '#,##0.000" ms"', "pct": "0.0%", "ratio": '0.00"×"',
@@ -74,7 +74,9 @@ def build_workbook(report: Report) -> Workbook:
 
 
 def safe_text(value: str) -> str:
-    text = _ILLEGAL.sub("\ufffd", value)
+    """Control characters as visible escapes (XML 1.0, and so xlsx, cannot hold most of them; the Markdown and
+    HTML reports show the same escapes), cut to Excel's cell limit."""
+    text = visible(value)
     return text if len(text) <= MAX_CELL else text[: MAX_CELL - 1] + "…"
 
 
