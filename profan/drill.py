@@ -17,7 +17,11 @@ from profan.trust import report_root
 def load_report_or_analyze(path: Path, root: Path | None = None) -> tuple[Report, Path]:
     """A report.json is loaded; a directory is analysed afresh. Returns (report, data root); the root of a loaded
     report is decided by `trust.report_root` (never by the report's text alone)."""
-    if path.is_file() and path.suffix == ".json":
+    try:
+        is_report = path.is_file() and path.suffix == ".json"
+    except OSError as exc:
+        raise ProfanInputError(path, f"cannot read: {exc.strerror or exc}") from None
+    if is_report:
         try:
             doc = json.loads(path.read_text(encoding="utf-8"))
             if not isinstance(doc, dict):

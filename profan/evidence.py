@@ -14,7 +14,6 @@ many rows the claim covers in total and ``select`` is the filter that selects al
 from __future__ import annotations
 
 import functools
-import gzip
 import json
 import os
 from collections.abc import Iterable, Sequence
@@ -49,6 +48,8 @@ class Evidence:
             raise ValueError(f"evidence for {self.file}: row_count {self.row_count} < cited {len(kinds[0])}")
         if not self.file:
             raise ValueError("evidence needs a file")
+        if not all(isinstance(p, str) for p in self.pointers):
+            raise TypeError(f"evidence for {self.file}: pointers must be text")
 
     @property
     def kind(self) -> str:
@@ -69,9 +70,34 @@ class Evidence:
 
     @classmethod
     def from_dict(cls, d: dict[str, Any]) -> Evidence:
-        return cls(file=d["file"], row_count=int(d["row_count"]), select=d.get("select", {}),
-                   lines=tuple(d.get("lines", ())), events=tuple(d.get("events", ())),
-                   pointers=tuple(d.get("pointers", ())), note=d.get("note", ""), values=d.get("values", {}))
+        """An evidence item of a report read from a file: every field of the type it is written with (a report
+        is untrusted input), else TypeError naming the field."""
+        return cls(file=typed(d, "file", str), row_count=typed(d, "row_count", int),
+                   select=typed(d, "select", dict, {}), lines=_whole_numbers(d, "lines"),
+                   events=_whole_numbers(d, "events"), pointers=tuple(typed(d, "pointers", list, [])),
+                   note=typed(d, "note", str, ""), values=typed(d, "values", dict, {}))
+
+
+_MISSING = object()
+
+
+def typed(d: Any, key: str, kind: type, default: Any = _MISSING) -> Any:
+    """``d[key]`` when it is a ``kind`` (a bool is no int); ``default`` when absent, if one is given."""
+    if not isinstance(d, dict):
+        raise TypeError(f"expected an object holding {key!r}, got a JSON {type(d).__name__}")
+    if key not in d and default is not _MISSING:
+        return default
+    value = d.get(key)
+    if not isinstance(value, kind) or (kind is int and isinstance(value, bool)):
+        raise TypeError(f"{key!r} is {str(value)[:40]!r}, not a {kind.__name__}")
+    return value
+
+
+def _whole_numbers(d: dict[str, Any], key: str) -> tuple[int, ...]:
+    items = typed(d, key, list, [])
+    if not all(isinstance(x, int) and not isinstance(x, bool) for x in items):
+        raise TypeError(f"{key!r} holds something other than whole numbers")
+    return tuple(items)
 
 
 def cite_lines(file: str, lines: Iterable[int], row_count: int, select: dict[str, Any], **kw: Any) -> Evidence:
@@ -107,7 +133,8 @@ def read_lines(path: Path, wanted: Iterable[int]) -> dict[int, str]:
     with open(path, "rb") as fh:
         for no, raw in enumerate(fh, start=1):
             if no in targets:
-                out[no] = raw.rstrip(b"\r\n").decode("utf-8", errors="replace")
+                raw = raw[:-1] if raw.endswith(b"\n") else raw
+                out[no] = (raw[:-1] if raw.endswith(b"\r") else raw).decode("utf-8", errors="replace")
             if no >= last:
                 break
     return out
@@ -115,18 +142,20 @@ def read_lines(path: Path, wanted: Iterable[int]) -> dict[int, str]:
 
 def resolve_pointer(doc: Any, pointer: str) -> Any:
     """Resolve an RFC 6901 JSON pointer."""
-    if pointer in ("", "/"):
+    if pointer == "":
         return doc
+    if not pointer.startswith("/"):
+        raise ValueError(f"{pointer[:40]!r} is no JSON pointer (it must start with '/')")
     node = doc
-    for part in pointer.lstrip("/").split("/"):
+    for part in pointer[1:].split("/"):
         key = part.replace("~1", "/").replace("~0", "~")
         node = node[int(key)] if isinstance(node, list) else node[key]
     return node
 
 
 def make_pointer(*parts: str | int) -> str:
-    """RFC 6901 pointer from its reference tokens (``~`` and ``/`` escaped)."""
-    return "/" + "/".join(map(_escape_token, parts))
+    """RFC 6901 pointer from its reference tokens (``~`` and ``/`` escaped); no tokens: the whole document."""
+    return "".join("/" + _escape_token(p) for p in parts)
 
 
 @functools.lru_cache(maxsize=1 << 14)
@@ -136,9 +165,11 @@ def _escape_token(part: str | int) -> str:
 
 
 def load_json_document(path: Path) -> Any:
-    opener = gzip.open if path.suffix == ".gz" else open
-    with opener(path, "rb") as fh:
-        return json.loads(fh.read())
+    """A cited JSON file, whole. A ``.gz`` inflates under the same bounds as the trace reader's (a report may
+    cite a file that turned into a decompression bomb of the recorded size)."""
+    from profan.sources.chrome_trace import read_bytes
+
+    return json.loads(read_bytes(path))
 
 
 def trace_events(doc: Any) -> list:
@@ -181,7 +212,11 @@ def read_back(root: Path, ev: Evidence) -> list[tuple[str, str]]:
             raise ProfanInputError(path, f"has no line {past[0]} any more (it has fewer lines than when the report "
                                          "was made): the file changed since; analyse it again")
         return [(f"line {n}", got[n]) for n in ev.lines]
-    doc = load_json_document(path)
+    try:
+        doc = load_json_document(path)
+    except (ValueError, RecursionError, OSError, EOFError) as exc:
+        raise ProfanInputError(path, f"is cited by {ev.kind} but cannot be read as JSON "
+                                     f"({type(exc).__name__}); the report does not fit its data") from None
     if ev.events:
         events = trace_events(doc)
         past = [i for i in ev.events if not 0 <= i < len(events)]

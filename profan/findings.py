@@ -5,7 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field, replace
 from typing import Any
 
-from profan.evidence import Evidence
+from profan.evidence import Evidence, typed
 
 SEVERITIES = ("critical", "warning", "info")
 SEVERITY_ORDER = {s: i for i, s in enumerate(SEVERITIES)}
@@ -47,9 +47,16 @@ class Finding:
 
     @classmethod
     def from_dict(cls, d: dict[str, Any]) -> Finding:
-        return cls(check=d["check"], severity=d["severity"], title=d["title"], message=d["message"],
-                   evidence=tuple(Evidence.from_dict(e) for e in d["evidence"]), rank=d.get("rank"),
-                   step=d.get("step"), metrics=d.get("metrics", {}), id=d.get("id", ""))
+        """A finding of a report read from a file, every field checked for its type (a report is untrusted)."""
+        return cls(check=typed(d, "check", str), severity=typed(d, "severity", str), title=typed(d, "title", str),
+                   message=typed(d, "message", str),
+                   evidence=tuple(Evidence.from_dict(e) for e in typed(d, "evidence", list)),
+                   rank=_optional_int(d, "rank"), step=_optional_int(d, "step"),
+                   metrics=typed(d, "metrics", dict, {}), id=typed(d, "id", str, ""))
+
+
+def _optional_int(d: dict[str, Any], key: str) -> int | None:
+    return None if d.get(key) is None else typed(d, key, int)
 
 
 def number_findings(findings: list[Finding]) -> list[Finding]:

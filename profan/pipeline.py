@@ -93,7 +93,7 @@ def _report(ranks: list[RankData], pack: RulePack, step_tab: pl.DataFrame, cross
     tr_tables, tr_findings, tr_notes = trace_steps.trace_section(ranks, pack)
     findings += tr_findings
     findings = _drop_superseded(findings)
-    all_warnings = list(warnings)
+    all_warnings = [*warnings, *_other_jobs(ranks, pack)]
     for r in ranks:
         all_warnings += [f"rank {r.rank}: {w}" for w in r.warnings]
     notes = [*notes, *opstat_notes, *comm_notes, *xr_notes, *tr_notes]
@@ -122,6 +122,37 @@ def _report(ranks: list[RankData], pack: RulePack, step_tab: pl.DataFrame, cross
     return Report(source=source, findings=number_findings(findings), tables=tables, warnings=all_warnings,
                   notes=notes, meta={"profan": __version__, "rule_files": pack.files,
                                       "hardware_files": hw.files}, read_root=root.resolve())
+
+
+def _other_jobs(ranks: list[RankData], pack: RulePack) -> list[str]:
+    """Ranks that cannot be one job: profiler end times too far apart, or other software versions."""
+    out = []
+    ends = {r.rank: r.info["collection_end_ns"] for r in ranks if r.info.get("collection_end_ns")}
+    if len(ends) > 1:
+        first, last = min(ends, key=ends.__getitem__), max(ends, key=ends.__getitem__)
+        spread = (ends[last] - ends[first]) / 1e9
+        if spread > pack.check("one-job")["max_end_spread_s"]:
+            path = {r.rank: r.path for r in ranks}
+            out.append(f"rank {first} ({path[first]}) and rank {last} ({path[last]}) stopped profiling "
+                       f"{_span(spread)} apart (end_info in profiler_info_*.json): they may be different jobs, "
+                       "analysed here as one")
+    for key in ("torch_npu_version", "cann_version"):
+        seen: dict[str, list[int]] = {}
+        for r in ranks:
+            if r.info.get(key):
+                seen.setdefault(str(r.info[key]), []).append(r.rank)
+        if len(seen) > 1:
+            out.append(f"ranks differ in {key} (" + "; ".join(f"{v}: ranks {', '.join(map(str, rk))}"
+                                                             for v, rk in sorted(seen.items()))
+                       + "): they may be different jobs, analysed here as one")
+    return out
+
+
+def _span(seconds: float) -> str:
+    for unit, size in (("days", 86400), ("hours", 3600), ("minutes", 60)):
+        if seconds >= size:
+            return f"{seconds / size:,.1f} {unit}"
+    return f"{seconds:.0f} s"
 
 
 def _drop_superseded(findings: list[Finding]) -> list[Finding]:

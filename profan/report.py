@@ -11,6 +11,7 @@ from typing import Any
 
 import polars as pl
 
+from profan.evidence import typed
 from profan.findings import Finding
 
 SCHEMA = "profan.report/1"
@@ -127,8 +128,12 @@ def from_dict(d: dict[str, Any]) -> Report:
     """Rebuild a Report from its JSON (tables become DataFrames again) — for `profan evidence REPORT.json`."""
     if d.get("schema") != SCHEMA:
         raise ValueError(f"not a {SCHEMA} document (schema={d.get('schema')!r})")
-    tables = {k: pl.DataFrame(v) for k, v in (d.get("tables") or {}).items() if v}
-    if d.get("breakdown"):
-        tables["breakdown"] = pl.DataFrame(d["breakdown"])
-    return Report(source=d["source"], findings=[Finding.from_dict(f) for f in d["findings"]], tables=tables,
-                  warnings=d.get("warnings", []), notes=d.get("notes", []), meta=d.get("meta", {}))
+    try:
+        tables = {k: pl.DataFrame(v) for k, v in typed(d, "tables", dict, {}).items() if v}
+        if d.get("breakdown"):
+            tables["breakdown"] = pl.DataFrame(d["breakdown"])
+    except (pl.exceptions.PolarsError, TypeError, ValueError) as exc:
+        raise ValueError(f"a table is not a list of rows ({str(exc)[:80]})") from None
+    return Report(source=typed(d, "source", dict), findings=[Finding.from_dict(f) for f in typed(d, "findings", list)],
+                  tables=tables, warnings=typed(d, "warnings", list, []), notes=typed(d, "notes", list, []),
+                  meta=typed(d, "meta", dict, {}))

@@ -85,12 +85,15 @@ def load_toml(path: Path, what: str = "rules file") -> dict[str, Any]:
 
 def _read_rules(path: Path, doc: dict[str, Any], seen: set[str]) -> tuple[list[BucketRule], str, list[str]]:
     pack = doc.get("pack", {})
+    if not isinstance(pack, dict):
+        raise ProfanInputError(path, "[pack] must be a table")
     applies = str(pack.get("applies_to", "any"))
     rules = []
-    for i, r in enumerate(doc.get("rule", []), start=1):
+    for i, r in enumerate(_tables(path, doc, "rule"), start=1):
         rid = r.get("id")
-        if not rid or "bucket" not in r or not isinstance(r.get("match"), dict) or not r["match"]:
-            raise ProfanInputError(path, f"rule #{i} needs id, bucket and a non-empty match table")
+        if (not isinstance(rid, str) or not rid or not isinstance(r.get("bucket"), str) or not r["bucket"]
+                or not isinstance(r.get("match"), dict) or not r["match"]):
+            raise ProfanInputError(path, f"rule #{i} needs a text id, a text bucket and a non-empty match table")
         if rid in seen:
             raise ProfanInputError(path, f"rule id {rid} is defined twice")
         bad = [k for k in r["match"] if k not in MATCH_FIELDS]
@@ -107,6 +110,14 @@ def _read_rules(path: Path, doc: dict[str, Any], seen: set[str]) -> tuple[list[B
     return rules, applies, list(pack.get("buckets", []))
 
 
+def _tables(path: Path, doc: dict[str, Any], key: str) -> list[dict[str, Any]]:
+    """The ``[[key]]`` entries of a rules file; anything else there is one line naming the file."""
+    items = doc.get(key, [])
+    if not isinstance(items, list) or not all(isinstance(x, dict) for x in items):
+        raise ProfanInputError(path, f"'{key}' must be a list of tables ([[{key}]] entries)")
+    return items
+
+
 def load(extra: list[Path] | None = None) -> RulePack:
     """Built-in pack plus user rule files; user bucket rules take precedence (are tried first)."""
     base = rules_dir()
@@ -117,7 +128,7 @@ def load(extra: list[Path] | None = None) -> RulePack:
         doc = load_toml(path)
         rules, _, _ = _read_rules(path, doc, seen)
         user_rules.extend(rules)
-        for c in doc.get("check", []):
+        for c in _tables(path, doc, "check"):
             _add_check(pack, path, c, override=True)
         if "limits" in doc:
             if not isinstance(doc["limits"], dict):
@@ -132,25 +143,48 @@ def load(extra: list[Path] | None = None) -> RulePack:
         pack.buckets.setdefault(applies, buckets)
         pack.files.append(f"rules/buckets/{path.name}")
     checks_doc = load_toml(base / "checks.toml")
+    user_checks = set(pack.checks)
     for c in checks_doc.get("check", []):
         _add_check(pack, base / "checks.toml", c, override=False)
+        user_checks.discard(c["id"])
+    if user_checks:
+        cid = min(user_checks)
+        raise ProfanInputError(pack.checks[cid].source, f"no built-in check {cid!r} to set ('profan rules' lists them)")
     pack.files.append("rules/checks.toml")
     pack.rules = user_rules + builtin
     return pack
 
 
+def _check_overrides(user: Check, builtin: dict[str, Any]) -> None:
+    """A user's settings of a built-in check: each must name a setting the check has, with a value of its kind (a
+    misspelt name or a threshold of text would otherwise be ignored, or fail deep inside an analysis)."""
+    for key, value in user.params.items():
+        if key not in builtin:
+            raise ProfanInputError(user.source, f"check {user.id} has no setting {key!r}; it has "
+                                                f"{', '.join(sorted(builtin)) or 'none'}")
+        want = builtin[key]
+        number = (int, float)
+        ok = (isinstance(value, number) and not isinstance(value, bool) if isinstance(want, number)
+              and not isinstance(want, bool) else isinstance(value, type(want)))
+        if not ok:
+            raise ProfanInputError(user.source, f"check {user.id}: {key} must be a {type(want).__name__} like "
+                                                f"{want!r}, not {str(value)[:40]!r}")
+
+
 def _add_check(pack: RulePack, path: Path, c: dict[str, Any], *, override: bool) -> None:
     cid = c.get("id")
-    if not cid:
-        raise ProfanInputError(path, "a [[check]] entry has no id")
+    if not isinstance(cid, str) or not cid:
+        raise ProfanInputError(path, "a [[check]] entry has no text id")
     params = {k: v for k, v in c.items() if k not in ("id", "name", "detects", "why")}
     if cid in pack.checks:
         if override:
             raise ProfanInputError(path, f"check {cid} is defined twice")
         # a user file overrides thresholds of a built-in check; keep the user's params on top
         existing = pack.checks[cid]
+        _check_overrides(existing, params)
         merged = {**params, **existing.params}
         pack.checks[cid] = Check(cid, c.get("name", cid), c.get("detects", ""), c.get("why", ""), merged,
                                  existing.source)
         return
-    pack.checks[cid] = Check(cid, c.get("name", cid), c.get("detects", ""), c.get("why", ""), params, path.name)
+    pack.checks[cid] = Check(cid, c.get("name", cid), c.get("detects", ""), c.get("why", ""), params,
+                             str(path) if override else path.name)
