@@ -81,7 +81,8 @@ def analyze(
         _err("--fail-on takes 'warning' or 'critical'")
         raise typer.Exit(EXIT_BAD_INPUT)
     if fmt in ("html", "xlsx") and out is None and not brief:
-        out = Path(f"report.{fmt}")
+        _err(f"the {fmt} report is a file: name it with -o, e.g. -o report.{fmt} (nothing is written unasked)")
+        raise typer.Exit(EXIT_BAD_INPUT)
     if out is not None:
         output.check_target(out)
     report = run(path, rules=rules or [], progress=_progress(quiet), hardware=hardware, jobs=_cli_jobs(jobs))
@@ -267,7 +268,8 @@ def compare(
         _err(f"unknown format {fmt!r}; use one of {', '.join(FORMATS)}")
         raise typer.Exit(EXIT_BAD_INPUT)
     if fmt in ("html", "xlsx") and out is None:
-        out = Path(f"compare.{fmt}")
+        _err(f"the {fmt} comparison is a file: name it with -o, e.g. -o compare.{fmt} (nothing is written unasked)")
+        raise typer.Exit(EXIT_BAD_INPUT)
     if out is not None:
         output.check_target(out)
     pair = None

@@ -21,7 +21,6 @@ class Limits:
     max_inflate_ratio: int
     max_line_bytes: int
     max_duration_us: int
-    max_json_depth: int
     max_ranks: int
     max_depth: int
     max_entries: int

@@ -278,3 +278,12 @@ def test_a_crafted_report_of_the_wrong_types_is_one_line(tmp_path):
         out.write_text(json.dumps(d))
         res = run_cli("evidence", str(out), d["findings"][0]["id"] if isinstance(d["findings"], list) else "F1")
         assert_one_line_error(res, said)
+
+
+@pytest.mark.parametrize("fmt", ["html", "xlsx"])
+def test_nothing_is_written_unasked(tmp_path, fmt):
+    """A file format without -o is refused, not written to ./report.html behind the user's back."""
+    assert_one_line_error(run_cli("analyze", str(QWEN3), "-f", fmt, cwd=tmp_path), "name it with -o")
+    assert_one_line_error(run_cli("compare", str(QWEN3), "--ranks", "0,2", "-f", fmt, cwd=tmp_path),
+                          "name it with -o")
+    assert list(tmp_path.iterdir()) == []
