@@ -300,11 +300,12 @@ def compare(
         typer.echo(f"profan: wrote {_safe(str(out))}", err=True)
 
 
-def main() -> None:
-    """Entry point: map errors to one line on stderr and a documented exit code."""
+def main(argv: list[str] | None = None) -> None:
+    """Entry point: map errors to one line on stderr and a documented exit code. ``argv``: the arguments (default
+    the command line's)."""
     try:
         # With standalone_mode=False click *returns* the code of a typer.Exit instead of raising it.
-        rc = app(standalone_mode=False, prog_name="profan")
+        rc = app(args=argv, standalone_mode=False, prog_name="profan")
         if isinstance(rc, int) and rc != EXIT_OK:
             sys.exit(rc)
     except typer.Exit as exc:

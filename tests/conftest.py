@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import contextlib
 import csv
+import io
 import os
 import shutil
 import subprocess
@@ -37,9 +39,31 @@ def _private_cache(tmp_path_factory):
 
 
 def run_cli(*args: str, cwd: Path | None = None) -> subprocess.CompletedProcess:
-    """Run `profan ...` exactly as a user would (a subprocess), capturing output."""
+    """Run `profan ...` through the console script's own entry point (`profan.cli.main`: argument parsing, error
+    lines, exit codes), in this process with stdout and stderr captured — a subprocess would add an interpreter
+    start and imports to each of the suite's ~130 commands. Tests of what only a process shows (closed stdin, a
+    terminal, time and memory bounds) start one themselves (`run_process`)."""
+    from profan.cli import main
+
+    out, err = io.StringIO(), io.StringIO()
+    here = os.getcwd()
+    os.chdir(cwd or ROOT)
+    try:
+        with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
+            try:
+                main(list(args))
+                code = 0
+            except SystemExit as done:
+                code = done.code if isinstance(done.code, int) else 1
+    finally:
+        os.chdir(here)
+    return subprocess.CompletedProcess(["profan", *args], code, out.getvalue(), err.getvalue())
+
+
+def run_process(*args: str, cwd: Path | None = None, **kw) -> subprocess.CompletedProcess:
+    """Run `profan ...` exactly as a user would: a subprocess, output captured."""
     return subprocess.run([sys.executable, "-m", "profan", *args], capture_output=True, text=True,
-                          cwd=cwd or ROOT, timeout=300)
+                          cwd=cwd or ROOT, timeout=300, **kw)
 
 
 def one_rank(tmp_path: Path) -> Path:
