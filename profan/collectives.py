@@ -19,21 +19,19 @@ loc_kind.
 
 from __future__ import annotations
 
-import re
 from dataclasses import dataclass
 from pathlib import Path
 
 import polars as pl
 
 from profan.classify import classify, rule_fields
+from profan.roles import Roles
+from profan.roles import defaults as default_roles
 from profan.rulepack import RulePack
 from profan.sources import ascend_kernels
 from profan.sources.rowframe import stack
 
 WINDOW_LOCS = 5  # locators kept per (window, kernel)
-COMM_CORES = ("HCCL", "COMMUNICATION", "HCCL_AI_CPU")
-P2P = re.compile(r"(?i)^hcom_(send|receive|batchsendrecv)")
-_TAG = r"^hcom_[A-Za-z]+__(\d+)_\d+"
 
 COLL_SCHEMA = {"cid": pl.Int64, "step": pl.Int64, "kind": pl.Utf8, "group": pl.Utf8, "seq": pl.Int64,
                "name": pl.Utf8, "start_us": pl.Float64, "dur_us": pl.Float64, "wait_us": pl.Float64,
@@ -46,7 +44,7 @@ GAP_COLS = ("gap_us", "gap_prev_loc", "gap_loc")
 
 def _finish(colls: pl.DataFrame, by: tuple[str, ...] = ()) -> pl.DataFrame:
     """Order ops, number them, derive seq within (step, group) and each op's window start. ``by``: the key of
-    each rank in a batch of ranks (`ascend_collectives_batch`); everything is per rank."""
+    each rank in a batch of ranks (`ascend_collectives`); everything is per rank."""
     colls = colls.sort([*by, "start_us"], maintain_order=True)
     cid = pl.int_range(pl.len(), dtype=pl.Int64).over(by) if by else pl.int_range(pl.len(), dtype=pl.Int64)
     end = (pl.col("start_us") + pl.col("dur_us")).cum_max().shift(1)
@@ -65,7 +63,7 @@ BATCH_ROWS = 250_000  # kernel rows per streamed batch: memory is bounded by the
 def _next_op(batch: pl.DataFrame, colls: pl.DataFrame, by: tuple[str, ...]) -> pl.DataFrame:
     """``batch`` with ``cid``: the first op starting at or after each kernel (a binary search over the op starts
     — no join of the big table). Over a batch of ranks (``by``; the rows grouped by rank, as
-    `ascend_collectives_batch` stacks them) each rank's kernels are searched in that rank's ops."""
+    `_from_ops` stacks them) each rank's kernels are searched in that rank's ops."""
     def search(rows: pl.DataFrame, ops: pl.DataFrame) -> pl.DataFrame:
         cid = pl.lit(ops["start_us"]).search_sorted(pl.col("start_us"), side="left").cast(pl.Int64)
         return rows.with_columns(cid.alias("cid"))
@@ -89,13 +87,13 @@ def _largest(loc: str, dur: str) -> list[pl.Expr]:
 
 
 def _window_part(batch: pl.DataFrame, colls: pl.DataFrame, keys: list[str],
-                 seen: set[int], by: tuple[str, ...] = ()) -> tuple[pl.DataFrame, pl.DataFrame]:
+                 seen: pl.DataFrame | None, by: tuple[str, ...] = ()) -> tuple[pl.DataFrame, pl.DataFrame]:
     """Per (window, kernel) partial aggregate of one batch, and per window its longest idle gap and last kernel.
 
     Each kernel goes to the first op starting at or after it (`_next_op`), and only if it started after the
     previous op ended. A gap is a kernel's start minus the latest end before it in the window (the window start
-    for its first kernel); windows already seen in an earlier batch skip their first row here, whose predecessor
-    is in that batch."""
+    for its first kernel); windows already ``seen`` in an earlier batch (their keys) skip their first row here,
+    whose predecessor is in that batch."""
     w = [*by, "cid"]
     k = _next_op(batch, colls, by).join(colls.select(*w, pl.col("win_start_us").alias("_ws")), on=w,
                                          maintain_order="left")
@@ -105,7 +103,8 @@ def _window_part(batch: pl.DataFrame, colls: pl.DataFrame, keys: list[str],
                 *_largest("loc", "dur_us")))
     k = k.sort(*w, "start_us").with_columns((pl.col("start_us") + pl.col("dur_us")).alias("_end"))
     prev_end = pl.col("_end").cum_max().shift(1).over(w)
-    first_here = pl.col("cid").is_in(list(seen)) if seen else pl.lit(False)
+    first_here = (pl.struct(w).is_in(seen.select(pl.struct(w)).to_series().implode())
+                  if seen is not None else pl.lit(False))
     k = k.with_columns(
         pl.when(prev_end.is_not_null()).then(pl.col("start_us") - prev_end)
         .when(~first_here).then(pl.col("start_us") - pl.col("_ws")).alias("_gap"),
@@ -117,9 +116,9 @@ def _window_part(batch: pl.DataFrame, colls: pl.DataFrame, keys: list[str],
     return agg, gaps
 
 
-def _merge_gaps(gaps: list[pl.DataFrame]) -> pl.DataFrame:
+def _merge_gaps(gaps: list[pl.DataFrame], by: tuple[str, ...] = ()) -> pl.DataFrame:
     g = pl.concat(gaps)
-    return g.group_by("cid").agg(
+    return g.group_by(*by, "cid").agg(
         pl.col("gap_us").max(), pl.col("gap_prev_loc").sort_by("gap_us", nulls_last=False).last(),
         pl.col("gap_loc").sort_by("gap_us", nulls_last=False).last(), pl.col("last_end").max(),
         pl.col("last_loc").sort_by("last_end").last())
@@ -139,11 +138,11 @@ def _with_gaps(colls: pl.DataFrame, gaps: pl.DataFrame | None, by: tuple[str, ..
     return c.select(*by, *COLL_SCHEMA)
 
 
-def _merge_parts(parts: list[pl.DataFrame], keys: list[str]) -> pl.DataFrame:
+def _merge_parts(parts: list[pl.DataFrame], keys: list[str], by: tuple[str, ...] = ()) -> pl.DataFrame:
     if len(parts) == 1:
         return parts[0]
     allp = pl.concat(parts)
-    g = ["cid", *keys]
+    g = [*by, "cid", *keys]
     sums = allp.group_by(g).agg(pl.col("count").sum(), pl.col("time_us").sum())
     tops = (allp.select(*g, "locs", "loc_durs").explode(["locs", "loc_durs"]).drop_nulls(["locs"])
             .group_by(g).agg(*_largest("locs", "loc_durs")))
@@ -170,41 +169,50 @@ def _cap(win: pl.DataFrame, by: tuple[str, ...] = ()) -> pl.DataFrame:
     return pl.concat([keep, folded], how="diagonal_relaxed")
 
 
-def _stream_windows(src: pl.LazyFrame | pl.DataFrame, colls: pl.DataFrame, keys: list[str],
-                    also: pl.Expr | None = None
-                    ) -> tuple[pl.DataFrame, float | None, pl.DataFrame | None, pl.DataFrame | None]:
-    """One streamed pass: (window parts merged, first kernel start, rows matching `also` — e.g. the HCCL rows —,
-    longest gap per window). A table already in memory is cut into batches directly (a streaming engine run
-    costs milliseconds of set-up, which a cluster of small ranks pays once per rank)."""
+def _stream_windows(src: pl.LazyFrame | list[pl.DataFrame], colls: pl.DataFrame, keys: list[str],
+                    by: tuple[str, ...] = (), also: pl.Expr | None = None
+                    ) -> tuple[pl.DataFrame, float | pl.DataFrame | None, pl.DataFrame | None, pl.DataFrame | None]:
+    """One pass over the kernel rows, a batch at a time: (window parts merged, first kernel start — per rank
+    (``by``) over a batch of ranks —, rows matching ``also`` — e.g. the HCCL rows —, longest gap per window).
+    ``src``: batches already in memory (no streaming engine run, whose set-up a cluster of small ranks would pay
+    once per rank), or a LazyFrame streamed in batches of `BATCH_ROWS`."""
     parts: list[pl.DataFrame] = []
     gaps: list[pl.DataFrame] = []
     extra: list[pl.DataFrame] = []
-    state: dict = {"first": None}
-    seen: set[int] = set()
+    firsts: list[pl.DataFrame] = []
+    seen: list[pl.DataFrame] = []
 
     def take(batch: pl.DataFrame) -> None:
         comp = batch.filter(~also) if also is not None else batch
         if also is not None:
             extra.append(batch.filter(also))
         if comp.height:
-            m = comp["start_us"].min()
-            state["first"] = m if state["first"] is None else min(state["first"], m)
-            part, gap = _window_part(comp, colls, keys, seen)
+            start = pl.col("start_us").min()
+            firsts.append(comp.group_by(by).agg(start) if by else comp.select(start))
+            part, gap = _window_part(comp, colls, keys, pl.concat(seen) if seen else None, by)
             parts.append(part)
             gaps.append(gap)
-            seen.update(gap["cid"].to_list())
+            seen.append(gap.select(*by, "cid"))
         if len(parts) > 8:
-            parts[:] = [_merge_parts(parts, keys)]
-            gaps[:] = [_merge_gaps(gaps)]
+            parts[:] = [_merge_parts(parts, keys, by)]
+            gaps[:] = [_merge_gaps(gaps, by)]
 
-    if isinstance(src, pl.DataFrame):
-        for batch in src.iter_slices(BATCH_ROWS):
-            take(batch)
-    else:
+    if isinstance(src, pl.LazyFrame):
         src.sink_batches(take, chunk_size=BATCH_ROWS, maintain_order=True, engine="streaming")
-    win = _merge_parts(parts, keys) if parts else pl.DataFrame()
-    state["gaps"] = _merge_gaps(gaps) if gaps else None
-    return win, state["first"], (pl.concat(extra) if extra else None), state["gaps"]
+    else:
+        for batch in src:
+            take(batch)
+    win = _merge_parts(parts, keys, by) if parts else pl.DataFrame()
+    return (win, _first_start(firsts, by), pl.concat(extra) if extra else None,
+            _merge_gaps(gaps, by) if gaps else None)
+
+
+def _first_start(firsts: list[pl.DataFrame], by: tuple[str, ...]) -> float | pl.DataFrame | None:
+    """The earliest kernel start of the batches' minima: one value, or per rank (``by``) as a table ``first``."""
+    if not firsts:
+        return None
+    f = pl.concat(firsts)
+    return f.group_by(by).agg(pl.col("start_us").min().alias("first")) if by else f["start_us"].min()
 
 
 def _classify(win: pl.DataFrame, rules: list, groups: pl.DataFrame | None) -> pl.DataFrame:
@@ -255,28 +263,24 @@ def build_windows(kernels: pl.DataFrame | pl.LazyFrame, colls: pl.DataFrame, pac
         return pl.DataFrame(), colls
     names = kernels.collect_schema().names()
     keys = ["op", "name", "type", "core", *(["bucket", "rule_id"] if "bucket" in names else [])]
-    win, first, _, gaps = _stream_windows(kernels, colls, keys)
+    src = kernels if isinstance(kernels, pl.LazyFrame) else list(kernels.iter_slices(BATCH_ROWS))
+    win, first, _, gaps = _stream_windows(src, colls, keys)
     if win.is_empty():
         return pl.DataFrame(), colls
     windows, colls = _finish_windows(win, colls, first, pack, rules_for, loc_file, loc_kind, groups)
     return windows, _with_gaps(colls, gaps)
 
 
-def _hccl_rows_from_groups(groups: pl.DataFrame | None) -> pl.DataFrame | None:
+def _hccl_rows_from_groups(groups: pl.DataFrame | None, roles: Roles | None = None) -> pl.DataFrame | None:
     """The HCCL rows, taken from the rank's kernel groups when every op name occurs once per step (HCCL names
     carry a sequence number, so they do): saves a pass over the kernel file."""
     if groups is None or groups.is_empty() or "first_start_us" not in groups.columns:
         return None
-    g = groups.filter(_is_comm())
+    g = groups.filter((roles or default_roles()).is_comm())
     if g.is_empty() or (g["count"] > 1).any():
         return None
     return g.select("step", "name", pl.col("first_start_us").alias("start_us"), pl.col("time_us").alias("dur_us"),
                     pl.col("lines").list.first().alias("loc"))
-
-
-def _is_comm() -> pl.Expr:
-    """A kernel row of a communication op (its HCCL task), not compute."""
-    return pl.col("core").is_in(list(COMM_CORES)) | pl.col("name").str.starts_with("hcom_")
 
 
 def _colls_from_ops(ops: pl.DataFrame, file: pl.Expr, kfile: pl.Expr, by: tuple[str, ...] = ()) -> pl.DataFrame:
@@ -289,110 +293,81 @@ def _colls_from_ops(ops: pl.DataFrame, file: pl.Expr, kfile: pl.Expr, by: tuple[
         "pointer", kfile.alias("kfile"), pl.lit(None, pl.Int64).alias("kline")), by)
 
 
-def ascend_collectives(kernel_path: Path | None, kernel_file: str | None, n_records: int | None,
-                       comm_ops: pl.DataFrame | None, comm_file: str | None,
-                       pack: RulePack, groups: pl.DataFrame | None = None, timed: pl.DataFrame | None = None,
-                       ) -> tuple[pl.DataFrame | None, pl.DataFrame | None]:
-    """(collectives, windows) of one Ascend rank from kernel_details.csv and/or communication.json.
-
-    Streamed in batches. One pass over the kernel file when communication.json gives the ops (the HCCL rows'
-    line numbers and the windows come from the same pass), two otherwise (the HCCL rows first, to know the
-    windows). ``timed``: the file's timed rows, already read by the kernel pass (`ascend_kernels.timed_rows`):
-    then no pass at all.
-    """
-    lf = timed
-    if kernel_path is not None and lf is None:
-        kf = ascend_kernels.inspect(kernel_path)
-        lf = ascend_kernels.scan(kf).filter(~pl.col("bad") & pl.col("dur_us").is_not_null())
-        if n_records is not None:
-            lf = ascend_kernels.with_exact_lines(kf, lf, n_records)
-        lf = lf.select("step", "op", "name", "type", "core", "start_us", "dur_us", pl.col("src_line").alias("loc"))
-        if kernel_path.stat().st_size <= ascend_kernels.IN_MEMORY_BYTES:
-            lf = lf.collect()  # small: in memory, no streaming set-up (see `_stream_windows`)
-    is_comm = _is_comm()
-    keys = ["op", "name", "type", "core"]
-    if comm_ops is not None and not comm_ops.is_empty():
-        colls = _colls_from_ops(comm_ops, pl.lit(comm_file, pl.Utf8),
-                                pl.lit(kernel_file if lf is not None else None, pl.Utf8))
-        if lf is None:
-            return colls, None
-        win, first, krows, gaps = _stream_windows(lf, colls, keys, also=is_comm)
-        if krows is not None and krows.height:
-            lines = krows.group_by("step", "name").agg(pl.col("loc").min().alias("kline"))
-            colls = colls.drop("kline").join(lines, on=["step", "name"], how="left", nulls_equal=True).select(
-                list(COLL_SCHEMA))
-        if win.is_empty():
-            return colls, None
-        windows, colls = _finish_windows(win, colls, first, pack, "ascend", kernel_file or "", "lines", groups)
-        return _with_gaps(colls, gaps), windows
-    if lf is None:
-        return None, None
-    krows = _hccl_rows_from_groups(groups)
-    if krows is None:
-        krows = (lf.lazy().filter(is_comm).select("step", "name", "start_us", "dur_us", "loc")
-                 .collect(engine="streaming"))
-    if krows.is_empty():
-        return None, None
-    colls = krows.select(
-        "step", pl.when(pl.col("name").str.contains(P2P.pattern)).then(pl.lit("p2p"))
-        .otherwise(pl.lit("collective")).alias("kind"),
-        ("tag:" + pl.col("name").str.extract(_TAG, 1).fill_null("?")).alias("group"), "name", "start_us",
-        "dur_us", pl.lit(None, pl.Float64).alias("wait_us"), pl.lit(kernel_file).alias("file"),
-        pl.lit("lines").alias("loc_kind"), "loc", pl.lit(None, pl.Utf8).alias("pointer"),
-        pl.lit(kernel_file).alias("kfile"), pl.col("loc").alias("kline"))
-    colls = _finish(colls.select([c for c in COLL_SCHEMA if c not in ("cid", "seq", "win_start_us", *GAP_COLS)]))
-    windows, colls = build_windows(lf.filter(~is_comm), colls, pack, "ascend", kernel_file or "", "lines", groups)
-    return colls, (windows if not windows.is_empty() else None)
-
-
 @dataclass
 class AscendRank:
-    """What `ascend_collectives_batch` needs of one rank: the kernel file's timed rows (`KernelPass.timed`), the
-    communication ops of communication.json, both files' paths as the report cites them, and the classified
-    kernel groups (their verdicts are reused for the windows)."""
+    """What the collectives of one Ascend rank are read from: communication.json's ops (`ascend_comm.tables`),
+    the kernel file — its timed rows when the kernel pass kept them (`KernelPass.timed`), else read again —,
+    both files as the report cites them, and the classified kernel groups (their verdicts are reused for the
+    windows, their HCCL rows can stand for a pass over the file)."""
 
-    timed: pl.DataFrame
-    comm_ops: pl.DataFrame
-    comm_file: str
-    kernel_file: str
+    comm_ops: pl.DataFrame | None
+    comm_file: str | None
+    kernel_path: Path | None
+    kernel_file: str | None
+    n_records: int | None  # the kernel file's records, to map them to physical lines when read again
     groups: pl.DataFrame | None
+    timed: pl.DataFrame | None
 
 
-def ascend_collectives_batch(ranks: list[AscendRank], pack: RulePack
-                             ) -> list[tuple[pl.DataFrame, pl.DataFrame | None]]:
-    """`ascend_collectives` of several ranks whose kernel rows are in memory and whose ops come from
-    communication.json — a cluster's usual case — computed as one table keyed by rank: each step is one query
-    for the batch instead of one per rank. Every rank's result equals `ascend_collectives` on it alone."""
-    if len({(tuple(r.comm_ops.schema.items()), tuple(r.timed.schema.items())) for r in ranks}) > 1:
-        return [ascend_collectives(None, r.kernel_file, None, r.comm_ops, r.comm_file, pack, r.groups, r.timed)
-                for r in ranks]  # columns typed differently: one table would need casts that alone does not do
-    by = ("_f",)
-    f = pl.col("_f")
-    index = {"_f": list(range(len(ranks)))}
-    ops = stack([r.comm_ops for r in ranks], index, how="vertical")
-    file_of = {i: r.comm_file for i, r in enumerate(ranks)}
-    kfile_of = {i: r.kernel_file for i, r in enumerate(ranks)}
-    colls = _colls_from_ops(ops, f.replace_strict(file_of, return_dtype=pl.Utf8),
-                            f.replace_strict(kfile_of, return_dtype=pl.Utf8), by)
-    rows = stack([r.timed for r in ranks], index, how="vertical")
-    is_comm = _is_comm()
-    comp, krows = rows.filter(~is_comm), rows.filter(is_comm)
-    keys = ["op", "name", "type", "core"]
-    lines = krows.group_by(*by, "step", "name").agg(pl.col("loc").min().alias("kline"))
-    # ranks without HCCL rows keep kline null, as alone
-    colls = colls.drop("kline").join(lines, on=[*by, "step", "name"], how="left", nulls_equal=True,
-                                     maintain_order="left").select(*by, *COLL_SCHEMA)
+def ascend_collectives(ranks: list[AscendRank], pack: RulePack
+                       ) -> list[tuple[pl.DataFrame | None, pl.DataFrame | None]]:
+    """(collectives, windows) of each Ascend rank, from communication.json and/or kernel_details.csv.
+
+    Ranks whose ops come from communication.json are computed as one table keyed by rank (`_from_ops`): each
+    step is one query for them all instead of one per rank, since a polars query's fixed cost is most of the
+    work on a small rank. Ranks without it take their ops from the kernel file's HCCL rows (`_from_hccl_rows`)."""
+    out: list[tuple[pl.DataFrame | None, pl.DataFrame | None]] = [(None, None)] * len(ranks)
+    for part in _parts(ranks):
+        for i, got in zip(part, _from_ops([ranks[i] for i in part], pack), strict=True):
+            out[i] = got
+    for i, r in enumerate(ranks):
+        if not _has_ops(r):
+            out[i] = _from_hccl_rows(r, pack)
+    return out
+
+
+def _has_ops(r: AscendRank) -> bool:
+    return r.comm_ops is not None and not r.comm_ops.is_empty()
+
+
+def _parts(ranks: list[AscendRank]) -> list[list[int]]:
+    """The ranks with communication.json's ops, in the parts computed as one table each: the ranks whose kernel
+    rows are in memory and few enough to be one batch of rows (or that have no kernel file), by column types —
+    one table would need casts that a rank alone does not —, and each other rank on its own, its rows in
+    batches of `BATCH_ROWS`. So a rank's rows are cut the same way whatever other ranks are read with it."""
+    same: dict[object, list[int]] = {}
+    for i, r in enumerate(ranks):
+        if not _has_ops(r):
+            continue
+        small = r.kernel_path is None or (r.timed is not None and r.timed.height <= BATCH_ROWS)
+        types = (tuple(r.comm_ops.schema.items()), r.timed is not None and tuple(r.timed.schema.items()))
+        same.setdefault(types if small else i, []).append(i)
+    return list(same.values())
+
+
+def _from_ops(ranks: list[AscendRank], pack: RulePack) -> list[tuple[pl.DataFrame, pl.DataFrame | None]]:
+    """Collectives and windows of ranks whose ops come from communication.json, as one table keyed by rank
+    (``_f``). One pass over the kernel rows gives both the HCCL rows (each op's own line, ``kline``) and the
+    windows; a rank without kernel rows has its ops alone."""
+    by, f = ("_f",), pl.col("_f")
+    ops = stack([r.comm_ops for r in ranks], {"_f": list(range(len(ranks)))}, how="vertical")
+    kfile = f.replace_strict({i: r.kernel_file for i, r in enumerate(ranks)}, return_dtype=pl.Utf8)
+    colls = _colls_from_ops(ops, f.replace_strict({i: r.comm_file for i, r in enumerate(ranks)},
+                                                  return_dtype=pl.Utf8), kfile, by)
+    rows = _rows_of(ranks)
     windows = None
-    # no compute row in the whole batch (only HCCL rows, or none usable): no windows, as each rank alone
-    win, gaps = _window_part(comp, colls, keys, set(), by) if comp.height else (pl.DataFrame(), None)
-    if not win.is_empty():
-        with_win = win.select(by).unique()
-        first = comp.group_by(by).agg(pl.col("start_us").min().alias("first")).join(with_win, on=list(by))
-        groups = [r.groups for r in ranks if r.groups is not None]  # verdicts depend on the kernel, not the rank
-        windows, colls = _finish_windows(win, colls, first, pack, "ascend",
-                                         f.replace_strict(kfile_of, return_dtype=pl.Utf8), "lines",
-                                         pl.concat(groups, how="diagonal_relaxed") if groups else None, by)
-        colls = _with_gaps(colls, gaps, by)
+    if rows is not None:
+        win, first, krows, gaps = _stream_windows(rows, colls, ["op", "name", "type", "core"], by, pack.roles.is_comm())
+        if krows is not None:  # ranks without HCCL rows keep kline null
+            lines = krows.group_by(*by, "step", "name").agg(pl.col("loc").min().alias("kline"))
+            colls = colls.drop("kline").join(lines, on=[*by, "step", "name"], how="left", nulls_equal=True,
+                                             maintain_order="left").select(*by, *COLL_SCHEMA)
+        if not win.is_empty():  # the first window starts at the rank's first kernel: ranks with windows only
+            first = first.join(win.select(by).unique(), on=list(by))
+            groups = [r.groups for r in ranks if r.groups is not None]  # a verdict depends on the kernel alone
+            windows, colls = _finish_windows(win, colls, first, pack, "ascend", kfile, "lines",
+                                             pl.concat(groups, how="diagonal_relaxed") if groups else None, by)
+            colls = _with_gaps(colls, gaps, by)
     out_c = colls.partition_by("_f", as_dict=True, include_key=False, maintain_order=True)
     out_w = windows.partition_by("_f", as_dict=True, include_key=False, maintain_order=True) \
         if windows is not None else {}
@@ -400,15 +375,66 @@ def ascend_collectives_batch(ranks: list[AscendRank], pack: RulePack
     return [(out_c.get((i,), empty), out_w.get((i,))) for i in range(len(ranks))]
 
 
+def _rows_of(ranks: list[AscendRank]) -> pl.LazyFrame | list[pl.DataFrame] | None:
+    """The kernel rows of a part (`_parts`) keyed by rank: the ranks' rows in memory as one batch; one rank's in
+    batches of `BATCH_ROWS`, read again (streamed when big) if the kernel pass did not keep them."""
+    held = [(i, r.timed) for i, r in enumerate(ranks) if r.timed is not None]
+    if held:
+        rows = stack([t for _, t in held], {"_f": [i for i, _ in held]}, how="vertical")
+        return [rows] if len(held) > 1 else list(rows.iter_slices(BATCH_ROWS))
+    if len(ranks) > 1 or ranks[0].kernel_path is None:
+        return None
+    rows = _read_kernel_rows(ranks[0]).with_columns(pl.lit(0, pl.Int64).alias("_f"))
+    return rows if isinstance(rows, pl.LazyFrame) else list(rows.iter_slices(BATCH_ROWS))
+
+
+def _read_kernel_rows(r: AscendRank) -> pl.LazyFrame | pl.DataFrame:
+    """The kernel file's usable rows with their place in time, read again: in memory when small, else lazily
+    (to be streamed)."""
+    kf = ascend_kernels.inspect(r.kernel_path)
+    lf = ascend_kernels.scan(kf).filter(~pl.col("bad") & pl.col("dur_us").is_not_null())
+    if r.n_records is not None:
+        lf = ascend_kernels.with_exact_lines(kf, lf, r.n_records)
+    lf = lf.select("step", "op", "name", "type", "core", "start_us", "dur_us", pl.col("src_line").alias("loc"))
+    return lf.collect() if r.kernel_path.stat().st_size <= ascend_kernels.IN_MEMORY_BYTES else lf
+
+
+def _from_hccl_rows(r: AscendRank, pack: RulePack) -> tuple[pl.DataFrame | None, pl.DataFrame | None]:
+    """Without communication.json, the ops are the kernel file's HCCL rows — from the kernel groups when they
+    hold them (`_hccl_rows_from_groups`), else a pass of their own —, then the windows a second pass."""
+    if r.kernel_path is None:
+        return None, None
+    lf = r.timed if r.timed is not None else _read_kernel_rows(r)
+    is_comm = pack.roles.is_comm()
+    krows = _hccl_rows_from_groups(r.groups, pack.roles)
+    if krows is None:
+        krows = (lf.lazy().filter(is_comm).select("step", "name", "start_us", "dur_us", "loc")
+                 .collect(engine="streaming"))
+    if krows.is_empty():
+        return None, None
+    colls = krows.select(
+        "step", pl.when(pl.col("name").str.contains(pack.roles.p2p_ops)).then(pl.lit("p2p"))
+        .otherwise(pl.lit("collective")).alias("kind"),
+        ("tag:" + pl.col("name").str.extract(pack.roles.hccl_group_tag, 1).fill_null("?")).alias("group"), "name",
+        "start_us",
+        "dur_us", pl.lit(None, pl.Float64).alias("wait_us"), pl.lit(r.kernel_file).alias("file"),
+        pl.lit("lines").alias("loc_kind"), "loc", pl.lit(None, pl.Utf8).alias("pointer"),
+        pl.lit(r.kernel_file).alias("kfile"), pl.col("loc").alias("kline"))
+    colls = _finish(colls.select([c for c in COLL_SCHEMA if c not in ("cid", "seq", "win_start_us", *GAP_COLS)]))
+    windows, colls = build_windows(lf.filter(~is_comm), colls, pack, "ascend", r.kernel_file or "", "lines",
+                                   r.groups)
+    return colls, (windows if not windows.is_empty() else None)
+
+
 def kineto_collectives(path: Path, trace_file: str, pack: RulePack) -> tuple[pl.DataFrame | None, pl.DataFrame | None]:
     """(collectives, windows) of one Kineto rank: NCCL/RCCL kernels in order, per process group when the trace
     names it (``Process Group Name``), else as one group; the GPU kernels before each as its window."""
     from profan.sources import kineto
 
-    kt, _ = kineto.load_cached(path)
+    kt, _ = kineto.load_cached(path, pack.roles)
     if kt.cpu_only or kt.collectives.is_empty():
         return None, None
-    k = kt.collectives.filter(pl.col("source") == "kernel")
+    k = kt.collectives.filter(pl.col("source") == kineto.SOURCE_KERNEL)
     if k.is_empty():
         return None, None
     colls = k.select(

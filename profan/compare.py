@@ -26,17 +26,13 @@ from profan.discover import base_dir, discover
 from profan.errors import ProfanInputError
 from profan.evidence import MAX_CITED, Evidence, cite_events, cite_lines, file_sizes
 from profan.findings import Finding, number_findings
-from profan.parallel import load_ranks
-from profan.rankmap import RankData
+from profan.rankmap import RankData, load_ranks
 from profan.render.textfmt import id_list
 from profan.report import Report
 from profan.rulepack import RulePack, load
 
 CHECK = "compare-regression"
 KEY = ["op", "kname", "input_shapes"]
-# HCCL op names carry a per-group sequence number (hcom_allReduce__612_4_1): the same collective in another step
-# or run has another number, so kernels are matched on the name without it
-_HCOM_SEQ = r"^(hcom_[A-Za-z]+__\d+)_\d+(?:_\d+)?$"
 
 
 @dataclass
@@ -82,15 +78,18 @@ def _prefix(side_root: Path, common: Path) -> str:
 # ------------------------------------------------------------------------------------------ per-side tables
 
 
-def _kernels(side: Side) -> pl.DataFrame:
-    """Kernel groups of every rank of the side, with file, locator kind and the aligned step index."""
+def _kernels(side: Side, pack: RulePack) -> pl.DataFrame:
+    """Kernel groups of every rank of the side, with file, locator kind and the aligned step index. ``kname``: the
+    name without an HCCL op's per-group sequence number (roles ``hccl_op_sequence``): the same collective in
+    another step or run has another number, so kernels are matched on the name without it."""
     def where(r: RankData) -> dict[str, str]:
         kfile = getattr(r, "kernel_file", "kernel_details")
         return {"file": side.file(r.files[kfile]),
                 "loc_kind": "events" if getattr(r, "kernel_locator", "lines") == "events" else "lines"}
 
-    k = kernel_table(side.ranks, ["step", "op", "name", pl.col("name").str.replace(_HCOM_SEQ, "$1").alias("kname"),
-                                  "input_shapes", "bucket", "count", "time_us", "lines", "line_durs"], per_rank=where)
+    kname = pl.col("name").str.replace(pack.roles.hccl_op_sequence, "$1").alias("kname")
+    k = kernel_table(side.ranks, ["step", "op", "name", kname, "input_shapes", "bucket", "count", "time_us", "lines",
+                                  "line_durs"], per_rank=where)
     return pl.DataFrame() if k is None else k
 
 
@@ -237,7 +236,7 @@ def compare(a: str | Path, b: str | Path | None = None, *, ranks: tuple[int, int
 def build_compare(sa: Side, sb: Side, pack: RulePack, common: Path, mode: str, t0: float) -> Report:
     from profan import __version__
 
-    ka, kb = _kernels(sa), _kernels(sb)
+    ka, kb = _kernels(sa, pack), _kernels(sb, pack)
     if ka.is_empty() or kb.is_empty():
         side = sa if ka.is_empty() else sb
         raise ProfanInputError(side.path, "no kernel rows to compare (kernel_details.csv or a trace with device "

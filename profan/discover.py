@@ -12,6 +12,7 @@ Derived outputs (msprof-analyze's ``cluster_analysis_output/``) are skipped and 
 
 from __future__ import annotations
 
+import functools
 import gzip
 import json
 import os
@@ -21,7 +22,7 @@ import zlib
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from profan import limits, trust
+from profan import limits, roles, trust
 from profan.errors import ProfanInputError
 from profan.limits import Limits
 
@@ -30,7 +31,6 @@ DERIVED_DIRS = {"cluster_analysis_output"}
 _PROF_DIR = re.compile(r"^PROF_\d+_\d+_[0-9A-Za-z]+$")
 _INFO_FILE = re.compile(r"^profiler_info(?:_(\d+))?\.json$")
 _OP_SUMMARY = re.compile(r"^op_summary_.*\.csv$")
-_RANK_IN_NAME = re.compile(r"rank[_-]?(\d+)", re.IGNORECASE)
 _TRACE_SUFFIXES = (".json", ".json.gz")
 
 # logical name -> file name inside ASCEND_PROFILER_OUTPUT
@@ -312,7 +312,14 @@ def _msprof_rank(d: Path, walk: _Walk) -> RankSource:
 _SNIFF_BYTES = 1 << 16
 _KINETO_KEYS = (b'"traceEvents"', b'"schemaVersion"', b'"deviceProperties"', b'"distributedInfo"')
 _DIST_RANK = re.compile(rb'"distributedInfo"\s*:\s*\{[^{}]*?"rank"\s*:\s*"?(\d+)"?\s*[,}]')  # 1.5: no rank
-_TRACE_NAME_RANK = re.compile(r"(?:rank|worker)[_-]?(\d+)", re.IGNORECASE)
+
+
+@functools.cache
+def _rank_in_name(kind: str) -> re.Pattern[str]:
+    """The rule pack's built-in pattern of a rank id in a folder name (``folder``) or trace file name (``trace``):
+    roles ``rank_in_folder_name`` / ``rank_in_trace_name``. Discovery runs before any pack is applied."""
+    builtin = roles.defaults()
+    return re.compile(builtin.rank_in_folder_name if kind == "folder" else builtin.rank_in_trace_name)
 
 
 def _trace_head(path: Path) -> bytes:
@@ -362,7 +369,7 @@ def _kineto_rank_of(rs: RankSource) -> tuple[int | None, str]:
     _, rank, _ = sniff_kineto(path)
     if _rank_id(rank) is not None:
         return rank, f"distributedInfo.rank in {path.name}"
-    m = _TRACE_NAME_RANK.search(path.name)
+    m = _rank_in_name("trace").search(path.name)
     if m and _rank_id(m.group(1)) is not None:
         return int(m.group(1)), f"file name {path.name}"
     return None, ""
@@ -411,7 +418,7 @@ def _rank_of(rs: RankSource) -> tuple[int | None, str]:
         rid = _rank_id((_read_json_quiet(dev) or {}).get("rank_id"))
         if rid is not None:
             return rid, f"rank_id in {dev.name}"
-    m = _RANK_IN_NAME.search(rs.path.name)
+    m = _rank_in_name("folder").search(rs.path.name)
     if m and _rank_id(m.group(1)) is not None:
         return int(m.group(1)), f"folder name {rs.path.name}"
     return None, ""

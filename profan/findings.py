@@ -3,20 +3,24 @@
 from __future__ import annotations
 
 from dataclasses import dataclass, field, replace
-from typing import Any
+from typing import Any, Literal, get_args
 
 from profan.evidence import Evidence, typed
 
-SEVERITIES = ("critical", "warning", "info")
+Severity = Literal["critical", "warning", "info"]
+SEVERITIES: tuple[Severity, ...] = get_args(Severity)  # most severe first
 SEVERITY_ORDER = {s: i for i, s in enumerate(SEVERITIES)}
 
 
 @dataclass(frozen=True)
 class Finding:
-    """One claim. ``id`` is assigned when the report is assembled (F1, F2, … in severity order)."""
+    """One claim. ``id`` is assigned when the report is assembled (F1, F2, … in severity order).
+
+    It cannot be built with a check the rule pack does not have, a severity other than critical / warning / info,
+    or without evidence: a report read back from a file goes through the same gate (`from_dict`)."""
 
     check: str  # id of the check in the rule pack that produced it
-    severity: str
+    severity: Severity
     title: str
     message: str
     evidence: tuple[Evidence, ...]
@@ -26,6 +30,11 @@ class Finding:
     id: str = ""
 
     def __post_init__(self) -> None:
+        # imported here: the rule pack validates severities with this module's SEVERITIES
+        from profan.rulepack import builtin_check_ids
+
+        if self.check not in builtin_check_ids():
+            raise ValueError(f"unknown check {str(self.check)[:60]!r} (not in rules/checks.toml)")
         if self.severity not in SEVERITY_ORDER:
             raise ValueError(f"unknown severity {self.severity!r}")
         if not self.evidence:

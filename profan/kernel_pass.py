@@ -1,9 +1,9 @@
 """The kernel pass: one read of a kernel file (kernel_details.csv / op_summary) reduced to classified groups.
 
 A group is one (step, op, name, type, core, input_shapes) with its count, time, longest row and the lines to cite;
-this is what every kernel analysis reads, and it is small however big the file. Small files of the same header
-can be reduced together (`reduce_kernel_batch`): one query over many ranks instead of a few per rank, since a
-polars query has a fixed cost that dominates files of a few hundred kB.
+this is what every kernel analysis reads, and it is small however big the file. `reduce_kernel_files` reads the
+kernel files of a batch of ranks (one rank is a batch of one): small files of one header as one table, since a
+polars query has a fixed cost that dominates files of a few hundred kB, and any other file on its own.
 """
 
 from __future__ import annotations
@@ -35,8 +35,9 @@ def _aggs(pipes: list[str], exact: bool, starts: bool) -> list[pl.Expr]:
     group's count and select say what the claim covers.
 
     ``starts``: also each group's first start (``first_start_us``), which lets `profan.collectives` take the HCCL
-    rows from the groups instead of a pass of its own over the file. Parsing every row's start costs 0.1 s per
-    GB, so a big file pays it only when the collectives need it (no communication.json gives the ops)."""
+    rows from the groups instead of a pass of its own over the file. Parsing every row's start costs time on every
+    row (bench/README.md), so a big file pays it only when the collectives need it (no communication.json gives
+    the ops)."""
     dur = pl.col("dur_us")
     aggs = [  # every aggregate costs time on every row of a GB file: only what the analyses read
         pl.len().alias("count"),
@@ -154,6 +155,7 @@ def _classify_distinct(groups: pl.DataFrame, rules: list) -> pl.DataFrame:
 
 
 CACHE_BYTES = 16 << 20  # kernel files from this size keep their reduced groups in the cache (profan.cache)
+BATCH_BYTES = 64 << 20  # kernel text one query over several files holds in memory at once
 
 
 @dataclass
@@ -169,85 +171,101 @@ class KernelPass:
     timed: pl.DataFrame | None = None
 
 
-def reduce_kernels(path: Path, pack: RulePack, rules_for: str = "ascend", *, starts: bool = False,
-                   timed: bool = False) -> KernelPass:
-    """Read a kernel file in one pass into its `KernelPass`.
+@dataclass(frozen=True)
+class KernelRequest:
+    """A kernel file to reduce and what its rank needs besides the groups. ``starts``: each group's first start
+    even when the file is streamed (see `_aggs`). ``timed``: its timed rows, when it is read in memory."""
 
-    The groups of a big file are cached (before classification, so a changed rule pack never meets a stale
-    verdict): analysing it again — ``profan evidence DIR F3``, an agent's follow-up question — skips the pass.
-    ``starts``: keep each group's first start even on a big file (see `_aggs`). ``timed``: also keep a small
-    file's timed rows, from the same read."""
-    kf = ascend_kernels.inspect(path)
-    size = path.stat().st_size
-    starts = starts or size <= ascend_kernels.IN_MEMORY_BYTES  # in memory the starts cost next to nothing
+    path: Path
+    starts: bool = False
+    timed: bool = False
+
+
+def reduce_kernel_files(files: list[KernelRequest], pack: RulePack) -> list[KernelPass | ProfanInputError]:
+    """Each file's `KernelPass`, or its input error: one file's error never stops the others.
+
+    Small files of one header are read as one table keyed by file index, and grouped, counted and classified
+    by one query each: a polars query has a fixed cost that dominates files of a few hundred kB, and here it is
+    paid once for the files, not once per file. A file that cannot be read that way — big (cached, or
+    streamed), a header the reader refuses, a cell the fast reader refuses, a quoted line break, no data rows —
+    is read alone (`_reduce_alone`), which also words any error: reading files together never changes what a
+    file reads as or what is said about it."""
+    rules = pack.rules_for("ascend")
+    out: list[KernelPass | ProfanInputError | None] = [None] * len(files)
+    for part in _together(files):
+        for k, kp in _reduce_same_header([kf for _, kf, _ in part], rules, files[part[0][0]].timed).items():
+            out[part[k][0]] = kp
+    return [kp if kp is not None else _reduce_alone(f, rules) for f, kp in zip(files, out, strict=True)]
+
+
+_Member = tuple[int, ascend_kernels.KernelFile, int]  # (index in the request list, file, bytes)
+
+
+def _together(files: list[KernelRequest]) -> list[list[_Member]]:
+    """The small files that may be read together: of one header and one ``timed``, in runs of at most
+    `BATCH_BYTES` of text (a run of files just under `CACHE_BYTES` stays bounded by the cap, not the count)."""
+    same: dict[tuple, list[_Member]] = {}
+    for i, f in enumerate(files):
+        try:
+            size = f.path.stat().st_size
+            if size >= CACHE_BYTES or size > ascend_kernels.IN_MEMORY_BYTES:
+                continue
+            kf = ascend_kernels.inspect(f.path)
+            check_lines(f.path)  # a file the CSV reader must not see is refused by `_reduce_alone`
+        except (OSError, ProfanInputError):
+            continue
+        same.setdefault((tuple(kf.header), f.timed), []).append((i, kf, size))
+    parts: list[list[_Member]] = []
+    for members in same.values():
+        parts.append([])
+        held = 0
+        for m in members:
+            if parts[-1] and held + m[2] > BATCH_BYTES:
+                parts.append([])
+                held = 0
+            parts[-1].append(m)
+            held += m[2]
+    return parts
+
+
+def _reduce_alone(f: KernelRequest, rules: list) -> KernelPass | ProfanInputError:
+    """`_reduce_one`, its input error as the value; a file polars cannot parse at all is one too."""
+    try:
+        return _reduce_one(f, rules)
+    except ProfanInputError as exc:
+        return exc
+    except pl.exceptions.PolarsError as exc:  # malformed beyond what the tolerant reader accepts
+        first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
+        return ProfanInputError(f.path, f"cannot be parsed as CSV ({first})")
+
+
+def _reduce_one(f: KernelRequest, rules: list) -> KernelPass:
+    """One file read on its own, as any file can be. The groups of a big file are cached (before classification,
+    so a changed rule pack never meets a stale verdict): analysing it again — ``profan evidence DIR F3``, an
+    agent's follow-up question — skips the pass."""
+    kf = ascend_kernels.inspect(f.path)
+    size = f.path.stat().st_size
+    starts = f.starts or size <= ascend_kernels.IN_MEMORY_BYTES  # in memory the starts cost next to nothing
     rows = None
     if size >= CACHE_BYTES:
         from profan.cache import cached_table
 
         # the rows a group sums depend on the duration bound: a changed bound is another table
         kind = f"{'kernel_groups+starts' if starts else 'kernel_groups'}/dur<={limits.active().max_duration_us}"
-        groups, counts, _ = cached_table(path, kind, lambda: _reduce_file(kf, starts)[:2])
+        groups, counts, _ = cached_table(f.path, kind, lambda: _reduce_file(kf, starts)[:2])
     else:
-        groups, counts, rows = _reduce_file(kf, starts, timed)
+        groups, counts, rows = _reduce_file(kf, starts, f.timed)
     # one order for the same input: a hash grouping's order varies from run to run, and with it the order of
     # every later float sum — enough to swap two kernels of equal time in a ranking
-    groups = _classify_distinct(groups, pack.rules_for(rules_for)).sort(KEYS, nulls_last=True)
+    groups = _classify_distinct(groups, rules).sort(KEYS, nulls_last=True)
     return KernelPass(groups, {"rows": counts["rows"], "skipped": counts["skipped"]}, kf.variant,
                       kf.has_pipe_ratios, None if rows is None else ascend_kernels.timed_rows(kf, rows))
 
 
-def reduce_kernel_batch(paths: list[Path], pack: RulePack, rules_for: str = "ascend", *, timed: bool = False
-                        ) -> list[KernelPass | None]:
-    """`reduce_kernels` of many small files at once: for each path its `KernelPass`, or None where the file must
-    take the one-file path (big, alone with its header, a header the reader refuses, a cell the fast reader
-    refuses, a quoted line break, no data rows) — which then also words any error, so a batch never changes
-    what a file reads as or what is said about it.
-
-    Files of one header are read as one table keyed by file index and grouped, counted and classified by one
-    query each: the fixed cost of a polars query (~0.1–0.3 ms) is paid once per batch, not once per file.
-    Every group and row is computed as `reduce_kernels` computes it for the file alone."""
-    out: list[KernelPass | None] = [None] * len(paths)
-    by_header: dict[tuple[str, ...], list[tuple[int, ascend_kernels.KernelFile, int]]] = {}
-    for i, path in enumerate(paths):
-        try:
-            size = path.stat().st_size
-            if size >= CACHE_BYTES:
-                continue
-            kf = ascend_kernels.inspect(path)
-            check_lines(path)  # a file the CSV reader must not see is refused by the one-file way
-        except (OSError, ProfanInputError):
-            continue
-        by_header.setdefault(tuple(kf.header), []).append((i, kf, size))
-    rules = pack.rules_for(rules_for)
-    for members in (part for same in by_header.values() for part in _by_bytes(same)):
-        if len(members) > 1:
-            for i, kp in _reduce_same_header([kf for _, kf, _ in members], rules, timed).items():
-                out[members[i][0]] = kp
-    return out
-
-
-BATCH_BYTES = 64 << 20  # kernel text one batched query holds in memory at once
-
-
-def _by_bytes(members: list[tuple[int, ascend_kernels.KernelFile, int]]
-              ) -> list[list[tuple[int, ascend_kernels.KernelFile, int]]]:
-    """``members`` (index, file, bytes) in runs of at most `BATCH_BYTES` of files, in order: a batch of many
-    files just under `CACHE_BYTES` is read in parts, so memory stays bounded by the cap, not by the batch."""
-    parts: list[list[tuple[int, ascend_kernels.KernelFile, int]]] = [[]]
-    held = 0
-    for m in members:
-        if parts[-1] and held + m[2] > BATCH_BYTES:
-            parts.append([])
-            held = 0
-        parts[-1].append(m)
-        held += m[2]
-    return parts
-
-
 def _reduce_same_header(kfs: list[ascend_kernels.KernelFile], rules: list, timed: bool) -> dict[int, KernelPass]:
-    """`reduce_kernel_batch` for small files of one header: {index in ``kfs``: KernelPass} of those that need
-    nothing the batch cannot give (see there). Any cell polars refuses — the fast reader's numbers, a step id
-    that is no integer — sends every file of the batch the one-file way, which reads it or words the error."""
+    """Small files of one header read as one table: {index in ``kfs``: KernelPass} of the files that need nothing
+    more (one line per record, at least one row); the others are left to `_reduce_alone`. Any cell polars
+    refuses — the fast reader's numbers, a step id that is no integer — leaves every file of the run to it."""
     try:
         return _reduce_same_header_rows(kfs, rules, timed)
     except pl.exceptions.PolarsError:
@@ -263,8 +281,8 @@ def _reduce_same_header_rows(kfs: list[ascend_kernels.KernelFile], rules: list, 
     groups, counts = _group_rows(rows.lazy(), kf, pipes, exact=True, starts=True, by=by)
     n_rows = dict(zip(counts["_f"].to_list(), counts["rows"].to_list(), strict=True))
     bad = dict(zip(counts["_f"].to_list(), counts["bad"].to_list(), strict=True))
-    # one line per record (else src_line is not the physical line) and at least one row: what the batch can do;
-    # the other files' groups are dropped below, and each of those files takes the one-file way
+    # one line per record (else src_line is not the physical line) and at least one row: what reading files
+    # together can do; the other files' groups are dropped below, and each of them is read alone
     ok = [i for i, k in enumerate(kfs) if n_rows.get(i, 0) and count_lines(k.path) == n_rows[i] + 1]
     if not ok:
         return {}
@@ -273,7 +291,7 @@ def _reduce_same_header_rows(kfs: list[ascend_kernels.KernelFile], rules: list, 
     groups = _classify_distinct(groups, rules).sort(["_f", *KEYS], nulls_last=True)
     parts = groups.partition_by("_f", as_dict=True, include_key=False, maintain_order=True)
     empty = groups.clear().drop("_f")
-    times = {}
+    times: dict = {}
     if timed:
         t = ascend_kernels.timed_rows(kf, rows, by)
         times = t.partition_by("_f", as_dict=True, include_key=False, maintain_order=True)

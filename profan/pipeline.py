@@ -4,26 +4,38 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable
-from concurrent.futures import Future, ThreadPoolExecutor
 from pathlib import Path
 
 import polars as pl
 
 from profan import limits, trust
-from profan.analyses import breakdown as bd
-from profan.analyses import comm_section, crossrank, imbalance, reconcile, steps, trace_steps
-from profan.analyses.rank_section import rank_sections
+from profan.analyses import comm_section, crossrank, rank_section, reconcile, steps, trace_steps
+from profan.analyses.contract import Analysis, Job, run_analyses
 from profan.discover import base_dir, discover
 from profan.evidence import file_sizes
-from profan.findings import Finding, number_findings
+from profan.findings import number_findings
 from profan.hardware import Hardware
 from profan.hardware import load as load_hardware
-from profan.parallel import load_ranks
-from profan.rankmap import RankData
+from profan.rankmap import RankData, load_ranks
 from profan.report import Report
 from profan.rulepack import RulePack, load
 
 Progress = Callable[[str], None]
+
+# The analyses of a report, in the order their tables, findings and notes are merged (`analyses.contract`). An
+# analysis reads the job's inputs and what it declares of the ones above it; adding one is one line here.
+ANALYSES: tuple[Analysis, ...] = (
+    Analysis("breakdown", rank_section.breakdown_section),
+    Analysis("steps", steps.section),
+    Analysis("kernels", rank_section.kernel_section),
+    Analysis("communication ops", rank_section.comm_ops_section),
+    Analysis("op statistic", reconcile.section),
+    Analysis("communication", comm_section.section, reads=("communication",)),
+    # needs nothing the others compute: runs in a thread beside them, and is a cluster's largest analysis
+    Analysis("cross-rank", crossrank.section, own_thread=True),
+    Analysis("traces", trace_steps.section),
+    Analysis("not assessed", rank_section.unassessed_section),
+)
 
 
 def analyze(path: str | Path, *, rules: list[str | Path] | None = None, progress: Progress | None = None,
@@ -53,56 +65,24 @@ def analyze(path: str | Path, *, rules: list[str | Path] | None = None, progress
 
 def build_report(ranks: list[RankData], pack: RulePack, *, root: Path, fmt: str, warnings: list[str],
                  notes: list[str], hardware: Hardware | None = None) -> Report:
-    """The reduce: pure analyses over the per-rank results."""
-    step_tab = steps.step_table(ranks)
-    # the cross-rank section needs nothing the others compute: it runs in a thread beside them — polars releases
-    # the GIL, so a cluster's largest section uses the second core while this thread does the rest
-    pool = ThreadPoolExecutor(max_workers=1)
-    try:
-        cross = pool.submit(crossrank.cross_rank_section, ranks, step_tab, pack)
-        return _report(ranks, pack, step_tab, cross, root=root, fmt=fmt, warnings=warnings, notes=notes,
-                       hardware=hardware)
-    finally:
-        pool.shutdown(wait=True, cancel_futures=True)
-
-
-def _report(ranks: list[RankData], pack: RulePack, step_tab: pl.DataFrame, cross: Future, *, root: Path, fmt: str,
-            warnings: list[str], notes: list[str], hardware: Hardware | None) -> Report:
-    """`build_report` once the cross-rank section is under way (``cross``: its future)."""
+    """The reduce: the analyses over the per-rank results, and the report around their merged sections."""
     from profan import __version__
 
-    per_rank, rank_findings = rank_sections(ranks, pack)
-    breakdown, bound_tab, comm_tab = per_rank["breakdown"], per_rank["boundness"], per_rank["communication"]
-    findings = [
-        *rank_findings["step_breakdown"],
-        *rank_findings["coverage"],
-        *steps.share_findings(step_tab, pack),
-        *steps.reconcile_findings(ranks, step_tab, pack),
-        *imbalance.imbalance_findings(ranks, step_tab, pack),
-        *rank_findings["boundness"],
-        *rank_findings["transit"],
-    ]
     hw = hardware or load_hardware()
-    comm_tables, comm_findings, comm_notes = comm_section.communication_section(ranks, step_tab, comm_tab, pack, hw)
-    findings += comm_findings
-    opstat_tab = reconcile.op_statistic_table(ranks)
-    opstat_findings, opstat_notes = reconcile.op_statistic_findings(opstat_tab, pack)
-    findings += opstat_findings
-    xr_tables, xr_findings, xr_notes = cross.result()
-    findings += xr_findings
-    tr_tables, tr_findings, tr_notes = trace_steps.trace_section(ranks, pack)
-    findings += tr_findings
-    findings = _drop_superseded(findings)
+    merged = run_analyses(ANALYSES, Job(ranks=ranks, pack=pack, hardware=hw, steps=steps.step_table(ranks)))
     all_warnings = [*warnings, *_other_jobs(ranks, pack)]
     for r in ranks:
         all_warnings += [f"rank {r.rank}: {w}" for w in r.warnings]
-    notes = [*notes, *opstat_notes, *comm_notes, *xr_notes, *tr_notes]
-    no_pipes = [r for r in ranks if r.groups is not None and not r.has_pipe_ratios and r.kernel_locator == "lines"]
-    if no_pipes:
-        notes.append("kernel boundness not assessed for ranks whose kernel_details.csv has no PipeUtilization "
-                     "ratios: " + ", ".join(str(r.rank) for r in no_pipes))
-    if not any(r.groups is not None for r in ranks):
-        notes.append("no kernel_details.csv / op_summary found: no per-kernel breakdown")
+    tables = {k: v for k, v in merged.tables.items() if isinstance(v, pl.DataFrame) and not v.is_empty()}
+    return Report(source=_source(ranks, root, fmt), findings=number_findings(merged.findings), tables=tables,
+                  warnings=all_warnings, notes=[*notes, *merged.notes],
+                  meta={"profan": __version__, "rule_files": pack.files, "hardware_files": hw.files},
+                  read_root=root.resolve())
+
+
+def _source(ranks: list[RankData], root: Path, fmt: str) -> dict:
+    """What was read: the root, each rank's folder and files, and the files' sizes sealed with the root (so
+    `profan evidence` can tell an edited report or a changed file)."""
     source = {
         "root": str(root),
         "root_abs": str(root.resolve()),
@@ -113,15 +93,7 @@ def _report(ranks: list[RankData], pack: RulePack, step_tab: pl.DataFrame, cross
         "file_bytes": file_sizes(base_dir(root), {f for r in ranks for f in r.files.values()}),
     }
     source["root_seal"] = trust.seal(source["root_abs"], source["file_bytes"])
-    over_steps = bd.breakdown_over_steps(breakdown, pack.check("step-breakdown")["table_steps_max"])
-    tables = {"breakdown": breakdown, "breakdown_all_steps": over_steps, "steps": step_tab,
-              "top_kernels": per_rank["top_kernels"],
-              "boundness": bound_tab, "communication": comm_tab, "op_statistic_check": opstat_tab,
-              **comm_tables, **xr_tables, **tr_tables}
-    tables = {k: v for k, v in tables.items() if isinstance(v, pl.DataFrame) and not v.is_empty()}
-    return Report(source=source, findings=number_findings(findings), tables=tables, warnings=all_warnings,
-                  notes=notes, meta={"profan": __version__, "rule_files": pack.files,
-                                      "hardware_files": hw.files}, read_root=root.resolve())
+    return source
 
 
 def _other_jobs(ranks: list[RankData], pack: RulePack) -> list[str]:
@@ -153,10 +125,3 @@ def _span(seconds: float) -> str:
         if seconds >= size:
             return f"{seconds / size:,.1f} {unit}"
     return f"{seconds:.0f} s"
-
-
-def _drop_superseded(findings: list[Finding]) -> list[Finding]:
-    """Where communication.json splits a step's exposed communication into transfer and waiting, that finding
-    says everything the plain step_trace one does and more: keep one finding per rank and step, not two."""
-    split = {(f.rank, f.step) for f in findings if f.check == "comm-exposed-split"}
-    return [f for f in findings if not (f.check == "exposed-communication" and (f.rank, f.step) in split)]

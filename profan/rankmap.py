@@ -1,20 +1,29 @@
-"""Per-rank work: read one rank's sources and reduce them to small tables.
+"""Per-rank work: read ranks' sources and reduce each rank to small tables.
 
 This is the *map* of the pipeline. Its result (`RankData`) is small — distinct kernels per step, the rank's
-step_trace rows, its communication ops — so ranks can be reduced in parallel processes (or on other machines) and
-only these results travel. Nothing here formats text for a report; analyses work on `RankData` only.
+step_trace rows, its communication ops — so ranks can be reduced in other processes (or on other machines, behind
+`profan.parallel.Executor`) and only these results travel. There is one path: ranks are read in batches
+(`read_ranks`; one rank is a batch of one), as the steps that cost mostly per-query overhead on a small rank — the
+kernel pass, the link totals, the collectives — then run once for the batch. Nothing here formats text for a
+report; analyses work on `RankData` only.
 """
 
 from __future__ import annotations
 
+import os
+from collections.abc import Callable
+from contextlib import closing
 from dataclasses import dataclass, field
+from functools import partial
 from pathlib import Path
 
 import polars as pl
 
+from profan import limits, parallel
+from profan.collectives import AscendRank, ascend_collectives, kineto_collectives
 from profan.discover import RankSource, relpath
 from profan.errors import ProfanInputError
-from profan.kernel_pass import KernelPass, reduce_kernel_batch, reduce_kernels
+from profan.kernel_pass import KernelPass, KernelRequest, reduce_kernel_files
 from profan.rulepack import RulePack
 from profan.sources import (
     ascend_comm,
@@ -71,26 +80,127 @@ class RankData:
             self.warnings.append(f"{self.files[logical]}: {empty}")
 
 
-def load_ranks_batch(sources: list[RankSource], root: Path, pack: RulePack, *, peers: bool = True
-                     ) -> list[RankData | ProfanInputError]:
-    """`load_rank` of each source, with the steps that cost mostly per-query overhead on a small rank computed for
-    the batch at once: the kernel pass of small kernel files (`reduce_kernel_batch`), the collectives and their
-    windows (`ascend_collectives_batch`) and the link totals (`ascend_matrix.rank_link_totals`). Each rank's
-    result equals `load_rank` on it alone. A rank's input error is its entry in the list: the other ranks are
-    still read, and the caller decides which error to report."""
-    with_kernels = [i for i, rs in enumerate(sources) if "kernel_details" in rs.files]
-    passes: list[KernelPass | None] = [None] * len(sources)
-    for want_timed in (True, False):  # a pass keeps the timed rows or not: one batch for each
-        same = [i for i in with_kernels if _wants_timed(sources[i], peers) == want_timed]
-        if len(same) > 1:
-            made = reduce_kernel_batch([sources[i].files["kernel_details"] for i in same], pack, timed=want_timed)
-            for i, kp in zip(same, made, strict=True):
-                passes[i] = kp
+BATCH = 16  # ranks read as one batch at most: the steps that cost mostly per-query overhead run once for them
+
+
+def load_ranks(sources: list[RankSource], root: Path, pack: RulePack, jobs: int | None = None,
+               say: Callable[[str], None] | None = None) -> list[RankData]:
+    """RankData of every rank source, in the given order: batches of ranks mapped by an executor
+    (`profan.parallel`) in this process or over ``jobs`` processes (`resolve_jobs`). Either way the error
+    reported is the first failing rank's in order, as reading one rank after the other reports it."""
+    say = say or (lambda _m: None)
+    n = len(sources)
+    jobs = resolve_jobs(jobs, n, work_bytes(sources))
+    if jobs > 1:
+        say(f"reading {n} ranks in {jobs} processes")
+    # over processes, about four batches each: enough for them to share the ranks out as they go
+    size = BATCH if jobs == 1 else max(1, min(BATCH, n // (4 * jobs)))
+    batches = [sources[i:i + size] for i in range(0, n, size)]
+    read = partial(read_batch, root=root, pack=pack, peers=n > 1)
+    out: list[RankData] = []
+    with closing(parallel.executor(jobs).map(read, batches)) as results:
+        for got in results:
+            for r in got:
+                if isinstance(r, Failure):
+                    raise ProfanInputError(r.path, r.problem)
+                out.append(r)
+                say(f"[{len(out)}/{n}] read rank {r.rank}")
+    return out
+
+
+AUTO_MIN_RANKS = 4  # the automatic choice: processes for at least this many ranks …
+AUTO_MIN_BYTES = 32 << 20  # … holding at least this much to parse: below, a worker's start costs what it saves
+
+
+def resolve_jobs(jobs: int | None, n_ranks: int, n_bytes: int = 0) -> int:
+    """``jobs``: 1 = in this process, N = N processes, 0 = automatic: one per core for `AUTO_MIN_RANKS` ranks or
+    more holding `AUTO_MIN_BYTES` (``n_bytes``, `work_bytes`) or more (bench/README.md has the measurements).
+    ``None`` takes ``PROFAN_JOBS`` from the environment, else 1: spawned workers re-import the caller's main
+    module, so a library call must not start processes unless asked (a script without a ``__main__`` guard
+    would run its analysis again in every worker)."""
+    if jobs is None:
+        try:
+            jobs = int(os.environ.get("PROFAN_JOBS", "1"))
+        except ValueError:
+            jobs = 1
+    if jobs <= 0:
+        jobs = _cores() if n_ranks >= AUTO_MIN_RANKS and n_bytes >= AUTO_MIN_BYTES else 1
+    return max(1, min(jobs, n_ranks))
+
+
+def _cores() -> int:
+    return len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1)
+
+
+GZ_FACTOR = 8  # a .gz trace parses as about this many bytes of JSON per byte on disk
+
+
+def work_bytes(sources: list[RankSource]) -> int:
+    """The bytes the rank sources' files hold to parse (a .gz file counted `GZ_FACTOR` times): what the automatic
+    choice of processes weighs, as a rank's read costs about its bytes."""
+    total = 0
+    for rs in sources:
+        for p in rs.files.values():
+            try:
+                size = os.stat(p).st_size
+            except (OSError, TypeError, ValueError):
+                continue
+            total += size * GZ_FACTOR if str(p).endswith(".gz") else size
+    return total
+
+
+@dataclass
+class Failure:
+    """A rank's input error as a value that crosses a process boundary (`ProfanInputError` does not pickle)."""
+
+    path: str | None
+    problem: str
+
+
+def read_batch(sources: list[RankSource], root: Path, pack: RulePack, peers: bool) -> list[RankData | Failure]:
+    """The executor's task: `read_ranks` of a batch, input errors as `Failure`, up to the first failing rank.
+
+    Should the batch fail as a whole — a fault a step computed for the batch did not expect, in some rank — its
+    ranks are read again one at a time, in order, up to the first failing one: that rank's own error is the one
+    reported, as reading one rank after the other reports it."""
+    limits.use(pack.limits)  # a spawned worker starts with the defaults
+    try:
+        got = read_ranks(sources, root, pack, peers=peers)
+    except Exception:
+        if len(sources) == 1:
+            raise
+        got = []
+        for rs in sources:  # a rank that causes it again raises it here, in order
+            try:
+                got += read_ranks([rs], root, pack, peers=peers)
+            except ProfanInputError as exc:
+                got.append(exc)
+            if isinstance(got[-1], ProfanInputError):
+                break
+    out: list[RankData | Failure] = []
+    for r in got:
+        if isinstance(r, ProfanInputError):
+            return [*out, Failure(r.path, r.problem)]
+        out.append(r)
+    return out
+
+
+def read_ranks(sources: list[RankSource], root: Path, pack: RulePack, *, peers: bool = True
+               ) -> list[RankData | ProfanInputError]:
+    """Read everything profan uses from each rank (one rank is a batch of one). A rank's input error is its
+    entry in the list: the other ranks are still read, and the caller decides which error to report.
+
+    The steps that cost mostly per-query overhead on a small rank run for the batch at once: the kernel pass
+    (`reduce_kernel_files`), the link totals (`ascend_matrix.rank_link_totals`) and the Ascend collectives with
+    their windows (`ascend_collectives`). ``peers``: other ranks are analysed with these. Only then are the
+    collectives and their pre-collective windows read — they serve cross-rank alignment alone, and on a big
+    kernel file the windows cost a second pass."""
+    kernels = _kernel_passes(sources, pack, peers)
     out: list[RankData | ProfanInputError] = []
     later: dict[int, _Later] = {}
-    for i, (rs, kp) in enumerate(zip(sources, passes, strict=True)):
+    for i, rs in enumerate(sources):
         try:
-            rd, later[i] = _read_rank(rs, root, pack, peers, kp)
+            rd, later[i] = _read_rank(rs, root, pack, peers, kernels[i])
             out.append(rd)
         except ProfanInputError as exc:
             out.append(exc)
@@ -98,69 +208,75 @@ def load_ranks_batch(sources: list[RankSource], root: Path, pack: RulePack, *, p
     totals = ascend_matrix.rank_link_totals([(later[i].links, out[i].metadata) for i in with_links])
     for i, t in zip(with_links, totals, strict=True):
         out[i].comm_links = t
-    if not peers:
-        return out
-    together = [i for i in later if _collectives_batchable(out[i], sources[i], later[i].timed)]
-    if len(together) > 1:
-        from profan.collectives import AscendRank, ascend_collectives_batch
-
-        found = ascend_collectives_batch([AscendRank(later[i].timed, out[i].comm_ops, out[i].files["communication"],
-                                                     out[i].files["kernel_details"], out[i].groups)
-                                          for i in together], pack)
-        for i, (colls, windows) in zip(together, found, strict=True):
-            out[i].collectives, out[i].windows = colls, windows
-    for i in later:
-        if later[i].collectives_due and (i not in together or len(together) == 1):
-            _load_collectives(out[i], sources[i], pack, later[i].timed)
+    due = [i for i in later if later[i].collectives_due]
+    found = ascend_collectives([_ascend_rank(out[i], sources[i], later[i].timed) for i in due], pack)
+    for i, (colls, windows) in zip(due, found, strict=True):
+        out[i].collectives, out[i].windows = colls, windows
     return out
 
 
-def _collectives_batchable(rd: RankData, rs: RankSource, timed: pl.DataFrame | None) -> bool:
-    """The ranks `ascend_collectives_batch` takes: ops from communication.json, kernel rows in memory and few
-    enough to be one slice of the windows' pass (as `ascend_collectives` reads them alone)."""
-    from profan.collectives import BATCH_ROWS
+def _kernel_passes(sources: list[RankSource], pack: RulePack, peers: bool
+                   ) -> list[KernelPass | ProfanInputError | None]:
+    """The kernel pass of each rank that has a kernel file. Its timed rows are kept for an Ascend rank's
+    collectives' windows; without communication.json the collectives take the HCCL rows' starts from the
+    groups, so a streamed file keeps each group's first start."""
+    asked = [i for i, rs in enumerate(sources) if "kernel_details" in rs.files]
+    made = reduce_kernel_files([KernelRequest(sources[i].files["kernel_details"],
+                                              starts=peers and "communication" not in sources[i].files,
+                                              timed=peers and sources[i].kind == "ascend") for i in asked], pack)
+    passes: list[KernelPass | ProfanInputError | None] = [None] * len(sources)
+    for i, kp in zip(asked, made, strict=True):
+        passes[i] = kp
+    return passes
 
-    return (rs.kind == "ascend" and timed is not None and timed.height <= BATCH_ROWS
-            and rd.comm_ops is not None and not rd.comm_ops.is_empty() and "communication" in rd.files
-            and "kernel_details" in rd.files)
 
-
-def _wants_timed(rs: RankSource, peers: bool) -> bool:
-    """Whether the kernel pass keeps the file's timed rows: the collectives' windows of an Ascend rank read them."""
-    return peers and rs.kind == "ascend"
-
-
-def load_rank(rs: RankSource, root: Path, pack: RulePack, *, peers: bool = True,
-              kernels: KernelPass | None = None) -> RankData:
-    """Read everything profan uses from one rank. Input errors propagate as ProfanInputError.
-
-    ``peers``: other ranks are analysed with this one. Only then are the collectives and their pre-collective
-    windows read — they serve cross-rank alignment alone, and on a big kernel file the windows cost a second
-    pass. ``kernels``: the kernel file's pass, already made (`load_ranks_batch`)."""
-    rd, later = _read_rank(rs, root, pack, peers, kernels)
-    if later.links is not None:
-        rd.comm_links = ascend_matrix.rank_link_totals([(later.links, rd.metadata)])[0]
-    if later.collectives_due:
-        _load_collectives(rd, rs, pack, later.timed)
-    return rd
+def _ascend_rank(rd: RankData, rs: RankSource, timed: pl.DataFrame | None) -> AscendRank:
+    return AscendRank(rd.comm_ops, rd.files.get("communication"), rs.files.get("kernel_details"),
+                      rd.files.get("kernel_details"), rd.rows_read.get("kernel_details"), rd.groups, timed)
 
 
 @dataclass
 class _Later:
     """What `_read_rank` read for the steps that run over a batch of ranks: the kernel file's timed rows (when the
     pass kept them) for the collectives, whether those are still to be read (an Ascend rank's, when other ranks
-    are analysed with it), and communication_matrix.json's links, for their totals."""
+    are analysed with it, that has a kernel file or communication.json), and communication_matrix.json's links,
+    for their totals."""
 
     timed: pl.DataFrame | None = None
     links: pl.DataFrame | None = None
     collectives_due: bool = False
 
 
-def _read_rank(rs: RankSource, root: Path, pack: RulePack, peers: bool, kernels: KernelPass | None
-               ) -> tuple[RankData, _Later]:
-    """`load_rank` without the steps a batch computes together (`_Later`)."""
+def _read_rank(rs: RankSource, root: Path, pack: RulePack, peers: bool,
+               kernels: KernelPass | ProfanInputError | None) -> tuple[RankData, _Later]:
+    """One rank's files, but for the steps a batch computes together (`_Later`)."""
     rd = RankData(rank=int(rs.rank or 0), path=relpath(rs.path, root) or ".", kind=rs.kind,
                   rank_origin=rs.rank_origin, files={k: relpath(p, root) for k, p in rs.files.items()})
+    _read_meta(rd, rs)
+    later = _Later(collectives_due=peers and rs.kind == "ascend"
+                   and bool({"kernel_details", "communication"} & set(rs.files)))
+    if isinstance(kernels, ProfanInputError):
+        raise kernels
+    if kernels is not None:
+        rd.groups, rd.kernel_variant, rd.has_pipe_ratios = kernels.groups, kernels.variant, kernels.has_pipe_ratios
+        later.timed = kernels.timed
+        rd.count("kernel_details", kernels.counts["rows"], kernels.counts["skipped"],
+                 "rows whose duration is not a number from 0 to max_duration_us, or whose block dim is text "
+                 "(truncated or misaligned rows)")
+    _read_tables(rd, rs)
+    if "communication_matrix" in rs.files:
+        later.links, n_read, skipped = ascend_matrix.read_for_totals(rs.files["communication_matrix"])
+        rd.count("communication_matrix", n_read + skipped, skipped,
+                 "entries of unexpected shape or holding NaN/Infinity or a time past max_duration_us")
+    if peers and rs.kind == "kineto" and "kineto_trace" in rs.files:
+        # before the trace's own read: the collectives parse and cache the trace, which that read then reports
+        rd.collectives, rd.windows = kineto_collectives(rs.files["kineto_trace"], rd.files["kineto_trace"], pack)
+    _read_traces(rd, rs, pack)
+    return rd, later
+
+
+def _read_meta(rd: RankData, rs: RankSource) -> None:
+    """profiler_info and profiler_metadata: a file that cannot be read is a warning, not the rank's error."""
     if "profiler_info" in rs.files:
         try:
             info = ascend_meta.read_info(rs.files["profiler_info"])
@@ -172,21 +288,10 @@ def _read_rank(rs: RankSource, root: Path, pack: RulePack, peers: bool, kernels:
             rd.metadata = ascend_meta.read_metadata(rs.files["profiler_metadata"])
         except ProfanInputError as exc:
             rd.warnings.append(f"ignored {rd.files['profiler_metadata']}: {exc.problem}")
-    later = _Later()
-    if "kernel_details" in rs.files:
-        try:
-            # without communication.json the collectives take the HCCL rows' starts from the groups
-            starts = peers and "communication" not in rs.files
-            kp = kernels or reduce_kernels(rs.files["kernel_details"], pack, starts=starts,
-                                           timed=_wants_timed(rs, peers))
-        except pl.exceptions.PolarsError as exc:  # malformed beyond what the tolerant reader accepts
-            first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
-            raise ProfanInputError(rs.files["kernel_details"], f"cannot be parsed as CSV ({first})") from None
-        rd.groups, rd.kernel_variant, rd.has_pipe_ratios = kp.groups, kp.variant, kp.has_pipe_ratios
-        later.timed = kp.timed
-        rd.count("kernel_details", kp.counts["rows"], kp.counts["skipped"],
-                 "rows whose duration is not a number from 0 to max_duration_us, or whose block dim is text "
-                 "(truncated or misaligned rows)")
+
+
+def _read_tables(rd: RankData, rs: RankSource) -> None:
+    """op_statistic.csv, step_trace_time.csv and communication.json, with the rows each skipped."""
     if "op_statistic" in rs.files:
         rd.op_stats, skipped = ascend_opstat.read(rs.files["op_statistic"])
         rd.count("op_statistic", rd.op_stats.height + skipped, skipped,
@@ -207,43 +312,19 @@ def _read_rank(rs: RankSource, root: Path, pack: RulePack, peers: bool, kernels:
         if bad_sizes:
             rd.warnings.append(f"{rd.files['communication']}: skipped {bad_sizes} packet-size entries that are not "
                                "[count, ms] pairs of numbers")
-    if "communication_matrix" in rs.files:
-        later.links, n_read, skipped = ascend_matrix.read_for_totals(rs.files["communication_matrix"])
-        rd.count("communication_matrix", n_read + skipped, skipped,
-                 "entries of unexpected shape or holding NaN/Infinity or a time past max_duration_us")
-    if peers and rs.kind == "ascend":
-        later.collectives_due = True  # after the batch's kernel passes (`load_ranks_batch`)
-    elif peers:
-        # before the trace's own read: the collectives parse and cache the trace, which that read then reports
-        _load_collectives(rd, rs, pack)
+
+
+def _read_traces(rd: RankData, rs: RankSource, pack: RulePack) -> None:
+    """A Kineto trace, or an Ascend trace_view.json with its HCCL plane tasks; and the device's platform."""
     if "kineto_trace" in rs.files:
         from profan.sources import kineto
 
         kineto.load_rank_trace(rd, rs.files["kineto_trace"], pack)
     if "trace_view" in rs.files:
-        from profan.sources import trace_view
+        from profan.sources import hccl_tasks, trace_view
 
         trace_view.load_rank_trace(rd, rs.files["trace_view"])
-        from profan.sources import hccl_tasks
-
         rd.trace_tasks = hccl_tasks.plane_tasks(rs.files["trace_view"])
     platform = ascend_device.platform_version(rs.path)
     if platform is not None:
         rd.info["platform_version"] = platform
-    return rd, later
-
-def _load_collectives(rd: RankData, rs: RankSource, pack: RulePack, timed: pl.DataFrame | None = None) -> None:
-    """The rank's communication ops and their pre-collective windows, for cross-rank alignment and stragglers.
-    ``timed``: the kernel file's timed rows when the kernel pass kept them (`KernelPass.timed`)."""
-    from profan.collectives import ascend_collectives
-
-    if rs.kind == "kineto" and "kineto_trace" in rs.files:
-        from profan.collectives import kineto_collectives
-
-        rd.collectives, rd.windows = kineto_collectives(rs.files["kineto_trace"], rd.files["kineto_trace"], pack)
-        return
-    if rs.kind != "ascend" or not ({"kernel_details", "communication"} & set(rs.files)):
-        return
-    rd.collectives, rd.windows = ascend_collectives(
-        rs.files.get("kernel_details"), rd.files.get("kernel_details"), rd.rows_read.get("kernel_details"),
-        rd.comm_ops, rd.files.get("communication"), pack, rd.groups, timed)

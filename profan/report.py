@@ -12,7 +12,7 @@ from typing import Any
 import polars as pl
 
 from profan.evidence import typed
-from profan.findings import Finding
+from profan.findings import SEVERITIES, Finding, Severity
 
 SCHEMA = "profan.report/1"
 
@@ -40,10 +40,9 @@ class Report:
         raise KeyError(fid)
 
     @property
-    def worst_severity(self) -> str | None:
-        order = ("critical", "warning", "info")
+    def worst_severity(self) -> Severity | None:
         sev = {f.severity for f in self.findings}
-        return next((s for s in order if s in sev), None)
+        return next((s for s in SEVERITIES if s in sev), None)
 
     def to_dict(self, *, rows: Callable[[pl.DataFrame], Any] | None = None) -> dict[str, Any]:
         """The ``profan.report/1`` document. ``rows`` turns each table into its JSON value (default `records`:

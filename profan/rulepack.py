@@ -5,6 +5,7 @@ The engine knows nothing about kernels; everything it needs to decide a bucket o
 
 from __future__ import annotations
 
+import functools
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -13,8 +14,11 @@ import polars as pl
 import tomllib
 
 from profan.errors import ProfanInputError
+from profan.findings import SEVERITIES, Severity
 from profan.limits import Limits, defaults
 from profan.paths import rules_dir
+from profan.roles import Roles
+from profan.roles import defaults as default_roles
 
 MATCH_FIELDS = ("op", "name", "type", "core", "context")  # context: the CPU op that launched a GPU kernel (traces)
 
@@ -33,15 +37,38 @@ class BucketRule:
 
 @dataclass(frozen=True)
 class Check:
+    """A diagnostic check of ``rules/checks.toml``: its thresholds (``params``) and the severities of its findings.
+
+    Severities are settings like the thresholds, validated when the pack is loaded: ``severity`` is what the
+    check's findings are where no threshold grades them, ``<case>_severity`` what one case of them is (a table of
+    severities: one per value, e.g. per pipe). Thresholds named ``warning_<x>`` / ``critical_<x>`` grade a finding
+    by their own name (`analyses.common.graded`); a check graded only by them has no ``severity``."""
+
     id: str
     name: str
     detects: str
     why: str
-    params: dict[str, Any]
+    params: dict[str, Any]  # every setting of the check, severities included (as `profan rules` lists them)
     source: str
 
     def __getitem__(self, key: str) -> Any:
         return self.params[key]
+
+    @property
+    def severity(self) -> Severity:
+        if "severity" not in self.params:
+            raise KeyError(f"check {self.id} has no fixed severity: its warning_/critical_ thresholds grade it")
+        return self.params["severity"]
+
+    def severity_for(self, case: str) -> Severity:
+        """The severity of one case of this check's findings (setting ``<case>_severity``)."""
+        return self.params[f"{case}_severity"]
+
+    @property
+    def supersedes(self) -> tuple[str, ...]:
+        """Checks whose finding for a rank and step this check's finding for the same rank and step replaces: it
+        says all they say, and more (`analyses.contract.drop_superseded`)."""
+        return tuple(self.params.get("supersedes", ()))
 
 
 @dataclass
@@ -51,12 +78,17 @@ class RulePack:
     buckets: dict[str, list[str]] = field(default_factory=dict)  # applies_to -> bucket order
     files: list[str] = field(default_factory=list)
     limits: Limits = field(default_factory=defaults)  # rules/limits.toml, a user file's [limits] on top
+    roles: Roles = field(default_factory=default_roles)  # rules/roles.toml, a user file's [roles] on top
 
     def rules_for(self, applies_to: str) -> list[BucketRule]:
         return [r for r in self.rules if r.applies_to in (applies_to, "any")]
 
     def check(self, check_id: str) -> Check:
-        return self.checks[check_id]
+        """The check of that id; an id the pack does not have is a bug in the caller, raised at once."""
+        try:
+            return self.checks[check_id]
+        except KeyError:
+            raise KeyError(f"no check {check_id!r} in the rule pack (rules/checks.toml)") from None
 
     def find(self, ident: str) -> BucketRule | Check | None:
         if ident in self.checks:
@@ -134,6 +166,8 @@ def load(extra: list[Path] | None = None) -> RulePack:
             if not isinstance(doc["limits"], dict):
                 raise ProfanInputError(path, "[limits] must be a table of name = number")
             pack.limits = pack.limits.override(doc["limits"], path)
+        if "roles" in doc:
+            pack.roles = pack.roles.override(doc["roles"], path)
         pack.files.append(str(path))
     builtin: list[BucketRule] = []
     for path in sorted((base / "buckets").glob("*.toml")):
@@ -150,6 +184,7 @@ def load(extra: list[Path] | None = None) -> RulePack:
     if user_checks:
         cid = min(user_checks)
         raise ProfanInputError(pack.checks[cid].source, f"no built-in check {cid!r} to set ('profan rules' lists them)")
+    _check_supersedes(pack)
     pack.files.append("rules/checks.toml")
     pack.rules = user_rules + builtin
     return pack
@@ -171,18 +206,47 @@ def _check_overrides(user: Check, builtin: dict[str, Any]) -> None:
                                                 f"{want!r}, not {str(value)[:40]!r}")
 
 
+@functools.cache
+def builtin_check_ids() -> frozenset[str]:
+    """The ids of rules/checks.toml: every check there can be (a user file only sets their thresholds)."""
+    return frozenset(c["id"] for c in load_toml(rules_dir() / "checks.toml").get("check", []))
+
+
+def _check_severities(path: Path | str, cid: str, params: dict[str, Any]) -> None:
+    """``severity`` and ``<case>_severity`` settings (a severity, or a table of them) name a known severity."""
+    for key, value in params.items():
+        if key != "severity" and not key.endswith("_severity"):
+            continue
+        for v in value.values() if isinstance(value, dict) else [value]:
+            if v not in SEVERITIES:
+                raise ProfanInputError(path, f"check {cid}: {key} must be one of {', '.join(SEVERITIES)}, not "
+                                             f"{str(v)[:40]!r}")
+
+
+def _check_supersedes(pack: RulePack) -> None:
+    """``supersedes`` lists ids of checks of the pack (a misspelt one would silently keep both findings)."""
+    for c in pack.checks.values():
+        wrong = [x for x in c.params.get("supersedes", ()) if x not in pack.checks]
+        if not isinstance(c.params.get("supersedes", []), list) or wrong:
+            raise ProfanInputError(c.source, f"check {c.id}: supersedes must list check ids, not "
+                                             f"{str(wrong or c.params['supersedes'])[:60]}")
+
+
 def _add_check(pack: RulePack, path: Path, c: dict[str, Any], *, override: bool) -> None:
     cid = c.get("id")
     if not isinstance(cid, str) or not cid:
         raise ProfanInputError(path, "a [[check]] entry has no text id")
     params = {k: v for k, v in c.items() if k not in ("id", "name", "detects", "why")}
+    _check_severities(path, cid, params)
     if cid in pack.checks:
         if override:
             raise ProfanInputError(path, f"check {cid} is defined twice")
-        # a user file overrides thresholds of a built-in check; keep the user's params on top
+        # a user file overrides thresholds of a built-in check; keep the user's params on top (a table entry by
+        # entry: setting one transport's or one pipe's value keeps the others)
         existing = pack.checks[cid]
         _check_overrides(existing, params)
-        merged = {**params, **existing.params}
+        merged = {**params, **{k: {**params[k], **v} if isinstance(v, dict) else v
+                               for k, v in existing.params.items()}}
         pack.checks[cid] = Check(cid, c.get("name", cid), c.get("detects", ""), c.get("why", ""), merged,
                                  existing.source)
         return

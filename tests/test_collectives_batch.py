@@ -1,6 +1,6 @@
 """The collectives and pre-collective windows of a batch of ranks, computed as one table keyed by rank
-(`ascend_collectives_batch`), equal each rank computed alone — on the real Qwen3 ranks and on a synthetic cluster
-with a host-gap straggler, a hot expert and a slow link, where the windows and gaps carry the straggler's cause."""
+(`ascend_collectives`) — on the real Qwen3 ranks, checked against their CSV rows, and on a synthetic cluster with a
+host-gap straggler, a hot expert and a slow link, where the windows and gaps carry the straggler's cause."""
 
 from __future__ import annotations
 
@@ -10,45 +10,42 @@ from pathlib import Path
 
 import polars as pl
 import pytest
-from conftest import QWEN3
+from conftest import QWEN3, raw_rows
 from polars.testing import assert_frame_equal
 
 from profan import collectives
 from profan.discover import discover
-from profan.rankmap import RankData, load_rank, load_ranks_batch
+from profan.kernel_pass import KernelRequest, reduce_kernel_files
+from profan.rankmap import RankData, read_ranks
 from profan.rulepack import load
 from profan.synth import generate
 
-TABLES = ("groups", "collectives", "windows", "comm_ops", "comm_links", "steps")
 
-
-def _batched_equals_alone(root, monkeypatch) -> list[RankData]:
+def _read(root, monkeypatch) -> list[RankData]:
+    """All ranks of ``root`` read as one batch; the ranks with kernel rows had their collectives computed
+    together (one `_from_ops` call for more than one rank)."""
     pack = load()
     disc = discover(root)
     calls = []
-    real = collectives.ascend_collectives_batch
-    monkeypatch.setattr(collectives, "ascend_collectives_batch",
-                        lambda ranks, p: calls.append(len(ranks)) or real(ranks, p))
-    got = load_ranks_batch(disc.ranks, disc.root, pack)
-    assert calls and sum(calls) > 1  # the batch path ran, not the one-rank fallback
-    for rs, rd in zip(disc.ranks, got, strict=True):
-        assert isinstance(rd, RankData)
-        alone = load_rank(rs, disc.root, pack)
-        for table in TABLES:
-            mine, theirs = getattr(rd, table), getattr(alone, table)
-            assert (mine is None) == (theirs is None), table
-            if mine is not None:
-                assert_frame_equal(mine, theirs, check_exact=True)
-        assert rd.rows_read == alone.rows_read and rd.warnings == alone.warnings
+    real = collectives._from_ops
+    monkeypatch.setattr(collectives, "_from_ops", lambda ranks, p: calls.append(len(ranks)) or real(ranks, p))
+    got = read_ranks(disc.ranks, disc.root, pack)
+    assert calls and max(calls) > 1
+    assert all(isinstance(rd, RankData) for rd in got)
     return got
 
 
 def test_real_ranks(monkeypatch):
-    got = _batched_equals_alone(QWEN3, monkeypatch)
+    got = _read(QWEN3, monkeypatch)
     # ranks 0 and 2 hold kernel files: their ops carry the kernel rows' lines, and windows exist
     for r in (got[0], got[2]):
-        assert r.collectives["kline"].null_count() < r.collectives.height
+        _, rows = raw_rows(QWEN3 / r.files["kernel_details"])
+        cited = r.collectives.filter(pl.col("kline").is_not_null())
+        assert cited.height > 0
+        for name, kline in cited.select("name", "kline").iter_rows():  # each op's own HCCL row
+            assert rows[kline]["Name"] == name and rows[kline]["Accelerator Core"] == "COMMUNICATION"
         assert r.windows is not None and r.windows.height > 0
+    assert got[1].windows is None and got[1].collectives["kline"].null_count() == got[1].collectives.height
 
 
 @pytest.fixture(scope="module")
@@ -61,7 +58,7 @@ def faulty(tmp_path_factory):
 
 def test_synthetic_cluster_with_faults(faulty, monkeypatch):
     root, _ = faulty
-    got = _batched_equals_alone(root, monkeypatch)
+    got = _read(root, monkeypatch)
     # the injected host gap is in rank 5's windows, as computed by the batch: ~3 ms, the longest gap of the rank
     gaps = {r.rank: r.collectives["gap_us"].max() for r in got}
     assert gaps[5] == pytest.approx(3000.0, rel=0.1)
@@ -70,22 +67,21 @@ def test_synthetic_cluster_with_faults(faulty, monkeypatch):
     assert typical < 1000.0
 
 
-def test_ranks_typed_differently_are_each_computed_alone(faulty):
+def test_ranks_typed_differently_are_computed_apart(faulty):
     """A rank whose tables hold a column in another type (a cache from another version, another source) is not
-    forced into one table: each rank is computed the one-rank way."""
+    forced into one table with the others: it is computed in a part of its own, with the same result."""
     root, _ = faulty
     pack = load()
     disc = discover(root)
-    ranks = [load_rank(rs, disc.root, pack) for rs in disc.ranks[:2]]
-    from profan.kernel_pass import reduce_kernels
-
-    items = []
-    for rs, rd in zip(disc.ranks[:2], ranks, strict=True):
-        kp = reduce_kernels(rs.files["kernel_details"], pack, timed=True)
-        items.append(collectives.AscendRank(kp.timed, rd.comm_ops, rd.files["communication"],
-                                            rd.files["kernel_details"], rd.groups))
+    ranks = read_ranks(disc.ranks[:2], disc.root, pack)
+    passes = reduce_kernel_files([KernelRequest(rs.files["kernel_details"], timed=True) for rs in disc.ranks[:2]],
+                                 pack)
+    items = [collectives.AscendRank(rd.comm_ops, rd.files["communication"], rs.files["kernel_details"],
+                                    rd.files["kernel_details"], None, rd.groups, kp.timed)
+             for rs, rd, kp in zip(disc.ranks[:2], ranks, passes, strict=True)]
     items[1].comm_ops = items[1].comm_ops.with_columns(pl.col("wait_ms").cast(pl.Float32))
-    got = collectives.ascend_collectives_batch(items, pack)
+    assert collectives._parts(items) == [[0], [1]]
+    got = collectives.ascend_collectives(items, pack)
     for (colls, windows), rd in zip(got, ranks, strict=True):
         assert colls.height == rd.collectives.height
         assert_frame_equal(windows, rd.windows, check_exact=True)
@@ -101,9 +97,9 @@ def test_windows_streamed_in_slices_equal_one_pass(rank, monkeypatch):
     pack = load()
     disc = discover(QWEN3)
     rs = disc.ranks[rank]
-    whole = load_rank(rs, disc.root, pack)
+    (whole,) = read_ranks([rs], disc.root, pack)
     monkeypatch.setattr(collectives, "BATCH_ROWS", 500)
-    sliced = load_rank(rs, disc.root, pack)
+    (sliced,) = read_ranks([rs], disc.root, pack)
     _, rows = raw_rows(rs.files["kernel_details"])
     assert whole.windows.height > 0 and len(rows) > 2 * 500  # at least three slices
     cols = ["cid", "op", "name", "bucket", "count", "locs"]
@@ -132,7 +128,7 @@ def test_kernel_files_of_hccl_rows_only(tmp_path, monkeypatch):
     from conftest import run_cli
 
     root = _qwen_copy(tmp_path, lambda lines: [lines[0], *(x for x in lines[1:] if ",COMMUNICATION," in x)])
-    got = _batched_equals_alone(root, monkeypatch)
+    got = _read(root, monkeypatch)
     assert all(r.windows is None for r in got)
     assert got[0].collectives["kline"].null_count() < got[0].collectives.height  # the HCCL rows are there
     res = run_cli("analyze", str(root), "-f", "json", "-q", "-j", "1")
@@ -160,7 +156,7 @@ def test_a_cell_polars_refuses_in_a_batch_is_that_rank_s_one_line_error(tmp_path
     f.write_text("".join(inf_step(f.read_text().splitlines(keepends=True))))
     pack = load()
     disc = discover(root)
-    got = load_ranks_batch(disc.ranks, disc.root, pack)
+    got = read_ranks(disc.ranks, disc.root, pack)
     assert [type(g).__name__ for g in got] == ["RankData", "RankData", "ProfanInputError", "RankData"]
     assert "cannot be parsed as CSV" in got[2].problem and "Step Id" in got[2].problem
     assert_one_line_error(run_cli("analyze", str(root), "-j", "1"), "rank_2_ascend_pt", "kernel_details.csv",

@@ -12,6 +12,7 @@ import pytest
 from conftest import FIXTURES
 
 from profan.analyses import comm_section, nccl
+from profan.analyses.contract import Job
 from profan.hardware import load as load_hardware
 from profan.rulepack import load
 
@@ -108,8 +109,8 @@ def test_kineto_rank_gets_the_nccl_table_and_findings(trace, kernels):
                   files={"kineto_trace": "nccl_data.json.gz"}, info={"device": trace["deviceProperties"][0]["name"]})
     cpu_side = kernels.head(3).with_columns(pl.lit("cpu_op").alias("source"))  # record_param_comms twins: skipped
     rd.trace_comm = pl.concat([kernels.with_columns(pl.lit("kernel").alias("source")), cpu_side])
-    tables, findings, _ = comm_section.communication_section([rd], pl.DataFrame(), pl.DataFrame(), load(),
-                                                          load_hardware())
+    sec = comm_section.section(Job([rd], load(), load_hardware(), tables={"communication": pl.DataFrame()}))
+    tables, findings = sec.tables, sec.findings
     t = tables["comm_nccl"]
     assert t.height == 21 and set(t["rank"].to_list()) == {0}
     row = t.filter(pl.col("event_idx") == 16818).row(0, named=True)
@@ -141,8 +142,8 @@ def test_two_ranks_use_the_last_arrivals_duration(trace, kernels):
                       files={"kineto_trace": f"r{rank}/t.json"}, info={"device": trace["deviceProperties"][0]["name"]})
         rd.trace_comm, rd.collectives = k, colls
         ranks.append(rd)
-    tables, findings, _ = comm_section.communication_section(ranks, pl.DataFrame(), pl.DataFrame(), load(),
-                                                          load_hardware())
+    sec = comm_section.section(Job(ranks, load(), load_hardware(), tables={"communication": pl.DataFrame()}))
+    tables, findings = sec.tables, sec.findings
     t = tables["comm_nccl"].filter(pl.col("event_idx") == 16818)
     r0, r1 = t.sort("rank").iter_rows(named=True)
     assert r0["ranks_aligned"] == r1["ranks_aligned"] == 2

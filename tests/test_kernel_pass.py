@@ -1,5 +1,6 @@
-"""Small kernel files reduced together (`reduce_kernel_batch`) give each file what it gives read alone, and any
-file the batch cannot take goes the one-file way — on the real files and on copies of them broken on purpose."""
+"""The kernel pass of a batch of files (`reduce_kernel_files`): small files of one header are read together and any
+file that cannot be is read alone — on the real files and on copies of them broken on purpose, checked against
+the rows of the CSV files."""
 
 from __future__ import annotations
 
@@ -11,10 +12,11 @@ import pytest
 from conftest import ASCEND, QWEN3, fnum, raw_rows
 from polars.testing import assert_frame_equal
 
+from profan import kernel_pass
 from profan.discover import discover
 from profan.errors import ProfanInputError
-from profan.kernel_pass import reduce_kernel_batch, reduce_kernels
-from profan.rankmap import RankData, load_rank, load_ranks_batch
+from profan.kernel_pass import KernelPass, KernelRequest, reduce_kernel_files
+from profan.rankmap import RankData, read_ranks
 from profan.rulepack import load
 
 OUT = "ASCEND_PROFILER_OUTPUT/kernel_details.csv"
@@ -23,24 +25,33 @@ ALEXNET = ASCEND / "msinsight-alexnet-2rank-2025" / "level2"
 GPT3 = ASCEND / "msinsight-gpt3-2rank-2023"
 
 
-def _same(batched, alone) -> None:
-    assert batched is not None
-    assert_frame_equal(batched.groups, alone.groups, check_exact=True)
-    assert batched.counts == alone.counts
-    assert (batched.variant, batched.has_pipe_ratios) == (alone.variant, alone.has_pipe_ratios)
-    if alone.timed is None:
-        assert batched.timed is None
-    else:
-        assert_frame_equal(batched.timed, alone.timed, check_exact=True)
+def _spy(monkeypatch, name: str) -> list[list[str]]:
+    """The file names each call of ``kernel_pass.<name>`` read (a list of files, or one request)."""
+    calls: list[list[str]] = []
+    real = getattr(kernel_pass, name)
+
+    def spy(first, *args):
+        calls.append([k.path.name for k in first] if isinstance(first, list) else [first.path.name])
+        return real(first, *args)
+
+    monkeypatch.setattr(kernel_pass, name, spy)
+    return calls
 
 
 @pytest.mark.parametrize("timed", [True, False])
-def test_batch_equals_each_file_alone_on_real_ranks(timed):
+def test_files_of_two_headers_on_real_ranks(timed, monkeypatch):
     pack = load()
-    files = [*QWEN_FILES, *(ALEXNET / f"rank{r}_ascend_pt" / OUT for r in range(2))]  # two headers in one batch
-    got = reduce_kernel_batch(files, pack, timed=timed)
+    files = [*QWEN_FILES, *(ALEXNET / f"rank{r}_ascend_pt" / OUT for r in range(2))]
+    together = _spy(monkeypatch, "_reduce_same_header")
+    got = reduce_kernel_files([KernelRequest(f, timed=timed) for f in files], pack)
+    assert len(together) == 2 and all(len(c) == 2 for c in together)  # one query per header
     for path, kp in zip(files, got, strict=True):
-        _same(kp, reduce_kernels(path, pack, timed=timed))
+        _, rows = raw_rows(path)
+        assert isinstance(kp, KernelPass) and kp.counts == {"rows": len(rows), "skipped": 0}
+        assert kp.groups["count"].sum() == len(rows)
+        assert (kp.timed is not None) == timed
+        if timed:
+            assert sorted(kp.timed["loc"].to_list()) == sorted(rows)
     # the values themselves, against the CSV: Qwen3 rank 2: communication time and its longest kernel's line
     _, rows = raw_rows(QWEN_FILES[1])
     g = got[1].groups
@@ -49,13 +60,12 @@ def test_batch_equals_each_file_alone_on_real_ranks(timed):
     top = g.sort("max_us", descending=True).row(0, named=True)
     assert fnum(rows[top["lines"][0]]["Duration(us)"]) == pytest.approx(top["max_us"])
     assert rows[top["lines"][0]]["Name"] == top["name"]
-    assert got[1].counts == {"rows": len(rows), "skipped": 0}
 
 
-def test_files_the_batch_cannot_take_go_alone(tmp_path):
-    """A quoted line break, a header-only file, a text number (gpt3's real misaligned row), a lone header."""
+def test_files_that_cannot_be_read_together_are_read_alone(tmp_path, monkeypatch):
+    """A quoted line break, a header-only file, a text number (gpt3's real misaligned row)."""
     pack = load()
-    a, b = (shutil.copy(QWEN_FILES[i], tmp_path / f"k{i}.csv") for i in range(2))
+    a, b = (Path(shutil.copy(QWEN_FILES[i], tmp_path / f"k{i}.csv")) for i in range(2))
     multi = tmp_path / "multi.csv"
     lines = QWEN_FILES[1].read_text().splitlines(keepends=True)
     header = lines[0].split(",")
@@ -65,20 +75,20 @@ def test_files_the_batch_cannot_take_go_alone(tmp_path):
     multi.write_text(lines[0] + ",".join(cells) + "".join(lines[2:]))
     empty = tmp_path / "empty.csv"
     empty.write_text(lines[0])
-    lone = ALEXNET / "rank0_ascend_pt" / OUT
-    files = [Path(a), multi, empty, Path(b), lone]
-    got = reduce_kernel_batch(files, pack, timed=True)
-    assert [kp is not None for kp in got] == [True, False, False, True, False]
-    for i in (0, 3):
-        _same(got[i], reduce_kernels(files[i], pack, timed=True))
-    alone = reduce_kernels(multi, pack, timed=True)  # the one-file way finds the true lines
-    assert alone.timed.filter(pl.col("name") == "two\nlines")["loc"].to_list() == [2]
-    assert alone.timed["loc"].max() == len(lines) + 1
-    # gpt3 rank 0 has a row one field short ("NO" in Mix Block Dim): the fast reader refuses it, so the whole
-    # header group goes alone, and the row is still counted as skipped
-    gpt = [GPT3 / f"test_rank_{r}" / OUT for r in range(2)]
-    assert reduce_kernel_batch(gpt, pack) == [None, None]
-    assert reduce_kernels(gpt[0], pack).counts["skipped"] == 1
+    alone = _spy(monkeypatch, "_reduce_alone")
+    got = reduce_kernel_files([KernelRequest(f, timed=True) for f in (a, multi, empty, b)], pack)
+    assert sorted(alone) == [["empty.csv"], ["multi.csv"]]
+    for i, src in ((0, QWEN_FILES[0]), (3, QWEN_FILES[1])):
+        assert got[i].counts["rows"] == len(raw_rows(src)[1])
+    # read alone, the quoted line break is found and every row cites its true physical line
+    assert got[1].timed.filter(pl.col("name") == "two\nlines")["loc"].to_list() == [2]
+    assert got[1].timed["loc"].max() == len(lines) + 1
+    assert isinstance(got[2], ProfanInputError) and got[2].problem == "no data rows (header only)"
+    # gpt3 rank 0 has a row one field short ("NO" in Mix Block Dim): the fast reader refuses it, so both files of
+    # that header are read alone, and the row is still counted as skipped
+    alone.clear()
+    gpt = reduce_kernel_files([KernelRequest(GPT3 / f"test_rank_{r}" / OUT) for r in range(2)], pack)
+    assert len(alone) == 2 and gpt[0].counts["skipped"] == 1
 
 
 def test_a_failing_rank_in_a_batch_is_its_own_entry(tmp_path):
@@ -88,41 +98,25 @@ def test_a_failing_rank_in_a_batch_is_its_own_entry(tmp_path):
     bad = tmp_path / "rank_2_ascend_pt" / OUT
     bad.write_text(bad.read_text().splitlines(keepends=True)[0])
     disc = discover(tmp_path)
-    got = load_ranks_batch(disc.ranks, disc.root, pack)
+    got = read_ranks(disc.ranks, disc.root, pack)
     assert [type(g) for g in got] == [RankData, RankData, ProfanInputError, RankData]
     assert got[2].problem == "no data rows (header only)" and Path(got[2].path) == bad
-    for rs, rd in zip(disc.ranks, got, strict=True):
-        if isinstance(rd, RankData):
-            alone = load_rank(rs, disc.root, pack)
-            for table in ("groups", "windows", "collectives", "comm_ops"):
-                mine, theirs = getattr(rd, table), getattr(alone, table)
-                assert (mine is None) == (theirs is None), table
-                if mine is not None:
-                    assert_frame_equal(mine, theirs, check_exact=True)
-    assert got[0].windows is not None and got[0].windows.height > 0  # rank 0's windows came from the batch
+    _, rows = raw_rows(QWEN_FILES[0])
+    assert got[0].rows_read["kernel_details"] == len(rows)
+    assert got[0].windows is not None and got[0].windows.height > 0  # the other ranks' steps still ran
 
 
 def test_a_batch_holds_at_most_its_byte_cap_of_kernel_text(tmp_path, monkeypatch):
     """Files of one header are read together only up to `BATCH_BYTES`: with a cap of just over two copies of
-    Qwen3 rank 0, five copies are read as parts of two, two and one — the last alone, the one-file way — and
-    every file still gets what it gets alone."""
-    from profan import kernel_pass
-
+    Qwen3 rank 0, five copies are read as parts of two, two and one — and every copy reads the same."""
     pack = load()
     files = [Path(shutil.copy(QWEN_FILES[0], tmp_path / f"k{i}.csv")) for i in range(5)]
     size = files[0].stat().st_size
     monkeypatch.setattr(kernel_pass, "BATCH_BYTES", 2 * size + 1)
-    read_together = []
-    whole = kernel_pass._reduce_same_header
-
-    def spy(kfs, rules, timed):
-        read_together.append([kf.path.name for kf in kfs])
-        return whole(kfs, rules, timed)
-
-    monkeypatch.setattr(kernel_pass, "_reduce_same_header", spy)
-    got = reduce_kernel_batch(files, pack, timed=True)
-    assert read_together == [["k0.csv", "k1.csv"], ["k2.csv", "k3.csv"]]
-    assert [kp is not None for kp in got] == [True, True, True, True, False]
-    alone = reduce_kernels(files[0], pack, timed=True)
-    for kp in got[:4]:
-        _same(kp, alone)
+    together = _spy(monkeypatch, "_reduce_same_header")
+    got = reduce_kernel_files([KernelRequest(f, timed=True) for f in files], pack)
+    assert together == [["k0.csv", "k1.csv"], ["k2.csv", "k3.csv"], ["k4.csv"]]
+    for kp in got[1:]:
+        assert_frame_equal(kp.groups, got[0].groups, check_exact=True)
+        assert_frame_equal(kp.timed, got[0].timed, check_exact=True)
+        assert kp.counts == got[0].counts == {"rows": len(raw_rows(QWEN_FILES[0])[1]), "skipped": 0}

@@ -137,10 +137,10 @@ def test_streaming_reduction_of_big_files_on_real_rows(variant, monkeypatch):
 
     path = ASCEND / FILES[variant]
     pack = load([])
-    kp = kernel_pass.reduce_kernels(path, pack)
+    (kp,) = kernel_pass.reduce_kernel_files([kernel_pass.KernelRequest(path)], pack)
     exact, c_exact = kp.groups, kp.counts
     monkeypatch.setattr(ascend_kernels, "IN_MEMORY_BYTES", -1)
-    kp = kernel_pass.reduce_kernels(path, pack)
+    (kp,) = kernel_pass.reduce_kernel_files([kernel_pass.KernelRequest(path)], pack)
     stream, c_stream = kp.groups, kp.counts
     assert c_stream == c_exact
     keys = kernel_pass.KEYS
@@ -203,9 +203,9 @@ def test_streamed_ranks_without_communication_json_keep_hccl_starts(tmp_path, mo
     for p in (tmp_path / "c").rglob("communication.json"):
         p.unlink()
     disc, pack = discover(tmp_path / "c"), load([])
-    in_memory = [rankmap.load_rank(rs, disc.root, pack) for rs in disc.ranks]
+    in_memory = rankmap.read_ranks(disc.ranks, disc.root, pack)
     monkeypatch.setattr(ascend_kernels, "IN_MEMORY_BYTES", -1)  # every file takes the streamed path
-    streamed = [rankmap.load_rank(rs, disc.root, pack) for rs in disc.ranks]
+    streamed = rankmap.read_ranks(disc.ranks, disc.root, pack)
     for a, b in zip(in_memory, streamed, strict=True):
         assert collectives._hccl_rows_from_groups(b.groups) is not None  # no pass of their own
         assert b.collectives is not None and b.collectives.height == a.collectives.height > 0

@@ -17,7 +17,7 @@ import pytest
 import profan
 from profan.discover import discover
 from profan.evidence import read_back
-from profan.rankmap import load_rank
+from profan.rankmap import read_ranks
 from profan.rulepack import load as load_pack
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -52,7 +52,8 @@ def device_events(path: Path) -> list[tuple[int, dict]]:
 def rank_data(set_name: str, rank: int = 0):
     disc = discover(TORCH / set_name)
     rs = next(r for r in disc.ranks if r.rank == rank)
-    return load_rank(rs, disc.root, load_pack())
+    (rd,) = read_ranks([rs], disc.root, load_pack())
+    return rd
 
 
 def union_us(intervals: list[tuple[float, float]]) -> float:

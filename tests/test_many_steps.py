@@ -94,14 +94,14 @@ def test_all_steps_table_and_markdown_for_a_long_capture(six_steps, tmp_path):
 def test_report_does_not_depend_on_the_order_groups_are_reduced_in(six_steps, monkeypatch):
     """Steps 1–6 hold the same kernels with the same times, so ties are everywhere. polars' hash grouping hands
     the kernel groups over in an order that varies from run to run; the report must not follow it."""
-    reduce_file = kernel_pass._reduce_file
+    reduce_file = kernel_pass._group_rows
     docs = []
     for seed in range(4):
-        def shuffled(kf, *args, seed=seed):
-            groups, *rest = reduce_file(kf, *args)
+        def shuffled(*args, seed=seed, **kw):
+            groups, *rest = reduce_file(*args, **kw)
             return groups.sample(fraction=1.0, shuffle=True, seed=seed), *rest
 
-        monkeypatch.setattr(kernel_pass, "_reduce_file", shuffled)
+        monkeypatch.setattr(kernel_pass, "_group_rows", shuffled)
         d = profan.analyze(six_steps).to_dict()
         d["meta"].pop("timings_s")
         docs.append(msgspec.json.encode(d))

@@ -11,7 +11,7 @@ from polars.testing import assert_frame_equal
 from profan.analyses.breakdown import sort_breakdown
 from profan.analyses.rank_section import rank_sections
 from profan.discover import discover
-from profan.parallel import load_ranks
+from profan.rankmap import load_ranks
 from profan.rulepack import load
 
 ALEXNET2 = ASCEND / "msinsight-alexnet-2rank-2025" / "level2"
@@ -28,10 +28,11 @@ def _ranks(path):
 def test_all_ranks_at_once_equal_each_rank_alone(path):
     ranks, pack, _ = _ranks(path)
     assert len(ranks) >= 2
-    tables, findings = rank_sections(ranks, pack)
+    together = rank_sections(ranks, pack)
+    tables, findings = together.tables, _by_check(together.findings)
     alone = [rank_sections([r], pack) for r in ranks]
     for name in tables:
-        parts = [t[name] for t, _ in alone if not t[name].is_empty()]
+        parts = [a.tables[name] for a in alone if not a.tables[name].is_empty()]
         if not parts:
             assert tables[name].is_empty(), name
             continue
@@ -40,18 +41,26 @@ def test_all_ranks_at_once_equal_each_rank_alone(path):
             stacked = sort_breakdown(stacked)
         # floats to the last few ulps: a share's denominator sums the same values, in another order
         assert_frame_equal(tables[name], stacked, rel_tol=1e-12, abs_tol=1e-9)
-    for kind in findings:
-        assert [f.to_dict() for f in findings[kind]] == [f.to_dict() for _, fs in alone for f in fs[kind]], kind
+    for check in findings:
+        assert [f.to_dict() for f in findings[check]] == [f.to_dict() for a in alone
+                                                          for f in _by_check(a.findings).get(check, [])], check
     # not vacuous: every capture yields per-rank breakdowns and findings for more than one rank
     assert tables["breakdown"]["rank"].n_unique() >= 2
-    assert len({f.rank for f in findings["step_breakdown"]}) >= 2
+    assert len({f.rank for f in findings["step-breakdown"]}) >= 2
+
+
+def _by_check(findings):
+    out = {}
+    for f in findings:
+        out.setdefault(f.check, []).append(f)
+    return out
 
 
 def test_all_ranks_at_once_on_real_values():
     """alexnet level2, rank 1 among two: its communication bucket is the sum of its own HCCL rows, and the top
     kernels of that bucket cite rows of rank 1's file, not rank 0's."""
     ranks, pack, root = _ranks(ALEXNET2)
-    tables, _ = rank_sections(ranks, pack)
+    tables = rank_sections(ranks, pack).tables
     r1 = next(r for r in ranks if r.rank == 1)
     _, rows = raw_rows(root / r1.files["kernel_details"])
     hccl = {line: row for line, row in rows.items() if row.get("Accelerator Core") == "HCCL"
@@ -74,8 +83,7 @@ def test_a_zero_unclassified_threshold_reports_only_ranks_with_such_rows(tmp_pat
     for path, expect in ((ASCEND / "msinsight-alexnet-2rank-2025" / "level0", [0, 1]), (QWEN3, [])):
         disc = discover(path)
         ranks = load_ranks(disc.ranks, disc.root, pack, jobs=1)
-        _, findings = rank_sections(ranks, pack)
-        unc = [f for f in findings["coverage"] if f.check == "unclassified-time"]
+        unc = [f for f in rank_sections(ranks, pack).findings if f.check == "unclassified-time"]
         assert [f.rank for f in unc] == expect
         for f in unc:
             g = next(r for r in ranks if r.rank == f.rank).groups.filter(pl.col("bucket") == "unclassified")

@@ -117,7 +117,7 @@ def below_prior_findings(tt: pl.DataFrame, pack: RulePack) -> list[Finding]:
         bw, prior = size / t, float(g["prior_gbps"][0])
         ops = ", ".join(f"{o} {b:.1f} GB/s" for o, b in g.select("op_name", "bandwidth_gbps").head(4).iter_rows())
         out.append(Finding(
-            check=chk.id, severity="warning", rank=rank,
+            check=chk.id, severity=chk.severity, rank=rank,
             title=f"Rank {rank}: {transport} transfers reach {pct(bw / prior)} of the link's prior",
             message=(f"Rank {rank}: {g.height} transfer(s) of ≥ {chk['min_size_mb']:g} MB over {transport} moved "
                      f"{size:,.1f} MB in {t:,.2f} ms = {bw:.2f} GB/s, {pct(bw / prior)} of the prior "
@@ -207,30 +207,11 @@ def slow_link_findings(links: pl.DataFrame, pack: RulePack) -> list[Finding]:
         size, t = sum(r["size_mb"] for r in rows), sum(r["time_ms"] for r in rows)
         where = sorted({f"{r['group_name'] or 'group @' + str(r['group_hash'])} {r['op_type']}" for r in rows})
         steps_ = sorted({r["step"] for r in rows if r["step"] is not None})
-        ev = []
-        for file in dict.fromkeys(r["file"] for r in rows):
-            mine = [r for r in rows if r["file"] == file]
-            ev.append(cite_pointers(file, [p for r in mine for p in r["pointers"]],
-                                    {"source": "communication_matrix", "link": _pair_name(key),
-                                     "transport": key[0], "entries": [f"{r['op_type']}@{r['group_hash']} step "
-                                                                      f"{r['step']}" for r in mine]},
-                                    values={"size_mb": round(sum(r["size_mb"] for r in mine), 6),
-                                            "time_ms": round(sum(r["time_ms"] for r in mine), 6)},
-                                    note="the slow link"))
         scope_group = worst["peer_scope"] == "group"
-        peers = links.filter(pl.col("step").eq_missing(worst["step"]) & (pl.col("op_type") == worst["op_type"])
-                             & (pl.col("transport") == worst["transport"])
-                             & ((pl.col("group_hash") == worst["group_hash"]) & pl.col("in_class_g") if scope_group
-                                else pl.col("size_bin") == worst["size_bin"]))
-        for (file,), g in peers.group_by(["file"], maintain_order=True):
-            ev.append(cite_pointers(file, [p for ps in g["pointers"].to_list() for p in ps],
-                                    {"source": "communication_matrix", "step": worst["step"],
-                                     "group_hash": worst["group_hash"] if scope_group else "any",
-                                     "op_type": worst["op_type"], "transport": worst["transport"], "peers": True},
-                                    note="the links of its class where it is slowest (itself included)"))
+        ev = _slow_link_evidence(key, rows, links)
         bw = size / t
         out.append(Finding(
-            check=chk.id, severity="warning", rank=worst["rank"], step=steps_[0] if len(steps_) == 1 else None,
+            check=chk.id, severity=chk.severity, rank=worst["rank"], step=steps_[0] if len(steps_) == 1 else None,
             title=(f"Slow {key[0]} link {_pair_name(key)}: {bw:.2f} GB/s, {pct(worst['peer_ratio'])} of its "
                    "peers"),
             message=(f"{key[0]} link {_pair_name(key)} is slow in {len(rows)} matrix entr"
@@ -246,8 +227,35 @@ def slow_link_findings(links: pl.DataFrame, pack: RulePack) -> list[Finding]:
             metrics={"bandwidth_gbps": round(bw, 4), "worst_gbps": round(worst["bandwidth_gbps"], 4),
                      "peer_median_gbps": round(worst["peer_median_gbps"], 4), "peers": worst["peers"],
                      "entries": len(rows)},
-            evidence=tuple(ev)))
+            evidence=ev))
     return out
+
+
+def _slow_link_evidence(key: tuple, rows: list[dict], links: pl.DataFrame) -> tuple:
+    """The slow link's matrix entries (per file), and the entries of the links of its class where it is slowest."""
+    worst = rows[0]
+    ev = []
+    for file in dict.fromkeys(r["file"] for r in rows):
+        mine = [r for r in rows if r["file"] == file]
+        ev.append(cite_pointers(file, [p for r in mine for p in r["pointers"]],
+                                {"source": "communication_matrix", "link": _pair_name(key),
+                                 "transport": key[0], "entries": [f"{r['op_type']}@{r['group_hash']} step "
+                                                                  f"{r['step']}" for r in mine]},
+                                values={"size_mb": round(sum(r["size_mb"] for r in mine), 6),
+                                        "time_ms": round(sum(r["time_ms"] for r in mine), 6)},
+                                note="the slow link"))
+    scope_group = worst["peer_scope"] == "group"
+    peers = links.filter(pl.col("step").eq_missing(worst["step"]) & (pl.col("op_type") == worst["op_type"])
+                         & (pl.col("transport") == worst["transport"])
+                         & ((pl.col("group_hash") == worst["group_hash"]) & pl.col("in_class_g") if scope_group
+                            else pl.col("size_bin") == worst["size_bin"]))
+    for (file,), g in peers.group_by(["file"], maintain_order=True):
+        ev.append(cite_pointers(file, [p for ps in g["pointers"].to_list() for p in ps],
+                                {"source": "communication_matrix", "step": worst["step"],
+                                 "group_hash": worst["group_hash"] if scope_group else "any",
+                                 "op_type": worst["op_type"], "transport": worst["transport"], "peers": True},
+                                note="the links of its class where it is slowest (itself included)"))
+    return tuple(ev)
 
 
 # ----------------------------------------------------------------------------------------- small packets
@@ -299,7 +307,7 @@ def small_packet_findings(pt: pl.DataFrame, pack: RulePack) -> list[Finding]:
                      & (pl.col("lost_ms").fill_null(0) >= chk["min_lost_ms"]))
     for row in hits.iter_rows(named=True):
         out.append(Finding(
-            check=chk.id, severity="info", rank=row["rank"], step=row["step"],
+            check=chk.id, severity=chk.severity, rank=row["rank"], step=row["step"],
             title=(f"Rank {row['rank']}, step {row['step']}: {pct(row['small_share'])} of {row['transport']} "
                    f"transfers are under {row['small_limit_mb']:g} MB"),
             message=(f"Rank {row['rank']}, step {row['step']}: {row['small_transfers']} of {row['transfers']} "

@@ -10,21 +10,21 @@ import polars as pl
 
 from profan.analyses.common import cite_kernels, first_by_time, kernel_table, ms, pct, top_lines_frame
 from profan.evidence import MAX_CITED
-from profan.findings import Finding
+from profan.findings import Finding, Severity
 from profan.rankmap import RankData
-from profan.rulepack import RulePack
+from profan.rulepack import Check, RulePack
 from profan.sources.ascend_kernels import PIPES
 
+# the verdict on a kernel bound by each pipe; its severity is the check's (pipe_severity, else severity)
 VERDICTS = {
-    "mac": ("cube-bound", "info", "the Cube unit is the busiest pipe — the kernel is doing matrix work"),
-    "vec": ("vector-bound", "info", "the Vector unit is the busiest pipe"),
-    "mte1": ("memory-bound (mte1: L1→L0)", "warning", "on-chip L1→L0 moves dominate"),
-    "mte2": ("memory-bound (mte2: HBM→on-chip)", "warning",
+    "mac": ("cube-bound", "the Cube unit is the busiest pipe — the kernel is doing matrix work"),
+    "vec": ("vector-bound", "the Vector unit is the busiest pipe"),
+    "mte1": ("memory-bound (mte1: L1→L0)", "on-chip L1→L0 moves dominate"),
+    "mte2": ("memory-bound (mte2: HBM→on-chip)",
              "loads from global memory dominate; check layout (ND vs NZ), shapes and tiling"),
-    "mte3": ("memory-bound (mte3: on-chip→HBM)", "warning", "write-back to global memory dominates"),
-    "scalar": ("scalar-bound", "warning", "scalar (control/address) work dominates — often small or "
-               "non-aligned shapes"),
-    "fixpipe": ("fixpipe-bound", "warning", "the Cube output path (fixpipe) dominates"),
+    "mte3": ("memory-bound (mte3: on-chip→HBM)", "write-back to global memory dominates"),
+    "scalar": ("scalar-bound", "scalar (control/address) work dominates — often small or non-aligned shapes"),
+    "fixpipe": ("fixpipe-bound", "the Cube output path (fixpipe) dominates"),
 }
 
 
@@ -75,13 +75,16 @@ def _hottest(ranks: list[RankData], pipes: list[str], chk) -> pl.DataFrame:
                       "avg_us", *pipes, "dominant_pipe", "dominant_ratio")
 
 
-def verdict(dominant_pipe: str | None, ratio: float | None, chk) -> tuple[str, str, str] | None:
+def verdict(dominant_pipe: str | None, ratio: float | None, chk: Check) -> tuple[str, Severity, str] | None:
+    """(label, severity, why) of a kernel whose busiest pipe is ``dominant_pipe`` at ``ratio``; None when it is
+    neither bound by that pipe nor under-utilised."""
     if dominant_pipe is None or ratio is None:
         return None
     if ratio >= chk["bound_ratio"]:
-        return VERDICTS[dominant_pipe]
+        label, why = VERDICTS[dominant_pipe]
+        return label, chk["pipe_severity"].get(dominant_pipe, chk.severity), why
     if ratio < chk["idle_ratio"]:
-        return ("under-utilised", "warning",
+        return ("under-utilised", chk.severity,
                 f"no pipe is busy more than {pct(chk['idle_ratio'])} of the time — latency, synchronisation "
                 "or too few blocks")
     return None

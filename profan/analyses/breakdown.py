@@ -4,7 +4,16 @@ from __future__ import annotations
 
 import polars as pl
 
-from profan.analyses.common import cite_kernels, first_by_time, kernel_table, ms, pct, top_lines_by, top_lines_frame
+from profan.analyses.common import (
+    cite_kernels,
+    first_by_time,
+    graded,
+    kernel_table,
+    ms,
+    pct,
+    top_lines_by,
+    top_lines_frame,
+)
 from profan.classify import UNCLASSIFIED
 from profan.evidence import MAX_CITED
 from profan.findings import Finding
@@ -170,7 +179,7 @@ def _breakdown_finding(r: RankData, per_bucket: list[tuple[str, float, int]], to
         evidence.append(cite_kernels(r, None, int(n), {**select, "bucket": b}, locs=tops.get(b, []),
                                      values={"time_us": round(t, 3)}))
     return Finding(
-        check=chk.id, severity="info", rank=r.rank, step=step,
+        check=chk.id, severity=chk.severity, rank=r.rank, step=step,
         title=f"Rank {r.rank}, {scope}: {parts[0].split(' (')[0] if parts else ''} of summed kernel time",
         message=f"Rank {r.rank}, {scope}: {ms(total)} of summed kernel time — " + ", ".join(parts) + ".",
         metrics=metrics, evidence=tuple(evidence))
@@ -184,7 +193,8 @@ def coverage_findings(ranks: list[RankData], pack: RulePack) -> list[Finding]:
     if k is None:
         return out
     totals = dict(k.group_by("rank").agg(pl.col("time_us").sum()).iter_rows())
-    u, a = k.filter(pl.col("bucket") == UNCLASSIFIED), k.filter(pl.col("core") == "AI_CPU")
+    ai_cpu = pack.roles.ai_cpu_core
+    u, a = k.filter(pl.col("bucket") == UNCLASSIFIED), k.filter(pl.col("core") == ai_cpu)
     u_sum, a_sum = _per_rank_sums(u), _per_rank_sums(a)
     u_ops = {rank: ops for rank, ops in (
         u.group_by("rank", "op").agg(pl.col("time_us").sum())
@@ -197,10 +207,11 @@ def coverage_findings(ranks: list[RankData], pack: RulePack) -> list[Finding]:
         if total is None:  # no kernel groups
             continue
         ut, un = u_sum.get(r.rank, (0.0, 0))
-        if un and total > 0 and ut / total >= unc["warning_share"]:  # rows to cite, whatever the threshold
+        sev = graded(ut / total, unc) if un and total > 0 else None  # rows to cite, whatever the threshold
+        if sev is not None:
             ops = u_ops[r.rank]
             out.append(Finding(
-                check=unc.id, severity="warning", rank=r.rank,
+                check=unc.id, severity=sev, rank=r.rank,
                 title=f"Rank {r.rank}: {pct(ut / total)} of kernel time matches no bucket rule",
                 message=(f"Rank {r.rank}: {ms(ut)} ({pct(ut / total)}) of summed kernel time in "
                          f"{un} rows matches no bucket rule (largest: {', '.join(ops)}). "
@@ -211,14 +222,14 @@ def coverage_findings(ranks: list[RankData], pack: RulePack) -> list[Finding]:
         if total > 0 and r.rank in a_sum:
             at, an = a_sum[r.rank]
             ops = a_ops[r.rank]
-            sev = "warning" if at / total >= aicpu["warning_share"] else "info"
+            sev = graded(at / total, aicpu) or aicpu.severity
             out.append(Finding(
                 check=aicpu.id, severity=sev, rank=r.rank,
                 title=f"Rank {r.rank}: {an} AI CPU kernel(s) take {at:,.2f} µs",
                 message=(f"Rank {r.rank}: {an} kernel(s) ran on the AI CPU "
                          f"({', '.join(ops)}), {at:,.2f} µs = {pct(at / total)} of summed kernel time."),
                 metrics={"ai_cpu_us": round(at, 3), "share": round(at / total, 5), "kernels": an},
-                evidence=(cite_kernels(r, None, an, {"source": "kernel_details", "core": "AI_CPU"},
+                evidence=(cite_kernels(r, None, an, {"source": "kernel_details", "core": ai_cpu},
                                        locs=a_tops.get(r.rank, []), values={"time_us": round(at, 3)}),)))
     return out
 

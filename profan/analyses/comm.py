@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import polars as pl
 
-from profan.analyses.common import ms, pct, severity
+from profan.analyses.common import graded, ms, pct
 from profan.evidence import cite_lines, cite_pointers
 from profan.findings import Finding
 from profan.rankmap import RankData
@@ -87,7 +87,7 @@ def transit_quirk_findings(table: pl.DataFrame, pack: RulePack) -> list[Finding]
     for (rank, file), g in bad.group_by(["rank", "file"], maintain_order=True):
         bw_t = float(g["bw_transit_ms"].sum())
         out.append(Finding(
-            check=chk.id, severity="info", rank=rank,
+            check=chk.id, severity=chk.severity, rank=rank,
             title=f"Rank {rank}: {g.height} communication op(s) report Transit Time 0 despite a transfer",
             message=(f"Rank {rank}: {g.height} op(s) in communication.json have 'Transit Time(ms)' = 0 while their "
                      f"bandwidth info records {bw_t:,.1f} ms of transfer ({g['size_mb'].sum():,.1f} MB). The "
@@ -129,7 +129,7 @@ def wait_dominated_findings(comm: pl.DataFrame, steps: pl.DataFrame, pack: RuleP
         us = step_times.get((rank, step))
         step_us = float(us) if us else None
         share = waiting * 1000 / step_us if step_us else None
-        sev = "warning" if share is not None and share >= chk["warning_share"] else "info"
+        sev = (graded(share, chk) if share is not None else None) or chk.severity
 
         items = []
         for row in g.head(4).iter_rows(named=True):
@@ -176,14 +176,14 @@ def exposed_table(comm: pl.DataFrame, steps: pl.DataFrame) -> pl.DataFrame:
 def exposed_findings(et: pl.DataFrame, pack: RulePack, waited: dict[int, Finding] | None = None) -> list[Finding]:
     """`waited`: per rank, its comm-waited-peer finding (named in the message when the time is waiting)."""
     chk = pack.check("comm-exposed-split")
-    level = pack.check("exposed-communication")  # this finding supersedes the plain one: same severity scale
+    level = pack.check("exposed-communication")  # this finding supersedes the plain one: its thresholds grade it
     out: list[Finding] = []
     if et.is_empty():
         return out
     for row in et.filter(pl.col("exposed_share") >= chk["min_share"]).iter_rows(named=True):
         waiting_dominates = (row["waiting_share_of_comm"] or 0) >= chk["waiting_share"]
         share = row["exposed_share"]
-        sev = severity(share, level) or "info"
+        sev = graded(share, level) or chk.severity
         short = "mostly waiting for peers, not transfer" if waiting_dominates else "mostly transfer"
         verdict = ("mostly waiting for peers, not transfer" if waiting_dominates
                    else "mostly transfer: faster links, fewer bytes or more overlap would help")

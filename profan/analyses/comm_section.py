@@ -1,5 +1,5 @@
 """The report's communication section: link rates against priors and peers (`bandwidth`), waiting and exposed
-time (`comm`), NCCL collectives (`nccl`) and HCCL plane tasks (`hccl_planes`), assembled in one call."""
+time (`comm`), NCCL collectives (`nccl`) and HCCL plane tasks (`hccl_planes`), assembled in one analysis."""
 
 from __future__ import annotations
 
@@ -7,15 +7,15 @@ import polars as pl
 
 from profan.analyses import bandwidth as bw
 from profan.analyses import comm, hccl_planes, nccl
-from profan.findings import Finding
-from profan.hardware import Hardware
-from profan.rankmap import RankData
-from profan.rulepack import RulePack
+from profan.analyses.contract import Job, Section
+from profan.hardware import load as load_hardware
 
 
-def communication_section(ranks: list[RankData], step_tab: pl.DataFrame, comm_tab: pl.DataFrame, pack: RulePack,
-                          hw: Hardware) -> tuple[dict[str, pl.DataFrame], list[Finding], list[str]]:
-    """The communication tables, findings and notes of the report (one call for the pipeline)."""
+def section(job: Job) -> Section:
+    """The communication tables, findings and notes of the report, from the ``communication`` table of the
+    communication-ops analysis and the step table."""
+    ranks, step_tab, comm_tab, pack = job.ranks, job.steps, job.table("communication"), job.pack
+    hw = job.hardware or load_hardware()
     devices = bw.device_table(ranks, hw)
     tt = bw.transport_table(ranks, devices, hw)
     links = bw.link_table(ranks, pack)
@@ -49,4 +49,4 @@ def communication_section(ranks: list[RankData], step_tab: pl.DataFrame, comm_ta
               "comm_links": links.drop("pointers", "in_class_g") if not links.is_empty() else links,
               "comm_packets": packets.drop("small_pointers") if not packets.is_empty() else packets,
               "comm_exposed": exposed.drop("pointers") if not exposed.is_empty() else exposed}
-    return tables, findings, notes
+    return Section(tables=tables, findings=findings, notes=notes)

@@ -1,4 +1,5 @@
-"""Small helpers the analyses share: formatting numbers in messages and picking evidence lines."""
+"""Small helpers the analyses share: formatting numbers in messages, grading by thresholds and picking evidence
+lines."""
 
 from __future__ import annotations
 
@@ -7,6 +8,8 @@ from typing import Any
 
 import polars as pl
 
+from profan.findings import Severity
+from profan.rulepack import Check
 from profan.sources.rowframe import stack
 
 
@@ -23,12 +26,13 @@ def pct(x: float | None) -> str:
     return "n/a" if x is None else f"{100 * x:.1f}%"
 
 
-def severity(value: float, chk, kind: str = "share") -> str | None:
-    """'critical' / 'warning' when `value` reaches the check's critical_<kind> / warning_<kind>, else None."""
-    if value >= chk[f"critical_{kind}"]:
-        return "critical"
-    if value >= chk[f"warning_{kind}"]:
-        return "warning"
+def graded(value: float, chk: Check, kind: str = "share") -> Severity | None:
+    """'critical' / 'warning' where `value` reaches the check's critical_<kind> / warning_<kind> threshold, else
+    None. The thresholds are named for the severity they give (rules/checks.toml); a check may have only one."""
+    for level in ("critical", "warning"):
+        limit = chk.params.get(f"{level}_{kind}")
+        if limit is not None and value >= limit:
+            return level
     return None
 
 

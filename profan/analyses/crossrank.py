@@ -1,6 +1,7 @@
-"""Cross-rank section of the report: alignment, stragglers and MoE balance, assembled for the pipeline.
+"""Cross-rank section of the report: alignment, stragglers and MoE balance, assembled as one analysis.
 
-One entry point so the pipeline stays a list of calls; each part lives in its own module.
+One analysis because its parts share the alignment, and it needs only the job's inputs, so the pipeline runs it
+in a thread beside the others; each part lives in its own module.
 """
 
 from __future__ import annotations
@@ -8,14 +9,14 @@ from __future__ import annotations
 import polars as pl
 
 from profan.analyses import align, moe_balance, stragglers
+from profan.analyses.contract import Job, Section
 from profan.findings import Finding
 from profan.rankmap import RankData
-from profan.rulepack import RulePack
 
 
-def cross_rank_section(ranks: list[RankData], steps: pl.DataFrame,
-                       pack: RulePack) -> tuple[dict[str, pl.DataFrame], list[Finding], list[str]]:
-    """(tables, findings, notes) for straggler and MoE balance analysis."""
+def section(job: Job) -> Section:
+    """Stragglers at aligned collectives and MoE expert balance: tables, findings and notes."""
+    ranks, steps, pack = job.ranks, job.steps, job.pack
     tables: dict[str, pl.DataFrame] = {}
     findings: list[Finding] = []
     notes: list[str] = []
@@ -35,7 +36,7 @@ def cross_rank_section(ranks: list[RankData], steps: pl.DataFrame,
     if not moe_tab.is_empty():
         tables["moe_balance"] = moe_tab
     findings += moe_f
-    return tables, findings, notes
+    return Section(tables=tables, findings=findings, notes=notes)
 
 
 def _step_times(ranks: list[RankData], steps: pl.DataFrame) -> pl.DataFrame:

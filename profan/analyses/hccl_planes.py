@@ -71,7 +71,7 @@ def waited_peer_findings(ranks: list[RankData], pack: RulePack) -> list[Finding]
         note = (f"; if this group is the world group (indices = global ranks), rank {peer} is not in this capture "
                 f"(ranks {', '.join(str(x) for x in captured)})" if peer not in captured else "")
         out.append(Finding(
-            check=chk.id, severity="warning", rank=r.rank,
+            check=chk.id, severity=chk.severity, rank=r.rank,
             title=f"Rank {r.rank} waits {ms(top['wait_us'])} in HCCL Notify_Wait for peer {peer}",
             message=(f"Rank {r.rank}: {top['waits']} Notify_Wait task(s) towards peer {peer} (group-local index in "
                      f"the HCCL task args; {', '.join(top['planes'])}) last {ms(top['wait_us'])}, "

@@ -10,10 +10,11 @@ import statistics
 
 import polars as pl
 
-from profan.analyses.common import cite_kernels, fmt_ranks, ms, severity
+from profan.analyses.common import cite_kernels, fmt_ranks, graded, ms
 from profan.evidence import Evidence, cite_lines, cite_pointers, make_pointer
 from profan.findings import Finding
 from profan.rankmap import RankData
+from profan.roles import defaults as default_roles
 from profan.rulepack import RulePack
 from profan.sources.ascend_meta import ParallelGroup, double_hash
 
@@ -25,7 +26,8 @@ def pp_stages(ranks: list[RankData]) -> tuple[dict[int, int], dict[int, tuple[st
     groups: list[tuple[str, ParallelGroup]] = []
     for r in ranks:
         if r.metadata is not None:
-            groups += [(r.files["profiler_metadata"], g) for g in r.metadata.groups if g.group_name == "pp"]
+            groups += [(r.files["profiler_metadata"], g) for g in r.metadata.groups
+                       if g.group_name == default_roles().pipeline_group]
     for r in ranks:
         for file, g in groups:
             if r.rank in g.global_ranks and len(g.global_ranks) > 1:
@@ -81,7 +83,7 @@ def _replica_dims(ranks: list[RankData], members: list[int]) -> list[str]:
         if r.metadata is None:
             continue
         for g in r.metadata.groups:
-            if len(set(g.global_ranks) & set(members)) >= 2 and g.group_name in ("dp", "tp", "cp", "dp_cp", "exp"):
+            if len(set(g.global_ranks) & set(members)) >= 2 and g.group_name in default_roles().replica_groups:
                 names.add(g.group_name)
     return sorted(names)
 
@@ -99,7 +101,7 @@ def _pp_finding(step, s, stage, source, by_rank, pack) -> Finding | None:
     hi = per.sort("mean_us", descending=True).row(0, named=True)
     lo = per.sort("mean_us").row(0, named=True)
     ratio = hi["mean_us"] / lo["mean_us"] if lo["mean_us"] else float("inf")
-    sev = severity(ratio, chk, "ratio")
+    sev = graded(ratio, chk, "ratio")
     if sev is None:
         return None
     evidence = _step_evidence(s)
@@ -118,7 +120,7 @@ def _pp_finding(step, s, stage, source, by_rank, pack) -> Finding | None:
     for file in files[:1]:
         hccl = source[hi["rank"][0]][1].hccl_name
         evidence.append(cite_pointers(file, [make_pointer("parallel_group_info", hccl)],
-                                      {"source": "profiler_metadata", "group_name": "pp"}))
+                                      {"source": "profiler_metadata", "group_name": default_roles().pipeline_group}))
     cause_txt, cause_ev, cause_metrics = _stage_cause(by_rank, sorted(hi["rank"]), sorted(lo["rank"]), step)
     evidence += cause_ev
     wait_txt = ""
@@ -191,7 +193,7 @@ def _spread_finding(step, s, pack, scope: str | None = None, dims: list[str] | N
     if not med:
         return None
     ratio = top["computing_us"] / med
-    sev = severity(ratio, chk, "ratio")
+    sev = graded(ratio, chk, "ratio")
     if sev is None:
         return None
     where = f" of {scope}" if scope else ""

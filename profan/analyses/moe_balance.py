@@ -17,14 +17,15 @@ from __future__ import annotations
 
 import polars as pl
 
-from profan.analyses.common import fmt_ranks, kernel_table, ms, top_lines_frame
+from profan.analyses.common import fmt_ranks, graded, kernel_table, ms, top_lines_frame
 from profan.evidence import cite_lines
 from profan.findings import Finding
 from profan.rankmap import RankData
+from profan.roles import defaults as default_roles
 from profan.rulepack import RulePack
 
 CHECK = "moe-expert-imbalance"
-GMM = r"(?i)^grouped_?matmul"
+# the expert GEMM's op and the EP group's name are roles expert_gemm / expert_group (rules/roles.toml)
 
 
 def _token_expr() -> tuple[pl.Expr, pl.Expr, pl.Expr]:
@@ -48,7 +49,7 @@ def moe_table(ranks: list[RankData]) -> pl.DataFrame:
     if moe.is_empty():
         return pl.DataFrame()
     tok, local, rows = _token_expr()
-    is_gmm = pl.col("op").str.contains(GMM)
+    is_gmm = pl.col("op").str.contains(default_roles().expert_gemm)
     moe = (moe.with_columns(is_gmm.alias("gmm"), tok, local).with_columns(rows)
            .with_columns(pl.col("gmm").any().over("rank").alias("has_gmm")))
     gmm = pl.col("gmm")
@@ -76,7 +77,7 @@ def _ep_groups(ranks: list[RankData], present: list[int]) -> list[tuple[str, lis
         if r.metadata is None:
             continue
         for g in r.metadata.groups:
-            if g.group_name == "exp" and len(g.global_ranks) > 1:
+            if g.group_name == default_roles().expert_group and len(g.global_ranks) > 1:
                 seen.setdefault(tuple(sorted(g.global_ranks)), g.hccl_name)
     if seen:
         return [(name, list(k)) for k, name in seen.items() if len(set(k) & set(present)) > 1]
@@ -101,7 +102,7 @@ def moe_findings(ranks: list[RankData], pack: RulePack) -> tuple[pl.DataFrame, l
             continue
         hot = g.sort(metric, descending=True).row(0, named=True)
         ratio = float(hot[metric]) / mean
-        sev = "critical" if ratio >= chk["critical_ratio"] else "warning" if ratio >= chk["warning_ratio"] else None
+        sev = graded(ratio, chk, "ratio")
         if sev is None:
             continue
         med = g.sort(metric).row(g.height // 2, named=True)

@@ -14,33 +14,40 @@ from profan.evidence import cite_events
 from profan.findings import Finding
 from profan.hardware import Hardware
 from profan.rankmap import RankData
+from profan.roles import Roles
+from profan.roles import defaults as default_roles
 from profan.rulepack import RulePack
+from profan.sources.kineto import SOURCE_KERNEL
 
-# bus-bandwidth factor per collective (nccl-tests doc/PERFORMANCE.md): busbw = algbw × factor(n)
-_FACTOR_KIND = {"allreduce": "2(n-1)/n", "allgather": "(n-1)/n", "reducescatter": "(n-1)/n", "alltoall": "(n-1)/n",
-                "broadcast": "1", "reduce": "1", "send": "1", "recv": "1"}
-# PyTorch scalar type names as Kineto writes them in "dtype" → bytes per element
-DTYPE_BYTES = {"Float": 4, "float": 4, "Float32": 4, "Half": 2, "Float16": 2, "BFloat16": 2, "Double": 8,
-               "Long": 8, "Int": 4, "Short": 2, "Char": 1, "Byte": 1, "Bool": 1, "Float8_e4m3fn": 1,
-               "Float8_e5m2": 1, "ComplexFloat": 8, "ComplexDouble": 16, "UInt16": 2, "UInt32": 4, "UInt64": 8}
+# The collective kinds, their message size and bus-bandwidth factor (nccl-tests doc/PERFORMANCE.md: busbw = algbw ×
+# factor(n)) and the bytes of each dtype are the rule pack's roles ``collectives`` and ``dtype_bytes``.
 
 
-def collective_kind(name: pl.Expr) -> pl.Expr:
+def _first_match(cases: list[tuple[pl.Expr, pl.Expr]], otherwise: pl.Expr) -> pl.Expr:
+    """``when(c1).then(v1).when(c2).then(v2)…otherwise(…)``: the first case that holds."""
+    if not cases:
+        return otherwise
+    (c, v), *rest = cases
+    chain = pl.when(c).then(v)
+    for c, v in rest:
+        chain = chain.when(c).then(v)
+    return chain.otherwise(otherwise)
+
+
+def collective_kind(name: pl.Expr, roles: Roles | None = None) -> pl.Expr:
     """'allreduce', 'all_reduce', '_allgather_base', 'reduce_scatter_tensor', 'all_to_all_single', 'recv' …
-    → allreduce / allgather / reducescatter / alltoall / broadcast / reduce / send / recv (else null)."""
+    → the kind of the first roles ``collectives`` entry matching its lower-cased letters (else null)."""
     n = name.cast(pl.String).str.to_lowercase().str.replace_all(r"[^a-z]", "")
-    return (pl.when(n.str.contains("allreduce")).then(pl.lit("allreduce"))
-            .when(n.str.contains("allgather")).then(pl.lit("allgather"))
-            .when(n.str.contains("reducescatter")).then(pl.lit("reducescatter"))
-            .when(n.str.contains("alltoall")).then(pl.lit("alltoall"))
-            .when(n.str.contains("broadcast")).then(pl.lit("broadcast"))
-            .when(n.str.contains("reduce")).then(pl.lit("reduce"))
-            .when(n.str.contains("send")).then(pl.lit("send"))
-            .when(n.str.contains("recv")).then(pl.lit("recv"))
-            .otherwise(pl.lit(None, pl.String)))
+    kinds = (roles or default_roles()).collectives
+    return _first_match([(n.str.contains(k.match), pl.lit(k.kind)) for k in kinds], pl.lit(None, pl.String))
 
 
-def nccl_bandwidth(coll: pl.DataFrame, world_size: int | None = None) -> pl.DataFrame:
+def _bus_factor(formula: str, n: pl.Expr) -> pl.Expr:
+    """One of `roles.BUS_FACTORS` for a group of n ranks."""
+    return {"2(n-1)/n": 2 * (n - 1) / n, "(n-1)/n": (n - 1) / n, "1": pl.lit(1.0)}[formula]
+
+
+def nccl_bandwidth(coll: pl.DataFrame, world_size: int | None = None, roles: Roles | None = None) -> pl.DataFrame:
     """Bytes, algorithm and bus bandwidth of NCCL collectives (one row per event).
 
     Input columns: ``event_idx``, ``name``, ``coll_name`` (Kineto's "Collective name"), ``in_nelems``,
@@ -61,16 +68,16 @@ def nccl_bandwidth(coll: pl.DataFrame, world_size: int | None = None) -> pl.Data
         n = pl.coalesce(n, pl.when(counted > 0).then(counted))
     if world_size:
         n = pl.coalesce(n, pl.lit(float(world_size)))
+    roles = roles or default_roles()
     kind = pl.col("collective")
-    elems = (pl.when(kind == "allgather").then(pl.col("out_nelems"))
-             .when(kind == "reducescatter").then(pl.col("in_nelems"))
-             .otherwise(pl.max_horizontal("in_nelems", "out_nelems"))).cast(pl.Float64)
-    factor = (pl.when(kind == "allreduce").then(2 * (n - 1) / n)
-              .when(kind.is_in(["allgather", "reducescatter", "alltoall"])).then((n - 1) / n)
-              .when(kind.is_in(["broadcast", "reduce", "send", "recv"])).then(pl.lit(1.0))
-              .otherwise(None))
-    t = coll.with_columns(collective_kind(pl.col("coll_name")).alias("collective"),
-                          pl.col("dtype").replace_strict(DTYPE_BYTES, default=None, return_dtype=pl.Int64)
+    largest = pl.max_horizontal("in_nelems", "out_nelems")
+    size = {"in": pl.col("in_nelems"), "out": pl.col("out_nelems"), "max": largest}
+    elems = _first_match([(kind == k.kind, size[k.nelems]) for k in roles.collectives if k.nelems != "max"],
+                         largest).cast(pl.Float64)
+    factor = _first_match([(kind == k.kind, _bus_factor(k.bus_factor, n)) for k in roles.collectives],
+                          pl.lit(None))
+    t = coll.with_columns(collective_kind(pl.col("coll_name"), roles).alias("collective"),
+                          pl.col("dtype").replace_strict(roles.dtype_bytes, default=None, return_dtype=pl.Int64)
                           .alias("dtype_bytes"), n.alias("ranks_in_group"))
     t = t.with_columns((elems * pl.col("dtype_bytes")).alias("bytes"), factor.alias("bus_factor"))
     algbw = pl.col("bytes") / (pl.col("dur_us") * 1e3)  # B / (µs · 1e3) = GB/s
@@ -101,6 +108,7 @@ def nccl_findings(table: pl.DataFrame, hw: Hardware, pack: RulePack, *, device_n
     if k.is_empty():
         return out
     link, prior, assumed = nccl_link_prior(device_name, hw)
+    formula = {k.kind: k.bus_factor for k in pack.roles.collectives}
     aligned = "ranks_aligned" in k.columns and (k["ranks_aligned"].fill_null(1) >= 2).any()
     suffix = "_transfer" if aligned else ""
     basis = ("Time = the last-arriving rank's kernel duration of each collective (the others include waiting)."
@@ -121,7 +129,7 @@ def nccl_findings(table: pl.DataFrame, hw: Hardware, pack: RulePack, *, device_n
                    "GB/s"),
             message=(f"Rank {rank}: {g.height} {kind} kernel(s) moved {float(g['bytes'].sum()) / 1e6:,.1f} MB "
                      f"(nelems × dtype size, group of {int(top['ranks_in_group'])}; bus factor "
-                     f"{_FACTOR_KIND.get(kind, '?')} = {top['bus_factor']:g}). busbw min / median / max "
+                     f"{formula.get(kind, '?')} = {top['bus_factor']:g}). busbw min / median / max "
                      f"{float(bus.min()):.2f} / {float(bus.median()):.2f} / {float(bus.max()):.2f} GB/s; fastest: "
                      f"{top['bytes']:,.0f} B in {top['transfer_us' if aligned else 'dur_us']:,.3f} µs = algbw "
                      f"{top[f'algbw{suffix}_gbps']:.2f} GB/s, busbw {top[f'busbw{suffix}_gbps']:.2f} GB/s (event "
@@ -130,9 +138,15 @@ def nccl_findings(table: pl.DataFrame, hw: Hardware, pack: RulePack, *, device_n
                      "busbw_median_gbps": float(bus.median()), "busbw_max_gbps": float(bus.max()),
                      "link": link, "prior_gbps": prior},
             evidence=(cite_events(file, g["event_idx"].to_list(), g.height,
-                                  {"source": "kineto", "collective": kind, "cat": "kernel"},
+                                  {"source": "kineto", "collective": kind, **_category(g)},
                                   values={"bytes": float(g["bytes"].sum())}),)))
     return out
+
+
+def _category(g: pl.DataFrame) -> dict[str, str]:
+    """The trace category of the cited events, for the evidence's filter, when they share one."""
+    cats = g["cat"].drop_nulls().unique().to_list() if "cat" in g.columns else []
+    return {"cat": cats[0]} if len(cats) == 1 else {}
 
 
 NCCL_COLUMNS = ["rank", "step", "event_idx", "name", "collective", "dtype", "in_nelems", "out_nelems",
@@ -173,13 +187,13 @@ def nccl_section(ranks: list[RankData], hw: Hardware, pack: RulePack
         file = r.files.get("kineto_trace")
         if tc is None or tc.is_empty() or file is None or "coll_name" not in tc.columns:
             continue
-        k = tc.filter(pl.col("source") == "kernel") if "source" in tc.columns else tc
+        k = tc.filter(pl.col("source") == SOURCE_KERNEL) if "source" in tc.columns else tc
         if not k.is_empty() and k["coll_name"].null_count() == k.height:
             no_args.append(r.rank)
         k = k.filter(pl.col("coll_name").is_not_null())
         if k.is_empty():
             continue
-        t = nccl_bandwidth(k.drop("bytes", strict=False), world_size=r.info.get("world_size"))
+        t = nccl_bandwidth(k.drop("bytes", strict=False), world_size=r.info.get("world_size"), roles=pack.roles)
         mine = transfer.filter(pl.col("rank") == r.rank).drop("rank")
         t = t.join(mine, on="event_idx", how="left") if not mine.is_empty() else t.with_columns(
             pl.lit(None, pl.Float64).alias("transfer_us"), pl.lit(None, pl.Int64).alias("ranks_aligned"))

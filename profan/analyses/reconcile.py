@@ -9,10 +9,19 @@ from __future__ import annotations
 import polars as pl
 
 from profan.analyses.common import ms
+from profan.analyses.contract import Job, Section
 from profan.evidence import cite_lines
 from profan.findings import Finding
 from profan.rankmap import RankData
 from profan.rulepack import RulePack
+
+
+def section(job: Job) -> Section:
+    """op_statistic.csv against kernel_details.csv, per rank: the table, a warning where they disagree, a note
+    where they agree."""
+    table = op_statistic_table(job.ranks)
+    findings, notes = op_statistic_findings(table, job.pack)
+    return Section(tables={"op_statistic_check": table}, findings=findings, notes=notes)
 
 
 def op_statistic_table(ranks: list[RankData]) -> pl.DataFrame:
@@ -59,7 +68,7 @@ def op_statistic_findings(table: pl.DataFrame, pack: RulePack) -> tuple[list[Fin
         if not evidence:
             continue  # only kernel rows with no op_statistic line: nothing in op_statistic to cite
         findings.append(Finding(
-            check=chk.id, severity="warning", rank=rank,
+            check=chk.id, severity=chk.severity, rank=rank,
             title=f"Rank {rank}: kernel_details.csv disagrees with op_statistic.csv on {bad.height} op type(s)",
             message=(f"Rank {rank}: for {bad.height} of {g.height} op types ({names}) the rows of kernel_details.csv "
                      f"sum to {ms(kern_us)} but op_statistic.csv totals {ms(stat_us)}. Kernel rows were trimmed "

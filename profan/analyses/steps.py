@@ -8,7 +8,9 @@ from __future__ import annotations
 
 import polars as pl
 
-from profan.analyses.common import cite_kernels, kernel_table, ms, pct, severity
+from profan.analyses import imbalance
+from profan.analyses.common import cite_kernels, graded, kernel_table, ms, pct
+from profan.analyses.contract import Job, Section
 from profan.evidence import cite_lines
 from profan.findings import Finding
 from profan.rankmap import RankData
@@ -26,6 +28,14 @@ def step_table(ranks: list[RankData]) -> pl.DataFrame:
     return stack([r.steps for r in have], {"rank": [r.rank for r in have],
                                            "file": [r.files["step_trace_time"] for r in have]}
                  ).select(STEP_COLUMNS).sort("rank", "step")
+
+
+def section(job: Job) -> Section:
+    """The step table, and what it says: exposed communication and idle per step, kernel rows that cannot account
+    for the step's compute, and ranks or pipeline stages that compute unequal amounts."""
+    return Section(tables={"steps": job.steps},
+                   findings=[*share_findings(job.steps, job.pack), *reconcile_findings(job.ranks, job.steps, job.pack),
+                             *imbalance.imbalance_findings(job.ranks, job.steps, job.pack)])
 
 
 def share_findings(steps: pl.DataFrame, pack: RulePack) -> list[Finding]:
@@ -46,7 +56,7 @@ def share_findings(steps: pl.DataFrame, pack: RulePack) -> list[Finding]:
             if v is None:
                 continue
             share = v / step_us
-            sev = severity(share, chk)
+            sev = graded(share, chk)
             if sev is None:
                 continue
             step_txt = f"step {row['step']}" if row["step"] is not None else "the profile"
@@ -94,7 +104,7 @@ def reconcile_findings(ranks: list[RankData], steps: pl.DataFrame, pack: RulePac
             if comp <= 0 or k_us / comp >= chk["min_ratio"]:
                 continue
             out.append(Finding(
-                check=chk.id, severity="warning", rank=r.rank, step=row["step"],
+                check=chk.id, severity=chk.severity, rank=r.rank, step=row["step"],
                 title=f"Rank {r.rank}, step {row['step']}: kernel rows cover only {pct(k_us / comp)} of Computing",
                 message=(f"Rank {r.rank}, step {row['step']}: the {n} compute rows of kernel_details.csv sum to "
                          f"{ms(k_us)} but step_trace_time.csv reports Computing {ms(comp)} "

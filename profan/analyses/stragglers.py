@@ -21,14 +21,15 @@ Evidence cites the collective rows and the kernel rows on both the slow and the 
 from __future__ import annotations
 
 import statistics
+from dataclasses import dataclass, field
 
 import polars as pl
 
-from profan.analyses.common import fmt_ranks, ms
+from profan.analyses.common import fmt_ranks, graded, ms
 from profan.evidence import Evidence, cite_events, cite_lines, cite_pointers
 from profan.findings import Finding
 from profan.rankmap import RankData
-from profan.rulepack import RulePack
+from profan.rulepack import Check, RulePack
 
 KEY = ["step", "group", "seq"]
 CHECK = "straggler"
@@ -125,44 +126,80 @@ def _window(ranks_by: dict[int, RankData], rank: int, cids: list[int]) -> tuple[
     return length, w
 
 
+@dataclass(frozen=True)
+class WindowComparison:
+    """What `explain` found: the slow rank's pre-collective windows against the typical rank's at the same
+    collectives, and the extra time split into device work and time with no device work.
+
+    ``cause_class``: "compute" (more or slower kernels), "host_gap" (the device sat idle) or "unknown" (kernel
+    rows missing on one rank: then the split fields stay None)."""
+
+    window_us: float
+    typical_window_us: float
+    extra_window_us: float
+    cause_class: str = "unknown"
+    kernels: list[dict] = field(default_factory=list)  # the kernels with the most extra time, largest first
+    by_bucket: dict[str, float] = field(default_factory=dict)  # extra time per bucket, largest first
+    kernel_rows: pl.DataFrame | None = None  # the rows of ``kernels`` on both ranks, for evidence
+    extra_compute_us: float | None = None
+    extra_idle_us: float | None = None
+    gap: dict | None = None  # the slow rank's longest idle stretch (`_largest_gap`)
+
+    @property
+    def split(self) -> bool:
+        return self.extra_compute_us is not None
+
+    def metrics(self) -> dict:
+        """The comparison as finding metrics (the kernel rows are evidence, not numbers)."""
+        out = {"window_us": self.window_us, "typical_window_us": self.typical_window_us,
+               "extra_window_us": self.extra_window_us, "cause_class": self.cause_class, "kernels": self.kernels,
+               "by_bucket": self.by_bucket}
+        if self.split:
+            out.update(extra_compute_us=self.extra_compute_us, extra_idle_us=self.extra_idle_us, gap=self.gap)
+        return out
+
+
 def explain(ranks_by: dict[int, RankData], late: pl.DataFrame, slow: int, typical: int, inst: pl.DataFrame,
-            pack: RulePack) -> dict:
+            pack: RulePack) -> WindowComparison:
     """Compare the pre-collective windows of the slow and the typical rank at the flagged collectives."""
     chk = pack.check(CHECK)
     rows = late.join(inst.select(KEY), on=KEY, how="semi")
-    s_cids = rows.filter(pl.col("rank") == slow)["cid"].to_list()
-    t_rows = rows.filter(pl.col("rank") == typical)
-    t_cids = t_rows["cid"].to_list()
-    len_s, w_s = _window(ranks_by, slow, s_cids)
-    len_t, w_t = _window(ranks_by, typical, t_cids)
-    out: dict = {"window_us": round(len_s, 3), "typical_window_us": round(len_t, 3),
-                 "extra_window_us": round(len_s - len_t, 3), "cause_class": "unknown", "kernels": [],
-                 "by_bucket": {}, "kernel_rows": None}
+    len_s, w_s = _window(ranks_by, slow, rows.filter(pl.col("rank") == slow)["cid"].to_list())
+    len_t, w_t = _window(ranks_by, typical, rows.filter(pl.col("rank") == typical)["cid"].to_list())
+    lengths = {"window_us": round(len_s, 3), "typical_window_us": round(len_t, 3),
+               "extra_window_us": round(len_s - len_t, 3)}
     if w_s is None or w_t is None:
-        return out
+        return WindowComparison(**lengths)
     busy_s, busy_t = float(w_s["time_us"].sum()), float(w_t["time_us"].sum())
     extra_busy = busy_s - busy_t
     extra_idle = (len_s - busy_s) - (len_t - busy_t)
-    out.update(extra_compute_us=round(extra_busy, 3), extra_idle_us=round(extra_idle, 3))
-    both = w_s.join(w_t, on=["op", "name", "bucket"], how="full", coalesce=True, suffix="_t").with_columns(
+    both = _kernel_deltas(w_s, w_t)
+    top = both.filter(pl.col("delta_us") > max(1.0, 0.05 * max(extra_busy, 0.0))).head(5)
+    total = max(len_s - len_t, extra_busy + max(extra_idle, 0.0), 1e-9)
+    return WindowComparison(
+        **lengths, cause_class="host_gap" if extra_idle >= chk["host_gap_share"] * total else "compute",
+        kernels=[_kernel_delta(r) for r in top.iter_rows(named=True)],
+        by_bucket={b: round(v, 3) for b, v in both.group_by("bucket").agg(pl.col("delta_us").sum())
+                   .sort(["delta_us", "bucket"], descending=[True, False]).iter_rows() if abs(v) >= 1.0},
+        kernel_rows=top, extra_compute_us=round(extra_busy, 3), extra_idle_us=round(extra_idle, 3),
+        gap=_largest_gap(ranks_by, rows, slow, typical))
+
+
+def _kernel_deltas(slow: pl.DataFrame, typical: pl.DataFrame) -> pl.DataFrame:
+    """Kernels per (op, name, bucket) of both windows side by side (typical: ``_t``), most extra time first."""
+    both = slow.join(typical, on=["op", "name", "bucket"], how="full", coalesce=True, suffix="_t").with_columns(
         pl.col("time_us").fill_null(0.0), pl.col("time_us_t").fill_null(0.0), pl.col("count").fill_null(0),
         pl.col("count_t").fill_null(0))
     # ties by bucket and name: the kernels named must not depend on the grouping's row order
-    both = both.with_columns((pl.col("time_us") - pl.col("time_us_t")).alias("delta_us")).sort(
+    return both.with_columns((pl.col("time_us") - pl.col("time_us_t")).alias("delta_us")).sort(
         ["delta_us", "bucket", "op", "name"], descending=[True, False, False, False], nulls_last=True)
-    out["by_bucket"] = {b: round(v, 3) for b, v in both.group_by("bucket").agg(pl.col("delta_us").sum())
-                        .sort(["delta_us", "bucket"], descending=[True, False]).iter_rows() if abs(v) >= 1.0}
-    top = both.filter(pl.col("delta_us") > max(1.0, 0.05 * max(extra_busy, 0.0))).head(5)
-    out["kernels"] = [{"op": r["op"], "name": r["name"], "bucket": r["bucket"], "delta_us": round(r["delta_us"], 3),
-                       "time_us": round(r["time_us"], 3), "typical_time_us": round(r["time_us_t"], 3),
-                       "count": int(r["count"]), "typical_count": int(r["count_t"]),
-                       "how": "slower kernels of the same name" if r["count"] == r["count_t"] else "extra kernels"}
-                      for r in top.iter_rows(named=True)]
-    out["kernel_rows"] = top
-    total = max(len_s - len_t, extra_busy + max(extra_idle, 0.0), 1e-9)
-    out["cause_class"] = "host_gap" if extra_idle >= chk["host_gap_share"] * total else "compute"
-    out["gap"] = _largest_gap(ranks_by, rows, slow, typical)
-    return out
+
+
+def _kernel_delta(r: dict) -> dict:
+    return {"op": r["op"], "name": r["name"], "bucket": r["bucket"], "delta_us": round(r["delta_us"], 3),
+            "time_us": round(r["time_us"], 3), "typical_time_us": round(r["time_us_t"], 3),
+            "count": int(r["count"]), "typical_count": int(r["count_t"]),
+            "how": "slower kernels of the same name" if r["count"] == r["count_t"] else "extra kernels"}
 
 
 def _largest_gap(ranks_by: dict[int, RankData], rows: pl.DataFrame, slow: int, typical: int) -> dict | None:
@@ -261,11 +298,12 @@ def straggler_findings(ranks: list[RankData], aligned: pl.DataFrame, steps: pl.D
     return tables, findings
 
 
-def _propagated_metrics(m: dict, chk) -> bool:
+def _inherited(late: LateRank, chk: Check) -> bool:
     """Late, but not by its own doing: its pre-collective windows are no longer than the typical rank's, so it
     inherited the delay through an earlier collective (e.g. the TP partner of a straggler, late at EP)."""
-    share = chk.params.get("own_window_share", 0.5)
-    return m["cause_class"] != "unknown" and m["extra_window_us"] < share * m["lag_us"]
+    why = late.why
+    lag_us = round(late.worst["lag_us"], 3)  # as the finding states it
+    return why.cause_class != "unknown" and why.extra_window_us < chk["own_window_share"] * lag_us
 
 
 def _typical_rank(per: pl.DataFrame, step, exclude: set[int], candidates: set[int]) -> int:
@@ -285,121 +323,198 @@ def _ordinal_list(seqs: list[int]) -> str:
     return "collectives " + ", ".join(map(str, n))
 
 
-def _straggler_finding(slow: int, h: pl.DataFrame, late: pl.DataFrame, per: pl.DataFrame, steps: pl.DataFrame,
-                       ranks_by: dict[int, RankData], pack: RulePack) -> Finding:
+@dataclass(frozen=True)
+class LateRank:
+    """The numbers behind one straggler finding: the rank in the step where it holds the others up most, against
+    a typical rank of the same collectives."""
+
+    rank: int
+    step: int | None
+    worst: dict  # its straggler_ranks row in that step
+    steps: pl.DataFrame  # its straggler_ranks rows of every step it is a straggler in
+    last_rows: pl.DataFrame  # its aligned rows in that step where it arrives last
+    picked: pl.DataFrame  # ... and where it is an outlier
+    top: dict  # the last arrival it starts latest at (clock check)
+    typical: int
+    why: WindowComparison
+    share: float | None  # hold-up / step time
+    recorded: pl.Series  # the peers' own Wait Time at the picked collectives (communication.json)
+    also: pl.DataFrame  # other ranks last in that step, below the straggler threshold
+
+
+def _late_rank(slow: int, h: pl.DataFrame, late: pl.DataFrame, per: pl.DataFrame, ranks_by: dict[int, RankData],
+               pack: RulePack) -> LateRank:
     chk = pack.check(CHECK)
     worst = h.sort("lag_us", descending=True).row(0, named=True)
     step = worst["step"]
-    mine = late.filter((pl.col("rank") == slow) & pl.col("step").eq_missing(step))
+    in_step = pl.col("step").eq_missing(step)
+    mine = late.filter((pl.col("rank") == slow) & in_step)
     picked = mine.filter(pl.col("flagged"))
-    members = set(late.join(picked.select(KEY), on=KEY, how="semi")["rank"].to_list())
+    at_picked = late.join(picked.select(KEY), on=KEY, how="semi")
+    members = set(at_picked["rank"].to_list())
     stragglers = set(per.filter(pl.col("straggler"))["rank"].to_list())
-    late_ranks = set(per.filter(pl.col("step").eq_missing(step) & (pl.col("times_flagged") > 0))["rank"].to_list())
+    late_ranks = set(per.filter(in_step & (pl.col("times_flagged") > 0))["rank"].to_list())
+    # a typical rank: not late itself where possible, and present at the same collectives
     typical = next(_typical_rank(per, step, ex, members) for ex in (stragglers | late_ranks | {slow},
                                                                    stragglers | {slow}, {slow})
                    if members - ex)
-    why = explain(ranks_by, late, slow, typical, picked.select(KEY), pack)
-    n_coll = int(worst["collectives"])
-    share = worst["lag_us"] / worst["step_us"] if worst["step_us"] not in (None, float("inf")) else None
-    sev = "critical" if share is not None and share >= chk["critical_share"] else "warning"
-    steps_txt = (f" It is a straggler in {h.height} steps ({', '.join(str(s) for s in h['step'].to_list())}), "
-                 f"{ms(float(h['lag_us'].mean()))} late per step on average." if h.height > 1 else "")
     last_rows = mine.filter(pl.col("is_last")).sort("group", "seq")
-    where = "; ".join(f"{_ordinal_list(g['seq'].to_list())} of group {grp}"
-                      for (grp,), g in last_rows.group_by(["group"], maintain_order=True))
-    top = last_rows.sort("start_lag_us", descending=True).row(0, named=True)
-    clock_txt = ""
-    if top["end_spread_us"] is not None and top["end_spread_us"] <= chk["min_lag_us"]:
-        clock_txt = (f" At {_ordinal_list([top['seq']])} ({top['name'].split('(')[0][:60]}) it starts "
-                     f"{ms(top['start_lag_us'])} "
-                     f"after the earliest rank while all ranks end within {top['end_spread_us']:,.0f} µs.")
-    peers_at = late.join(picked.select(KEY), on=KEY, how="semi").filter(pl.col("rank") != slow)
-    recorded = peers_at["wait_us"].drop_nulls()
-    recorded_txt = (f" The profiler itself records {ms(float(recorded.sum()))} of wait on the peers at "
-                    f"{'that collective' if picked.height == 1 else f'those {picked.height} collectives'} "
-                    "(Wait Time in communication.json)." if recorded.len() else "")
-    others = per.filter(pl.col("step").eq_missing(step) & (pl.col("rank") != slow) & ~pl.col("straggler"))
-    also = late.filter(pl.col("step").eq_missing(step) & pl.col("is_last")
-                       & (pl.col("lateness_us") >= chk["min_lag_us"]) & pl.col("rank").is_in(others["rank"].implode()))
-    also_txt = ""
-    if also.height:
-        also_txt = " Also last, below the straggler threshold: " + "; ".join(
-            f"rank {rk} at {_ordinal_list(g['seq'].to_list())} ({ms(float(g['lateness_us'].max()))})"
-            for (rk,), g in also.sort("rank", "seq").group_by(["rank"], maintain_order=True)) + "."
-    step_txt = f"step {step}" if step is not None else "the profile"
-    message = (f"Rank {slow} arrives last at {int(worst['times_last'])} of {n_coll} aligned collectives in "
-               f"{step_txt} ({where}). At {int(worst['times_flagged'])} of them it is an outlier (over "
-               f"{chk['mad_z']:g} robust deviations and {chk['min_lag_us']:,.0f} µs behind the median rank) and "
-               f"holds them up by {ms(worst['lag_us'])} in total after the second-latest rank"
-               + (f" ({100 * share:.1f}% of the step)" if share is not None else "")
-               + f".{clock_txt} Peers wait {ms(worst['peers_wait_us'])} inside the collectives it is last at "
-               f"(summed over the peers), {ms(worst['caused_wait_us'])} of which only because of it.{recorded_txt} "
-               f"Compared with rank {typical} (typical): {_cause_text(why)}{steps_txt}{also_txt}")
+    others = per.filter(in_step & (pl.col("rank") != slow) & ~pl.col("straggler"))
+    also = late.filter(in_step & pl.col("is_last") & (pl.col("lateness_us") >= chk["min_lag_us"])
+                       & pl.col("rank").is_in(others["rank"].implode()))
+    return LateRank(
+        rank=slow, step=step, worst=worst, steps=h, last_rows=last_rows, picked=picked,
+        top=last_rows.sort("start_lag_us", descending=True).row(0, named=True), typical=typical,
+        why=explain(ranks_by, late, slow, typical, picked.select(KEY), pack),
+        share=worst["lag_us"] / worst["step_us"] if worst["step_us"] not in (None, float("inf")) else None,
+        recorded=at_picked.filter(pl.col("rank") != slow)["wait_us"].drop_nulls(), also=also)
+
+
+def _straggler_finding(slow: int, h: pl.DataFrame, late: pl.DataFrame, per: pl.DataFrame, steps: pl.DataFrame,
+                       ranks_by: dict[int, RankData], pack: RulePack) -> Finding:
+    """A named straggler (warning, critical from critical_share of the step) — or, when its own windows explain
+    too little of its lateness, a note that it only inherited the delay."""
+    chk = pack.check(CHECK)
+    lr = _late_rank(slow, h, late, per, ranks_by, pack)
+    worst = lr.worst
+    metrics = _straggler_metrics(lr)
+    evidence = _straggler_evidence(lr, late, steps)
+    n_coll, step_txt = int(worst["collectives"]), _step_text(lr.step)
+    if _inherited(lr, chk):
+        return Finding(
+            check=CHECK, severity=chk.severity_for("inherited"), rank=slow, step=lr.step,
+            title=f"Rank {slow} arrives late in {step_txt} only because of an earlier collective",
+            message=(f"Rank {slow} arrives last at {int(worst['times_last'])} of {n_coll} aligned collectives in "
+                     f"{step_txt} ({_where_last(lr)}), {ms(worst['lag_us'])} behind the second-latest rank in total, "
+                     f"but its own pre-collective windows are no longer than rank {lr.typical}'s ("
+                     f"{ms(lr.why.extra_window_us)} difference): it left its previous collective late, i.e. it "
+                     "waited there for a slower rank of another group. Not a straggler itself."),
+            metrics={**metrics, "cause_class": "propagated"}, evidence=evidence)
+    named = (graded(lr.share, chk) if lr.share is not None else None) or chk.severity
+    return Finding(check=CHECK, severity=named, rank=slow, step=lr.step,
+                   title=(f"Rank {slow} is a straggler in {step_txt}: last at {int(worst['times_last'])} of "
+                          f"{n_coll} collectives, holding them up {ms(worst['lag_us'])} "
+                          f"({lr.why.cause_class.replace('_', ' ')})"),
+                   message=_straggler_message(lr, chk), metrics=metrics, evidence=evidence)
+
+
+def _step_text(step: int | None) -> str:
+    return f"step {step}" if step is not None else "the profile"
+
+
+def _where_last(lr: LateRank) -> str:
+    """Which collectives of which groups it arrives last at: 'collectives 1–5 of group 123; collective 2 of …'."""
+    return "; ".join(f"{_ordinal_list(g['seq'].to_list())} of group {grp}"
+                     for (grp,), g in lr.last_rows.group_by(["group"], maintain_order=True))
+
+
+def _straggler_message(lr: LateRank, chk: Check) -> str:
+    worst, share = lr.worst, lr.share
+    return (f"Rank {lr.rank} arrives last at {int(worst['times_last'])} of {int(worst['collectives'])} aligned "
+            f"collectives in {_step_text(lr.step)} ({_where_last(lr)}). At {int(worst['times_flagged'])} of them "
+            f"it is an outlier (over {chk['mad_z']:g} robust deviations and {chk['min_lag_us']:,.0f} µs behind the "
+            f"median rank) and holds them up by {ms(worst['lag_us'])} in total after the second-latest rank"
+            + (f" ({100 * share:.1f}% of the step)" if share is not None else "")
+            + f".{_clock_text(lr, chk)} Peers wait {ms(worst['peers_wait_us'])} inside the collectives it is last "
+            f"at (summed over the peers), {ms(worst['caused_wait_us'])} of which only because of it."
+            f"{_recorded_text(lr)} Compared with rank {lr.typical} (typical): {_cause_text(lr.why)}"
+            f"{_other_steps_text(lr)}{_also_text(lr)}")
+
+
+def _clock_text(lr: LateRank, chk: Check) -> str:
+    """Where the ranks' clocks agree (all end together), the late start itself is visible: say so."""
+    top = lr.top
+    if top["end_spread_us"] is None or top["end_spread_us"] > chk["min_lag_us"]:
+        return ""
+    return (f" At {_ordinal_list([top['seq']])} ({top['name'].split('(')[0][:60]}) it starts "
+            f"{ms(top['start_lag_us'])} after the earliest rank while all ranks end within "
+            f"{top['end_spread_us']:,.0f} µs.")
+
+
+def _recorded_text(lr: LateRank) -> str:
+    if not lr.recorded.len():
+        return ""
+    n = lr.picked.height
+    return (f" The profiler itself records {ms(float(lr.recorded.sum()))} of wait on the peers at "
+            f"{'that collective' if n == 1 else f'those {n} collectives'} (Wait Time in communication.json).")
+
+
+def _other_steps_text(lr: LateRank) -> str:
+    h = lr.steps
+    if h.height <= 1:
+        return ""
+    return (f" It is a straggler in {h.height} steps ({', '.join(str(s) for s in h['step'].to_list())}), "
+            f"{ms(float(h['lag_us'].mean()))} late per step on average.")
+
+
+def _also_text(lr: LateRank) -> str:
+    if not lr.also.height:
+        return ""
+    return " Also last, below the straggler threshold: " + "; ".join(
+        f"rank {rk} at {_ordinal_list(g['seq'].to_list())} ({ms(float(g['lateness_us'].max()))})"
+        for (rk,), g in lr.also.sort("rank", "seq").group_by(["rank"], maintain_order=True)) + "."
+
+
+def _straggler_evidence(lr: LateRank, late: pl.DataFrame, steps: pl.DataFrame) -> tuple[Evidence, ...]:
+    """The collective rows of the slow and the typical rank where the slow one arrives last, the kernel rows that
+    differ in their windows, and for a host gap the rows around the longest idle stretch and the step rows."""
     evidence: list[Evidence] = []
-    sel = {"source": "aligned collectives", "step": step, "straggler": slow}
-    for rk, label in ((slow, "slow"), (typical, "typical")):
-        rows = late.join(last_rows.select(KEY), on=KEY, how="semi").filter(pl.col("rank") == rk)
+    sel = {"source": "aligned collectives", "step": lr.step, "straggler": lr.rank}
+    for rk, label in ((lr.rank, "slow"), (lr.typical, "typical")):
+        rows = late.join(lr.last_rows.select(KEY), on=KEY, how="semi").filter(pl.col("rank") == rk)
         ev = _cite_ops(rows, rk, {**sel, "rank": rk, "role": label})
         if ev is not None:
             evidence.append(ev)
-    evidence += _kernel_evidence(why["kernel_rows"], "slow", slow, step)
-    evidence += _kernel_evidence(why["kernel_rows"], "typical", typical, step)
-    if why["cause_class"] == "host_gap":
-        evidence += _gap_evidence(why.get("gap"), step)
-        evidence += _step_rows(steps, slow, [step]) + _step_rows(steps, typical, [step])
-    metrics = {"rank": slow, "step": step, "typical_rank": typical, "lag_us": round(worst["lag_us"], 3),
-               "late_vs_median_us": round(worst["late_vs_median_us"], 3),
-               "times_flagged": int(worst["times_flagged"]),
-               "lag_us_per_step": {str(s): round(v, 3) for s, v in h.select("step", "lag_us").iter_rows()},
-               "times_last": int(worst["times_last"]), "last_at": sorted(int(x) + 1 for x in last_rows["seq"]),
-               "collectives": n_coll, "peers_wait_us": round(worst["peers_wait_us"], 3),
-               "caused_wait_us": round(worst["caused_wait_us"], 3), "step_share": round(share, 4) if share else None,
-               "peers_recorded_wait_us": round(float(recorded.sum()), 3) if recorded.len() else None,
-               "worst_start_lag_us": round(top["start_lag_us"], 3), "worst_end_spread_us": top["end_spread_us"],
-               "also_last": {str(rk): sorted(int(x) + 1 for x in g["seq"]) for (rk,), g in
-                             also.sort("rank").group_by(["rank"], maintain_order=True)} if also.height else {},
-               **{k: v for k, v in why.items() if k != "kernel_rows"}}
-    if _propagated_metrics(metrics, chk):
-        return Finding(
-            check=CHECK, severity="info", rank=slow, step=step,
-            title=f"Rank {slow} arrives late in {step_txt} only because of an earlier collective",
-            message=(f"Rank {slow} arrives last at {int(worst['times_last'])} of {n_coll} aligned collectives in "
-                     f"{step_txt} ({where}), {ms(worst['lag_us'])} behind the second-latest rank in total, but its "
-                     f"own pre-collective windows are no longer than rank {typical}'s ("
-                     f"{ms(why['extra_window_us'])} difference): it left its previous collective late, i.e. it "
-                     "waited there for a slower rank of another group. Not a straggler itself."),
-            metrics={**metrics, "cause_class": "propagated"}, evidence=tuple(evidence))
-    return Finding(check=CHECK, severity=sev, rank=slow, step=step,
-                   title=(f"Rank {slow} is a straggler in {step_txt}: last at {int(worst['times_last'])} of "
-                          f"{n_coll} collectives, holding them up {ms(worst['lag_us'])} "
-                          f"({why['cause_class'].replace('_', ' ')})"),
-                   message=message, metrics=metrics, evidence=tuple(evidence))
+    evidence += _kernel_evidence(lr.why.kernel_rows, "slow", lr.rank, lr.step)
+    evidence += _kernel_evidence(lr.why.kernel_rows, "typical", lr.typical, lr.step)
+    if lr.why.cause_class == "host_gap":
+        evidence += _gap_evidence(lr.why.gap, lr.step)
+        evidence += _step_rows(steps, lr.rank, [lr.step]) + _step_rows(steps, lr.typical, [lr.step])
+    return tuple(evidence)
 
 
-def _cause_text(why: dict) -> str:
-    if why["cause_class"] == "unknown":
-        return (f"its pre-collective windows are {ms(why['extra_window_us'])} longer; the kernel rows needed to "
+def _straggler_metrics(lr: LateRank) -> dict:
+    worst, share, top = lr.worst, lr.share, lr.top
+    also = {str(rk): sorted(int(x) + 1 for x in g["seq"])
+            for (rk,), g in lr.also.sort("rank").group_by(["rank"], maintain_order=True)}
+    return {"rank": lr.rank, "step": lr.step, "typical_rank": lr.typical, "lag_us": round(worst["lag_us"], 3),
+            "late_vs_median_us": round(worst["late_vs_median_us"], 3), "times_flagged": int(worst["times_flagged"]),
+            "lag_us_per_step": {str(s): round(v, 3) for s, v in lr.steps.select("step", "lag_us").iter_rows()},
+            "times_last": int(worst["times_last"]), "last_at": sorted(int(x) + 1 for x in lr.last_rows["seq"]),
+            "collectives": int(worst["collectives"]), "peers_wait_us": round(worst["peers_wait_us"], 3),
+            "caused_wait_us": round(worst["caused_wait_us"], 3), "step_share": round(share, 4) if share else None,
+            "peers_recorded_wait_us": round(float(lr.recorded.sum()), 3) if lr.recorded.len() else None,
+            "worst_start_lag_us": round(top["start_lag_us"], 3), "worst_end_spread_us": top["end_spread_us"],
+            "also_last": also if lr.also.height else {}, **lr.why.metrics()}
+
+
+def _cause_text(why: WindowComparison) -> str:
+    if why.cause_class == "unknown":
+        return (f"its pre-collective windows are {ms(why.extra_window_us)} longer; the kernel rows needed to "
                 "split that into device work and idle time are missing on one of the two ranks.")
-    parts = [f"its pre-collective windows are {ms(why['extra_window_us'])} longer: "
-             f"{ms(why['extra_compute_us'])} more device work and {ms(why['extra_idle_us'])} more time with no "
+    parts = [f"its pre-collective windows are {ms(why.extra_window_us)} longer: "
+             f"{ms(why.extra_compute_us)} more device work and {ms(why.extra_idle_us)} more time with no "
              "device work"]
-    if why["cause_class"] == "host_gap":
-        g = why.get("gap")
-        where = ""
-        if g and g.get("lines"):
-            unit = "events" if str(g.get("file", "")).endswith((".json", ".json.gz")) else "lines"
-            where = (f" The longest stretch is {ms(g['gap_us'])} with no kernel, between {unit} "
-                     f"{' and '.join(map(str, g['lines']))} of its {'trace' if unit == 'events' else 'kernel file'}"
-                     + (f" (rank {g['typical']['rank']}: {ms(g['typical']['gap_us'])} at the same place)"
-                        if g.get("typical") and g["typical"].get("gap_us") is not None else "") + ".")
+    if why.cause_class == "host_gap":
         parts.append(" — a host-side gap (the device sat idle waiting for work: dispatch, data loading, "
-                     f"synchronisation or Python).{where}")
+                     f"synchronisation or Python).{_gap_text(why.gap)}")
     else:
         ks = "; ".join(f"{k['op']} +{k['delta_us'] / 1000:,.2f} ms ({k['how']}: {k['count']} vs "
-                       f"{k['typical_count']} launches)" for k in why["kernels"][:3])
-        buckets = ", ".join(f"{b} {v / 1000:+,.2f} ms" for b, v in list(why["by_bucket"].items())[:3])
+                       f"{k['typical_count']} launches)" for k in why.kernels[:3])
+        buckets = ", ".join(f"{b} {v / 1000:+,.2f} ms" for b, v in list(why.by_bucket.items())[:3])
         parts.append(f" — extra compute, by bucket {buckets}; largest: {ks}.")
     return "".join(parts)
+
+
+def _gap_text(g: dict | None) -> str:
+    """Where the slow rank's longest stretch with no kernel is, and the typical rank's at the same place."""
+    if not g or not g.get("lines"):
+        return ""
+    unit = "events" if str(g.get("file", "")).endswith((".json", ".json.gz")) else "lines"
+    return (f" The longest stretch is {ms(g['gap_us'])} with no kernel, between {unit} "
+            f"{' and '.join(map(str, g['lines']))} of its {'trace' if unit == 'events' else 'kernel file'}"
+            + (f" (rank {g['typical']['rank']}: {ms(g['typical']['gap_us'])} at the same place)"
+               if g.get("typical") and g["typical"].get("gap_us") is not None else "") + ".")
 
 
 def _none_finding(late: pl.DataFrame, inst: pl.DataFrame, per: pl.DataFrame, chk) -> Finding:
@@ -420,7 +535,7 @@ def _none_finding(late: pl.DataFrame, inst: pl.DataFrame, per: pl.DataFrame, chk
     n_steps = per["step"].n_unique()
     worst = per.sort("lag_us", descending=True).row(0, named=True)
     return Finding(
-        check=CHECK, severity="info",
+        check=CHECK, severity=chk.severity_for("no_straggler"),
         title=f"No straggler: {inst.height} aligned collectives, last arrivals within normal jitter",
         message=(f"No straggler: across {inst.height} aligned collectives in {n_steps} step(s) on "
                  f"{per['rank'].n_unique()} ranks ({fmt_ranks(per['rank'].unique().to_list())}), the largest "

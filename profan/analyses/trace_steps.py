@@ -9,7 +9,8 @@ from __future__ import annotations
 
 import polars as pl
 
-from profan.analyses.common import ms, pct, severity
+from profan.analyses.common import graded, ms, pct
+from profan.analyses.contract import Job, Section
 from profan.classify import UNCLASSIFIED
 from profan.evidence import cite_events, cite_lines
 from profan.findings import Finding
@@ -60,7 +61,7 @@ def share_findings(table: pl.DataFrame, pack: RulePack) -> list[Finding]:
             for check_id, col, what in specs:
                 chk = pack.check(check_id)
                 share = row[col] / row["step_us"]
-                sev = severity(share, chk)
+                sev = graded(share, chk)
                 if sev is None:
                     continue
                 where = f"step {row['step']}" if row["scope"] == "step" else "the whole trace (no ProfilerStep)"
@@ -117,7 +118,7 @@ def lane_share_findings(ranks: list[RankData], table: pl.DataFrame, pack: RulePa
             continue
         for check_id, col, what in specs:
             share = row[col] / row["step_us"]
-            sev = severity(share, pack.check(check_id))
+            sev = graded(share, pack.check(check_id))
             if sev is None:
                 continue
             out.append(Finding(
@@ -161,7 +162,8 @@ def overlap_check(ranks: list[RankData], pack: RulePack) -> tuple[pl.DataFrame, 
             ok = diffs[worst] <= chk["tolerance"]
             lanes = ", ".join(f"{lane} {ms(row[c])}" for c, lane in LANES.items() if lane in diffs)
             findings.append(Finding(
-                check=chk.id, severity="info" if ok else "warning", rank=r.rank, step=row["step"],
+                check=chk.id, severity=chk.severity_for("agreement") if ok else chk.severity, rank=r.rank,
+                step=row["step"],
                 title=(f"Rank {r.rank}, step {row['step']}: trace_view Overlap Analysis "
                        f"{'agrees with' if ok else 'disagrees with'} step_trace_time.csv"),
                 message=(f"Rank {r.rank}, step {row['step']}: summing the Overlap Analysis lanes of trace_view.json "
@@ -206,10 +208,11 @@ def trace_notes(ranks: list[RankData]) -> list[str]:
     return notes
 
 
-def trace_section(ranks: list[RankData], pack: RulePack) -> tuple[dict[str, pl.DataFrame], list[Finding], list[str]]:
-    """Tables, findings and notes from chrome traces, for build_report."""
+def section(job: Job) -> Section:
+    """Tables, findings and notes from chrome traces: GPU step splits, trace_view.json lanes and their check."""
+    ranks, pack = job.ranks, job.pack
     table = trace_step_table(ranks)
     check_tab, check_findings = overlap_check(ranks, pack)
     tables = {"trace_steps": table, "trace_vs_step_trace": check_tab, **comm_tables(ranks)}
     findings = [*share_findings(table, pack), *lane_share_findings(ranks, table, pack), *check_findings]
-    return tables, findings, trace_notes(ranks)
+    return Section(tables=tables, findings=findings, notes=trace_notes(ranks))

@@ -25,6 +25,8 @@ import polars as pl
 
 from profan import limits
 from profan.classify import classify
+from profan.roles import Roles
+from profan.roles import defaults as default_roles
 from profan.sources.chrome_trace import (
     Trace,
     bad_steps_warning,
@@ -35,15 +37,11 @@ from profan.sources.chrome_trace import (
     usable_duration,
 )
 
-DEVICE_CATS = ("kernel", "Kernel", "gpu_memcpy", "gpu_memset")
-KEEP_CATS = ("cpu_op", "user_annotation", "gpu_user_annotation", "cuda_runtime", "cuda_driver", "Runtime",
-             *DEVICE_CATS)
-STEP_NAME = r"^ProfilerStep#(\d+)$"
-COMM_KERNEL = r"(?i)^(nccl|rccl).*kernel|^ncclDevKernel"
-COMM_CPU = r"^(c10d::|record_param_comms$|nccl:|gloo:)"
-_RANK_IN_NAME = re.compile(r"(?:rank|worker)[_-]?(\d+)", re.IGNORECASE)
-DTYPE_BYTES = {"Float": 4, "float": 4, "Float32": 4, "Half": 2, "BFloat16": 2, "Double": 8, "Long": 8, "Int": 4,
-               "Short": 2, "Char": 1, "Byte": 1, "Bool": 1, "Float8_e4m3fn": 1, "Float8_e5m2": 1}
+# Every category, step marker, collective name and dtype size below comes from the rule pack's roles
+# (rules/roles.toml: kineto_*, collectives, dtype_bytes, rank_in_trace_name); functions take them as ``roles``,
+# the built-in ones when the caller has no pack.
+# The ``source`` of a collective event: profan's own labels (in the collectives table), not trace categories.
+SOURCE_KERNEL, SOURCE_CPU_OP, SOURCE_ANNOTATION = "kernel", "cpu_op", "annotation"
 
 
 @dataclass
@@ -68,11 +66,18 @@ class KinetoTrace:
     notes: list[str] = field(default_factory=list)
 
 
-def keep_expr() -> pl.Expr:
-    return (pl.col("ph") == "M") | ((pl.col("ph") == "X") & pl.col("cat").is_in(KEEP_CATS))
+def keep_expr(roles: Roles | None = None) -> pl.Expr:
+    cats = (roles or default_roles()).kineto_keep_cats
+    return (pl.col("ph") == "M") | ((pl.col("ph") == "X") & pl.col("cat").is_in(cats))
 
 
-def rank_of(meta: dict, path: Path) -> tuple[int, str, str | None]:
+def parse_variant(roles: Roles | None = None) -> str:
+    """The cache variant of a parse with `keep_expr`: the kept categories shape the table."""
+    cats = (roles or default_roles()).kineto_keep_cats
+    return "kineto" if cats == default_roles().kineto_keep_cats else f"kineto/keep={','.join(sorted(set(cats)))}"
+
+
+def rank_of(meta: dict, path: Path, roles: Roles | None = None) -> tuple[int, str, str | None]:
     """(rank, where it came from, what was wrong with distributedInfo.rank): ``distributedInfo.rank`` when it is
     a whole number ≥ 0, else the file name, else 0. An unusable distributedInfo.rank (``"three"``, ``1.5``,
     ``-1``) is the third value, so the caller can say it."""
@@ -84,25 +89,28 @@ def rank_of(meta: dict, path: Path) -> tuple[int, str, str | None]:
             return rank, "distributedInfo.rank", None
         shown = json.dumps(raw)  # a value of any length and shape: cut for the one-line warning
         problem = f"distributedInfo.rank {shown if len(shown) <= 40 else shown[:39] + '…'} is not a rank number"
-    m = _RANK_IN_NAME.search(path.name)
+    m = re.search((roles or default_roles()).rank_in_trace_name, path.name)
     if m and (rank := _whole_number(m.group(1))) is not None:
         return rank, f"file name {path.name}", problem
     return 0, "assumed 0 (no distributedInfo.rank, no rank in the file name)", problem
 
 
-def op_of(name: pl.Expr) -> pl.Expr:
-    """A short kernel label: ``void ns::kernel<…>(…)`` -> ``ns::kernel``; ``Memcpy HtoD (…)`` -> ``Memcpy HtoD``."""
-    s = (name.str.replace(r"^void ", "").str.replace(r"^std::enable_if<.*?>::type\s+", "")
-         .str.replace_all(r"\(anonymous namespace\)::", ""))
+def op_of(name: pl.Expr, roles: Roles | None = None) -> pl.Expr:
+    """A short kernel label: ``void ns::kernel<…>(…)`` -> ``ns::kernel``; ``Memcpy HtoD (…)`` -> ``Memcpy HtoD``
+    (the decorations removed are roles ``kineto_label_strip``)."""
+    s = name
+    for pattern in (roles or default_roles()).kineto_label_strip:
+        s = s.str.replace_all(pattern, "")
     return (s.str.extract(r"^([^<(]+)", 1).str.strip_chars().fill_null(s)).alias("op")
 
 
-def step_table(ev: pl.DataFrame) -> pl.DataFrame:
+def step_table(ev: pl.DataFrame, roles: Roles | None = None) -> pl.DataFrame:
     """One row per ProfilerStep annotation. One whose number does not fit an int64 has step null here: `load`
     drops and counts it."""
-    s = ev.filter(pl.col("cat").is_in(["user_annotation", "gpu_user_annotation"])
-                  & pl.col("name").cast(pl.String).str.contains(STEP_NAME))
-    return s.select(step_number(pl.col("name").cast(pl.String), STEP_NAME).alias("step"),
+    roles = roles or default_roles()
+    s = ev.filter(pl.col("cat").is_in(list(roles.kineto_step_cats))
+                  & pl.col("name").cast(pl.String).str.contains(roles.kineto_step))
+    return s.select(step_number(pl.col("name").cast(pl.String), roles.kineto_step).alias("step"),
                     "event_idx", pl.col("cat").cast(pl.String), pl.col("tid").cast(pl.String),
                     pl.col("ts_us").alias("start_us"), (pl.col("ts_us") + pl.col("dur_us")).alias("end_us")
                     ).sort("cat", "start_us")
@@ -119,8 +127,8 @@ def _in_span(points: pl.DataFrame, spans: pl.DataFrame, at: str) -> pl.DataFrame
     return j.sort("_i").drop("_i", "_s0", "_s1")
 
 
-def _main_thread(cpu: pl.DataFrame, steps: pl.DataFrame) -> str | None:
-    cpu_steps = steps.filter(pl.col("cat") == "user_annotation")
+def _main_thread(cpu: pl.DataFrame, steps: pl.DataFrame, roles: Roles) -> str | None:
+    cpu_steps = steps.filter(pl.col("cat") == roles.kineto_annotation_cat)
     if not cpu_steps.is_empty():
         return cpu_steps["tid"][0]
     if cpu.is_empty():
@@ -156,83 +164,87 @@ def _enclosing_op(points: pl.DataFrame, ops: pl.DataFrame) -> pl.Series:
     return res["ctx"]
 
 
-def _device_events(tr: Trace, ev: pl.DataFrame, steps: pl.DataFrame) -> pl.DataFrame:
-    dev = ev.filter(pl.col("cat").is_in(DEVICE_CATS) & (pl.col("ph") == "X"))
+def _device_events(tr: Trace, ev: pl.DataFrame, steps: pl.DataFrame, roles: Roles) -> pl.DataFrame:
+    dev = ev.filter(pl.col("cat").is_in(list(roles.kineto_device_cats)) & (pl.col("ph") == "X"))
     dev = tr.with_details(dev).with_columns(
         pl.col("cat").cast(pl.String), pl.col("name").cast(pl.String),
         (pl.col("ts_us") + pl.col("dur_us")).alias("end_us"))
-    runtime = (ev.filter(pl.col("cat").is_in(["cuda_runtime", "cuda_driver", "Runtime"])
+    runtime = (ev.filter(pl.col("cat").is_in(list(roles.kineto_runtime_cats))
                          & pl.col("correlation").is_not_null())
                .select("correlation", pl.col("ts_us").alias("launch_us"), pl.col("ext_id").alias("launch_ext"),
                        pl.col("tid").cast(pl.String).alias("launch_tid"))
                .unique("correlation", keep="first"))
     dev = dev.join(runtime, on="correlation", how="left")
-    ops = (ev.filter(pl.col("cat").is_in(["cpu_op", "user_annotation"]) & pl.col("ext_id").is_not_null())
+    ops = (ev.filter(pl.col("cat").is_in(list(roles.kineto_op_cats)) & pl.col("ext_id").is_not_null())
            .sort(pl.col("cat").cast(pl.String))  # cpu_op before user_annotation
            .select("ext_id", pl.col("name").cast(pl.String).alias("context")).unique("ext_id", keep="first"))
     dev = dev.with_columns(pl.coalesce("ext_id", "launch_ext").alias("link_ext")).join(
         ops, left_on="link_ext", right_on="ext_id", how="left", suffix="_op")
     if dev["context"].null_count():
-        cpu = ev.filter(pl.col("cat") == "cpu_op").select(
+        cpu = ev.filter(pl.col("cat") == roles.kineto_cpu_op_cat).select(
             pl.col("tid").cast(pl.String), "ts_us", (pl.col("ts_us") + pl.col("dur_us")).alias("end_us"),
             pl.col("name").cast(pl.String))
         dev = dev.with_columns(pl.coalesce(pl.col("context"), _enclosing_op(dev, cpu)).alias("context"))
-    cpu_spans = steps.filter(pl.col("cat") == "user_annotation")
-    gpu_spans = steps.filter(pl.col("cat") == "gpu_user_annotation")
+    cpu_spans = steps.filter(pl.col("cat") == roles.kineto_annotation_cat)
+    gpu_spans = steps.filter(pl.col("cat") == roles.kineto_gpu_annotation_cat)
     dev = _in_span(dev, cpu_spans, "launch_us").rename({"step": "_cpu_step"})
     dev = _in_span(dev, gpu_spans, "ts_us").rename({"step": "_gpu_step"})
     dev = dev.with_columns(pl.when(pl.col("launch_us").is_not_null() & (cpu_spans.height > 0))
                            .then(pl.col("_cpu_step")).otherwise(pl.col("_gpu_step")).alias("step"))
-    return dev.with_columns(op_of(pl.col("name")), pl.lit("GPU").alias("core"),
+    return dev.with_columns(op_of(pl.col("name"), roles), pl.lit("GPU").alias("core"),
                             pl.col("cat").alias("type")).drop("_cpu_step", "_gpu_step")
 
 
-def _cpu_activity(ev: pl.DataFrame, steps: pl.DataFrame) -> pl.DataFrame:
-    cpu = ev.filter((pl.col("cat") == "cpu_op") & (pl.col("ph") == "X")).with_columns(
+def _cpu_activity(ev: pl.DataFrame, steps: pl.DataFrame, roles: Roles) -> pl.DataFrame:
+    cpu = ev.filter((pl.col("cat") == roles.kineto_cpu_op_cat) & (pl.col("ph") == "X")).with_columns(
         pl.col("cat").cast(pl.String), pl.col("name").cast(pl.String), pl.col("tid").cast(pl.String),
         (pl.col("ts_us") + pl.col("dur_us")).alias("end_us"))
-    main = _main_thread(cpu, steps)
+    main = _main_thread(cpu, steps, roles)
     top = _top_level(cpu.filter(pl.col("tid") == main)) if main is not None else cpu.clear()
-    top = _in_span(top, steps.filter(pl.col("cat") == "user_annotation"), "ts_us")
+    top = _in_span(top, steps.filter(pl.col("cat") == roles.kineto_annotation_cat), "ts_us")
     return top.with_columns(pl.col("name").alias("op"), pl.lit("CPU").alias("core"), pl.col("cat").alias("type"),
                             pl.lit(None, pl.String).alias("context"))
 
 
-def _collectives(tr: Trace, ev: pl.DataFrame, dev: pl.DataFrame | None, steps: pl.DataFrame) -> pl.DataFrame:
+def _collectives(tr: Trace, ev: pl.DataFrame, dev: pl.DataFrame | None, steps: pl.DataFrame,
+                 roles: Roles) -> pl.DataFrame:
     name = pl.col("name")
-    c = ev.filter((pl.col("ph") == "X") & pl.col("cat").is_in(["cpu_op", "user_annotation"])
-                  & name.cast(pl.String).str.contains(COMM_CPU))
+    c = ev.filter((pl.col("ph") == "X") & pl.col("cat").is_in(list(roles.kineto_op_cats))
+                  & name.cast(pl.String).str.contains(roles.kineto_comm_ops))
     c = tr.with_details(c).with_columns(
         pl.col("cat").cast(pl.String), name.cast(pl.String), (pl.col("ts_us") + pl.col("dur_us")).alias("end_us"),
-        pl.when(pl.col("cat") == "cpu_op").then(pl.lit("cpu_op")).otherwise(pl.lit("annotation")).alias("source"))
-    c = _in_span(c, steps.filter(pl.col("cat") == "user_annotation"), "ts_us")
+        pl.when(pl.col("cat") == roles.kineto_cpu_op_cat).then(pl.lit(SOURCE_CPU_OP))
+        .otherwise(pl.lit(SOURCE_ANNOTATION)).alias("source"))
+    c = _in_span(c, steps.filter(pl.col("cat") == roles.kineto_annotation_cat), "ts_us")
     cols = ["event_idx", "source", "cat", "name", "tid", "stream", "step", "ts_us", "dur_us", "end_us",
             "coll_name", "in_nelems", "out_nelems", "dtype", "group_size", "pg_name", "pg_ranks"]
     parts = [c.with_columns(pl.col("tid").cast(pl.String)).select(cols)]
     if dev is not None:
-        k = dev.filter(name.str.contains(COMM_KERNEL)).with_columns(pl.lit("kernel").alias("source"))
+        k = dev.filter(name.str.contains(roles.kineto_comm_kernels)).with_columns(pl.lit(SOURCE_KERNEL).alias("source"))
         parts.insert(0, k.with_columns(pl.col("tid").cast(pl.String)).select(cols))
     both = pl.concat(parts, how="vertical_relaxed")
-    size = pl.col("dtype").replace_strict(DTYPE_BYTES, default=None, return_dtype=pl.Int64)
+    size = pl.col("dtype").replace_strict(roles.dtype_bytes, default=None, return_dtype=pl.Int64)
     # gloo collectives run on a worker thread; their span includes waiting for the slowest peer
     return both.with_columns((pl.max_horizontal("in_nelems", "out_nelems") * size).alias("bytes"),
-                             pl.col("name").str.starts_with("gloo:").alias("includes_peer_wait")
+                             pl.col("name").str.contains(roles.kineto_peer_wait_ops).alias("includes_peer_wait")
                              ).sort("ts_us")
 
 
-def load(path: Path, trace: Trace | None = None) -> KinetoTrace:
-    """Read one Kineto trace (or interpret an already parsed one)."""
-    tr = trace if trace is not None else parse(path, keep=keep_expr())
+def load(path: Path, trace: Trace | None = None, roles: Roles | None = None) -> KinetoTrace:
+    """Read one Kineto trace (or interpret an already parsed one). ``roles``: the rule pack's (the built-in ones
+    when None)."""
+    roles = roles or default_roles()
+    tr = trace if trace is not None else parse(path, keep=keep_expr(roles))
     ev = tr.events
-    rank, origin, rank_problem = rank_of(tr.meta, tr.path)
-    steps = step_table(ev)
+    rank, origin, rank_problem = rank_of(tr.meta, tr.path, roles)
+    steps = step_table(ev, roles)
     bad_steps = steps["step"].null_count()
     steps = steps.filter(pl.col("step").is_not_null())
-    dev = _device_events(tr, ev, steps)
+    dev = _device_events(tr, ev, steps, roles)
     cpu_only = dev.is_empty()
     notes = []
     if cpu_only:
-        dev = _cpu_activity(ev, steps)
+        dev = _cpu_activity(ev, steps, roles)
         notes.append("no GPU activity in the trace: the main thread's top-level cpu_ops are analysed instead")
     # an event without a duration, or a duration that is not a number of 0 up to max_duration_us, cannot be
     # sized, and one without a start cannot be placed in its step: left out and counted (the caller says how
@@ -244,7 +256,7 @@ def load(path: Path, trace: Trace | None = None) -> KinetoTrace:
     props = tr.meta.get("deviceProperties")
     dev_name = props[0].get("name") if isinstance(props, list) and props and isinstance(props[0], dict) else None
     return KinetoTrace(path=tr.path, rank=rank, rank_origin=origin, rank_problem=rank_problem, device=dev, steps=steps,
-                       collectives=_collectives(tr, ev, None if cpu_only else dev, steps),
+                       collectives=_collectives(tr, ev, None if cpu_only else dev, steps, roles),
                        cpu_only=cpu_only, events_read=int(ev.height), device_skipped=skipped,
                        bad_steps=bad_steps, not_utf8=tr.not_utf8, no_phase=tr.no_phase,
                        world_size=_whole_number(info.get("world_size")) or None,
@@ -305,7 +317,7 @@ def _union_us(frame: pl.DataFrame, by: list[str], name: str) -> pl.DataFrame:
     return runs.group_by(by).agg((pl.col("end_us") - pl.col("ts_us")).sum().alias(name))
 
 
-def device_split(dev: pl.DataFrame, steps: pl.DataFrame) -> pl.DataFrame:
+def device_split(dev: pl.DataFrame, steps: pl.DataFrame, roles: Roles | None = None) -> pl.DataFrame:
     """Computing / Communication(Not Overlapped) / Free per step, from the device lanes themselves.
 
     The same split the Ascend profiler writes to step_trace_time.csv, computed by interval union so overlapping
@@ -335,8 +347,10 @@ def device_split(dev: pl.DataFrame, steps: pl.DataFrame) -> pl.DataFrame:
                            .alias("overlapped_us"))
     out = out.with_columns((pl.col("communication_us") - pl.col("overlapped_us")).alias("comm_not_overlapped_us"),
                            (pl.col("step_us") - pl.col("busy_us")).alias("free_us"))
-    cpu_steps = steps.filter(pl.col("cat") == "user_annotation").select("step", pl.col("event_idx").alias("step_event"))
-    gpu_steps = steps.filter(pl.col("cat") == "gpu_user_annotation").select(
+    roles = roles or default_roles()
+    cpu_steps = steps.filter(pl.col("cat") == roles.kineto_annotation_cat).select(
+        "step", pl.col("event_idx").alias("step_event"))
+    gpu_steps = steps.filter(pl.col("cat") == roles.kineto_gpu_annotation_cat).select(
         "step", pl.col("event_idx").alias("gpu_step_event"))
     out = (out.join(cpu_steps.unique("step"), on="step", how="left")
            .join(gpu_steps.unique("step"), on="step", how="left")
@@ -365,11 +379,12 @@ def _longest_gap(frame: pl.DataFrame, by: list[str]) -> pl.DataFrame:
 
 # --------------------------------------------------------------------------- the per-rank map entry point
 
-def load_cached(path: Path) -> tuple[KinetoTrace, bool]:
+def load_cached(path: Path, roles: Roles | None = None) -> tuple[KinetoTrace, bool]:
     from profan.cache import cached_parse
 
-    tr, hit = cached_parse(path, "kineto", lambda p: parse(p, keep=keep_expr()))
-    return load(path, tr), hit
+    roles = roles or default_roles()
+    tr, hit = cached_parse(path, parse_variant(roles), lambda p: parse(p, keep=keep_expr(roles)))
+    return load(path, tr, roles), hit
 
 
 def load_rank_trace(rd, path: Path, pack) -> None:
@@ -377,16 +392,18 @@ def load_rank_trace(rd, path: Path, pack) -> None:
     communication events. Raises ProfanInputError when the trace holds nothing to analyse."""
     from profan.errors import ProfanInputError
 
-    kt, hit = load_cached(path)
+    roles: Roles = pack.roles
+    kt, hit = load_cached(path, roles)
     if kt.device.is_empty():
-        raise ProfanInputError(path, "no device activity (kernel, gpu_memcpy, gpu_memset) and no cpu_op events: "
+        device = ", ".join(dict.fromkeys(c.lower() for c in roles.kineto_device_cats))
+        raise ProfanInputError(path, f"no device activity ({device}) and no {roles.kineto_cpu_op_cat} events: "
                                      "nothing to analyse")
     rules = pack.rules_for("cpu" if kt.cpu_only else "gpu")
     dev = classify_events(kt.device, rules)
     rd.groups = kernel_groups(dev)
     rd.kernel_locator, rd.kernel_file = "events", "kineto_trace"
     rd.kernel_variant = "Kineto trace, CPU-only (top-level cpu_ops)" if kt.cpu_only else "Kineto trace (GPU)"
-    rd.trace_steps = device_split(dev, kt.steps)
+    rd.trace_steps = device_split(dev, kt.steps, roles)
     rd.trace_comm = kt.collectives
     rd.count("kineto_trace", kt.events_read, kt.device_skipped,
              "trace events (device events whose start or duration is missing or not a number, or whose "

@@ -1,0 +1,227 @@
+"""Roles: the kernel, op, category and file names analyses rely on, as data in ``rules/roles.toml``.
+
+The bucket rules say what a kernel *is*; roles say which names play a part in an analysis (a communication core,
+the expert GEMM, the Kineto category of device activity, the bytes of a dtype, a rank id in a file name…). No such
+name is written in Python: readers take them from the rule pack (``pack.roles``), which is picklable and goes to
+the worker processes with the pack; code without a pack (discovery) takes the built-in ones (`defaults`).
+A user rules file may replace any role's value under ``[roles.<name>]``; a wrong name or type is one line naming
+the file.
+"""
+
+from __future__ import annotations
+
+import functools
+import re
+from dataclasses import dataclass, fields, replace
+from pathlib import Path
+from typing import Any
+
+from profan.errors import ProfanInputError
+
+NELEMS = ("in", "out", "max")  # which message size a collective moves (`CollectiveKind.nelems`)
+BUS_FACTORS = ("2(n-1)/n", "(n-1)/n", "1")  # the forms of nccl-tests' bus-bandwidth factor
+
+
+@dataclass(frozen=True)
+class CollectiveKind:
+    kind: str  # the name analyses use (allreduce, allgather, …)
+    match: str  # regex on the lower-cased letters of the collective's name; first match wins
+    nelems: str  # one of NELEMS
+    bus_factor: str  # one of BUS_FACTORS
+
+
+@dataclass(frozen=True)
+class Roles:
+    comm_cores: tuple[str, ...]
+    comm_ops: str
+    p2p_ops: str
+    hccl_group_tag: str
+    hccl_op_sequence: str
+    expert_gemm: str
+    ai_cpu_core: str
+    replica_groups: tuple[str, ...]
+    pipeline_group: str
+    expert_group: str
+    kineto_device_cats: tuple[str, ...]
+    kineto_cpu_op_cat: str
+    kineto_annotation_cat: str
+    kineto_gpu_annotation_cat: str
+    kineto_runtime_cats: tuple[str, ...]
+    kineto_step: str
+    kineto_comm_kernels: str
+    kineto_comm_ops: str
+    kineto_label_strip: tuple[str, ...]
+    kineto_peer_wait_ops: str
+    collectives: tuple[CollectiveKind, ...]
+    dtype_bytes: dict[str, int]
+    rank_in_folder_name: str
+    rank_in_trace_name: str
+    why: dict[str, str]  # role -> its reason, as the file gives it
+    source: str  # the file(s) the values came from
+
+    # ------------------------------------------------------------------------------------------- derived views
+
+    @property
+    def kineto_keep_cats(self) -> tuple[str, ...]:
+        """Every Kineto category some reader uses: the events a trace parse keeps."""
+        return (self.kineto_cpu_op_cat, self.kineto_annotation_cat, self.kineto_gpu_annotation_cat,
+                *self.kineto_runtime_cats, *self.kineto_device_cats)
+
+    @property
+    def kineto_op_cats(self) -> tuple[str, ...]:
+        """Categories of CPU-side ops that launch kernels (cpu ops first: they win over annotations)."""
+        return (self.kineto_cpu_op_cat, self.kineto_annotation_cat)
+
+    @property
+    def kineto_step_cats(self) -> tuple[str, ...]:
+        return (self.kineto_annotation_cat, self.kineto_gpu_annotation_cat)
+
+    def is_comm(self):  # -> pl.Expr
+        """A kernel row (columns ``core`` and ``op``) of a communication op, not compute (Ascend)."""
+        import polars as pl
+
+        return (pl.col("core").is_in(list(self.comm_cores))
+                | pl.col("op").fill_null("").str.contains(self.comm_ops))
+
+    def override(self, table: Any, source: str | Path) -> Roles:
+        """These roles with a rules file's ``[roles]`` on top (each ``[roles.<name>]`` replaces that value)."""
+        values = _read(table, source, partial=True)
+        why = {**self.why, **{k: v for k, v in values.pop("why").items() if v}}
+        return replace(self, **values, why=why, source=f"{self.source}, {source}")
+
+
+_KIND = {  # role -> what its value must be
+    "comm_cores": "names", "comm_ops": "regex", "p2p_ops": "regex", "hccl_group_tag": "regex",
+    "hccl_op_sequence": "regex", "expert_gemm": "regex", "ai_cpu_core": "name", "replica_groups": "names",
+    "pipeline_group": "name", "expert_group": "name", "kineto_device_cats": "names", "kineto_cpu_op_cat": "name",
+    "kineto_annotation_cat": "name", "kineto_gpu_annotation_cat": "name", "kineto_runtime_cats": "names",
+    "kineto_step": "regex", "kineto_comm_kernels": "regex", "kineto_comm_ops": "regex",
+    "kineto_peer_wait_ops": "regex", "kineto_label_strip": "regexes", "collectives": "collectives",
+    "dtype_bytes": "dtype_bytes",
+    "rank_in_folder_name": "pyregex", "rank_in_trace_name": "pyregex",
+}
+# Roles read where no rule pack is at hand (discovery; analyses not yet handed the pack): a user file cannot set
+# them, rather than set them for some readers only.
+BUILTIN_ONLY = frozenset({"rank_in_folder_name", "rank_in_trace_name", "expert_gemm", "expert_group",
+                          "replica_groups", "pipeline_group"})
+_GROUPED = {"hccl_group_tag", "hccl_op_sequence", "kineto_step", "rank_in_folder_name", "rank_in_trace_name"}
+_WANT = {"names": "a list of non-empty texts", "name": "a non-empty text", "regex": "a regular expression",
+         "regexes": "a list of regular expressions",
+         "pyregex": "a regular expression", "dtype_bytes": "a table of dtype name = bytes (a whole number above 0)",
+         "collectives": "a list of {kind, match, nelems, bus_factor} tables"}
+
+
+def _text(v: object) -> bool:
+    return isinstance(v, str) and bool(v)
+
+
+def _value(name: str, v: object, source: str | Path) -> object:
+    """A role's value checked against its kind (and converted: lists to tuples); else one line naming the file."""
+    kind = _KIND[name]
+    bad = ProfanInputError(source, f"[roles.{name}] value must be {_WANT[kind]}, not {str(v)[:60]!r}")
+    if kind == "name":
+        if not _text(v):
+            raise bad
+        return v
+    if kind == "names":
+        if not isinstance(v, list) or not v or not all(_text(x) for x in v):
+            raise bad
+        return tuple(v)
+    if kind == "regexes":
+        if not isinstance(v, list) or not all(_text(x) for x in v):
+            raise bad
+        for x in v:
+            _check_regex(name, x, "regex", source)
+        return tuple(v)
+    if kind in ("regex", "pyregex"):
+        if not _text(v):
+            raise bad
+        _check_regex(name, str(v), kind, source)
+        return v
+    if kind == "dtype_bytes":
+        if not isinstance(v, dict) or not v or not all(
+                isinstance(n, int) and not isinstance(n, bool) and n > 0 for n in v.values()):
+            raise bad
+        return dict(v)
+    keys = {f.name for f in fields(CollectiveKind)}
+    if not isinstance(v, list) or not v or not all(isinstance(c, dict) and set(c) == keys
+                                                   and all(_text(c[k]) for k in keys) for c in v):
+        raise bad
+    out = []
+    for c in v:
+        if c["nelems"] not in NELEMS or c["bus_factor"] not in BUS_FACTORS:
+            raise ProfanInputError(source, f"[roles.{name}] {c['kind']}: nelems must be one of {', '.join(NELEMS)} "
+                                           f"and bus_factor one of {', '.join(BUS_FACTORS)}")
+        _check_regex(name, c["match"], "regex", source)
+        out.append(CollectiveKind(**{k: c[k] for k in keys}))
+    return tuple(out)
+
+
+def _check_regex(name: str, pattern: str, kind: str, source: str | Path) -> None:
+    try:
+        groups = re.compile(pattern).groups  # the group count; Python's parser takes the syntax used here
+    except re.error as exc:
+        if kind == "pyregex":
+            raise ProfanInputError(source, f"[roles.{name}]: invalid regular expression {pattern!r}: {exc}") from None
+        groups = None
+    if kind == "regex":  # matched by polars (Rust regex): its parser decides
+        import polars as pl
+
+        try:
+            pl.Series([""]).str.contains(pattern)
+        except Exception as exc:  # polars raises ComputeError with the regex parser's message
+            raise ProfanInputError(source, f"[roles.{name}]: invalid regular expression {pattern!r}: "
+                                           f"{str(exc).splitlines()[0]}") from None
+    if name in _GROUPED and groups == 0:
+        raise ProfanInputError(source, f"[roles.{name}]: the regular expression {pattern!r} needs a group (…) "
+                                       "holding the part it extracts")
+
+
+def _read(doc: Any, source: str | Path, *, partial: bool) -> dict[str, Any]:
+    """The ``[roles]`` table's values by role, and ``why``; every name known, every value of its kind."""
+    if not isinstance(doc, dict):
+        raise ProfanInputError(source, "[roles] must be a table of [roles.<name>] tables")
+    unknown = sorted(set(doc) - set(_KIND))
+    if unknown:
+        raise ProfanInputError(source, f"[roles] has no role {unknown[0]!r}; known: {', '.join(sorted(_KIND))}")
+    fixed = sorted(set(doc) & BUILTIN_ONLY) if partial else []
+    if fixed:
+        settable = ", ".join(sorted(set(_KIND) - BUILTIN_ONLY))
+        raise ProfanInputError(source, f"[roles.{fixed[0]}] cannot be set in a rules file (it is read where no "
+                                       f"rule pack is at hand); settable: {settable}")
+    missing = sorted(set(_KIND) - set(doc))
+    if missing and not partial:
+        raise ProfanInputError(source, f"[roles] lacks {', '.join(missing)}")
+    values: dict[str, Any] = {}
+    why: dict[str, str] = {}
+    for name, entry in doc.items():
+        if not isinstance(entry, dict) or "value" not in entry:
+            raise ProfanInputError(source, f"[roles.{name}] must be a table with a value (and a why)")
+        extra = sorted(set(entry) - {"value", "why"})
+        if extra:
+            raise ProfanInputError(source, f"[roles.{name}] has no setting {extra[0]!r} (only value and why)")
+        if not isinstance(entry.get("why", ""), str) or (not partial and not _text(entry.get("why"))):
+            raise ProfanInputError(source, f"[roles.{name}] needs its reason as text: why = \"…\"")
+        values[name] = _value(name, entry["value"], source)
+        why[name] = entry.get("why", "")
+    values["why"] = why
+    return values
+
+
+def load(path: Path) -> Roles:
+    """The roles of one complete roles file (``rules/roles.toml``)."""
+    from profan.rulepack import load_toml
+
+    doc = load_toml(path, "roles file")
+    extra = sorted(set(doc) - {"roles"})
+    if extra:
+        raise ProfanInputError(path, f"unknown table {extra[0]!r}: a roles file holds only [roles.<name>] tables")
+    return Roles(**_read(doc.get("roles"), path, partial=False), source=f"rules/{path.name}")
+
+
+@functools.lru_cache(maxsize=1)
+def defaults() -> Roles:
+    """The built-in roles (``rules/roles.toml``), read once per process."""
+    from profan.paths import rules_dir
+
+    return load(rules_dir() / "roles.toml")
