@@ -35,8 +35,9 @@ import time
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parent.parent
-SOURCE = (REPO / "fixtures/ascend/msinsight-qwen3-4rank-2025q4/rank_0_ascend_pt/ASCEND_PROFILER_OUTPUT"
-          / "kernel_details.csv")
+SOURCE = (
+    REPO / "fixtures/ascend/msinsight-qwen3-4rank-2025q4/rank_0_ascend_pt/ASCEND_PROFILER_OUTPUT" / "kernel_details.csv"
+)
 NAME_FIELD = 5  # 0-based index of "Name" in the source header (checked at run time)
 
 POLARS_BASELINE = """
@@ -101,8 +102,9 @@ def build_file(dest: Path, size_gb: float, vary_names: int) -> tuple[int, int]:
         while written < target:
             step = b"%d," % (rep + 1)
             if vary_names < 0:  # every row its own name: as many kernel groups as rows, the worst case
-                block = b"".join(step + h + b"%d" % (rows + i) + t + b"\n"
-                                 for i, (h, t) in enumerate(zip(heads, tails, strict=True)))
+                block = b"".join(
+                    step + h + b"%d" % (rows + i) + t + b"\n" for i, (h, t) in enumerate(zip(heads, tails, strict=True))
+                )
             elif vary_names:
                 sfx = b"%d" % (rep % vary_names)
                 block = b"".join(step + h + sfx + t + b"\n" for h, t in zip(heads, tails, strict=True))
@@ -120,37 +122,52 @@ def build_file(dest: Path, size_gb: float, vary_names: int) -> tuple[int, int]:
 def timed(cmd: list[str], cwd: Path, env: dict[str, str] | None = None) -> dict:
     """Run cmd under /usr/bin/time -v; wall seconds and peak RSS (MiB) of that child."""
     t0 = time.perf_counter()
-    proc = subprocess.run(["/usr/bin/time", "-v", *cmd], cwd=cwd, capture_output=True, text=True,
-                          env={**os.environ, **(env or {})})
+    proc = subprocess.run(
+        ["/usr/bin/time", "-v", *cmd], cwd=cwd, capture_output=True, text=True, env={**os.environ, **(env or {})}
+    )
     wall = time.perf_counter() - t0
     if proc.returncode != 0:
-        raise SystemExit(f"command failed ({proc.returncode}): {' '.join(cmd)}\n{proc.stdout[-2000:]}"
-                         f"\n{proc.stderr[-4000:]}")
+        raise SystemExit(
+            f"command failed ({proc.returncode}): {' '.join(cmd)}\n{proc.stdout[-2000:]}\n{proc.stderr[-4000:]}"
+        )
+
     def field(label: str) -> float:
         m = re.search(label + r": ([\d.]+)", proc.stderr)
         return float(m.group(1)) if m else float("nan")
 
-    return {"wall_s": wall, "cpu_s": field(r"User time \(seconds\)") + field(r"System time \(seconds\)"),
-            "rss_mib": field(r"Maximum resident set size \(kbytes\)") / 1024, "stdout": proc.stdout}
+    return {
+        "wall_s": wall,
+        "cpu_s": field(r"User time \(seconds\)") + field(r"System time \(seconds\)"),
+        "rss_mib": field(r"Maximum resident set size \(kbytes\)") / 1024,
+        "stdout": proc.stdout,
+    }
 
 
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--size-gb", type=float, default=1.05, help="size of the generated file (default 1.05)")
-    ap.add_argument("--vary-names", type=int, default=0, metavar="N",
-                    help="suffix kernel names with repetition %% N (default 0: names as in the source)")
-    ap.add_argument("--unique-names", action="store_true",
-                    help="give every row its own kernel name (worst case: one group per row)")
+    ap.add_argument(
+        "--vary-names",
+        type=int,
+        default=0,
+        metavar="N",
+        help="suffix kernel names with repetition %% N (default 0: names as in the source)",
+    )
+    ap.add_argument(
+        "--unique-names", action="store_true", help="give every row its own kernel name (worst case: one group per row)"
+    )
     ap.add_argument("--data-dir", type=Path, default=REPO / "bench" / "data", help="where the big file goes")
     ap.add_argument("--runs", type=int, default=2, help="runs of each command (default 2)")
-    ap.add_argument("--only", choices=["profan", "profan-warm", "polars", "polars-same-columns"],
-                    help="measure only one command")
+    ap.add_argument(
+        "--only", choices=["profan", "profan-warm", "polars", "polars-same-columns"], help="measure only one command"
+    )
     args = ap.parse_args()
 
     if args.unique_names:
         args.vary_names = -1
-    tag = f"{args.size_gb:g}gb" + ({0: "", -1: "-unique-names"}.get(args.vary_names) if args.vary_names <= 0
-                                   else f"-names{args.vary_names}")
+    tag = f"{args.size_gb:g}gb" + (
+        {0: "", -1: "-unique-names"}.get(args.vary_names) if args.vary_names <= 0 else f"-names{args.vary_names}"
+    )
     root = args.data_dir / tag
     kfile = root / "rank_0_ascend_pt" / "ASCEND_PROFILER_OUTPUT" / "kernel_details.csv"
     t0 = time.perf_counter()
@@ -164,10 +181,18 @@ def main() -> int:
     # profan: a first analysis (cache off); profan-warm: the same file analysed again, its reduced kernel groups
     # read from profan's Parquet cache (primed once before the runs)
     cache = root / "cache"
-    envs = {"profan": {"PROFAN_NO_CACHE": "1"}, "profan-warm": {"PROFAN_CACHE_DIR": str(cache)}, "polars": {},
-            "polars-same-columns": {}}
-    cmds = {"profan": analyze, "profan-warm": analyze, "polars": [py, "-c", POLARS_BASELINE, str(kfile)],
-            "polars-same-columns": [py, "-c", POLARS_SAME_COLUMNS, str(kfile)]}
+    envs = {
+        "profan": {"PROFAN_NO_CACHE": "1"},
+        "profan-warm": {"PROFAN_CACHE_DIR": str(cache)},
+        "polars": {},
+        "polars-same-columns": {},
+    }
+    cmds = {
+        "profan": analyze,
+        "profan-warm": analyze,
+        "polars": [py, "-c", POLARS_BASELINE, str(kfile)],
+        "polars-same-columns": [py, "-c", POLARS_SAME_COLUMNS, str(kfile)],
+    }
     if not args.only or args.only == "profan-warm":
         shutil.rmtree(cache, ignore_errors=True)
         timed(analyze, REPO, envs["profan-warm"])
@@ -178,13 +203,18 @@ def main() -> int:
                 continue
             r = timed(cmd, REPO, envs[name])
             results[name].append(r)
-            print(f"  run {run + 1} {name:7s} wall {r['wall_s']:7.2f} s   CPU {r['cpu_s']:7.2f} s   "
-                  f"peak RSS {r['rss_mib']:7.0f} MiB", flush=True)
+            print(
+                f"  run {run + 1} {name:7s} wall {r['wall_s']:7.2f} s   CPU {r['cpu_s']:7.2f} s   "
+                f"peak RSS {r['rss_mib']:7.0f} MiB",
+                flush=True,
+            )
     if out.exists():
         rep = json.loads(out.read_text())
         meta = rep.get("meta", {})
-        print(f"profan report: {len(rep.get('breakdown', []))} breakdown rows, {len(rep.get('findings', []))} "
-              f"findings, timings {meta.get('timings_s')}")
+        print(
+            f"profan report: {len(rep.get('breakdown', []))} breakdown rows, {len(rep.get('findings', []))} "
+            f"findings, timings {meta.get('timings_s')}"
+        )
 
     print()
     print("| command | run | wall s | CPU s (user+sys) | peak RSS MiB |")
@@ -196,20 +226,26 @@ def main() -> int:
         best = {k: min(r[m] for r in rs) for k, rs in results.items() for m in ("wall_s",)}
         cpu = {k: min(r["cpu_s"] for r in rs) for k, rs in results.items()}
         rss = max(r["rss_mib"] for r in results["profan"])
-        print(f"\nprofan/polars, best of runs: wall {best['profan'] / best['polars']:.2f}×, "
-              f"CPU {cpu['profan'] / cpu['polars']:.2f}× (target ≤ 2×); profan peak RSS {rss:.0f} MiB (target < 1024)")
+        print(
+            f"\nprofan/polars, best of runs: wall {best['profan'] / best['polars']:.2f}×, "
+            f"CPU {cpu['profan'] / cpu['polars']:.2f}× (target ≤ 2×); profan peak RSS {rss:.0f} MiB (target < 1024)"
+        )
         print("target met" if best["profan"] <= 2 * best["polars"] and rss < 1024 else "TARGET MISSED")
         if results["polars-same-columns"]:
             same = best["polars-same-columns"]
-            print(f"polars reading the columns profan reads: wall {same:.2f} s = {same / best['polars']:.2f}× the "
-                  f"baseline; profan = {best['profan'] / same:.2f}× that")
+            print(
+                f"polars reading the columns profan reads: wall {same:.2f} s = {same / best['polars']:.2f}× the "
+                f"baseline; profan = {best['profan'] / same:.2f}× that"
+            )
         if results["profan-warm"]:
             warm = min(r["wall_s"] for r in results["profan-warm"])
             print(f"analysed again (cached groups): wall {warm:.2f} s = {warm / best['polars']:.2f}× the baseline")
         load = os.getloadavg()[0]
         if load > (os.cpu_count() or 1):
-            print(f"note: load average {load:.1f} on {os.cpu_count()} CPUs — wall times are inflated; "
-                  "the CPU-time ratio is the steadier figure")
+            print(
+                f"note: load average {load:.1f} on {os.cpu_count()} CPUs — wall times are inflated; "
+                "the CPU-time ratio is the steadier figure"
+            )
     return 0
 
 

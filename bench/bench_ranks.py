@@ -50,9 +50,12 @@ def main() -> None:
             cpu = _cpu() - c0
             single.setdefault(j, wall if n == min(a.ranks) else None)
             ratio = wall / single[j] if single.get(j) else float("nan")
-            print(f"ranks={n:3d} jobs={j} kernel_rows={rows:8d} wall={wall:6.2f}s per_rank={1000 * wall / n:7.1f}ms "
-                  f"x1rank={ratio:5.1f} cpu={cpu:6.2f}s read={rep.meta['timings_s']['read']:.2f}s "
-                  f"analyse={rep.meta['timings_s']['analyse']:.2f}s findings={len(rep.findings)}", flush=True)
+            print(
+                f"ranks={n:3d} jobs={j} kernel_rows={rows:8d} wall={wall:6.2f}s per_rank={1000 * wall / n:7.1f}ms "
+                f"x1rank={ratio:5.1f} cpu={cpu:6.2f}s read={rep.meta['timings_s']['read']:.2f}s "
+                f"analyse={rep.meta['timings_s']['analyse']:.2f}s findings={len(rep.findings)}",
+                flush=True,
+            )
 
 
 if __name__ == "__main__":

@@ -41,8 +41,13 @@ def make_trace(out: Path, size_mb: int, source: Path = DEFAULT_SOURCE) -> tuple[
     target = size_mb * 1024 * 1024
     n = 0
     with open(out, "w", encoding="utf-8") as fh:
-        fh.write('{"schemaVersion": 1, "distributedInfo": ' + json.dumps(head.get("distributedInfo"))
-                 + ', "deviceProperties": ' + json.dumps(head.get("deviceProperties")) + ', "traceEvents": [')
+        fh.write(
+            '{"schemaVersion": 1, "distributedInfo": '
+            + json.dumps(head.get("distributedInfo"))
+            + ', "deviceProperties": '
+            + json.dumps(head.get("deviceProperties"))
+            + ', "traceEvents": ['
+        )
         rep = 0
         first = True
         while fh.tell() < target:
@@ -76,14 +81,24 @@ def _child(kind: str, path: str) -> None:
         rows = len(pd.DataFrame(doc["traceEvents"]))
     wall = time.perf_counter() - t
     ru = resource.getrusage(resource.RUSAGE_SELF)
-    print(json.dumps({"kind": kind, "rows": rows, "wall_s": round(wall, 2),
-                      "cpu_s": round(ru.ru_utime + ru.ru_stime, 2), "peak_rss_mb": round(ru.ru_maxrss / 1024)}))
+    print(
+        json.dumps(
+            {
+                "kind": kind,
+                "rows": rows,
+                "wall_s": round(wall, 2),
+                "cpu_s": round(ru.ru_utime + ru.ru_stime, 2),
+                "peak_rss_mb": round(ru.ru_maxrss / 1024),
+            }
+        )
+    )
 
 
 def measure(kind: str, path: Path) -> dict:
     env = {**os.environ, "PROFAN_NO_CACHE": "1"}
-    res = subprocess.run([sys.executable, __file__, "--child", kind, str(path)], capture_output=True, text=True,
-                         env=env, check=True)
+    res = subprocess.run(
+        [sys.executable, __file__, "--child", kind, str(path)], capture_output=True, text=True, env=env, check=True
+    )
     return json.loads(res.stdout.strip().splitlines()[-1])
 
 
@@ -93,8 +108,12 @@ def main() -> None:
     ap.add_argument("--trace", type=Path, default=Path("/tmp/profan_bench_trace.json"))
     ap.add_argument("--source", type=Path, default=DEFAULT_SOURCE)
     ap.add_argument("--skip-baseline", action="store_true")
-    ap.add_argument("--repeat", type=int, default=1, help="alternate the contenders N times; report the fastest run "
-                                                          "of each (a shared machine's load varies)")
+    ap.add_argument(
+        "--repeat",
+        type=int,
+        default=1,
+        help="alternate the contenders N times; report the fastest run of each (a shared machine's load varies)",
+    )
     ap.add_argument("--child", nargs=2, metavar=("KIND", "PATH"), help=argparse.SUPPRESS)
     a = ap.parse_args()
     if a.child:
@@ -111,15 +130,20 @@ def main() -> None:
         if not a.skip_baseline:
             runs["baseline"].append(measure("baseline", a.trace))
     p = min(runs["profan"], key=lambda r: r["wall_s"])
-    print(f"profan   : {p['rows']:,} events kept, {p['wall_s']} s, peak RSS {p['peak_rss_mb']:,} MiB "
-          f"({p['peak_rss_mb'] / size_mb:.2f}x file size {size_mb:,.0f} MiB), cpu {p['cpu_s']} s  runs: "
-          + ", ".join(str(r["wall_s"]) for r in runs["profan"]))
+    print(
+        f"profan   : {p['rows']:,} events kept, {p['wall_s']} s, peak RSS {p['peak_rss_mb']:,} MiB "
+        f"({p['peak_rss_mb'] / size_mb:.2f}x file size {size_mb:,.0f} MiB), cpu {p['cpu_s']} s  runs: "
+        + ", ".join(str(r["wall_s"]) for r in runs["profan"])
+    )
     if runs["baseline"]:
         b = min(runs["baseline"], key=lambda r: r["wall_s"])
-        print(f"baseline : {b['rows']:,} events, {b['wall_s']} s, peak RSS {b['peak_rss_mb']:,} MiB "
-              f"(json.load + pandas.DataFrame), cpu {b['cpu_s']} s  runs: "
-              + ", ".join(str(r["wall_s"]) for r in runs["baseline"]))
+        print(
+            f"baseline : {b['rows']:,} events, {b['wall_s']} s, peak RSS {b['peak_rss_mb']:,} MiB "
+            f"(json.load + pandas.DataFrame), cpu {b['cpu_s']} s  runs: "
+            + ", ".join(str(r["wall_s"]) for r in runs["baseline"])
+        )
         print(f"speed-up : {b['wall_s'] / p['wall_s']:.1f}x   (target >= 5x; RSS target <= 2x file size)")
+
 
 if __name__ == "__main__":
     main()

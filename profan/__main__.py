@@ -1,5 +1,5 @@
 """`python -m profan` runs the CLI."""
 
-from profan.cli import main
+from profan.app.cli import main
 
 main()

@@ -19,17 +19,18 @@ from pathlib import Path
 
 import polars as pl
 
-from profan import limits, trust
+from profan import trust
 from profan.analyses import steps as steps_mod
 from profan.analyses.common import kernel_table, ms, pct, top_lines_frame
-from profan.discover import base_dir, discover
-from profan.errors import ProfanInputError
-from profan.evidence import MAX_CITED, Evidence, cite_events, cite_lines, file_sizes
-from profan.findings import Finding, number_findings
-from profan.rankmap import RankData, load_ranks
+from profan.model.errors import ProfanInputError
+from profan.model.evidence import MAX_CITED, Evidence, cite_events, cite_lines, file_sizes
+from profan.model.findings import Finding, number_findings
+from profan.model.report import Report
+from profan.ranks.rankmap import RankData, load_ranks
 from profan.render.textfmt import id_list
-from profan.report import Report
-from profan.rulepack import RulePack, load
+from profan.rulepack import limits
+from profan.rulepack.pack import RulePack, load
+from profan.sources.discover import base_dir, discover
 
 CHECK = "compare-regression"
 KEY = ["op", "kname", "input_shapes"]
@@ -52,16 +53,19 @@ class Side:
         return f"{self.path} (rank{'s' if len(self.ranks) != 1 else ''} {rk})"
 
 
-def _load(path: Path, pack: RulePack, only: list[int] | None, say, jobs: int | None = None
-          ) -> tuple[Path, list[RankData]]:
+def _load(
+    path: Path, pack: RulePack, only: list[int] | None, say, jobs: int | None = None
+) -> tuple[Path, list[RankData]]:
     disc = discover(path)
     ranks = disc.ranks
     if only is not None:
         ranks = [rs for rs in ranks if rs.rank in only]
         missing = sorted(set(only) - {rs.rank for rs in ranks})
         if missing:
-            raise ProfanInputError(path, f"no rank {', '.join(map(str, missing))} here (ranks: "
-                                         f"{', '.join(str(r.rank) for r in disc.ranks)})")
+            raise ProfanInputError(
+                path,
+                f"no rank {', '.join(map(str, missing))} here (ranks: {', '.join(str(r.rank) for r in disc.ranks)})",
+            )
     say(f"reading {len(ranks)} rank(s) of {path}")
     return base_dir(disc.root), load_ranks(ranks, disc.root, pack, jobs, say)
 
@@ -82,14 +86,20 @@ def _kernels(side: Side, pack: RulePack) -> pl.DataFrame:
     """Kernel groups of every rank of the side, with file, locator kind and the aligned step index. ``kname``: the
     name without an HCCL op's per-group sequence number (roles ``hccl_op_sequence``): the same collective in
     another step or run has another number, so kernels are matched on the name without it."""
+
     def where(r: RankData) -> dict[str, str]:
         kfile = getattr(r, "kernel_file", "kernel_details")
-        return {"file": side.file(r.files[kfile]),
-                "loc_kind": "events" if getattr(r, "kernel_locator", "lines") == "events" else "lines"}
+        return {
+            "file": side.file(r.files[kfile]),
+            "loc_kind": "events" if getattr(r, "kernel_locator", "lines") == "events" else "lines",
+        }
 
     kname = pl.col("name").str.replace(pack.roles.hccl_op_sequence, "$1").alias("kname")
-    k = kernel_table(side.ranks, ["step", "op", "name", kname, "input_shapes", "bucket", "count", "time_us", "lines",
-                                  "line_durs"], per_rank=where)
+    k = kernel_table(
+        side.ranks,
+        ["step", "op", "name", kname, "input_shapes", "bucket", "count", "time_us", "lines", "line_durs"],
+        per_rank=where,
+    )
     return pl.DataFrame() if k is None else k
 
 
@@ -101,6 +111,7 @@ def _align_steps(ka: pl.DataFrame, kb: pl.DataFrame, sa: pl.DataFrame, sb: pl.Da
                 vals |= set(f["step"].to_list())
         real = sorted(v for v in vals if v is not None)
         return real or [None]
+
     a, b = ids(ka, sa), ids(kb, sb)
     common = [x for x in a if x in b]
     if common:
@@ -120,10 +131,12 @@ def _unmatched_steps(k: pl.DataFrame, side: Side, other: Side) -> str | None:
     if left.is_empty():
         return None
     steps = left["step"].unique().sort().to_list()
-    return (f"compare: step{'s' if len(steps) > 1 else ''} {id_list(steps)} of {side.label} "
-            f"({ms(float(left['time_us'].sum()))} of kernel time, {left['rank'].n_unique()} rank(s)) "
-            f"{'have' if len(steps) > 1 else 'has'} device work but no counterpart in {other.label}: "
-            f"left out of the comparison")
+    return (
+        f"compare: step{'s' if len(steps) > 1 else ''} {id_list(steps)} of {side.label} "
+        f"({ms(float(left['time_us'].sum()))} of kernel time, {left['rank'].n_unique()} rank(s)) "
+        f"{'have' if len(steps) > 1 else 'has'} device work but no counterpart in {other.label}: "
+        f"left out of the comparison"
+    )
 
 
 def _step_totals(side: Side, steps_tab: pl.DataFrame) -> pl.DataFrame:
@@ -131,43 +144,69 @@ def _step_totals(side: Side, steps_tab: pl.DataFrame) -> pl.DataFrame:
     if steps_tab.is_empty():
         return pl.DataFrame()
     idx = {s: i for i, s in enumerate(side.steps)}
-    t = steps_tab.filter(pl.col("step").is_in([s for s in side.steps if s is not None])
-                         if any(s is not None for s in side.steps) else pl.lit(True))
+    t = steps_tab.filter(
+        pl.col("step").is_in([s for s in side.steps if s is not None])
+        if any(s is not None for s in side.steps)
+        else pl.lit(True)
+    )
     if t.is_empty():
         return pl.DataFrame()
-    t = t.with_columns(pl.col("step").replace_strict(idx, default=None, return_dtype=pl.Int64).alias("pair"),
-                       ((pl.lit(f"{side.prefix}/") + pl.col("file")) if side.prefix
-                        else pl.col("file")).alias("file"))
+    t = t.with_columns(
+        pl.col("step").replace_strict(idx, default=None, return_dtype=pl.Int64).alias("pair"),
+        ((pl.lit(f"{side.prefix}/") + pl.col("file")) if side.prefix else pl.col("file")).alias("file"),
+    )
     mid = pl.len() // 2  # the median rank's row is the one cited; the values are means over ranks
-    return t.group_by("pair").agg(
-        pl.col("step").first(), pl.col("step_us").mean(), pl.col("computing_us").mean(),
-        pl.col("comm_not_overlapped_us").mean(), pl.col("free_us").mean(),
-        pl.col("file").sort_by("step_us").get(mid), pl.col("src_line").sort_by("step_us").get(mid),
-        pl.col("rank").sort_by("step_us").get(mid).alias("cited_rank"),
-        pl.col("step_us").sort_by("step_us").get(mid).alias("cited_step_us"), pl.len().alias("ranks")).sort("pair")
+    return (
+        t.group_by("pair")
+        .agg(
+            pl.col("step").first(),
+            pl.col("step_us").mean(),
+            pl.col("computing_us").mean(),
+            pl.col("comm_not_overlapped_us").mean(),
+            pl.col("free_us").mean(),
+            pl.col("file").sort_by("step_us").get(mid),
+            pl.col("src_line").sort_by("step_us").get(mid),
+            pl.col("rank").sort_by("step_us").get(mid).alias("cited_rank"),
+            pl.col("step_us").sort_by("step_us").get(mid).alias("cited_step_us"),
+            pl.len().alias("ranks"),
+        )
+        .sort("pair")
+    )
 
 
 def _agg(k: pl.DataFrame, side: Side, keys: list[str]) -> pl.DataFrame:
     """Per key: time and launches per step and rank (averaged), and the largest rows of the largest rank."""
     steps_n = max(1, len(side.steps))
     ranks_n = max(1, len(side.ranks))
-    k = k.filter(pl.col("step").is_in([s for s in side.steps if s is not None])) \
-        if any(s is not None for s in side.steps) else k
+    k = (
+        k.filter(pl.col("step").is_in([s for s in side.steps if s is not None]))
+        if any(s is not None for s in side.steps)
+        else k
+    )
     if k.is_empty():
         return pl.DataFrame()
     tot = k.group_by(keys).agg(
-        *([pl.col("name").sort_by(["time_us", "name"], descending=[True, False]).first()]
-          if "name" not in keys and "kname" in keys else []),
+        *(
+            [pl.col("name").sort_by(["time_us", "name"], descending=[True, False]).first()]
+            if "name" not in keys and "kname" in keys
+            else []
+        ),
         (pl.col("time_us").sum() / (steps_n * ranks_n)).alias("time_us"),
         (pl.col("count").sum() / (steps_n * ranks_n)).alias("count"),
-        pl.col("count").sum().alias("rows"))
+        pl.col("count").sum().alias("rows"),
+    )
     per_rank = k.group_by([*keys, "rank", "file", "loc_kind"]).agg(pl.col("time_us").sum().alias("_t"))
-    top = (per_rank.sort(["_t", "rank"], descending=[True, False])  # ties: the lower rank, every run
-           .group_by(keys, maintain_order=True).first())
-    locs = top_lines_frame(k.join(top.select(*keys, "rank"), on=[*keys, "rank"], how="semi", nulls_equal=True),
-                           keys, MAX_CITED).rename({"lines": "locs"})
-    return (tot.join(top.select(*keys, "rank", "file", "loc_kind"), on=keys, how="left", nulls_equal=True)
-            .join(locs, on=keys, how="left", nulls_equal=True))
+    top = (
+        per_rank.sort(["_t", "rank"], descending=[True, False])  # ties: the lower rank, every run
+        .group_by(keys, maintain_order=True)
+        .first()
+    )
+    locs = top_lines_frame(
+        k.join(top.select(*keys, "rank"), on=[*keys, "rank"], how="semi", nulls_equal=True), keys, MAX_CITED
+    ).rename({"lines": "locs"})
+    return tot.join(top.select(*keys, "rank", "file", "loc_kind"), on=keys, how="left", nulls_equal=True).join(
+        locs, on=keys, how="left", nulls_equal=True
+    )
 
 
 def _pair(a: pl.DataFrame, b: pl.DataFrame, keys: list[str]) -> pl.DataFrame:
@@ -180,10 +219,19 @@ def _pair(a: pl.DataFrame, b: pl.DataFrame, keys: list[str]) -> pl.DataFrame:
     if a is None or b is None:  # one order for the same input: later rankings keep it for equal deltas
         return (a if a is not None else b).sort(keys, nulls_last=True)
     j = a.join(b, on=keys, how="full", coalesce=True, nulls_equal=True).sort(keys, nulls_last=True)
-    j = j.with_columns(pl.col("a_time_us").fill_null(0.0), pl.col("b_time_us").fill_null(0.0),
-                       pl.col("a_count").fill_null(0.0), pl.col("b_count").fill_null(0.0))
-    status = (pl.when(pl.col("a_rows").is_null()).then(pl.lit("new"))
-              .when(pl.col("b_rows").is_null()).then(pl.lit("missing")).otherwise(pl.lit("both")))
+    j = j.with_columns(
+        pl.col("a_time_us").fill_null(0.0),
+        pl.col("b_time_us").fill_null(0.0),
+        pl.col("a_count").fill_null(0.0),
+        pl.col("b_count").fill_null(0.0),
+    )
+    status = (
+        pl.when(pl.col("a_rows").is_null())
+        .then(pl.lit("new"))
+        .when(pl.col("b_rows").is_null())
+        .then(pl.lit("missing"))
+        .otherwise(pl.lit("both"))
+    )
     j = j.with_columns((pl.col("b_time_us") - pl.col("a_time_us")).alias("delta_us"), status.alias("status"))
     if "a_name" in j.columns:
         j = j.with_columns(pl.coalesce("b_name", "a_name").alias("name")).drop("a_name", "b_name")
@@ -195,16 +243,24 @@ def _cite(row: dict, p: str, select: dict, values: dict) -> Evidence | None:
     if not locs:
         return None
     cite = cite_events if row[f"{p}_loc_kind"] == "events" else cite_lines
-    return cite(row[f"{p}_file"], locs, int(row[f"{p}_rows"]), {**select, "cited_rank": row[f"{p}_rank"]},
-                values=values)
+    return cite(
+        row[f"{p}_file"], locs, int(row[f"{p}_rows"]), {**select, "cited_rank": row[f"{p}_rank"]}, values=values
+    )
 
 
 # ------------------------------------------------------------------------------------------ the comparison
 
 
-def compare(a: str | Path, b: str | Path | None = None, *, ranks: tuple[int, int] | None = None,
-            rules: list[str | Path] | None = None, pack: RulePack | None = None, progress=None,
-            jobs: int | None = None) -> Report:
+def compare(
+    a: str | Path,
+    b: str | Path | None = None,
+    *,
+    ranks: tuple[int, int] | None = None,
+    rules: list[str | Path] | None = None,
+    pack: RulePack | None = None,
+    progress=None,
+    jobs: int | None = None,
+) -> Report:
     """Compare side A with side B (B minus A: positive deltas are regressions of B). ``jobs``: processes reading
     each side's ranks, as for `profan.analyze`."""
     t0 = time.perf_counter()
@@ -229,7 +285,7 @@ def compare(a: str | Path, b: str | Path | None = None, *, ranks: tuple[int, int
         rb, rdb = _load(pb, pack, None, say, jobs)
         common = _common_root(ra, rb)
         sa, sb = Side("A", pa, _prefix(ra, common), rda), Side("B", pb, _prefix(rb, common), rdb)
-        mode = ("two runs" if len(rda) > 1 or len(rdb) > 1 else "two ranks (one file or folder each)")
+        mode = "two runs" if len(rda) > 1 or len(rdb) > 1 else "two ranks (one file or folder each)"
     return build_compare(sa, sb, pack, common, mode, t0)
 
 
@@ -239,44 +295,90 @@ def build_compare(sa: Side, sb: Side, pack: RulePack, common: Path, mode: str, t
     ka, kb = _kernels(sa, pack), _kernels(sb, pack)
     if ka.is_empty() or kb.is_empty():
         side = sa if ka.is_empty() else sb
-        raise ProfanInputError(side.path, "no kernel rows to compare (kernel_details.csv or a trace with device "
-                                          "events is needed on both sides)")
+        raise ProfanInputError(
+            side.path,
+            "no kernel rows to compare (kernel_details.csv or a trace with device events is needed on both sides)",
+        )
     st_a, st_b = steps_mod.step_table(sa.ranks), steps_mod.step_table(sb.ranks)
     sa.steps, sb.steps, how = _align_steps(ka, kb, st_a, st_b)
-    notes = [f"compare: {mode}; B minus A, per step and per rank; steps matched {how}: "
-             + ", ".join(f"{x}↔{y}" for x, y in zip(sa.steps, sb.steps, strict=True))]
+    notes = [
+        f"compare: {mode}; B minus A, per step and per rank; steps matched {how}: "
+        + ", ".join(f"{x}↔{y}" for x, y in zip(sa.steps, sb.steps, strict=True))
+    ]
     if len(sa.ranks) != len(sb.ranks):
         notes.append(f"compare: A has {len(sa.ranks)} rank(s), B has {len(sb.ranks)}; totals are per-rank averages")
     buckets = _pair(_agg(ka, sa, ["bucket"]), _agg(kb, sb, ["bucket"]), ["bucket"])
     kernels = _pair(_agg(ka, sa, [*KEY, "bucket"]), _agg(kb, sb, [*KEY, "bucket"]), [*KEY, "bucket"])
     kernels = _fold_shapes(kernels, ka, kb, sa, sb)
     steps_t = _steps_pair(_step_totals(sa, st_a), _step_totals(sb, st_b))
-    total_a = float(ka.filter(pl.col("step").is_in([s for s in sa.steps if s is not None])
-                              if any(s is not None for s in sa.steps) else pl.lit(True))["time_us"].sum()) \
-        / max(1, len(sa.steps)) / max(1, len(sa.ranks))
-    total_b = float(kb.filter(pl.col("step").is_in([s for s in sb.steps if s is not None])
-                              if any(s is not None for s in sb.steps) else pl.lit(True))["time_us"].sum()) \
-        / max(1, len(sb.steps)) / max(1, len(sb.ranks))
+    total_a = (
+        float(
+            ka.filter(
+                pl.col("step").is_in([s for s in sa.steps if s is not None])
+                if any(s is not None for s in sa.steps)
+                else pl.lit(True)
+            )["time_us"].sum()
+        )
+        / max(1, len(sa.steps))
+        / max(1, len(sa.ranks))
+    )
+    total_b = (
+        float(
+            kb.filter(
+                pl.col("step").is_in([s for s in sb.steps if s is not None])
+                if any(s is not None for s in sb.steps)
+                else pl.lit(True)
+            )["time_us"].sum()
+        )
+        / max(1, len(sb.steps))
+        / max(1, len(sb.ranks))
+    )
     findings = [_total_finding(total_a, total_b, steps_t, buckets, sa, sb)]
     findings += _regression_findings(buckets, kernels, total_a, pack)
     findings += _new_missing_findings(kernels, total_a, pack)
-    tables = {"compare_steps": steps_t, "compare_buckets": _show(buckets, ["bucket"]),
-              "compare_kernels": _show(kernels, ["op", "name", "input_shapes", "bucket"])}
+    tables = {
+        "compare_steps": steps_t,
+        "compare_buckets": _show(buckets, ["bucket"]),
+        "compare_kernels": _show(kernels, ["op", "name", "input_shapes", "bucket"]),
+    }
     tables = {k: v for k, v in tables.items() if not v.is_empty()}
-    source = {"kind": "compare", "mode": mode, "root": str(common), "root_abs": str(common), "format": "compare",
-              "a": {"path": str(sa.path), "ranks": [r.rank for r in sa.ranks], "steps": sa.steps,
-                    "files": [{k: sa.file(v) for k, v in r.files.items()} for r in sa.ranks]},
-              "b": {"path": str(sb.path), "ranks": [r.rank for r in sb.ranks], "steps": sb.steps,
-                    "files": [{k: sb.file(v) for k, v in r.files.items()} for r in sb.ranks]},
-              "ranks": []}
+    source = {
+        "kind": "compare",
+        "mode": mode,
+        "root": str(common),
+        "root_abs": str(common),
+        "format": "compare",
+        "a": {
+            "path": str(sa.path),
+            "ranks": [r.rank for r in sa.ranks],
+            "steps": sa.steps,
+            "files": [{k: sa.file(v) for k, v in r.files.items()} for r in sa.ranks],
+        },
+        "b": {
+            "path": str(sb.path),
+            "ranks": [r.rank for r in sb.ranks],
+            "steps": sb.steps,
+            "files": [{k: sb.file(v) for k, v in r.files.items()} for r in sb.ranks],
+        },
+        "ranks": [],
+    }
     source["file_bytes"] = file_sizes(common, {s.file(v) for s in (sa, sb) for r in s.ranks for v in r.files.values()})
     source["root_seal"] = trust.seal(source["root_abs"], source["file_bytes"])
     warnings = [f"{s.label} rank {r.rank}: {w}" for s in (sa, sb) for r in s.ranks for w in r.warnings]
     warnings += [w for k, s, o in ((ka, sa, sb), (kb, sb, sa)) if (w := _unmatched_steps(k, s, o))]
-    return Report(source=source, findings=number_findings([f for f in findings if f is not None]), tables=tables,
-                  warnings=warnings, notes=notes,
-                  meta={"profan": __version__, "rule_files": pack.files,
-                        "timings_s": {"total": round(time.perf_counter() - t0, 3)}}, read_root=common)
+    return Report(
+        source=source,
+        findings=number_findings([f for f in findings if f is not None]),
+        tables=tables,
+        warnings=warnings,
+        notes=notes,
+        meta={
+            "profan": __version__,
+            "rule_files": pack.files,
+            "timings_s": {"total": round(time.perf_counter() - t0, 3)},
+        },
+        read_root=common,
+    )
 
 
 def _fold_shapes(kernels: pl.DataFrame, ka: pl.DataFrame, kb: pl.DataFrame, sa: Side, sb: Side) -> pl.DataFrame:
@@ -293,44 +395,88 @@ def _fold_shapes(kernels: pl.DataFrame, ka: pl.DataFrame, kb: pl.DataFrame, sa: 
     on_b = pl.col("b_rows").is_not_null().any().over(two)
     kernels = kernels.with_columns(((pl.col("status") != "both") & on_a & on_b).alias("same_name_other_shape"))
     one_side = pl.col("same_name_other_shape")
-    moved = kernels.filter(one_side & (one_side & (pl.col("status") == "missing")).any().over(two)
-                           & (one_side & (pl.col("status") == "new")).any().over(two))
+    moved = kernels.filter(
+        one_side
+        & (one_side & (pl.col("status") == "missing")).any().over(two)
+        & (one_side & (pl.col("status") == "new")).any().over(two)
+    )
     if moved.is_empty():
         return kernels
     keys = [*KEY, "bucket"]
-    fa = _agg(ka.join(moved.filter(pl.col("status") == "missing").select(keys), on=keys, how="semi",
-                      nulls_equal=True), sa, two)
-    fb = _agg(kb.join(moved.filter(pl.col("status") == "new").select(keys), on=keys, how="semi",
-                      nulls_equal=True), sb, two)
+    fa = _agg(
+        ka.join(moved.filter(pl.col("status") == "missing").select(keys), on=keys, how="semi", nulls_equal=True),
+        sa,
+        two,
+    )
+    fb = _agg(
+        kb.join(moved.filter(pl.col("status") == "new").select(keys), on=keys, how="semi", nulls_equal=True), sb, two
+    )
     shapes = moved.group_by(two).agg(
-        *(pl.col("input_shapes").filter(pl.col("status") == st).sort().first().alias(st) for st in ("missing", "new")))
-    folded = _pair(fa, fb, two).join(shapes, on=two, how="left", nulls_equal=True).with_columns(
-        (pl.lit("A: ") + pl.col("missing").fill_null("?") + pl.lit(" | B: ") + pl.col("new").fill_null("?"))
-        .alias("input_shapes"), pl.lit("shape changed").alias("status"), pl.lit(True).alias("same_name_other_shape"))
+        *(pl.col("input_shapes").filter(pl.col("status") == st).sort().first().alias(st) for st in ("missing", "new"))
+    )
+    folded = (
+        _pair(fa, fb, two)
+        .join(shapes, on=two, how="left", nulls_equal=True)
+        .with_columns(
+            (pl.lit("A: ") + pl.col("missing").fill_null("?") + pl.lit(" | B: ") + pl.col("new").fill_null("?")).alias(
+                "input_shapes"
+            ),
+            pl.lit("shape changed").alias("status"),
+            pl.lit(True).alias("same_name_other_shape"),
+        )
+    )
     folded = folded.drop("missing", "new")
-    return pl.concat([kernels.join(moved.select(keys), on=keys, how="anti", nulls_equal=True), folded],
-                     how="diagonal_relaxed")
+    return pl.concat(
+        [kernels.join(moved.select(keys), on=keys, how="anti", nulls_equal=True), folded], how="diagonal_relaxed"
+    )
 
 
 def _show(t: pl.DataFrame, keys: list[str]) -> pl.DataFrame:
     if t.is_empty() or "delta_us" not in t.columns:
         return pl.DataFrame()
-    cols = [*keys, "status", "a_time_us", "b_time_us", "delta_us", "a_count", "b_count", "a_rank", "a_file",
-            "a_locs", "b_rank", "b_file", "b_locs"]
-    return t.select([c for c in cols if c in t.columns]).with_columns(
-        pl.col("a_locs").list.head(5), pl.col("b_locs").list.head(5)).sort(
-        pl.col("delta_us").abs(), descending=True, maintain_order=True)
+    cols = [
+        *keys,
+        "status",
+        "a_time_us",
+        "b_time_us",
+        "delta_us",
+        "a_count",
+        "b_count",
+        "a_rank",
+        "a_file",
+        "a_locs",
+        "b_rank",
+        "b_file",
+        "b_locs",
+    ]
+    return (
+        t.select([c for c in cols if c in t.columns])
+        .with_columns(pl.col("a_locs").list.head(5), pl.col("b_locs").list.head(5))
+        .sort(pl.col("delta_us").abs(), descending=True, maintain_order=True)
+    )
 
 
 def _steps_pair(a: pl.DataFrame, b: pl.DataFrame) -> pl.DataFrame:
     if a.is_empty() or b.is_empty():
         return pl.DataFrame()
-    cols = ["step", "step_us", "computing_us", "comm_not_overlapped_us", "free_us", "file", "src_line",
-            "cited_rank", "cited_step_us", "ranks"]
+    cols = [
+        "step",
+        "step_us",
+        "computing_us",
+        "comm_not_overlapped_us",
+        "free_us",
+        "file",
+        "src_line",
+        "cited_rank",
+        "cited_step_us",
+        "ranks",
+    ]
     j = a.rename({c: f"a_{c}" for c in cols}).join(b.rename({c: f"b_{c}" for c in cols}), on="pair", how="inner")
-    return j.with_columns((pl.col("b_step_us") - pl.col("a_step_us")).alias("delta_us"),
-                          (pl.col("b_computing_us") - pl.col("a_computing_us")).alias("delta_computing_us"),
-                          (pl.col("b_free_us") - pl.col("a_free_us")).alias("delta_free_us"))
+    return j.with_columns(
+        (pl.col("b_step_us") - pl.col("a_step_us")).alias("delta_us"),
+        (pl.col("b_computing_us") - pl.col("a_computing_us")).alias("delta_computing_us"),
+        (pl.col("b_free_us") - pl.col("a_free_us")).alias("delta_free_us"),
+    )
 
 
 def _total_finding(total_a, total_b, steps_t, buckets, sa: Side, sb: Side) -> Finding | None:
@@ -340,40 +486,65 @@ def _total_finding(total_a, total_b, steps_t, buckets, sa: Side, sb: Side) -> Fi
     if not steps_t.is_empty():
         for row in steps_t.iter_rows(named=True):
             for p, side in (("a", sa), ("b", sb)):
-                evidence.append(cite_lines(row[f"{p}_file"], [row[f"{p}_src_line"]], 1,
-                                           {"source": "step_trace_time", "side": side.label,
-                                            "step": row[f"{p}_step"], "rank": row[f"{p}_cited_rank"]},
-                                           values={"step_us": round(row[f"{p}_cited_step_us"], 3),
-                                                   "mean_step_us_over_ranks": round(row[f"{p}_step_us"], 3),
-                                                   "ranks": row[f"{p}_ranks"]}))
+                evidence.append(
+                    cite_lines(
+                        row[f"{p}_file"],
+                        [row[f"{p}_src_line"]],
+                        1,
+                        {
+                            "source": "step_trace_time",
+                            "side": side.label,
+                            "step": row[f"{p}_step"],
+                            "rank": row[f"{p}_cited_rank"],
+                        },
+                        values={
+                            "step_us": round(row[f"{p}_cited_step_us"], 3),
+                            "mean_step_us_over_ranks": round(row[f"{p}_step_us"], 3),
+                            "ranks": row[f"{p}_ranks"],
+                        },
+                    )
+                )
         sa_us, sb_us = float(steps_t["a_step_us"].mean()), float(steps_t["b_step_us"].mean())
-        step_txt = (f" Step time (step_trace_time.csv) {ms(sa_us)} → {ms(sb_us)} "
-                    f"({'+' if sb_us >= sa_us else ''}{ms(sb_us - sa_us)}).")
+        step_txt = (
+            f" Step time (step_trace_time.csv) {ms(sa_us)} → {ms(sb_us)} "
+            f"({'+' if sb_us >= sa_us else ''}{ms(sb_us - sa_us)})."
+        )
     else:
-        top = buckets.sort(pl.col("delta_us").abs(), descending=True, maintain_order=True).head(1) \
-            if "delta_us" in buckets.columns \
+        top = (
+            buckets.sort(pl.col("delta_us").abs(), descending=True, maintain_order=True).head(1)
+            if "delta_us" in buckets.columns
             else buckets.head(0)
+        )
         for row in top.iter_rows(named=True):
             for p in ("a", "b"):
-                ev = _cite(row, p, {"source": "kernels", "bucket": row["bucket"], "side": p.upper()},
-                           {"time_us": round(row[f"{p}_time_us"], 3)})
+                ev = _cite(
+                    row,
+                    p,
+                    {"source": "kernels", "bucket": row["bucket"], "side": p.upper()},
+                    {"time_us": round(row[f"{p}_time_us"], 3)},
+                )
                 if ev is not None:
                     evidence.append(ev)
     if not evidence:
         return None
     return Finding(
-        check=CHECK, severity="info",
-        title=(f"B vs A: summed kernel time per step {ms(total_a)} → {ms(total_b)} "
-               f"({pct(delta / total_a if total_a else None)})"),
-        message=(f"A = {sa.desc}; B = {sb.desc}. Summed kernel time per step and rank goes from {ms(total_a)} to "
-                 f"{ms(total_b)} ({'+' if delta >= 0 else ''}{ms(delta)}, "
-                 f"{pct(delta / total_a if total_a else None)}).{step_txt}"),
+        check=CHECK,
+        severity="info",
+        title=(
+            f"B vs A: summed kernel time per step {ms(total_a)} → {ms(total_b)} "
+            f"({pct(delta / total_a if total_a else None)})"
+        ),
+        message=(
+            f"A = {sa.desc}; B = {sb.desc}. Summed kernel time per step and rank goes from {ms(total_a)} to "
+            f"{ms(total_b)} ({'+' if delta >= 0 else ''}{ms(delta)}, "
+            f"{pct(delta / total_a if total_a else None)}).{step_txt}"
+        ),
         metrics={"a_kernel_us": round(total_a, 3), "b_kernel_us": round(total_b, 3), "delta_us": round(delta, 3)},
-        evidence=tuple(evidence))
+        evidence=tuple(evidence),
+    )
 
 
-def _regression_findings(buckets: pl.DataFrame, kernels: pl.DataFrame, total_a: float,
-                         pack: RulePack) -> list[Finding]:
+def _regression_findings(buckets: pl.DataFrame, kernels: pl.DataFrame, total_a: float, pack: RulePack) -> list[Finding]:
     """Buckets whose per-step time changed by at least the floor: growth is a regression of B (severity by share),
     shrinkage an improvement (info). With two ranks of one job the direction only says which rank spends more."""
     chk = pack.check(CHECK)
@@ -381,57 +552,108 @@ def _regression_findings(buckets: pl.DataFrame, kernels: pl.DataFrame, total_a: 
     if "delta_us" not in buckets.columns:
         return out
     floor = max(chk["min_delta_us"], chk["min_share"] * total_a)
-    moved = buckets.filter(pl.col("delta_us").abs() >= floor).sort(pl.col("delta_us").abs(), descending=True,
-                                                                  maintain_order=True)
+    moved = buckets.filter(pl.col("delta_us").abs() >= floor).sort(
+        pl.col("delta_us").abs(), descending=True, maintain_order=True
+    )
     for row in moved.head(chk["max_findings"]).iter_rows(named=True):
         up = row["delta_us"] > 0
         share = abs(row["delta_us"]) / total_a if total_a else None
-        sev = "info" if not up else "critical" if share is not None and share >= chk["critical_share"] else \
-            "warning" if share is not None and share >= chk["warning_share"] else "info"
-        ks = kernels.filter((pl.col("bucket") == row["bucket"]) & ((pl.col("delta_us") > 0) if up
-                                                                   else (pl.col("delta_us") < 0))
-                            & pl.col("status").is_in(["both", "shape changed"]))
+        sev = (
+            "info"
+            if not up
+            else "critical"
+            if share is not None and share >= chk["critical_share"]
+            else "warning"
+            if share is not None and share >= chk["warning_share"]
+            else "info"
+        )
+        ks = kernels.filter(
+            (pl.col("bucket") == row["bucket"])
+            & ((pl.col("delta_us") > 0) if up else (pl.col("delta_us") < 0))
+            & pl.col("status").is_in(["both", "shape changed"])
+        )
         ks = ks.sort("delta_us", descending=up, maintain_order=True).head(3)
         k_txt = "; ".join(
             f"{k['op']}{' [' + k['input_shapes'] + ']' if k['input_shapes'] else ''} "
             f"{'+' if up else ''}{ms(k['delta_us'])} ({k['a_count']:g}→{k['b_count']:g} launches, "
             f"{k['a_time_us'] / max(k['a_count'], 1):,.1f}→{k['b_time_us'] / max(k['b_count'], 1):,.1f} µs each)"
-            for k in ks.iter_rows(named=True))
+            for k in ks.iter_rows(named=True)
+        )
         evidence = []
         for p in ("a", "b"):
-            ev = _cite(row, p, {"source": "kernels", "bucket": row["bucket"], "side": p.upper()},
-                       {"time_us_per_step": round(row[f"{p}_time_us"], 3)})
+            ev = _cite(
+                row,
+                p,
+                {"source": "kernels", "bucket": row["bucket"], "side": p.upper()},
+                {"time_us_per_step": round(row[f"{p}_time_us"], 3)},
+            )
             if ev is not None:
                 evidence.append(ev)
         for k in ks.head(1).iter_rows(named=True):
             for p in ("a", "b"):
-                ev = _cite(k, p, {"source": "kernels", "op": k["op"], "name": k["name"],
-                                  "input_shapes": k["input_shapes"], "side": p.upper()},
-                           {"time_us_per_step": round(k[f"{p}_time_us"], 3), "launches_per_step": k[f"{p}_count"]})
+                ev = _cite(
+                    k,
+                    p,
+                    {
+                        "source": "kernels",
+                        "op": k["op"],
+                        "name": k["name"],
+                        "input_shapes": k["input_shapes"],
+                        "side": p.upper(),
+                    },
+                    {"time_us_per_step": round(k[f"{p}_time_us"], 3), "launches_per_step": k[f"{p}_count"]},
+                )
                 if ev is not None:
                     evidence.append(ev)
         top = ks.row(0, named=True) if ks.height else None
         word = "Regression" if up else "Improvement"
         sign = "+" if up else ""
-        out.append(Finding(
-            check=CHECK, severity=sev,
-            title=f"{word}: {row['bucket']} {sign}{ms(row['delta_us'])} per step in B"
-                  + (f", mostly {top['op']}" if top else ""),
-            message=(f"The {row['bucket']} bucket takes {ms(row['a_time_us'])} per step in A and "
-                     f"{ms(row['b_time_us'])} in B ({sign}{ms(row['delta_us'])}"
-                     + (f", {pct(share)} of A's summed kernel time" if share is not None else "") + "). "
-                     + (f"Largest changes: {k_txt}." if k_txt else "No kernel present on both sides moved that way; "
-                        "the change is in kernels present on one side only (see new/missing).")
-                     + ("" if up or row["bucket"] != "communication" else
-                        " Less communication time on B with the same launches usually means B arrived later and "
-                        "waited less: A waits inside these kernels for B.")),
-            metrics={"bucket": row["bucket"], "a_us": round(row["a_time_us"], 3), "b_us": round(row["b_time_us"], 3),
-                     "delta_us": round(row["delta_us"], 3), "share_of_a": round(share, 4) if share else None,
-                     "direction": "regression" if up else "improvement",
-                     "kernels": [{"op": k["op"], "name": k["name"], "input_shapes": k["input_shapes"],
-                                  "delta_us": round(k["delta_us"], 3), "a_count": k["a_count"],
-                                  "b_count": k["b_count"]} for k in ks.iter_rows(named=True)]},
-            evidence=tuple(evidence)))
+        out.append(
+            Finding(
+                check=CHECK,
+                severity=sev,
+                title=f"{word}: {row['bucket']} {sign}{ms(row['delta_us'])} per step in B"
+                + (f", mostly {top['op']}" if top else ""),
+                message=(
+                    f"The {row['bucket']} bucket takes {ms(row['a_time_us'])} per step in A and "
+                    f"{ms(row['b_time_us'])} in B ({sign}{ms(row['delta_us'])}"
+                    + (f", {pct(share)} of A's summed kernel time" if share is not None else "")
+                    + "). "
+                    + (
+                        f"Largest changes: {k_txt}."
+                        if k_txt
+                        else "No kernel present on both sides moved that way; "
+                        "the change is in kernels present on one side only (see new/missing)."
+                    )
+                    + (
+                        ""
+                        if up or row["bucket"] != "communication"
+                        else " Less communication time on B with the same launches usually means B arrived later and "
+                        "waited less: A waits inside these kernels for B."
+                    )
+                ),
+                metrics={
+                    "bucket": row["bucket"],
+                    "a_us": round(row["a_time_us"], 3),
+                    "b_us": round(row["b_time_us"], 3),
+                    "delta_us": round(row["delta_us"], 3),
+                    "share_of_a": round(share, 4) if share else None,
+                    "direction": "regression" if up else "improvement",
+                    "kernels": [
+                        {
+                            "op": k["op"],
+                            "name": k["name"],
+                            "input_shapes": k["input_shapes"],
+                            "delta_us": round(k["delta_us"], 3),
+                            "a_count": k["a_count"],
+                            "b_count": k["b_count"],
+                        }
+                        for k in ks.iter_rows(named=True)
+                    ],
+                },
+                evidence=tuple(evidence),
+            )
+        )
     return out
 
 
@@ -442,25 +664,51 @@ def _new_missing_findings(kernels: pl.DataFrame, total_a: float, pack: RulePack)
         return out
     floor = max(chk["min_delta_us"], chk["min_share"] * total_a)
     for status, p, word in (("new", "b", "only in B"), ("missing", "a", "only in A")):
-        rows = kernels.filter((pl.col("status") == status) & (pl.col(f"{p}_time_us") >= floor)).sort(
-            f"{p}_time_us", descending=True, maintain_order=True).head(5)
+        rows = (
+            kernels.filter((pl.col("status") == status) & (pl.col(f"{p}_time_us") >= floor))
+            .sort(f"{p}_time_us", descending=True, maintain_order=True)
+            .head(5)
+        )
         if rows.is_empty():
             continue
-        evidence = [e for r in rows.iter_rows(named=True)
-                    if (e := _cite(r, p, {"source": "kernels", "op": r["op"], "name": r["name"],
-                                          "input_shapes": r["input_shapes"], "status": status},
-                                   {"time_us_per_step": round(r[f"{p}_time_us"], 3)})) is not None]
+        evidence = [
+            e
+            for r in rows.iter_rows(named=True)
+            if (
+                e := _cite(
+                    r,
+                    p,
+                    {
+                        "source": "kernels",
+                        "op": r["op"],
+                        "name": r["name"],
+                        "input_shapes": r["input_shapes"],
+                        "status": status,
+                    },
+                    {"time_us_per_step": round(r[f"{p}_time_us"], 3)},
+                )
+            )
+            is not None
+        ]
         if not evidence:
             continue
-        txt = "; ".join(f"{r['op']}{' [' + r['input_shapes'] + ']' if r['input_shapes'] else ''} "
-                        f"{ms(r[f'{p}_time_us'])}"
-                        + (" (same name, other shape on the other side)" if r["same_name_other_shape"] else "")
-                        for r in rows.iter_rows(named=True))
-        out.append(Finding(
-            check=CHECK, severity="info",
-            title=f"{rows.height} kernel(s) {word}, {ms(float(rows[f'{p}_time_us'].sum()))} per step",
-            message=f"Kernels {word} (per step and rank): {txt}.",
-            metrics={"status": status,
-                     "kernels": rows.select("op", "name", "input_shapes", f"{p}_time_us").to_dicts()},
-            evidence=tuple(evidence)))
+        txt = "; ".join(
+            f"{r['op']}{' [' + r['input_shapes'] + ']' if r['input_shapes'] else ''} "
+            f"{ms(r[f'{p}_time_us'])}"
+            + (" (same name, other shape on the other side)" if r["same_name_other_shape"] else "")
+            for r in rows.iter_rows(named=True)
+        )
+        out.append(
+            Finding(
+                check=CHECK,
+                severity="info",
+                title=f"{rows.height} kernel(s) {word}, {ms(float(rows[f'{p}_time_us'].sum()))} per step",
+                message=f"Kernels {word} (per step and rank): {txt}.",
+                metrics={
+                    "status": status,
+                    "kernels": rows.select("op", "name", "input_shapes", f"{p}_time_us").to_dicts(),
+                },
+                evidence=tuple(evidence),
+            )
+        )
     return out

@@ -8,17 +8,18 @@ from pathlib import Path
 
 import polars as pl
 
-from profan import limits, trust
+from profan import trust
 from profan.analyses import comm_section, crossrank, rank_section, reconcile, steps, trace_steps
 from profan.analyses.contract import Analysis, Job, run_analyses
-from profan.discover import base_dir, discover
-from profan.evidence import file_sizes
-from profan.findings import number_findings
-from profan.hardware import Hardware
-from profan.hardware import load as load_hardware
-from profan.rankmap import RankData, load_ranks
-from profan.report import Report
-from profan.rulepack import RulePack, load
+from profan.model.evidence import file_sizes
+from profan.model.findings import number_findings
+from profan.model.report import Report
+from profan.ranks.rankmap import RankData, load_ranks
+from profan.rulepack import limits
+from profan.rulepack.hardware import Hardware
+from profan.rulepack.hardware import load as load_hardware
+from profan.rulepack.pack import RulePack, load
+from profan.sources.discover import base_dir, discover
 
 Progress = Callable[[str], None]
 
@@ -38,9 +39,15 @@ ANALYSES: tuple[Analysis, ...] = (
 )
 
 
-def analyze(path: str | Path, *, rules: list[str | Path] | None = None, progress: Progress | None = None,
-            pack: RulePack | None = None, hardware: str | Path | Hardware | None = None,
-            jobs: int | None = None) -> Report:
+def analyze(
+    path: str | Path,
+    *,
+    rules: list[str | Path] | None = None,
+    progress: Progress | None = None,
+    pack: RulePack | None = None,
+    hardware: str | Path | Hardware | None = None,
+    jobs: int | None = None,
+) -> Report:
     """Analyse a profiler output directory (or one kernel file) into a Report.
 
     ``hardware``: a TOML file of link-bandwidth priors (or a loaded Hardware) on top of ``rules/hardware``.
@@ -57,14 +64,23 @@ def analyze(path: str | Path, *, rules: list[str | Path] | None = None, progress
     say(f"found {len(disc.ranks)} rank(s) in {root}")
     ranks: list[RankData] = load_ranks(disc.ranks, root, pack, jobs, say)
     t_read = time.perf_counter()
-    report = build_report(ranks, pack, root=root, fmt=disc.format, warnings=disc.warnings, notes=disc.notes,
-                          hardware=hw)
+    report = build_report(
+        ranks, pack, root=root, fmt=disc.format, warnings=disc.warnings, notes=disc.notes, hardware=hw
+    )
     report.meta["timings_s"] = {"read": round(t_read - t0, 3), "analyse": round(time.perf_counter() - t_read, 3)}
     return report
 
 
-def build_report(ranks: list[RankData], pack: RulePack, *, root: Path, fmt: str, warnings: list[str],
-                 notes: list[str], hardware: Hardware | None = None) -> Report:
+def build_report(
+    ranks: list[RankData],
+    pack: RulePack,
+    *,
+    root: Path,
+    fmt: str,
+    warnings: list[str],
+    notes: list[str],
+    hardware: Hardware | None = None,
+) -> Report:
     """The reduce: the analyses over the per-rank results, and the report around their merged sections."""
     from profan import __version__
 
@@ -74,10 +90,15 @@ def build_report(ranks: list[RankData], pack: RulePack, *, root: Path, fmt: str,
     for r in ranks:
         all_warnings += [f"rank {r.rank}: {w}" for w in r.warnings]
     tables = {k: v for k, v in merged.tables.items() if isinstance(v, pl.DataFrame) and not v.is_empty()}
-    return Report(source=_source(ranks, root, fmt), findings=number_findings(merged.findings), tables=tables,
-                  warnings=all_warnings, notes=[*notes, *merged.notes],
-                  meta={"profan": __version__, "rule_files": pack.files, "hardware_files": hw.files},
-                  read_root=root.resolve())
+    return Report(
+        source=_source(ranks, root, fmt),
+        findings=number_findings(merged.findings),
+        tables=tables,
+        warnings=all_warnings,
+        notes=[*notes, *merged.notes],
+        meta={"profan": __version__, "rule_files": pack.files, "hardware_files": hw.files},
+        read_root=root.resolve(),
+    )
 
 
 def _source(ranks: list[RankData], root: Path, fmt: str) -> dict:
@@ -87,9 +108,20 @@ def _source(ranks: list[RankData], root: Path, fmt: str) -> dict:
         "root": str(root),
         "root_abs": str(root.resolve()),
         "format": fmt,
-        "ranks": [{"rank": r.rank, "path": r.path, "kind": r.kind, "rank_origin": r.rank_origin,
-                   "files": r.files, "info": r.info, "kernel_header": r.kernel_variant or None,
-                   "rows_read": r.rows_read, "rows_skipped": r.rows_skipped} for r in ranks],
+        "ranks": [
+            {
+                "rank": r.rank,
+                "path": r.path,
+                "kind": r.kind,
+                "rank_origin": r.rank_origin,
+                "files": r.files,
+                "info": r.info,
+                "kernel_header": r.kernel_variant or None,
+                "rows_read": r.rows_read,
+                "rows_skipped": r.rows_skipped,
+            }
+            for r in ranks
+        ],
         "file_bytes": file_sizes(base_dir(root), {f for r in ranks for f in r.files.values()}),
     }
     source["root_seal"] = trust.seal(source["root_abs"], source["file_bytes"])
@@ -105,18 +137,22 @@ def _other_jobs(ranks: list[RankData], pack: RulePack) -> list[str]:
         spread = (ends[last] - ends[first]) / 1e9
         if spread > pack.check("one-job")["max_end_spread_s"]:
             path = {r.rank: r.path for r in ranks}
-            out.append(f"rank {first} ({path[first]}) and rank {last} ({path[last]}) stopped profiling "
-                       f"{_span(spread)} apart (end_info in profiler_info_*.json): they may be different jobs, "
-                       "analysed here as one")
+            out.append(
+                f"rank {first} ({path[first]}) and rank {last} ({path[last]}) stopped profiling "
+                f"{_span(spread)} apart (end_info in profiler_info_*.json): they may be different jobs, "
+                "analysed here as one"
+            )
     for key in ("torch_npu_version", "cann_version"):
         seen: dict[str, list[int]] = {}
         for r in ranks:
             if r.info.get(key):
                 seen.setdefault(str(r.info[key]), []).append(r.rank)
         if len(seen) > 1:
-            out.append(f"ranks differ in {key} (" + "; ".join(f"{v}: ranks {', '.join(map(str, rk))}"
-                                                             for v, rk in sorted(seen.items()))
-                       + "): they may be different jobs, analysed here as one")
+            out.append(
+                f"ranks differ in {key} ("
+                + "; ".join(f"{v}: ranks {', '.join(map(str, rk))}" for v, rk in sorted(seen.items()))
+                + "): they may be different jobs, analysed here as one"
+            )
     return out
 
 

@@ -24,10 +24,10 @@ from collections.abc import Iterable
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from profan.errors import ProfanInputError
+from profan.model.errors import ProfanInputError
 
 if TYPE_CHECKING:
-    from profan.report import Report
+    from profan.model.report import Report
 
 KEY_FILE = "report.key"
 
@@ -117,7 +117,9 @@ def report_root(report: Report, report_path: Path | None = None, given: Path | N
         return Path(root_abs)
     where = f" ({recorded[0]})" if recorded else ""
     if root_abs and Path(str(root_abs)).exists():
-        raise ProfanInputError(report_path, f"the report's data{where} lies outside the report's folder and the "
-                                            "report was not written by this user's profan; pass --root DIR to read it")
+        raise ProfanInputError(
+            report_path,
+            f"the report's data{where} lies outside the report's folder and the "
+            "report was not written by this user's profan; pass --root DIR to read it",
+        )
     raise ProfanInputError(report_path, f"the analysed data{where} is not here any more; pass --root DIR")
-

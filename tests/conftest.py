@@ -39,11 +39,11 @@ def _private_cache(tmp_path_factory):
 
 
 def run_cli(*args: str, cwd: Path | None = None) -> subprocess.CompletedProcess:
-    """Run `profan ...` through the console script's own entry point (`profan.cli.main`: argument parsing, error
+    """Run `profan ...` through the console script's own entry point (`profan.app.cli.main`: argument parsing, error
     lines, exit codes), in this process with stdout and stderr captured — a subprocess would add an interpreter
     start and imports to each of the suite's ~130 commands. Tests of what only a process shows (closed stdin, a
     terminal, time and memory bounds) start one themselves (`run_process`)."""
-    from profan.cli import main
+    from profan.app.cli import main
 
     out, err = io.StringIO(), io.StringIO()
     here = os.getcwd()
@@ -62,8 +62,9 @@ def run_cli(*args: str, cwd: Path | None = None) -> subprocess.CompletedProcess:
 
 def run_process(*args: str, cwd: Path | None = None, **kw) -> subprocess.CompletedProcess:
     """Run `profan ...` exactly as a user would: a subprocess, output captured."""
-    return subprocess.run([sys.executable, "-m", "profan", *args], capture_output=True, text=True,
-                          cwd=cwd or ROOT, timeout=300, **kw)
+    return subprocess.run(
+        [sys.executable, "-m", "profan", *args], capture_output=True, text=True, cwd=cwd or ROOT, timeout=300, **kw
+    )
 
 
 def one_rank(tmp_path: Path) -> Path:

@@ -130,22 +130,26 @@ def rc_is(*codes: int) -> Check:
     def check(res: Result) -> None:
         if res.rc not in codes:
             _fail(res, f"exit code should be one of {codes}")
+
     return check
 
 
 def error_names(*needles: str) -> Check:
     """On exit 2, the one line names every needle."""
+
     def check(res: Result) -> None:
         if res.rc == 2:
             missing = [n for n in needles if n not in res.error_line]
             if missing:
                 _fail(res, f"the error line does not name {missing}: {res.error_line!r}")
+
     return check
 
 
 def said(*needles: str) -> Check:
     """The problem is said: on exit 2 the one line names every needle; on exit 0 one warning of the JSON report
     names every needle (something was skipped or ignored, and the report must say so)."""
+
     def check(res: Result) -> None:
         if res.rc == 2:
             error_names(*needles)(res)
@@ -154,21 +158,28 @@ def said(*needles: str) -> Check:
                 _fail(res, "exit 0 but no JSON report was written")
             if not any(all(n in w for n in needles) for w in res.warnings()):
                 _fail(res, f"exit 0 but no warning names {list(needles)}; warnings: {res.warnings()[:8]}")
+
     return check
 
 
 def said_any(words: Sequence[str]) -> Check:
     """Like `said`, but one of ``words`` is enough."""
+
     def check(res: Result) -> None:
         texts = [res.error_line] if res.rc == 2 else res.warnings() if res.rc == 0 else []
         if res.rc in (0, 2) and not any(w in t for t in texts for w in words):
-            _fail(res, f"neither the error line nor a warning says any of {list(words)}: "
-                       f"{res.error_line or res.warnings()[:8]}")
+            _fail(
+                res,
+                f"neither the error line nor a warning says any of {list(words)}: "
+                f"{res.error_line or res.warnings()[:8]}",
+            )
+
     return check
 
 
 def breakdown_total(expected: float, tol: float = 1e-3) -> Check:
     """On exit 0, the report's breakdown sums to ``expected`` µs (the reference parser's sum of the raw file)."""
+
     def check(res: Result) -> None:
         if res.rc != 0:
             return
@@ -177,11 +188,13 @@ def breakdown_total(expected: float, tol: float = 1e-3) -> Check:
         got = sum(float(r.get("time_us") or 0) for r in rows if isinstance(r, dict))
         if not math.isclose(got, expected, rel_tol=1e-9, abs_tol=tol):
             _fail(res, f"breakdown total {got!r} µs, the raw file's usable rows sum to {expected!r} µs")
+
     return check
 
 
 def skipped_rows(logical: str, fname: str, n: int, total: int) -> Check:
     """On exit 0: rows_skipped[logical] == n and a warning says 'skipped n of total' naming the file."""
+
     def check(res: Result) -> None:
         if res.rc != 0:
             return
@@ -192,6 +205,7 @@ def skipped_rows(logical: str, fname: str, n: int, total: int) -> Check:
             _fail(res, f"rows_skipped[{logical}] is {got}, the raw file has {n} rows that are no duration")
         if not any(f"skipped {n} of {total}" in w and fname in w for w in res.warnings()):
             _fail(res, f"no warning says 'skipped {n} of {total}' for {fname}: {res.warnings()[:8]}")
+
     return check
 
 
@@ -204,6 +218,7 @@ def skipped_events(n: int) -> Check:
         got = (ranks[0].get("rows_skipped") or {}).get("kineto_trace", 0)
         if got != n:
             _fail(res, f"rows_skipped[kineto_trace] is {got}; {n} kernel events carry no usable duration")
+
     return check
 
 
@@ -267,17 +282,37 @@ class _Build:
         return out
 
     # -- commands
-    def analyze(self, target: Path | None = None, *extra: str, fmt: str = "json", out: Path | None = None,
-                checks: Sequence[Check] = (), rc: tuple[int, ...] = (0, 2),
-                before: Callable[[], None] | None = None) -> Step:
+    def analyze(
+        self,
+        target: Path | None = None,
+        *extra: str,
+        fmt: str = "json",
+        out: Path | None = None,
+        checks: Sequence[Check] = (),
+        rc: tuple[int, ...] = (0, 2),
+        before: Callable[[], None] | None = None,
+    ) -> Step:
         out = out or self.out / f"report.{fmt}"
-        return Step(["analyze", str(target or self.data), "-q", "-f", fmt, "-o", str(out), *extra],
-                    outputs=(out,), report=out if fmt == "json" else None, rc=rc, checks=list(checks),
-                    before=before)
+        return Step(
+            ["analyze", str(target or self.data), "-q", "-f", fmt, "-o", str(out), *extra],
+            outputs=(out,),
+            report=out if fmt == "json" else None,
+            rc=rc,
+            checks=list(checks),
+            before=before,
+        )
 
     def case(self, name: str, builds: str, expect: str, steps: list[Step], **kw: Any) -> Case:
-        return Case(name=name, builds=builds, expect=expect, root=self.dst, canary=self.canary,
-                    secret=self.secret, steps=steps, **kw)
+        return Case(
+            name=name,
+            builds=builds,
+            expect=expect,
+            root=self.dst,
+            canary=self.canary,
+            secret=self.secret,
+            steps=steps,
+            **kw,
+        )
 
 
 def kernel_rows(path: Path) -> tuple[str, list[str]]:
@@ -307,7 +342,7 @@ _PLAIN_NUMBER = re.compile(r"[+-]?(?:(?:[0-9]+\.?[0-9]*|\.[0-9]+)(?:[eE][+-]?[0-
 def ref_duration(cell: str) -> float | None:
     """The reference reading of a duration cell: a plain ASCII number (after the blanks, TAB and quotes the
     profiler writes around it) that is finite, 0 or more and at most one day. Independent of profan's code."""
-    s = cell.strip(" \t\r\n\"")
+    s = cell.strip(' \t\r\n"')
     # float() also takes "1_0", non-ASCII digits and inner blanks such as VT or FS; no CSV number does
     if not _PLAIN_NUMBER.fullmatch(s):
         return None
@@ -367,28 +402,58 @@ def first_line(path: str) -> str:
 def kernel_finding_args(report: Path, file_suffix: str, *extra: str) -> Callable[[], list[str]]:
     """``evidence REPORT F<n>`` for the first finding citing a file ending in ``file_suffix`` (decided at run
     time, from the report an earlier step wrote)."""
+
     def args() -> list[str]:
         doc = json.loads(report.read_text(encoding="utf-8"))
-        fid = next(f["id"] for f in doc["findings"] if any(str(e.get("file", "")).endswith(file_suffix)
-                                                           and e.get("lines") for e in f["evidence"]))
+        fid = next(
+            f["id"]
+            for f in doc["findings"]
+            if any(str(e.get("file", "")).endswith(file_suffix) and e.get("lines") for e in f["evidence"])
+        )
         return ["evidence", str(report), fid, *extra]
+
     return args
 
 
-def _valid_report(data: Path, rel: str, *, root: str | None = None, lines: Sequence[int] = (2,),
-                  file_bytes: dict[str, int] | None = None) -> dict[str, Any]:
+def _valid_report(
+    data: Path,
+    rel: str,
+    *,
+    root: str | None = None,
+    lines: Sequence[int] = (2,),
+    file_bytes: dict[str, int] | None = None,
+) -> dict[str, Any]:
     """A small, valid profan.report/1 document with one finding citing ``rel`` (relative to ``root``)."""
     root = root if root is not None else str(data)
     return {
         "schema": "profan.report/1",
-        "source": {"root": root, "root_abs": root, "format": "ascend", "ranks": [],
-                   **({"file_bytes": file_bytes} if file_bytes is not None else {})},
+        "source": {
+            "root": root,
+            "root_abs": root,
+            "format": "ascend",
+            "ranks": [],
+            **({"file_bytes": file_bytes} if file_bytes is not None else {}),
+        },
         "breakdown": [],
-        "findings": [{"id": "F1", "check": "step-breakdown", "severity": "info", "title": "t", "message": "m",
-                      "rank": 0, "step": 13, "metrics": {},
-                      "evidence": [{"file": rel, "lines": list(lines), "row_count": len(lines),
-                                    "truncated": False, "select": {}}]}],
-        "warnings": [], "notes": [], "meta": {}, "tables": {},
+        "findings": [
+            {
+                "id": "F1",
+                "check": "step-breakdown",
+                "severity": "info",
+                "title": "t",
+                "message": "m",
+                "rank": 0,
+                "step": 13,
+                "metrics": {},
+                "evidence": [
+                    {"file": rel, "lines": list(lines), "row_count": len(lines), "truncated": False, "select": {}}
+                ],
+            }
+        ],
+        "warnings": [],
+        "notes": [],
+        "meta": {},
+        "tables": {},
     }
 
 
@@ -400,35 +465,47 @@ def make_truncated_json_trace(dst: Path) -> Case:
     b = _Build(dst)
     f = b.dlrm()
     f.write_bytes(DLRM4.read_bytes()[: DLRM4.stat().st_size // 2])
-    return b.case("truncated_json_trace", "a real Kineto trace (dlrm worker4) cut at half its bytes",
-                  "exit 2 naming the trace, or the rank skipped with a warning naming it",
-                  [b.analyze(checks=[said("worker4_step_12")])])
+    return b.case(
+        "truncated_json_trace",
+        "a real Kineto trace (dlrm worker4) cut at half its bytes",
+        "exit 2 naming the trace, or the rank skipped with a warning naming it",
+        [b.analyze(checks=[said("worker4_step_12")])],
+    )
 
 
 def make_truncated_gzip_trailer(dst: Path) -> Case:
     b = _Build(dst)
     (b.data / NCCL_GZ.name).write_bytes(NCCL_GZ.read_bytes()[:-8])
-    return b.case("truncated_gzip_trailer", "the real nccl_data.json.gz without its 8-byte gzip trailer",
-                  "exit 2 naming the file, or read (the deflate stream is whole) — never exit 3",
-                  [b.analyze(checks=[error_names(NCCL_GZ.name)])])
+    return b.case(
+        "truncated_gzip_trailer",
+        "the real nccl_data.json.gz without its 8-byte gzip trailer",
+        "exit 2 naming the file, or read (the deflate stream is whole) — never exit 3",
+        [b.analyze(checks=[error_names(NCCL_GZ.name)])],
+    )
 
 
 def make_half_json_gz(dst: Path) -> Case:
     b = _Build(dst)
     raw = NCCL_GZ.read_bytes()
     (b.data / NCCL_GZ.name).write_bytes(raw[: len(raw) // 2])
-    return b.case("half_json_gz", "the first half of the real nccl_data.json.gz",
-                  "exit 2 naming nccl_data.json.gz, or the rank skipped with a warning naming it",
-                  [b.analyze(checks=[said(NCCL_GZ.name)])])
+    return b.case(
+        "half_json_gz",
+        "the first half of the real nccl_data.json.gz",
+        "exit 2 naming nccl_data.json.gz, or the rank skipped with a warning naming it",
+        [b.analyze(checks=[said(NCCL_GZ.name)])],
+    )
 
 
 def make_gzip_bomb(dst: Path) -> Case:
     b = _Build(dst)
     (b.data / "bomb.pt.trace.json.gz").write_bytes(gzip_bomb())
-    return b.case("gzip_bomb", "a .json.gz of ~300 KB inflating to 300 MiB (a Kineto head, blanks, the tail)",
-                  "refused as a decompression bomb (ratio > max_inflate_ratio past 64 MiB): exit 2 naming the "
-                  "file, or skipped with a warning; peak RSS < 1 GB",
-                  [b.analyze(checks=[said("bomb.pt.trace.json.gz")])])
+    return b.case(
+        "gzip_bomb",
+        "a .json.gz of ~300 KB inflating to 300 MiB (a Kineto head, blanks, the tail)",
+        "refused as a decompression bomb (ratio > max_inflate_ratio past 64 MiB): exit 2 naming the "
+        "file, or skipped with a warning; peak RSS < 1 GB",
+        [b.analyze(checks=[said("bomb.pt.trace.json.gz")])],
+    )
 
 
 def make_gzip_isize_4gb(dst: Path) -> Case:
@@ -436,17 +513,23 @@ def make_gzip_isize_4gb(dst: Path) -> Case:
     raw = bytearray(NCCL_GZ.read_bytes())
     raw[-4:] = (0xFFFFFFFF).to_bytes(4, "little")
     (b.data / NCCL_GZ.name).write_bytes(bytes(raw))
-    return b.case("gzip_isize_4gb", "the real nccl_data.json.gz whose trailer claims 4 GiB inflated",
-                  "no allocation from the claim (RSS < 1 GB); read, or exit 2 naming the file",
-                  [b.analyze(checks=[error_names(NCCL_GZ.name)])])
+    return b.case(
+        "gzip_isize_4gb",
+        "the real nccl_data.json.gz whose trailer claims 4 GiB inflated",
+        "no allocation from the claim (RSS < 1 GB); read, or exit 2 naming the file",
+        [b.analyze(checks=[error_names(NCCL_GZ.name)])],
+    )
 
 
 def make_gz_not_gzip(dst: Path) -> Case:
     b = _Build(dst)
     shutil.copyfile(DLRM4, b.data / "worker4.pt.trace.json.gz")
-    return b.case("gz_not_gzip", "a plain-text Kineto trace named worker4.pt.trace.json.gz",
-                  "exit 2 naming the file, or read as plain JSON / skipped with a warning",
-                  [b.analyze(checks=[error_names("worker4.pt.trace.json.gz")])])
+    return b.case(
+        "gz_not_gzip",
+        "a plain-text Kineto trace named worker4.pt.trace.json.gz",
+        "exit 2 naming the file, or read as plain JSON / skipped with a warning",
+        [b.analyze(checks=[error_names("worker4.pt.trace.json.gz")])],
+    )
 
 
 # -- sizes that cost
@@ -462,10 +545,12 @@ def make_csv_line_80mb(dst: Path) -> Case:
         fh.writelines(rows[2:])
     rules = b.dst / "limits.toml"
     rules.write_text("[limits]\nmax_line_bytes = 1048576\n")
-    return b.case("csv_line_80mb", "kernel_details.csv whose 3rd line is 80 MiB (a kernel name); --rules sets "
-                  "[limits] max_line_bytes = 1 MiB",
-                  "the bound is said: exit 2 naming kernel_details.csv, or the line skipped with a warning; "
-                  "RSS < 1 GB", [b.analyze(None, "--rules", str(rules), checks=[said("kernel_details.csv")])])
+    return b.case(
+        "csv_line_80mb",
+        "kernel_details.csv whose 3rd line is 80 MiB (a kernel name); --rules sets [limits] max_line_bytes = 1 MiB",
+        "the bound is said: exit 2 naming kernel_details.csv, or the line skipped with a warning; RSS < 1 GB",
+        [b.analyze(None, "--rules", str(rules), checks=[said("kernel_details.csv")])],
+    )
 
 
 def make_whitespace_100mb_json(dst: Path) -> Case:
@@ -478,9 +563,12 @@ def make_whitespace_100mb_json(dst: Path) -> Case:
         for _ in range(100):
             fh.write(blank)
         fh.write(text[at:])
-    return b.case("whitespace_100mb_json", "the dlrm worker4 trace with 100 MiB of blanks inside its event array "
-                  "(still valid JSON)", "read (exit 0) or exit 2 naming the file; RSS < 1 GB",
-                  [b.analyze(checks=[error_names("worker4_step_12")])])
+    return b.case(
+        "whitespace_100mb_json",
+        "the dlrm worker4 trace with 100 MiB of blanks inside its event array (still valid JSON)",
+        "read (exit 0) or exit 2 naming the file; RSS < 1 GB",
+        [b.analyze(checks=[error_names("worker4_step_12")])],
+    )
 
 
 def make_kernel_name_1mb(dst: Path) -> Case:
@@ -490,9 +578,12 @@ def make_kernel_name_1mb(dst: Path) -> Case:
     rows[3] = set_cells(rows[3], {5: "K" * (1 << 20)})
     (rank / KD).write_text(header + "".join(rows))
     total = raw_total(rank / KD)
-    return b.case("kernel_name_1mb", "one kernel name of 1 MiB in kernel_details.csv",
-                  "exit 0 (below max_line_bytes) with every row summed",
-                  [b.analyze(rc=(0,), checks=[breakdown_total(total)])])
+    return b.case(
+        "kernel_name_1mb",
+        "one kernel name of 1 MiB in kernel_details.csv",
+        "exit 0 (below max_line_bytes) with every row summed",
+        [b.analyze(rc=(0,), checks=[breakdown_total(total)])],
+    )
 
 
 # -- things that are no regular file
@@ -502,18 +593,24 @@ def make_fifo_trace_json(dst: Path) -> Case:
     b = _Build(dst)
     b.dlrm()
     _mkfifo(b.data / "trace.json")
-    return b.case("fifo_trace_json", "a FIFO named trace.json beside a real Kineto trace",
-                  "no hang (nobody writes the FIFO): the FIFO is never opened for reading; exit 0 or 2 naming it",
-                  [b.analyze(checks=[error_names("trace.json")])])
+    return b.case(
+        "fifo_trace_json",
+        "a FIFO named trace.json beside a real Kineto trace",
+        "no hang (nobody writes the FIFO): the FIFO is never opened for reading; exit 0 or 2 naming it",
+        [b.analyze(checks=[error_names("trace.json")])],
+    )
 
 
 def make_fifo_kernel_details(dst: Path) -> Case:
     b = _Build(dst)
     rank = b.qwen()
     _mkfifo(rank / KD)
-    return b.case("fifo_kernel_details", "a FIFO named kernel_details.csv in a real rank",
-                  "no hang; said: exit 2 naming kernel_details.csv, or a warning naming it",
-                  [b.analyze(checks=[said("kernel_details.csv")])])
+    return b.case(
+        "fifo_kernel_details",
+        "a FIFO named kernel_details.csv in a real rank",
+        "no hang; said: exit 2 naming kernel_details.csv, or a warning naming it",
+        [b.analyze(checks=[said("kernel_details.csv")])],
+    )
 
 
 def make_symlink_to_dev_zero(dst: Path) -> Case:
@@ -521,9 +618,12 @@ def make_symlink_to_dev_zero(dst: Path) -> Case:
     rank = b.qwen()
     (rank / KD).unlink()
     (rank / KD).symlink_to("/dev/zero")
-    return b.case("symlink_to_dev_zero", "kernel_details.csv -> /dev/zero (endless, outside the data)",
-                  "no hang, no unbounded read (RSS < 1 GB); said: exit 2 or a warning naming kernel_details.csv",
-                  [b.analyze(checks=[said("kernel_details.csv")])])
+    return b.case(
+        "symlink_to_dev_zero",
+        "kernel_details.csv -> /dev/zero (endless, outside the data)",
+        "no hang, no unbounded read (RSS < 1 GB); said: exit 2 or a warning naming kernel_details.csv",
+        [b.analyze(checks=[said("kernel_details.csv")])],
+    )
 
 
 def make_symlink_loop(dst: Path) -> Case:
@@ -531,9 +631,12 @@ def make_symlink_loop(dst: Path) -> Case:
     rank = b.qwen()
     (rank / KD).unlink()
     (rank / KD).symlink_to("kernel_details.csv")
-    return b.case("symlink_loop", "kernel_details.csv is a symlink to itself (ELOOP)",
-                  "said: exit 2 or a warning naming kernel_details.csv",
-                  [b.analyze(checks=[said("kernel_details.csv")])])
+    return b.case(
+        "symlink_loop",
+        "kernel_details.csv is a symlink to itself (ELOOP)",
+        "said: exit 2 or a warning naming kernel_details.csv",
+        [b.analyze(checks=[said("kernel_details.csv")])],
+    )
 
 
 def make_dangling_symlink(dst: Path) -> Case:
@@ -541,9 +644,12 @@ def make_dangling_symlink(dst: Path) -> Case:
     rank = b.qwen()
     (rank / KD).unlink()
     (rank / KD).symlink_to(b.data / "gone.csv")
-    return b.case("dangling_symlink", "kernel_details.csv is a symlink to a file that does not exist",
-                  "said: exit 2 or a warning naming kernel_details.csv",
-                  [b.analyze(checks=[said("kernel_details.csv")])])
+    return b.case(
+        "dangling_symlink",
+        "kernel_details.csv is a symlink to a file that does not exist",
+        "said: exit 2 or a warning naming kernel_details.csv",
+        [b.analyze(checks=[said("kernel_details.csv")])],
+    )
 
 
 def make_dir_as_file_ascend(dst: Path) -> Case:
@@ -552,9 +658,12 @@ def make_dir_as_file_ascend(dst: Path) -> Case:
     for name in ("kernel_details.csv", "communication.json"):
         (rank / OUT / name).unlink()
         (rank / OUT / name).mkdir()
-    return b.case("dir_as_file_ascend", "kernel_details.csv and communication.json are folders",
-                  "each said (exit 2 naming one, or a warning per folder)",
-                  [b.analyze(checks=[said("kernel_details.csv"), said("communication.json")])])
+    return b.case(
+        "dir_as_file_ascend",
+        "kernel_details.csv and communication.json are folders",
+        "each said (exit 2 naming one, or a warning per folder)",
+        [b.analyze(checks=[said("kernel_details.csv"), said("communication.json")])],
+    )
 
 
 def make_dir_as_trace(dst: Path) -> Case:
@@ -562,9 +671,12 @@ def make_dir_as_trace(dst: Path) -> Case:
     b.dlrm()
     (b.data / DLRM5.name).mkdir()
     (b.data / DLRM5.name / "notes.txt").write_text("a folder named like a trace\n")
-    return b.case("dir_as_trace", "a folder named worker5_…pt.trace.json beside a real trace",
-                  "exit 0 (the folder holds no trace) or exit 2 naming it", [b.analyze(checks=[
-                      error_names("worker5_step_12")])])
+    return b.case(
+        "dir_as_trace",
+        "a folder named worker5_…pt.trace.json beside a real trace",
+        "exit 0 (the folder holds no trace) or exit 2 naming it",
+        [b.analyze(checks=[error_names("worker5_step_12")])],
+    )
 
 
 def make_permission_denied(dst: Path) -> Case:
@@ -574,10 +686,15 @@ def make_permission_denied(dst: Path) -> Case:
     rank = b.qwen()
     (rank / KD).chmod(0)
     wrapper, skip = _as_user()
-    return b.case("permission_denied", "kernel_details.csv with mode 000 (read refused by the kernel)",
-                  "said: exit 2 or a warning naming kernel_details.csv",
-                  [b.analyze(checks=[said("kernel_details.csv")])], wrapper=wrapper, skip=skip,
-                  cleanup=lambda: (rank / KD).chmod(0o644))
+    return b.case(
+        "permission_denied",
+        "kernel_details.csv with mode 000 (read refused by the kernel)",
+        "said: exit 2 or a warning naming kernel_details.csv",
+        [b.analyze(checks=[said("kernel_details.csv")])],
+        wrapper=wrapper,
+        skip=skip,
+        cleanup=lambda: (rank / KD).chmod(0o644),
+    )
 
 
 # -- reads outside the folder
@@ -588,29 +705,37 @@ def make_symlink_kernel_details_outside(dst: Path) -> Case:
     rank = b.qwen()
     (rank / KD).unlink()
     (rank / KD).symlink_to(b.canary_kernels())
-    return b.case("symlink_kernel_details_outside", "kernel_details.csv -> a kernel file outside the data whose "
-                  "kernel names are the secret", "the link is not followed out of the data (no secret in any "
-                  "output) and that is said (exit 2 or a warning naming kernel_details.csv)",
-                  [b.analyze(checks=[said("kernel_details.csv")])])
+    return b.case(
+        "symlink_kernel_details_outside",
+        "kernel_details.csv -> a kernel file outside the data whose kernel names are the secret",
+        "the link is not followed out of the data (no secret in any "
+        "output) and that is said (exit 2 or a warning naming kernel_details.csv)",
+        [b.analyze(checks=[said("kernel_details.csv")])],
+    )
 
 
 def make_symlink_rank_dir_outside(dst: Path) -> Case:
     b = _Build(dst)
     b.qwen()
     (b.data / "rank_2_ascend_pt").symlink_to(b.canary_rank("rank_2_ascend_pt"), target_is_directory=True)
-    return b.case("symlink_rank_dir_outside", "rank_2_ascend_pt -> a rank folder outside the data (kernel names "
-                  "= the secret) beside a real rank 0", "not followed (no secret); the skipped rank folder is "
-                  "said (exit 2 or a warning naming rank_2_ascend_pt)",
-                  [b.analyze(checks=[said("rank_2_ascend_pt")])])
+    return b.case(
+        "symlink_rank_dir_outside",
+        "rank_2_ascend_pt -> a rank folder outside the data (kernel names = the secret) beside a real rank 0",
+        "not followed (no secret); the skipped rank folder is said (exit 2 or a warning naming rank_2_ascend_pt)",
+        [b.analyze(checks=[said("rank_2_ascend_pt")])],
+    )
 
 
 def make_symlink_trace_outside(dst: Path) -> Case:
     b = _Build(dst)
     b.dlrm()
     (b.data / DLRM5.name).symlink_to(b.canary_trace(DLRM5.name))
-    return b.case("symlink_trace_outside", "worker5_….pt.trace.json -> a trace outside the data (kernel names = "
-                  "the secret) beside the real worker4 trace", "not followed (no secret); said (exit 2 or a "
-                  "warning naming worker5_step_12)", [b.analyze(checks=[said("worker5_step_12")])])
+    return b.case(
+        "symlink_trace_outside",
+        "worker5_….pt.trace.json -> a trace outside the data (kernel names = the secret) beside the real worker4 trace",
+        "not followed (no secret); said (exit 2 or a warning naming worker5_step_12)",
+        [b.analyze(checks=[said("worker5_step_12")])],
+    )
 
 
 def make_hardlink_inside(dst: Path) -> Case:
@@ -625,42 +750,61 @@ def make_hardlink_inside(dst: Path) -> Case:
     (r1 / KD).unlink()
     os.link(spare, r1 / KD)
     total = raw_total(r0 / KD) + raw_total(r1 / KD)
-    return b.case("hardlink_inside", "rank 2's kernel_details.csv is a hard link to another file of the data",
-                  "exit 0, both ranks summed", [b.analyze(rc=(0,), checks=[breakdown_total(total)])])
+    return b.case(
+        "hardlink_inside",
+        "rank 2's kernel_details.csv is a hard link to another file of the data",
+        "exit 0, both ranks summed",
+        [b.analyze(rc=(0,), checks=[breakdown_total(total)])],
+    )
 
 
 def make_report_root_slash_passwd(dst: Path) -> Case:
     b = _Build(dst)
     rep = b.dst / "report.json"
     rep.write_text(json.dumps(_valid_report(b.data, "etc/passwd", root="/", lines=(1, 2))))
-    return b.case("report_root_slash_passwd", "a report.json whose source.root/root_abs is '/' citing "
-                  "'etc/passwd' lines 1-2", "no line of /etc/passwd printed (exit 2: not profiler data / not "
-                  "a file the report analysed)",
-                  [Step(["evidence", str(rep), "F1"]), Step(["evidence", str(rep), "F1", "-f", "json"])],
-                  forbidden=tuple(x for x in [first_line("/etc/passwd")] if x))
+    return b.case(
+        "report_root_slash_passwd",
+        "a report.json whose source.root/root_abs is '/' citing 'etc/passwd' lines 1-2",
+        "no line of /etc/passwd printed (exit 2: not profiler data / not a file the report analysed)",
+        [Step(["evidence", str(rep), "F1"]), Step(["evidence", str(rep), "F1", "-f", "json"])],
+        forbidden=tuple(x for x in [first_line("/etc/passwd")] if x),
+    )
 
 
 def make_report_root_canary(dst: Path) -> Case:
     b = _Build(dst)
     rep = b.dst / "report.json"
     rep.write_text(json.dumps(_valid_report(b.data, "secret.txt", root=str(b.canary), lines=(1,))))
-    return b.case("report_root_canary", "a report.json whose root_abs is the canary folder, citing secret.txt",
-                  "the secret is never printed",
-                  [Step(["evidence", str(rep), "F1"]), Step(["evidence", str(rep), "F1", "-f", "json"])])
+    return b.case(
+        "report_root_canary",
+        "a report.json whose root_abs is the canary folder, citing secret.txt",
+        "the secret is never printed",
+        [Step(["evidence", str(rep), "F1"]), Step(["evidence", str(rep), "F1", "-f", "json"])],
+    )
 
 
 def make_report_evidence_dotdot(dst: Path) -> Case:
     b = _Build(dst)
     b.qwen()
     steps = []
-    for i, rel in enumerate([f"../../{b.canary.name}/secret.txt", "../" * 12 + "etc/passwd", "/etc/passwd",
-                             f"rank_0_ascend_pt/../../../{b.canary.name}/secret.txt"]):
+    for i, rel in enumerate(
+        [
+            f"../../{b.canary.name}/secret.txt",
+            "../" * 12 + "etc/passwd",
+            "/etc/passwd",
+            f"rank_0_ascend_pt/../../../{b.canary.name}/secret.txt",
+        ]
+    ):
         rep = b.dst / f"report{i}.json"
         rep.write_text(json.dumps(_valid_report(b.data, rel, lines=(1,))))
         steps.append(Step(["evidence", str(rep), "F1"], rc=(2,), checks=[error_names(rel)]))
-    return b.case("report_evidence_dotdot", "reports citing ../../canary, ../…/etc/passwd, /etc/passwd, "
-                  "rank/../../../canary", "each refused: exit 2 naming the cited path", steps,
-                  forbidden=tuple(x for x in [first_line("/etc/passwd")] if x))
+    return b.case(
+        "report_evidence_dotdot",
+        "reports citing ../../canary, ../…/etc/passwd, /etc/passwd, rank/../../../canary",
+        "each refused: exit 2 naming the cited path",
+        steps,
+        forbidden=tuple(x for x in [first_line("/etc/passwd")] if x),
+    )
 
 
 def make_report_wrong_types(dst: Path) -> Case:
@@ -698,9 +842,13 @@ def make_report_wrong_types(dst: Path) -> Case:
         rep = b.dst / f"report_{name}.json"
         rep.write_text(json.dumps(doc))
         steps.append(Step(["evidence", str(rep), "F1", "-f", "json"]))
-    return b.case("report_wrong_types", f"{len(variants)} reports, each with one value of the wrong type "
-                  "(findings a dict, evidence a string, lines as text, row_count negative, …)",
-                  "each: exit 0 or exit 2 'not a profan JSON report' — never exit 3", steps)
+    return b.case(
+        "report_wrong_types",
+        f"{len(variants)} reports, each with one value of the wrong type "
+        "(findings a dict, evidence a string, lines as text, row_count negative, …)",
+        "each: exit 0 or exit 2 'not a profan JSON report' — never exit 3",
+        steps,
+    )
 
 
 # -- -o
@@ -709,15 +857,19 @@ def make_report_wrong_types(dst: Path) -> Case:
 def _o_input(dst: Path, name: str, fmt: str, pick: Callable[[_Build], tuple[list[str], Path]]) -> Case:
     b = _Build(dst)
     args, target = pick(b)
-    return b.case(name, f"-o names an input file ({target.name}), format {fmt}",
-                  "refused before anything is written: exit 2 naming the file; the input unchanged",
-                  [Step(args, rc=(2,), checks=[error_names(target.name)])])
+    return b.case(
+        name,
+        f"-o names an input file ({target.name}), format {fmt}",
+        "refused before anything is written: exit 2 naming the file; the input unchanged",
+        [Step(args, rc=(2,), checks=[error_names(target.name)])],
+    )
 
 
 def make_o_is_input_md(dst: Path) -> Case:
     def pick(b: _Build):
         t = b.qwen() / KD
         return ["analyze", str(b.data), "-q", "-f", "md", "-o", str(t)], t
+
     return _o_input(dst, "o_is_input_md", "md", pick)
 
 
@@ -725,6 +877,7 @@ def make_o_is_input_json(dst: Path) -> Case:
     def pick(b: _Build):
         t = b.qwen() / OUT / "communication.json"
         return ["analyze", str(b.data), "-q", "-f", "json", "-o", str(t)], t
+
     return _o_input(dst, "o_is_input_json", "json", pick)
 
 
@@ -732,6 +885,7 @@ def make_o_is_input_html(dst: Path) -> Case:
     def pick(b: _Build):
         t = b.dlrm()
         return ["analyze", str(t), "-q", "-f", "html", "-o", str(t)], t
+
     return _o_input(dst, "o_is_input_html", "html", pick)
 
 
@@ -739,6 +893,7 @@ def make_o_is_input_xlsx(dst: Path) -> Case:
     def pick(b: _Build):
         t = b.qwen() / OUT / "step_trace_time.csv"
         return ["analyze", str(b.data), "-q", "-f", "xlsx", "-o", str(t)], t
+
     return _o_input(dst, "o_is_input_xlsx", "xlsx", pick)
 
 
@@ -746,6 +901,7 @@ def make_o_is_input_brief(dst: Path) -> Case:
     def pick(b: _Build):
         t = b.qwen() / KD
         return ["analyze", str(b.data), "-q", "--brief", "-o", str(t)], t
+
     return _o_input(dst, "o_is_input_brief", "json --brief", pick)
 
 
@@ -754,6 +910,7 @@ def make_o_is_input_alias(dst: Path) -> Case:
         rank = b.qwen()
         alias = rank / OUT / ".." / OUT / "kernel_details.csv"
         return ["analyze", str(b.data), "-q", "-f", "json", "-o", str(alias)], rank / KD
+
     return _o_input(dst, "o_is_input_alias", "json via OUT/../OUT/kernel_details.csv", pick)
 
 
@@ -761,6 +918,7 @@ def make_o_is_input_compare(dst: Path) -> Case:
     def pick(b: _Build):
         a, c = b.dlrm(), b.dlrm(DLRM5.name, DLRM5)
         return ["compare", str(a), str(c), "-q", "-f", "md", "-o", str(c)], c
+
     return _o_input(dst, "o_is_input_compare", "md (compare)", pick)
 
 
@@ -772,10 +930,19 @@ def make_o_missing_folder(dst: Path) -> Case:
     def written_or_named(res: Result) -> None:
         if res.rc == 0 and not target.is_file():
             _fail(res, "exit 0 but the report file is not there")
-    return b.case("o_missing_folder", "-o into a folder that does not exist (out/missing/sub/report.md)",
-                  "exit 2 naming the path, or the folders made and the report written",
-                  [Step(["analyze", str(b.data), "-q", "-f", "md", "-o", str(target)], outputs=(target,),
-                        checks=[error_names("missing"), written_or_named])])
+
+    return b.case(
+        "o_missing_folder",
+        "-o into a folder that does not exist (out/missing/sub/report.md)",
+        "exit 2 naming the path, or the folders made and the report written",
+        [
+            Step(
+                ["analyze", str(b.data), "-q", "-f", "md", "-o", str(target)],
+                outputs=(target,),
+                checks=[error_names("missing"), written_or_named],
+            )
+        ],
+    )
 
 
 def make_o_under_regular_file(dst: Path) -> Case:
@@ -785,10 +952,20 @@ def make_o_under_regular_file(dst: Path) -> Case:
     b.qwen()
     (b.out / "somefile.txt").write_text("a regular file\n")
     target = b.out / "somefile.txt" / "out.md"
-    steps = [Step(["analyze", str(b.data), "-q", "-f", fmt, "-o", str(target.with_suffix("." + fmt))], rc=(2,),
-                  checks=[error_names("somefile.txt")]) for fmt in ("md", "xlsx")]
-    return b.case("o_under_regular_file", "-o somefile.txt/out.md and somefile.txt/out.xlsx (a path under a file)",
-                  "exit 2 naming the path; nothing written", steps)
+    steps = [
+        Step(
+            ["analyze", str(b.data), "-q", "-f", fmt, "-o", str(target.with_suffix("." + fmt))],
+            rc=(2,),
+            checks=[error_names("somefile.txt")],
+        )
+        for fmt in ("md", "xlsx")
+    ]
+    return b.case(
+        "o_under_regular_file",
+        "-o somefile.txt/out.md and somefile.txt/out.xlsx (a path under a file)",
+        "exit 2 naming the path; nothing written",
+        steps,
+    )
 
 
 def _as_user() -> tuple[tuple[str, ...], str | None]:
@@ -809,28 +986,46 @@ def make_o_read_only_folder(dst: Path) -> Case:
     ro.mkdir()
     ro.chmod(0o555)
     wrapper, skip = _as_user()
-    steps = [Step(["analyze", str(b.data), "-q", "-f", fmt, "-o", str(ro / f"r.{fmt}")], rc=(2,),
-                  checks=[error_names("readonly")]) for fmt in ("md", "json", "html", "xlsx")]
-    return b.case("o_read_only_folder", "-o into a folder of mode 555 (as root: under setpriv without the "
-                  "permission override), every format", "exit 2 naming the path; nothing written", steps,
-                  wrapper=wrapper, skip=skip, cleanup=lambda: ro.chmod(0o755))
+    steps = [
+        Step(
+            ["analyze", str(b.data), "-q", "-f", fmt, "-o", str(ro / f"r.{fmt}")],
+            rc=(2,),
+            checks=[error_names("readonly")],
+        )
+        for fmt in ("md", "json", "html", "xlsx")
+    ]
+    return b.case(
+        "o_read_only_folder",
+        "-o into a folder of mode 555 (as root: under setpriv without the permission override), every format",
+        "exit 2 naming the path; nothing written",
+        steps,
+        wrapper=wrapper,
+        skip=skip,
+        cleanup=lambda: ro.chmod(0o755),
+    )
 
 
 def make_o_is_data_dir(dst: Path) -> Case:
     b = _Build(dst)
     b.qwen()
-    return b.case("o_is_data_dir", "-o names a folder (the data folder itself)",
-                  "exit 2 naming the folder; nothing written",
-                  [Step(["analyze", str(b.data), "-q", "-f", "md", "-o", str(b.data)], rc=(2,),
-                        checks=[error_names("data")])])
+    return b.case(
+        "o_is_data_dir",
+        "-o names a folder (the data folder itself)",
+        "exit 2 naming the folder; nothing written",
+        [Step(["analyze", str(b.data), "-q", "-f", "md", "-o", str(b.data)], rc=(2,), checks=[error_names("data")])],
+    )
 
 
 def make_o_name_too_long(dst: Path) -> Case:
     b = _Build(dst)
     b.qwen()
     target = b.out / ("y" * 300 + ".md")
-    return b.case("o_name_too_long", "-o whose file name is 300 bytes (> NAME_MAX)", "exit 2",
-                  [Step(["analyze", str(b.data), "-q", "-f", "md", "-o", str(target)], rc=(2,))])
+    return b.case(
+        "o_name_too_long",
+        "-o whose file name is 300 bytes (> NAME_MAX)",
+        "exit 2",
+        [Step(["analyze", str(b.data), "-q", "-f", "md", "-o", str(target)], rc=(2,))],
+    )
 
 
 # -- numbers that are no numbers
@@ -846,37 +1041,63 @@ def make_comm_nan_infinity(dst: Path) -> Case:
         nonlocal n
         n += 1
         return m.group(1) + ("NaN", "Infinity", "-Infinity")[n % 3]
+
     text = re.sub(r'("Elapse Time\(ms\)": )[0-9.eE+-]+', sub, text)
     f.write_text(text)
-    return b.case("comm_nan_infinity", f"communication.json with NaN / Infinity / -Infinity literals as "
-                  f"'Elapse Time(ms)' of {n} ops", "exit 2 naming communication.json, or the ops skipped and "
-                  "counted in a warning naming it", [b.analyze(checks=[said("communication.json")])])
+    return b.case(
+        "comm_nan_infinity",
+        f"communication.json with NaN / Infinity / -Infinity literals as 'Elapse Time(ms)' of {n} ops",
+        "exit 2 naming communication.json, or the ops skipped and counted in a warning naming it",
+        [b.analyze(checks=[said("communication.json")])],
+    )
 
 
 def make_kernel_durations_hostile(dst: Path) -> Case:
     b = _Build(dst)
     rank = b.qwen()
     header, rows = kernel_rows(rank / KD)
-    values = ["1e300", "nan", "inf", "-5", "abc", "", "NaN", "-inf", "1e309", "Infinity", " 12.5\t", "-0",
-              "86400000001", "1_0"]
+    values = [
+        "1e300",
+        "nan",
+        "inf",
+        "-5",
+        "abc",
+        "",
+        "NaN",
+        "-inf",
+        "1e309",
+        "Infinity",
+        " 12.5\t",
+        "-0",
+        "86400000001",
+        "1_0",
+    ]
     for k, i in enumerate(range(0, len(rows), 10)):
         rows[i] = set_cells(rows[i], {10: values[k % len(values)]})
     (rank / KD).write_text(header + "".join(rows))
     cells = raw_durations(rank / KD)
     good = [v for v in map(ref_duration, cells) if v is not None]
     bad = len(cells) - len(good)
-    return b.case("kernel_durations_hostile", f"every 10th Duration(us) of kernel_details.csv replaced by one of "
-                  f"{values}", f"exit 0; exactly {bad} of {len(cells)} rows skipped and counted; the breakdown "
-                  "sums exactly the usable rows",
-                  [b.analyze(rc=(0,), checks=[skipped_rows("kernel_details", "kernel_details.csv", bad, len(cells)),
-                                              breakdown_total(sum(good))])])
+    return b.case(
+        "kernel_durations_hostile",
+        f"every 10th Duration(us) of kernel_details.csv replaced by one of {values}",
+        f"exit 0; exactly {bad} of {len(cells)} rows skipped and counted; the breakdown sums exactly the usable rows",
+        [
+            b.analyze(
+                rc=(0,),
+                checks=[
+                    skipped_rows("kernel_details", "kernel_details.csv", bad, len(cells)),
+                    breakdown_total(sum(good)),
+                ],
+            )
+        ],
+    )
 
 
 def make_kineto_durations_hostile(dst: Path) -> Case:
     b = _Build(dst)
     doc = json.loads(DLRM4.read_text())
-    kernels = [e for e in doc["traceEvents"] if isinstance(e, dict) and e.get("cat") == "kernel"
-               and e.get("ph") == "X"]
+    kernels = [e for e in doc["traceEvents"] if isinstance(e, dict) and e.get("cat") == "kernel" and e.get("ph") == "X"]
     values: list[Any] = [1e300, "nan", -5, "text", None, "NaN", "inf", "-inf"]
     bad = kernels[::15]
     for k, e in enumerate(bad):
@@ -886,9 +1107,13 @@ def make_kineto_durations_hostile(dst: Path) -> Case:
         else:
             e["dur"] = v
     (b.data / DLRM4.name).write_text(json.dumps(doc))
-    return b.case("kineto_durations_hostile", f"{len(bad)} kernel events of the dlrm worker4 trace with dur "
-                  "1e300, 'nan', -5, 'text', missing, 'NaN', 'inf', '-inf'", f"exit 0 with exactly {len(bad)} "
-                  "events skipped and counted", [b.analyze(rc=(0,), checks=[skipped_events(len(bad))])])
+    return b.case(
+        "kineto_durations_hostile",
+        f"{len(bad)} kernel events of the dlrm worker4 trace with dur "
+        "1e300, 'nan', -5, 'text', missing, 'NaN', 'inf', '-inf'",
+        f"exit 0 with exactly {len(bad)} events skipped and counted",
+        [b.analyze(rc=(0,), checks=[skipped_events(len(bad))])],
+    )
 
 
 def make_kineto_dur_1e400(dst: Path) -> Case:
@@ -898,10 +1123,12 @@ def make_kineto_dur_1e400(dst: Path) -> Case:
     for e in bad:
         e["dur"] = "__INF__"
     (b.data / DLRM4.name).write_text(json.dumps(doc).replace('"__INF__"', "1e400"))
-    return b.case("kineto_dur_1e400", f"{len(bad)} kernel events whose dur is 1e400 (valid JSON grammar; "
-                  "overflows a double to inf)", f"exit 0 with exactly {len(bad)} events skipped and counted, or "
-                  "exit 2 naming the trace", [b.analyze(checks=[error_names("worker4_step_12"),
-                                                                skipped_events(len(bad))])])
+    return b.case(
+        "kineto_dur_1e400",
+        f"{len(bad)} kernel events whose dur is 1e400 (valid JSON grammar; overflows a double to inf)",
+        f"exit 0 with exactly {len(bad)} events skipped and counted, or exit 2 naming the trace",
+        [b.analyze(checks=[error_names("worker4_step_12"), skipped_events(len(bad))])],
+    )
 
 
 def make_kineto_nan_literal(dst: Path) -> Case:
@@ -909,9 +1136,12 @@ def make_kineto_nan_literal(dst: Path) -> Case:
     text = DLRM4.read_text()
     n = text.count('"dur": 8,')
     (b.data / DLRM4.name).write_text(text.replace('"dur": 8,', '"dur": NaN,').replace('"dur": 3,', '"dur": -Infinity,'))
-    return b.case("kineto_nan_literal", f"NaN / -Infinity literals (not JSON) as dur of {n}+ events of a Kineto trace",
-                  "exit 2 naming the trace, or the events skipped and counted in a warning",
-                  [b.analyze(checks=[said("worker4_step_12")])])
+    return b.case(
+        "kineto_nan_literal",
+        f"NaN / -Infinity literals (not JSON) as dur of {n}+ events of a Kineto trace",
+        "exit 2 naming the trace, or the events skipped and counted in a warning",
+        [b.analyze(checks=[said("worker4_step_12")])],
+    )
 
 
 def make_kernel_step_id_hostile(dst: Path) -> Case:
@@ -921,9 +1151,12 @@ def make_kernel_step_id_hostile(dst: Path) -> Case:
     for k, i in enumerate(range(5, len(rows), 97)):
         rows[i] = set_cells(rows[i], {0: ["1e300", "-1", "abc", "99999999999999999999", "inf", "13.5"][k % 6]})
     (rank / KD).write_text(header + "".join(rows))
-    return b.case("kernel_step_id_hostile", "Step Id cells 1e300, -1, abc, 99999999999999999999, inf, 13.5",
-                  "exit 0 (or 2 naming the file) — never exit 3",
-                  [b.analyze(checks=[error_names("kernel_details.csv")])])
+    return b.case(
+        "kernel_step_id_hostile",
+        "Step Id cells 1e300, -1, abc, 99999999999999999999, inf, 13.5",
+        "exit 0 (or 2 naming the file) — never exit 3",
+        [b.analyze(checks=[error_names("kernel_details.csv")])],
+    )
 
 
 def make_rank_int64_overflow_ascend(dst: Path) -> Case:
@@ -934,10 +1167,13 @@ def make_rank_int64_overflow_ascend(dst: Path) -> Case:
     doc["rank_id"] = 99999999999999999999
     (rank / "profiler_info_99999999999999999999.json").write_text(json.dumps(doc))
     b.qwen("rank_2_ascend_pt", QWEN_R2)
-    return b.case("rank_int64_overflow_ascend", "a rank folder whose profiler_info_{rank}.json says rank "
-                  "99999999999999999999 (beyond int64) in its name and its rank_id",
-                  "said: exit 2, or a warning naming the value or the folder",
-                  [b.analyze(checks=[said_any(("99999999999999999999", "node_x_ascend_pt"))])])
+    return b.case(
+        "rank_int64_overflow_ascend",
+        "a rank folder whose profiler_info_{rank}.json says rank "
+        "99999999999999999999 (beyond int64) in its name and its rank_id",
+        "said: exit 2, or a warning naming the value or the folder",
+        [b.analyze(checks=[said_any(("99999999999999999999", "node_x_ascend_pt"))])],
+    )
 
 
 def make_rank_ids_hostile_info(dst: Path) -> Case:
@@ -949,9 +1185,12 @@ def make_rank_ids_hostile_info(dst: Path) -> Case:
         doc = json.loads((QWEN_R0 / "profiler_info_0.json").read_text())
         doc["rank_id"] = rid
         (rank / "profiler_info.json").write_text(json.dumps(doc))
-    return b.case("rank_ids_hostile_info", "4 rank folders whose profiler_info.json rank_id is 2**70, -1, "
-                  "'inf', [1]", "no exit 3; each unusable rank id said (a warning naming the folder, or exit 2)",
-                  [b.analyze(checks=[said(n) for n in names])])
+    return b.case(
+        "rank_ids_hostile_info",
+        "4 rank folders whose profiler_info.json rank_id is 2**70, -1, 'inf', [1]",
+        "no exit 3; each unusable rank id said (a warning naming the folder, or exit 2)",
+        [b.analyze(checks=[said(n) for n in names])],
+    )
 
 
 def make_rank_ids_hostile_kineto(dst: Path) -> Case:
@@ -961,19 +1200,27 @@ def make_rank_ids_hostile_kineto(dst: Path) -> Case:
     for name, rid in files.items():
         doc["distributedInfo"]["rank"] = rid
         (b.data / name).write_text(json.dumps(doc))
-    return b.case("rank_ids_hostile_kineto", "4 Kineto traces whose distributedInfo.rank is 2**70, -1, 'inf', "
-                  "[1]", "no exit 3; each unusable rank said (a warning naming the file, or exit 2)",
-                  [b.analyze(checks=[said(n) for n in files])])
+    return b.case(
+        "rank_ids_hostile_kineto",
+        "4 Kineto traces whose distributedInfo.rank is 2**70, -1, 'inf', [1]",
+        "no exit 3; each unusable rank said (a warning naming the file, or exit 2)",
+        [b.analyze(checks=[said(n) for n in files])],
+    )
 
 
 def make_compare_ranks_overflow(dst: Path) -> Case:
     b = _Build(dst)
     b.qwen()
     b.qwen("rank_2_ascend_pt", QWEN_R2)
-    return b.case("compare_ranks_overflow", "compare DIR --ranks 99999999999999999999,0 and --ranks -1,0",
-                  "exit 2 (no such rank)", [
-                      Step(["compare", str(b.data), "--ranks", "99999999999999999999,0", "-q"], rc=(2,)),
-                      Step(["compare", str(b.data), "--ranks", "-1,0", "-q"], rc=(2,))])
+    return b.case(
+        "compare_ranks_overflow",
+        "compare DIR --ranks 99999999999999999999,0 and --ranks -1,0",
+        "exit 2 (no such rank)",
+        [
+            Step(["compare", str(b.data), "--ranks", "99999999999999999999,0", "-q"], rc=(2,)),
+            Step(["compare", str(b.data), "--ranks", "-1,0", "-q"], rc=(2,)),
+        ],
+    )
 
 
 # -- text: line ends, encodings, names
@@ -996,9 +1243,13 @@ def make_kernel_lone_cr(dst: Path) -> Case:
             breakdown_total(full)(res)
         except AssertionError:
             said("kernel_details.csv")(res)  # a row lost must be said
-    return b.case("kernel_lone_cr", "a lone CR inside a kernel name (line 12 of kernel_details.csv)",
-                  "exit 0 with every row summed, or the lost row said; or exit 2 naming the file",
-                  [b.analyze(checks=[error_names("kernel_details.csv"), counted])])
+
+    return b.case(
+        "kernel_lone_cr",
+        "a lone CR inside a kernel name (line 12 of kernel_details.csv)",
+        "exit 0 with every row summed, or the lost row said; or exit 2 naming the file",
+        [b.analyze(checks=[error_names("kernel_details.csv"), counted])],
+    )
 
 
 def make_kernel_crlf(dst: Path) -> Case:
@@ -1006,8 +1257,12 @@ def make_kernel_crlf(dst: Path) -> Case:
     rank = b.qwen()
     text = (rank / KD).read_text()
     (rank / KD).write_bytes(text.replace("\n", "\r\n").encode())
-    return b.case("kernel_crlf", "kernel_details.csv with CRLF line ends", "exit 0, the same total as LF",
-                  [b.analyze(rc=(0,), checks=[breakdown_total(raw_total(QWEN_R0 / KD))])])
+    return b.case(
+        "kernel_crlf",
+        "kernel_details.csv with CRLF line ends",
+        "exit 0, the same total as LF",
+        [b.analyze(rc=(0,), checks=[breakdown_total(raw_total(QWEN_R0 / KD))])],
+    )
 
 
 def make_kernel_cr_only(dst: Path) -> Case:
@@ -1015,17 +1270,24 @@ def make_kernel_cr_only(dst: Path) -> Case:
     rank = b.qwen()
     text = (rank / KD).read_text()
     (rank / KD).write_bytes(text.replace("\n", "\r").encode())
-    return b.case("kernel_cr_only", "kernel_details.csv with CR-only line ends (old Mac)",
-                  "exit 2 naming kernel_details.csv (or read whole)",
-                  [b.analyze(checks=[error_names("kernel_details.csv")])])
+    return b.case(
+        "kernel_cr_only",
+        "kernel_details.csv with CR-only line ends (old Mac)",
+        "exit 2 naming kernel_details.csv (or read whole)",
+        [b.analyze(checks=[error_names("kernel_details.csv")])],
+    )
 
 
 def make_kernel_utf16(dst: Path) -> Case:
     b = _Build(dst)
     rank = b.qwen()
     (rank / KD).write_bytes((rank / KD).read_text().encode("utf-16"))
-    return b.case("kernel_utf16", "kernel_details.csv re-saved as UTF-16", "exit 2 naming the file and UTF-16",
-                  [b.analyze(rc=(2,), checks=[error_names("kernel_details.csv", "UTF-16")])])
+    return b.case(
+        "kernel_utf16",
+        "kernel_details.csv re-saved as UTF-16",
+        "exit 2 naming the file and UTF-16",
+        [b.analyze(rc=(2,), checks=[error_names("kernel_details.csv", "UTF-16")])],
+    )
 
 
 def make_kineto_invalid_utf8(dst: Path) -> Case:
@@ -1033,9 +1295,12 @@ def make_kineto_invalid_utf8(dst: Path) -> Case:
     raw = DLRM4.read_bytes()
     raw = raw.replace(b'"name": "void gemmSN', b'"name": "\xff\xfe\xc3\x28void gemmSN')
     (b.data / DLRM4.name).write_bytes(raw)
-    return b.case("kineto_invalid_utf8", "invalid UTF-8 bytes (ff fe c3 28) in Kineto kernel names",
-                  "exit 0 (names read lossily) or exit 2 naming the trace",
-                  [b.analyze(checks=[error_names("worker4_step_12")])])
+    return b.case(
+        "kineto_invalid_utf8",
+        "invalid UTF-8 bytes (ff fe c3 28) in Kineto kernel names",
+        "exit 0 (names read lossily) or exit 2 naming the trace",
+        [b.analyze(checks=[error_names("worker4_step_12")])],
+    )
 
 
 def make_nul_bytes_csv(dst: Path) -> Case:
@@ -1045,8 +1310,12 @@ def make_nul_bytes_csv(dst: Path) -> Case:
     for i in range(1, len(rows), 200):
         rows[i] = set_cells(rows[i], {5: "Nul\x00Name"})
     (rank / KD).write_text(header + "".join(rows))
-    return b.case("nul_bytes_csv", "NUL bytes inside kernel names of kernel_details.csv",
-                  "exit 0 or exit 2 naming the file", [b.analyze(checks=[error_names("kernel_details.csv")])])
+    return b.case(
+        "nul_bytes_csv",
+        "NUL bytes inside kernel names of kernel_details.csv",
+        "exit 0 or exit 2 naming the file",
+        [b.analyze(checks=[error_names("kernel_details.csv")])],
+    )
 
 
 def make_unterminated_quote(dst: Path) -> Case:
@@ -1055,9 +1324,12 @@ def make_unterminated_quote(dst: Path) -> Case:
     header, rows = kernel_rows(rank / KD)
     rows[100] = set_cells(rows[100], {5: "x"}).replace(",x,", ',"open quote never closed,', 1)
     (rank / KD).write_text(header + "".join(rows))
-    return b.case("unterminated_quote", "a quote opened in line 102 of kernel_details.csv and never closed",
-                  "exit 2 naming the file, or the swallowed rows said in a warning",
-                  [b.analyze(checks=[said("kernel_details.csv")])])
+    return b.case(
+        "unterminated_quote",
+        "a quote opened in line 102 of kernel_details.csv and never closed",
+        "exit 2 naming the file, or the swallowed rows said in a warning",
+        [b.analyze(checks=[said("kernel_details.csv")])],
+    )
 
 
 def _bom(path: Path) -> None:
@@ -1068,31 +1340,47 @@ def make_bom_kernel_details(dst: Path) -> Case:
     b = _Build(dst)
     rank = b.qwen()
     _bom(rank / KD)
-    return b.case("bom_kernel_details", "kernel_details.csv starting with a UTF-8 BOM", "exit 0, the same total",
-                  [b.analyze(rc=(0,), checks=[breakdown_total(raw_total(QWEN_R0 / KD))])])
+    return b.case(
+        "bom_kernel_details",
+        "kernel_details.csv starting with a UTF-8 BOM",
+        "exit 0, the same total",
+        [b.analyze(rc=(0,), checks=[breakdown_total(raw_total(QWEN_R0 / KD))])],
+    )
 
 
 def make_bom_json_side_files(dst: Path) -> Case:
     b = _Build(dst)
     rank = b.qwen()
-    for f in (rank / OUT / "communication.json", rank / OUT / "communication_matrix.json",
-              rank / "profiler_info_0.json", rank / "profiler_metadata.json"):
+    for f in (
+        rank / OUT / "communication.json",
+        rank / OUT / "communication_matrix.json",
+        rank / "profiler_info_0.json",
+        rank / "profiler_metadata.json",
+    ):
         _bom(f)
 
     def comm_read_or_said(res: Result) -> None:
         if res.rc == 0 and not ((res.report() or {}).get("tables") or {}).get("communication"):
             said("communication.json")(res)
-    return b.case("bom_json_side_files", "communication.json, communication_matrix.json, profiler_info_0.json "
-                  "and profiler_metadata.json starting with a UTF-8 BOM",
-                  "exit 0 with the communication ops read (or a warning naming the file); exit 2 names a file",
-                  [b.analyze(checks=[comm_read_or_said])])
+
+    return b.case(
+        "bom_json_side_files",
+        "communication.json, communication_matrix.json, profiler_info_0.json "
+        "and profiler_metadata.json starting with a UTF-8 BOM",
+        "exit 0 with the communication ops read (or a warning naming the file); exit 2 names a file",
+        [b.analyze(checks=[comm_read_or_said])],
+    )
 
 
 def make_bom_kineto_trace(dst: Path) -> Case:
     b = _Build(dst)
     _bom(b.dlrm())
-    return b.case("bom_kineto_trace", "a Kineto trace starting with a UTF-8 BOM", "exit 0 or exit 2 naming it",
-                  [b.analyze(checks=[error_names("worker4_step_12")])])
+    return b.case(
+        "bom_kineto_trace",
+        "a Kineto trace starting with a UTF-8 BOM",
+        "exit 0 or exit 2 naming it",
+        [b.analyze(checks=[error_names("worker4_step_12")])],
+    )
 
 
 EVIL_NAMES = [  # a CR in a name is its own class (kernel_name_quoted_cr): the reader may refuse the file for it
@@ -1107,16 +1395,28 @@ EVIL_NAMES = [  # a CR in a name is its own class (kernel_name_quoted_cr): the r
     "@SUM(1+1)*cmd|' /C calc'!A0",
     "-2+3+cmd|' /C calc'!A0",
 ]
-_TYPES = ["MatMulV3", "FlashAttentionScore", "ZerosLike", "GatherV2", "Add", "Mul", "Cast", "Transpose",
-          "SoftmaxV2", "RmsNorm", "Slice"]
+_TYPES = [
+    "MatMulV3",
+    "FlashAttentionScore",
+    "ZerosLike",
+    "GatherV2",
+    "Add",
+    "Mul",
+    "Cast",
+    "Transpose",
+    "SoftmaxV2",
+    "RmsNorm",
+    "Slice",
+]
 
 
 def _evil_rank(b: _Build) -> Path:
     """Qwen3 rank 0 with one extra row per evil name, each long enough (60-40 ms) to top its bucket."""
     rank = b.qwen()
     header, rows = kernel_rows(rank / KD)
-    extra = [set_cells(rows[1], {5: name, 6: _TYPES[i], 10: f"{60000 - 2000 * i}.0"})
-             for i, name in enumerate(EVIL_NAMES)]
+    extra = [
+        set_cells(rows[1], {5: name, 6: _TYPES[i], 10: f"{60000 - 2000 * i}.0"}) for i, name in enumerate(EVIL_NAMES)
+    ]
     (rank / KD).write_text(header + "".join(rows) + "".join(extra), newline="")
     return rank
 
@@ -1136,8 +1436,11 @@ def make_names_hostile_md(dst: Path) -> Case:
         if res.rc != 0:
             return
         if _CONTROL.search(res.stdout) or re.search(r"\r(?!\n)", res.stdout):
-            _fail(res, "a control character (ESC, BEL, lone CR) from a kernel name reached the terminal: "
-                       + repr(_CONTROL.search(res.stdout) or "CR"))
+            _fail(
+                res,
+                "a control character (ESC, BEL, lone CR) from a kernel name reached the terminal: "
+                + repr(_CONTROL.search(res.stdout) or "CR"),
+            )
         if "TitleSet" not in res.stdout:
             _fail(res, "the evil kernel names are not in the report (the case did not exercise the renderer)")
         outside = _outside_code(res.stdout)
@@ -1145,9 +1448,13 @@ def make_names_hostile_md(dst: Path) -> Case:
         for bad in (r"(?<!\\)!(?<!\\)\[img(?<!\\)\]\(", r"(?<!\\)\]\(javascript:", r"<script", r"<img"):
             if re.search(bad, outside):
                 _fail(res, f"{bad!r} outside a code span: Markdown/HTML from a kernel name is live")
-    return b.case("names_hostile_md", "kernel names with ESC ]0;…BEL, ESC [2J, Markdown image/link, HTML, "
-                  "formulas; Markdown to stdout", "exit 0; no control character on stdout, no live "
-                  "Markdown/HTML", [Step(["analyze", str(b.data), "-q"], checks=[rc_is(0), safe])])
+
+    return b.case(
+        "names_hostile_md",
+        "kernel names with ESC ]0;…BEL, ESC [2J, Markdown image/link, HTML, formulas; Markdown to stdout",
+        "exit 0; no control character on stdout, no live Markdown/HTML",
+        [Step(["analyze", str(b.data), "-q"], checks=[rc_is(0), safe])],
+    )
 
 
 def make_kernel_name_quoted_cr(dst: Path) -> Case:
@@ -1160,9 +1467,13 @@ def make_kernel_name_quoted_cr(dst: Path) -> Case:
     def no_lone_cr(res: Result) -> None:
         if res.rc == 0 and re.search(r"\r(?!\n)", res.stdout):
             _fail(res, "a lone CR from a kernel name reached the terminal")
-    return b.case("kernel_name_quoted_cr", "a kernel name holding CRs inside a quoted CSV field (valid CSV), "
-                  "Markdown to stdout", "exit 0 with no lone CR on stdout, or exit 2 naming the file",
-                  [Step(["analyze", str(b.data), "-q"], checks=[error_names("kernel_details.csv"), no_lone_cr])])
+
+    return b.case(
+        "kernel_name_quoted_cr",
+        "a kernel name holding CRs inside a quoted CSV field (valid CSV), Markdown to stdout",
+        "exit 0 with no lone CR on stdout, or exit 2 naming the file",
+        [Step(["analyze", str(b.data), "-q"], checks=[error_names("kernel_details.csv"), no_lone_cr])],
+    )
 
 
 def make_names_hostile_html(dst: Path) -> Case:
@@ -1177,8 +1488,13 @@ def make_names_hostile_html(dst: Path) -> Case:
         for bad in ("<script>alert(1)</script>", "<img src=x onerror", 'href="javascript:', "\x1b"):
             if bad in html:
                 _fail(res, f"{bad!r} from a kernel name is live in the HTML")
-    return b.case("names_hostile_html", "the evil kernel names, HTML report", "exit 0; every name escaped",
-                  [b.analyze(fmt="html", out=out, checks=[rc_is(0), safe])])
+
+    return b.case(
+        "names_hostile_html",
+        "the evil kernel names, HTML report",
+        "exit 0; every name escaped",
+        [b.analyze(fmt="html", out=out, checks=[rc_is(0), safe])],
+    )
 
 
 def make_names_hostile_xlsx(dst: Path) -> Case:
@@ -1200,9 +1516,13 @@ def make_names_hostile_xlsx(dst: Path) -> Case:
         strings = "".join(z_read_all(out))
         if "HYPERLINK(&quot;http://evil.example" not in strings and 'HYPERLINK("http://evil.example' not in strings:
             _fail(res, "the formula-like kernel name is not in the workbook as text")
-    return b.case("names_hostile_xlsx", "the evil kernel names, Excel workbook",
-                  "exit 0; formula-like names stored as text, never as formulas",
-                  [b.analyze(fmt="xlsx", out=out, checks=[rc_is(0), safe])])
+
+    return b.case(
+        "names_hostile_xlsx",
+        "the evil kernel names, Excel workbook",
+        "exit 0; formula-like names stored as text, never as formulas",
+        [b.analyze(fmt="xlsx", out=out, checks=[rc_is(0), safe])],
+    )
 
 
 def z_read_all(path: Path) -> list[str]:
@@ -1218,12 +1538,20 @@ def make_names_hostile_json(dst: Path) -> Case:
         if res.rc != 0:
             return
         strings = _strings(res.report() or {})
-        for name in ("<script>alert(1)</script>", '=HYPERLINK("http://evil.example","click")',
-                     "\x1b]0;pwn\x07TitleSet"):
+        for name in (
+            "<script>alert(1)</script>",
+            '=HYPERLINK("http://evil.example","click")',
+            "\x1b]0;pwn\x07TitleSet",
+        ):
             if not any(name in s for s in strings):
                 _fail(res, f"kernel name {name!r} is not in the JSON report verbatim")
-    return b.case("names_hostile_json", "the evil kernel names, JSON report", "exit 0; names kept verbatim "
-                  "(JSON escapes them)", [b.analyze(checks=[rc_is(0), verbatim])])
+
+    return b.case(
+        "names_hostile_json",
+        "the evil kernel names, JSON report",
+        "exit 0; names kept verbatim (JSON escapes them)",
+        [b.analyze(checks=[rc_is(0), verbatim])],
+    )
 
 
 # -- JSON depth
@@ -1234,18 +1562,24 @@ def make_profiler_info_deep(dst: Path) -> Case:
     rank = b.qwen()
     (rank / "profiler_info_0.json").unlink()
     (rank / "profiler_info.json").write_text('{"rank_id": 0, "config": ' + _nest(100_000) + "}")
-    return b.case("profiler_info_deep", "profiler_info.json (no rank in its name) nested 100,000 arrays deep",
-                  "said: a warning or exit 2 naming profiler_info.json",
-                  [b.analyze(checks=[said("profiler_info.json")])])
+    return b.case(
+        "profiler_info_deep",
+        "profiler_info.json (no rank in its name) nested 100,000 arrays deep",
+        "said: a warning or exit 2 naming profiler_info.json",
+        [b.analyze(checks=[said("profiler_info.json")])],
+    )
 
 
 def make_comm_json_deep(dst: Path) -> Case:
     b = _Build(dst)
     f = b.qwen() / OUT / "communication.json"
     f.write_text('{"deep": ' + _nest(100_000) + ", " + f.read_text()[1:])
-    return b.case("comm_json_deep", "communication.json with a value nested 100,000 arrays deep",
-                  "said: exit 2 or a warning naming communication.json",
-                  [b.analyze(checks=[said("communication.json")])])
+    return b.case(
+        "comm_json_deep",
+        "communication.json with a value nested 100,000 arrays deep",
+        "said: exit 2 or a warning naming communication.json",
+        [b.analyze(checks=[said("communication.json")])],
+    )
 
 
 def make_trace_deep(dst: Path) -> Case:
@@ -1254,8 +1588,12 @@ def make_trace_deep(dst: Path) -> Case:
     text = f.read_text()
     at = text.index('"args"')
     f.write_text(text[:at] + '"deep": ' + _nest(100_000) + ", " + text[at:])
-    return b.case("trace_deep", "a Kineto trace event holding a value nested 100,000 arrays deep",
-                  "said: exit 2 or a warning naming the trace", [b.analyze(checks=[said("worker4_step_12")])])
+    return b.case(
+        "trace_deep",
+        "a Kineto trace event holding a value nested 100,000 arrays deep",
+        "said: exit 2 or a warning naming the trace",
+        [b.analyze(checks=[said("worker4_step_12")])],
+    )
 
 
 # -- layouts
@@ -1266,9 +1604,12 @@ def make_empty_rank_folders_2000(dst: Path) -> Case:
     b.qwen("rank_0")
     for i in range(1, 2001):
         (b.data / f"rank_{i}" / OUT).mkdir(parents=True)
-    return b.case("empty_rank_folders_2000", "rank_0 (real) and rank_1 … rank_2000 each with an empty "
-                  "ASCEND_PROFILER_OUTPUT/", "not 2,000 ranks silently: exit 2, or a warning counting the 2,000 "
-                  "empty folders", [b.analyze(checks=[said_any(("2000 ", "2,000"))])])
+    return b.case(
+        "empty_rank_folders_2000",
+        "rank_0 (real) and rank_1 … rank_2000 each with an empty ASCEND_PROFILER_OUTPUT/",
+        "not 2,000 ranks silently: exit 2, or a warning counting the 2,000 empty folders",
+        [b.analyze(checks=[said_any(("2000 ", "2,000"))])],
+    )
 
 
 def make_entries_limit(dst: Path) -> Case:
@@ -1278,9 +1619,12 @@ def make_entries_limit(dst: Path) -> Case:
         (b.data / f"rank_{i}" / OUT).mkdir(parents=True)
     rules = b.dst / "limits.toml"
     rules.write_text("[limits]\nmax_entries = 300\n")
-    return b.case("entries_limit", "601 rank folders walked with [limits] max_entries = 300",
-                  "the bound is said (exit 2, or a warning naming the limit)",
-                  [b.analyze(None, "--rules", str(rules), checks=[said_any(("max_entries", "entries"))])])
+    return b.case(
+        "entries_limit",
+        "601 rank folders walked with [limits] max_entries = 300",
+        "the bound is said (exit 2, or a warning naming the limit)",
+        [b.analyze(None, "--rules", str(rules), checks=[said_any(("max_entries", "entries"))])],
+    )
 
 
 def make_nested_50_deep(dst: Path) -> Case:
@@ -1288,26 +1632,36 @@ def make_nested_50_deep(dst: Path) -> Case:
     deep = b.data.joinpath(*["d"] * 50)
     deep.mkdir(parents=True)
     b.qwen(parent=deep)
-    return b.case("nested_50_deep", "a real rank 50 folders below the analysed folder (max_depth is 8)",
-                  "the walk bound is said (exit 2 or a warning mentioning the depth)",
-                  [b.analyze(checks=[said_any(("deep", "depth", "level"))])])
+    return b.case(
+        "nested_50_deep",
+        "a real rank 50 folders below the analysed folder (max_depth is 8)",
+        "the walk bound is said (exit 2 or a warning mentioning the depth)",
+        [b.analyze(checks=[said_any(("deep", "depth", "level"))])],
+    )
 
 
 def make_duplicate_ranks(dst: Path) -> Case:
     b = _Build(dst)
     b.qwen("rank_0_ascend_pt_a")
     b.qwen("rank_0_ascend_pt_b")
-    return b.case("duplicate_ranks", "two copies of rank 0 side by side", "exit 0 with a warning naming both "
-                  "folders", [b.analyze(rc=(0,), checks=[said("rank_0_ascend_pt_a", "rank_0_ascend_pt_b")])])
+    return b.case(
+        "duplicate_ranks",
+        "two copies of rank 0 side by side",
+        "exit 0 with a warning naming both folders",
+        [b.analyze(rc=(0,), checks=[said("rank_0_ascend_pt_a", "rank_0_ascend_pt_b")])],
+    )
 
 
 def make_two_jobs_mixed(dst: Path) -> Case:
     b = _Build(dst)
     b.qwen()
     b.qwen("test_rank_1", GPT3_R1)
-    return b.case("two_jobs_mixed", "Qwen3 rank 0 (2025, 4-rank job) and GPT-3 rank 1 (2023, 2-rank job) in one "
-                  "folder", "not merged silently: exit 2, or a warning naming both folders",
-                  [b.analyze(checks=[said("rank_0_ascend_pt", "test_rank_1")])])
+    return b.case(
+        "two_jobs_mixed",
+        "Qwen3 rank 0 (2025, 4-rank job) and GPT-3 rank 1 (2023, 2-rank job) in one folder",
+        "not merged silently: exit 2, or a warning naming both folders",
+        [b.analyze(checks=[said("rank_0_ascend_pt", "test_rank_1")])],
+    )
 
 
 def make_missing_columns(dst: Path) -> Case:
@@ -1317,11 +1671,14 @@ def make_missing_columns(dst: Path) -> Case:
         rows = list(csv.reader(fh))
     idx = rows[0].index("Duration(us)")
     buf = io.StringIO()
-    csv.writer(buf, lineterminator="\n").writerows([r[:idx] + r[idx + 1:] for r in rows])
+    csv.writer(buf, lineterminator="\n").writerows([r[:idx] + r[idx + 1 :] for r in rows])
     (rank / KD).write_text(buf.getvalue())
-    return b.case("missing_columns", "kernel_details.csv without its Duration(us) column",
-                  "said: exit 2 (or a warning) naming the file and Duration(us)",
-                  [b.analyze(checks=[said("kernel_details.csv", "Duration(us)")])])
+    return b.case(
+        "missing_columns",
+        "kernel_details.csv without its Duration(us) column",
+        "said: exit 2 (or a warning) naming the file and Duration(us)",
+        [b.analyze(checks=[said("kernel_details.csv", "Duration(us)")])],
+    )
 
 
 # -- empty and header-only files
@@ -1333,9 +1690,12 @@ def _empty_ascend(dst: Path, name: str, rel: str) -> Case:
     f = rank / rel
     f.parent.mkdir(parents=True, exist_ok=True)
     f.write_bytes(b"")
-    return b.case(name, f"{Path(rel).name} of 0 bytes in a real rank",
-                  f"said: exit 2 or a warning naming {Path(rel).name}",
-                  [b.analyze(checks=[said(Path(rel).name)])])
+    return b.case(
+        name,
+        f"{Path(rel).name} of 0 bytes in a real rank",
+        f"said: exit 2 or a warning naming {Path(rel).name}",
+        [b.analyze(checks=[said(Path(rel).name)])],
+    )
 
 
 def make_empty_kernel_details(dst: Path) -> Case:
@@ -1374,24 +1734,35 @@ def make_empty_kineto_json(dst: Path) -> Case:
     b = _Build(dst)
     b.dlrm()
     (b.data / "worker5.pt.trace.json").write_bytes(b"")
-    return b.case("empty_kineto_json", "a 0-byte worker5.pt.trace.json beside a real trace",
-                  "exit 0 or 2; on 2 the line names it", [b.analyze(checks=[error_names("worker5.pt.trace.json")])])
+    return b.case(
+        "empty_kineto_json",
+        "a 0-byte worker5.pt.trace.json beside a real trace",
+        "exit 0 or 2; on 2 the line names it",
+        [b.analyze(checks=[error_names("worker5.pt.trace.json")])],
+    )
 
 
 def make_empty_kineto_json_gz(dst: Path) -> Case:
     b = _Build(dst)
     (b.data / "worker0.pt.trace.json.gz").write_bytes(b"")
-    return b.case("empty_kineto_json_gz", "a folder holding only a 0-byte worker0.pt.trace.json.gz",
-                  "exit 2 naming the file (or the folder)", [b.analyze(rc=(2,), checks=[said_any(("worker0",
-                                                                                               "data"))])])
+    return b.case(
+        "empty_kineto_json_gz",
+        "a folder holding only a 0-byte worker0.pt.trace.json.gz",
+        "exit 2 naming the file (or the folder)",
+        [b.analyze(rc=(2,), checks=[said_any(("worker0", "data"))])],
+    )
 
 
 def make_empty_report_json(dst: Path) -> Case:
     b = _Build(dst)
     rep = b.dst / "report.json"
     rep.write_bytes(b"")
-    return b.case("empty_report_json", "profan evidence on a 0-byte report.json", "exit 2 naming report.json",
-                  [Step(["evidence", str(rep), "F1"], rc=(2,), checks=[error_names("report.json")])])
+    return b.case(
+        "empty_report_json",
+        "profan evidence on a 0-byte report.json",
+        "exit 2 naming report.json",
+        [Step(["evidence", str(rep), "F1"], rc=(2,), checks=[error_names("report.json")])],
+    )
 
 
 def make_empty_rules_and_hardware(dst: Path) -> Case:
@@ -1399,18 +1770,33 @@ def make_empty_rules_and_hardware(dst: Path) -> Case:
     b.qwen()
     (b.dst / "rules.toml").write_bytes(b"")
     (b.dst / "hw.toml").write_bytes(b"")
-    return b.case("empty_rules_and_hardware", "--rules and --hardware naming 0-byte TOML files",
-                  "exit 0 (an empty table adds nothing) or exit 2 naming the file",
-                  [b.analyze(None, "--rules", str(b.dst / "rules.toml"), "--hardware", str(b.dst / "hw.toml"),
-                             checks=[error_names(".toml")])])
+    return b.case(
+        "empty_rules_and_hardware",
+        "--rules and --hardware naming 0-byte TOML files",
+        "exit 0 (an empty table adds nothing) or exit 2 naming the file",
+        [
+            b.analyze(
+                None,
+                "--rules",
+                str(b.dst / "rules.toml"),
+                "--hardware",
+                str(b.dst / "hw.toml"),
+                checks=[error_names(".toml")],
+            )
+        ],
+    )
 
 
 def _header_only(dst: Path, name: str, rel: str) -> Case:
     b = _Build(dst)
     f = b.qwen() / rel
     f.write_text(f.read_text().splitlines(keepends=True)[0])
-    return b.case(name, f"{Path(rel).name} holding only its header row",
-                  f"said: exit 2 or a warning naming {Path(rel).name}", [b.analyze(checks=[said(Path(rel).name)])])
+    return b.case(
+        name,
+        f"{Path(rel).name} holding only its header row",
+        f"said: exit 2 or a warning naming {Path(rel).name}",
+        [b.analyze(checks=[said(Path(rel).name)])],
+    )
 
 
 def make_header_only_kernel_details(dst: Path) -> Case:
@@ -1432,9 +1818,12 @@ def make_trace_wrong_shape(dst: Path) -> Case:
     b = _Build(dst)
     (b.data / "worker0.pt.trace.json").write_text('{"schemaVersion": 1, "traceEvents": {"ph": "X"}}')
     (b.data / "worker1.pt.trace.json").write_text('{"schemaVersion": 1, "traceEvents": 5}')
-    return b.case("trace_wrong_shape", "Kineto traces whose traceEvents is an object / a number",
-                  "said: exit 2 or a warning naming the trace",
-                  [b.analyze(checks=[said_any(("worker0.pt.trace.json", "worker1.pt.trace.json"))])])
+    return b.case(
+        "trace_wrong_shape",
+        "Kineto traces whose traceEvents is an object / a number",
+        "said: exit 2 or a warning naming the trace",
+        [b.analyze(checks=[said_any(("worker0.pt.trace.json", "worker1.pt.trace.json"))])],
+    )
 
 
 def make_comm_json_wrong_types(dst: Path) -> Case:
@@ -1455,26 +1844,40 @@ def make_comm_json_wrong_types(dst: Path) -> Case:
             body["Communication Bandwidth Info"] = [1, 2]
     doc["step99"] = ["a", "list"]
     f.write_text(json.dumps(doc))
-    return b.case("comm_json_wrong_types", "communication.json whose ops are lists, time info text, elapse "
-                  "text, bandwidth info a list, a step a list", "exit 0 with the entries skipped and counted in "
-                  "a warning naming communication.json (or exit 2 naming it)",
-                  [b.analyze(checks=[said("communication.json")])])
+    return b.case(
+        "comm_json_wrong_types",
+        "communication.json whose ops are lists, time info text, elapse text, bandwidth info a list, a step a list",
+        "exit 0 with the entries skipped and counted in a warning naming communication.json (or exit 2 naming it)",
+        [b.analyze(checks=[said("communication.json")])],
+    )
 
 
 def make_rules_wrong_types(dst: Path) -> Case:
     b = _Build(dst)
     b.qwen()
     steps = []
-    for i, body in enumerate(['rule = [1, 2]\n', '[[rule]]\nid = 5\nbucket = []\nmatch = {name = 7}\n',
-                              '[[rule]]\nid = "X"\nbucket = "ffn"\nmatch = {name = "("}\n', 'limits = [1]\n',
-                              '[limits]\nmax_line_bytes = "big"\n', 'check = "x"\n']):
+    for i, body in enumerate(
+        [
+            "rule = [1, 2]\n",
+            "[[rule]]\nid = 5\nbucket = []\nmatch = {name = 7}\n",
+            '[[rule]]\nid = "X"\nbucket = "ffn"\nmatch = {name = "("}\n',
+            "limits = [1]\n",
+            '[limits]\nmax_line_bytes = "big"\n',
+            'check = "x"\n',
+        ]
+    ):
         rules = b.dst / f"rules{i}.toml"
         rules.write_text(body)
-        steps.append(b.analyze(None, "--rules", str(rules), out=b.out / f"r{i}.json", rc=(2,),
-                               checks=[error_names(rules.name)]))
-    return b.case("rules_wrong_types", "--rules files of the wrong types: rule = [1,2], id = 5, an invalid "
-                  "regex, limits = [1], max_line_bytes = 'big', check = 'x'", "each exit 2 naming the rules file",
-                  steps)
+        steps.append(
+            b.analyze(None, "--rules", str(rules), out=b.out / f"r{i}.json", rc=(2,), checks=[error_names(rules.name)])
+        )
+    return b.case(
+        "rules_wrong_types",
+        "--rules files of the wrong types: rule = [1,2], id = 5, an invalid "
+        "regex, limits = [1], max_line_bytes = 'big', check = 'x'",
+        "each exit 2 naming the rules file",
+        steps,
+    )
 
 
 def make_rules_check_threshold_text(dst: Path) -> Case:
@@ -1482,9 +1885,12 @@ def make_rules_check_threshold_text(dst: Path) -> Case:
     b.qwen()
     rules = b.dst / "rules.toml"
     rules.write_text('[[check]]\nid = "exposed-communication"\nwarning_share = "high"\ncritical_share = []\n')
-    return b.case("rules_check_threshold_text", "a --rules file setting a check's thresholds to text and a list",
-                  "exit 2 naming the rules file (not an internal error when the threshold is compared)",
-                  [b.analyze(None, "--rules", str(rules), rc=(2,), checks=[error_names("rules.toml")])])
+    return b.case(
+        "rules_check_threshold_text",
+        "a --rules file setting a check's thresholds to text and a list",
+        "exit 2 naming the rules file (not an internal error when the threshold is compared)",
+        [b.analyze(None, "--rules", str(rules), rc=(2,), checks=[error_names("rules.toml")])],
+    )
 
 
 def make_hardware_wrong_types(dst: Path) -> Case:
@@ -1492,9 +1898,12 @@ def make_hardware_wrong_types(dst: Path) -> Case:
     b.qwen()
     hw = b.dst / "hw.toml"
     hw.write_text('[assume]\ndevice = 5\n\n[[link]]\ndevice = "ascend_910b"\nlink = "HCCS"\nusable_gbps = "fast"\n')
-    return b.case("hardware_wrong_types", "a --hardware file with device = 5 and usable_gbps = 'fast'",
-                  "exit 2 naming hw.toml", [b.analyze(None, "--hardware", str(hw), rc=(2,),
-                                                      checks=[error_names("hw.toml")])])
+    return b.case(
+        "hardware_wrong_types",
+        "a --hardware file with device = 5 and usable_gbps = 'fast'",
+        "exit 2 naming hw.toml",
+        [b.analyze(None, "--hardware", str(hw), rc=(2,), checks=[error_names("hw.toml")])],
+    )
 
 
 # -- command line
@@ -1502,31 +1911,50 @@ def make_hardware_wrong_types(dst: Path) -> Case:
 
 def make_name_too_long(dst: Path) -> Case:
     b = _Build(dst)
-    return b.case("name_too_long", "analyze DIR/<300 x's> (a name longer than NAME_MAX) and evidence on it",
-                  "exit 2", [Step(["analyze", str(b.data / ("x" * 300)), "-q"], rc=(2,)),
-                             Step(["evidence", str(b.data / ("x" * 300 + ".json")), "F1"], rc=(2,))])
+    return b.case(
+        "name_too_long",
+        "analyze DIR/<300 x's> (a name longer than NAME_MAX) and evidence on it",
+        "exit 2",
+        [
+            Step(["analyze", str(b.data / ("x" * 300)), "-q"], rc=(2,)),
+            Step(["evidence", str(b.data / ("x" * 300 + ".json")), "F1"], rc=(2,)),
+        ],
+    )
 
 
 def make_path_too_long(dst: Path) -> Case:
     b = _Build(dst)
-    return b.case("path_too_long", "analyze a path of 5,000 bytes (> PATH_MAX)", "exit 2",
-                  [Step(["analyze", str(b.data) + "/a" * 2500, "-q"], rc=(2,))])
+    return b.case(
+        "path_too_long",
+        "analyze a path of 5,000 bytes (> PATH_MAX)",
+        "exit 2",
+        [Step(["analyze", str(b.data) + "/a" * 2500, "-q"], rc=(2,))],
+    )
 
 
 def make_evidence_limit_zero(dst: Path) -> Case:
     b = _Build(dst)
     b.qwen()
-    return b.case("evidence_limit_zero", "profan evidence DIR F1 --limit 0", "exit 2 naming --limit",
-                  [Step(["evidence", str(b.data), "F1", "--limit", "0"], rc=(2,), checks=[error_names("--limit")])])
+    return b.case(
+        "evidence_limit_zero",
+        "profan evidence DIR F1 --limit 0",
+        "exit 2 naming --limit",
+        [Step(["evidence", str(b.data), "F1", "--limit", "0"], rc=(2,), checks=[error_names("--limit")])],
+    )
 
 
 def make_evidence_limit_negative(dst: Path) -> Case:
     b = _Build(dst)
     b.qwen()
-    return b.case("evidence_limit_negative", "profan evidence DIR F1 --limit -1 and --limit -99999999999999999999",
-                  "exit 2 naming --limit",
-                  [Step(["evidence", str(b.data), "F1", "--limit", v], rc=(2,), checks=[error_names("--limit")])
-                   for v in ("-1", "-99999999999999999999")])
+    return b.case(
+        "evidence_limit_negative",
+        "profan evidence DIR F1 --limit -1 and --limit -99999999999999999999",
+        "exit 2 naming --limit",
+        [
+            Step(["evidence", str(b.data), "F1", "--limit", v], rc=(2,), checks=[error_names("--limit")])
+            for v in ("-1", "-99999999999999999999")
+        ],
+    )
 
 
 # -- between two runs
@@ -1561,17 +1989,28 @@ def _cache_case(dst: Path, name: str, builds: str, corrupt: Callable[[Path], Non
             raise AssertionError("the first run left no cache entry to corrupt")
         for p in entries:
             corrupt(p)
-    return b.case(name, builds, "the second run reads the file again: exit 0 and the same report",
-                  [b.analyze(out=r1, rc=(0,)), b.analyze(out=r2, rc=(0,), checks=[same], before=do)],
-                  cache_dir=cache)
+
+    return b.case(
+        name,
+        builds,
+        "the second run reads the file again: exit 0 and the same report",
+        [b.analyze(out=r1, rc=(0,)), b.analyze(out=r2, rc=(0,), checks=[same], before=do)],
+        cache_dir=cache,
+    )
 
 
 def make_cache_corrupt_bytes(dst: Path) -> Case:
     def corrupt(p: Path) -> None:
         raw = p.read_bytes()
         p.write_bytes(raw[: len(raw) // 2] + b"\x00garbage\xff" * 7)
-    return _cache_case(dst, "cache_corrupt_bytes", "nccl_data.json.gz analysed twice (PROFAN_CACHE_DIR inside the "
-                       "case); between the runs every cache file is cut in half and garbage appended", corrupt)
+
+    return _cache_case(
+        dst,
+        "cache_corrupt_bytes",
+        "nccl_data.json.gz analysed twice (PROFAN_CACHE_DIR inside the "
+        "case); between the runs every cache file is cut in half and garbage appended",
+        corrupt,
+    )
 
 
 def make_cache_corrupt_shape(dst: Path) -> Case:
@@ -1582,8 +2021,14 @@ def make_cache_corrupt_shape(dst: Path) -> Case:
             import polars as pl
 
             pl.DataFrame({"x": [1, 2, 3]}).write_parquet(p)
-    return _cache_case(dst, "cache_corrupt_shape", "as cache_corrupt_bytes, but each entry replaced by valid "
-                       "files of the wrong shape (meta.json {'layout': 5, …}, a parquet of one column x)", corrupt)
+
+    return _cache_case(
+        dst,
+        "cache_corrupt_shape",
+        "as cache_corrupt_bytes, but each entry replaced by valid "
+        "files of the wrong shape (meta.json {'layout': 5, …}, a parquet of one column x)",
+        corrupt,
+    )
 
 
 def make_cache_corrupt_kernel_table(dst: Path) -> Case:
@@ -1593,9 +2038,16 @@ def make_cache_corrupt_kernel_table(dst: Path) -> Case:
         else:
             raw = p.read_bytes()
             p.write_bytes(raw[: len(raw) // 3])
-    return _cache_case(dst, "cache_corrupt_kernel_table", "an 18 MB kernel_details.csv (Qwen3 rank 0 rows x 22) "
-                       "analysed twice; between the runs its cached table is cut to a third and facts.json given "
-                       "values of the wrong type", corrupt, kernels=True)
+
+    return _cache_case(
+        dst,
+        "cache_corrupt_kernel_table",
+        "an 18 MB kernel_details.csv (Qwen3 rank 0 rows x 22) "
+        "analysed twice; between the runs its cached table is cut to a third and facts.json given "
+        "values of the wrong type",
+        corrupt,
+        kernels=True,
+    )
 
 
 def make_evidence_file_grew(dst: Path) -> Case:
@@ -1606,10 +2058,21 @@ def make_evidence_file_grew(dst: Path) -> Case:
     def grow() -> None:
         with open(rank / KD, "a", encoding="utf-8") as fh:
             fh.write(kernel_rows(QWEN_R0 / KD)[1][-1])
-    return b.case("evidence_file_grew", "analyze, then a row appended to kernel_details.csv, then evidence",
-                  "evidence refused: exit 2 naming kernel_details.csv and that it changed",
-                  [b.analyze(rc=(0,)), Step(kernel_finding_args(rep, "kernel_details.csv"), before=grow, rc=(2,),
-                                            checks=[error_names("kernel_details.csv", "changed")])])
+
+    return b.case(
+        "evidence_file_grew",
+        "analyze, then a row appended to kernel_details.csv, then evidence",
+        "evidence refused: exit 2 naming kernel_details.csv and that it changed",
+        [
+            b.analyze(rc=(0,)),
+            Step(
+                kernel_finding_args(rep, "kernel_details.csv"),
+                before=grow,
+                rc=(2,),
+                checks=[error_names("kernel_details.csv", "changed")],
+            ),
+        ],
+    )
 
 
 def make_evidence_file_swapped_symlink(dst: Path) -> Case:
@@ -1625,30 +2088,53 @@ def make_evidence_file_swapped_symlink(dst: Path) -> Case:
     def swap() -> None:
         (rank / KD).unlink()
         (rank / KD).symlink_to(fake)
-    return b.case("evidence_file_swapped_symlink", "analyze, then kernel_details.csv replaced by a symlink to a "
-                  "file outside the data of the very same size, full of the secret; then evidence",
-                  "the secret is never printed (exit 2)",
-                  [b.analyze(rc=(0,)), Step(kernel_finding_args(rep, "kernel_details.csv"), before=swap)])
+
+    return b.case(
+        "evidence_file_swapped_symlink",
+        "analyze, then kernel_details.csv replaced by a symlink to a "
+        "file outside the data of the very same size, full of the secret; then evidence",
+        "the secret is never printed (exit 2)",
+        [b.analyze(rc=(0,)), Step(kernel_finding_args(rep, "kernel_details.csv"), before=swap)],
+    )
 
 
 def make_evidence_file_replaced_fifo(dst: Path) -> Case:
     b = _Build(dst)
     rank = b.qwen()
     rep = b.out / "report.json"
-    return b.case("evidence_file_replaced_fifo", "analyze, then kernel_details.csv replaced by a FIFO; evidence",
-                  "no hang: exit 2 naming kernel_details.csv",
-                  [b.analyze(rc=(0,)), Step(kernel_finding_args(rep, "kernel_details.csv"),
-                                            before=lambda: _mkfifo(rank / KD), rc=(2,),
-                                            checks=[error_names("kernel_details.csv")])])
+    return b.case(
+        "evidence_file_replaced_fifo",
+        "analyze, then kernel_details.csv replaced by a FIFO; evidence",
+        "no hang: exit 2 naming kernel_details.csv",
+        [
+            b.analyze(rc=(0,)),
+            Step(
+                kernel_finding_args(rep, "kernel_details.csv"),
+                before=lambda: _mkfifo(rank / KD),
+                rc=(2,),
+                checks=[error_names("kernel_details.csv")],
+            ),
+        ],
+    )
 
 
 # ------------------------------------------------------------------------------------------------ registry
 
 
 # big inputs and likely hangs: the runner starts them first, and the builders' own test leaves them out
-HEAVY = frozenset({"gzip_bomb", "csv_line_80mb", "whitespace_100mb_json", "fifo_trace_json", "fifo_kernel_details",
-                   "symlink_to_dev_zero", "empty_rank_folders_2000", "evidence_file_replaced_fifo"})
+HEAVY = frozenset(
+    {
+        "gzip_bomb",
+        "csv_line_80mb",
+        "whitespace_100mb_json",
+        "fifo_trace_json",
+        "fifo_kernel_details",
+        "symlink_to_dev_zero",
+        "empty_rank_folders_2000",
+        "evidence_file_replaced_fifo",
+    }
+)
 
 CLASSES: dict[str, Callable[[Path], Case]] = {
-    name[len("make_"):]: fn for name, fn in sorted(globals().items()) if name.startswith("make_") and callable(fn)
+    name[len("make_") :]: fn for name, fn in sorted(globals().items()) if name.startswith("make_") and callable(fn)
 }

@@ -20,12 +20,15 @@ def test_directory_without_profiler_output(tmp_path):
     assert_one_line_error(run_cli("analyze", str(tmp_path), "-q"), "no profiler output found")
 
 
-@pytest.mark.parametrize(("content", "problem"), [
-    (b"", "empty file (no header row)"),
-    (None, "no data rows (header only)"),
-    (b"Step Id,Name,Type\n13,Add,Add\n", "missing column(s) Start Time(us), Duration(us)"),
-    (b"\x00\x01\x02garbage\xff\xfe\n\x00,\x00\n", "missing column(s)"),
-])
+@pytest.mark.parametrize(
+    ("content", "problem"),
+    [
+        (b"", "empty file (no header row)"),
+        (None, "no data rows (header only)"),
+        (b"Step Id,Name,Type\n13,Add,Add\n", "missing column(s) Start Time(us), Duration(us)"),
+        (b"\x00\x01\x02garbage\xff\xfe\n\x00,\x00\n", "missing column(s)"),
+    ],
+)
 def test_broken_kernel_details(tmp_path, content, problem):
     rank = one_rank(tmp_path)
     path = rank / KD
@@ -45,8 +48,11 @@ def test_truncated_communication_json(tmp_path):
 def test_step_trace_missing_columns(tmp_path):
     rank = one_rank(tmp_path)
     (rank / "ASCEND_PROFILER_OUTPUT/step_trace_time.csv").write_text("Step,Computing\n13,1.0\n")
-    assert_one_line_error(run_cli("analyze", str(tmp_path), "-q"), "step_trace_time.csv",
-                          "missing column(s) Communication(Not Overlapped), Free")
+    assert_one_line_error(
+        run_cli("analyze", str(tmp_path), "-q"),
+        "step_trace_time.csv",
+        "missing column(s) Communication(Not Overlapped), Free",
+    )
 
 
 def test_unparseable_rows_are_counted_not_dropped(tmp_path):
@@ -81,8 +87,9 @@ def test_unknown_finding_id(tmp_path):
 def test_invalid_user_rules(tmp_path):
     rules = tmp_path / "mine.toml"
     rules.write_text('[[rule]]\nid = "X1"\nbucket = "moe"\nmatch = { op = "(unclosed" }\n')
-    assert_one_line_error(run_cli("analyze", str(QWEN3), "--rules", str(rules), "-q"), "mine.toml",
-                          "rule X1: invalid regular expression")
+    assert_one_line_error(
+        run_cli("analyze", str(QWEN3), "--rules", str(rules), "-q"), "mine.toml", "rule X1: invalid regular expression"
+    )
 
 
 def test_bandwidth_info_of_another_json_type_is_no_crash(tmp_path):
@@ -121,13 +128,18 @@ def test_packet_sizes_that_are_no_count_and_time_are_skipped_and_counted(tmp_pat
     rank = one_rank(tmp_path)
     f = rank / "ASCEND_PROFILER_OUTPUT" / "communication.json"
     doc = json.loads(f.read_text())
-    dists = [b["Size Distribution"] for sec in doc.values() for items in sec.values()
-             for op, body in items.items() if op != "Total Op Info"
-             for b in body["Communication Bandwidth Info"].values() if b.get("Size Distribution")]
+    dists = [
+        b["Size Distribution"]
+        for sec in doc.values()
+        for items in sec.values()
+        for op, body in items.items()
+        if op != "Total Op Info"
+        for b in body["Communication Bandwidth Info"].values()
+        if b.get("Size Distribution")
+    ]
     dist = dists[0]
     before = sum(len(d) for d in dists)
-    odd = {"1": [1e300, 1], "2": {"0": 1}, "3": [10000000000000000000, 1], "4": ["5", 1], "5": [3, -1.0],
-           "x": [1, 1.0]}
+    odd = {"1": [1e300, 1], "2": {"0": 1}, "3": [10000000000000000000, 1], "4": ["5", 1], "5": [3, -1.0], "x": [1, 1.0]}
     dist.update(odd)
     f.write_text(json.dumps(doc).replace('"1": [1e+300, 1]', '"1": [1e400, 1]'))
     res = run_cli("analyze", str(rank), "-f", "json", "-o", str(tmp_path / "r.json"), "-q")
@@ -135,7 +147,8 @@ def test_packet_sizes_that_are_no_count_and_time_are_skipped_and_counted(tmp_pat
     report = json.loads((tmp_path / "r.json").read_text())
     assert [w for w in report["warnings"] if "packet-size" in w] == [
         "rank 0: ASCEND_PROFILER_OUTPUT/communication.json: skipped 6 packet-size entries that "
-        "are not [count, ms] pairs of numbers"]
+        "are not [count, ms] pairs of numbers"
+    ]
     from profan.sources import ascend_comm, ascend_packets
 
     packets, skipped = ascend_packets.read(ascend_comm.entries(f)[0])
@@ -151,8 +164,13 @@ def test_matrix_value_of_another_json_type_is_coerced_not_a_crash(tmp_path):
 
     src = QWEN3 / "rank_0_ascend_pt" / "ASCEND_PROFILER_OUTPUT" / "communication_matrix.json"
     doc = json.loads(src.read_text())
-    step_key, kind, key = next((sk, kd, k) for sk, sec in doc.items() for kd, items in sec.items()
-                               for k, v in items.items() if isinstance(v, dict) and v)
+    step_key, kind, key = next(
+        (sk, kd, k)
+        for sk, sec in doc.items()
+        for kd, items in sec.items()
+        for k, v in items.items()
+        if isinstance(v, dict) and v
+    )
     links = doc[step_key][kind][key]
     first = next(iter(links))
     links[first]["Op Name"] = 12345
@@ -162,7 +180,7 @@ def test_matrix_value_of_another_json_type_is_coerced_not_a_crash(tmp_path):
     good, _ = ascend_matrix.read(src)
     got, skipped = ascend_matrix.read(f)
     assert got.height == good.height and skipped == 0
-    from profan.evidence import make_pointer
+    from profan.model.evidence import make_pointer
 
     (row,) = got.filter(got["pointer"] == make_pointer(step_key, kind, key, first)).iter_rows(named=True)
     assert row["shape"] == "aggregated"  # this shape carries the op name inside each link

@@ -9,8 +9,8 @@ from collections import defaultdict
 import pytest
 from conftest import FIXTURES, QWEN3, run_cli
 
-from profan.brief import MAX_BYTES, brief, dumps, evidence_doc, rules_doc
-from profan.errors import ProfanInputError
+from profan.app.brief import MAX_BYTES, brief, dumps, evidence_doc, rules_doc
+from profan.model.errors import ProfanInputError
 
 SEV = ("critical", "warning", "info")
 DLRM = FIXTURES / "torch" / "dlrm_v100_8rank"  # 8 Kineto traces (V100), evidence as trace event indexes
@@ -41,7 +41,12 @@ def check_brief(doc: dict, full: dict, max_bytes: int) -> None:
     for stub in doc["findings"]:
         f = by_id[stub["id"]]
         assert (stub["severity"], stub["check"], stub["rank"], stub["step"], stub["title"]) == (
-            f["severity"], f["check"], f["rank"], f["step"], f["title"])
+            f["severity"],
+            f["check"],
+            f["rank"],
+            f["step"],
+            f["title"],
+        )
         assert len(stub["evidence"]) == min(2, len(f["evidence"]))
         assert stub.get("evidence_items", len(f["evidence"])) == len(f["evidence"])
         for s_ev, f_ev in zip(stub["evidence"], f["evidence"], strict=False):

@@ -23,8 +23,15 @@ from profan.render.evidence_rows import locator_label
 from profan.render.html import ROW_BUDGET, chart_specs, highlighted_ranks, item_caps, step_table
 
 CHROMIUM = Path("/usr/bin/chromium")
-ARGS = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-background-networking",
-        "--disable-component-update", "--disable-sync", "--no-first-run"]
+ARGS = [
+    "--headless",
+    "--no-sandbox",
+    "--disable-gpu",
+    "--disable-background-networking",
+    "--disable-component-update",
+    "--disable-sync",
+    "--no-first-run",
+]
 ARTIFACTS = ROOT / "tests" / "_artifacts"
 SCRIPT = "<script>alert(1)</script>"
 
@@ -72,7 +79,9 @@ class Page:
         self.page.goto(self.url + fragment)
         self.page.wait_for_function(
             "document.querySelectorAll('.chart').length > 0 && document.querySelectorAll('.chart').length"
-            " === document.querySelectorAll('.chart[data-rendered]').length", timeout=30_000)
+            " === document.querySelectorAll('.chart[data-rendered]').length",
+            timeout=30_000,
+        )
         self.load_s = time.perf_counter() - t0
 
     def _dialog(self, d) -> None:
@@ -116,8 +125,14 @@ def test_report_in_browser(browser, tmp_path, name):
 
     # clicking a bar of the breakdown opens the finding whose evidence holds that rank's rows
     first = bd.row(0, named=True)
-    link = next((f.id for f in report.findings
-                 if f.check == "step-breakdown" and (f.rank, f.step) == (first["rank"], first["step"])), "")
+    link = next(
+        (
+            f.id
+            for f in report.findings
+            if f.check == "step-breakdown" and (f.rank, f.step) == (first["rank"], first["step"])
+        ),
+        "",
+    )
     page.eval_on_selector("#chart-breakdown", "e => e.scrollIntoView({block: 'center'})")
     box = page.locator("#chart-breakdown g.point path").first.bounding_box()
     page.mouse.move(box["x"] + box["width"] / 2, box["y"] + box["height"] / 2)  # Plotly clicks what it hovers
@@ -154,8 +169,10 @@ def test_report_in_browser(browser, tmp_path, name):
         page.evaluate(f"document.getElementById('tbl-{rank_name}').closest('details').open = true")
         col = page.locator(f"#tbl-{rank_name} thead th", has_text="computing (ms)")
         col.click()
-        idx = page.evaluate(f"Array.from(document.querySelectorAll('#tbl-{rank_name} thead th'))"
-                            ".findIndex(th => th.textContent === 'computing (ms)')")
+        idx = page.evaluate(
+            f"Array.from(document.querySelectorAll('#tbl-{rank_name} thead th'))"
+            ".findIndex(th => th.textContent === 'computing (ms)')"
+        )
         first = page.locator(f"#tbl-{rank_name} tbody tr").first.locator("td").nth(idx).inner_text()
         table = report.tables[rank_name]
         assert float(first.replace(",", "")) == pytest.approx(table["computing_us"].min() / 1000, abs=0.006)
@@ -235,5 +252,7 @@ def test_64_rank_report_stays_usable(browser, tmp_path):
     pg.page.screenshot(path=str(ARTIFACTS / "ranks64-ranks.png"))
     pg.assert_clean()
     pg.close()
-    print(f"64 ranks: {size / 1e6:.1f} MB, {len(report.findings)} findings, {cited} cited rows, {shown} embedded, "
-          f"drawn in {pg.load_s:.2f} s (4 ranks: {small.load_s:.2f} s)")
+    print(
+        f"64 ranks: {size / 1e6:.1f} MB, {len(report.findings)} findings, {cited} cited rows, {shown} embedded, "
+        f"drawn in {pg.load_s:.2f} s (4 ranks: {small.load_s:.2f} s)"
+    )

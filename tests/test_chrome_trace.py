@@ -14,8 +14,8 @@ from pathlib import Path
 import polars as pl
 import pytest
 
-from profan.cache import cached_parse
-from profan.errors import ProfanInputError
+from profan.model.errors import ProfanInputError
+from profan.sources.cache import cached_parse
 from profan.sources.chrome_trace import parse
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -24,8 +24,16 @@ DLRM0 = TORCH / "dlrm_v100_8rank" / "worker0_step_12.1694128201545.pt.trace.json
 QWEN = TORCH / "qwen1.5-0.5b_h100_1rank" / "Qwen_Qwen1.5-0.5B-Chat__1016005.json.gz"
 NCCL = TORCH / "nccl_a100_1rank" / "nccl_data.json.gz"
 MOE = TORCH / "moe_b200_rank0" / "eager_trace.json.gz"
-TRACE_VIEW = (ROOT / "fixtures" / "ascend" / "msinsight-alexnet-2rank-2025" / "level2" / "rank0_ascend_pt"
-              / "ASCEND_PROFILER_OUTPUT" / "trace_view.json")
+TRACE_VIEW = (
+    ROOT
+    / "fixtures"
+    / "ascend"
+    / "msinsight-alexnet-2rank-2025"
+    / "level2"
+    / "rank0_ascend_pt"
+    / "ASCEND_PROFILER_OUTPUT"
+    / "trace_view.json"
+)
 
 
 def raw_events(path: Path) -> list[dict]:
@@ -37,8 +45,14 @@ def raw_events(path: Path) -> list[dict]:
 
 def run_analyze(path: Path, tmp_path: Path) -> subprocess.CompletedProcess:
     env = {**os.environ, "PROFAN_CACHE_DIR": str(tmp_path / "cache")}
-    return subprocess.run([sys.executable, "-m", "profan", "analyze", str(path), "-q"], capture_output=True,
-                          text=True, env=env, cwd=ROOT, timeout=300)
+    return subprocess.run(
+        [sys.executable, "-m", "profan", "analyze", str(path), "-q"],
+        capture_output=True,
+        text=True,
+        env=env,
+        cwd=ROOT,
+        timeout=300,
+    )
 
 
 @pytest.mark.parametrize("path", [DLRM0, QWEN, NCCL, MOE, TRACE_VIEW], ids=lambda p: p.parent.name)
@@ -68,7 +82,12 @@ def test_kernel_details_carry_the_nccl_args():
     for row in nccl.iter_rows(named=True):
         a = raw[row["event_idx"]]["args"]
         assert (row["coll_name"], row["in_nelems"], row["dtype"], row["group_size"], row["stream"]) == (
-            a["Collective name"], a["In msg nelems"], a["dtype"], a["Group size"], a["stream"])
+            a["Collective name"],
+            a["In msg nelems"],
+            a["dtype"],
+            a["Group size"],
+            a["stream"],
+        )
         assert json.loads(row["pg_ranks"]) == json.loads(a["Process Group Ranks"])
 
 
@@ -79,8 +98,11 @@ def test_ascend_bare_array_with_string_timestamps():
     assert isinstance(raw[tr.events["event_idx"][0]]["ts"], str)
     x = tr.with_details(tr.events.filter(pl.col("ph").cast(pl.String) == "X"))
     planes = x.filter(pl.col("link_type").is_not_null())
-    want = [(i, e["args"]["link type"], e["args"]["size(Byte)"]) for i, e in enumerate(raw)
-            if e.get("ph") == "X" and "link type" in e.get("args", {})]
+    want = [
+        (i, e["args"]["link type"], e["args"]["size(Byte)"])
+        for i, e in enumerate(raw)
+        if e.get("ph") == "X" and "link type" in e.get("args", {})
+    ]
     assert planes.select("event_idx", "link_type", "size_bytes").rows() == [(i, lt, float(s)) for i, lt, s in want]
 
 
@@ -129,8 +151,13 @@ def _bad_inputs(tmp_path: Path) -> dict[str, tuple[Path, str]]:
     nokern.parent.mkdir()
     meta_only = [e for e in raw_events(DLRM0) if e.get("ph") in ("M", "i") or e.get("cat") == "Trace"]
     nokern.write_text(json.dumps({"schemaVersion": 1, "traceEvents": meta_only}))
-    return {"truncated": (cut, "truncated"), "not-gzip": (fake, "not gzip"), "empty": (empty, "empty"),
-            "no-events": (noev, "no events"), "no-kernels": (nokern, "nothing to analyse")}
+    return {
+        "truncated": (cut, "truncated"),
+        "not-gzip": (fake, "not gzip"),
+        "empty": (empty, "empty"),
+        "no-events": (noev, "no events"),
+        "no-kernels": (nokern, "nothing to analyse"),
+    }
 
 
 def test_bad_files_raise_one_clear_error(tmp_path):
@@ -142,8 +169,17 @@ def test_bad_files_raise_one_clear_error(tmp_path):
         assert words in exc.value.problem, (name, exc.value.problem)
 
 
-@pytest.mark.parametrize(("case", "as_dir"), [("truncated", False), ("not-gzip", True), ("empty", False),
-                                             ("no-events", True), ("no-kernels", False), ("no-kernels", True)])
+@pytest.mark.parametrize(
+    ("case", "as_dir"),
+    [
+        ("truncated", False),
+        ("not-gzip", True),
+        ("empty", False),
+        ("no-events", True),
+        ("no-kernels", False),
+        ("no-kernels", True),
+    ],
+)
 def test_cli_bad_trace_one_line_exit_2(tmp_path, case, as_dir):
     path, words = _bad_inputs(tmp_path)[case]
     res = run_analyze(path.parent if as_dir else path, tmp_path)
@@ -189,8 +225,10 @@ def test_chunked_split_is_exact(monkeypatch, tmp_path):
 def test_events_array_found_among_decoys(tmp_path):
     """'"traceEvents": [' inside a string before the array, and list-valued keys after it (INFO/ERROR logs)."""
     events = raw_events(DLRM0)
-    doc = ('{"INFO": ["log line with \\"traceEvents\\": [ in it"], "distributedInfo": {"rank": 5}, '
-           '"traceEvents": ' + json.dumps(events) + ', "ERROR": ["x]", ["y"]], "traceName": "t.json"}')
+    doc = (
+        '{"INFO": ["log line with \\"traceEvents\\": [ in it"], "distributedInfo": {"rank": 5}, '
+        '"traceEvents": ' + json.dumps(events) + ', "ERROR": ["x]", ["y"]], "traceName": "t.json"}'
+    )
     out = tmp_path / "decoy.json"
     out.write_text(doc)
     tr = parse(out)

@@ -51,8 +51,14 @@ def test_progress_only_on_a_terminal():
     """The same run with stderr on a pseudo-terminal shows progress there (and still only JSON on stdout)."""
     master, slave = pty.openpty()
     try:
-        res = subprocess.run([sys.executable, "-m", "profan", "analyze", str(QWEN3), "-f", "json"], cwd=ROOT,
-                             stdout=subprocess.PIPE, stderr=slave, stdin=subprocess.DEVNULL, timeout=300)
+        res = subprocess.run(
+            [sys.executable, "-m", "profan", "analyze", str(QWEN3), "-f", "json"],
+            cwd=ROOT,
+            stdout=subprocess.PIPE,
+            stderr=slave,
+            stdin=subprocess.DEVNULL,
+            timeout=300,
+        )
         os.close(slave)
         chunks = []
         while True:
@@ -81,8 +87,9 @@ def test_fail_on_exit_codes():
     for level in ("warning", "critical"):
         res = run_cli("analyze", str(QWEN3), "--brief", "--fail-on", level)
         assert res.returncode == 1, res.stderr
-        assert json.loads(res.stdout)["summary"]["critical"] == sum(f["severity"] == "critical"
-                                                                    for f in qwen["findings"])
+        assert json.loads(res.stdout)["summary"]["critical"] == sum(
+            f["severity"] == "critical" for f in qwen["findings"]
+        )
     vllm = report_json(VLLM)
     assert {f["severity"] for f in vllm["findings"]} == {"info"}
     res = run_cli("analyze", str(VLLM), "-f", "json", "--fail-on", "warning")
@@ -100,19 +107,22 @@ def test_bad_input_is_one_line(tmp_path):
     assert str(tmp_path / "missing") in line and "no such file or directory" in line
 
 
-@pytest.mark.parametrize(("args", "needle"), [
-    (["analyze", str(QWEN3), "-f", "pdf"], "unknown format 'pdf'"),
-    (["analyze", str(QWEN3), "--fail-on", "info"], "--fail-on takes 'warning' or 'critical'"),
-    (["analyze", str(QWEN3), "--xyzzy"], "No such option: --xyzzy (see 'profan analyze --help')"),
-    (["analyze"], "Missing argument"),
-    (["evidence", str(QWEN3), "F9999"], "no finding F9999 (report has F1, F2"),
-    (["evidence", str(QWEN3), "F1", "-f", "xml"], "unknown format 'xml'; use text or json"),
-    (["rules", "NOPE-1"], "no rule or check 'NOPE-1'"),
-    (["schema", "nope"], "unknown schema 'nope'"),
-    (["nonsense"], "No such command"),
-    ([], "missing command (see 'profan --help')"),
-    (["skill"], "missing command (see 'profan skill --help')"),
-])
+@pytest.mark.parametrize(
+    ("args", "needle"),
+    [
+        (["analyze", str(QWEN3), "-f", "pdf"], "unknown format 'pdf'"),
+        (["analyze", str(QWEN3), "--fail-on", "info"], "--fail-on takes 'warning' or 'critical'"),
+        (["analyze", str(QWEN3), "--xyzzy"], "No such option: --xyzzy (see 'profan analyze --help')"),
+        (["analyze"], "Missing argument"),
+        (["evidence", str(QWEN3), "F9999"], "no finding F9999 (report has F1, F2"),
+        (["evidence", str(QWEN3), "F1", "-f", "xml"], "unknown format 'xml'; use text or json"),
+        (["rules", "NOPE-1"], "no rule or check 'NOPE-1'"),
+        (["schema", "nope"], "unknown schema 'nope'"),
+        (["nonsense"], "No such command"),
+        ([], "missing command (see 'profan --help')"),
+        (["skill"], "missing command (see 'profan skill --help')"),
+    ],
+)
 def test_usage_and_lookup_errors_are_one_line(args, needle):
     res = run_cli(*args)
     if len(args) <= 1 and "missing command" in needle:  # help goes to stdout first, as for --help
@@ -144,25 +154,38 @@ def test_moved_data_names_the_fix(tmp_path):
 
 def test_internal_error_exit_3():
     """A bug (any unexpected exception) is one line naming it, exit 3, no traceback."""
-    code = ("import sys, profan.pipeline as p\n"
-            "def boom(*a, **k):\n    raise RuntimeError('synthetic failure')\n"
-            "p.analyze = boom\n"
-            f"sys.argv = ['profan', 'analyze', {str(QWEN3)!r}]\n"
-            "from profan.cli import main\nmain()\n")
+    code = (
+        "import sys, profan.pipeline as p\n"
+        "def boom(*a, **k):\n    raise RuntimeError('synthetic failure')\n"
+        "p.analyze = boom\n"
+        f"sys.argv = ['profan', 'analyze', {str(QWEN3)!r}]\n"
+        "from profan.app.cli import main\nmain()\n"
+    )
     res = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=ROOT, timeout=120)
     line = one_line_error(res, code=3)
-    assert line == ("profan: error: internal error: RuntimeError: synthetic failure "
-                    "(please report with the command you ran)")
+    assert line == (
+        "profan: error: internal error: RuntimeError: synthetic failure (please report with the command you ran)"
+    )
 
 
 def test_no_prompt_with_closed_stdin(tmp_path):
     """Nothing waits for input: every command finishes with stdin closed."""
     dest = tmp_path / "skills"
     dest.mkdir()
-    for args in (["analyze", str(VLLM), "--brief"], ["skill", "install", str(dest)],
-                 ["skill", "install", str(dest), "--force"], ["rules", "--format", "json"]):
-        res = subprocess.run([sys.executable, "-m", "profan", *args], capture_output=True, text=True, cwd=ROOT,
-                             stdin=subprocess.DEVNULL, timeout=120)
+    for args in (
+        ["analyze", str(VLLM), "--brief"],
+        ["skill", "install", str(dest)],
+        ["skill", "install", str(dest), "--force"],
+        ["rules", "--format", "json"],
+    ):
+        res = subprocess.run(
+            [sys.executable, "-m", "profan", *args],
+            capture_output=True,
+            text=True,
+            cwd=ROOT,
+            stdin=subprocess.DEVNULL,
+            timeout=120,
+        )
         assert res.returncode == 0, (args, res.stderr)
 
 
@@ -214,7 +237,7 @@ def test_schema_command_and_real_reports_validate():
     """`profan schema` prints a valid JSON Schema and the real reports of the bundled samples satisfy it; so do the
     brief and evidence documents against theirs (built in-process: the CLI prints exactly these documents)."""
     import profan
-    from profan.brief import brief, evidence_doc
+    from profan.app.brief import brief, evidence_doc
 
     schemas = {}
     for which in ("report", "brief", "evidence"):
@@ -255,8 +278,9 @@ def test_rules_json_matches_the_pack_files():
     doc = json.loads(run_cli("rules", "--format", "json").stdout)
     assert [c["id"] for c in doc["checks"]] == list(checks)
     idle = next(c for c in doc["checks"] if c["id"] == "device-idle")
-    assert idle["params"] == {k: v for k, v in checks["device-idle"].items() if k not in ("id", "name", "detects",
-                                                                                            "why")}
+    assert idle["params"] == {
+        k: v for k, v in checks["device-idle"].items() if k not in ("id", "name", "detects", "why")
+    }
     with open(ROOT / "rules" / "buckets" / "ascend.toml", "rb") as fh:
         first = tomllib.load(fh)["rule"][0]
     one = json.loads(run_cli("rules", first["id"], "-f", "json").stdout)["item"]
@@ -266,7 +290,7 @@ def test_rules_json_matches_the_pack_files():
 
 
 def test_skill_path_and_install(tmp_path):
-    from profan.cli import _skill_dir
+    from profan.app.cli import _skill_dir
 
     path = run_cli("skill", "path").stdout.strip()
     src = ROOT / "profan" / "skill" / "profan"
@@ -319,5 +343,8 @@ def test_markdown_shows_microsecond_kernels_without_rounding_them_to_zero():
     assert res.returncode == 0, res.stderr
     rows = [line for line in res.stdout.splitlines() if line.startswith("| 0 | — | ") and "ASC-" in line]
     times = {(cells[3], cells[4]): cells[6] for cells in (r.split(" | ") for r in rows)}
-    assert times == {("`GroupedMatmul`", "512,16;8,2048,16;;;;;;8"): "0.026",
-                     ("`OnesLike`", "8,2048,16"): "0.0089", ("`OnesLike`", "512,16"): "0.0048"}
+    assert times == {
+        ("`GroupedMatmul`", "512,16;8,2048,16;;;;;;8"): "0.026",
+        ("`OnesLike`", "8,2048,16"): "0.0089",
+        ("`OnesLike`", "512,16"): "0.0048",
+    }

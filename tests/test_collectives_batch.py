@@ -13,11 +13,11 @@ import pytest
 from conftest import QWEN3, raw_rows
 from polars.testing import assert_frame_equal
 
-from profan import collectives
-from profan.discover import discover
-from profan.kernel_pass import KernelRequest, reduce_kernel_files
-from profan.rankmap import RankData, read_ranks
-from profan.rulepack import load
+from profan.ranks import collectives
+from profan.ranks.kernel_pass import KernelRequest, reduce_kernel_files
+from profan.ranks.rankmap import RankData, read_ranks
+from profan.rulepack.pack import load
+from profan.sources.discover import discover
 from profan.synth import generate
 
 
@@ -51,8 +51,18 @@ def test_real_ranks(monkeypatch):
 @pytest.fixture(scope="module")
 def faulty(tmp_path_factory):
     out = tmp_path_factory.mktemp("faulty")
-    truth = generate(out, ranks=8, layers=4, steps=2, seed=11, straggler_rank=5, straggler_kind="host_gap",
-                     straggler_extra_us=3000.0, hot_expert=2, slow_link=(1, 6))
+    truth = generate(
+        out,
+        ranks=8,
+        layers=4,
+        steps=2,
+        seed=11,
+        straggler_rank=5,
+        straggler_kind="host_gap",
+        straggler_extra_us=3000.0,
+        hot_expert=2,
+        slow_link=(1, 6),
+    )
     return out, truth
 
 
@@ -74,11 +84,19 @@ def test_ranks_typed_differently_are_computed_apart(faulty):
     pack = load()
     disc = discover(root)
     ranks = read_ranks(disc.ranks[:2], disc.root, pack)
-    passes = reduce_kernel_files([KernelRequest(rs.files["kernel_details"], timed=True) for rs in disc.ranks[:2]],
-                                 pack)
-    items = [collectives.AscendRank(rd.comm_ops, rd.files["communication"], rs.files["kernel_details"],
-                                    rd.files["kernel_details"], None, rd.groups, kp.timed)
-             for rs, rd, kp in zip(disc.ranks[:2], ranks, passes, strict=True)]
+    passes = reduce_kernel_files([KernelRequest(rs.files["kernel_details"], timed=True) for rs in disc.ranks[:2]], pack)
+    items = [
+        collectives.AscendRank(
+            rd.comm_ops,
+            rd.files["communication"],
+            rs.files["kernel_details"],
+            rd.files["kernel_details"],
+            None,
+            rd.groups,
+            kp.timed,
+        )
+        for rs, rd, kp in zip(disc.ranks[:2], ranks, passes, strict=True)
+    ]
     items[1].comm_ops = items[1].comm_ops.with_columns(pl.col("wait_ms").cast(pl.Float32))
     assert collectives._parts(items) == [[0], [1]]
     got = collectives.ascend_collectives(items, pack)
@@ -105,8 +123,9 @@ def test_windows_streamed_in_slices_equal_one_pass(rank, monkeypatch):
     cols = ["cid", "op", "name", "bucket", "count", "locs"]
     key = ["cid", "time_us", "name", "op", "type", "core"]
     assert_frame_equal(sliced.windows.sort(key).select(cols), whole.windows.sort(key).select(cols))
-    assert_frame_equal(sliced.windows.sort(key).select("time_us"), whole.windows.sort(key).select("time_us"),
-                       rel_tol=1e-12)
+    assert_frame_equal(
+        sliced.windows.sort(key).select("time_us"), whole.windows.sort(key).select("time_us"), rel_tol=1e-12
+    )
     for locs in whole.windows["locs"].head(50):
         durs = [fnum(rows[line]["Duration(us)"]) for line in locs]
         assert durs == sorted(durs, reverse=True)
@@ -159,5 +178,6 @@ def test_a_cell_polars_refuses_in_a_batch_is_that_rank_s_one_line_error(tmp_path
     got = read_ranks(disc.ranks, disc.root, pack)
     assert [type(g).__name__ for g in got] == ["RankData", "RankData", "ProfanInputError", "RankData"]
     assert "cannot be parsed as CSV" in got[2].problem and "Step Id" in got[2].problem
-    assert_one_line_error(run_cli("analyze", str(root), "-j", "1"), "rank_2_ascend_pt", "kernel_details.csv",
-                          "cannot be parsed as CSV")
+    assert_one_line_error(
+        run_cli("analyze", str(root), "-j", "1"), "rank_2_ascend_pt", "kernel_details.csv", "cannot be parsed as CSV"
+    )

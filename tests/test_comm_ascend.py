@@ -13,8 +13,8 @@ import pytest
 from conftest import ASCEND, QWEN3, run_cli
 
 import profan
-from profan.errors import ProfanInputError
-from profan.evidence import resolve_pointer
+from profan.model.errors import ProfanInputError
+from profan.model.evidence import resolve_pointer
 from profan.sources import ascend_matrix, ascend_meta
 
 ALEXNET2 = ASCEND / "msinsight-alexnet-2rank-2025/level2"
@@ -49,9 +49,12 @@ def test_every_qwen3_rank_has_per_op_bandwidth_for_each_transport(qwen3_report):
     for rank in range(4):
         d = next(QWEN3.glob(f"rank_{rank}_ascend_pt"))
         doc = _json(d / OUT / "communication.json")
-        expect = {(op, tr): (b["Transit Size(MB)"], b["Transit Time(ms)"])
-                  for _, _, op, body in _ops(doc) for tr, b in body["Communication Bandwidth Info"].items()
-                  if b["Transit Size(MB)"] > 0 and b["Transit Time(ms)"] > 0}
+        expect = {
+            (op, tr): (b["Transit Size(MB)"], b["Transit Time(ms)"])
+            for _, _, op, body in _ops(doc)
+            for tr, b in body["Communication Bandwidth Info"].items()
+            if b["Transit Size(MB)"] > 0 and b["Transit Time(ms)"] > 0
+        }
         got = tt.filter(pl.col("rank") == rank)
         assert got.height == len(expect)
         for row in got.iter_rows(named=True):
@@ -68,7 +71,8 @@ def test_qwen3_reduce_scatter_rate_from_the_json(qwen3_report):
     doc = _json(QWEN3 / "rank_2_ascend_pt" / OUT / "communication.json")
     b = doc["step13"]["collective"]["hcom_reduceScatter__691_4_1@5862276123280252691"]["Communication Bandwidth Info"]
     row = qwen3_report.tables["comm_bandwidth"].filter(
-        (pl.col("rank") == 2) & (pl.col("op_name") == "hcom_reduceScatter__691_4_1") & (pl.col("transport") == "HCCS"))
+        (pl.col("rank") == 2) & (pl.col("op_name") == "hcom_reduceScatter__691_4_1") & (pl.col("transport") == "HCCS")
+    )
     assert row["bandwidth_gbps"][0] == pytest.approx(b["HCCS"]["Transit Size(MB)"] / b["HCCS"]["Transit Time(ms)"])
     assert row["bandwidth_gbps"][0] == pytest.approx(18.670, abs=1e-3)
     assert row["group_name"][0] == "dp_cp"  # group hash resolved through parallel_group_info
@@ -130,19 +134,25 @@ def test_aggregated_matrix_maps_group_local_ranks(tmp_path):
     raw = _raw_links(_json(d / OUT / "communication_matrix.json"))
     assert skipped == 0 and m.height == len(raw)
     assert set(m["shape"].to_list()) == {"aggregated"}
-    groups = {str(ascend_meta.double_hash(k)): sorted(g["global_ranks"])
-              for k, g in _json(d / "profiler_metadata.json")["parallel_group_info"].items()}
+    groups = {
+        str(ascend_meta.double_hash(k)): sorted(g["global_ranks"])
+        for k, g in _json(d / "profiler_metadata.json")["parallel_group_info"].items()
+    }
     for row in m.iter_rows(named=True):
         v = raw[row["pointer"]]
         assert (row["transport"], row["size_mb"], row["time_ms"]) == (
-            v["Transport Type"], v["Transit Size(MB)"], v["Transit Time(ms)"])
+            v["Transport Type"],
+            v["Transit Size(MB)"],
+            v["Transit Time(ms)"],
+        )
         src, dst = (int(x) for x in row["pointer"].rsplit("/", 1)[1].split("-"))
         assert row["src_rank"] == groups[row["group_hash"]][src] and row["dst_rank"] == groups[row["group_hash"]][dst]
     # rank 1 is local 1 of dp_cp [0, 1] (reduce-scatter shows as torch_npu's "reduce") and local 0 of embd [1, 3]
     rs = m.filter((pl.col("op_type") == "reduce") & (pl.col("rank_class") == "total") & (pl.col("transport") == "HCCS"))
     assert rs.select("group_name", "src_rank", "dst_rank").row(0) == ("dp_cp", 1, 0)
-    emb = m.filter((pl.col("group_name") == "embd") & (pl.col("rank_class") == "total")
-                   & (pl.col("transport") == "HCCS"))
+    emb = m.filter(
+        (pl.col("group_name") == "embd") & (pl.col("rank_class") == "total") & (pl.col("transport") == "HCCS")
+    )
     assert emb.select("src_rank", "dst_rank").row(0) == (1, 3)
 
 
@@ -160,8 +170,10 @@ def test_per_op_matrix_without_metadata_keeps_local_ranks():
     assert rdma["size_mb"] == raw[rdma["pointer"]]["Transit Size(MB)"] == 131.072
 
 
-@pytest.mark.parametrize("folder", ["msinsight-alexnet-2rank-2025/level1", "msinsight-alexnet-2rank-2025/level2",
-                                    "msinsight-gpt3-2rank-2023"])
+@pytest.mark.parametrize(
+    "folder",
+    ["msinsight-alexnet-2rank-2025/level1", "msinsight-alexnet-2rank-2025/level2", "msinsight-gpt3-2rank-2023"],
+)
 def test_slow_link_analysis_runs_on_both_shapes(folder):
     rep = profan.analyze(ASCEND / folder)
     links = rep.tables["comm_links"]
@@ -181,10 +193,18 @@ def _copy(src: Path, tmp: Path) -> Path:
 
 
 def _slow_and_peers(root: Path, f):
-    slow = [(ev, resolve_pointer(_json(root / ev.file), p)) for ev in f.evidence if ev.note == "the slow link"
-            for p in ev.pointers]
-    peers = [resolve_pointer(_json(root / ev.file), p) for ev in f.evidence if ev.note != "the slow link"
-             for p in ev.pointers]
+    slow = [
+        (ev, resolve_pointer(_json(root / ev.file), p))
+        for ev in f.evidence
+        if ev.note == "the slow link"
+        for p in ev.pointers
+    ]
+    peers = [
+        resolve_pointer(_json(root / ev.file), p)
+        for ev in f.evidence
+        if ev.note != "the slow link"
+        for p in ev.pointers
+    ]
     return slow, peers
 
 
@@ -259,8 +279,7 @@ def test_synthetic_cluster_slow_link_is_named(tmp_path):
     assert "rank 2 ↔ rank 5" in f.title
     a, b = truth["slow_link"]["ranks"]
     slow, peers = _slow_and_peers(tmp_path / "syn", f)
-    assert {ev.file.split("/")[0] for ev, _ in slow} == {
-        r["path"] for r in rep.source["ranks"] if r["rank"] in (a, b)}
+    assert {ev.file.split("/")[0] for ev, _ in slow} == {r["path"] for r in rep.source["ranks"] if r["rank"] in (a, b)}
     # the injected factor is what the cited rows show: slow rate / median peer rate = 1 / factor
     rates = sorted(_rate([p]) for p in peers)
     med = (rates[len(rates) // 2 - 1] + rates[len(rates) // 2]) / 2 if len(rates) % 2 == 0 else rates[len(rates) // 2]
@@ -325,8 +344,9 @@ def test_alexnet_small_packets_from_size_distribution(alexnet2_report):
 
 
 def test_no_prior_without_a_known_device(qwen3_report):
-    assert qwen3_report.tables["comm_bandwidth"]["prior_gbps"].null_count() == qwen3_report.tables[
-        "comm_bandwidth"].height
+    assert (
+        qwen3_report.tables["comm_bandwidth"]["prior_gbps"].null_count() == qwen3_report.tables["comm_bandwidth"].height
+    )
     assert any("no absolute link-bandwidth prior" in n for n in qwen3_report.notes)
     assert not [f for f in qwen3_report.findings if f.check == "comm-below-prior"]
 
@@ -356,8 +376,10 @@ def test_assumed_device_applies_the_prior_and_cites_the_transfers(tmp_path):
 
 def test_user_figure_overrides_builtin_prior(tmp_path):
     hw = tmp_path / "hw.toml"
-    hw.write_text('[assume]\ndevice = "ascend_910b"\n\n[[link]]\ndevice = "ascend_910b"\nlink = "HCCS"\n'
-                  'usable_gbps = 20.0\nsource = "site measurement"\n')
+    hw.write_text(
+        '[assume]\ndevice = "ascend_910b"\n\n[[link]]\ndevice = "ascend_910b"\nlink = "HCCS"\n'
+        'usable_gbps = 20.0\nsource = "site measurement"\n'
+    )
     rep = profan.analyze(QWEN3, hardware=hw)
     assert set(rep.tables["comm_bandwidth"].filter(pl.col("transport") == "HCCS")["prior_gbps"].to_list()) == {20.0}
     assert not [f for f in rep.findings if f.check == "comm-below-prior"]  # ~19 GB/s is 95% of 20
@@ -380,8 +402,15 @@ def test_cli_hardware_option_and_bad_file(tmp_path):
 # ------------------------------------------------------------------------------------- evidence walk
 
 
-@pytest.mark.parametrize("folder", ["msinsight-qwen3-4rank-2025q4", "msinsight-alexnet-2rank-2025/level1",
-                                    "msinsight-alexnet-2rank-2025/level2", "msinsight-gpt3-2rank-2023"])
+@pytest.mark.parametrize(
+    "folder",
+    [
+        "msinsight-qwen3-4rank-2025q4",
+        "msinsight-alexnet-2rank-2025/level1",
+        "msinsight-alexnet-2rank-2025/level2",
+        "msinsight-gpt3-2rank-2023",
+    ],
+)
 def test_every_communication_number_is_reproducible_from_cited_rows(folder):
     root = ASCEND / folder
     rep = profan.analyze(root)
@@ -395,8 +424,9 @@ def test_every_communication_number_is_reproducible_from_cited_rows(folder):
             if ev.events:  # trace_view HCCL plane tasks: every waited task is cited, and they sum to the claim
                 cited = [doc[i] for i in ev.events]
                 assert len(cited) == ev.row_count
-                assert all(c["name"] == ev.select["task"] and c["args"]["dst rank"] == ev.select["dst_rank"]
-                           for c in cited)
+                assert all(
+                    c["name"] == ev.select["task"] and c["args"]["dst rank"] == ev.select["dst_rank"] for c in cited
+                )
                 assert sum(float(c["dur"]) for c in cited) == pytest.approx(ev.values["wait_us"], abs=1e-3)
                 continue
             nodes = [resolve_pointer(doc, p) for p in ev.pointers]
@@ -408,14 +438,15 @@ def test_every_communication_number_is_reproducible_from_cited_rows(folder):
                 assert len(nodes) == ev.row_count
             if "elapse_ms" in ev.values:
                 assert sum(n["Communication Time Info"]["Elapse Time(ms)"] for n in nodes) == pytest.approx(
-                    ev.values["elapse_ms"], abs=1e-5)
+                    ev.values["elapse_ms"], abs=1e-5
+                )
             if "wait_ms" in ev.values:
                 assert sum(n["Communication Time Info"]["Wait Time(ms)"] for n in nodes) == pytest.approx(
-                    ev.values["wait_ms"], abs=1e-5)
+                    ev.values["wait_ms"], abs=1e-5
+                )
             if "size_mb" in ev.values:
                 assert sum(n["Transit Size(MB)"] for n in nodes) == pytest.approx(ev.values["size_mb"], abs=1e-5)
                 assert sum(n["Transit Time(ms)"] for n in nodes) == pytest.approx(ev.values["time_ms"], abs=1e-5)
-
 
 
 # ------------------------------------------------------------------------- trace_view HCCL plane tasks
@@ -425,23 +456,31 @@ def _hccl_plane_events(path: Path) -> list[tuple[int, dict, str]]:
     ev = _json(path)
     procs = {e["pid"]: e["args"]["name"] for e in ev if e.get("ph") == "M" and e["name"] == "process_name"}
     threads = {(e["pid"], e["tid"]): e["args"]["name"] for e in ev if e.get("ph") == "M" and e["name"] == "thread_name"}
-    return [(i, e, threads.get((e["pid"], e["tid"]), "")) for i, e in enumerate(ev)
-            if e.get("ph") == "X" and procs.get(e["pid"]) in ("HCCL", "Communication")
-            and threads.get((e["pid"], e["tid"]), "").startswith("Plane ")]
+    return [
+        (i, e, threads.get((e["pid"], e["tid"]), ""))
+        for i, e in enumerate(ev)
+        if e.get("ph") == "X"
+        and procs.get(e["pid"]) in ("HCCL", "Communication")
+        and threads.get((e["pid"], e["tid"]), "").startswith("Plane ")
+    ]
 
 
 @pytest.mark.parametrize("rank", [0, 1])
 def test_alexnet_hccl_planes_per_link_type(alexnet2_report, rank):
     tv = ALEXNET2 / f"rank{rank}_ascend_pt" / OUT / "trace_view.json"
-    data = [e for _, e, _ in _hccl_plane_events(tv)
-            if e["args"]["link type"] not in ("ON_CHIP", "INVALID_TYPE") and e["args"]["size(Byte)"] > 0]
+    data = [
+        e
+        for _, e, _ in _hccl_plane_events(tv)
+        if e["args"]["link type"] not in ("ON_CHIP", "INVALID_TYPE") and e["args"]["size(Byte)"] > 0
+    ]
     row = alexnet2_report.tables["comm_hccl_links"].filter(pl.col("rank") == rank).row(0, named=True)
     assert (row["link_type"], row["transport_type"]) == ("HCCS", "SDMA")
     assert row["tasks"] == len(data) and row["bytes"] == sum(e["args"]["size(Byte)"] for e in data)
     assert row["time_us"] == pytest.approx(sum(float(e["dur"]) for e in data))
     # the same transfers as communication.json's HCCS totals (Total Op Info): 427.6 MB at ~15 GB/s
     total = _json(ALEXNET2 / f"rank{rank}_ascend_pt" / OUT / "communication.json")["step50"]["collective"][
-        "Total Op Info"]["Communication Bandwidth Info"]["HCCS"]
+        "Total Op Info"
+    ]["Communication Bandwidth Info"]["HCCS"]
     assert row["bytes"] / 1e6 == pytest.approx(total["Transit Size(MB)"])
     assert row["bandwidth_gbps"] == pytest.approx(total["Transit Size(MB)"] / total["Transit Time(ms)"], rel=1e-6)
 
@@ -471,7 +510,7 @@ def test_npu_model_detected_from_msprof_info_json():
 
 
 def test_hardware_files_carry_a_source_for_every_figure():
-    from profan.hardware import load as load_hardware
+    from profan.rulepack.hardware import load as load_hardware
 
     hw = load_hardware()
     assert {"ascend_910b", "nvidia_a100", "nvidia_h100"} <= set(hw.devices)
@@ -481,12 +520,18 @@ def test_hardware_files_carry_a_source_for_every_figure():
     assert hw.prior("nvidia_a100", "PCIe4").usable_gbps == 24.0  # device-independent entries apply to any device
 
 
-@pytest.mark.parametrize(("text", "says"), [
-    ('[[links]]\ndevice = "ascend_910b"\nlink = "HCCS"\nusable_gbps = 25.0\n', "unknown top-level key(s) links"),
-    ('[[link]]\ndevice = "ascend_910b"\nlink = "HCCS"\nusable_gpbs = 25.0\n', "unknown [[link]] key(s) usable_gpbs"),
-    ('[[link]]\ndevice = "ascend_910b"\nlink = "HCCS"\nusable_gbps = "fast"\n', "must be a positive number"),
-    ('[assume\n', "invalid TOML"),
-])
+@pytest.mark.parametrize(
+    ("text", "says"),
+    [
+        ('[[links]]\ndevice = "ascend_910b"\nlink = "HCCS"\nusable_gbps = 25.0\n', "unknown top-level key(s) links"),
+        (
+            '[[link]]\ndevice = "ascend_910b"\nlink = "HCCS"\nusable_gpbs = 25.0\n',
+            "unknown [[link]] key(s) usable_gpbs",
+        ),
+        ('[[link]]\ndevice = "ascend_910b"\nlink = "HCCS"\nusable_gbps = "fast"\n', "must be a positive number"),
+        ("[assume\n", "invalid TOML"),
+    ],
+)
 def test_bad_hardware_file_is_one_line_error(tmp_path, text, says):
     hw = tmp_path / "hw.toml"
     hw.write_text(text)

@@ -13,8 +13,8 @@ from conftest import FIXTURES
 
 from profan.analyses import comm_section, nccl
 from profan.analyses.contract import Job
-from profan.hardware import load as load_hardware
-from profan.rulepack import load
+from profan.rulepack.hardware import load as load_hardware
+from profan.rulepack.pack import load
 
 NCCL = FIXTURES / "torch" / "nccl_a100_1rank" / "nccl_data.json.gz"
 
@@ -32,9 +32,19 @@ def kernels(trace) -> pl.DataFrame:
     for i, e in enumerate(trace["traceEvents"]):
         a = e.get("args") or {}
         if e.get("cat") == "kernel" and "Collective name" in a:
-            rows.append({"event_idx": i, "name": e["name"], "coll_name": a["Collective name"],
-                         "in_nelems": a["In msg nelems"], "out_nelems": a["Out msg nelems"], "dtype": a["dtype"],
-                         "group_size": a["Group size"], "pg_ranks": a["Process Group Ranks"], "dur_us": e["dur"]})
+            rows.append(
+                {
+                    "event_idx": i,
+                    "name": e["name"],
+                    "coll_name": a["Collective name"],
+                    "in_nelems": a["In msg nelems"],
+                    "out_nelems": a["Out msg nelems"],
+                    "dtype": a["dtype"],
+                    "group_size": a["Group size"],
+                    "pg_ranks": a["Process Group Ranks"],
+                    "dur_us": e["dur"],
+                }
+            )
     return pl.DataFrame(rows)
 
 
@@ -73,10 +83,18 @@ def test_all_reduce_spread_matches_the_trace(trace, kernels):
 
 
 def test_bus_factors_follow_nccl_tests():
-    df = pl.DataFrame({"event_idx": [0, 1, 2, 3, 4], "name": ["k"] * 5,
-                       "coll_name": ["_allgather_base", "reduce_scatter_tensor", "all_to_all", "allreduce", "recv"],
-                       "in_nelems": [1000, 8000, 8000, 1000, 1000], "out_nelems": [8000, 1000, 8000, 1000, 1000],
-                       "dtype": ["BFloat16"] * 5, "group_size": [8] * 5, "dur_us": [100.0] * 5})
+    df = pl.DataFrame(
+        {
+            "event_idx": [0, 1, 2, 3, 4],
+            "name": ["k"] * 5,
+            "coll_name": ["_allgather_base", "reduce_scatter_tensor", "all_to_all", "allreduce", "recv"],
+            "in_nelems": [1000, 8000, 8000, 1000, 1000],
+            "out_nelems": [8000, 1000, 8000, 1000, 1000],
+            "dtype": ["BFloat16"] * 5,
+            "group_size": [8] * 5,
+            "dur_us": [100.0] * 5,
+        }
+    )
     t = nccl.nccl_bandwidth(df)
     assert t["collective"].to_list() == ["allgather", "reducescatter", "alltoall", "allreduce", "recv"]
     assert t["bytes"].to_list() == [16000, 16000, 16000, 2000, 2000]  # totals for the gather/scatter family
@@ -86,8 +104,7 @@ def test_bus_factors_follow_nccl_tests():
 def test_findings_name_the_prior_and_the_assumption(trace, kernels):
     t = nccl.nccl_bandwidth(kernels)
     device = trace["deviceProperties"][0]["name"]
-    fs = nccl.nccl_findings(t, load_hardware(), load(), device_name=device,
-                                 file="nccl_data.json.gz", rank=0)
+    fs = nccl.nccl_findings(t, load_hardware(), load(), device_name=device, file="nccl_data.json.gz", rank=0)
     ar = next(f for f in fs if "allreduce" in f.title)
     assert ar.metrics["link"] == "NVLink3" and ar.metrics["prior_gbps"] == 240.0
     assert "assuming the ranks share one node connected by NVLink" in ar.message
@@ -103,10 +120,16 @@ def test_findings_name_the_prior_and_the_assumption(trace, kernels):
 
 def test_kineto_rank_gets_the_nccl_table_and_findings(trace, kernels):
     """Through the report section, as the pipeline calls it for a Kineto rank (kernel rows of its comm events)."""
-    from profan.rankmap import RankData
+    from profan.ranks.rankmap import RankData
 
-    rd = RankData(rank=0, path=".", kind="kineto", rank_origin="distributedInfo.rank",
-                  files={"kineto_trace": "nccl_data.json.gz"}, info={"device": trace["deviceProperties"][0]["name"]})
+    rd = RankData(
+        rank=0,
+        path=".",
+        kind="kineto",
+        rank_origin="distributedInfo.rank",
+        files={"kineto_trace": "nccl_data.json.gz"},
+        info={"device": trace["deviceProperties"][0]["name"]},
+    )
     cpu_side = kernels.head(3).with_columns(pl.lit("cpu_op").alias("source"))  # record_param_comms twins: skipped
     rd.trace_comm = pl.concat([kernels.with_columns(pl.lit("kernel").alias("source")), cpu_side])
     sec = comm_section.section(Job([rd], load(), load_hardware(), tables={"communication": pl.DataFrame()}))
@@ -124,22 +147,43 @@ def test_kineto_rank_gets_the_nccl_table_and_findings(trace, kernels):
 def test_two_ranks_use_the_last_arrivals_duration(trace, kernels):
     """With several ranks, a collective's transfer time is the last-arriving rank's (shortest) duration: the other
     ranks' kernels include waiting. Rank 1 here is rank 0's real trace with 1 ms of waiting added to every kernel."""
-    from profan.collectives import _finish
-    from profan.rankmap import RankData
+    from profan.ranks.collectives import _finish
+    from profan.ranks.rankmap import RankData
 
     ev = trace["traceEvents"]
     ranks = []
     for rank, extra in ((0, 0.0), (1, 1000.0)):
-        k = kernels.with_columns(pl.lit("kernel").alias("source"), (pl.col("dur_us") + extra).alias("dur_us"),
-                                 pl.Series("ts_us", [float(ev[i]["ts"]) for i in kernels["event_idx"]]),
-                                 pl.lit(None, pl.Int64).alias("step"))
-        colls = _finish(k.select("step", pl.lit("collective").alias("kind"), pl.lit("0").alias("group"), "name",
-                                 pl.col("ts_us").alias("start_us"), "dur_us", pl.lit(None, pl.Float64).alias("wait_us"),
-                                 pl.lit("t.json").alias("file"), pl.lit("events").alias("loc_kind"),
-                                 pl.col("event_idx").alias("loc"), pl.lit(None, pl.Utf8).alias("pointer"),
-                                 pl.lit("t.json").alias("kfile"), pl.col("event_idx").alias("kline")))
-        rd = RankData(rank=rank, path=f"r{rank}", kind="kineto", rank_origin="test",
-                      files={"kineto_trace": f"r{rank}/t.json"}, info={"device": trace["deviceProperties"][0]["name"]})
+        k = kernels.with_columns(
+            pl.lit("kernel").alias("source"),
+            (pl.col("dur_us") + extra).alias("dur_us"),
+            pl.Series("ts_us", [float(ev[i]["ts"]) for i in kernels["event_idx"]]),
+            pl.lit(None, pl.Int64).alias("step"),
+        )
+        colls = _finish(
+            k.select(
+                "step",
+                pl.lit("collective").alias("kind"),
+                pl.lit("0").alias("group"),
+                "name",
+                pl.col("ts_us").alias("start_us"),
+                "dur_us",
+                pl.lit(None, pl.Float64).alias("wait_us"),
+                pl.lit("t.json").alias("file"),
+                pl.lit("events").alias("loc_kind"),
+                pl.col("event_idx").alias("loc"),
+                pl.lit(None, pl.Utf8).alias("pointer"),
+                pl.lit("t.json").alias("kfile"),
+                pl.col("event_idx").alias("kline"),
+            )
+        )
+        rd = RankData(
+            rank=rank,
+            path=f"r{rank}",
+            kind="kineto",
+            rank_origin="test",
+            files={"kineto_trace": f"r{rank}/t.json"},
+            info={"device": trace["deviceProperties"][0]["name"]},
+        )
         rd.trace_comm, rd.collectives = k, colls
         ranks.append(rd)
     sec = comm_section.section(Job(ranks, load(), load_hardware(), tables={"communication": pl.DataFrame()}))
@@ -152,8 +196,9 @@ def test_two_ranks_use_the_last_arrivals_duration(trace, kernels):
     assert round(r1["busbw_transfer_gbps"], 2) == 10.07 and r1["busbw_gbps"] < 10.07
     ar = next(f for f in findings if f.rank == 1 and "allreduce" in f.title)
     assert "last-arriving rank" in ar.message
-    assert ar.metrics["busbw_max_gbps"] == pytest.approx(tables["comm_nccl"].filter(
-        (pl.col("rank") == 0) & (pl.col("collective") == "allreduce"))["busbw_gbps"].max())
+    assert ar.metrics["busbw_max_gbps"] == pytest.approx(
+        tables["comm_nccl"].filter((pl.col("rank") == 0) & (pl.col("collective") == "allreduce"))["busbw_gbps"].max()
+    )
 
 
 def test_group_size_falls_back_to_the_process_group_then_world_size(kernels):

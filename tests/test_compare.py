@@ -10,7 +10,7 @@ from conftest import QWEN3, fnum, raw_rows, run_cli
 
 import profan
 from profan.compare import compare
-from profan.evidence import read_back
+from profan.model.evidence import read_back
 from profan.synth import generate
 
 
@@ -18,8 +18,9 @@ from profan.synth import generate
 def runs(tmp_path_factory):
     root = tmp_path_factory.mktemp("runs")
     a = generate(root / "runA", ranks=8, seed=1, trace=False)
-    b = generate(root / "runB", ranks=8, seed=1, trace=False, slow_kernel="FlashAttentionScoreGrad",
-                 slow_kernel_factor=1.3)
+    b = generate(
+        root / "runB", ranks=8, seed=1, trace=False, slow_kernel="FlashAttentionScoreGrad", slow_kernel_factor=1.3
+    )
     return root, a, b
 
 
@@ -47,16 +48,18 @@ def test_two_runs_name_the_slowed_kernel_with_rows_on_both_sides(runs, tmp_path)
     top = f["metrics"]["kernels"][0]
     assert top["op"] == tb["slow_kernel"]["op"] == "FlashAttentionScoreGrad"
     want = _per_rank_step(root / "runB", tb, "FlashAttentionScoreGrad") - _per_rank_step(
-        root / "runA", ta, "FlashAttentionScoreGrad")
+        root / "runA", ta, "FlashAttentionScoreGrad"
+    )
     assert top["delta_us"] == pytest.approx(want, rel=1e-4)
     assert want == pytest.approx(0.3 * _per_rank_step(root / "runA", ta, "FlashAttentionScoreGrad"), rel=0.01)
     sides = {e["select"]["side"]: e for e in f["evidence"] if e["select"].get("op") == "FlashAttentionScoreGrad"}
     assert set(sides) == {"A", "B"}
     assert sides["A"]["file"].startswith("runA/") and sides["B"]["file"].startswith("runB/")
-    report = profan.report.from_dict(doc)
+    report = profan.model.report.from_dict(doc)
     for ev in report.finding(f["id"]).evidence:
-        assert all(",FlashAttentionScoreGrad," in t or ",FlashAttentionScore," in t
-                   for _, t in read_back(root, ev)), ev.file
+        assert all(",FlashAttentionScoreGrad," in t or ",FlashAttentionScore," in t for _, t in read_back(root, ev)), (
+            ev.file
+        )
     # nothing else regressed: every other bucket's delta is below the rule's floor
     other = [b for b in doc["tables"]["compare_buckets"] if b["bucket"] != "attention"]
     assert all(abs(b["delta_us"]) < 50 for b in other)
@@ -97,8 +100,11 @@ DLRM = QWEN3.parent.parent / "torch" / "dlrm_v100_8rank"
 
 def _nccl_us(path) -> float:
     doc = json.loads(path.read_text())
-    return sum(float(e["dur"]) for e in doc["traceEvents"]
-               if e.get("ph") == "X" and e.get("cat") == "kernel" and str(e.get("name", "")).startswith("ncclKernel"))
+    return sum(
+        float(e["dur"])
+        for e in doc["traceEvents"]
+        if e.get("ph") == "X" and e.get("cat") == "kernel" and str(e.get("name", "")).startswith("ncclKernel")
+    )
 
 
 def test_dlrm_two_rank_files_name_the_nccl_difference():
@@ -111,7 +117,7 @@ def test_dlrm_two_rank_files_name_the_nccl_difference():
     f = regs[0]
     assert f["metrics"]["delta_us"] == pytest.approx(_nccl_us(w0) - _nccl_us(w7), abs=0.01)
     assert f["metrics"]["kernels"][0]["op"].startswith("ncclKernel_SendRecv")
-    report = profan.report.from_dict(doc)
+    report = profan.model.report.from_dict(doc)
     sides = {}
     for ev in report.finding(f["id"]).evidence:
         assert ev.kind == "events"
@@ -123,8 +129,17 @@ def test_dlrm_two_rank_files_name_the_nccl_difference():
 
 def test_runs_profiled_at_different_steps_are_matched_by_order(tmp_path):
     generate(tmp_path / "a", ranks=4, layers=2, steps=2, first_step=3, seed=1, trace=False)
-    generate(tmp_path / "b", ranks=4, layers=2, steps=2, first_step=10, seed=1, trace=False, slow_kernel="SwiGlu",
-             slow_kernel_factor=3.0)
+    generate(
+        tmp_path / "b",
+        ranks=4,
+        layers=2,
+        steps=2,
+        first_step=10,
+        seed=1,
+        trace=False,
+        slow_kernel="SwiGlu",
+        slow_kernel_factor=3.0,
+    )
     rep = compare(tmp_path / "a", tmp_path / "b")
     assert rep.source["a"]["steps"] == [3, 4] and rep.source["b"]["steps"] == [10, 11]
     assert any("by order" in n and "3↔10, 4↔11" in n for n in rep.notes)

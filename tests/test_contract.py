@@ -16,15 +16,22 @@ from conftest import QWEN3
 import profan
 from profan import pipeline
 from profan.analyses.contract import Analysis, Job, Section, drop_superseded, run_analyses
-from profan.errors import ProfanInputError
-from profan.evidence import cite_lines
-from profan.findings import Finding
-from profan.rulepack import load
+from profan.model.errors import ProfanInputError
+from profan.model.evidence import cite_lines
+from profan.model.findings import Finding
+from profan.rulepack.pack import load
 
 
 def _finding(check: str, rank: int = 0, step: int | None = 1, severity: str = "warning") -> Finding:
-    return Finding(check=check, severity=severity, title=f"{check} {rank} {step}", message="m",
-                   evidence=(cite_lines("step_trace_time.csv", [2], 1, {}),), rank=rank, step=step)
+    return Finding(
+        check=check,
+        severity=severity,
+        title=f"{check} {rank} {step}",
+        message="m",
+        evidence=(cite_lines("step_trace_time.csv", [2], 1, {}),),
+        rank=rank,
+        step=step,
+    )
 
 
 def _job() -> Job:
@@ -46,14 +53,19 @@ def test_analyses_run_and_merge_in_the_listed_order():
                 threaded_started.set()
             ran.append(name)
             return Section(tables={name: pl.DataFrame({"x": [1]})}, notes=[f"note {name}"])
+
         return run
 
     def first(job: Job) -> Section:
         assert threaded_started.wait(5)  # the threaded analysis was started before the list's first entry ran
         return make("a")(job)
 
-    analyses = [Analysis("a", first), Analysis("b", make("b")), Analysis("late", make("late"), own_thread=True),
-                Analysis("c", make("c"))]
+    analyses = [
+        Analysis("a", first),
+        Analysis("b", make("b")),
+        Analysis("late", make("late"), own_thread=True),
+        Analysis("c", make("c")),
+    ]
     merged = run_analyses(analyses, _job())
     assert [n for n in ran if n != "late"] == ["a", "b", "c"]
     assert list(merged.tables) == ["a", "b", "late", "c"]
@@ -65,8 +77,10 @@ def test_an_analysis_sees_only_what_it_declared():
     seen: dict[str, object] = {}
 
     def maker(job: Job) -> Section:
-        return Section(tables={"made": pl.DataFrame({"x": [1]}), "other": pl.DataFrame({"y": [2]})},
-                       findings=[_finding("device-idle")])
+        return Section(
+            tables={"made": pl.DataFrame({"x": [1]}), "other": pl.DataFrame({"y": [2]})},
+            findings=[_finding("device-idle")],
+        )
 
     def reader(job: Job) -> Section:
         seen["made"] = job.table("made")["x"].to_list()
@@ -79,8 +93,14 @@ def test_an_analysis_sees_only_what_it_declared():
         seen["blind"] = (dict(job.tables), job.findings)
         return Section()
 
-    run_analyses([Analysis("maker", maker), Analysis("reader", reader, reads=("made",), reads_findings=True),
-                  Analysis("blind", blind)], _job())
+    run_analyses(
+        [
+            Analysis("maker", maker),
+            Analysis("reader", reader, reads=("made",), reads_findings=True),
+            Analysis("blind", blind),
+        ],
+        _job(),
+    )
     assert seen == {"made": [1], "findings": ["device-idle"], "blind": ({}, ())}
 
 
@@ -90,23 +110,41 @@ def test_reading_a_table_no_earlier_analysis_made_fails():
     with pytest.raises(ValueError, match="own thread"):
         Analysis("x", lambda job: Section(), reads=("steps",), own_thread=True)
     with pytest.raises(ValueError, match="makes table"):
-        run_analyses([Analysis("a", lambda job: Section(tables={"t": pl.DataFrame()})),
-                      Analysis("b", lambda job: Section(tables={"t": pl.DataFrame()}))], _job())
+        run_analyses(
+            [
+                Analysis("a", lambda job: Section(tables={"t": pl.DataFrame()})),
+                Analysis("b", lambda job: Section(tables={"t": pl.DataFrame()})),
+            ],
+            _job(),
+        )
 
 
 def test_adding_an_analysis_is_one_entry_in_the_list(monkeypatch):
     """An analysis appended to `pipeline.ANALYSES` reads the findings of the ones before it and its own finding,
     table and note reach the report — the plug for analyses that explain findings across ranks."""
+
     def explain_all(job: Job) -> Section:
         worst = next(f for f in job.findings if f.severity == "critical")
-        return Section(tables={"explained": pl.DataFrame({"check": [worst.check]})},
-                       findings=[Finding(check=worst.check, severity="info", title="explained", message="m",
-                                         evidence=worst.evidence, rank=worst.rank, step=worst.step)],
-                       notes=[f"explained {len(job.findings)} findings"])
+        return Section(
+            tables={"explained": pl.DataFrame({"check": [worst.check]})},
+            findings=[
+                Finding(
+                    check=worst.check,
+                    severity="info",
+                    title="explained",
+                    message="m",
+                    evidence=worst.evidence,
+                    rank=worst.rank,
+                    step=worst.step,
+                )
+            ],
+            notes=[f"explained {len(job.findings)} findings"],
+        )
 
     plain = profan.analyze(QWEN3)
-    monkeypatch.setattr(pipeline, "ANALYSES", (*pipeline.ANALYSES, Analysis("explain", explain_all,
-                                                                            reads_findings=True)))
+    monkeypatch.setattr(
+        pipeline, "ANALYSES", (*pipeline.ANALYSES, Analysis("explain", explain_all, reads_findings=True))
+    )
     report = profan.analyze(QWEN3)
     assert report.notes[-1] == f"explained {len(plain.findings)} findings"
     assert list(report.tables)[-1] == "explained"
@@ -155,8 +193,11 @@ def test_a_table_of_severities_is_set_entry_by_entry(tmp_path):
     """Setting one pipe's severity keeps the others' built-in ones; a bad one is refused."""
     rules = tmp_path / "mine.toml"
     rules.write_text('[[check]]\nid = "kernel-boundness"\npipe_severity = { mte2 = "critical" }\n', encoding="utf-8")
-    assert load([rules]).check("kernel-boundness")["pipe_severity"] == {"mac": "info", "vec": "info",
-                                                                          "mte2": "critical"}
+    assert load([rules]).check("kernel-boundness")["pipe_severity"] == {
+        "mac": "info",
+        "vec": "info",
+        "mte2": "critical",
+    }
     rules.write_text('[[check]]\nid = "kernel-boundness"\npipe_severity = { mac = "high" }\n', encoding="utf-8")
     with pytest.raises(ProfanInputError, match="pipe_severity"):
         load([rules])
@@ -177,8 +218,11 @@ def test_severities_come_from_the_rule_pack(tmp_path):
     """A user file changes what a check's findings are without touching code: the step breakdowns and the
     'no straggler' statement of the Qwen3 sample become warnings."""
     rules = tmp_path / "mine.toml"
-    rules.write_text('[[check]]\nid = "step-breakdown"\nseverity = "warning"\n'
-                     '[[check]]\nid = "straggler"\nno_straggler_severity = "warning"\n', encoding="utf-8")
+    rules.write_text(
+        '[[check]]\nid = "step-breakdown"\nseverity = "warning"\n'
+        '[[check]]\nid = "straggler"\nno_straggler_severity = "warning"\n',
+        encoding="utf-8",
+    )
     plain = profan.analyze(QWEN3)
     changed = profan.analyze(QWEN3, rules=[rules])
     for check in ("step-breakdown", "straggler"):
@@ -195,17 +239,28 @@ def test_supersession_is_data():
     """comm-exposed-split supersedes exposed-communication (rules/checks.toml) for the same rank and step only."""
     pack = load()
     assert pack.check("comm-exposed-split").supersedes == ("exposed-communication",)
-    plain = [_finding("exposed-communication", rank=0), _finding("exposed-communication", rank=1),
-             _finding("device-idle", rank=0)]
+    plain = [
+        _finding("exposed-communication", rank=0),
+        _finding("exposed-communication", rank=1),
+        _finding("device-idle", rank=0),
+    ]
     split = _finding("comm-exposed-split", rank=0)
     kept = drop_superseded([*plain, split], pack)
-    assert [(f.check, f.rank) for f in kept] == [("exposed-communication", 1), ("device-idle", 0),
-                                                 ("comm-exposed-split", 0)]
+    assert [(f.check, f.rank) for f in kept] == [
+        ("exposed-communication", 1),
+        ("device-idle", 0),
+        ("comm-exposed-split", 0),
+    ]
     # wherever the superseding finding comes from in the list, and across analyses
-    merged = run_analyses([Analysis("a", lambda job: Section(findings=[split])),
-                           Analysis("b", lambda job: Section(findings=plain))], Job(ranks=[], pack=pack))
-    assert [(f.check, f.rank) for f in merged.findings] == [("comm-exposed-split", 0),
-                                                            ("exposed-communication", 1), ("device-idle", 0)]
+    merged = run_analyses(
+        [Analysis("a", lambda job: Section(findings=[split])), Analysis("b", lambda job: Section(findings=plain))],
+        Job(ranks=[], pack=pack),
+    )
+    assert [(f.check, f.rank) for f in merged.findings] == [
+        ("comm-exposed-split", 0),
+        ("exposed-communication", 1),
+        ("device-idle", 0),
+    ]
 
 
 def test_supersession_follows_the_rules_file(tmp_path):
@@ -213,11 +268,12 @@ def test_supersession_follows_the_rules_file(tmp_path):
     rules = tmp_path / "mine.toml"
     rules.write_text('[[check]]\nid = "comm-exposed-split"\nsupersedes = []\n', encoding="utf-8")
     report = profan.analyze(QWEN3, rules=[rules])
-    both = [(f.check, f.rank, f.step) for f in report.findings
-            if f.check in ("exposed-communication", "comm-exposed-split")]
-    assert sorted(both) == sorted([(c, r, 13) for c in ("comm-exposed-split", "exposed-communication")
-                                   for r in range(4)])
-    rules.write_text('[[check]]\nid = "comm-exposed-split"\nsupersedes = ["exposed-comunication"]\n',
-                     encoding="utf-8")
+    both = [
+        (f.check, f.rank, f.step) for f in report.findings if f.check in ("exposed-communication", "comm-exposed-split")
+    ]
+    assert sorted(both) == sorted(
+        [(c, r, 13) for c in ("comm-exposed-split", "exposed-communication") for r in range(4)]
+    )
+    rules.write_text('[[check]]\nid = "comm-exposed-split"\nsupersedes = ["exposed-comunication"]\n', encoding="utf-8")
     with pytest.raises(ProfanInputError, match="supersedes"):
         load([rules])

@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 
 import profan
-from profan.evidence import read_back
+from profan.model.evidence import read_back
 from profan.synth import generate
 
 CROSS_CHECKS = {"straggler", "moe-expert-imbalance", "compute-imbalance", "pipeline-stage-imbalance"}
@@ -32,15 +32,31 @@ def clean(tmp_path_factory):
 
 @pytest.fixture(scope="module")
 def compute_straggler(tmp_path_factory):
-    return _run(tmp_path_factory, "compute", ranks=8, seed=2, straggler_rank=5, straggler_kind="compute",
-                straggler_op="FlashAttentionScore", straggler_extra_us=5000.0)
+    return _run(
+        tmp_path_factory,
+        "compute",
+        ranks=8,
+        seed=2,
+        straggler_rank=5,
+        straggler_kind="compute",
+        straggler_op="FlashAttentionScore",
+        straggler_extra_us=5000.0,
+    )
 
 
 @pytest.fixture(scope="module")
 def gap_straggler(tmp_path_factory):
     # two nodes with clocks 3 ms apart: arrival must not depend on absolute timestamps
-    return _run(tmp_path_factory, "gap", ranks=16, seed=3, straggler_rank=11, straggler_kind="host_gap",
-                straggler_extra_us=4000.0, clock_skew_us=3000.0)
+    return _run(
+        tmp_path_factory,
+        "gap",
+        ranks=16,
+        seed=3,
+        straggler_rank=11,
+        straggler_kind="host_gap",
+        straggler_extra_us=4000.0,
+        clock_skew_us=3000.0,
+    )
 
 
 def _named(report, check: str) -> list:
@@ -84,8 +100,9 @@ def test_compute_straggler_found_with_cause_and_magnitude(compute_straggler):
     # the slow rank's op rows are the short ones: it arrived last and waited least
     slow_ev = files[truth["rank_dirs"][str(gt["rank"])]]
     slow_rows = [json.loads(t)["Communication Time Info"] for _, t in read_back(root, slow_ev)]
-    typ_rows = [json.loads(t)["Communication Time Info"]
-                for _, t in read_back(root, files[truth["rank_dirs"][str(typical)]])]
+    typ_rows = [
+        json.loads(t)["Communication Time Info"] for _, t in read_back(root, files[truth["rank_dirs"][str(typical)]])
+    ]
     assert len(slow_rows) == len(typ_rows) == f.metrics["times_last"] and f.metrics["times_flagged"] == 4
     # HCCL's own wait times: at the collectives the slow rank is last at, the typical rank waited the injected
     # extra time for it, the slow rank almost nothing
@@ -128,8 +145,9 @@ def test_host_gap_straggler_found_despite_clock_skew(gap_straggler):
 
 
 def test_expert_imbalance_names_hot_rank_and_ratio(tmp_path_factory):
-    root, truth, report = _run(tmp_path_factory, "moe", ranks=8, seed=4, hot_expert=3, hot_factor=2.5,
-                               experts_per_rank=1)
+    root, truth, report = _run(
+        tmp_path_factory, "moe", ranks=8, seed=4, hot_expert=3, hot_factor=2.5, experts_per_rank=1
+    )
     gt = truth["expert_imbalance"]
     found = _named(report, "moe-expert-imbalance")
     assert len(found) == 1
@@ -163,21 +181,28 @@ def test_expert_imbalance_with_two_experts_per_rank(tmp_path_factory):
 
 def test_qwen3_pipeline_imbalance_kept_and_no_collective_straggler(qwen3_report):
     pp = [f for f in qwen3_report.findings if f.check == "pipeline-stage-imbalance"]
-    assert len(pp) == 1 and pp[0].metrics["slow_ranks"] == [2, 3] and pp[0].metrics["ratio"] == pytest.approx(
-        1.734, abs=0.002)
+    assert (
+        len(pp) == 1
+        and pp[0].metrics["slow_ranks"] == [2, 3]
+        and pp[0].metrics["ratio"] == pytest.approx(1.734, abs=0.002)
+    )
     st = [f for f in qwen3_report.findings if f.check == "straggler"]
     assert len(st) == 1 and st[0].severity == "info"
     arrivals = qwen3_report.tables["collective_arrivals"]
     # only the world-group collectives (4 ranks) can show an outlier; all four hcom_*__612 ops are aligned
-    assert sorted(arrivals["name"].to_list()) == ["hcom_allGather__612_7_1", "hcom_allReduce__612_4_1",
-                                                  "hcom_allReduce__612_5_1", "hcom_allReduce__612_6_1"]
+    assert sorted(arrivals["name"].to_list()) == [
+        "hcom_allGather__612_7_1",
+        "hcom_allReduce__612_4_1",
+        "hcom_allReduce__612_5_1",
+        "hcom_allReduce__612_6_1",
+    ]
     # lateness = the median rank's op duration minus this rank's (the last to arrive waits least); with 4 ranks
     # the median is the mean of the two middle ones: both are cited, and the durations read back from the raw
     # communication.json of the cited ranks give the lateness the finding states
     roles = {}
     for ev in st[0].evidence:
         assert len(ev.pointers) == 1  # one op per rank: the aligned collective
-        (_, text), = read_back(qwen3_report_root(), ev)
+        ((_, text),) = read_back(qwen3_report_root(), ev)
         dur_us = 1000 * json.loads(text)["Communication Time Info"]["Elapse Time(ms)"]
         roles.setdefault(ev.select["role"], []).append(dur_us)
     assert len(roles["median"]) == 2 and len(roles["last"]) == 1
@@ -231,8 +256,16 @@ def test_dlrm_rank7_is_the_straggler_and_rank2_is_not():
 
 
 def test_tp_partner_of_a_straggler_is_not_blamed(tmp_path_factory):
-    _root, _truth, report = _run(tmp_path_factory, "tp2", ranks=8, tp=2, seed=6, straggler_rank=3,
-                                 straggler_op="MatMulV3", straggler_extra_us=8000.0)
+    _root, _truth, report = _run(
+        tmp_path_factory,
+        "tp2",
+        ranks=8,
+        tp=2,
+        seed=6,
+        straggler_rank=3,
+        straggler_op="MatMulV3",
+        straggler_extra_us=8000.0,
+    )
     assert [f.rank for f in _named(report, "straggler")] == [3]
     inherited = [f for f in report.findings if f.check == "straggler" and f.severity == "info"]
     assert [f.rank for f in inherited] == [2]  # rank 3's TP partner: late at its EP group, its own windows normal
@@ -246,9 +279,19 @@ def test_tp_partner_of_a_straggler_is_not_blamed(tmp_path_factory):
 
 def test_64_ranks_with_clock_skew(tmp_path_factory):
     """64 ranks on 8 nodes whose clocks disagree by up to 2 ms: the straggler is still found, and nobody else."""
-    _root, truth, report = _run(tmp_path_factory, "r64", ranks=64, layers=2, steps=1, seed=7, trace=False,
-                                straggler_rank=41, straggler_op="GroupedMatmul", straggler_extra_us=6000.0,
-                                clock_skew_us=2000.0)
+    _root, truth, report = _run(
+        tmp_path_factory,
+        "r64",
+        ranks=64,
+        layers=2,
+        steps=1,
+        seed=7,
+        trace=False,
+        straggler_rank=41,
+        straggler_op="GroupedMatmul",
+        straggler_extra_us=6000.0,
+        clock_skew_us=2000.0,
+    )
     found = _named(report, "straggler")
     assert [f.rank for f in found] == [41]
     assert found[0].metrics["cause_class"] == "compute"

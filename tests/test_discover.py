@@ -9,8 +9,8 @@ import pytest
 from conftest import ASCEND, QWEN3
 
 import profan
-from profan.discover import discover
-from profan.errors import ProfanInputError
+from profan.model.errors import ProfanInputError
+from profan.sources.discover import discover
 
 
 def test_gpt3_renamed_rank_folders_and_derived_output_skipped():

@@ -9,8 +9,8 @@ import pytest
 from conftest import ASCEND, fnum, raw_rows, run_cli
 
 import profan
-from profan.drill import select_kernel_rows
-from profan.evidence import load_json_document, resolve_pointer
+from profan.app.drill import select_kernel_rows
+from profan.model.evidence import load_json_document, resolve_pointer
 
 FOLDERS = [
     "msinsight-qwen3-4rank-2025q4",
@@ -24,8 +24,11 @@ FOLDERS = [
     "mstt-advisor-ut/test/ut/advisor/timeline_advice",
 ]
 DUR = ("Duration(us)", "Task Duration(us)")
-STEP_TRACE_VALUES = {"Computing": "Computing", "Communication(Not Overlapped)": "Communication(Not Overlapped)",
-                     "Free": "Free"}
+STEP_TRACE_VALUES = {
+    "Computing": "Computing",
+    "Communication(Not Overlapped)": "Communication(Not Overlapped)",
+    "Free": "Free",
+}
 
 
 def _dur(row: dict) -> float:

@@ -85,8 +85,15 @@ def _run(cmd: list[str], cwd: Path, env: dict[str, str], log: Path) -> tuple[int
     out_path, err_path, rss_path = log.with_suffix(".out"), log.with_suffix(".err"), log.with_suffix(".rss")
     t0 = time.monotonic()
     with open(out_path, "wb") as out, open(err_path, "wb") as err:
-        proc = subprocess.Popen([sys.executable, "-c", _LAUNCHER, str(rss_path), *cmd], stdin=subprocess.DEVNULL,
-                                stdout=out, stderr=err, cwd=cwd, env=env, start_new_session=True)
+        proc = subprocess.Popen(
+            [sys.executable, "-c", _LAUNCHER, str(rss_path), *cmd],
+            stdin=subprocess.DEVNULL,
+            stdout=out,
+            stderr=err,
+            cwd=cwd,
+            env=env,
+            start_new_session=True,
+        )
     timed_out, hwm = False, 0
     try:
         proc.wait(timeout=TIMEOUT_S)
@@ -101,16 +108,28 @@ def _run(cmd: list[str], cwd: Path, env: dict[str, str], log: Path) -> tuple[int
     except (OSError, ValueError):
         rss = hwm  # killed at the timeout: the high-water mark read from /proc just before
     rc = None if timed_out else proc.returncode
-    return (rc, out_path.read_bytes().decode("utf-8", "replace"), err_path.read_bytes().decode("utf-8", "replace"),
-            seconds, rss)
+    return (
+        rc,
+        out_path.read_bytes().decode("utf-8", "replace"),
+        err_path.read_bytes().decode("utf-8", "replace"),
+        seconds,
+        rss,
+    )
 
 
 def _peak_of_children(pid: int) -> int:
     """VmHWM (kB) of the launcher's children, read from /proc while they still run."""
     try:
         kids = Path(f"/proc/{pid}/task/{pid}/children").read_text().split()
-        return max((int(line.split()[1]) for k in kids for line in Path(f"/proc/{k}/status").read_text()
-                    .splitlines() if line.startswith("VmHWM:")), default=0)
+        return max(
+            (
+                int(line.split()[1])
+                for k in kids
+                for line in Path(f"/proc/{k}/status").read_text().splitlines()
+                if line.startswith("VmHWM:")
+            ),
+            default=0,
+        )
     except (OSError, ValueError, IndexError):
         return 0
 
@@ -194,8 +213,7 @@ def _run_case(name: str, base: Path) -> Outcome:
             before = _snapshot(case.root, skip=case.cache_dir)
             cmd = [*case.wrapper, sys.executable, "-m", "profan", *args]
             rc, out, err, secs, rss = _run(cmd, case.root, env, folder / f"step{i + 1}")
-            res = hc.Result(case=case, step=step, args=args, rc=rc, stdout=out, stderr=err, seconds=secs,
-                            maxrss_kb=rss)
+            res = hc.Result(case=case, step=step, args=args, rc=rc, stdout=out, stderr=err, seconds=secs, maxrss_kb=rss)
             oc.results.append(res)
             where = f"step {i + 1} (profan {' '.join(a if len(a) < 120 else a[:60] + '…' for a in args)})"
             oc.failures += [f"{where}: {f}" for f in _shared_checks(res, before, case, forbidden)]
@@ -217,8 +235,7 @@ def _run_case(name: str, base: Path) -> Outcome:
     return oc
 
 
-def _shared_checks(res: hc.Result, before: dict[str, tuple], case: hc.Case, forbidden: tuple[str, ...]
-                   ) -> list[str]:
+def _shared_checks(res: hc.Result, before: dict[str, tuple], case: hc.Case, forbidden: tuple[str, ...]) -> list[str]:
     bad: list[str] = []
     err = res.stderr
     if res.rc is None:
@@ -229,23 +246,28 @@ def _shared_checks(res: hc.Result, before: dict[str, tuple], case: hc.Case, forb
     if res.rc == 2:
         lines = [x for x in err.splitlines() if x.strip()]
         if len(lines) != 1 or not lines[0].startswith(ERROR_PREFIX):
-            bad.append(f"exit 2 needs exactly one line starting {ERROR_PREFIX!r}; stderr has {len(lines)}: "
-                       f"{err[:400]!r}")
+            bad.append(
+                f"exit 2 needs exactly one line starting {ERROR_PREFIX!r}; stderr has {len(lines)}: {err[:400]!r}"
+            )
     if "Traceback" in err or "Traceback" in res.stdout:
-        bad.append("a traceback: " + err[err.find("Traceback"):][:400])
+        bad.append("a traceback: " + err[err.find("Traceback") :][:400])
     if res.maxrss_kb >= MAX_RSS_KB:
         bad.append(f"peak RSS {res.maxrss_kb // 1024} MB >= 1 GB")
     after = _snapshot(case.root, skip=case.cache_dir)
     outputs = {str(p.relative_to(case.root)) for p in res.step.outputs if p.is_relative_to(case.root)}
-    changed = sorted(rel for rel in set(before) | set(after)
-                     if before.get(rel) != after.get(rel) and not _allowed(rel, outputs))
+    changed = sorted(
+        rel for rel in set(before) | set(after) if before.get(rel) != after.get(rel) and not _allowed(rel, outputs)
+    )
     if changed:
         bad.append(f"wrote outside its output: {changed[:5]}")
     written = [case.root / rel for rel in after if after[rel] != before.get(rel) and after[rel][0] == "file"]
     cache = case.cache_dir or case.root.parent / "cache"
     written += [p for p in cache.rglob("*") if p.is_file()] if cache.is_dir() else []
-    for text, where in [(res.stdout, "stdout"), (err, "stderr"),
-                        *[(t, str(p.relative_to(case.root.parent))) for p in written for t in _texts(p)]]:
+    for text, where in [
+        (res.stdout, "stdout"),
+        (err, "stderr"),
+        *[(t, str(p.relative_to(case.root.parent))) for p in written for t in _texts(p)],
+    ]:
         for secret in forbidden:
             if secret in text:
                 bad.append(f"read outside the folder: {secret[:40]!r} appears in {where}")
@@ -255,8 +277,11 @@ def _shared_checks(res: hc.Result, before: dict[str, tuple], case: hc.Case, forb
 
 @pytest.fixture(scope="session")
 def corpus(request, tmp_path_factory) -> dict[str, Outcome]:
-    wanted = {item.callspec.params["name"] for item in request.session.items
-              if getattr(item, "originalname", "") == "test_hostile_class" and hasattr(item, "callspec")}
+    wanted = {
+        item.callspec.params["name"]
+        for item in request.session.items
+        if getattr(item, "originalname", "") == "test_hostile_class" and hasattr(item, "callspec")
+    }
     base = tmp_path_factory.mktemp("hostile")
     # heavy classes (big inputs, likely hangs) go first, so the pool is not left waiting on them at the end
     order = sorted(wanted, key=lambda n: (not _is_heavy(n), n))
@@ -289,8 +314,10 @@ def test_hostile_class(corpus, name):
     oc = corpus[name]
     if oc.case is not None and oc.case.skip:
         pytest.skip(oc.case.skip)
-    assert not oc.failures, f"{name} ({oc.case.builds if oc.case else '?'}; expected: " \
-                            f"{oc.case.expect if oc.case else '?'}):\n" + "\n".join(oc.failures)
+    assert not oc.failures, (
+        f"{name} ({oc.case.builds if oc.case else '?'}; expected: "
+        f"{oc.case.expect if oc.case else '?'}):\n" + "\n".join(oc.failures)
+    )
 
 
 def test_the_corpus_has_45_classes_or_more():

@@ -59,11 +59,13 @@ def test_start_time_text_never_decides_whether_a_row_counts(tmp_path):
     assert report.source["ranks"][0]["rows_skipped"]["kernel_details"] == 1
     _, rows = raw_rows(rank / KD)
     assert report.breakdown["time_us"].sum() == pytest.approx(
-        sum(fnum(r["Duration(us)"]) for ln, r in rows.items() if ln != line), rel=1e-9)
+        sum(fnum(r["Duration(us)"]) for ln, r in rows.items() if ln != line), rel=1e-9
+    )
 
 
-@pytest.mark.parametrize(("field", "value"), [("dur", None), ("dur", -5000), ("dur", "NaN"), ("ts", None),
-                                              ("ts", "abc")])
+@pytest.mark.parametrize(
+    ("field", "value"), [("dur", None), ("dur", -5000), ("dur", "NaN"), ("ts", None), ("ts", "abc")]
+)
 def test_trace_events_without_a_usable_duration_are_counted(tmp_path, field, value):
     doc = json.loads(gzip.decompress((NCCL / "nccl_data.json.gz").read_bytes()))
     kernels = [e for e in doc["traceEvents"] if e.get("cat") == "kernel" and e.get("ph") == "X"]
@@ -121,20 +123,26 @@ def test_a_folder_named_like_a_profiler_file_is_said_and_ignored(tmp_path, name)
     assert any(f"{name} is a folder, not a file; ignored" in w for w in report.warnings)
 
 
-@pytest.mark.parametrize(("name", "content", "said"), [
-    ("op_statistic.csv", None, "op_statistic.csv: no data rows (header only)"),
-    ("communication.json", "{}", "communication.json: holds no communication ops"),
-])
+@pytest.mark.parametrize(
+    ("name", "content", "said"),
+    [
+        ("op_statistic.csv", None, "op_statistic.csv: no data rows (header only)"),
+        ("communication.json", "{}", "communication.json: holds no communication ops"),
+    ],
+)
 def test_side_files_that_hold_nothing_are_said(tmp_path, name, content, said):
     path = one_rank(tmp_path) / "ASCEND_PROFILER_OUTPUT" / name
     path.write_text(content if content is not None else path.read_text().splitlines(keepends=True)[0])
     assert any(said in w for w in profan.analyze(tmp_path).warnings)
 
 
-@pytest.mark.parametrize(("encode", "problem"), [
-    (lambda text: text.replace("\n", "\r").encode(), "cannot be read as CSV"),
-    (lambda text: text.encode("utf-16"), "encoded as UTF-16"),
-])
+@pytest.mark.parametrize(
+    ("encode", "problem"),
+    [
+        (lambda text: text.replace("\n", "\r").encode(), "cannot be read as CSV"),
+        (lambda text: text.encode("utf-16"), "encoded as UTF-16"),
+    ],
+)
 def test_line_ends_and_encodings_the_reader_cannot_take(tmp_path, encode, problem):
     rank = one_rank(tmp_path)
     (rank / KD).write_bytes(encode((rank / KD).read_text()))
@@ -188,8 +196,9 @@ def test_kernel_names_carrying_html_do_not_become_markup_in_markdown(tmp_path):
     assert "&lt;img src=x onerror=alert(1)&gt;" in out
 
 
-@pytest.mark.parametrize(("rank", "taken", "warned"),
-                         [("three", 0, True), (1.5, 0, True), (-1, 0, True), ("2", 2, False), (3, 3, False)])
+@pytest.mark.parametrize(
+    ("rank", "taken", "warned"), [("three", 0, True), (1.5, 0, True), (-1, 0, True), ("2", 2, False), (3, 3, False)]
+)
 def test_unusable_distributed_rank_is_said(tmp_path, rank, taken, warned):
     doc = json.loads(gzip.decompress((NCCL / "nccl_data.json.gz").read_bytes()))
     doc["distributedInfo"] = {**doc.get("distributedInfo", {}), "rank": rank}
@@ -241,8 +250,7 @@ def test_the_html_and_excel_row_reader_reads_nothing_outside_the_data(tmp_path):
     from profan.render.evidence_rows import RowReader
 
     rows = RowReader(QWEN3)
-    rows.load({"../../../../../../../../etc/passwd": ("lines", {1}),
-               "rank_0_ascend_pt/" + KD: ("lines", {2})})
+    rows.load({"../../../../../../../../etc/passwd": ("lines", {1}), "rank_0_ascend_pt/" + KD: ("lines", {2})})
     assert "outside the analysed folder" in rows._errors["../../../../../../../../etc/passwd"]
     assert not any(f.startswith("..") for f, _ in rows._rows)
     assert ("rank_0_ascend_pt/" + KD, "line 2") in rows._rows
@@ -292,8 +300,9 @@ def test_null_elements_of_the_event_array_are_counted_not_a_crash(tmp_path, wher
     assert res.returncode == 0 and "Traceback" not in res.stderr, (res.returncode, res.stderr)
     report = json.loads((tmp_path / "r.json").read_text())
     assert [w for w in report["warnings"] if "event array" in w] == [
-        f"rank 4: {src.name}: ignored 1 elements of the event array that have no \"ph\" (phase) field, so are no "
-        "chrome-trace events"]
+        f'rank 4: {src.name}: ignored 1 elements of the event array that have no "ph" (phase) field, so are no '
+        "chrome-trace events"
+    ]
     clean = profan.analyze(src).to_dict()
     events = [(f["id"], [e.get("events") for e in f["evidence"]]) for f in report["findings"]]
     if where != "first":  # the middle and last elements are events no finding cites
@@ -309,8 +318,9 @@ def test_json_nested_too_deeply_is_one_line(tmp_path, where):
     text = f.read_text()
     at = text.index('"Transport Type"' if where.startswith("communication") else '"args"')
     f.write_text(text[:at] + '"deep": ' + "[" * 3000 + "]" * 3000 + ", " + text[at:])
-    assert_one_line_error(run_cli("analyze", str(rank), "-q", "-o", str(tmp_path / "r.md")), where,
-                          "nests JSON values more deeply")
+    assert_one_line_error(
+        run_cli("analyze", str(rank), "-q", "-o", str(tmp_path / "r.md")), where, "nests JSON values more deeply"
+    )
 
 
 def test_a_lone_surrogate_escape_in_json_text_is_read(tmp_path):
@@ -327,7 +337,6 @@ def test_a_lone_surrogate_escape_in_json_text_is_read(tmp_path):
 
     links, _ = ascend_matrix.read(f)
     assert (links["key"] == key + "?").sum() > 0
-
 
 
 @pytest.mark.parametrize(("world_size", "said"), [([1, 2], None), ("8", 8), (8.5, None), (True, None), (-3, None)])

@@ -18,7 +18,7 @@ import pytest
 from conftest import FIXTURES, QWEN3, assert_one_line_error, fnum, one_rank, raw_rows, run_cli
 
 import profan
-from profan import kernel_pass
+from profan.ranks import kernel_pass
 
 KD = "ASCEND_PROFILER_OUTPUT/kernel_details.csv"
 NCCL = FIXTURES / "torch" / "nccl_a100_1rank"
@@ -79,23 +79,32 @@ def _garbage(entry, kind):
     (entry / ("details.parquet" if kind == "trace" else "table.parquet")).write_bytes(b"not parquet\x00" * 300)
 
 
-DAMAGE = {"meta key deleted": _drop_key, "column re-typed": _retype, "rows dropped": _drop_rows,
-          "garbage bytes": _garbage}
+DAMAGE = {
+    "meta key deleted": _drop_key,
+    "column re-typed": _retype,
+    "rows dropped": _drop_rows,
+    "garbage bytes": _garbage,
+}
 
 
 def _snapshot(entry) -> dict:
-    return {f.name: pl.read_parquet(f) if f.suffix == ".parquet" else json.loads(f.read_text())
-            for f in sorted(entry.iterdir())}
+    return {
+        f.name: pl.read_parquet(f) if f.suffix == ".parquet" else json.loads(f.read_text())
+        for f in sorted(entry.iterdir())
+    }
 
 
 def _same(a: dict, b: dict) -> bool:
     """The same files with the same JSON and tables (a kernel file's groups come in hash order: rows compared as
     a set)."""
+
     def rows(df: pl.DataFrame) -> list:
         return sorted(map(repr, df.rows()))
+
     return a.keys() == b.keys() and all(
         x.schema == b[k].schema and rows(x) == rows(b[k]) if isinstance(x, pl.DataFrame) else x == b[k]
-        for k, x in a.items())
+        for k, x in a.items()
+    )
 
 
 @pytest.mark.parametrize("kind", ["trace", "table"])
@@ -174,8 +183,11 @@ def _visible(text: str) -> str:
 def _trace_with_name(tmp_path, new: str) -> tuple[list[int], float]:
     """The NCCL sample with its broadcast kernels renamed; their event indexes and summed duration."""
     doc = json.loads(gzip.decompress((NCCL / "nccl_data.json.gz").read_bytes()))
-    hit = [i for i, e in enumerate(doc["traceEvents"])
-           if e.get("cat") == "kernel" and e.get("name", "").startswith("ncclKernel_Broadcast_RING_LL_Sum_int8_t(")]
+    hit = [
+        i
+        for i, e in enumerate(doc["traceEvents"])
+        if e.get("cat") == "kernel" and e.get("name", "").startswith("ncclKernel_Broadcast_RING_LL_Sum_int8_t(")
+    ]
     assert len(hit) == 6
     for i in hit:
         doc["traceEvents"][i]["name"] = new
@@ -189,8 +201,13 @@ def _check_rendered(out, fmt: str, new: str, time_us: float, calls: int) -> None
         assert sum(k["count"] for k in top) == calls
         assert sum(k["time_us"] for k in top) == pytest.approx(time_us, rel=1e-9)
     elif fmt == "xlsx":
-        cells = [v for ws in openpyxl.load_workbook(out) for row in ws.iter_rows(values_only=True) for v in row
-                 if isinstance(v, str)]
+        cells = [
+            v
+            for ws in openpyxl.load_workbook(out)
+            for row in ws.iter_rows(values_only=True)
+            for v in row
+            if isinstance(v, str)
+        ]
         assert _visible(new) in cells
         assert not any(c in v for v in cells for c in CONTROLS)
     else:
@@ -240,8 +257,10 @@ def test_a_cr_in_a_kernel_details_name_is_never_an_internal_error(tmp_path, fmt)
 
 # ------------------------------------------------------------------------------------------ 3. Markdown syntax
 
-EVIL = ("![x](http://evil/p.png)[click](javascript:alert(1))<img src=x onerror=alert(1)>`tick`|pipe|"
-        "<b>bold</b><http://auto.link>www.evil.example\\[esc]")
+EVIL = (
+    "![x](http://evil/p.png)[click](javascript:alert(1))<img src=x onerror=alert(1)>`tick`|pipe|"
+    "<b>bold</b><http://auto.link>www.evil.example\\[esc]"
+)
 
 
 def _outside_code(md: str) -> str:

@@ -18,8 +18,8 @@ import pytest
 from conftest import FIXTURES, QWEN3, assert_one_line_error, fnum, one_rank, raw_rows, run_cli
 
 import profan
-from profan import limits
-from profan.errors import ProfanInputError
+from profan.model.errors import ProfanInputError
+from profan.rulepack import limits
 from profan.sources import ascend_comm, ascend_matrix, chrome_trace
 
 KD = "ASCEND_PROFILER_OUTPUT/kernel_details.csv"
@@ -66,6 +66,7 @@ def _nccl_doc() -> dict:
 
 # --------------------------------------------------------------------------- 1. gzip: bombs and lying trailers
 
+
 def _gzip_bomb(path, mib: int) -> None:
     """A valid trace document whose event array is ``mib`` MiB of blanks: gzip members (a file may hold several)
     of one compressed MiB each, so the bomb is made in milliseconds and is about a thousand times smaller than
@@ -79,8 +80,13 @@ def test_a_gzip_bomb_stops_at_the_inflate_ratio(tmp_path):
     size = (tmp_path / "bomb.json.gz").stat().st_size
     assert size * 100 < 64 << 20  # past 64 MiB of output it is over the ratio
     res = run_cli("analyze", str(tmp_path), "-q")
-    assert_one_line_error(res, "bomb.json.gz", f"decompresses to more than 100 times its {size:,} bytes on disk",
-                          "max_inflate_ratio", "[limits] in a rules file")
+    assert_one_line_error(
+        res,
+        "bomb.json.gz",
+        f"decompresses to more than 100 times its {size:,} bytes on disk",
+        "max_inflate_ratio",
+        "[limits] in a rules file",
+    )
 
 
 def test_a_trace_past_max_inflated_bytes_is_one_line_and_the_bound_can_be_raised(tmp_path):
@@ -88,10 +94,22 @@ def test_a_trace_past_max_inflated_bytes_is_one_line_and_the_bound_can_be_raised
     that raises it again lets the same trace through."""
     shutil.copy(NCCL_GZ, tmp_path / NCCL_GZ.name)
     res = run_cli("analyze", str(tmp_path), "-q", "--rules", _rules(tmp_path, max_inflated_bytes=8_000_000))
-    assert_one_line_error(res, "nccl_data.json.gz", "decompresses to more than 8,000,000 bytes",
-                          "max_inflated_bytes", "[limits] in a rules file")
-    res = run_cli("analyze", str(tmp_path), "-q", "-o", str(tmp_path / "r.md"),
-                  "--rules", _rules(tmp_path, max_inflated_bytes=10_000_000))
+    assert_one_line_error(
+        res,
+        "nccl_data.json.gz",
+        "decompresses to more than 8,000,000 bytes",
+        "max_inflated_bytes",
+        "[limits] in a rules file",
+    )
+    res = run_cli(
+        "analyze",
+        str(tmp_path),
+        "-q",
+        "-o",
+        str(tmp_path / "r.md"),
+        "--rules",
+        _rules(tmp_path, max_inflated_bytes=10_000_000),
+    )
     assert res.returncode in (0, 1), res.stderr
 
 
@@ -120,7 +138,7 @@ def test_a_truncated_gzip_stays_one_line_with_bounded_memory(tmp_path):
     """Half of a real .json.gz, cut where its last four bytes read as a size past 2 GiB (what the trailer of a
     cut file holds is whatever bytes happen to be there)."""
     raw = MOE_GZ.read_bytes()
-    cut = next(n for n in range(len(raw) // 2, len(raw)) if int.from_bytes(raw[n - 4:n], "little") >= 2**31)
+    cut = next(n for n in range(len(raw) // 2, len(raw)) if int.from_bytes(raw[n - 4 : n], "little") >= 2**31)
     f = tmp_path / MOE_GZ.name
     f.write_bytes(raw[:cut])
     problem, peak = _peak_reading(f)
@@ -130,6 +148,7 @@ def test_a_truncated_gzip_stays_one_line_with_bounded_memory(tmp_path):
 
 # --------------------------------------------------------------------------- 2. a CSV line longer than the bound
 
+
 @pytest.mark.parametrize("line", [1, 501])
 def test_a_csv_line_past_max_line_bytes_is_one_line(tmp_path, line):
     rank = one_rank(tmp_path)
@@ -137,8 +156,12 @@ def test_a_csv_line_past_max_line_bytes_is_one_line(tmp_path, line):
     lines[line - 1] += b"x" * 200_000
     (rank / KD).write_bytes(b"\n".join(lines))
     res = run_cli("analyze", str(tmp_path), "-q", "--rules", _rules(tmp_path, max_line_bytes=100_000))
-    assert_one_line_error(res, "kernel_details.csv", f"line {line} is longer than 100,000 bytes (max_line_bytes)",
-                          "[limits] in a rules file")
+    assert_one_line_error(
+        res,
+        "kernel_details.csv",
+        f"line {line} is longer than 100,000 bytes (max_line_bytes)",
+        "[limits] in a rules file",
+    )
 
 
 def test_a_long_line_in_one_file_of_a_batch_names_that_file(tmp_path):
@@ -160,14 +183,19 @@ def test_a_long_line_in_one_file_of_a_batch_names_that_file(tmp_path):
 
 # --------------------------------------------------------------------------- 3. a lone CR inside an LF file
 
+
 def test_a_lone_cr_inside_the_file_is_said_not_a_silent_merge(tmp_path):
     """A CR without LF between two rows made polars read them as one row: 2462 rows counted, one lost."""
     rank = one_rank(tmp_path)
     lines = (rank / KD).read_bytes().split(b"\n")
     lines[10:12] = [lines[10] + b"\r" + lines[11]]
     (rank / KD).write_bytes(b"\n".join(lines))
-    assert_one_line_error(run_cli("analyze", str(tmp_path), "-q"), "kernel_details.csv",
-                          "line 11 holds a carriage return (CR) not followed by a line feed", "LF or CRLF")
+    assert_one_line_error(
+        run_cli("analyze", str(tmp_path), "-q"),
+        "kernel_details.csv",
+        "line 11 holds a carriage return (CR) not followed by a line feed",
+        "LF or CRLF",
+    )
 
 
 def test_a_cr_that_ends_the_file_is_a_cut_crlf_and_reads(tmp_path):
@@ -177,10 +205,12 @@ def test_a_cr_that_ends_the_file_is_a_cut_crlf_and_reads(tmp_path):
     _, rows = raw_rows(rank / KD)
     assert report.source["ranks"][0]["rows_read"]["kernel_details"] == len(rows) == 2463
     assert report.breakdown["time_us"].sum() == pytest.approx(
-        sum(fnum(r["Duration(us)"]) for r in rows.values()), rel=1e-9)
+        sum(fnum(r["Duration(us)"]) for r in rows.values()), rel=1e-9
+    )
 
 
 # --------------------------------------------------------------------------- 4. event text that is not UTF-8
+
 
 @pytest.mark.parametrize("pyarrow_reads", [True, False])
 def test_event_names_that_are_not_utf8_are_read_with_replacement_characters(tmp_path, pyarrow_reads):
@@ -202,8 +232,10 @@ def test_event_names_that_are_not_utf8_are_read_with_replacement_characters(tmp_
     res = run_cli("analyze", str(tmp_path), "-f", "json", "-o", str(tmp_path / "r.json"), "-q")
     assert res.returncode in (0, 1) and "Traceback" not in res.stderr, res.stderr
     report = json.loads((tmp_path / "r.json").read_text(encoding="utf-8"))
-    assert "rank 0: nccl_data.json: read 15 byte sequence(s) of event text that are not UTF-8 as the replacement " \
-           "character U+FFFD" in report["warnings"]
+    assert (
+        "rank 0: nccl_data.json: read 15 byte sequence(s) of event text that are not UTF-8 as the replacement "
+        "character U+FFFD" in report["warnings"]
+    )
     rows = [r for r in report["tables"]["top_kernels"] if r["name"] == "nccl\ufffd" + name[4:]]
     assert rows and sum(r["time_us"] for r in rows) == pytest.approx(sum(e["dur"] for e in hot), rel=1e-9)
     again = profan.analyze(tmp_path)  # the parse now comes from the cache, which must keep the count
@@ -217,18 +249,25 @@ def test_a_side_json_file_that_is_not_utf8_names_the_byte(tmp_path):
     raw = path.read_bytes()
     at = raw.index(b"hcom_") + 5
     path.write_bytes(raw[:at] + b"\xff" + raw[at:])
-    assert_one_line_error(run_cli("analyze", str(tmp_path), "-q"), "communication.json",
-                          f"not valid JSON (not UTF-8 text: byte 0xff at offset {at};")
+    assert_one_line_error(
+        run_cli("analyze", str(tmp_path), "-q"),
+        "communication.json",
+        f"not valid JSON (not UTF-8 text: byte 0xff at offset {at};",
+    )
 
 
 # --------------------------------------------------------------------------- 5. NaN and Infinity in the JSON files
+
 
 def _bad_numbers(path, field: str, literal: str, every: int) -> str:
     """``field`` of every ``every``-th object holding it set to the (non-JSON) literal; the new text."""
     text = path.read_text()
     hits = iter(range(10**6))
-    new = re.sub(rf'"{re.escape(field)}": [-0-9.eE+]+',
-                 lambda m: f'"{field}": {literal}' if next(hits) % every == 0 else m.group(0), text)
+    new = re.sub(
+        rf'"{re.escape(field)}": [-0-9.eE+]+',
+        lambda m: f'"{field}": {literal}' if next(hits) % every == 0 else m.group(0),
+        text,
+    )
     assert new != text
     path.write_text(new)
     return new
@@ -236,6 +275,7 @@ def _bad_numbers(path, field: str, literal: str, every: int) -> str:
 
 def _unusable_ops(doc: dict) -> int:
     """Ground truth with the stdlib (which reads the literals): op entries holding a number that is not finite."""
+
     def bad(v) -> bool:
         return isinstance(v, float) and not math.isfinite(v)
 
@@ -299,6 +339,7 @@ def test_nan_and_infinity_in_the_matrix_skip_their_links(tmp_path):
 
 # --------------------------------------------------------------------------- 6. absurd finite durations
 
+
 def test_absurd_kernel_durations_are_skipped_like_missing_ones(tmp_path):
     rank = one_rank(tmp_path)
     changed = _set_cells(rank / KD, "Duration(us)", 10, "1e300")
@@ -320,7 +361,8 @@ def test_the_duration_bound_comes_from_the_rules_file(tmp_path):
     report = profan.analyze(tmp_path, rules=[_rules(tmp_path, max_duration_us=1000)])
     assert report.source["ranks"][0]["rows_skipped"]["kernel_details"] == len(long)
     assert report.breakdown["time_us"].sum() == pytest.approx(
-        sum(fnum(r["Duration(us)"]) for r in rows.values() if fnum(r["Duration(us)"]) <= 1000), rel=1e-9)
+        sum(fnum(r["Duration(us)"]) for r in rows.values() if fnum(r["Duration(us)"]) <= 1000), rel=1e-9
+    )
     assert "kernel_details" not in profan.analyze(tmp_path).source["ranks"][0]["rows_skipped"]
 
 
@@ -344,23 +386,29 @@ def test_absurd_durations_in_trace_view_are_skipped_and_counted(tmp_path):
     rank = shutil.copytree(ALEX2, tmp_path / ALEX2.name)
     tv = rank / "ASCEND_PROFILER_OUTPUT" / "trace_view.json"
     events = json.loads(tv.read_text())
-    overlap_pid = next(e["pid"] for e in events if e.get("ph") == "M" and e.get("name") == "process_name"
-                       and e["args"]["name"] == "Overlap Analysis")
+    overlap_pid = next(
+        e["pid"]
+        for e in events
+        if e.get("ph") == "M" and e.get("name") == "process_name" and e["args"]["name"] == "Overlap Analysis"
+    )
     lane = [e for e in events if e.get("ph") == "X" and e["pid"] == overlap_pid]
     for e in lane[::3]:
         e["dur"] = 1e300
     tv.write_text(json.dumps(events))
     report = profan.analyze(tmp_path)
     assert report.source["ranks"][0]["rows_skipped"]["trace_view"] == len(lane[::3])
-    assert any(f"trace_view.json: skipped {len(lane[::3])} of" in w and "max_duration_us" in w
-               for w in report.warnings)
+    assert any(f"trace_view.json: skipped {len(lane[::3])} of" in w and "max_duration_us" in w for w in report.warnings)
     split = report.tables["trace_steps"]
-    kept = sum(e["dur"] for e in lane if e["dur"] < 1e300 and e.get("name") in
-               ("Computing", "Communication(Not Overlapped)", "Free"))
+    kept = sum(
+        e["dur"]
+        for e in lane
+        if e["dur"] < 1e300 and e.get("name") in ("Computing", "Communication(Not Overlapped)", "Free")
+    )
     assert split["step_us"].sum() == pytest.approx(kept, rel=1e-9)
 
 
 # --------------------------------------------------------------------------- 7. integers past int64, inf ids
+
 
 @pytest.mark.parametrize("column", ["Step", "Device_id"])
 @pytest.mark.parametrize("value", ["inf", "1e30"])
@@ -397,8 +445,10 @@ def test_a_profiler_step_number_past_int64_is_said(tmp_path, where):
     res = run_cli("analyze", str(tmp_path), "-f", "json", "-o", str(tmp_path / "r.json"), "-q")
     assert res.returncode in (0, 1) and "Traceback" not in res.stderr, res.stderr
     warnings = json.loads((tmp_path / "r.json").read_text())["warnings"]
-    assert any(f"{file}: ignored {n} ProfilerStep annotation(s) whose step number does not fit a 64-bit integer"
-               in w for w in warnings), warnings
+    assert any(
+        f"{file}: ignored {n} ProfilerStep annotation(s) whose step number does not fit a 64-bit integer" in w
+        for w in warnings
+    ), warnings
 
 
 @pytest.mark.parametrize("rank", [2**70, "99999999999999999999999", "1e30"])
@@ -436,8 +486,11 @@ def test_a_matrix_link_of_ranks_past_int64_is_a_counted_skip(tmp_path):
     path = rank / MATRIX
     clean = ascend_matrix.read(path)
     key = re.search(r'"([a-zA-Z]+-total@\d+)": \{"(\d+-\d+)"', path.read_text())
-    path.write_text(path.read_text().replace(f'"{key.group(1)}": {{"{key.group(2)}"',
-                                             f'"{key.group(1)}": {{"99999999999999999999-1"', 1))
+    path.write_text(
+        path.read_text().replace(
+            f'"{key.group(1)}": {{"{key.group(2)}"', f'"{key.group(1)}": {{"99999999999999999999-1"', 1
+        )
+    )
     links, skipped = ascend_matrix.read(path)
     assert links.height == clean[0].height - 1 and skipped == clean[1] + 1
     assert links["src_local"].null_count() == 0
@@ -447,15 +500,26 @@ def test_a_matrix_link_of_ranks_past_int64_is_a_counted_skip(tmp_path):
 
 # --------------------------------------------------------------------------- 8. a first line that is no header
 
+
 def test_the_missing_column_error_shows_a_cleaned_short_header(tmp_path):
     rank = one_rank(tmp_path)
-    names = ["\x1b[31mRED\x1b[0m", "\x1b]0;owned\x07Title", "Bell\x07\x00Nul", "Bidi\u202eTxet", "x" * 500,
-             *[f"col{i}" for i in range(20)]]
+    names = [
+        "\x1b[31mRED\x1b[0m",
+        "\x1b]0;owned\x07Title",
+        "Bell\x07\x00Nul",
+        "Bidi\u202eTxet",
+        "x" * 500,
+        *[f"col{i}" for i in range(20)],
+    ]
     (rank / KD).write_text(",".join(names) + "\n1,2,3\n", encoding="utf-8")
     res = run_cli("analyze", str(tmp_path), "-q")
-    assert_one_line_error(res, "kernel_details.csv", "missing column(s) Name, Start Time(us), Duration(us)",
-                          "the header has 25 name(s): '?RED?', '?Title', 'Bell??Nul', 'Bidi?Txet', "
-                          f"'{'x' * 39}…', 'col0',", "'col6' and 13 more")
+    assert_one_line_error(
+        res,
+        "kernel_details.csv",
+        "missing column(s) Name, Start Time(us), Duration(us)",
+        f"the header has 25 name(s): '?RED?', '?Title', 'Bell??Nul', 'Bidi?Txet', '{'x' * 39}…', 'col0',",
+        "'col6' and 13 more",
+    )
     line = res.stderr.strip()
     assert not re.search(r"[\x00-\x1f\x7f\u202e]", line) and "col7" not in line and len(line) < 600
 
@@ -466,6 +530,10 @@ def test_the_missing_column_error_of_a_side_csv_is_cleaned_too(tmp_path):
     path.write_text("\x1b[2J\x1b[HStep," + "y" * 300 + ",Computing\n1,2,3\n", encoding="utf-8")
     res = run_cli("analyze", str(tmp_path), "-q")
     # each escape sequence is one "?": the name shown is not "Step", which is why Step is missing
-    assert_one_line_error(res, "step_trace_time.csv", "missing column(s) Step, Communication(Not Overlapped), Free",
-                          f"the header has 3 name(s): '??Step', '{'y' * 39}…', 'Computing'")
+    assert_one_line_error(
+        res,
+        "step_trace_time.csv",
+        "missing column(s) Step, Communication(Not Overlapped), Free",
+        f"the header has 3 name(s): '??Step', '{'y' * 39}…', 'Computing'",
+    )
     assert "\x1b" not in res.stderr

@@ -12,7 +12,7 @@ import pytest
 from conftest import ASCEND, QWEN3, ROOT, raw_rows
 
 import profan
-from profan.evidence import load_json_document, read_back, resolve_pointer
+from profan.model.evidence import load_json_document, read_back, resolve_pointer
 from profan.render.evidence_rows import KEY_SEP
 from profan.render.html import ROW_BUDGET, build_html, item_caps
 
@@ -28,12 +28,12 @@ def _block(doc: str, element_id: str) -> str:
     """The markup of the evidence item / element with this id (up to the next evidence item or finding)."""
     start = doc.index(f'id="{element_id}"')
     ends = [i for i in (doc.find('<div class="evidence"', start + 1), doc.find("<details", start + 1)) if i > 0]
-    return doc[start: min(ends) if ends else len(doc)]
+    return doc[start : min(ends) if ends else len(doc)]
 
 
 def _table_rows(block: str) -> list[list[str]]:
     """Rows of the evidence table: the locator header cell, then the data cells, unescaped."""
-    body = block[block.index("<tbody>"): block.index("</tbody>")]
+    body = block[block.index("<tbody>") : block.index("</tbody>")]
     rows = []
     for tr in re.findall(r"<tr>(.*?)</tr>", body, flags=re.S):
         loc = re.findall(r'<th class="loc" scope="row">(.*?)</th>', tr, flags=re.S)
@@ -43,7 +43,7 @@ def _table_rows(block: str) -> list[list[str]]:
 
 
 def _columns(block: str) -> list[str]:
-    head = block[block.index("<thead>"): block.index("</thead>")]
+    head = block[block.index("<thead>") : block.index("</thead>")]
     return [html.unescape(x) for x in re.findall(r"<th(?:\s[^>]*)?>(.*?)</th>", head, flags=re.S)]
 
 
@@ -138,8 +138,9 @@ def test_slow_stage_named_by_a_finding_is_highlighted(qwen3_report, qwen_html):
     assert hot == {"rank 2", "rank 3"}
     assert [a["name"] for a in chart["layout"]["annotations"]] == [stage.id, stage.id]
     for rank in (2, 3):
-        assert re.search(rf'<strong>Rank {rank}</strong> is named as holding the job back by\s*<a href="#{stage.id}">',
-                         qwen_html)
+        assert re.search(
+            rf'<strong>Rank {rank}</strong> is named as holding the job back by\s*<a href="#{stage.id}">', qwen_html
+        )
 
 
 def test_summary_lists_warnings_and_what_was_read(qwen3_report, qwen_html):
@@ -178,7 +179,7 @@ def test_alexnet_level2_renders(tmp_path):
 
 def test_missing_data_is_said_not_crashed(qwen3_report, tmp_path):
     """A report rendered where the data no longer is: findings stay, evidence says it cannot be read."""
-    from profan.report import from_dict
+    from profan.model.report import from_dict
 
     d = qwen3_report.to_dict()
     d["source"] = {**d["source"], "root": str(tmp_path / "gone"), "root_abs": str(tmp_path / "gone")}
@@ -188,7 +189,7 @@ def test_missing_data_is_said_not_crashed(qwen3_report, tmp_path):
 
 def test_trace_event_evidence_shows_the_cited_events(tmp_path):
     """Kineto traces: each cited event index is shown as that event of traceEvents, flattened into columns."""
-    from profan.evidence import trace_events
+    from profan.model.evidence import trace_events
 
     data = ROOT / "fixtures" / "torch" / "dlrm_v100_8rank"
     report = profan.analyze(data)
@@ -231,8 +232,12 @@ def test_chart_bars_link_to_the_findings_citing_their_rows(qwen3_report, qwen_ht
     steps = qwen3_report.tables["steps"]
     comp = charts["rank_comparison"]["data"][0]
     for rec, cd in zip(steps.iter_rows(named=True), comp["customdata"], strict=True):
-        citing = [f.id for f in qwen3_report.findings for ev in f.evidence
-                  if ev.file == rec["file"] and rec["src_line"] in ev.lines]
+        citing = [
+            f.id
+            for f in qwen3_report.findings
+            for ev in f.evidence
+            if ev.file == rec["file"] and rec["src_line"] in ev.lines
+        ]
         assert citing and cd[-1] == citing[0]
         assert cd[0] == f"{rec['file']}:{rec['src_line']}"
     by_rank = {(f.rank, f.step): f.id for f in qwen3_report.findings if f.check == "step-breakdown"}

@@ -9,8 +9,8 @@ from datetime import datetime
 import msgspec
 import polars as pl
 
+from profan.model.report import records, records_json
 from profan.render.json_report import render_json
-from profan.report import records, records_json
 from profan.synth import generate
 
 
@@ -38,14 +38,16 @@ def test_json_report_is_to_dict_encoded_on_a_cluster(tmp_path):
 
 
 def test_records_json_matches_records_for_every_column_kind():
-    df = pl.DataFrame({
-        "f": [1.23456789, float("nan"), float("inf"), -0.5, 1764246877001930.25],
-        "lf": [[0.1234567, float("nan")], [], None, [2.0], [1e-7]],
-        "i": [1, 2, None, 4, 5],
-        "s": ['a "quoted" <b>', "é", None, "\\", "\n"],
-        "b": [True, False, None, True, False],
-        "li": [[1, 2], [], None, [3], [4]],
-    })
+    df = pl.DataFrame(
+        {
+            "f": [1.23456789, float("nan"), float("inf"), -0.5, 1764246877001930.25],
+            "lf": [[0.1234567, float("nan")], [], None, [2.0], [1e-7]],
+            "i": [1, 2, None, 4, 5],
+            "s": ['a "quoted" <b>', "é", None, "\\", "\n"],
+            "b": [True, False, None, True, False],
+            "li": [[1, 2], [], None, [3], [4]],
+        }
+    )
     got = json.loads(records_json(df))
     assert got == json.loads(msgspec.json.encode(records(df)))
     assert got[0]["f"] == 1.234568 and got[1]["f"] is None and got[2]["f"] is None

@@ -12,12 +12,12 @@ import pytest
 from conftest import ASCEND, QWEN3, fnum, raw_rows
 from polars.testing import assert_frame_equal
 
-from profan import kernel_pass
-from profan.discover import discover
-from profan.errors import ProfanInputError
-from profan.kernel_pass import KernelPass, KernelRequest, reduce_kernel_files
-from profan.rankmap import RankData, read_ranks
-from profan.rulepack import load
+from profan.model.errors import ProfanInputError
+from profan.ranks import kernel_pass
+from profan.ranks.kernel_pass import KernelPass, KernelRequest, reduce_kernel_files
+from profan.ranks.rankmap import RankData, read_ranks
+from profan.rulepack.pack import load
+from profan.sources.discover import discover
 
 OUT = "ASCEND_PROFILER_OUTPUT/kernel_details.csv"
 QWEN_FILES = [QWEN3 / f"rank_{r}_ascend_pt" / OUT for r in (0, 2)]  # the ranks with a kernel file

@@ -17,7 +17,7 @@ FILES = {
     "K4 qwen3 Device_id": f"msinsight-qwen3-4rank-2025q4/rank_0_ascend_pt/{OUT}",
     "K5 level0 8 columns": f"msinsight-alexnet-2rank-2025/level0/rank0_ascend_pt/{OUT}",
     "K7 msprof op_summary": "vllm-ascend-msprof-gmm-1op/PROF_000001_20260823165413436_00626258NIRJNPIC/"
-                            "mindstudio_profiler_output/op_summary_20260823165421.csv",
+    "mindstudio_profiler_output/op_summary_20260823165421.csv",
 }
 
 
@@ -67,9 +67,11 @@ def test_pipe_ratios_matched_by_suffix():
 def test_unprefixed_metric_columns(tmp_path):
     """K8 (chips without split Cube/Vector PMU): bare `mac_ratio`, `vec_ratio`, … columns."""
     path = tmp_path / "kernel_details.csv"
-    path.write_text("Step Id,Name,Type,Accelerator Core,Start Time(us),Duration(us),Wait Time(us),Block Dim,"
-                    "vec_ratio,mac_ratio,mte2_ratio\n"
-                    "1,MatMul1,MatMul,AI_CORE,100.5\t,40.0,0,8,0.1,0.9,0.3\n")
+    path.write_text(
+        "Step Id,Name,Type,Accelerator Core,Start Time(us),Duration(us),Wait Time(us),Block Dim,"
+        "vec_ratio,mac_ratio,mte2_ratio\n"
+        "1,MatMul1,MatMul,AI_CORE,100.5\t,40.0,0,8,0.1,0.9,0.3\n"
+    )
     kf = ascend_kernels.inspect(path)
     assert set(kf.pipe_columns) == {"vec", "mac", "mte2"}
     row = ascend_kernels.scan(kf).collect().row(0, named=True)
@@ -79,9 +81,11 @@ def test_unprefixed_metric_columns(tmp_path):
 def test_multiline_quoted_field_keeps_physical_lines(tmp_path):
     """A quoted cell with a line break shifts every later row by one physical line; locators must follow."""
     path = tmp_path / "kernel_details.csv"
-    path.write_text('Step Id,Name,Type,Accelerator Core,Start Time(us),Duration(us),Input Shapes\n'
-                    '1,A,Add,AI_VECTOR_CORE,1.0,2.0,"1,2\n3"\n'
-                    '1,B,Mul,AI_VECTOR_CORE,5.0,7.0,"4"\n')
+    path.write_text(
+        "Step Id,Name,Type,Accelerator Core,Start Time(us),Duration(us),Input Shapes\n"
+        '1,A,Add,AI_VECTOR_CORE,1.0,2.0,"1,2\n3"\n'
+        '1,B,Mul,AI_VECTOR_CORE,5.0,7.0,"4"\n'
+    )
     kf = ascend_kernels.inspect(path)
     lf = ascend_kernels.scan(kf)
     df = ascend_kernels.with_exact_lines(kf, lf, 2).collect()
@@ -96,7 +100,7 @@ def test_big_kernel_file_groups_are_cached_and_invalidated(tmp_path, monkeypatch
     import shutil
 
     import profan
-    from profan import kernel_pass
+    from profan.ranks import kernel_pass
 
     src = QWEN3 / "rank_0_ascend_pt" / "ASCEND_PROFILER_OUTPUT" / "kernel_details.csv"
     f = tmp_path / "kernel_details.csv"
@@ -122,8 +126,10 @@ def test_big_kernel_file_groups_are_cached_and_invalidated(tmp_path, monkeypatch
         fh.write(src.read_text().splitlines()[1] + "\n")
     third = doc()
     assert len(reads) == 2
-    assert sum(r["rows_read"]["kernel_details"] for r in third["source"]["ranks"]) == \
-        sum(r["rows_read"]["kernel_details"] for r in first["source"]["ranks"]) + 1
+    assert (
+        sum(r["rows_read"]["kernel_details"] for r in third["source"]["ranks"])
+        == sum(r["rows_read"]["kernel_details"] for r in first["source"]["ranks"]) + 1
+    )
 
 
 @pytest.mark.parametrize("variant", ["K4 qwen3 Device_id", "K1 gpt3 2023 (no OP State)", "K7 msprof op_summary"])
@@ -132,8 +138,8 @@ def test_streaming_reduction_of_big_files_on_real_rows(variant, monkeypatch):
     first row. On real files (forced down that path) every group's count, time, maximum and pipe sums equal the
     in-memory reduction's, the bad-row count is the same, and each cited line, read from the raw file, is the
     group's longest row or its first row."""
-    from profan import kernel_pass
-    from profan.rulepack import load
+    from profan.ranks import kernel_pass
+    from profan.rulepack.pack import load
 
     path = ASCEND / FILES[variant]
     pack = load([])
@@ -155,8 +161,7 @@ def test_streaming_reduction_of_big_files_on_real_rows(variant, monkeypatch):
     dur_col = "Duration(us)" if "Duration(us)" in header else "Task Duration(us)"
     for g in stream.iter_rows(named=True):
         # the group's rows, independently: the exact reduction's cited lines hold all of them for these files
-        members = next(e for e in both.iter_rows(named=True)
-                       if all(e[k] == g[k] for k in keys))["lines"]
+        members = next(e for e in both.iter_rows(named=True) if all(e[k] == g[k] for k in keys))["lines"]
         assert len(members) == g["count"] or g["count"] > kernel_pass.TOP_LINES
         longest, *rest = g["lines"]
         assert fnum(rows[longest][dur_col]) == pytest.approx(g["max_us"])
@@ -176,7 +181,7 @@ def test_na_start_keeps_the_row_na_duration_is_skipped_and_counted(tmp_path):
     lines = src.read_text().splitlines(keepends=True)
     cells = {n: lines[n - 1].split(",") for n in (5, 6)}
     i_start, i_dur = header.index("Start Time(us)"), header.index("Duration(us)")
-    assert '"' not in "".join(lines[4].split(",")[:i_dur + 1]) + "".join(lines[5].split(",")[:i_dur + 1])
+    assert '"' not in "".join(lines[4].split(",")[: i_dur + 1]) + "".join(lines[5].split(",")[: i_dur + 1])
     cells[5][i_start] = "N/A"
     cells[6][i_dur] = "N/A"
     lines[4], lines[5] = ",".join(cells[5]), ",".join(cells[6])
@@ -194,9 +199,9 @@ def test_streamed_ranks_without_communication_json_keep_hccl_starts(tmp_path, mo
     """A big kernel file of a cluster rank without communication.json: the streamed groups keep each group's
     first start, so the collectives take the HCCL rows (and their starts) from the groups — the same collectives
     as in memory, without a pass of their own over the file."""
-    from profan import collectives, rankmap
-    from profan.discover import discover
-    from profan.rulepack import load
+    from profan.ranks import collectives, rankmap
+    from profan.rulepack.pack import load
+    from profan.sources.discover import discover
     from profan.synth import generate
 
     generate(tmp_path / "c", ranks=2, layers=2, seed=3, trace=False)

@@ -15,10 +15,10 @@ import polars as pl
 import pytest
 
 import profan
-from profan.discover import discover
-from profan.evidence import read_back
-from profan.rankmap import read_ranks
-from profan.rulepack import load as load_pack
+from profan.model.evidence import read_back
+from profan.ranks.rankmap import read_ranks
+from profan.rulepack.pack import load as load_pack
+from profan.sources.discover import discover
 
 ROOT = Path(__file__).resolve().parent.parent
 TORCH = ROOT / "fixtures" / "torch"
@@ -71,9 +71,25 @@ def union_us(intervals: list[tuple[float, float]]) -> float:
 @pytest.mark.parametrize("name", SETS)
 def test_cli_analyses_every_set(name, tmp_path):
     env = {**os.environ, "PROFAN_CACHE_DIR": str(tmp_path / "c")}
-    res = subprocess.run([sys.executable, "-m", "profan", "analyze", str(TORCH / name), "-q", "-f", "json",
-                          "-o", str(tmp_path / "r.json")], capture_output=True, text=True, env=env, cwd=ROOT,
-                         timeout=300)
+    res = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "profan",
+            "analyze",
+            str(TORCH / name),
+            "-q",
+            "-f",
+            "json",
+            "-o",
+            str(tmp_path / "r.json"),
+        ],
+        capture_output=True,
+        text=True,
+        env=env,
+        cwd=ROOT,
+        timeout=300,
+    )
     assert res.returncode == 0, res.stderr
     doc = json.loads((tmp_path / "r.json").read_text())
     assert doc["breakdown"] and doc["findings"]
@@ -98,8 +114,11 @@ def test_dlrm_all_eight_ranks_and_their_step(reports):
 def test_dlrm_step_split_matches_interval_union_and_hta(reports):
     tab = reports["dlrm_v100_8rank"].tables["trace_steps"]
     for rank in (0, 7):
-        path = next(TORCH / "dlrm_v100_8rank" / r["path"] for r in reports["dlrm_v100_8rank"].source["ranks"]
-                    if r["rank"] == rank)
+        path = next(
+            TORCH / "dlrm_v100_8rank" / r["path"]
+            for r in reports["dlrm_v100_8rank"].source["ranks"]
+            if r["rank"] == rank
+        )
         iv = [(e["ts"], e["ts"] + e["dur"]) for _, e in device_events(path)]
         span = max(e for _, e in iv) - min(s for s, _ in iv)
         row = tab.filter((pl.col("rank") == rank) & (pl.col("scope") == "step")).row(0, named=True)
@@ -142,8 +161,7 @@ def test_qwen_idle_without_rounding_loss(reports):
     iv = [(e["ts"], e["ts"] + e["dur"]) for _, e in ev]
     span = max(e for _, e in iv) - min(s for s, _ in iv)
     idle = span - union_us(iv)
-    row = (reports["qwen1.5-0.5b_h100_1rank"].tables["trace_steps"].filter(pl.col("scope") == "trace")
-           .row(0, named=True))
+    row = reports["qwen1.5-0.5b_h100_1rank"].tables["trace_steps"].filter(pl.col("scope") == "trace").row(0, named=True)
     assert row["free_us"] == pytest.approx(idle, abs=0.01)
     assert round(idle) == 4006 and round(100 * idle / span, 1) == 8.1  # HTA's rounding reports 5,688 µs
 
@@ -166,8 +184,9 @@ def test_moe_routing_experts_attention_and_custom_allreduce(reports):
     assert any("moe::dev::routing" in n for n in names) and any("moe::dev::finalize" in n for n in names)
     ev = device_events(TORCH / "moe_b200_rank0" / "eager_trace.json.gz")
     total = sum(e["dur"] for _, e in ev)
-    comm = sum(e["dur"] for _, e in ev if "multimem_all_reduce_kernel" in e["name"]
-               or e["name"].startswith("ncclDevKernel_"))
+    comm = sum(
+        e["dur"] for _, e in ev if "multimem_all_reduce_kernel" in e["name"] or e["name"].startswith("ncclDevKernel_")
+    )
     got = dict(g.group_by("bucket").agg(pl.col("time_us").sum()).iter_rows())
     assert got["communication"] == pytest.approx(comm) and round(100 * comm / total, 1) == 18.4
     # MoE: routing + finalize + expert GEMMs (anchor 50.7 %) + the activation quantisation launched inside
@@ -187,10 +206,16 @@ def test_nccl_kernel_time_equals_json_sum_per_step(reports):
     assert bd["time_us"].sum() == pytest.approx(sum(e["dur"] for e in nccl))
     assert bd["kernels"].sum() == 21
     # per step: the kernel belongs to the step whose CPU span holds its launch (runtime event, same correlation)
-    steps = {int(e["name"].split("#")[1]): (e["ts"], e["ts"] + e["dur"]) for e in ev
-             if e.get("cat") == "user_annotation" and e["name"].startswith("ProfilerStep#")}
-    launch = {e["args"]["correlation"]: e["ts"] for e in ev if e.get("cat") == "cuda_runtime"
-              and "correlation" in e.get("args", {})}
+    steps = {
+        int(e["name"].split("#")[1]): (e["ts"], e["ts"] + e["dur"])
+        for e in ev
+        if e.get("cat") == "user_annotation" and e["name"].startswith("ProfilerStep#")
+    }
+    launch = {
+        e["args"]["correlation"]: e["ts"]
+        for e in ev
+        if e.get("cat") == "cuda_runtime" and "correlation" in e.get("args", {})
+    }
     want: dict[int | None, float] = {}
     for e in nccl:
         t = launch[e["args"]["correlation"]]
@@ -206,16 +231,16 @@ def test_cpu_only_trace_uses_main_thread_top_level_ops(tmp_path):
     """dlrm rank 0 without its GPU events: the main thread's top-level cpu_ops are the activity."""
     src = TORCH / "dlrm_v100_8rank" / "worker0_step_12.1694128201545.pt.trace.json"
     doc = dict(raw(src))  # a copy: raw() is cached
-    doc["traceEvents"] = [e for e in doc["traceEvents"]
-                          if e.get("cat") not in (*DEVICE, "cuda_runtime", "ac2g")]
+    doc["traceEvents"] = [e for e in doc["traceEvents"] if e.get("cat") not in (*DEVICE, "cuda_runtime", "ac2g")]
     out = tmp_path / "cpu" / "rank0_cpu.json"
     out.parent.mkdir()
     out.write_text(json.dumps(doc))
     rep = profan.analyze(out.parent)
     ev = doc["traceEvents"]
     step = next(e for e in ev if e.get("name") == "ProfilerStep#10")
-    ops = sorted((e for e in ev if e.get("cat") == "cpu_op" and e["tid"] == step["tid"]),
-                 key=lambda e: (e["ts"], -e["dur"]))
+    ops = sorted(
+        (e for e in ev if e.get("cat") == "cpu_op" and e["tid"] == step["tid"]), key=lambda e: (e["ts"], -e["dur"])
+    )
     top, end = [], None
     for e in ops:
         if end is None or e["ts"] >= end:
@@ -277,13 +302,23 @@ def test_evidence_command_prints_the_raw_events(tmp_path):
     out = tmp_path / "r.json"
     root = TORCH / "moe_b200_rank0"
     run = [sys.executable, "-m", "profan"]
-    assert subprocess.run([*run, "analyze", str(root), "-q", "-f", "json", "-o", str(out)], env=env, cwd=ROOT,
-                          timeout=300).returncode == 0
+    assert (
+        subprocess.run(
+            [*run, "analyze", str(root), "-q", "-f", "json", "-o", str(out)], env=env, cwd=ROOT, timeout=300
+        ).returncode
+        == 0
+    )
     doc = json.loads(out.read_text())
     events = raw(root / "eager_trace.json.gz")["traceEvents"]
     for f in doc["findings"]:
-        res = subprocess.run([*run, "evidence", str(out), f["id"], "-f", "json"], capture_output=True, text=True,
-                             env=env, cwd=ROOT, timeout=300)
+        res = subprocess.run(
+            [*run, "evidence", str(out), f["id"], "-f", "json"],
+            capture_output=True,
+            text=True,
+            env=env,
+            cwd=ROOT,
+            timeout=300,
+        )
         assert res.returncode == 0, res.stderr
         got = json.loads(res.stdout)
         for item, ev in zip(got["evidence"], f["evidence"], strict=True):

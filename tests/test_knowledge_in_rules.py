@@ -19,11 +19,11 @@ import pytest
 import tomllib
 from conftest import FIXTURES, ROOT
 
-from profan.classify import classify
-from profan.errors import ProfanInputError
-from profan.roles import BUILTIN_ONLY, Roles
-from profan.roles import defaults as default_roles
-from profan.rulepack import load
+from profan.model.errors import ProfanInputError
+from profan.rulepack.classify import classify
+from profan.rulepack.pack import load
+from profan.rulepack.roles import BUILTIN_ONLY, Roles
+from profan.rulepack.roles import defaults as default_roles
 
 RULES = ROOT / "rules"
 
@@ -43,7 +43,7 @@ def _finite(items) -> set[str] | None:
             out = {o + chr(av) for o in out}
         elif op is sre_c.SUBPATTERN or op is sre_c.BRANCH:
             alts: set[str] = set()
-            for part in ([av[-1]] if op is sre_c.SUBPATTERN else av[1]):
+            for part in [av[-1]] if op is sre_c.SUBPATTERN else av[1]:
                 x = _finite(part)
                 if x is None:
                     return None
@@ -67,8 +67,9 @@ def _spell(items, words: set[str]) -> None:
             continue
         words.update(w for w in cur if w)  # a class, wildcard or repeat ends a word
         cur = {""}
-        inner = [av[-1]] if op is sre_c.SUBPATTERN else av[1] if op is sre_c.BRANCH else \
-            [av[2]] if op in _REPEATS else []
+        inner = (
+            [av[-1]] if op is sre_c.SUBPATTERN else av[1] if op is sre_c.BRANCH else [av[2]] if op in _REPEATS else []
+        )
         for part in inner:
             _spell(part, words)
     words.update(w for w in cur if w)
@@ -162,11 +163,11 @@ def _literals(source: str):
 # A word a file may spell, and why (as small as it can be).
 ALLOWED = {
     ("profan/sources/kineto.py", "kernel"): "the `source` label of a collective event (SOURCE_KERNEL): profan's own "
-                                            "word in the collectives table, equal to the Kineto category by choice",
+    "word in the collectives table, equal to the Kineto category by choice",
     ("profan/sources/kineto.py", "cpu_op"): "the `source` label SOURCE_CPU_OP, as above",
     ("profan/render/html.py", "kernel"): "a report column's name",
     ("profan/render/html.py", "scatter"): "Plotly's chart type",
-    ("profan/collectives.py", "nccl"): "the group label of NCCL kernels whose trace names no process group",
+    ("profan/ranks/collectives.py", "nccl"): "the group label of NCCL kernels whose trace names no process group",
 }
 # profan/synth writes synthetic profiler output: it spells names as the profiler does, it decides nothing by them.
 WRITERS = ("profan/synth/",)
@@ -174,10 +175,27 @@ WRITERS = ("profan/synth/",)
 # words listed are the ones there now; a new one fails).
 PENDING = {
     "profan/sources/ascend_kernels.py": {"hcom_", "trans_"},  # Level0 op derivation from the kernel name
-    "profan/sources/ascend_matrix.py": {"send", "reduce", "broadcast", "allreduce", "allgather", "reducescatter",
-                                        "alltoall", "scatter"},  # torch_npu's op types in communication_matrix
-    "profan/sources/chrome_trace.py": {"kernel", "Kernel", "gpu_memcpy", "gpu_memset", "gpu_user_annotation",
-                                       "c10d::", "record_param_comms", "nccl:", "gloo:"},
+    "profan/sources/ascend_matrix.py": {
+        "send",
+        "reduce",
+        "broadcast",
+        "allreduce",
+        "allgather",
+        "reducescatter",
+        "alltoall",
+        "scatter",
+    },  # torch_npu's op types in communication_matrix
+    "profan/sources/chrome_trace.py": {
+        "kernel",
+        "Kernel",
+        "gpu_memcpy",
+        "gpu_memset",
+        "gpu_user_annotation",
+        "c10d::",
+        "record_param_comms",
+        "nccl:",
+        "gloo:",
+    },
     "profan/sources/trace_view.py": {"HCCL", "hccl", r"^ProfilerStep#(\d+)$", "ProfilerStep#"},  # lane names
     "profan/analyses/trace_steps.py": {"kernel", "gpu_memcpy", "gpu_memset"},
     "profan/analyses/hccl_planes.py": {"HCCL", "hccl"},
@@ -208,13 +226,28 @@ def scan(root: Path = ROOT) -> list[tuple[str, int, str, str, list[str]]]:
 def test_the_scan_sees_what_it_is_for():
     """The word extraction finds names inside regexes and alternations, and only whole words."""
     assert regex_words(r"(?i)^(hcom_|hccl|lccl|lcoc)|^kernel_aivec$") == (
-        {"hcom_", "hccl", "lccl", "lcoc", "kernel_aivec"}, True)
+        {"hcom_", "hccl", "lccl", "lcoc", "kernel_aivec"},
+        True,
+    )
     assert regex_words(r"^aten::(mm|cat)$")[0] == {"aten::mm", "aten::cat"}
     assert regex_words(r"^(hcom_[A-Za-z]+_)")[0] >= {"hcom_"}
     assert regex_words("kernel-boundness")[0] == {"kernel-boundness"}
     vocab = vocabulary()
-    for word in ("hcom_", "lccl", "AI_CPU", "HCCL_AI_CPU", "cpu_op", "gpu_memcpy", "ProfilerStep#", "c10d::",
-                 "BFloat16", "dp_cp", "aten::cat", "matmul", "DispatchFFNCombine"):
+    for word in (
+        "hcom_",
+        "lccl",
+        "AI_CPU",
+        "HCCL_AI_CPU",
+        "cpu_op",
+        "gpu_memcpy",
+        "ProfilerStep#",
+        "c10d::",
+        "BFloat16",
+        "dp_cp",
+        "aten::cat",
+        "matmul",
+        "DispatchFFNCombine",
+    ):
         assert word in vocab, word
     assert "rank" not in vocab and "float" not in vocab  # a column, a Python type
     assert {"moe", "ai_cpu", "communication"} <= bucket_names()
@@ -223,10 +256,10 @@ def test_the_scan_sees_what_it_is_for():
 def test_no_kernel_names_in_python():
     """No string in profan/ (docstrings aside) spells a kernel, op, category or dtype name of rules/: the bucket
     rules' match words and every role. The engine asks the pack (`pack.roles`) instead."""
-    hits = [h for h in scan()
-            if (h[0], h[3]) not in ALLOWED and h[3] not in PENDING.get(h[0], ())]
+    hits = [h for h in scan() if (h[0], h[3]) not in ALLOWED and h[3] not in PENDING.get(h[0], ())]
     assert not hits, "kernel-name knowledge in Python (move it to rules/roles.toml):\n" + "\n".join(
-        f"{f}:{line}: {text!r} spells {word!r} of {', '.join(src)}" for f, line, text, word, src in hits[:40])
+        f"{f}:{line}: {text!r} spells {word!r} of {', '.join(src)}" for f, line, text, word, src in hits[:40]
+    )
     for f in PENDING:
         assert (ROOT / f).exists(), f"{f} is gone: drop it from PENDING"
 
@@ -253,26 +286,32 @@ def _user_rules(tmp_path: Path, text: str) -> Path:
 
 
 def test_a_user_file_overrides_a_role(tmp_path):
-    p = _user_rules(tmp_path, '[roles.comm_cores]\nvalue = ["HCCL", "COMMUNICATION", "HCCL_AI_CPU", "MY_CORE"]\n'
-                              'why = "a newer CANN"\n[roles.dtype_bytes]\nvalue = { Float = 4, Float8_e8m0fnu = 1 }\n')
+    p = _user_rules(
+        tmp_path,
+        '[roles.comm_cores]\nvalue = ["HCCL", "COMMUNICATION", "HCCL_AI_CPU", "MY_CORE"]\n'
+        'why = "a newer CANN"\n[roles.dtype_bytes]\nvalue = { Float = 4, Float8_e8m0fnu = 1 }\n',
+    )
     r = load([p]).roles
     assert r.comm_cores[-1] == "MY_CORE" and r.dtype_bytes == {"Float": 4, "Float8_e8m0fnu": 1}
     assert r.why["comm_cores"] == "a newer CANN" and r.ai_cpu_core == "AI_CPU" and str(p) in r.source
     assert default_roles().comm_cores[-1] == "HCCL_AI_CPU"  # the built-in ones are untouched
 
 
-@pytest.mark.parametrize("text, says", [
-    ('[roles.comm_kores]\nvalue = ["HCCL"]\n', "no role 'comm_kores'"),
-    ('[roles.comm_cores]\nvalue = "HCCL"\n', "comm_cores] value must be a list of non-empty texts"),
-    ('[roles.comm_ops]\nvalue = "(unclosed"\n', "invalid regular expression"),
-    ('[roles.hccl_group_tag]\nvalue = "^hcom_"\n', "needs a group"),
-    ('[roles.dtype_bytes]\nvalue = { Float = "4" }\n', "dtype name = bytes"),
-    ('[roles.collectives]\nvalue = [{ kind = "x", match = "x", nelems = "all", bus_factor = "1" }]\n', "nelems"),
-    ('[roles.ai_cpu_core]\nvalue = "AI_CPU"\nsource = "x"\n', "no setting 'source'"),
-    ('[roles.ai_cpu_core]\nwhy = "x"\n', "must be a table with a value"),
-    ('roles = 3\n', "[roles] must be a table"),
-    *[(f'[roles.{name}]\nvalue = "x"\n', "cannot be set in a rules file") for name in sorted(BUILTIN_ONLY)],
-])
+@pytest.mark.parametrize(
+    "text, says",
+    [
+        ('[roles.comm_kores]\nvalue = ["HCCL"]\n', "no role 'comm_kores'"),
+        ('[roles.comm_cores]\nvalue = "HCCL"\n', "comm_cores] value must be a list of non-empty texts"),
+        ('[roles.comm_ops]\nvalue = "(unclosed"\n', "invalid regular expression"),
+        ('[roles.hccl_group_tag]\nvalue = "^hcom_"\n', "needs a group"),
+        ('[roles.dtype_bytes]\nvalue = { Float = "4" }\n', "dtype name = bytes"),
+        ('[roles.collectives]\nvalue = [{ kind = "x", match = "x", nelems = "all", bus_factor = "1" }]\n', "nelems"),
+        ('[roles.ai_cpu_core]\nvalue = "AI_CPU"\nsource = "x"\n', "no setting 'source'"),
+        ('[roles.ai_cpu_core]\nwhy = "x"\n', "must be a table with a value"),
+        ("roles = 3\n", "[roles] must be a table"),
+        *[(f'[roles.{name}]\nvalue = "x"\n', "cannot be set in a rules file") for name in sorted(BUILTIN_ONLY)],
+    ],
+)
 def test_a_wrong_role_is_one_line_naming_the_file(tmp_path, text, says):
     p = _user_rules(tmp_path, text)
     with pytest.raises(ProfanInputError) as e:
@@ -281,14 +320,14 @@ def test_a_wrong_role_is_one_line_naming_the_file(tmp_path, text, says):
 
 
 def test_the_roles_file_is_checked_whole(tmp_path):
-    from profan.roles import load as load_roles
+    from profan.rulepack.roles import load as load_roles
 
     text = (RULES / "roles.toml").read_text()
     p = tmp_path / "roles.toml"
     p.write_text(re.sub(r"\[roles\.ai_cpu_core\]\n(.+\n)+", "", text))
     with pytest.raises(ProfanInputError, match="lacks ai_cpu_core"):
         load_roles(p)
-    p.write_text(text + '\n[other]\nx = 1\n')
+    p.write_text(text + "\n[other]\nx = 1\n")
     with pytest.raises(ProfanInputError, match=r"only \[roles.<name>\] tables"):
         load_roles(p)
 
@@ -296,9 +335,28 @@ def test_the_roles_file_is_checked_whole(tmp_path):
 # ------------------------------------------------------------------------------------------------ dtype bytes
 
 # bytes per element of c10's ScalarType names (c10/core/ScalarType.h), and the other spellings the table keeps
-C10_BYTES = {"Byte": 1, "Char": 1, "Short": 2, "Int": 4, "Long": 8, "Half": 2, "Float": 4, "Double": 8,
-             "ComplexFloat": 8, "ComplexDouble": 16, "Bool": 1, "BFloat16": 2, "Float8_e5m2": 1, "Float8_e4m3fn": 1,
-             "UInt16": 2, "UInt32": 4, "UInt64": 8, "float": 4, "Float32": 4, "Float16": 2}
+C10_BYTES = {
+    "Byte": 1,
+    "Char": 1,
+    "Short": 2,
+    "Int": 4,
+    "Long": 8,
+    "Half": 2,
+    "Float": 4,
+    "Double": 8,
+    "ComplexFloat": 8,
+    "ComplexDouble": 16,
+    "Bool": 1,
+    "BFloat16": 2,
+    "Float8_e5m2": 1,
+    "Float8_e4m3fn": 1,
+    "UInt16": 2,
+    "UInt32": 4,
+    "UInt64": 8,
+    "float": 4,
+    "Float32": 4,
+    "Float16": 2,
+}
 
 
 def _trace_dtypes() -> set[str]:
@@ -328,8 +386,16 @@ def test_kineto_and_nccl_size_messages_with_the_same_table():
     for row in c.iter_rows(named=True):
         assert row["bytes"] == max(row["in_nelems"], row["out_nelems"]) * table[row["dtype"]]
     # a dtype only the NCCL table had (Float16, ComplexFloat) is sized by the trace reader too, the same way
-    frame = pl.DataFrame({"coll_name": ["allreduce", "broadcast"], "in_nelems": [10, 10], "out_nelems": [10, 10],
-                          "dtype": ["Float16", "ComplexFloat"], "group_size": [2, 2], "dur_us": [1.0, 1.0]})
+    frame = pl.DataFrame(
+        {
+            "coll_name": ["allreduce", "broadcast"],
+            "in_nelems": [10, 10],
+            "out_nelems": [10, 10],
+            "dtype": ["Float16", "ComplexFloat"],
+            "group_size": [2, 2],
+            "dur_us": [1.0, 1.0],
+        }
+    )
     assert nccl.nccl_bandwidth(frame)["dtype_bytes"].to_list() == [2, 8]
 
 
@@ -349,13 +415,18 @@ def test_the_communication_roles_are_the_communication_rules():
     assert r.kineto_comm_kernels == rules["GPU-COMM-001"].match["name"]
 
 
-LCCL_ROWS = pl.DataFrame({
-    "step": [1, 1, 1, 1], "loc": [2, 3, 4, 5],
-    "name": ["MatMulV3", "lcclAllReduce_1", "LcocMatmulAllReduce", "hcom_allReduce__586_0_1"],
-    "op": ["MatMulV3", "lcclAllReduce", "LcocMatmulAllReduce", "hcom_allReduce_"],
-    "type": ["MatMulV3", "lcclAllReduce", "LcocMatmulAllReduce", "hcom_allReduce_"],
-    "core": ["AI_CORE", "AI_VECTOR_CORE", "MIX_AIV", "COMMUNICATION"],
-    "start_us": [0.0, 10.0, 20.0, 30.0], "dur_us": [5.0, 5.0, 5.0, 5.0]})
+LCCL_ROWS = pl.DataFrame(
+    {
+        "step": [1, 1, 1, 1],
+        "loc": [2, 3, 4, 5],
+        "name": ["MatMulV3", "lcclAllReduce_1", "LcocMatmulAllReduce", "hcom_allReduce__586_0_1"],
+        "op": ["MatMulV3", "lcclAllReduce", "LcocMatmulAllReduce", "hcom_allReduce_"],
+        "type": ["MatMulV3", "lcclAllReduce", "LcocMatmulAllReduce", "hcom_allReduce_"],
+        "core": ["AI_CORE", "AI_VECTOR_CORE", "MIX_AIV", "COMMUNICATION"],
+        "start_us": [0.0, 10.0, 20.0, 30.0],
+        "dur_us": [5.0, 5.0, 5.0, 5.0],
+    }
+)
 
 
 def test_lccl_and_lcoc_rows_are_communication_in_the_breakdown_and_the_roles():
@@ -372,13 +443,20 @@ def test_lccl_and_lcoc_rows_are_collectives():
     import dataclasses
     import inspect
 
-    from profan import collectives
+    from profan.ranks import collectives
 
     pack, file = load(), "kernel_details.csv"
     if "ranks" in inspect.signature(collectives.ascend_collectives).parameters:  # one call for all ranks
         fields = {f.name for f in dataclasses.fields(collectives.AscendRank)}
-        given = {"comm_ops": None, "comm_file": None, "kernel_path": Path(file), "kernel_file": file,
-                 "n_records": None, "groups": None, "timed": LCCL_ROWS}
+        given = {
+            "comm_ops": None,
+            "comm_file": None,
+            "kernel_path": Path(file),
+            "kernel_file": file,
+            "n_records": None,
+            "groups": None,
+            "timed": LCCL_ROWS,
+        }
         rank = collectives.AscendRank(**{k: v for k, v in given.items() if k in fields})
         ((colls, _),) = collectives.ascend_collectives([rank], pack)
     else:
@@ -388,7 +466,7 @@ def test_lccl_and_lcoc_rows_are_collectives():
 
 
 def test_the_trace_name_rank_pattern_is_the_roles_one():
-    from profan.discover import _rank_in_name
+    from profan.sources.discover import _rank_in_name
     from profan.sources.kineto import rank_of
 
     assert _rank_in_name("trace").pattern == default_roles().rank_in_trace_name

@@ -11,8 +11,8 @@ import pytest
 from conftest import QWEN3, fnum, raw_rows
 
 import profan
-from profan import kernel_pass
-from profan.drill import select_kernel_rows
+from profan.app.drill import select_kernel_rows
+from profan.ranks import kernel_pass
 from profan.render import render
 
 STEPS = 6
@@ -51,7 +51,9 @@ def test_one_breakdown_finding_over_all_steps(six_steps):
     assert set(ev.lines) <= set(comm)
     assert f.metrics["communication_share"] == pytest.approx(
         report.breakdown.filter(pl.col("bucket") == "communication")["time_us"].sum()
-        / report.breakdown["time_us"].sum(), abs=1e-4)
+        / report.breakdown["time_us"].sum(),
+        abs=1e-4,
+    )
 
 
 def test_all_steps_table_and_markdown_for_a_long_capture(six_steps, tmp_path):
@@ -68,8 +70,9 @@ def test_all_steps_table_and_markdown_for_a_long_capture(six_steps, tmp_path):
     total = sum(fnum(r["Duration(us)"]) for r in raw.values())
     comm = {n: fnum(r["Duration(us)"]) for n, r in raw.items() if r["Accelerator Core"] == "COMMUNICATION"}
     step1 = [r for r in raw.values() if r["Step Id"] == "1"]
-    share1 = (sum(fnum(r["Duration(us)"]) for r in step1 if r["Accelerator Core"] == "COMMUNICATION")
-              / sum(fnum(r["Duration(us)"]) for r in step1))
+    share1 = sum(fnum(r["Duration(us)"]) for r in step1 if r["Accelerator Core"] == "COMMUNICATION") / sum(
+        fnum(r["Duration(us)"]) for r in step1
+    )
 
     assert "breakdown_all_steps" not in profan.analyze(root).tables  # 6 steps: listed per step by default
     rules = tmp_path / "long.toml"  # the threshold is the rule pack's, and a user file can lower it
@@ -90,13 +93,13 @@ def test_all_steps_table_and_markdown_for_a_long_capture(six_steps, tmp_path):
     assert "| 0 | 1 | communication |" not in md  # no per-step rows for this rank
 
 
-
 def test_report_does_not_depend_on_the_order_groups_are_reduced_in(six_steps, monkeypatch):
     """Steps 1–6 hold the same kernels with the same times, so ties are everywhere. polars' hash grouping hands
     the kernel groups over in an order that varies from run to run; the report must not follow it."""
     reduce_file = kernel_pass._group_rows
     docs = []
     for seed in range(4):
+
         def shuffled(*args, seed=seed, **kw):
             groups, *rest = reduce_file(*args, **kw)
             return groups.sample(fraction=1.0, shuffle=True, seed=seed), *rest

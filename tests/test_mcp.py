@@ -23,8 +23,12 @@ def call_session(steps, *roots):
     """Run `steps(client)` against a fresh `profan mcp` subprocess and return what it returns. The server reads
     only inside the repository (its working folder) unless ``roots`` name the folders it may read."""
     # the test session's environment (private cache and sealing key): the SDK passes only a few variables
-    server = StdioServerParameters(command=sys.executable, cwd=str(ROOT), env=dict(os.environ),
-                                   args=["-m", "profan", "mcp", *[a for r in roots for a in ("--root", str(r))]])
+    server = StdioServerParameters(
+        command=sys.executable,
+        cwd=str(ROOT),
+        env=dict(os.environ),
+        args=["-m", "profan", "mcp", *[a for r in roots for a in ("--root", str(r))]],
+    )
 
     async def main():
         async with Client(server) as client:
@@ -95,15 +99,20 @@ def test_errors_are_the_cli_one_liners(tmp_path):
     missing = str(tmp_path / "missing")
 
     async def steps(client):
-        return (await client.call_tool("analyze", {"path": missing}),
-                await client.call_tool("evidence", {"source": str(QWEN3), "finding_id": "F999"}),
-                await client.call_tool("rules", {"id": "NOPE-1"}),
-                await client.call_tool("rules", {"id": "device-idle"}),
-                await client.call_tool("rules", {}))
+        return (
+            await client.call_tool("analyze", {"path": missing}),
+            await client.call_tool("evidence", {"source": str(QWEN3), "finding_id": "F999"}),
+            await client.call_tool("rules", {"id": "NOPE-1"}),
+            await client.call_tool("rules", {"id": "device-idle"}),
+            await client.call_tool("rules", {}),
+        )
 
     bad_path, bad_id, bad_rule, one, listing = call_session(steps, ROOT, tmp_path)
-    for result, args in ((bad_path, ["analyze", missing]), (bad_id, ["evidence", str(QWEN3), "F999"]),
-                         (bad_rule, ["rules", "NOPE-1"])):
+    for result, args in (
+        (bad_path, ["analyze", missing]),
+        (bad_id, ["evidence", str(QWEN3), "F999"]),
+        (bad_rule, ["rules", "NOPE-1"]),
+    ):
         assert result.is_error
         assert result.structured_content is None
         cli = run_cli(*args)
@@ -126,14 +135,21 @@ def test_report_file_source_and_closed_stdin(tmp_path):
     got = call_session(steps, ROOT, tmp_path).structured_content
     cli = json.loads(run_cli("evidence", str(out), fid, "--format", "json").stdout)
     assert got == cli
-    res = subprocess.run([sys.executable, "-m", "profan", "mcp"], stdin=subprocess.DEVNULL, capture_output=True,
-                         text=True, cwd=ROOT, timeout=120)
+    res = subprocess.run(
+        [sys.executable, "-m", "profan", "mcp"],
+        stdin=subprocess.DEVNULL,
+        capture_output=True,
+        text=True,
+        cwd=ROOT,
+        timeout=120,
+    )
     assert res.returncode == 0 and res.stdout == ""
 
 
 def test_compare_then_evidence_on_both_sides():
     """compare ranks 0 and 2 of the Qwen3 job (the two ranks with kernel rows), then evidence on its first finding:
     the rows are the raw kernel_details.csv lines of both ranks."""
+
     async def steps(client):
         got = await client.call_tool("compare", {"a": str(QWEN3), "ranks": [0, 2]})
         fid = got.structured_content["findings"][0]["id"]
@@ -149,8 +165,9 @@ def test_compare_then_evidence_on_both_sides():
     assert {f["check"] for f in doc["findings"]} == {"compare-regression"}
     items = ev.structured_content["evidence"]
     files = {i["file"] for i in items}
-    assert any(f.startswith("rank_0_ascend_pt/") for f in files) and any(f.startswith("rank_2_ascend_pt/")
-                                                                          for f in files)
+    assert any(f.startswith("rank_0_ascend_pt/") for f in files) and any(
+        f.startswith("rank_2_ascend_pt/") for f in files
+    )
     for item in items:
         if "lines" not in item:
             continue
@@ -164,7 +181,7 @@ def test_reports_are_reused_and_bounded(tmp_path):
     """evidence answers from the report analyse produced (same object, same ids); old reports are dropped."""
     from conftest import ASCEND
 
-    from profan.mcp_server import Reports
+    from profan.app.mcp_server import Reports
 
     reports = Reports()
     reports.KEEP = 2
@@ -192,12 +209,14 @@ def test_the_server_reads_only_inside_its_roots(tmp_path):
     rules.write_text("")
 
     async def steps(client):
-        return [await client.call_tool("analyze", {"path": "/"}),
-                await client.call_tool("analyze", {"path": "/etc"}),
-                await client.call_tool("analyze", {"path": str(QWEN3), "rules": [str(rules)]}),
-                await client.call_tool("evidence", {"source": str(QWEN3), "finding_id": "F1", "root": "/"}),
-                await client.call_tool("evidence", {"source": str(QWEN3), "finding_id": "F1", "limit": 0}),
-                await client.call_tool("analyze", {"path": str(data)})]
+        return [
+            await client.call_tool("analyze", {"path": "/"}),
+            await client.call_tool("analyze", {"path": "/etc"}),
+            await client.call_tool("analyze", {"path": str(QWEN3), "rules": [str(rules)]}),
+            await client.call_tool("evidence", {"source": str(QWEN3), "finding_id": "F1", "root": "/"}),
+            await client.call_tool("evidence", {"source": str(QWEN3), "finding_id": "F1", "limit": 0}),
+            await client.call_tool("analyze", {"path": str(data)}),
+        ]
 
     results = call_session(steps, ROOT, data)
     for res in results[:5]:

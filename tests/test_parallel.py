@@ -10,10 +10,10 @@ import pytest
 from conftest import FIXTURES
 
 import profan
-from profan.discover import discover
-from profan.errors import ProfanError, ProfanInputError
-from profan.rankmap import load_ranks, resolve_jobs
-from profan.rulepack import load
+from profan.model.errors import ProfanError, ProfanInputError
+from profan.ranks.rankmap import load_ranks, resolve_jobs
+from profan.rulepack.pack import load
+from profan.sources.discover import discover
 from profan.synth import generate
 
 
@@ -27,8 +27,9 @@ def _canon(f) -> dict:
 
 
 def test_process_pool_matches_sequential(tmp_path):
-    generate(tmp_path / "c", ranks=8, layers=2, steps=1, seed=9, straggler_rank=6, straggler_extra_us=3000.0,
-             trace=False)
+    generate(
+        tmp_path / "c", ranks=8, layers=2, steps=1, seed=9, straggler_rank=6, straggler_extra_us=3000.0, trace=False
+    )
     seq = profan.analyze(tmp_path / "c", jobs=1)
     par = profan.analyze(tmp_path / "c", jobs=2)
     # rows of equal duration may be listed in another order (polars' group order depends on its thread count),
@@ -53,7 +54,7 @@ def test_worker_results_come_back_through_a_file_or_else_the_pipe(tmp_path, monk
     import tempfile
     from contextlib import nullcontext
 
-    from profan import parallel
+    from profan.ranks import executor as parallel
 
     generate(tmp_path / "c", ranks=8, layers=1, steps=1, seed=3, trace=False)
     temp = tmp_path / "tmp"
@@ -113,8 +114,8 @@ def test_dead_worker_is_one_profan_error(tmp_path):
 
 
 def test_jobs_resolution(monkeypatch, tmp_path):
-    from profan import rankmap
-    from profan.rankmap import AUTO_MIN_BYTES, GZ_FACTOR, work_bytes
+    from profan.ranks import rankmap
+    from profan.ranks.rankmap import AUTO_MIN_BYTES, GZ_FACTOR, work_bytes
 
     monkeypatch.delenv("PROFAN_JOBS", raising=False)
     monkeypatch.setattr(rankmap, "_cores", lambda: 2)
@@ -141,6 +142,7 @@ def test_real_cluster_report_is_identical_sequential_and_parallel():
     """On real traces the whole report — every cited row, every example name, every table — is the same whether
     ranks are read in this process or in workers: ties in time are broken by name or row, never by the order
     a hash grouping happened to produce."""
+
     def doc(jobs: int) -> dict:
         d = profan.analyze(FIXTURES / "torch" / "dlrm_v100_8rank", jobs=jobs).to_dict()
         d["meta"].pop("timings_s")
@@ -192,7 +194,8 @@ def test_every_process_gets_a_share_of_the_ranks(n, jobs, monkeypatch):
     are shared out so that every process gets some."""
     from types import SimpleNamespace
 
-    from profan import parallel, rankmap
+    from profan.ranks import executor as parallel
+    from profan.ranks import rankmap
 
     sources = [SimpleNamespace(rank=i, files={}) for i in range(n)]
     seen = []
@@ -211,7 +214,7 @@ def test_every_process_gets_a_share_of_the_ranks(n, jobs, monkeypatch):
 
 def test_a_process_pool_yields_every_batch_once_in_order():
     """The workers take batches from the front and this process from the back; the results come in order."""
-    from profan import parallel
+    from profan.ranks import executor as parallel
 
     batches = [[0] * i for i in range(40)]
     assert list(parallel.ProcessPool(3).map(len, batches)) == list(range(40))

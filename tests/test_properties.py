@@ -21,25 +21,60 @@ from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
 
 import profan
-from profan.evidence import Evidence, inside_root, make_pointer, read_lines, resolve_pointer
+from profan.model.evidence import Evidence, inside_root, make_pointer, read_lines, resolve_pointer
 
-SETTINGS = settings(max_examples=100, deadline=None, database=None,  # no example database in the work tree
-                    suppress_health_check=[HealthCheck.too_slow])
+SETTINGS = settings(
+    max_examples=100,
+    deadline=None,
+    database=None,  # no example database in the work tree
+    suppress_health_check=[HealthCheck.too_slow],
+)
 
 # ------------------------------------------------------------------------------------------ (a) durations
 
 _HEADER, _ROW = (QWEN_R0 / KD).read_text(encoding="utf-8").splitlines(keepends=True)[:2]
 
-SPECIAL = ["nan", "NaN", "inf", "-inf", "Infinity", "-0", "0", "1e309", "1e300", "-1e-300", " 12.5\t", "", "N/A",
-           "NA", "null", "None", "-5", "+5", ".5", "5.", "1E3", "0001.5", "1_0", "0x10", "86400000000",
-           "86400000000.5", "86400000001", "1e-320", "\t7", "abc", "12,5", '"8"']
+SPECIAL = [
+    "nan",
+    "NaN",
+    "inf",
+    "-inf",
+    "Infinity",
+    "-0",
+    "0",
+    "1e309",
+    "1e300",
+    "-1e-300",
+    " 12.5\t",
+    "",
+    "N/A",
+    "NA",
+    "null",
+    "None",
+    "-5",
+    "+5",
+    ".5",
+    "5.",
+    "1E3",
+    "0001.5",
+    "1_0",
+    "0x10",
+    "86400000000",
+    "86400000000.5",
+    "86400000001",
+    "1e-320",
+    "\t7",
+    "abc",
+    "12,5",
+    '"8"',
+]
 # a CSV cell without line breaks or NUL (those are the hostile corpus's business: the reader may refuse the file)
 _TEXT = st.text(st.characters(blacklist_categories=("Cs",), blacklist_characters="\r\n\x00"), max_size=10)
 CELLS = st.one_of(
     st.sampled_from(SPECIAL),
     st.floats(allow_nan=True, allow_infinity=True).map(repr),
     st.floats(min_value=0, max_value=1e7, allow_nan=False).map(lambda v: f"{v:.3f}"),
-    st.integers(min_value=-10**25, max_value=10**25).map(str),
+    st.integers(min_value=-(10**25), max_value=10**25).map(str),
     _TEXT,
 )
 
@@ -103,6 +138,7 @@ def test_pointer_round_trip(tokens):
 def test_pointer_round_trip_through_lists(path):
     """Integer tokens index arrays: build the document the path walks, then resolve its pointer (non-empty keys:
     the empty key is `test_pointer_round_trip`'s)."""
+
     def build(rest):
         if not rest:
             return "LEAF"
@@ -112,6 +148,7 @@ def test_pointer_round_trip_through_lists(path):
         node = {"other": 1}
         node[head] = build(tail)
         return node
+
     assert resolve_pointer(build(path), make_pointer(*path)) == "LEAF"
 
 
@@ -131,8 +168,11 @@ def test_read_lines_returns_exactly_the_requested_physical_lines(lines, last_unt
         raw = raw[: -len(lines[-1][1])]
     expected_lines = _reference_lines(raw)
     n = len(expected_lines)
-    wanted = (data.draw(st.sets(st.integers(min_value=1, max_value=n + 3), max_size=8), label="wanted")
-              if data is not None else {1})
+    wanted = (
+        data.draw(st.sets(st.integers(min_value=1, max_value=n + 3), max_size=8), label="wanted")
+        if data is not None
+        else {1}
+    )
     with tempfile.TemporaryDirectory() as d:
         path = Path(d) / "f.csv"
         path.write_bytes(raw)
@@ -157,10 +197,15 @@ def _reference_lines(raw: bytes) -> list[str]:
     return out
 
 
-JSONABLE = st.recursive(st.none() | st.booleans() | st.integers(-10**6, 10**6) | st.text(max_size=5)
-                        | st.floats(allow_nan=False, allow_infinity=False),
-                        lambda inner: st.lists(inner, max_size=3) | st.dictionaries(st.text(max_size=4), inner,
-                                                                                       max_size=3), max_leaves=6)
+JSONABLE = st.recursive(
+    st.none()
+    | st.booleans()
+    | st.integers(-(10**6), 10**6)
+    | st.text(max_size=5)
+    | st.floats(allow_nan=False, allow_infinity=False),
+    lambda inner: st.lists(inner, max_size=3) | st.dictionaries(st.text(max_size=4), inner, max_size=3),
+    max_leaves=6,
+)
 
 
 @st.composite
@@ -169,12 +214,17 @@ def evidences(draw):
     if kind == "pointers":
         locs = tuple(draw(st.lists(TOKENS.map(lambda t: make_pointer(t)), min_size=1, max_size=5)))
     else:
-        locs = tuple(draw(st.lists(st.integers(min_value=1 if kind == "lines" else 0, max_value=10**9),
-                                   min_size=1, max_size=5)))
-    return Evidence(file=draw(st.text(min_size=1, max_size=20)), row_count=len(locs) + draw(st.integers(0, 10**6)),
-                    select=draw(st.dictionaries(st.text(max_size=5), JSONABLE, max_size=4)), **{kind: locs},
-                    note=draw(st.text(max_size=10)),
-                    values=draw(st.dictionaries(st.text(max_size=5), JSONABLE, max_size=3)))
+        locs = tuple(
+            draw(st.lists(st.integers(min_value=1 if kind == "lines" else 0, max_value=10**9), min_size=1, max_size=5))
+        )
+    return Evidence(
+        file=draw(st.text(min_size=1, max_size=20)),
+        row_count=len(locs) + draw(st.integers(0, 10**6)),
+        select=draw(st.dictionaries(st.text(max_size=5), JSONABLE, max_size=4)),
+        **{kind: locs},
+        note=draw(st.text(max_size=10)),
+        values=draw(st.dictionaries(st.text(max_size=5), JSONABLE, max_size=3)),
+    )
 
 
 @SETTINGS

@@ -8,8 +8,7 @@ import polars as pl
 import pytest
 from conftest import QWEN3, fnum, raw_rows, run_cli
 
-STEP_COLS = {"computing_us": "Computing", "comm_not_overlapped_us": "Communication(Not Overlapped)",
-             "free_us": "Free"}
+STEP_COLS = {"computing_us": "Computing", "comm_not_overlapped_us": "Communication(Not Overlapped)", "free_us": "Free"}
 
 
 def kernel_file(rank: int):
@@ -29,7 +28,7 @@ def test_all_four_ranks_discovered_and_missing_files_warned(qwen3_report):
 def test_step_split_equals_step_trace_time(qwen3_report, rank):
     path = QWEN3 / f"rank_{rank}_ascend_pt" / "ASCEND_PROFILER_OUTPUT" / "step_trace_time.csv"
     _, rows = raw_rows(path)
-    (line, raw), = rows.items()
+    ((line, raw),) = rows.items()
     got = qwen3_report.tables["steps"].filter(pl.col("rank") == rank).row(0, named=True)
     assert got["step"] == int(raw["Step"]) == 13
     assert got["src_line"] == line == 2
@@ -161,10 +160,14 @@ def test_stage_imbalance_names_the_extra_kernels(qwen3_report):
     ev = next(e for e in f.evidence if e.select.get("input_shapes") == head.strip('"'))
     assert set(ev.lines) == set(lm) and ev.file.startswith("rank_2_ascend_pt/")
     # bucket deltas are rank 2 minus rank 0 over the same step, from the raw rows
-    mm = {k: sum(fnum(r["Duration(us)"]) for r in rows.values() if r["Type"].startswith("MatMul"))
-          for k, rows in (("r2", r2), ("r0", r0))}
-    swiglu = {k: sum(fnum(r["Duration(us)"]) for r in rows.values() if r["Type"].startswith("SwiGlu"))
-              for k, rows in (("r2", r2), ("r0", r0))}
+    mm = {
+        k: sum(fnum(r["Duration(us)"]) for r in rows.values() if r["Type"].startswith("MatMul"))
+        for k, rows in (("r2", r2), ("r0", r0))
+    }
+    swiglu = {
+        k: sum(fnum(r["Duration(us)"]) for r in rows.values() if r["Type"].startswith("SwiGlu"))
+        for k, rows in (("r2", r2), ("r0", r0))
+    }
     ffn_delta = (mm["r2"] + swiglu["r2"]) - (mm["r0"] + swiglu["r0"])
     assert f.metrics["bucket_delta_us"]["ffn"] == pytest.approx(ffn_delta, rel=1e-9)
     assert f.metrics["compared_ranks"] == [2, 0]

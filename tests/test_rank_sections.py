@@ -10,9 +10,9 @@ from polars.testing import assert_frame_equal
 
 from profan.analyses.breakdown import sort_breakdown
 from profan.analyses.rank_section import rank_sections
-from profan.discover import discover
-from profan.rankmap import load_ranks
-from profan.rulepack import load
+from profan.ranks.rankmap import load_ranks
+from profan.rulepack.pack import load
+from profan.sources.discover import discover
 
 ALEXNET2 = ASCEND / "msinsight-alexnet-2rank-2025" / "level2"
 DLRM = FIXTURES / "torch" / "dlrm_v100_8rank"
@@ -42,8 +42,9 @@ def test_all_ranks_at_once_equal_each_rank_alone(path):
         # floats to the last few ulps: a share's denominator sums the same values, in another order
         assert_frame_equal(tables[name], stacked, rel_tol=1e-12, abs_tol=1e-9)
     for check in findings:
-        assert [f.to_dict() for f in findings[check]] == [f.to_dict() for a in alone
-                                                          for f in _by_check(a.findings).get(check, [])], check
+        assert [f.to_dict() for f in findings[check]] == [
+            f.to_dict() for a in alone for f in _by_check(a.findings).get(check, [])
+        ], check
     # not vacuous: every capture yields per-rank breakdowns and findings for more than one rank
     assert tables["breakdown"]["rank"].n_unique() >= 2
     assert len({f.rank for f in findings["step-breakdown"]}) >= 2
@@ -63,8 +64,11 @@ def test_all_ranks_at_once_on_real_values():
     tables = rank_sections(ranks, pack).tables
     r1 = next(r for r in ranks if r.rank == 1)
     _, rows = raw_rows(root / r1.files["kernel_details"])
-    hccl = {line: row for line, row in rows.items() if row.get("Accelerator Core") == "HCCL"
-            or row["Name"].startswith("hcom_")}
+    hccl = {
+        line: row
+        for line, row in rows.items()
+        if row.get("Accelerator Core") == "HCCL" or row["Name"].startswith("hcom_")
+    }
     assert hccl
     bd = tables["breakdown"].filter((pl.col("rank") == 1) & (pl.col("bucket") == "communication"))
     assert bd["time_us"].sum() == pytest.approx(sum(fnum(r["Duration(us)"]) for r in hccl.values()), abs=1e-6)

@@ -13,8 +13,10 @@ def test_real_files_agree(qwen3_report):
     tab = qwen3_report.tables["op_statistic_check"]
     assert tab["match"].all()
     assert sorted(set(tab["rank"])) == [0, 2]
-    assert any("agrees with rank_0_ascend_pt/ASCEND_PROFILER_OUTPUT/op_statistic.csv on all 35 op types" in n
-               for n in qwen3_report.notes)
+    assert any(
+        "agrees with rank_0_ascend_pt/ASCEND_PROFILER_OUTPUT/op_statistic.csv on all 35 op types" in n
+        for n in qwen3_report.notes
+    )
 
 
 def test_trimmed_kernel_rows_are_flagged(tmp_path):

@@ -71,12 +71,18 @@ def workdir(tmp_path_factory):
     """A working directory with what the commands refer to: report.json of the Qwen3 sample, a rules file and a
     hardware file, and an empty skills directory."""
     wd = tmp_path_factory.mktemp("skill")
-    res = subprocess.run([sys.executable, "-m", "profan", "analyze", str(QWEN3), "-f", "json", "-o",
-                          str(wd / "report.json"), "-q"], capture_output=True, text=True, timeout=300)
+    res = subprocess.run(
+        [sys.executable, "-m", "profan", "analyze", str(QWEN3), "-f", "json", "-o", str(wd / "report.json"), "-q"],
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
     assert res.returncode == 0, res.stderr
-    (wd / "my_rules.toml").write_text('[pack]\napplies_to = "ascend"\n\n[[rule]]\nid = "MY-ATTN-001"\n'
-                                      'name = "my-fused-attention"\nbucket = "attention"\n'
-                                      'match = { name = "MyFusedAttn" }\nwhy = "Our kernel."\n')
+    (wd / "my_rules.toml").write_text(
+        '[pack]\napplies_to = "ascend"\n\n[[rule]]\nid = "MY-ATTN-001"\n'
+        'name = "my-fused-attention"\nbucket = "attention"\n'
+        'match = { name = "MyFusedAttn" }\nwhy = "Our kernel."\n'
+    )
     (wd / "hw.toml").write_text('[assume]\ndevice = "ascend_910b"\n')
     (wd / "skills").mkdir()
     return wd
@@ -84,11 +90,21 @@ def workdir(tmp_path_factory):
 
 def concrete(cmd: str, wd) -> list[str]:
     """Replace the placeholders of a documented command with real paths and ids."""
-    subst = {"DIR": str(QWEN3), "report.json": str(wd / "report.json"), "CHECK_OR_RULE_ID": "device-idle",
-             "CHECK": "exposed-communication", "RULE_ID": "ASC-ATTN-001", "ID": "ASC-FFN-001",
-             "my_rules.toml": str(wd / "my_rules.toml"), "hw.toml": str(wd / "hw.toml"),
-             "report.html": str(wd / "report.html"), "compare.json": str(wd / "compare.json"), "A,B": "0,2",
-             "RUN_A": str(QWEN3 / "rank_0_ascend_pt"), "RUN_B": str(QWEN3 / "rank_2_ascend_pt")}
+    subst = {
+        "DIR": str(QWEN3),
+        "report.json": str(wd / "report.json"),
+        "CHECK_OR_RULE_ID": "device-idle",
+        "CHECK": "exposed-communication",
+        "RULE_ID": "ASC-ATTN-001",
+        "ID": "ASC-FFN-001",
+        "my_rules.toml": str(wd / "my_rules.toml"),
+        "hw.toml": str(wd / "hw.toml"),
+        "report.html": str(wd / "report.html"),
+        "compare.json": str(wd / "compare.json"),
+        "A,B": "0,2",
+        "RUN_A": str(QWEN3 / "rank_0_ascend_pt"),
+        "RUN_B": str(QWEN3 / "rank_2_ascend_pt"),
+    }
     args = shlex.split(cmd)[1:]
     if args[:2] == ["skill", "install"]:
         return [*args[:2], str(wd / "skills"), *args[3:]]
@@ -125,14 +141,35 @@ def test_every_mentioned_command_runs(workdir):
 
 
 def run(args: list[str], cwd) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-m", "profan", *args], capture_output=True, text=True,
-                          stdin=subprocess.DEVNULL, cwd=cwd, timeout=300)
+    return subprocess.run(
+        [sys.executable, "-m", "profan", *args],
+        capture_output=True,
+        text=True,
+        stdin=subprocess.DEVNULL,
+        cwd=cwd,
+        timeout=300,
+    )
 
 
 def test_wheel_ships_skill_and_schemas(tmp_path):
     """A built wheel (what `pip install .` installs) carries SKILL.md, its references and the JSON Schemas."""
-    res = subprocess.run([sys.executable, "-m", "pip", "wheel", "--no-deps", "--no-build-isolation", "-q",
-                          "-w", str(tmp_path), str(ROOT)], capture_output=True, text=True, timeout=300)
+    res = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "pip",
+            "wheel",
+            "--no-deps",
+            "--no-build-isolation",
+            "-q",
+            "-w",
+            str(tmp_path),
+            str(ROOT),
+        ],
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
     assert res.returncode == 0, res.stderr
     (wheel,) = tmp_path.glob("profan-*.whl")
     names = set(zipfile.ZipFile(wheel).namelist())

@@ -24,8 +24,13 @@ def test_layout_and_header_match_the_real_format(cluster):
     assert len(dirs) == 8 and all(d.endswith("_ascend_pt") for d in dirs)
     d0 = root / truth["rank_dirs"]["0"]
     out = d0 / "ASCEND_PROFILER_OUTPUT"
-    for f in ("kernel_details.csv", "step_trace_time.csv", "communication.json", "communication_matrix.json",
-              "trace_view.json"):
+    for f in (
+        "kernel_details.csv",
+        "step_trace_time.csv",
+        "communication.json",
+        "communication_matrix.json",
+        "trace_view.json",
+    ):
         assert (out / f).is_file(), f
     assert (d0 / "profiler_info_0.json").is_file() and (d0 / "profiler_metadata.json").is_file()
     real = (QWEN3 / "rank_0_ascend_pt/ASCEND_PROFILER_OUTPUT/kernel_details.csv").open("rb").readline()

@@ -11,14 +11,18 @@ import polars as pl
 import pytest
 
 import profan
-from profan.evidence import read_back
+from profan.model.evidence import read_back
 from profan.sources import trace_view
 
 ROOT = Path(__file__).resolve().parent.parent
 ALEXNET = ROOT / "fixtures" / "ascend" / "msinsight-alexnet-2rank-2025"
 CASES = [(level, rank) for level in ("level1", "level2") for rank in (0, 1)]
-LANES = {"computing_us": "Computing", "comm_not_overlapped_us": "Communication(Not Overlapped)",
-         "free_us": "Free", "communication_us": "Communication"}
+LANES = {
+    "computing_us": "Computing",
+    "comm_not_overlapped_us": "Communication(Not Overlapped)",
+    "free_us": "Free",
+    "communication_us": "Communication",
+}
 
 
 @pytest.fixture(scope="module", autouse=True)
@@ -34,8 +38,10 @@ def out_dir(level: str, rank: int) -> Path:
 
 def step_trace_rows(path: Path) -> dict[int, dict[str, float]]:
     with open(path, encoding="utf-8-sig", newline="") as fh:
-        return {int(r["Step"]): {k: float(v.strip()) for k, v in r.items() if k != "Step" and v.strip()}
-                for r in csv.DictReader(fh)}
+        return {
+            int(r["Step"]): {k: float(v.strip()) for k, v in r.items() if k != "Step" and v.strip()}
+            for r in csv.DictReader(fh)
+        }
 
 
 @pytest.mark.parametrize(("level", "rank"), CASES)
@@ -54,10 +60,16 @@ def test_lanes_are_found_by_thread_name_not_tid(tmp_path):
     """Renumber the Overlap Analysis tids (the 2026 msprof order): the split must not change."""
     src = out_dir("level2", 0) / "trace_view.json"
     events = json.loads(src.read_text(encoding="utf-8"))
-    pid = next(e["pid"] for e in events if e.get("ph") == "M" and e["name"] == "process_name"
-               and e["args"]["name"] == "Overlap Analysis")
-    names = {e["tid"]: e["args"]["name"] for e in events if e.get("ph") == "M" and e["name"] == "thread_name"
-             and e["pid"] == pid}
+    pid = next(
+        e["pid"]
+        for e in events
+        if e.get("ph") == "M" and e["name"] == "process_name" and e["args"]["name"] == "Overlap Analysis"
+    )
+    names = {
+        e["tid"]: e["args"]["name"]
+        for e in events
+        if e.get("ph") == "M" and e["name"] == "thread_name" and e["pid"] == pid
+    }
     order = ["Communication", "Communication(Not Overlapped)", "Computing", "Free"]
     remap = {tid: order.index(name) for tid, name in names.items()}
     for e in events:
@@ -86,8 +98,9 @@ def test_hccl_group_ops_and_plane_links(source, tmp_path):
     path = out_dir("level2", 0) / "trace_view.json" if source == "level2" else _synth_trace(tmp_path)
     events = json.loads(path.read_text(encoding="utf-8"))
     procs = {e["pid"]: e["args"]["name"] for e in events if e.get("ph") == "M" and e["name"] == "process_name"}
-    threads = {(e["pid"], e["tid"]): e["args"]["name"] for e in events
-               if e.get("ph") == "M" and e["name"] == "thread_name"}
+    threads = {
+        (e["pid"], e["tid"]): e["args"]["name"] for e in events if e.get("ph") == "M" and e["name"] == "thread_name"
+    }
     hccl = [(i, e) for i, e in enumerate(events) if e.get("ph") == "X" and procs.get(e["pid"]) == "HCCL"]
     ops = [i for i, e in hccl if threads[(e["pid"], e["tid"])].startswith("Group ")]
     tasks = [e for _, e in hccl if threads[(e["pid"], e["tid"])].startswith("Plane ")]
@@ -103,9 +116,13 @@ def test_hccl_group_ops_and_plane_links(source, tmp_path):
         assert g["time_us"].sum() == pytest.approx(sum(e["dur"] for e in want))
     # the cited tasks of each link: its longest, longest first, ties by the earlier event
     for row in links.iter_rows(named=True):
-        mine = [i for i in task_idx if threads[(events[i]["pid"], events[i]["tid"])] == row["plane"]
-                and events[i]["args"].get("transport type") == row["transport_type"]
-                and events[i]["args"]["link type"] == row["link_type"]]
+        mine = [
+            i
+            for i in task_idx
+            if threads[(events[i]["pid"], events[i]["tid"])] == row["plane"]
+            and events[i]["args"].get("transport type") == row["transport_type"]
+            and events[i]["args"]["link type"] == row["link_type"]
+        ]
         assert mine and row["top_events"] == sorted(mine, key=lambda i: (-float(events[i]["dur"]), i))[:5]
 
 

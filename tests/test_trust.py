@@ -107,8 +107,7 @@ def test_a_symlink_out_of_the_data_is_neither_analysed_nor_printed(tmp_path):
     # a report that cites the linked file anyway (crafted, in the data folder): refused, the secret not shown
     out = data / "r.json"
     doc = _report(data, out)
-    doc["findings"][0]["evidence"] = [{"file": f"rank_0_ascend_pt/{KD}", "lines": [2], "row_count": 1,
-                                       "select": {}}]
+    doc["findings"][0]["evidence"] = [{"file": f"rank_0_ascend_pt/{KD}", "lines": [2], "row_count": 1, "select": {}}]
     doc["source"]["file_bytes"][f"rank_0_ascend_pt/{KD}"] = secret.stat().st_size
     out.write_text(json.dumps(doc))
     res = run_cli("evidence", str(out), doc["findings"][0]["id"])
@@ -128,8 +127,11 @@ def test_a_linked_rank_folder_outside_is_said(tmp_path):
 
 
 def _digest(folder: Path) -> dict[str, str]:
-    return {p.relative_to(folder).as_posix(): hashlib.sha256(p.read_bytes()).hexdigest()
-            for p in sorted(folder.rglob("*")) if p.is_file()}
+    return {
+        p.relative_to(folder).as_posix(): hashlib.sha256(p.read_bytes()).hexdigest()
+        for p in sorted(folder.rglob("*"))
+        if p.is_file()
+    }
 
 
 @pytest.mark.parametrize("fmt", ["md", "json", "html", "xlsx"])
@@ -171,12 +173,15 @@ def test_compare_output_never_overwrites_an_input(tmp_path):
     assert _digest(data) == before
 
 
-@pytest.mark.parametrize(("target", "said"), [
-    ("missing/r.md", "cannot write: the folder"),
-    ("afile.txt/r.md", "is not a folder"),
-    (".", "is a folder; name the report file"),
-    ("x" * 300 + ".md", "File name too long"),
-])
+@pytest.mark.parametrize(
+    ("target", "said"),
+    [
+        ("missing/r.md", "cannot write: the folder"),
+        ("afile.txt/r.md", "is not a folder"),
+        (".", "is a folder; name the report file"),
+        ("x" * 300 + ".md", "File name too long"),
+    ],
+)
 def test_output_that_cannot_be_written_is_one_line_before_any_work(tmp_path, target, said):
     (tmp_path / "afile.txt").write_text("")
     res = run_cli("analyze", str(QWEN3), "-o", str(tmp_path / target), "-q")
@@ -204,18 +209,23 @@ def test_empty_rank_folders_are_counted_not_ranks(tmp_path):
         (tmp_path / f"rank_{i}" / "ASCEND_PROFILER_OUTPUT").mkdir(parents=True)
     report = profan.analyze(tmp_path)
     assert [r["rank"] for r in report.source["ranks"]] == [0]
-    assert any(w.startswith("skipped 300 folder(s) that look like rank folders but hold no profiler file")
-               for w in report.warnings)
+    assert any(
+        w.startswith("skipped 300 folder(s) that look like rank folders but hold no profiler file")
+        for w in report.warnings
+    )
     empty = tmp_path / "empty"
     for i in range(3):
         (empty / f"rank_{i}" / "ASCEND_PROFILER_OUTPUT").mkdir(parents=True)
     assert_one_line_error(run_cli("analyze", str(empty)), "3 folder(s) look like rank folders but hold no")
 
 
-@pytest.mark.parametrize(("limit", "value", "said"), [
-    ("max_ranks", 3, "holds more than 3 ranks"),
-    ("max_entries", 10, "holds more than 10 files and folders"),
-])
+@pytest.mark.parametrize(
+    ("limit", "value", "said"),
+    [
+        ("max_ranks", 3, "holds more than 3 ranks"),
+        ("max_entries", 10, "holds more than 10 files and folders"),
+    ],
+)
 def test_walk_bounds_are_one_line(tmp_path, limit, value, said):
     rules = tmp_path / "limits.toml"
     rules.write_text(f"[limits]\n{limit} = {value}\n")
@@ -231,13 +241,19 @@ def test_folders_deeper_than_the_walk_goes_are_said(tmp_path):
     rules.write_text("[limits]\nmax_depth = 2\n")
     report = profan.analyze(tmp_path, rules=[rules])
     assert [r["path"] for r in report.source["ranks"]] == ["x/rank_0_ascend_pt"]
-    assert any(w.startswith("did not walk 1 folder(s) more than 2 levels down") and "a/b/c" in w
-               for w in report.warnings)
+    assert any(
+        w.startswith("did not walk 1 folder(s) more than 2 levels down") and "a/b/c" in w for w in report.warnings
+    )
 
 
-@pytest.mark.parametrize(("text", "said"), [("[limits]\nmax_rank = 3\n", "[limits] has no setting 'max_rank'"),
-                                            ("[limits]\nmax_ranks = -1\n", "max_ranks must be a whole number"),
-                                            ("limits = 3\n", "[limits] must be a table")])
+@pytest.mark.parametrize(
+    ("text", "said"),
+    [
+        ("[limits]\nmax_rank = 3\n", "[limits] has no setting 'max_rank'"),
+        ("[limits]\nmax_ranks = -1\n", "max_ranks must be a whole number"),
+        ("limits = 3\n", "[limits] must be a table"),
+    ],
+)
 def test_a_misspelled_or_bad_limit_is_refused(tmp_path, text, said):
     rules = tmp_path / "limits.toml"
     rules.write_text(text)
@@ -284,6 +300,5 @@ def test_a_crafted_report_of_the_wrong_types_is_one_line(tmp_path):
 def test_nothing_is_written_unasked(tmp_path, fmt):
     """A file format without -o is refused, not written to ./report.html behind the user's back."""
     assert_one_line_error(run_cli("analyze", str(QWEN3), "-f", fmt, cwd=tmp_path), "name it with -o")
-    assert_one_line_error(run_cli("compare", str(QWEN3), "--ranks", "0,2", "-f", fmt, cwd=tmp_path),
-                          "name it with -o")
+    assert_one_line_error(run_cli("compare", str(QWEN3), "--ranks", "0,2", "-f", fmt, cwd=tmp_path), "name it with -o")
     assert list(tmp_path.iterdir()) == []

@@ -66,8 +66,11 @@ def test_every_finding_links_to_its_first_evidence_row(qwen3_report, qwen_book):
         target = int(ref[1:])
         row = ev_rows[target - 1]
         first = f.evidence[0]
-        assert (row[col["Finding"]], row[col["File"]], row[col["Locator"]]) == \
-               (f.id, first.file, locator_label(first.kind, first.locators[0]))
+        assert (row[col["Finding"]], row[col["File"]], row[col["Locator"]]) == (
+            f.id,
+            first.file,
+            locator_label(first.kind, first.locators[0]),
+        )
         assert ev_rows[target - 2][col["Finding"]] != f.id  # it is the first row of this finding
 
 
@@ -99,8 +102,11 @@ def test_untrusted_kernel_names_stay_text(qwen3_report, tmp_path):
     """Copy the real job, name one kernel '=cmd…' and another '<script>…', and render both reports."""
     data = tmp_path / "job"
     shutil.copytree(QWEN3, data)
-    finding = next(f for f in qwen3_report.findings
-                   if f.check == "kernel-boundness" and f.evidence[0].file.endswith("kernel_details.csv"))
+    finding = next(
+        f
+        for f in qwen3_report.findings
+        if f.check == "kernel-boundness" and f.evidence[0].file.endswith("kernel_details.csv")
+    )
     ev = finding.evidence[0]
     first, second = ev.lines[0], ev.lines[1]
     _edit_name(data / ev.file, first, FORMULA)

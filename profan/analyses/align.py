@@ -12,16 +12,34 @@ from __future__ import annotations
 
 import polars as pl
 
-from profan.rankmap import RankData
+from profan.ranks.rankmap import RankData
 from profan.sources.ascend_meta import double_hash
 from profan.sources.rowframe import stack
 
-ALIGNED_SCHEMA = {"step": pl.Int64, "group": pl.Utf8, "group_name": pl.Utf8, "seq": pl.Int64, "rank": pl.Int64,
-                  "name": pl.Utf8, "start_us": pl.Float64, "dur_us": pl.Float64, "end_us": pl.Float64,
-                  "wait_us": pl.Float64,  # the source's own wait figure (communication.json), when it has one
-                  "lateness_us": pl.Float64, "members": pl.Int64, "present": pl.Int64, "start_spread_us": pl.Float64,
-                  "end_spread_us": pl.Float64, "cid": pl.Int64, "file": pl.Utf8, "loc_kind": pl.Utf8,
-                  "loc": pl.Int64, "pointer": pl.Utf8, "kfile": pl.Utf8, "kline": pl.Int64}
+ALIGNED_SCHEMA = {
+    "step": pl.Int64,
+    "group": pl.Utf8,
+    "group_name": pl.Utf8,
+    "seq": pl.Int64,
+    "rank": pl.Int64,
+    "name": pl.Utf8,
+    "start_us": pl.Float64,
+    "dur_us": pl.Float64,
+    "end_us": pl.Float64,
+    "wait_us": pl.Float64,  # the source's own wait figure (communication.json), when it has one
+    "lateness_us": pl.Float64,
+    "members": pl.Int64,
+    "present": pl.Int64,
+    "start_spread_us": pl.Float64,
+    "end_spread_us": pl.Float64,
+    "cid": pl.Int64,
+    "file": pl.Utf8,
+    "loc_kind": pl.Utf8,
+    "loc": pl.Int64,
+    "pointer": pl.Utf8,
+    "kfile": pl.Utf8,
+    "kline": pl.Int64,
+}
 
 
 def group_members(ranks: list[RankData]) -> dict[str, tuple[str, list[int]]]:
@@ -54,9 +72,14 @@ def align(ranks: list[RankData], *, kinds: tuple[str, ...] = ("collective",)) ->
         return pl.DataFrame(schema=ALIGNED_SCHEMA)
     table = table.filter(pl.col("kind").is_in(list(kinds)))
     members = group_members(ranks)
-    meta = pl.DataFrame({"group": list(members), "group_name": [v[0] for v in members.values()],
-                         "members": [len(v[1]) for v in members.values()]},
-                        schema={"group": pl.Utf8, "group_name": pl.Utf8, "members": pl.Int64})
+    meta = pl.DataFrame(
+        {
+            "group": list(members),
+            "group_name": [v[0] for v in members.values()],
+            "members": [len(v[1]) for v in members.values()],
+        },
+        schema={"group": pl.Utf8, "group_name": pl.Utf8, "members": pl.Int64},
+    )
     key = ["step", "group", "seq"]
     t = table.join(meta, on="group", how="left")
     t = t.with_columns(
@@ -78,16 +101,21 @@ def consistency_notes(ranks: list[RankData], aligned: pl.DataFrame) -> list[str]
     table = collective_table(ranks)
     if table.is_empty() or aligned.is_empty():
         return notes
-    counts = (table.filter(pl.col("kind") == "collective").group_by("step", "group", "rank")
-              .agg(pl.len().alias("n")).group_by("step", "group")
-              .agg(pl.col("n").n_unique().alias("variants"), pl.col("n").min().alias("lo"),
-                   pl.col("n").max().alias("hi")))
+    counts = (
+        table.filter(pl.col("kind") == "collective")
+        .group_by("step", "group", "rank")
+        .agg(pl.len().alias("n"))
+        .group_by("step", "group")
+        .agg(pl.col("n").n_unique().alias("variants"), pl.col("n").min().alias("lo"), pl.col("n").max().alias("hi"))
+    )
     bad = counts.filter(pl.col("variants") > 1)
     if bad.height:
         ex = bad.row(0, named=True)
-        notes.append(f"alignment: {bad.height} (step, group) pair(s) have a different op count on different ranks "
-                     f"(e.g. step {ex['step']}, group {ex['group']}: {ex['lo']}–{ex['hi']} ops); their k-th ops are "
-                     "matched by order, which may pair different collectives")
+        notes.append(
+            f"alignment: {bad.height} (step, group) pair(s) have a different op count on different ranks "
+            f"(e.g. step {ex['step']}, group {ex['group']}: {ex['lo']}–{ex['hi']} ops); their k-th ops are "
+            "matched by order, which may pair different collectives"
+        )
     names = aligned.group_by("step", "group", "seq").agg(pl.col("name").n_unique().alias("k"))
     mixed = names.filter(pl.col("k") > 1).height
     if mixed:

@@ -9,10 +9,10 @@ from __future__ import annotations
 import polars as pl
 
 from profan.analyses.common import cite_kernels, first_by_time, kernel_table, ms, pct, top_lines_frame
-from profan.evidence import MAX_CITED
-from profan.findings import Finding, Severity
-from profan.rankmap import RankData
-from profan.rulepack import Check, RulePack
+from profan.model.evidence import MAX_CITED
+from profan.model.findings import Finding, Severity
+from profan.ranks.rankmap import RankData
+from profan.rulepack.pack import Check, RulePack
 from profan.sources.ascend_kernels import PIPES
 
 # the verdict on a kernel bound by each pipe; its severity is the check's (pipe_severity, else severity)
@@ -20,8 +20,10 @@ VERDICTS = {
     "mac": ("cube-bound", "the Cube unit is the busiest pipe — the kernel is doing matrix work"),
     "vec": ("vector-bound", "the Vector unit is the busiest pipe"),
     "mte1": ("memory-bound (mte1: L1→L0)", "on-chip L1→L0 moves dominate"),
-    "mte2": ("memory-bound (mte2: HBM→on-chip)",
-             "loads from global memory dominate; check layout (ND vs NZ), shapes and tiling"),
+    "mte2": (
+        "memory-bound (mte2: HBM→on-chip)",
+        "loads from global memory dominate; check layout (ND vs NZ), shapes and tiling",
+    ),
     "mte3": ("memory-bound (mte3: on-chip→HBM)", "write-back to global memory dominates"),
     "scalar": ("scalar-bound", "scalar (control/address) work dominates — often small or non-aligned shapes"),
     "fixpipe": ("fixpipe-bound", "the Cube output path (fixpipe) dominates"),
@@ -51,28 +53,53 @@ def _hottest(ranks: list[RankData], pipes: list[str], chk) -> pl.DataFrame:
     k = kernel_table(ranks, ["op", "input_shapes", "name", "core", "bucket", "time_us", "count", *wcols])
     if k is None:
         return pl.DataFrame()
-    k = k.with_columns(pl.col("time_us").sum().over("rank").alias("_total")).filter(
-        pl.col("bucket") != "communication")
-    agg = (k.group_by("rank", "op", "input_shapes")
-           .agg(pl.col("time_us").sum(), pl.col("count").sum(), pl.col("_total").first(),
-                *first_by_time(("core", "bucket", "name")),
-                *[pl.col(c).sum() for c in wcols]))
+    k = k.with_columns(pl.col("time_us").sum().over("rank").alias("_total")).filter(pl.col("bucket") != "communication")
+    agg = k.group_by("rank", "op", "input_shapes").agg(
+        pl.col("time_us").sum(),
+        pl.col("count").sum(),
+        pl.col("_total").first(),
+        *first_by_time(("core", "bucket", "name")),
+        *[pl.col(c).sum() for c in wcols],
+    )
     agg = agg.with_columns(
         *[(pl.col(f"{p}_wsum") / pl.col(f"{p}_wden")).alias(p) for p in pipes],
         (pl.col("time_us") / pl.col("_total")).alias("share"),
-        (pl.col("time_us") / pl.col("count")).alias("avg_us"))
-    agg = (agg.filter((pl.col("share") >= chk["min_share"]) & (pl.col("avg_us") >= chk["min_duration_us"]))
-           .sort(["rank", "time_us", "op", "input_shapes"], descending=[False, True, False, False], nulls_last=True)
-           .group_by("rank", maintain_order=True).head(chk["top_n"]))
+        (pl.col("time_us") / pl.col("count")).alias("avg_us"),
+    )
+    agg = (
+        agg.filter((pl.col("share") >= chk["min_share"]) & (pl.col("avg_us") >= chk["min_duration_us"]))
+        .sort(["rank", "time_us", "op", "input_shapes"], descending=[False, True, False, False], nulls_last=True)
+        .group_by("rank", maintain_order=True)
+        .head(chk["top_n"])
+    )
     if agg.is_empty():
         return agg
     dom = pl.concat_list([pl.struct(pipe=pl.lit(p), ratio=pl.col(p)) for p in pipes]).list.eval(
-        pl.element().sort_by(pl.element().struct.field("ratio"), descending=True, nulls_last=True).first())
-    agg = agg.with_columns(dom.list.first().alias("_dom")).with_columns(
-        pl.col("_dom").struct.field("pipe").alias("dominant_pipe"),
-        pl.col("_dom").struct.field("ratio").alias("dominant_ratio")).drop("_dom")
-    return agg.select("rank", "op", "input_shapes", "name", "core", "bucket", "count", "time_us", "share",
-                      "avg_us", *pipes, "dominant_pipe", "dominant_ratio")
+        pl.element().sort_by(pl.element().struct.field("ratio"), descending=True, nulls_last=True).first()
+    )
+    agg = (
+        agg.with_columns(dom.list.first().alias("_dom"))
+        .with_columns(
+            pl.col("_dom").struct.field("pipe").alias("dominant_pipe"),
+            pl.col("_dom").struct.field("ratio").alias("dominant_ratio"),
+        )
+        .drop("_dom")
+    )
+    return agg.select(
+        "rank",
+        "op",
+        "input_shapes",
+        "name",
+        "core",
+        "bucket",
+        "count",
+        "time_us",
+        "share",
+        "avg_us",
+        *pipes,
+        "dominant_pipe",
+        "dominant_ratio",
+    )
 
 
 def verdict(dominant_pipe: str | None, ratio: float | None, chk: Check) -> tuple[str, Severity, str] | None:
@@ -84,9 +111,12 @@ def verdict(dominant_pipe: str | None, ratio: float | None, chk: Check) -> tuple
         label, why = VERDICTS[dominant_pipe]
         return label, chk["pipe_severity"].get(dominant_pipe, chk.severity), why
     if ratio < chk["idle_ratio"]:
-        return ("under-utilised", chk.severity,
-                f"no pipe is busy more than {pct(chk['idle_ratio'])} of the time — latency, synchronisation "
-                "or too few blocks")
+        return (
+            "under-utilised",
+            chk.severity,
+            f"no pipe is busy more than {pct(chk['idle_ratio'])} of the time — latency, synchronisation "
+            "or too few blocks",
+        )
     return None
 
 
@@ -96,31 +126,57 @@ def boundness_findings(ranks: list[RankData], table: pl.DataFrame, pack: RulePac
     if table.is_empty():
         return out
     by_rank = {r.rank: r for r in ranks}
-    judged = [(row, v) for row in table.iter_rows(named=True)
-              if (v := verdict(row["dominant_pipe"], row["dominant_ratio"], chk)) is not None]
+    judged = [
+        (row, v)
+        for row in table.iter_rows(named=True)
+        if (v := verdict(row["dominant_pipe"], row["dominant_ratio"], chk)) is not None
+    ]
     if not judged:
         return out
-    keys = pl.DataFrame([{k: row[k] for k in ("rank", "op", "input_shapes")} for row, _ in judged],
-                        schema={k: table.schema[k] for k in ("rank", "op", "input_shapes")})
+    keys = pl.DataFrame(
+        [{k: row[k] for k in ("rank", "op", "input_shapes")} for row, _ in judged],
+        schema={k: table.schema[k] for k in ("rank", "op", "input_shapes")},
+    )
     tops = _cited_rows(ranks, keys)
     for row, (label, sev, why) in judged:
         r = by_rank[row["rank"]]
         shapes = f" ({row['input_shapes']})" if row["input_shapes"] else ""
         ratios = ", ".join(f"{p} {row[p]:.2f}" for p in PIPES if p in row and row[p] is not None)
-        out.append(Finding(
-            check=chk.id, severity=sev, rank=row["rank"],
-            title=f"Rank {row['rank']}: {row['op']}{shapes} is {label}",
-            message=(f"Rank {row['rank']}: {row['op']}{shapes} — {row['count']} calls, {ms(row['time_us'])} "
-                     f"({pct(row['share'])} of kernel time) — is {label}: {why}. Duration-weighted pipe ratios: "
-                     f"{ratios}."),
-            metrics={"dominant_pipe": row["dominant_pipe"], "dominant_ratio": round(row["dominant_ratio"], 4),
-                     "time_us": round(row["time_us"], 3), "calls": row["count"],
-                     **{p: round(row[p], 4) for p in PIPES if p in row and row[p] is not None}},
-            evidence=(cite_kernels(r, None, int(row["count"]),
-                                   {"source": "kernel_details", "op": row["op"],
-                                    "input_shapes": row["input_shapes"], "bucket_not": "communication"},
-                                   locs=tops.get((row["rank"], row["op"], row["input_shapes"]), []),
-                                   values={"time_us": round(row["time_us"], 3)}),)))
+        out.append(
+            Finding(
+                check=chk.id,
+                severity=sev,
+                rank=row["rank"],
+                title=f"Rank {row['rank']}: {row['op']}{shapes} is {label}",
+                message=(
+                    f"Rank {row['rank']}: {row['op']}{shapes} — {row['count']} calls, {ms(row['time_us'])} "
+                    f"({pct(row['share'])} of kernel time) — is {label}: {why}. Duration-weighted pipe ratios: "
+                    f"{ratios}."
+                ),
+                metrics={
+                    "dominant_pipe": row["dominant_pipe"],
+                    "dominant_ratio": round(row["dominant_ratio"], 4),
+                    "time_us": round(row["time_us"], 3),
+                    "calls": row["count"],
+                    **{p: round(row[p], 4) for p in PIPES if p in row and row[p] is not None},
+                },
+                evidence=(
+                    cite_kernels(
+                        r,
+                        None,
+                        int(row["count"]),
+                        {
+                            "source": "kernel_details",
+                            "op": row["op"],
+                            "input_shapes": row["input_shapes"],
+                            "bucket_not": "communication",
+                        },
+                        locs=tops.get((row["rank"], row["op"], row["input_shapes"]), []),
+                        values={"time_us": round(row["time_us"], 3)},
+                    ),
+                ),
+            )
+        )
     return out
 
 

@@ -14,14 +14,20 @@ from profan.analyses.common import (
     top_lines_by,
     top_lines_frame,
 )
-from profan.classify import UNCLASSIFIED
-from profan.evidence import MAX_CITED
-from profan.findings import Finding
-from profan.rankmap import RankData
-from profan.rulepack import RulePack
+from profan.model.evidence import MAX_CITED
+from profan.model.findings import Finding
+from profan.ranks.rankmap import RankData
+from profan.rulepack.classify import UNCLASSIFIED
+from profan.rulepack.pack import RulePack
 
-BREAKDOWN_SCHEMA = {"rank": pl.Int64, "step": pl.Int64, "bucket": pl.Utf8, "time_us": pl.Float64,
-                    "share": pl.Float64, "kernels": pl.Int64}
+BREAKDOWN_SCHEMA = {
+    "rank": pl.Int64,
+    "step": pl.Int64,
+    "bucket": pl.Utf8,
+    "time_us": pl.Float64,
+    "share": pl.Float64,
+    "kernels": pl.Int64,
+}
 
 
 def breakdown(ranks: list[RankData]) -> pl.DataFrame:
@@ -52,24 +58,35 @@ def breakdown_over_steps(table: pl.DataFrame, table_steps_max: int) -> pl.DataFr
     long = table.join(counts.filter(pl.col("steps") > table_steps_max), on="rank", how="semi")
     if long.is_empty():
         return pl.DataFrame()
-    out = (long.group_by("rank", "bucket").agg(pl.col("time_us").sum(), pl.col("kernels").sum())
-           .with_columns((pl.col("time_us") / pl.col("time_us").sum().over("rank")).alias("share"))
-           .join(counts, on="rank").join(step_share_ranges(long, ["rank"]), on=["rank", "bucket"], nulls_equal=True))
-    return (out.select("rank", "steps", "bucket", "time_us", "share", "step_share_min", "step_share_max", "kernels")
-            .sort(["rank", "time_us", "bucket"], descending=[False, True, False]))
+    out = (
+        long.group_by("rank", "bucket")
+        .agg(pl.col("time_us").sum(), pl.col("kernels").sum())
+        .with_columns((pl.col("time_us") / pl.col("time_us").sum().over("rank")).alias("share"))
+        .join(counts, on="rank")
+        .join(step_share_ranges(long, ["rank"]), on=["rank", "bucket"], nulls_equal=True)
+    )
+    return out.select(
+        "rank", "steps", "bucket", "time_us", "share", "step_share_min", "step_share_max", "kernels"
+    ).sort(["rank", "time_us", "bucket"], descending=[False, True, False])
 
 
 def step_share_ranges(per_step: pl.DataFrame, by: list[str]) -> pl.DataFrame:
     """Per ``by`` and bucket, the lowest and highest share (``share``: of its step) the bucket takes of one
     step; a step where the bucket is absent counts as 0."""
     n_steps = per_step.group_by(by).agg(pl.col("step").n_unique().alias("_n"))
-    return (per_step.group_by(*by, "bucket").agg(pl.col("share").min().alias("step_share_min"),
-                                                 pl.col("share").max().alias("step_share_max"),
-                                                 pl.col("step").n_unique().alias("_k"))
-            .join(n_steps, on=by)
-            .with_columns(pl.when(pl.col("_k") < pl.col("_n")).then(0.0).otherwise(pl.col("step_share_min"))
-                          .alias("step_share_min"))
-            .drop("_k", "_n"))
+    return (
+        per_step.group_by(*by, "bucket")
+        .agg(
+            pl.col("share").min().alias("step_share_min"),
+            pl.col("share").max().alias("step_share_max"),
+            pl.col("step").n_unique().alias("_k"),
+        )
+        .join(n_steps, on=by)
+        .with_columns(
+            pl.when(pl.col("_k") < pl.col("_n")).then(0.0).otherwise(pl.col("step_share_min")).alias("step_share_min")
+        )
+        .drop("_k", "_n")
+    )
 
 
 def top_kernels(ranks: list[RankData], steps_max: int | None = None, per_bucket: int = 5) -> pl.DataFrame:
@@ -78,33 +95,74 @@ def top_kernels(ranks: list[RankData], steps_max: int | None = None, per_bucket:
     A rank with more than ``steps_max`` steps gets one list per bucket over all its steps (``step`` null,
     ``steps`` = how many): per-step lists of a long capture repeat the same kernels thousands of times, and the
     per-step time stays in the ``breakdown`` table."""
-    k = kernel_table(ranks, ["step", "bucket", "op", "input_shapes", "name", "core", "rule_id", "time_us", "count",
-                             "max_us", "lines", "line_durs"])
+    k = kernel_table(
+        ranks,
+        [
+            "step",
+            "bucket",
+            "op",
+            "input_shapes",
+            "name",
+            "core",
+            "rule_id",
+            "time_us",
+            "count",
+            "max_us",
+            "lines",
+            "line_durs",
+        ],
+    )
     if k is None:
         return pl.DataFrame()
     n_steps = pl.col("step").n_unique().over("rank")
     per_step = pl.lit(True) if steps_max is None else n_steps <= steps_max
-    k = k.with_columns(pl.when(per_step).then(1).otherwise(n_steps).cast(pl.Int64).alias("steps"),
-                       pl.when(per_step).then(pl.col("step")).alias("step"))
+    k = k.with_columns(
+        pl.when(per_step).then(1).otherwise(n_steps).cast(pl.Int64).alias("steps"),
+        pl.when(per_step).then(pl.col("step")).alias("step"),
+    )
     keys = ["rank", "step", "bucket", "op", "input_shapes"]
-    g = (k.group_by(keys)
-         .agg(pl.col("time_us").sum(), pl.col("count").sum(), pl.col("max_us").max(),
-              *first_by_time(("name", "core", "rule_id")), pl.col("steps").first()))
-    g = g.with_columns((pl.col("time_us") / pl.col("time_us").sum().over("rank", "step", "bucket"))
-                       .alias("share_of_bucket"))
+    g = k.group_by(keys).agg(
+        pl.col("time_us").sum(),
+        pl.col("count").sum(),
+        pl.col("max_us").max(),
+        *first_by_time(("name", "core", "rule_id")),
+        pl.col("steps").first(),
+    )
+    g = g.with_columns(
+        (pl.col("time_us") / pl.col("time_us").sum().over("rank", "step", "bucket")).alias("share_of_bucket")
+    )
     # ties: by op, shapes, then step and bucket — equal kernels in two steps must not swap the steps' order
-    g = (g.sort(["rank", "time_us", "op", "input_shapes", "step", "bucket"],
-                descending=[False, True, False, False, False, False], nulls_last=True)
-         .group_by("rank", "step", "bucket", maintain_order=True).head(per_bucket))
+    g = (
+        g.sort(
+            ["rank", "time_us", "op", "input_shapes", "step", "bucket"],
+            descending=[False, True, False, False, False, False],
+            nulls_last=True,
+        )
+        .group_by("rank", "step", "bucket", maintain_order=True)
+        .head(per_bucket)
+    )
     # sample lines only for the kept kernels: exploding every group's lines costs more than the ranking
     lines = top_lines_frame(k.join(g.select(keys), on=keys, how="semi", nulls_equal=True), keys, 5)
     g = g.join(lines, on=keys, how="left", nulls_equal=True, maintain_order="left")
-    return g.select("rank", "step", "steps", "bucket", "op", "name", "input_shapes", "core",
-                    "count", "time_us", "max_us", "share_of_bucket", "rule_id", "lines")
+    return g.select(
+        "rank",
+        "step",
+        "steps",
+        "bucket",
+        "op",
+        "name",
+        "input_shapes",
+        "core",
+        "count",
+        "time_us",
+        "max_us",
+        "share_of_bucket",
+        "rule_id",
+        "lines",
+    )
 
 
-def step_breakdown_findings(ranks: list[RankData], pack: RulePack, table: pl.DataFrame | None = None
-                            ) -> list[Finding]:
+def step_breakdown_findings(ranks: list[RankData], pack: RulePack, table: pl.DataFrame | None = None) -> list[Finding]:
     """Where each rank's kernel time went: one finding per step for a few steps, else one over all steps.
 
     A long capture (hundreds of steps) would otherwise bury the report in near-identical per-step findings; the
@@ -124,28 +182,41 @@ def step_breakdown_findings(ranks: list[RankData], pack: RulePack, table: pl.Dat
     short = table.filter(~is_long).select("rank", "step", "bucket", "time_us", "kernels")
     for rank, step, b, t, n in short.iter_rows():
         per_step.setdefault(rank, {}).setdefault(step, []).append((b, t, n))
-    step_tops = {(r, s, b): lines for r, s, b, lines
-                 in top_lines_frame(k.filter(~is_long), ["rank", "step", "bucket"], MAX_CITED).iter_rows()}
+    step_tops = {
+        (r, s, b): lines
+        for r, s, b, lines in top_lines_frame(k.filter(~is_long), ["rank", "step", "bucket"], MAX_CITED).iter_rows()
+    }
     over_steps: dict[int, list] = {}
     ranges: dict[int, dict[str, tuple[float, float]]] = {}
     all_tops: dict[tuple, list[int]] = {}
     if long_ranks:
         long = table.filter(is_long)
-        buckets = (long.group_by("rank", "bucket").agg(pl.col("time_us").sum(), pl.col("kernels").sum())
-                   .sort(["rank", "time_us", "bucket"], descending=[False, True, False]))
+        buckets = (
+            long.group_by("rank", "bucket")
+            .agg(pl.col("time_us").sum(), pl.col("kernels").sum())
+            .sort(["rank", "time_us", "bucket"], descending=[False, True, False])
+        )
         for rank, b, t, n in buckets.iter_rows():
             over_steps.setdefault(rank, []).append((b, t, n))
-        for rank, b, lo, hi in step_share_ranges(long, ["rank"]).select(
-                "rank", "bucket", "step_share_min", "step_share_max").iter_rows():
+        for rank, b, lo, hi in (
+            step_share_ranges(long, ["rank"]).select("rank", "bucket", "step_share_min", "step_share_max").iter_rows()
+        ):
             ranges.setdefault(rank, {})[b] = (lo, hi)
-        all_tops = {(r, b): lines for r, b, lines
-                    in top_lines_frame(k.filter(is_long), ["rank", "bucket"], MAX_CITED).iter_rows()}
+        all_tops = {
+            (r, b): lines
+            for r, b, lines in top_lines_frame(k.filter(is_long), ["rank", "bucket"], MAX_CITED).iter_rows()
+        }
     out: list[Finding] = []
     for r in ranks:
         if r.rank in per_step:
             for step, buckets_ in per_step[r.rank].items():
-                step_txt = (f"step {step}" if step is not None else "outside any ProfilerStep"
-                            if r.info.get("steps") else "the profile (no steps)")
+                step_txt = (
+                    f"step {step}"
+                    if step is not None
+                    else "outside any ProfilerStep"
+                    if r.info.get("steps")
+                    else "the profile (no steps)"
+                )
                 tops = {b: step_tops.get((r.rank, step, b), []) for b, _, _ in buckets_}
                 out.append(_breakdown_finding(r, buckets_, tops, chk, step, step_txt, {"step": step}))
         elif r.rank in over_steps:
@@ -156,9 +227,16 @@ def step_breakdown_findings(ranks: list[RankData], pack: RulePack, table: pl.Dat
     return [f for f in out if f is not None]
 
 
-def _breakdown_finding(r: RankData, per_bucket: list[tuple[str, float, int]], tops: dict[str, list[int]], chk,
-                       step: int | None, scope: str, select: dict,
-                       ranges: dict[str, tuple[float, float]] | None = None) -> Finding | None:
+def _breakdown_finding(
+    r: RankData,
+    per_bucket: list[tuple[str, float, int]],
+    tops: dict[str, list[int]],
+    chk,
+    step: int | None,
+    scope: str,
+    select: dict,
+    ranges: dict[str, tuple[float, float]] | None = None,
+) -> Finding | None:
     """One rank's (step's) breakdown finding from its (bucket, time, rows), largest first, with each bucket's
     cited rows."""
     total = sum(t for _, t, _ in per_bucket)
@@ -176,13 +254,21 @@ def _breakdown_finding(r: RankData, per_bucket: list[tuple[str, float, int]], to
             lo, hi = ranges[b]
             rng = f" (per step {pct(lo)}–{pct(hi)})"
         parts.append(f"{b} {pct(share)}{rng}")
-        evidence.append(cite_kernels(r, None, int(n), {**select, "bucket": b}, locs=tops.get(b, []),
-                                     values={"time_us": round(t, 3)}))
+        evidence.append(
+            cite_kernels(
+                r, None, int(n), {**select, "bucket": b}, locs=tops.get(b, []), values={"time_us": round(t, 3)}
+            )
+        )
     return Finding(
-        check=chk.id, severity=chk.severity, rank=r.rank, step=step,
+        check=chk.id,
+        severity=chk.severity,
+        rank=r.rank,
+        step=step,
         title=f"Rank {r.rank}, {scope}: {parts[0].split(' (')[0] if parts else ''} of summed kernel time",
         message=f"Rank {r.rank}, {scope}: {ms(total)} of summed kernel time — " + ", ".join(parts) + ".",
-        metrics=metrics, evidence=tuple(evidence))
+        metrics=metrics,
+        evidence=tuple(evidence),
+    )
 
 
 def coverage_findings(ranks: list[RankData], pack: RulePack) -> list[Finding]:
@@ -196,10 +282,16 @@ def coverage_findings(ranks: list[RankData], pack: RulePack) -> list[Finding]:
     ai_cpu = pack.roles.ai_cpu_core
     u, a = k.filter(pl.col("bucket") == UNCLASSIFIED), k.filter(pl.col("core") == ai_cpu)
     u_sum, a_sum = _per_rank_sums(u), _per_rank_sums(a)
-    u_ops = {rank: ops for rank, ops in (
-        u.group_by("rank", "op").agg(pl.col("time_us").sum())
-        .sort(["rank", "time_us", "op"], descending=[False, True, False])
-        .group_by("rank", maintain_order=True).agg(pl.col("op").head(5))).iter_rows()}
+    u_ops = {
+        rank: ops
+        for rank, ops in (
+            u.group_by("rank", "op")
+            .agg(pl.col("time_us").sum())
+            .sort(["rank", "time_us", "op"], descending=[False, True, False])
+            .group_by("rank", maintain_order=True)
+            .agg(pl.col("op").head(5))
+        ).iter_rows()
+    }
     a_ops = {rank: sorted(set(ops)) for rank, ops in a.group_by("rank").agg(pl.col("op")).iter_rows()}
     u_tops, a_tops = top_lines_by(u, "rank", MAX_CITED), top_lines_by(a, "rank", MAX_CITED)
     for r in ranks:
@@ -210,27 +302,57 @@ def coverage_findings(ranks: list[RankData], pack: RulePack) -> list[Finding]:
         sev = graded(ut / total, unc) if un and total > 0 else None  # rows to cite, whatever the threshold
         if sev is not None:
             ops = u_ops[r.rank]
-            out.append(Finding(
-                check=unc.id, severity=sev, rank=r.rank,
-                title=f"Rank {r.rank}: {pct(ut / total)} of kernel time matches no bucket rule",
-                message=(f"Rank {r.rank}: {ms(ut)} ({pct(ut / total)}) of summed kernel time in "
-                         f"{un} rows matches no bucket rule (largest: {', '.join(ops)}). "
-                         "Add rules with --rules to classify it."),
-                metrics={"unclassified_us": round(ut, 3), "share": round(ut / total, 4)},
-                evidence=(cite_kernels(r, None, un, {"source": "kernel_details", "bucket": UNCLASSIFIED},
-                                       locs=u_tops.get(r.rank, []), values={"time_us": round(ut, 3)}),)))
+            out.append(
+                Finding(
+                    check=unc.id,
+                    severity=sev,
+                    rank=r.rank,
+                    title=f"Rank {r.rank}: {pct(ut / total)} of kernel time matches no bucket rule",
+                    message=(
+                        f"Rank {r.rank}: {ms(ut)} ({pct(ut / total)}) of summed kernel time in "
+                        f"{un} rows matches no bucket rule (largest: {', '.join(ops)}). "
+                        "Add rules with --rules to classify it."
+                    ),
+                    metrics={"unclassified_us": round(ut, 3), "share": round(ut / total, 4)},
+                    evidence=(
+                        cite_kernels(
+                            r,
+                            None,
+                            un,
+                            {"source": "kernel_details", "bucket": UNCLASSIFIED},
+                            locs=u_tops.get(r.rank, []),
+                            values={"time_us": round(ut, 3)},
+                        ),
+                    ),
+                )
+            )
         if total > 0 and r.rank in a_sum:
             at, an = a_sum[r.rank]
             ops = a_ops[r.rank]
             sev = graded(at / total, aicpu) or aicpu.severity
-            out.append(Finding(
-                check=aicpu.id, severity=sev, rank=r.rank,
-                title=f"Rank {r.rank}: {an} AI CPU kernel(s) take {at:,.2f} µs",
-                message=(f"Rank {r.rank}: {an} kernel(s) ran on the AI CPU "
-                         f"({', '.join(ops)}), {at:,.2f} µs = {pct(at / total)} of summed kernel time."),
-                metrics={"ai_cpu_us": round(at, 3), "share": round(at / total, 5), "kernels": an},
-                evidence=(cite_kernels(r, None, an, {"source": "kernel_details", "core": ai_cpu},
-                                       locs=a_tops.get(r.rank, []), values={"time_us": round(at, 3)}),)))
+            out.append(
+                Finding(
+                    check=aicpu.id,
+                    severity=sev,
+                    rank=r.rank,
+                    title=f"Rank {r.rank}: {an} AI CPU kernel(s) take {at:,.2f} µs",
+                    message=(
+                        f"Rank {r.rank}: {an} kernel(s) ran on the AI CPU "
+                        f"({', '.join(ops)}), {at:,.2f} µs = {pct(at / total)} of summed kernel time."
+                    ),
+                    metrics={"ai_cpu_us": round(at, 3), "share": round(at / total, 5), "kernels": an},
+                    evidence=(
+                        cite_kernels(
+                            r,
+                            None,
+                            an,
+                            {"source": "kernel_details", "core": ai_cpu},
+                            locs=a_tops.get(r.rank, []),
+                            values={"time_us": round(at, 3)},
+                        ),
+                    ),
+                )
+            )
     return out
 
 

@@ -6,10 +6,10 @@ from __future__ import annotations
 import polars as pl
 
 from profan.analyses.common import graded, ms, pct
-from profan.evidence import cite_lines, cite_pointers
-from profan.findings import Finding
-from profan.rankmap import RankData
-from profan.rulepack import RulePack
+from profan.model.evidence import cite_lines, cite_pointers
+from profan.model.findings import Finding
+from profan.ranks.rankmap import RankData
+from profan.rulepack.pack import RulePack
 from profan.sources import ascend_matrix
 from profan.sources.rowframe import stack
 
@@ -25,15 +25,19 @@ def op_bytes(bw: pl.DataFrame) -> pl.DataFrame:
     keys = ["rank", "step", "kind", "op"]
     size, t = pl.col("size_mb").fill_null(0), pl.col("transport")
     moved = t.filter((size > 0) & (t != "SDMA"))
-    return (bw.group_by(keys).agg(
-        size.filter(t == "RDMA").sum().alias("_rdma"),
-        size.filter(t == "SDMA").sum().alias("_sdma"),
-        size.filter(t.is_in(LINK_TRANSPORTS)).sum().alias("_links"),
-        pl.col("time_ms").max().alias("bw_transit_ms"),
-        # null where nothing moved; "" where only the engine did (its links carry the names)
-        pl.when((size > 0).any()).then(moved.unique().sort().str.join("+")).alias("transports"))
+    return (
+        bw.group_by(keys)
+        .agg(
+            size.filter(t == "RDMA").sum().alias("_rdma"),
+            size.filter(t == "SDMA").sum().alias("_sdma"),
+            size.filter(t.is_in(LINK_TRANSPORTS)).sum().alias("_links"),
+            pl.col("time_ms").max().alias("bw_transit_ms"),
+            # null where nothing moved; "" where only the engine did (its links carry the names)
+            pl.when((size > 0).any()).then(moved.unique().sort().str.join("+")).alias("transports"),
+        )
         .with_columns((pl.col("_rdma") + pl.max_horizontal("_sdma", "_links")).alias("size_mb"))
-        .drop("_rdma", "_sdma", "_links"))
+        .drop("_rdma", "_sdma", "_links")
+    )
 
 
 def comm_table(ranks: list[RankData]) -> pl.DataFrame:
@@ -48,18 +52,25 @@ def comm_table(ranks: list[RankData]) -> pl.DataFrame:
     with_ops = [r for r in ranks if r.comm_ops is not None and not r.comm_ops.is_empty()]
     if not with_ops:
         return pl.DataFrame()
-    t = stack([r.comm_ops for r in with_ops], {"rank": [r.rank for r in with_ops],
-                                               "file": [r.files["communication"] for r in with_ops]})
+    t = stack(
+        [r.comm_ops for r in with_ops],
+        {"rank": [r.rank for r in with_ops], "file": [r.files["communication"] for r in with_ops]},
+    )
     with_bw = [r for r in with_ops if r.comm_bw is not None and not r.comm_bw.is_empty()]
     if with_bw:
         bws = stack([r.comm_bw for r in with_bw], {"rank": [r.rank for r in with_bw]})
-        t = t.join(op_bytes(bws), on=["rank", "step", "kind", "op"], how="left",
-                   nulls_equal=True, maintain_order="left")
+        t = t.join(
+            op_bytes(bws), on=["rank", "step", "kind", "op"], how="left", nulls_equal=True, maintain_order="left"
+        )
     else:
-        t = t.with_columns(pl.lit(None, pl.Float64).alias("bw_transit_ms"),
-                           pl.lit(None, pl.Float64).alias("size_mb"), pl.lit(None, pl.Utf8).alias("transports"))
+        t = t.with_columns(
+            pl.lit(None, pl.Float64).alias("bw_transit_ms"),
+            pl.lit(None, pl.Float64).alias("size_mb"),
+            pl.lit(None, pl.Utf8).alias("transports"),
+        )
     groups = ascend_matrix.rank_group_table([(r.rank, r.metadata) for r in with_ops]).select(
-        "rank", "group_hash", "group_name", pl.col("group_ranks").cast(pl.List(pl.Utf8)).list.join(","))
+        "rank", "group_hash", "group_name", pl.col("group_ranks").cast(pl.List(pl.Utf8)).list.join(",")
+    )
     t = t.join(groups, on=["rank", "group_hash"], how="left", maintain_order="left")
     t = t.select(pl.exclude("rank", "file"), "rank", "file")  # the op's own columns first
     transit = pl.col("transit_ms").fill_null(0)
@@ -70,12 +81,18 @@ def comm_table(ranks: list[RankData]) -> pl.DataFrame:
     return t.with_columns(
         # bandwidth-info time sums the links, which run in parallel: never more than the op's elapse
         pl.when(quirk).then(pl.min_horizontal("bw_transit_ms", "elapse_ms")).otherwise(transit).alias("transfer_ms"),
-        pl.when(quirk).then(pl.lit("bandwidth info")).when(unknown).then(pl.lit("not recorded"))
-        .otherwise(pl.lit("time info")).alias("transfer_source"),
+        pl.when(quirk)
+        .then(pl.lit("bandwidth info"))
+        .when(unknown)
+        .then(pl.lit("not recorded"))
+        .otherwise(pl.lit("time info"))
+        .alias("transfer_source"),
     ).with_columns(
-        pl.when(unknown).then(None)
+        pl.when(unknown)
+        .then(None)
         .otherwise((pl.col("elapse_ms").fill_null(0) - pl.col("transfer_ms")).clip(lower_bound=0))
-        .alias("waiting_ms"))
+        .alias("waiting_ms")
+    )
 
 
 def transit_quirk_findings(table: pl.DataFrame, pack: RulePack) -> list[Finding]:
@@ -86,16 +103,22 @@ def transit_quirk_findings(table: pl.DataFrame, pack: RulePack) -> list[Finding]
     bad = table.filter((pl.col("transit_ms").fill_null(0) == 0) & (pl.col("bw_transit_ms").fill_null(0) > 0))
     for (rank, file), g in bad.group_by(["rank", "file"], maintain_order=True):
         bw_t = float(g["bw_transit_ms"].sum())
-        out.append(Finding(
-            check=chk.id, severity=chk.severity, rank=rank,
-            title=f"Rank {rank}: {g.height} communication op(s) report Transit Time 0 despite a transfer",
-            message=(f"Rank {rank}: {g.height} op(s) in communication.json have 'Transit Time(ms)' = 0 while their "
-                     f"bandwidth info records {bw_t:,.1f} ms of transfer ({g['size_mb'].sum():,.1f} MB). The "
-                     "profiler therefore counts these ops as idle; profan reads the transfer time from the "
-                     "bandwidth info."),
-            metrics={"ops": g.height, "bandwidth_transit_ms": round(bw_t, 3)},
-            evidence=(cite_pointers(file, g["pointer"].to_list(), {"source": "communication",
-                                                                   "transit_ms": 0}),)))
+        out.append(
+            Finding(
+                check=chk.id,
+                severity=chk.severity,
+                rank=rank,
+                title=f"Rank {rank}: {g.height} communication op(s) report Transit Time 0 despite a transfer",
+                message=(
+                    f"Rank {rank}: {g.height} op(s) in communication.json have 'Transit Time(ms)' = 0 while their "
+                    f"bandwidth info records {bw_t:,.1f} ms of transfer ({g['size_mb'].sum():,.1f} MB). The "
+                    "profiler therefore counts these ops as idle; profan reads the transfer time from the "
+                    "bandwidth info."
+                ),
+                metrics={"ops": g.height, "bandwidth_transit_ms": round(bw_t, 3)},
+                evidence=(cite_pointers(file, g["pointer"].to_list(), {"source": "communication", "transit_ms": 0}),),
+            )
+        )
     return out
 
 
@@ -117,8 +140,11 @@ def wait_dominated_findings(comm: pl.DataFrame, steps: pl.DataFrame, pack: RuleP
     out: list[Finding] = []
     if comm.is_empty() or "waiting_ms" not in comm.columns:
         return out
-    hits = comm.filter((pl.col("elapse_ms") >= chk["min_elapse_ms"]) & pl.col("waiting_ms").is_not_null()
-                       & (pl.col("waiting_ms") >= chk["wait_ratio"] * pl.col("transfer_ms")))
+    hits = comm.filter(
+        (pl.col("elapse_ms") >= chk["min_elapse_ms"])
+        & pl.col("waiting_ms").is_not_null()
+        & (pl.col("waiting_ms") >= chk["wait_ratio"] * pl.col("transfer_ms"))
+    )
     step_times: dict[tuple, float | None] = {}  # (rank, step) -> the first step_trace row's step time
     if not steps.is_empty():
         for rank, step, us in steps.select("rank", "step", "step_us").iter_rows():
@@ -135,22 +161,40 @@ def wait_dominated_findings(comm: pl.DataFrame, steps: pl.DataFrame, pack: RuleP
         for row in g.head(4).iter_rows(named=True):
             grp = row.get("group_name") or "group ?"
             peers = _peers(row.get("group_ranks"), rank)
-            items.append(f"{row['op_name']} ({grp}, {peers}): {row['elapse_ms']:,.2f} ms, "
-                         f"transfer {row['transfer_ms']:,.2f} ({row['transfer_source']}), not transferring "
-                         f"{row['waiting_ms']:,.2f} (profiler Wait Time {(row['wait_ms'] or 0):,.2f})")
-        out.append(Finding(
-            check=chk.id, severity=sev, rank=rank, step=step,
-            title=(f"Rank {rank}, step {step}: {g.height} collective(s) spend {waiting:,.1f} ms waiting, not "
-                   "transferring"),
-            message=(f"Rank {rank}, step {step}: in {g.height} op(s) the time not spent transferring is ≥ "
-                     f"{chk['wait_ratio']:g}× the transfer: {waiting:,.1f} of {elapse:,.1f} ms"
-                     f"{f' ({pct(share)} of the step)' if share is not None else ''}. " + "; ".join(items)
-                     + f". The link is not the bottleneck: a peer arrives late — see the straggler findings "
-                     f"({STRAGGLER_CHECKS})."),
-            metrics={"waiting_ms": round(waiting, 6), "elapse_ms": round(elapse, 6), "ops": g.height},
-            evidence=(cite_pointers(file, g["pointer"].to_list(),
-                                    {"source": "communication", "step": step, "wait_dominated": True},
-                                    values={"waiting_ms": round(waiting, 6), "elapse_ms": round(elapse, 6)}),)))
+            items.append(
+                f"{row['op_name']} ({grp}, {peers}): {row['elapse_ms']:,.2f} ms, "
+                f"transfer {row['transfer_ms']:,.2f} ({row['transfer_source']}), not transferring "
+                f"{row['waiting_ms']:,.2f} (profiler Wait Time {(row['wait_ms'] or 0):,.2f})"
+            )
+        out.append(
+            Finding(
+                check=chk.id,
+                severity=sev,
+                rank=rank,
+                step=step,
+                title=(
+                    f"Rank {rank}, step {step}: {g.height} collective(s) spend {waiting:,.1f} ms waiting, not "
+                    "transferring"
+                ),
+                message=(
+                    f"Rank {rank}, step {step}: in {g.height} op(s) the time not spent transferring is ≥ "
+                    f"{chk['wait_ratio']:g}× the transfer: {waiting:,.1f} of {elapse:,.1f} ms"
+                    f"{f' ({pct(share)} of the step)' if share is not None else ''}. "
+                    + "; ".join(items)
+                    + f". The link is not the bottleneck: a peer arrives late — see the straggler findings "
+                    f"({STRAGGLER_CHECKS})."
+                ),
+                metrics={"waiting_ms": round(waiting, 6), "elapse_ms": round(elapse, 6), "ops": g.height},
+                evidence=(
+                    cite_pointers(
+                        file,
+                        g["pointer"].to_list(),
+                        {"source": "communication", "step": step, "wait_dominated": True},
+                        values={"waiting_ms": round(waiting, 6), "elapse_ms": round(elapse, 6)},
+                    ),
+                ),
+            )
+        )
     return out
 
 
@@ -159,18 +203,25 @@ def exposed_table(comm: pl.DataFrame, steps: pl.DataFrame) -> pl.DataFrame:
     if comm.is_empty() or steps.is_empty() or "waiting_ms" not in comm.columns:
         return pl.DataFrame()
     ops = comm.group_by(["rank", "step"], maintain_order=True).agg(
-        pl.len().alias("ops"), pl.col("elapse_ms").sum(), pl.col("transfer_ms").sum(),
-        pl.col("wait_ms").fill_null(0).sum(), pl.col("idle_ms").fill_null(0).sum(),
-        pl.col("waiting_ms").fill_null(0).sum(), pl.col("file").first().alias("comm_file"),
+        pl.len().alias("ops"),
+        pl.col("elapse_ms").sum(),
+        pl.col("transfer_ms").sum(),
+        pl.col("wait_ms").fill_null(0).sum(),
+        pl.col("idle_ms").fill_null(0).sum(),
+        pl.col("waiting_ms").fill_null(0).sum(),
+        pl.col("file").first().alias("comm_file"),
         pl.col("elapse_ms").filter(pl.col("waiting_ms").is_null()).sum().alias("unrecorded_ms"),
         (pl.col("transfer_source") == "bandwidth info").sum().alias("ops_transfer_from_bandwidth_info"),
-        pl.col("pointer").sort_by("elapse_ms", descending=True).alias("pointers"))
-    st = steps.select("rank", "step", "step_us", "comm_not_overlapped_us", "src_line",
-                      pl.col("file").alias("step_file"))
+        pl.col("pointer").sort_by("elapse_ms", descending=True).alias("pointers"),
+    )
+    st = steps.select(
+        "rank", "step", "step_us", "comm_not_overlapped_us", "src_line", pl.col("file").alias("step_file")
+    )
     t = st.join(ops, on=["rank", "step"], how="inner", nulls_equal=True)
-    return t.with_columns((pl.col("comm_not_overlapped_us") / pl.col("step_us")).alias("exposed_share"),
-                          (pl.col("waiting_ms") / pl.col("elapse_ms")).alias("waiting_share_of_comm")
-                          ).sort("rank", "step")
+    return t.with_columns(
+        (pl.col("comm_not_overlapped_us") / pl.col("step_us")).alias("exposed_share"),
+        (pl.col("waiting_ms") / pl.col("elapse_ms")).alias("waiting_share_of_comm"),
+    ).sort("rank", "step")
 
 
 def exposed_findings(et: pl.DataFrame, pack: RulePack, waited: dict[int, Finding] | None = None) -> list[Finding]:
@@ -185,37 +236,77 @@ def exposed_findings(et: pl.DataFrame, pack: RulePack, waited: dict[int, Finding
         share = row["exposed_share"]
         sev = graded(share, level) or chk.severity
         short = "mostly waiting for peers, not transfer" if waiting_dominates else "mostly transfer"
-        verdict = ("mostly waiting for peers, not transfer" if waiting_dominates
-                   else "mostly transfer: faster links, fewer bytes or more overlap would help")
+        verdict = (
+            "mostly waiting for peers, not transfer"
+            if waiting_dominates
+            else "mostly transfer: faster links, fewer bytes or more overlap would help"
+        )
         peer = (waited or {}).get(row["rank"]) if waiting_dominates else None
         if peer is not None:
-            verdict += (f" (HCCL Notify_Wait in trace_view.json: {ms(peer.metrics['wait_us'])} waiting for peer "
-                        f"{peer.metrics['peer']})")
-        fallback = (f" ({row['ops_transfer_from_bandwidth_info']} op(s) report Transit Time 0; their transfer is "
-                    "read from the bandwidth info)" if row["ops_transfer_from_bandwidth_info"] else "")
+            verdict += (
+                f" (HCCL Notify_Wait in trace_view.json: {ms(peer.metrics['wait_us'])} waiting for peer "
+                f"{peer.metrics['peer']})"
+            )
+        fallback = (
+            f" ({row['ops_transfer_from_bandwidth_info']} op(s) report Transit Time 0; their transfer is "
+            "read from the bandwidth info)"
+            if row["ops_transfer_from_bandwidth_info"]
+            else ""
+        )
         exposed = row["comm_not_overlapped_us"]
-        unknown = (f"; {row['unrecorded_ms']:,.2f} ms in ops that record neither transfer nor wait"
-                   if row["unrecorded_ms"] else "")
-        out.append(Finding(
-            check=chk.id, severity=sev, rank=row["rank"], step=row["step"],
-            title=(f"Rank {row['rank']}, step {row['step']}: {pct(row['exposed_share'])} of the step is exposed "
-                   f"communication, {short}"),
-            message=(f"Rank {row['rank']}, step {row['step']}: communication not overlapped with compute is "
-                     f"{ms(exposed)} of the {ms(row['step_us'])} step ({pct(row['exposed_share'])}). Inside its "
-                     f"{row['ops']} communication ops ({row['elapse_ms']:,.2f} ms elapsed): transfer "
-                     f"{row['transfer_ms']:,.2f} ms{fallback}; not moving data {row['waiting_ms']:,.2f} ms "
-                     f"({pct(row['waiting_share_of_comm'])}: profiler Wait Time {row['wait_ms']:,.2f} ms, the rest "
-                     f"idle{unknown}; profiler Idle Time {row['idle_ms']:,.2f} ms) — {verdict}."),
-            metrics={"comm_not_overlapped_us": exposed, "step_us": row["step_us"],
-                     "exposed_share": round(row["exposed_share"], 6), "elapse_ms": round(row["elapse_ms"], 6),
-                     "transfer_ms": round(row["transfer_ms"], 6), "wait_ms": round(row["wait_ms"], 6),
-                     "idle_ms": round(row["idle_ms"], 6), "waiting_ms": round(row["waiting_ms"], 6)},
-            evidence=(cite_lines(row["step_file"], [row["src_line"]], 1, {"source": "step_trace_time",
-                                                                            "step": row["step"]},
-                                 values={"Communication(Not Overlapped)": exposed, "step_us": row["step_us"]}),
-                      cite_pointers(row["comm_file"], row["pointers"], {"source": "communication", "step": row["step"]},
-                                    values={"elapse_ms": round(row["elapse_ms"], 6),
-                                            "wait_ms": round(row["wait_ms"], 6),
-                                            "idle_ms": round(row["idle_ms"], 6)}),
-                      *(peer.evidence if peer is not None else ()))))
+        unknown = (
+            f"; {row['unrecorded_ms']:,.2f} ms in ops that record neither transfer nor wait"
+            if row["unrecorded_ms"]
+            else ""
+        )
+        out.append(
+            Finding(
+                check=chk.id,
+                severity=sev,
+                rank=row["rank"],
+                step=row["step"],
+                title=(
+                    f"Rank {row['rank']}, step {row['step']}: {pct(row['exposed_share'])} of the step is exposed "
+                    f"communication, {short}"
+                ),
+                message=(
+                    f"Rank {row['rank']}, step {row['step']}: communication not overlapped with compute is "
+                    f"{ms(exposed)} of the {ms(row['step_us'])} step ({pct(row['exposed_share'])}). Inside its "
+                    f"{row['ops']} communication ops ({row['elapse_ms']:,.2f} ms elapsed): transfer "
+                    f"{row['transfer_ms']:,.2f} ms{fallback}; not moving data {row['waiting_ms']:,.2f} ms "
+                    f"({pct(row['waiting_share_of_comm'])}: profiler Wait Time {row['wait_ms']:,.2f} ms, the rest "
+                    f"idle{unknown}; profiler Idle Time {row['idle_ms']:,.2f} ms) — {verdict}."
+                ),
+                metrics={
+                    "comm_not_overlapped_us": exposed,
+                    "step_us": row["step_us"],
+                    "exposed_share": round(row["exposed_share"], 6),
+                    "elapse_ms": round(row["elapse_ms"], 6),
+                    "transfer_ms": round(row["transfer_ms"], 6),
+                    "wait_ms": round(row["wait_ms"], 6),
+                    "idle_ms": round(row["idle_ms"], 6),
+                    "waiting_ms": round(row["waiting_ms"], 6),
+                },
+                evidence=(
+                    cite_lines(
+                        row["step_file"],
+                        [row["src_line"]],
+                        1,
+                        {"source": "step_trace_time", "step": row["step"]},
+                        values={"Communication(Not Overlapped)": exposed, "step_us": row["step_us"]},
+                    ),
+                    cite_pointers(
+                        row["comm_file"],
+                        row["pointers"],
+                        {"source": "communication", "step": row["step"]},
+                        values={
+                            "elapse_ms": round(row["elapse_ms"], 6),
+                            "wait_ms": round(row["wait_ms"], 6),
+                            "idle_ms": round(row["idle_ms"], 6),
+                        },
+                    ),
+                    *(peer.evidence if peer is not None else ()),
+                ),
+            )
+        )
     return out

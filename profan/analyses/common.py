@@ -8,8 +8,8 @@ from typing import Any
 
 import polars as pl
 
-from profan.findings import Severity
-from profan.rulepack import Check
+from profan.model.findings import Severity
+from profan.rulepack.pack import Check
 from profan.sources.rowframe import stack
 
 
@@ -50,8 +50,11 @@ def top_lines_frame(groups: pl.DataFrame, key: str | list[str], k: int) -> pl.Da
     sort instead of one filter and sort per value."""
     keys = [key] if isinstance(key, str) else key
     ex = groups.select(*keys, "lines", "line_durs").explode(["lines", "line_durs"]).drop_nulls(["lines", "line_durs"])
-    return (ex.sort(["line_durs", "lines"], descending=[True, False])
-            .group_by(keys, maintain_order=True).agg(pl.col("lines").head(k)))
+    return (
+        ex.sort(["line_durs", "lines"], descending=[True, False])
+        .group_by(keys, maintain_order=True)
+        .agg(pl.col("lines").head(k))
+    )
 
 
 def top_lines_by(groups: pl.DataFrame, key: str, k: int) -> dict:
@@ -62,8 +65,9 @@ def top_lines_by(groups: pl.DataFrame, key: str, k: int) -> dict:
     return dict(zip(tops[key].to_list(), tops["lines"].to_list(), strict=True))
 
 
-def kernel_table(ranks, cols: list[str | pl.Expr],
-                 per_rank: Callable[[Any], dict[str, Any]] | None = None) -> pl.DataFrame | None:
+def kernel_table(
+    ranks, cols: list[str | pl.Expr], per_rank: Callable[[Any], dict[str, Any]] | None = None
+) -> pl.DataFrame | None:
     """``cols`` of the kernel groups of every rank that has some, behind a ``rank`` column, in the order of
     ``ranks`` (discovery sorts them by rank); None when no rank has any. ``per_rank``: more columns, one value
     per rank (e.g. the rank's kernel file). ``cols`` expressions must be row by row (they run on all ranks'
@@ -78,8 +82,7 @@ def kernel_table(ranks, cols: list[str | pl.Expr],
         return None
     names = list(dict.fromkeys(n for c in cols for n in ([c] if isinstance(c, str) else c.meta.root_names())))
     extra = [per_rank(r) for r in with_groups] if per_rank else []
-    keys = {"rank": [r.rank for r in with_groups],
-            **{k: [e[k] for e in extra] for k in (extra[0] if extra else {})}}
+    keys = {"rank": [r.rank for r in with_groups], **{k: [e[k] for e in extra] for k in (extra[0] if extra else {})}}
     # relaxed: a rank from the cache or another source may hold a column in a wider type
     t = stack([r.groups[names] for r in with_groups], keys, how="vertical_relaxed")
     return t.select_seq("rank", *cols, *[k for k in keys if k != "rank"])
@@ -98,15 +101,23 @@ def fmt_ranks(ranks: list[int]) -> str:
     return ", ".join(str(r) for r in ranks)
 
 
-def cite_kernels(r, groups: pl.DataFrame | None, row_count: int, select: dict, k: int | None = None, *,
-                 locs: list[int] | None = None, **kw):
+def cite_kernels(
+    r,
+    groups: pl.DataFrame | None,
+    row_count: int,
+    select: dict,
+    k: int | None = None,
+    *,
+    locs: list[int] | None = None,
+    **kw,
+):
     """Evidence on a rank's kernel rows, in the locator kind of its kernel source.
 
     ``groups.lines`` holds CSV line numbers of ``kernel_details.csv`` for Ascend ranks and event indexes of the
     trace for Kineto ranks (``RankData.kernel_locator``); this is the one place that tells them apart. ``locs``:
     the rows to cite, already picked (`top_lines_by`), instead of ``groups``.
     """
-    from profan.evidence import MAX_CITED, cite_events, cite_lines
+    from profan.model.evidence import MAX_CITED, cite_events, cite_lines
 
     if locs is None:
         locs = top_lines(groups, k or MAX_CITED)

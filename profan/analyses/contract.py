@@ -14,10 +14,10 @@ from dataclasses import dataclass, field
 
 import polars as pl
 
-from profan.findings import Finding
-from profan.hardware import Hardware
-from profan.rankmap import RankData
-from profan.rulepack import RulePack
+from profan.model.findings import Finding
+from profan.ranks.rankmap import RankData
+from profan.rulepack.hardware import Hardware
+from profan.rulepack.pack import RulePack
 
 
 @dataclass
@@ -67,8 +67,10 @@ class Analysis:
 
     def __post_init__(self) -> None:
         if self.own_thread and (self.reads or self.reads_findings):
-            raise ValueError(f"analysis {self.name!r} runs in its own thread from the start: it can read only the "
-                             "job's inputs, not earlier analyses")
+            raise ValueError(
+                f"analysis {self.name!r} runs in its own thread from the start: it can read only the "
+                "job's inputs, not earlier analyses"
+            )
 
 
 def run_analyses(analyses: Sequence[Analysis], job: Job) -> Section:
@@ -98,9 +100,14 @@ def _view(job: Job, merged: Section, analysis: Analysis) -> Job:
     missing = [t for t in analysis.reads if t not in merged.tables]
     if missing:
         raise KeyError(f"analysis {analysis.name!r} reads table(s) {missing} that no earlier analysis made")
-    return Job(ranks=job.ranks, pack=job.pack, hardware=job.hardware, steps=job.steps,
-               tables={t: merged.tables[t] for t in analysis.reads},
-               findings=tuple(merged.findings) if analysis.reads_findings else ())
+    return Job(
+        ranks=job.ranks,
+        pack=job.pack,
+        hardware=job.hardware,
+        steps=job.steps,
+        tables={t: merged.tables[t] for t in analysis.reads},
+        findings=tuple(merged.findings) if analysis.reads_findings else (),
+    )
 
 
 def _merge(merged: Section, section: Section, name: str, pack: RulePack) -> None:

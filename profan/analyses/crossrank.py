@@ -10,8 +10,8 @@ import polars as pl
 
 from profan.analyses import align, moe_balance, stragglers
 from profan.analyses.contract import Job, Section
-from profan.findings import Finding
-from profan.rankmap import RankData
+from profan.model.findings import Finding
+from profan.ranks.rankmap import RankData
 
 
 def section(job: Job) -> Section:
@@ -28,8 +28,10 @@ def section(job: Job) -> Section:
         findings += s_findings
         if not s_tables:
             need = pack.check(stragglers.CHECK)["min_ranks"]
-            notes.append(f"stragglers: at most {int(aligned['present'].max())} ranks share a collective; naming an "
-                         f"outlier needs at least {need}")
+            notes.append(
+                f"stragglers: at most {int(aligned['present'].max())} ranks share a collective; naming an "
+                f"outlier needs at least {need}"
+            )
     elif len(ranks) > 1 and any(r.collectives is not None for r in ranks):
         notes.append("stragglers: no collective was found on two or more ranks, so arrivals could not be compared")
     moe_tab, moe_f = moe_balance.moe_findings(ranks, pack)
@@ -43,7 +45,11 @@ def _step_times(ranks: list[RankData], steps: pl.DataFrame) -> pl.DataFrame:
     """step_trace_time rows where the profiler wrote them (Ascend), else the trace's own per-step device split."""
     if not steps.is_empty():
         return steps
-    parts = [r.trace_steps.filter(pl.col("scope") == "step").select("step", "step_us", "free_us", "computing_us")
-             .with_columns(pl.lit(r.rank, pl.Int64).alias("rank"))
-             for r in ranks if getattr(r, "trace_steps", None) is not None and not r.trace_steps.is_empty()]
+    parts = [
+        r.trace_steps.filter(pl.col("scope") == "step")
+        .select("step", "step_us", "free_us", "computing_us")
+        .with_columns(pl.lit(r.rank, pl.Int64).alias("rank"))
+        for r in ranks
+        if getattr(r, "trace_steps", None) is not None and not r.trace_steps.is_empty()
+    ]
     return pl.concat(parts, how="diagonal_relaxed") if parts else steps

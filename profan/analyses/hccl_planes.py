@@ -6,10 +6,10 @@ from __future__ import annotations
 import polars as pl
 
 from profan.analyses.common import ms, pct
-from profan.evidence import cite_events
-from profan.findings import Finding
-from profan.rankmap import RankData
-from profan.rulepack import RulePack
+from profan.model.evidence import cite_events
+from profan.model.findings import Finding
+from profan.ranks.rankmap import RankData
+from profan.rulepack.pack import RulePack
 
 NOT_LINK_TYPES = ("ON_CHIP", "INVALID_TYPE", "", "N/A")  # on-chip copies and waits: not a link's data
 
@@ -25,12 +25,21 @@ def hccl_link_summary(ranks: list[RankData]) -> pl.DataFrame:
         d = tl.filter(~pl.col("link_type").fill_null("").is_in(NOT_LINK_TYPES) & (pl.col("bytes").fill_null(0) > 0))
         if d.is_empty():
             continue
-        parts.append(d.group_by("link_type", "transport_type", maintain_order=True).agg(
-            pl.col("plane").n_unique().alias("planes"), pl.col("tasks").sum(), pl.col("bytes").sum(),
-            pl.col("time_us").sum(),
-            pl.col("top_events").list.explode(keep_nulls=False, empty_as_null=False).alias("events"),
-        ).with_columns((pl.col("bytes") / pl.col("time_us") / 1e3).alias("bandwidth_gbps"),
-                       pl.lit(r.rank, pl.Int64).alias("rank"), pl.lit(r.files["trace_view"]).alias("file")))
+        parts.append(
+            d.group_by("link_type", "transport_type", maintain_order=True)
+            .agg(
+                pl.col("plane").n_unique().alias("planes"),
+                pl.col("tasks").sum(),
+                pl.col("bytes").sum(),
+                pl.col("time_us").sum(),
+                pl.col("top_events").list.explode(keep_nulls=False, empty_as_null=False).alias("events"),
+            )
+            .with_columns(
+                (pl.col("bytes") / pl.col("time_us") / 1e3).alias("bandwidth_gbps"),
+                pl.lit(r.rank, pl.Int64).alias("rank"),
+                pl.lit(r.files["trace_view"]).alias("file"),
+            )
+        )
     return pl.concat(parts, how="diagonal_relaxed").sort("rank", "link_type") if parts else pl.DataFrame()
 
 
@@ -44,12 +53,18 @@ def hccl_wait_table(tasks: pl.DataFrame) -> pl.DataFrame:
     if w.is_empty():
         return pl.DataFrame()
     process = pl.col("process").first() if "process" in w.columns else pl.lit("HCCL")
-    return (w.group_by("dst_rank").agg(pl.len().alias("waits"), pl.col("dur_us").sum().alias("wait_us"),
-                                       process.alias("process"),
-                                       pl.col("plane").unique().sort().alias("planes"),
-                                       pl.col("event_idx").sort_by("dur_us", descending=True).alias("events"))
-            .with_columns((pl.col("wait_us") / pl.col("wait_us").sum()).alias("share"))
-            .sort("wait_us", descending=True))
+    return (
+        w.group_by("dst_rank")
+        .agg(
+            pl.len().alias("waits"),
+            pl.col("dur_us").sum().alias("wait_us"),
+            process.alias("process"),
+            pl.col("plane").unique().sort().alias("planes"),
+            pl.col("event_idx").sort_by("dur_us", descending=True).alias("events"),
+        )
+        .with_columns((pl.col("wait_us") / pl.col("wait_us").sum()).alias("share"))
+        .sort("wait_us", descending=True)
+    )
 
 
 def waited_peer_findings(ranks: list[RankData], pack: RulePack) -> list[Finding]:
@@ -68,17 +83,34 @@ def waited_peer_findings(ranks: list[RankData], pack: RulePack) -> list[Finding]
         if top["wait_us"] < chk["min_wait_ms"] * 1000 or top["share"] < chk["min_share"]:
             continue
         peer = top["dst_rank"]
-        note = (f"; if this group is the world group (indices = global ranks), rank {peer} is not in this capture "
-                f"(ranks {', '.join(str(x) for x in captured)})" if peer not in captured else "")
-        out.append(Finding(
-            check=chk.id, severity=chk.severity, rank=r.rank,
-            title=f"Rank {r.rank} waits {ms(top['wait_us'])} in HCCL Notify_Wait for peer {peer}",
-            message=(f"Rank {r.rank}: {top['waits']} Notify_Wait task(s) towards peer {peer} (group-local index in "
-                     f"the HCCL task args; {', '.join(top['planes'])}) last {ms(top['wait_us'])}, "
-                     f"{pct(top['share'])} of all its Notify_Wait time{note}. The collective was waiting for that "
-                     "peer's signal: look at what peer did before the collective (straggler analysis)."),
-            metrics={"peer": peer, "wait_us": round(top["wait_us"], 3), "share": round(top["share"], 4)},
-            evidence=(cite_events(r.files["trace_view"], top["events"], top["waits"],
-                                  {"source": "trace_view", "process": top["process"], "task": "Notify_Wait",
-                                   "dst_rank": peer}, values={"wait_us": round(top["wait_us"], 3)}),)))
+        note = (
+            f"; if this group is the world group (indices = global ranks), rank {peer} is not in this capture "
+            f"(ranks {', '.join(str(x) for x in captured)})"
+            if peer not in captured
+            else ""
+        )
+        out.append(
+            Finding(
+                check=chk.id,
+                severity=chk.severity,
+                rank=r.rank,
+                title=f"Rank {r.rank} waits {ms(top['wait_us'])} in HCCL Notify_Wait for peer {peer}",
+                message=(
+                    f"Rank {r.rank}: {top['waits']} Notify_Wait task(s) towards peer {peer} (group-local index in "
+                    f"the HCCL task args; {', '.join(top['planes'])}) last {ms(top['wait_us'])}, "
+                    f"{pct(top['share'])} of all its Notify_Wait time{note}. The collective was waiting for that "
+                    "peer's signal: look at what peer did before the collective (straggler analysis)."
+                ),
+                metrics={"peer": peer, "wait_us": round(top["wait_us"], 3), "share": round(top["share"], 4)},
+                evidence=(
+                    cite_events(
+                        r.files["trace_view"],
+                        top["events"],
+                        top["waits"],
+                        {"source": "trace_view", "process": top["process"], "task": "Notify_Wait", "dst_rank": peer},
+                        values={"wait_us": round(top["wait_us"], 3)},
+                    ),
+                ),
+            )
+        )
     return out

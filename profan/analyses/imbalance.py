@@ -11,11 +11,11 @@ import statistics
 import polars as pl
 
 from profan.analyses.common import cite_kernels, fmt_ranks, graded, ms
-from profan.evidence import Evidence, cite_lines, cite_pointers, make_pointer
-from profan.findings import Finding
-from profan.rankmap import RankData
-from profan.roles import defaults as default_roles
-from profan.rulepack import RulePack
+from profan.model.evidence import Evidence, cite_lines, cite_pointers, make_pointer
+from profan.model.findings import Finding
+from profan.ranks.rankmap import RankData
+from profan.rulepack.pack import RulePack
+from profan.rulepack.roles import defaults as default_roles
 from profan.sources.ascend_meta import ParallelGroup, double_hash
 
 
@@ -26,8 +26,11 @@ def pp_stages(ranks: list[RankData]) -> tuple[dict[int, int], dict[int, tuple[st
     groups: list[tuple[str, ParallelGroup]] = []
     for r in ranks:
         if r.metadata is not None:
-            groups += [(r.files["profiler_metadata"], g) for g in r.metadata.groups
-                       if g.group_name == default_roles().pipeline_group]
+            groups += [
+                (r.files["profiler_metadata"], g)
+                for g in r.metadata.groups
+                if g.group_name == default_roles().pipeline_group
+            ]
     for r in ranks:
         for file, g in groups:
             if r.rank in g.global_ranks and len(g.global_ranks) > 1:
@@ -62,11 +65,17 @@ def imbalance_findings(ranks: list[RankData], steps: pl.DataFrame, pack: RulePac
         if stage and all(rk in stage for rk in s["rank"].to_list()) and len(set(stage.values())) > 1:
             f = _pp_finding(step, s, stage, source, by_rank, pack)
             # within a stage the DP/TP replicas run the same layers: their spread is its own question
-            for st, g in s.with_columns(pl.col("rank").replace_strict(stage, return_dtype=pl.Int64)
-                                        .alias("_stage")).group_by("_stage", maintain_order=True):
+            for st, g in s.with_columns(
+                pl.col("rank").replace_strict(stage, return_dtype=pl.Int64).alias("_stage")
+            ).group_by("_stage", maintain_order=True):
                 if g.height >= 2:
-                    sf = _spread_finding(step, g.drop("_stage"), pack, scope=f"pipeline stage {st[0]}",
-                                         dims=_replica_dims(ranks, g["rank"].to_list()))
+                    sf = _spread_finding(
+                        step,
+                        g.drop("_stage"),
+                        pack,
+                        scope=f"pipeline stage {st[0]}",
+                        dims=_replica_dims(ranks, g["rank"].to_list()),
+                    )
                     if sf is not None:
                         out.append(sf)
         else:
@@ -89,9 +98,16 @@ def _replica_dims(ranks: list[RankData], members: list[int]) -> list[str]:
 
 
 def _step_evidence(s: pl.DataFrame) -> list[Evidence]:
-    return [cite_lines(row["file"], [row["src_line"]], 1, {"source": "step_trace_time", "step": row["step"]},
-                       values={"rank": row["rank"], "Computing": row["computing_us"]})
-            for row in s.sort("rank").iter_rows(named=True)]
+    return [
+        cite_lines(
+            row["file"],
+            [row["src_line"]],
+            1,
+            {"source": "step_trace_time", "step": row["step"]},
+            values={"rank": row["rank"], "Computing": row["computing_us"]},
+        )
+        for row in s.sort("rank").iter_rows(named=True)
+    ]
 
 
 def _pp_finding(step, s, stage, source, by_rank, pack) -> Finding | None:
@@ -112,47 +128,74 @@ def _pp_finding(step, s, stage, source, by_rank, pack) -> Finding | None:
         w, ptrs = _pp_wait(r, group, step)
         if ptrs:
             waits.append((rk, w))
-            evidence.append(cite_pointers(r.files["communication"], ptrs,
-                                          {"source": "communication", "step": step, "kind": "p2p",
-                                           "group": group.hccl_name},
-                                          values={"rank": rk, "wait_ms": round(w, 3)}))
+            evidence.append(
+                cite_pointers(
+                    r.files["communication"],
+                    ptrs,
+                    {"source": "communication", "step": step, "kind": "p2p", "group": group.hccl_name},
+                    values={"rank": rk, "wait_ms": round(w, 3)},
+                )
+            )
     files = sorted({source[rk][0] for rk in s["rank"].to_list()})
     for file in files[:1]:
         hccl = source[hi["rank"][0]][1].hccl_name
-        evidence.append(cite_pointers(file, [make_pointer("parallel_group_info", hccl)],
-                                      {"source": "profiler_metadata", "group_name": default_roles().pipeline_group}))
+        evidence.append(
+            cite_pointers(
+                file,
+                [make_pointer("parallel_group_info", hccl)],
+                {"source": "profiler_metadata", "group_name": default_roles().pipeline_group},
+            )
+        )
     cause_txt, cause_ev, cause_metrics = _stage_cause(by_rank, sorted(hi["rank"]), sorted(lo["rank"]), step)
     evidence += cause_ev
     wait_txt = ""
     if waits:
-        wait_txt = (f" Stage {lo['stage']} ranks wait " + " / ".join(f"{w:,.1f}" for _, w in waits)
-                    + f" ms in PP send/receive (ranks {fmt_ranks([rk for rk, _ in waits])}).")
+        wait_txt = (
+            f" Stage {lo['stage']} ranks wait "
+            + " / ".join(f"{w:,.1f}" for _, w in waits)
+            + f" ms in PP send/receive (ranks {fmt_ranks([rk for rk, _ in waits])})."
+        )
     return Finding(
-        check=chk.id, severity=sev, step=step,
-        title=(f"Step {step}: pipeline stage {hi['stage']} (ranks {fmt_ranks(hi['rank'])}) computes "
-               f"{ratio:.2f}× stage {lo['stage']} (ranks {fmt_ranks(lo['rank'])})"),
-        message=(f"Step {step}: pipeline stage {hi['stage']} (ranks {fmt_ranks(hi['rank'])}) computes "
-                 f"{ms(hi['mean_us'])} against {ms(lo['mean_us'])} on stage {lo['stage']} "
-                 f"(ranks {fmt_ranks(lo['rank'])}), {ratio:.2f}× (+{ms(hi['mean_us'] - lo['mean_us'])}). "
-                 f"The slowest stage sets the pipeline's pace.{wait_txt}{cause_txt}"),
-        metrics={"ratio": round(ratio, 4), "slow_stage": hi["stage"], "slow_ranks": sorted(hi["rank"]),
-                 "slow_computing_us": round(hi["mean_us"], 3), "fast_stage": lo["stage"],
-                 "fast_ranks": sorted(lo["rank"]), "fast_computing_us": round(lo["mean_us"], 3),
-                 "pp_wait_ms": {str(rk): round(w, 3) for rk, w in waits}, **cause_metrics},
-        evidence=tuple(evidence))
+        check=chk.id,
+        severity=sev,
+        step=step,
+        title=(
+            f"Step {step}: pipeline stage {hi['stage']} (ranks {fmt_ranks(hi['rank'])}) computes "
+            f"{ratio:.2f}× stage {lo['stage']} (ranks {fmt_ranks(lo['rank'])})"
+        ),
+        message=(
+            f"Step {step}: pipeline stage {hi['stage']} (ranks {fmt_ranks(hi['rank'])}) computes "
+            f"{ms(hi['mean_us'])} against {ms(lo['mean_us'])} on stage {lo['stage']} "
+            f"(ranks {fmt_ranks(lo['rank'])}), {ratio:.2f}× (+{ms(hi['mean_us'] - lo['mean_us'])}). "
+            f"The slowest stage sets the pipeline's pace.{wait_txt}{cause_txt}"
+        ),
+        metrics={
+            "ratio": round(ratio, 4),
+            "slow_stage": hi["stage"],
+            "slow_ranks": sorted(hi["rank"]),
+            "slow_computing_us": round(hi["mean_us"], 3),
+            "fast_stage": lo["stage"],
+            "fast_ranks": sorted(lo["rank"]),
+            "fast_computing_us": round(lo["mean_us"], 3),
+            "pp_wait_ms": {str(rk): round(w, 3) for rk, w in waits},
+            **cause_metrics,
+        },
+        evidence=tuple(evidence),
+    )
 
 
 def _stage_cause(by_rank: dict, slow: list[int], fast: list[int], step) -> tuple[str, list[Evidence], dict]:
     """What the slow stage computes that the fast one does not: kernel time by bucket and the kernels (op and input
     shapes) with the largest difference, between one rank of each stage that has kernel rows."""
+
     def pick(ranks: list[int]):
-        return next((by_rank[r] for r in ranks if by_rank[r].groups is not None and not by_rank[r].groups.is_empty()),
-                    None)
+        return next(
+            (by_rank[r] for r in ranks if by_rank[r].groups is not None and not by_rank[r].groups.is_empty()), None
+        )
 
     rs, rf = pick(slow), pick(fast)
     if rs is None or rf is None:
-        return (" No rank of one of the stages has kernel rows, so the extra compute cannot be broken down.", [],
-                {})
+        return (" No rank of one of the stages has kernel rows, so the extra compute cannot be broken down.", [], {})
 
     def rows(r):
         return r.groups.filter(pl.col("step").eq_missing(step) & (pl.col("bucket") != "communication"))
@@ -162,9 +205,14 @@ def _stage_cause(by_rank: dict, slow: list[int], fast: list[int], step) -> tuple
     ks = gs.group_by(keys).agg(pl.col("time_us").sum().alias("slow_us"), pl.col("count").sum().alias("n"))
     kf = gf.group_by(keys).agg(pl.col("time_us").sum().alias("fast_us"))
     k = ks.join(kf, on=keys, how="full", coalesce=True, nulls_equal=True).with_columns(
-        (pl.col("slow_us").fill_null(0) - pl.col("fast_us").fill_null(0)).alias("delta_us"))
-    buckets = (k.group_by("bucket").agg(pl.col("delta_us").sum()).sort("delta_us", descending=True)
-               .filter(pl.col("delta_us").abs() >= 1000))
+        (pl.col("slow_us").fill_null(0) - pl.col("fast_us").fill_null(0)).alias("delta_us")
+    )
+    buckets = (
+        k.group_by("bucket")
+        .agg(pl.col("delta_us").sum())
+        .sort("delta_us", descending=True)
+        .filter(pl.col("delta_us").abs() >= 1000)
+    )
     top = k.sort("delta_us", descending=True).head(3).filter(pl.col("delta_us") > 0)
     parts = [f"{b} {'+' if d >= 0 else '−'}{ms(abs(d))}" for b, d in buckets.iter_rows()]
     kern = []
@@ -174,14 +222,25 @@ def _stage_cause(by_rank: dict, slow: list[int], fast: list[int], step) -> tuple
         only = " — not on the fast stage" if row["fast_us"] is None else ""
         kern.append(f"{row['op']}{shapes} +{ms(row['delta_us'])}{only}")
         g = gs.filter((pl.col("op") == row["op"]) & pl.col("input_shapes").eq_missing(row["input_shapes"]))
-        evidence.append(cite_kernels(rs, g, int(row["n"]),
-                                     {"step": step, "op": row["op"], "input_shapes": row["input_shapes"],
-                                      "bucket_not": "communication"},
-                                     values={"time_us": round(float(g["time_us"].sum()), 3)}))
-    text = (f" Kernel time on rank {rs.rank} against rank {rf.rank}, by bucket: " + (", ".join(parts) or "no bucket "
-            "differs by 1 ms") + ("; largest differences: " + "; ".join(kern) if kern else "") + ".")
-    metrics = {"bucket_delta_us": {b: round(d, 3) for b, d in buckets.iter_rows()},
-               "compared_ranks": [rs.rank, rf.rank]}
+        evidence.append(
+            cite_kernels(
+                rs,
+                g,
+                int(row["n"]),
+                {"step": step, "op": row["op"], "input_shapes": row["input_shapes"], "bucket_not": "communication"},
+                values={"time_us": round(float(g["time_us"].sum()), 3)},
+            )
+        )
+    text = (
+        f" Kernel time on rank {rs.rank} against rank {rf.rank}, by bucket: "
+        + (", ".join(parts) or "no bucket differs by 1 ms")
+        + ("; largest differences: " + "; ".join(kern) if kern else "")
+        + "."
+    )
+    metrics = {
+        "bucket_delta_us": {b: round(d, 3) for b, d in buckets.iter_rows()},
+        "compared_ranks": [rs.rank, rf.rank],
+    }
     return text, evidence, metrics
 
 
@@ -198,15 +257,30 @@ def _spread_finding(step, s, pack, scope: str | None = None, dims: list[str] | N
         return None
     where = f" of {scope}" if scope else ""
     dim_txt = f" ({'/'.join(d.upper() for d in dims)} replicas per profiler_metadata.json)" if dims else ""
-    why = (f"The ranks{where}{dim_txt} run the same layers, so their compute should match; the slowest one holds "
-           "every collective back." if scope or dims else
-           "No pipeline-parallel layout was found in profiler_metadata.json, so the ranks are compared as if they "
-           "ran the same work.")
+    why = (
+        f"The ranks{where}{dim_txt} run the same layers, so their compute should match; the slowest one holds "
+        "every collective back."
+        if scope or dims
+        else "No pipeline-parallel layout was found in profiler_metadata.json, so the ranks are compared as if they "
+        "ran the same work."
+    )
     return Finding(
-        check=chk.id, severity=sev, step=step, rank=top["rank"],
+        check=chk.id,
+        severity=sev,
+        step=step,
+        rank=top["rank"],
         title=f"Step {step}: rank {top['rank']} computes {ratio:.2f}× the median rank{where}",
-        message=(f"Step {step}: rank {top['rank']} computes {ms(top['computing_us'])} against a median of "
-                 f"{ms(med)} over {s.height} ranks{where} ({ratio:.2f}×). {why}"),
-        metrics={"ratio": round(ratio, 4), "max_computing_us": top["computing_us"], "median_computing_us": med,
-                 "ranks": sorted(s["rank"].to_list()), "scope": scope or "all ranks", "dimensions": dims or []},
-        evidence=tuple(_step_evidence(s)))
+        message=(
+            f"Step {step}: rank {top['rank']} computes {ms(top['computing_us'])} against a median of "
+            f"{ms(med)} over {s.height} ranks{where} ({ratio:.2f}×). {why}"
+        ),
+        metrics={
+            "ratio": round(ratio, 4),
+            "max_computing_us": top["computing_us"],
+            "median_computing_us": med,
+            "ranks": sorted(s["rank"].to_list()),
+            "scope": scope or "all ranks",
+            "dimensions": dims or [],
+        },
+        evidence=tuple(_step_evidence(s)),
+    )

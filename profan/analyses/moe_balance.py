@@ -18,11 +18,11 @@ from __future__ import annotations
 import polars as pl
 
 from profan.analyses.common import fmt_ranks, graded, kernel_table, ms, top_lines_frame
-from profan.evidence import cite_lines
-from profan.findings import Finding
-from profan.rankmap import RankData
-from profan.roles import defaults as default_roles
-from profan.rulepack import RulePack
+from profan.model.evidence import cite_lines
+from profan.model.findings import Finding
+from profan.ranks.rankmap import RankData
+from profan.rulepack.pack import RulePack
+from profan.rulepack.roles import defaults as default_roles
 
 CHECK = "moe-expert-imbalance"
 # the expert GEMM's op and the EP group's name are roles expert_gemm / expert_group (rules/roles.toml)
@@ -33,7 +33,8 @@ def _token_expr() -> tuple[pl.Expr, pl.Expr, pl.Expr]:
     x = parts.list.get(0, null_on_oob=True).str.split(",")
     w = parts.list.get(1, null_on_oob=True).str.split(",")
     tokens = pl.when((x.list.len() == 2) & (w.list.len() == 3)).then(
-        x.list.get(0, null_on_oob=True).cast(pl.Int64, strict=False))
+        x.list.get(0, null_on_oob=True).cast(pl.Int64, strict=False)
+    )
     local = parts.list.last().cast(pl.Int64, strict=False)
     return tokens.alias("tok"), local.alias("local_experts"), (pl.col("count") * tokens).alias("tok_rows")
 
@@ -43,32 +44,43 @@ def moe_table(ranks: list[RankData]) -> pl.DataFrame:
     and for evidence the kernel file, the 20 largest GroupedMatmul rows (the MoE bucket's when there is no GMM)
     and how many rows they stand for. One query over all ranks' MoE groups: per-rank queries cost a 64-rank
     cluster 0.1 s here."""
-    k = kernel_table(ranks, ["bucket", "op", "input_shapes", "count", "time_us", "lines", "line_durs"],
-                     per_rank=lambda r: {"file": r.files.get("kernel_details")})
+    k = kernel_table(
+        ranks,
+        ["bucket", "op", "input_shapes", "count", "time_us", "lines", "line_durs"],
+        per_rank=lambda r: {"file": r.files.get("kernel_details")},
+    )
     moe = k.filter(pl.col("bucket") == "moe") if k is not None else pl.DataFrame()
     if moe.is_empty():
         return pl.DataFrame()
     tok, local, rows = _token_expr()
     is_gmm = pl.col("op").str.contains(default_roles().expert_gemm)
-    moe = (moe.with_columns(is_gmm.alias("gmm"), tok, local).with_columns(rows)
-           .with_columns(pl.col("gmm").any().over("rank").alias("has_gmm")))
+    moe = (
+        moe.with_columns(is_gmm.alias("gmm"), tok, local)
+        .with_columns(rows)
+        .with_columns(pl.col("gmm").any().over("rank").alias("has_gmm"))
+    )
     gmm = pl.col("gmm")
     tab = moe.group_by("rank", maintain_order=True).agg(
         pl.col("time_us").sum().alias("moe_us"),
         pl.col("time_us").filter(gmm).sum().alias("gmm_us"),
         pl.col("count").filter(gmm).sum().cast(pl.Int64).alias("gmm_count"),
         pl.when(pl.col("tok_rows").filter(gmm).is_not_null().any())
-        .then(pl.col("tok_rows").filter(gmm).sum()).cast(pl.Int64).alias("tokens"),
+        .then(pl.col("tok_rows").filter(gmm).sum())
+        .cast(pl.Int64)
+        .alias("tokens"),
         # the most common group_list length; ties: the smaller, so the same input names the same experts
         pl.col("local_experts").filter(gmm).drop_nulls().mode().min().cast(pl.Int64).alias("local_experts"),
         pl.col("file").first(),
-        pl.when(pl.col("has_gmm").first()).then(pl.col("count").filter(gmm).sum())
-        .otherwise(pl.col("count").sum()).cast(pl.Int64).alias("rows"))
+        pl.when(pl.col("has_gmm").first())
+        .then(pl.col("count").filter(gmm).sum())
+        .otherwise(pl.col("count").sum())
+        .cast(pl.Int64)
+        .alias("rows"),
+    )
     # evidence rows: the GMM groups' largest rows, or the MoE bucket's on a rank without GMM
     lines = top_lines_frame(moe.filter(gmm | ~pl.col("has_gmm")), "rank", 20).rename({"lines": "gmm_lines"})
     tab = tab.join(lines, on="rank", how="left", maintain_order="left")
-    return tab.select("rank", "moe_us", "gmm_us", "gmm_count", "tokens", "local_experts", "file", "gmm_lines",
-                      "rows")
+    return tab.select("rank", "moe_us", "gmm_us", "gmm_count", "tokens", "local_experts", "file", "gmm_lines", "rows")
 
 
 def _ep_groups(ranks: list[RankData], present: list[int]) -> list[tuple[str, list[int]]]:
@@ -114,32 +126,63 @@ def _finding(chk, sev, hot, med, g, members, metric, ratio, mean, hccl) -> Findi
     local = hot["local_experts"]
     pos = sorted(members).index(hot["rank"])
     experts = list(range(pos * local, pos * local + local)) if local else []
-    exp_txt = (f"expert {experts[0]}" if len(experts) == 1 else
-               f"experts {experts[0]}–{experts[-1]}" if experts else "its local experts")
+    exp_txt = (
+        f"expert {experts[0]}"
+        if len(experts) == 1
+        else f"experts {experts[0]}–{experts[-1]}"
+        if experts
+        else "its local experts"
+    )
     grp = f"EP group {hccl} (ranks {fmt_ranks(members)})" if hccl else f"ranks {fmt_ranks(members)}"
     if metric == "tokens":
-        what = (f"its GroupedMatmul inputs carry {hot['tokens']:,} token rows against a mean of {mean:,.0f} "
-                f"({ratio:.2f}×); GroupedMatmul time {ms(hot['gmm_us'])} vs {ms(med['gmm_us'])} on rank "
-                f"{med['rank']} (median)")
+        what = (
+            f"its GroupedMatmul inputs carry {hot['tokens']:,} token rows against a mean of {mean:,.0f} "
+            f"({ratio:.2f}×); GroupedMatmul time {ms(hot['gmm_us'])} vs {ms(med['gmm_us'])} on rank "
+            f"{med['rank']} (median)"
+        )
     else:
-        what = (f"its {'GroupedMatmul' if metric == 'gmm_us' else 'MoE-bucket'} time is {ms(hot[metric])} against "
-                f"a mean of {ms(mean)} ({ratio:.2f}×); the kernel rows carry no usable GroupedMatmul shapes, so "
-                "tokens are not counted")
+        what = (
+            f"its {'GroupedMatmul' if metric == 'gmm_us' else 'MoE-bucket'} time is {ms(hot[metric])} against "
+            f"a mean of {ms(mean)} ({ratio:.2f}×); the kernel rows carry no usable GroupedMatmul shapes, so "
+            "tokens are not counted"
+        )
     evidence = []
     for row, role in ((hot, "hot"), (med, "median")):
         if row["file"] and row["gmm_lines"]:
-            evidence.append(cite_lines(row["file"], row["gmm_lines"], row["rows"],
-                                       {"source": "kernel_details", "op": "GroupedMatmul" if row["gmm_count"]
-                                        else "bucket moe", "rank": row["rank"], "role": role},
-                                       values={"tokens": row["tokens"], "gmm_us": round(row["gmm_us"], 3)}))
+            evidence.append(
+                cite_lines(
+                    row["file"],
+                    row["gmm_lines"],
+                    row["rows"],
+                    {
+                        "source": "kernel_details",
+                        "op": "GroupedMatmul" if row["gmm_count"] else "bucket moe",
+                        "rank": row["rank"],
+                        "role": role,
+                    },
+                    values={"tokens": row["tokens"], "gmm_us": round(row["gmm_us"], 3)},
+                )
+            )
     return Finding(
-        check=CHECK, severity=sev, rank=hot["rank"],
+        check=CHECK,
+        severity=sev,
+        rank=hot["rank"],
         title=f"MoE imbalance: rank {hot['rank']} ({exp_txt}) gets {ratio:.2f}× the mean {metric.replace('_us', '')}"
-              f" of {grp}",
-        message=(f"MoE load imbalance in {grp}: rank {hot['rank']}, which holds {exp_txt}, is the hot rank — "
-                 f"{what}. Every EP all-to-all waits for the hottest rank, so the others idle for the difference. "
-                 f"Threshold max/mean {chk['warning_ratio']} (warning), {chk['critical_ratio']} (critical)."),
-        metrics={"ratio": round(ratio, 4), "metric": metric, "hot_rank": hot["rank"], "hot_experts": experts,
-                 "local_experts": local, "values": {str(k): v for k, v in g.select("rank", metric).iter_rows()},
-                 "mean": round(mean, 3), "median_rank": med["rank"]},
-        evidence=tuple(evidence))
+        f" of {grp}",
+        message=(
+            f"MoE load imbalance in {grp}: rank {hot['rank']}, which holds {exp_txt}, is the hot rank — "
+            f"{what}. Every EP all-to-all waits for the hottest rank, so the others idle for the difference. "
+            f"Threshold max/mean {chk['warning_ratio']} (warning), {chk['critical_ratio']} (critical)."
+        ),
+        metrics={
+            "ratio": round(ratio, 4),
+            "metric": metric,
+            "hot_rank": hot["rank"],
+            "hot_experts": experts,
+            "local_experts": local,
+            "values": {str(k): v for k, v in g.select("rank", metric).iter_rows()},
+            "mean": round(mean, 3),
+            "median_rank": med["rank"],
+        },
+        evidence=tuple(evidence),
+    )

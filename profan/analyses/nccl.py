@@ -10,13 +10,13 @@ from __future__ import annotations
 import polars as pl
 
 from profan.analyses.common import pct
-from profan.evidence import cite_events
-from profan.findings import Finding
-from profan.hardware import Hardware
-from profan.rankmap import RankData
-from profan.roles import Roles
-from profan.roles import defaults as default_roles
-from profan.rulepack import RulePack
+from profan.model.evidence import cite_events
+from profan.model.findings import Finding
+from profan.ranks.rankmap import RankData
+from profan.rulepack.hardware import Hardware
+from profan.rulepack.pack import RulePack
+from profan.rulepack.roles import Roles
+from profan.rulepack.roles import defaults as default_roles
 from profan.sources.kineto import SOURCE_KERNEL
 
 # The collective kinds, their message size and bus-bandwidth factor (nccl-tests doc/PERFORMANCE.md: busbw = algbw ×
@@ -72,35 +72,51 @@ def nccl_bandwidth(coll: pl.DataFrame, world_size: int | None = None, roles: Rol
     kind = pl.col("collective")
     largest = pl.max_horizontal("in_nelems", "out_nelems")
     size = {"in": pl.col("in_nelems"), "out": pl.col("out_nelems"), "max": largest}
-    elems = _first_match([(kind == k.kind, size[k.nelems]) for k in roles.collectives if k.nelems != "max"],
-                         largest).cast(pl.Float64)
-    factor = _first_match([(kind == k.kind, _bus_factor(k.bus_factor, n)) for k in roles.collectives],
-                          pl.lit(None))
-    t = coll.with_columns(collective_kind(pl.col("coll_name"), roles).alias("collective"),
-                          pl.col("dtype").replace_strict(roles.dtype_bytes, default=None, return_dtype=pl.Int64)
-                          .alias("dtype_bytes"), n.alias("ranks_in_group"))
+    elems = _first_match(
+        [(kind == k.kind, size[k.nelems]) for k in roles.collectives if k.nelems != "max"], largest
+    ).cast(pl.Float64)
+    factor = _first_match([(kind == k.kind, _bus_factor(k.bus_factor, n)) for k in roles.collectives], pl.lit(None))
+    t = coll.with_columns(
+        collective_kind(pl.col("coll_name"), roles).alias("collective"),
+        pl.col("dtype").replace_strict(roles.dtype_bytes, default=None, return_dtype=pl.Int64).alias("dtype_bytes"),
+        n.alias("ranks_in_group"),
+    )
     t = t.with_columns((elems * pl.col("dtype_bytes")).alias("bytes"), factor.alias("bus_factor"))
     algbw = pl.col("bytes") / (pl.col("dur_us") * 1e3)  # B / (µs · 1e3) = GB/s
     return t.with_columns(algbw.alias("algbw_gbps")).with_columns(
-        (pl.col("algbw_gbps") * pl.col("bus_factor")).alias("busbw_gbps"))
+        (pl.col("algbw_gbps") * pl.col("bus_factor")).alias("busbw_gbps")
+    )
 
 
 def nccl_link_prior(device_name: str | None, hw: Hardware) -> tuple[str | None, float | None, str]:
     """(link, usable GB/s, what was assumed) for intra-node collectives of a GPU named `device_name`."""
     dev = hw.detect_gpu(device_name)
     if dev is None or not dev.scale_up:
-        return None, None, (f"link unknown: no prior for device {device_name!r}" if device_name
-                            else "link unknown: the trace records no deviceProperties")
+        return (
+            None,
+            None,
+            (
+                f"link unknown: no prior for device {device_name!r}"
+                if device_name
+                else "link unknown: the trace records no deviceProperties"
+            ),
+        )
     p = hw.prior(dev.id, dev.scale_up)
     if p is None or p.usable_gbps is None:
         return dev.scale_up, None, f"{dev.name}: no usable {dev.scale_up} figure in rules/hardware"
-    return dev.scale_up, p.usable_gbps, (
-        f"{dev.id} {dev.scale_up} {p.usable_gbps:g} GB/s per GPU ({p.file}), assuming the ranks share one "
-        "node connected by NVLink — the trace records neither the links nor the node layout")
+    return (
+        dev.scale_up,
+        p.usable_gbps,
+        (
+            f"{dev.id} {dev.scale_up} {p.usable_gbps:g} GB/s per GPU ({p.file}), assuming the ranks share one "
+            "node connected by NVLink — the trace records neither the links nor the node layout"
+        ),
+    )
 
 
-def nccl_findings(table: pl.DataFrame, hw: Hardware, pack: RulePack, *, device_name: str | None, file: str,
-                  rank: int | None) -> list[Finding]:
+def nccl_findings(
+    table: pl.DataFrame, hw: Hardware, pack: RulePack, *, device_name: str | None, file: str, rank: int | None
+) -> list[Finding]:
     """Per rank and collective type: bytes moved, algbw/busbw spread, and the prior they are held to (info)."""
     chk = pack.check("nccl-bandwidth")
     out: list[Finding] = []
@@ -111,35 +127,61 @@ def nccl_findings(table: pl.DataFrame, hw: Hardware, pack: RulePack, *, device_n
     formula = {k.kind: k.bus_factor for k in pack.roles.collectives}
     aligned = "ranks_aligned" in k.columns and (k["ranks_aligned"].fill_null(1) >= 2).any()
     suffix = "_transfer" if aligned else ""
-    basis = ("Time = the last-arriving rank's kernel duration of each collective (the others include waiting)."
-             if aligned else "Kernel time includes waiting for the later peer; with every rank's trace the last "
-             "arrival's duration is the transfer.")
+    basis = (
+        "Time = the last-arriving rank's kernel duration of each collective (the others include waiting)."
+        if aligned
+        else "Kernel time includes waiting for the later peer; with every rank's trace the last "
+        "arrival's duration is the transfer."
+    )
     for (kind,), g in k.group_by(["collective"], maintain_order=True):
         g = g.sort(f"busbw{suffix}_gbps", descending=True)
         bus = g[f"busbw{suffix}_gbps"]
         top = g.row(0, named=True)
         largest = g.sort("bytes", descending=True).row(0, named=True)
-        judged = (f" That is {pct(float(bus.max()) / prior)} of the prior at best ({assumed}); the largest message is "
-                  f"{largest['bytes'] / 1e6:,.1f} MB, and busbw only plateaus at ≥ {chk['plateau_mb']:g} MB, so "
-                  "small messages stay far below the wire rate whatever the link."
-                  if prior else f" Not held against a link prior ({assumed}).")
-        out.append(Finding(
-            check=chk.id, severity="info", rank=rank,
-            title=(f"Rank {rank}: {g.height} NCCL {kind}(s), busbw {float(bus.min()):.2f}–{float(bus.max()):.2f} "
-                   "GB/s"),
-            message=(f"Rank {rank}: {g.height} {kind} kernel(s) moved {float(g['bytes'].sum()) / 1e6:,.1f} MB "
-                     f"(nelems × dtype size, group of {int(top['ranks_in_group'])}; bus factor "
-                     f"{formula.get(kind, '?')} = {top['bus_factor']:g}). busbw min / median / max "
-                     f"{float(bus.min()):.2f} / {float(bus.median()):.2f} / {float(bus.max()):.2f} GB/s; fastest: "
-                     f"{top['bytes']:,.0f} B in {top['transfer_us' if aligned else 'dur_us']:,.3f} µs = algbw "
-                     f"{top[f'algbw{suffix}_gbps']:.2f} GB/s, busbw {top[f'busbw{suffix}_gbps']:.2f} GB/s (event "
-                     f"{top['event_idx']}).{judged} {basis}"),
-            metrics={"kernels": g.height, "bytes": float(g["bytes"].sum()), "busbw_min_gbps": float(bus.min()),
-                     "busbw_median_gbps": float(bus.median()), "busbw_max_gbps": float(bus.max()),
-                     "link": link, "prior_gbps": prior},
-            evidence=(cite_events(file, g["event_idx"].to_list(), g.height,
-                                  {"source": "kineto", "collective": kind, **_category(g)},
-                                  values={"bytes": float(g["bytes"].sum())}),)))
+        judged = (
+            f" That is {pct(float(bus.max()) / prior)} of the prior at best ({assumed}); the largest message is "
+            f"{largest['bytes'] / 1e6:,.1f} MB, and busbw only plateaus at ≥ {chk['plateau_mb']:g} MB, so "
+            "small messages stay far below the wire rate whatever the link."
+            if prior
+            else f" Not held against a link prior ({assumed})."
+        )
+        out.append(
+            Finding(
+                check=chk.id,
+                severity="info",
+                rank=rank,
+                title=(
+                    f"Rank {rank}: {g.height} NCCL {kind}(s), busbw {float(bus.min()):.2f}–{float(bus.max()):.2f} GB/s"
+                ),
+                message=(
+                    f"Rank {rank}: {g.height} {kind} kernel(s) moved {float(g['bytes'].sum()) / 1e6:,.1f} MB "
+                    f"(nelems × dtype size, group of {int(top['ranks_in_group'])}; bus factor "
+                    f"{formula.get(kind, '?')} = {top['bus_factor']:g}). busbw min / median / max "
+                    f"{float(bus.min()):.2f} / {float(bus.median()):.2f} / {float(bus.max()):.2f} GB/s; fastest: "
+                    f"{top['bytes']:,.0f} B in {top['transfer_us' if aligned else 'dur_us']:,.3f} µs = algbw "
+                    f"{top[f'algbw{suffix}_gbps']:.2f} GB/s, busbw {top[f'busbw{suffix}_gbps']:.2f} GB/s (event "
+                    f"{top['event_idx']}).{judged} {basis}"
+                ),
+                metrics={
+                    "kernels": g.height,
+                    "bytes": float(g["bytes"].sum()),
+                    "busbw_min_gbps": float(bus.min()),
+                    "busbw_median_gbps": float(bus.median()),
+                    "busbw_max_gbps": float(bus.max()),
+                    "link": link,
+                    "prior_gbps": prior,
+                },
+                evidence=(
+                    cite_events(
+                        file,
+                        g["event_idx"].to_list(),
+                        g.height,
+                        {"source": "kineto", "collective": kind, **_category(g)},
+                        values={"bytes": float(g["bytes"].sum())},
+                    ),
+                ),
+            )
+        )
     return out
 
 
@@ -149,10 +191,31 @@ def _category(g: pl.DataFrame) -> dict[str, str]:
     return {"cat": cats[0]} if len(cats) == 1 else {}
 
 
-NCCL_COLUMNS = ["rank", "step", "event_idx", "name", "collective", "dtype", "in_nelems", "out_nelems",
-                "ranks_in_group", "bytes", "dur_us", "algbw_gbps", "bus_factor", "busbw_gbps", "ranks_aligned",
-                "transfer_us", "algbw_transfer_gbps", "busbw_transfer_gbps", "link", "prior_gbps", "prior_share",
-                "assumed", "file"]
+NCCL_COLUMNS = [
+    "rank",
+    "step",
+    "event_idx",
+    "name",
+    "collective",
+    "dtype",
+    "in_nelems",
+    "out_nelems",
+    "ranks_in_group",
+    "bytes",
+    "dur_us",
+    "algbw_gbps",
+    "bus_factor",
+    "busbw_gbps",
+    "ranks_aligned",
+    "transfer_us",
+    "algbw_transfer_gbps",
+    "busbw_transfer_gbps",
+    "link",
+    "prior_gbps",
+    "prior_share",
+    "assumed",
+    "file",
+]
 
 
 def last_arrival(ranks: list[RankData]) -> pl.DataFrame:
@@ -169,14 +232,15 @@ def last_arrival(ranks: list[RankData]) -> pl.DataFrame:
     if a.is_empty():
         return pl.DataFrame(schema=schema)
     key = ["step", "group", "seq"]
-    return (a.filter(pl.col("loc_kind") == "events")
-            .with_columns(pl.col("dur_us").min().over(key).alias("transfer_us"))
-            .select("rank", pl.col("loc").alias("event_idx"), "transfer_us", pl.col("present").alias("ranks_aligned"))
-            .cast(schema))
+    return (
+        a.filter(pl.col("loc_kind") == "events")
+        .with_columns(pl.col("dur_us").min().over(key).alias("transfer_us"))
+        .select("rank", pl.col("loc").alias("event_idx"), "transfer_us", pl.col("present").alias("ranks_aligned"))
+        .cast(schema)
+    )
 
 
-def nccl_section(ranks: list[RankData], hw: Hardware, pack: RulePack
-                 ) -> tuple[pl.DataFrame, list[Finding], list[str]]:
+def nccl_section(ranks: list[RankData], hw: Hardware, pack: RulePack) -> tuple[pl.DataFrame, list[Finding], list[str]]:
     """Per Kineto rank: every NCCL kernel with message-size args → bytes, algbw, busbw, and the findings."""
     parts: list[pl.DataFrame] = []
     findings: list[Finding] = []
@@ -195,22 +259,40 @@ def nccl_section(ranks: list[RankData], hw: Hardware, pack: RulePack
             continue
         t = nccl_bandwidth(k.drop("bytes", strict=False), world_size=r.info.get("world_size"), roles=pack.roles)
         mine = transfer.filter(pl.col("rank") == r.rank).drop("rank")
-        t = t.join(mine, on="event_idx", how="left") if not mine.is_empty() else t.with_columns(
-            pl.lit(None, pl.Float64).alias("transfer_us"), pl.lit(None, pl.Int64).alias("ranks_aligned"))
-        t = t.with_columns(pl.col("transfer_us").fill_null(pl.col("dur_us")),
-                           pl.col("ranks_aligned").fill_null(1)).with_columns(
-            (pl.col("bytes") / (pl.col("transfer_us") * 1e3)).alias("algbw_transfer_gbps")).with_columns(
-            (pl.col("algbw_transfer_gbps") * pl.col("bus_factor")).alias("busbw_transfer_gbps"))
+        t = (
+            t.join(mine, on="event_idx", how="left")
+            if not mine.is_empty()
+            else t.with_columns(
+                pl.lit(None, pl.Float64).alias("transfer_us"), pl.lit(None, pl.Int64).alias("ranks_aligned")
+            )
+        )
+        t = (
+            t.with_columns(pl.col("transfer_us").fill_null(pl.col("dur_us")), pl.col("ranks_aligned").fill_null(1))
+            .with_columns((pl.col("bytes") / (pl.col("transfer_us") * 1e3)).alias("algbw_transfer_gbps"))
+            .with_columns((pl.col("algbw_transfer_gbps") * pl.col("bus_factor")).alias("busbw_transfer_gbps"))
+        )
         device = r.info.get("device")
         link, prior, assumed = nccl_link_prior(device, hw)
         findings += nccl_findings(t, hw, pack, device_name=device, file=file, rank=r.rank)
-        parts.append(t.with_columns(
-            pl.lit(r.rank, pl.Int64).alias("rank"), pl.lit(link, pl.String).alias("link"),
-            pl.lit(prior, pl.Float64).alias("prior_gbps"), pl.lit(assumed).alias("assumed"), pl.lit(file).alias("file"),
-            *([] if "step" in t.columns else [pl.lit(None, pl.Int64).alias("step")]),
-        ).with_columns((pl.col("busbw_transfer_gbps") / pl.col("prior_gbps")).alias("prior_share"))
-            .select(NCCL_COLUMNS))
+        parts.append(
+            t.with_columns(
+                pl.lit(r.rank, pl.Int64).alias("rank"),
+                pl.lit(link, pl.String).alias("link"),
+                pl.lit(prior, pl.Float64).alias("prior_gbps"),
+                pl.lit(assumed).alias("assumed"),
+                pl.lit(file).alias("file"),
+                *([] if "step" in t.columns else [pl.lit(None, pl.Int64).alias("step")]),
+            )
+            .with_columns((pl.col("busbw_transfer_gbps") / pl.col("prior_gbps")).alias("prior_share"))
+            .select(NCCL_COLUMNS)
+        )
     table = pl.concat(parts, how="diagonal_relaxed") if parts else pl.DataFrame()
-    notes = ([f"communication: NCCL kernels of rank(s) {', '.join(str(x) for x in no_args)} carry no message-size "
-              "args (older PyTorch/Kineto), so their bytes and bandwidth cannot be computed"] if no_args else [])
+    notes = (
+        [
+            f"communication: NCCL kernels of rank(s) {', '.join(str(x) for x in no_args)} carry no message-size "
+            "args (older PyTorch/Kineto), so their bytes and bandwidth cannot be computed"
+        ]
+        if no_args
+        else []
+    )
     return table, findings, notes

@@ -14,25 +14,28 @@ from profan.analyses import boundness as bound
 from profan.analyses import breakdown as bd
 from profan.analyses import comm
 from profan.analyses.contract import Analysis, Job, Section, run_analyses
-from profan.rankmap import RankData
-from profan.rulepack import RulePack
+from profan.ranks.rankmap import RankData
+from profan.rulepack.pack import RulePack
 
 
 def breakdown_section(job: Job) -> Section:
     """Device time per rank, step and bucket (over all steps too, for long captures), and what no rule explains."""
     table = bd.breakdown(job.ranks)
     steps_max = job.pack.check("step-breakdown")["table_steps_max"]
-    return Section(tables={"breakdown": table, "breakdown_all_steps": bd.breakdown_over_steps(table, steps_max)},
-                   findings=[*bd.step_breakdown_findings(job.ranks, job.pack, table),
-                             *bd.coverage_findings(job.ranks, job.pack)])
+    return Section(
+        tables={"breakdown": table, "breakdown_all_steps": bd.breakdown_over_steps(table, steps_max)},
+        findings=[*bd.step_breakdown_findings(job.ranks, job.pack, table), *bd.coverage_findings(job.ranks, job.pack)],
+    )
 
 
 def kernel_section(job: Job) -> Section:
     """The top kernels of each bucket, and what bounds the hottest ones."""
     bound_tab = bound.boundness(job.ranks, job.pack)
     steps_max = job.pack.check("step-breakdown")["table_steps_max"]
-    return Section(tables={"top_kernels": bd.top_kernels(job.ranks, steps_max), "boundness": bound_tab},
-                   findings=bound.boundness_findings(job.ranks, bound_tab, job.pack))
+    return Section(
+        tables={"top_kernels": bd.top_kernels(job.ranks, steps_max), "boundness": bound_tab},
+        findings=bound.boundness_findings(job.ranks, bound_tab, job.pack),
+    )
 
 
 def comm_ops_section(job: Job) -> Section:
@@ -47,8 +50,10 @@ def unassessed_section(job: Job) -> Section:
     ranks = job.ranks
     no_pipes = [r for r in ranks if r.groups is not None and not r.has_pipe_ratios and r.kernel_locator == "lines"]
     if no_pipes:
-        notes.append("kernel boundness not assessed for ranks whose kernel_details.csv has no PipeUtilization "
-                     "ratios: " + ", ".join(str(r.rank) for r in no_pipes))
+        notes.append(
+            "kernel boundness not assessed for ranks whose kernel_details.csv has no PipeUtilization "
+            "ratios: " + ", ".join(str(r.rank) for r in no_pipes)
+        )
     if not any(r.groups is not None for r in ranks):
         notes.append("no kernel_details.csv / op_summary found: no per-kernel breakdown")
     return Section(notes=notes)
@@ -57,5 +62,11 @@ def unassessed_section(job: Job) -> Section:
 def rank_sections(ranks: list[RankData], pack: RulePack) -> Section:
     """The per-rank analyses of ``ranks`` as one section: tables with rows in rank order, each analysis's findings
     in rank order."""
-    return run_analyses([Analysis("breakdown", breakdown_section), Analysis("kernels", kernel_section),
-                         Analysis("communication ops", comm_ops_section)], Job(ranks=ranks, pack=pack))
+    return run_analyses(
+        [
+            Analysis("breakdown", breakdown_section),
+            Analysis("kernels", kernel_section),
+            Analysis("communication ops", comm_ops_section),
+        ],
+        Job(ranks=ranks, pack=pack),
+    )

@@ -10,10 +10,10 @@ import polars as pl
 
 from profan.analyses.common import ms
 from profan.analyses.contract import Job, Section
-from profan.evidence import cite_lines
-from profan.findings import Finding
-from profan.rankmap import RankData
-from profan.rulepack import RulePack
+from profan.model.evidence import cite_lines
+from profan.model.findings import Finding
+from profan.ranks.rankmap import RankData
+from profan.rulepack.pack import RulePack
 
 
 def section(job: Job) -> Section:
@@ -30,18 +30,26 @@ def op_statistic_table(ranks: list[RankData]) -> pl.DataFrame:
     for r in ranks:
         if r.op_stats is None or r.groups is None:
             continue
-        k = (r.groups.filter(pl.col("bucket") != "communication").group_by("type", "core")
-             .agg(pl.col("count").sum().alias("kernel_count"), pl.col("time_us").sum().alias("kernel_time_us")))
-        j = (r.op_stats.join(k, left_on=["op_type", "core"], right_on=["type", "core"], how="full", coalesce=True)
-             .sort(["src_line", "op_type", "core"], nulls_last=True))  # file order; kernel-only types after
-        parts.append(j.with_columns(pl.lit(r.rank, pl.Int64).alias("rank"),
-                                    pl.lit(r.files["op_statistic"]).alias("file")))
+        k = (
+            r.groups.filter(pl.col("bucket") != "communication")
+            .group_by("type", "core")
+            .agg(pl.col("count").sum().alias("kernel_count"), pl.col("time_us").sum().alias("kernel_time_us"))
+        )
+        j = r.op_stats.join(k, left_on=["op_type", "core"], right_on=["type", "core"], how="full", coalesce=True).sort(
+            ["src_line", "op_type", "core"], nulls_last=True
+        )  # file order; kernel-only types after
+        parts.append(
+            j.with_columns(pl.lit(r.rank, pl.Int64).alias("rank"), pl.lit(r.files["op_statistic"]).alias("file"))
+        )
     if not parts:
         return pl.DataFrame()
     df = pl.concat(parts, how="diagonal_relaxed")
     return df.with_columns(
-        ((pl.col("count").fill_null(0) == pl.col("kernel_count").fill_null(0))
-         & ((pl.col("total_us").fill_null(0) - pl.col("kernel_time_us").fill_null(0)).abs() <= 0.01)).alias("match"))
+        (
+            (pl.col("count").fill_null(0) == pl.col("kernel_count").fill_null(0))
+            & ((pl.col("total_us").fill_null(0) - pl.col("kernel_time_us").fill_null(0)).abs() <= 0.01)
+        ).alias("match")
+    )
 
 
 def op_statistic_findings(table: pl.DataFrame, pack: RulePack) -> tuple[list[Finding], list[str]]:
@@ -54,8 +62,9 @@ def op_statistic_findings(table: pl.DataFrame, pack: RulePack) -> tuple[list[Fin
     for (rank, file), g in table.group_by(["rank", "file"], maintain_order=True):
         bad = g.filter(~pl.col("match"))
         if bad.is_empty():
-            notes.append(f"rank {rank}: kernel_details.csv agrees with {file} on all {g.height} op types "
-                         "(count and total time)")
+            notes.append(
+                f"rank {rank}: kernel_details.csv agrees with {file} on all {g.height} op types (count and total time)"
+            )
             continue
         stat_us = float(bad["total_us"].fill_null(0).sum())
         kern_us = float(bad["kernel_time_us"].fill_null(0).sum())
@@ -63,16 +72,30 @@ def op_statistic_findings(table: pl.DataFrame, pack: RulePack) -> tuple[list[Fin
         lines = bad["src_line"].drop_nulls().to_list()
         evidence = []
         if lines:
-            evidence.append(cite_lines(file, lines, len(lines), {"source": "op_statistic", "mismatch": True},
-                                       values={"total_us": round(stat_us, 3)}))
+            evidence.append(
+                cite_lines(
+                    file,
+                    lines,
+                    len(lines),
+                    {"source": "op_statistic", "mismatch": True},
+                    values={"total_us": round(stat_us, 3)},
+                )
+            )
         if not evidence:
             continue  # only kernel rows with no op_statistic line: nothing in op_statistic to cite
-        findings.append(Finding(
-            check=chk.id, severity=chk.severity, rank=rank,
-            title=f"Rank {rank}: kernel_details.csv disagrees with op_statistic.csv on {bad.height} op type(s)",
-            message=(f"Rank {rank}: for {bad.height} of {g.height} op types ({names}) the rows of kernel_details.csv "
-                     f"sum to {ms(kern_us)} but op_statistic.csv totals {ms(stat_us)}. Kernel rows were trimmed "
-                     "or lost; per-kernel shares describe only the rows present."),
-            metrics={"op_types": bad.height, "op_statistic_us": round(stat_us, 3), "kernel_us": round(kern_us, 3)},
-            evidence=tuple(evidence)))
+        findings.append(
+            Finding(
+                check=chk.id,
+                severity=chk.severity,
+                rank=rank,
+                title=f"Rank {rank}: kernel_details.csv disagrees with op_statistic.csv on {bad.height} op type(s)",
+                message=(
+                    f"Rank {rank}: for {bad.height} of {g.height} op types ({names}) the rows of kernel_details.csv "
+                    f"sum to {ms(kern_us)} but op_statistic.csv totals {ms(stat_us)}. Kernel rows were trimmed "
+                    "or lost; per-kernel shares describe only the rows present."
+                ),
+                metrics={"op_types": bad.height, "op_statistic_us": round(stat_us, 3), "kernel_us": round(kern_us, 3)},
+                evidence=tuple(evidence),
+            )
+        )
     return findings, notes

@@ -11,31 +11,54 @@ import polars as pl
 from profan.analyses import imbalance
 from profan.analyses.common import cite_kernels, graded, kernel_table, ms, pct
 from profan.analyses.contract import Job, Section
-from profan.evidence import cite_lines
-from profan.findings import Finding
-from profan.rankmap import RankData
-from profan.rulepack import RulePack
+from profan.model.evidence import cite_lines
+from profan.model.findings import Finding
+from profan.ranks.rankmap import RankData
+from profan.rulepack.pack import RulePack
 from profan.sources.rowframe import stack
 
-STEP_COLUMNS = ["rank", "step", "device_id", "computing_us", "comm_not_overlapped_us", "overlapped_us",
-                "communication_us", "free_us", "bubble_us", "preparing_us", "step_us", "src_line", "file"]
+STEP_COLUMNS = [
+    "rank",
+    "step",
+    "device_id",
+    "computing_us",
+    "comm_not_overlapped_us",
+    "overlapped_us",
+    "communication_us",
+    "free_us",
+    "bubble_us",
+    "preparing_us",
+    "step_us",
+    "src_line",
+    "file",
+]
 
 
 def step_table(ranks: list[RankData]) -> pl.DataFrame:
     have = [r for r in ranks if r.steps is not None and not r.steps.is_empty()]
     if not have:
         return pl.DataFrame()
-    return stack([r.steps for r in have], {"rank": [r.rank for r in have],
-                                           "file": [r.files["step_trace_time"] for r in have]}
-                 ).select(STEP_COLUMNS).sort("rank", "step")
+    return (
+        stack(
+            [r.steps for r in have],
+            {"rank": [r.rank for r in have], "file": [r.files["step_trace_time"] for r in have]},
+        )
+        .select(STEP_COLUMNS)
+        .sort("rank", "step")
+    )
 
 
 def section(job: Job) -> Section:
     """The step table, and what it says: exposed communication and idle per step, kernel rows that cannot account
     for the step's compute, and ranks or pipeline stages that compute unequal amounts."""
-    return Section(tables={"steps": job.steps},
-                   findings=[*share_findings(job.steps, job.pack), *reconcile_findings(job.ranks, job.steps, job.pack),
-                             *imbalance.imbalance_findings(job.ranks, job.steps, job.pack)])
+    return Section(
+        tables={"steps": job.steps},
+        findings=[
+            *share_findings(job.steps, job.pack),
+            *reconcile_findings(job.ranks, job.steps, job.pack),
+            *imbalance.imbalance_findings(job.ranks, job.steps, job.pack),
+        ],
+    )
 
 
 def share_findings(steps: pl.DataFrame, pack: RulePack) -> list[Finding]:
@@ -43,9 +66,15 @@ def share_findings(steps: pl.DataFrame, pack: RulePack) -> list[Finding]:
     out: list[Finding] = []
     if steps.is_empty():
         return out
-    specs = (("exposed-communication", "comm_not_overlapped_us", "Communication(Not Overlapped)",
-              "communication not overlapped with compute"),
-             ("device-idle", "free_us", "Free", "the device is idle (Free)"))
+    specs = (
+        (
+            "exposed-communication",
+            "comm_not_overlapped_us",
+            "Communication(Not Overlapped)",
+            "communication not overlapped with compute",
+        ),
+        ("device-idle", "free_us", "Free", "the device is idle (Free)"),
+    )
     for row in steps.iter_rows(named=True):
         step_us = row["step_us"]
         if not step_us:
@@ -60,17 +89,31 @@ def share_findings(steps: pl.DataFrame, pack: RulePack) -> list[Finding]:
             if sev is None:
                 continue
             step_txt = f"step {row['step']}" if row["step"] is not None else "the profile"
-            out.append(Finding(
-                check=check_id, severity=sev, rank=row["rank"], step=row["step"],
-                title=f"Rank {row['rank']}, {step_txt}: {pct(share)} of the step {what}",
-                message=(f"Rank {row['rank']}, {step_txt}: {label} is {ms(v)} of the {ms(step_us)} step "
-                         f"({pct(share)}); Computing {ms(row['computing_us'])}, "
-                         f"Communication(Not Overlapped) {ms(row['comm_not_overlapped_us'])}, "
-                         f"Free {ms(row['free_us'])}."),
-                metrics={col: v, "step_us": step_us, "share": round(share, 4)},
-                evidence=(cite_lines(row["file"], [row["src_line"]], 1,
-                                     {"source": "step_trace_time", "step": row["step"]},
-                                     values={label: v, "step_us": step_us}),)))
+            out.append(
+                Finding(
+                    check=check_id,
+                    severity=sev,
+                    rank=row["rank"],
+                    step=row["step"],
+                    title=f"Rank {row['rank']}, {step_txt}: {pct(share)} of the step {what}",
+                    message=(
+                        f"Rank {row['rank']}, {step_txt}: {label} is {ms(v)} of the {ms(step_us)} step "
+                        f"({pct(share)}); Computing {ms(row['computing_us'])}, "
+                        f"Communication(Not Overlapped) {ms(row['comm_not_overlapped_us'])}, "
+                        f"Free {ms(row['free_us'])}."
+                    ),
+                    metrics={col: v, "step_us": step_us, "share": round(share, 4)},
+                    evidence=(
+                        cite_lines(
+                            row["file"],
+                            [row["src_line"]],
+                            1,
+                            {"source": "step_trace_time", "step": row["step"]},
+                            values={label: v, "step_us": step_us},
+                        ),
+                    ),
+                )
+            )
     return out
 
 
@@ -85,8 +128,11 @@ def reconcile_findings(ranks: list[RankData], steps: pl.DataFrame, pack: RulePac
         return out
     kernel_ranks = [r for r in ranks if r.groups is not None and not r.groups.is_empty()]
     # every rank's compute (non-communication) kernel time per step in one query, not two per rank
-    compute = (k.filter(pl.col("bucket") != "communication").group_by("rank", "step", maintain_order=True)
-               .agg(pl.col("time_us").sum(), pl.col("count").sum()))
+    compute = (
+        k.filter(pl.col("bucket") != "communication")
+        .group_by("rank", "step", maintain_order=True)
+        .agg(pl.col("time_us").sum(), pl.col("count").sum())
+    )
     per_step = {(rank, step): (t, n) for rank, step, t, n in compute.iter_rows()}
     whole: dict[int, tuple[float, int]] = {}  # a step_trace row without a step number: all the rank's steps
     for (rank, _), (t, n) in per_step.items():
@@ -97,27 +143,52 @@ def reconcile_findings(ranks: list[RankData], steps: pl.DataFrame, pack: RulePac
         step_rows.setdefault(row["rank"], []).append(row)
     for r in kernel_ranks:
         for row in step_rows.get(r.rank, ()):
-            k_us, n = (per_step.get((r.rank, row["step"]), (0.0, 0)) if row["step"] is not None
-                       else whole.get(r.rank, (0.0, 0)))
+            k_us, n = (
+                per_step.get((r.rank, row["step"]), (0.0, 0))
+                if row["step"] is not None
+                else whole.get(r.rank, (0.0, 0))
+            )
             k_us, n = float(k_us), int(n)
             comp = row["computing_us"] or 0.0
             if comp <= 0 or k_us / comp >= chk["min_ratio"]:
                 continue
-            out.append(Finding(
-                check=chk.id, severity=chk.severity, rank=r.rank, step=row["step"],
-                title=f"Rank {r.rank}, step {row['step']}: kernel rows cover only {pct(k_us / comp)} of Computing",
-                message=(f"Rank {r.rank}, step {row['step']}: the {n} compute rows of kernel_details.csv sum to "
-                         f"{ms(k_us)} but step_trace_time.csv reports Computing {ms(comp)} "
-                         f"({pct(k_us / comp)}). Kernel rows look trimmed or partial: per-kernel shares describe "
-                         "only the rows present."),
-                metrics={"kernel_compute_us": round(k_us, 3), "computing_us": comp, "ratio": round(k_us / comp, 4)},
-                evidence=(cite_lines(row["file"], [row["src_line"]], 1,
-                                     {"source": "step_trace_time", "step": row["step"]},
-                                     values={"Computing": comp}),
-                          # no compute row at all (a file of HCCL rows only): nothing there to cite
-                          *([cite_kernels(r, r.groups.filter(pl.col("bucket") != "communication"), n,
-                                          {"source": "kernel_details", "step": row["step"],
-                                           "bucket_not": "communication"},
-                                          values={"time_us": round(k_us, 3)})] if n else []))))
+            out.append(
+                Finding(
+                    check=chk.id,
+                    severity=chk.severity,
+                    rank=r.rank,
+                    step=row["step"],
+                    title=f"Rank {r.rank}, step {row['step']}: kernel rows cover only {pct(k_us / comp)} of Computing",
+                    message=(
+                        f"Rank {r.rank}, step {row['step']}: the {n} compute rows of kernel_details.csv sum to "
+                        f"{ms(k_us)} but step_trace_time.csv reports Computing {ms(comp)} "
+                        f"({pct(k_us / comp)}). Kernel rows look trimmed or partial: per-kernel shares describe "
+                        "only the rows present."
+                    ),
+                    metrics={"kernel_compute_us": round(k_us, 3), "computing_us": comp, "ratio": round(k_us / comp, 4)},
+                    evidence=(
+                        cite_lines(
+                            row["file"],
+                            [row["src_line"]],
+                            1,
+                            {"source": "step_trace_time", "step": row["step"]},
+                            values={"Computing": comp},
+                        ),
+                        # no compute row at all (a file of HCCL rows only): nothing there to cite
+                        *(
+                            [
+                                cite_kernels(
+                                    r,
+                                    r.groups.filter(pl.col("bucket") != "communication"),
+                                    n,
+                                    {"source": "kernel_details", "step": row["step"], "bucket_not": "communication"},
+                                    values={"time_us": round(k_us, 3)},
+                                )
+                            ]
+                            if n
+                            else []
+                        ),
+                    ),
+                )
+            )
     return out
-

@@ -11,15 +11,19 @@ import polars as pl
 
 from profan.analyses.common import graded, ms, pct
 from profan.analyses.contract import Job, Section
-from profan.classify import UNCLASSIFIED
-from profan.evidence import cite_events, cite_lines
-from profan.findings import Finding
-from profan.rankmap import RankData
-from profan.rulepack import RulePack
+from profan.model.evidence import cite_events, cite_lines
+from profan.model.findings import Finding
+from profan.ranks.rankmap import RankData
+from profan.rulepack.classify import UNCLASSIFIED
+from profan.rulepack.pack import RulePack
 from profan.sources.rowframe import stack
 
-LANES = {"computing_us": "Computing", "comm_not_overlapped_us": "Communication(Not Overlapped)",
-         "free_us": "Free", "communication_us": "Communication"}
+LANES = {
+    "computing_us": "Computing",
+    "comm_not_overlapped_us": "Communication(Not Overlapped)",
+    "free_us": "Free",
+    "communication_us": "Communication",
+}
 
 
 def _trace_file(r: RankData) -> str | None:
@@ -39,8 +43,7 @@ def trace_step_table(ranks: list[RankData]) -> pl.DataFrame:
         return pl.DataFrame()
     df = pl.concat(parts, how="diagonal_relaxed")
     first = ["rank", "source", "scope", "step", "step_us", "computing_us", "comm_not_overlapped_us", "free_us"]
-    return df.select(*first, *[c for c in df.columns if c not in first]).sort("rank", "scope", "step",
-                                                                                nulls_last=True)
+    return df.select(*first, *[c for c in df.columns if c not in first]).sort("rank", "scope", "step", nulls_last=True)
 
 
 def share_findings(table: pl.DataFrame, pack: RulePack) -> list[Finding]:
@@ -49,8 +52,10 @@ def share_findings(table: pl.DataFrame, pack: RulePack) -> list[Finding]:
     if table.is_empty():
         return out
     dev = table.filter(pl.col("source") == "device_lanes")
-    specs = (("exposed-communication", "comm_not_overlapped_us", "communication not overlapped with compute"),
-             ("device-idle", "free_us", "GPU idle"))
+    specs = (
+        ("exposed-communication", "comm_not_overlapped_us", "communication not overlapped with compute"),
+        ("device-idle", "free_us", "GPU idle"),
+    )
     for (rank,), g in dev.group_by(["rank"], maintain_order=True):
         rows = g.filter(pl.col("scope") == "step")
         if rows.is_empty():
@@ -65,21 +70,39 @@ def share_findings(table: pl.DataFrame, pack: RulePack) -> list[Finding]:
                 if sev is None:
                     continue
                 where = f"step {row['step']}" if row["scope"] == "step" else "the whole trace (no ProfilerStep)"
-                locs = [e for e in (row["step_event"], row["gpu_step_event"]) if e is not None] if row[
-                    "scope"] == "step" else [row["first_event"], row["last_event"]]
-                note = ("the ProfilerStep annotation(s) of this step" if row["scope"] == "step"
-                        else "the first and the last device event: they bound the span")
-                out.append(Finding(
-                    check=check_id, severity=sev, rank=rank, step=row["step"],
-                    title=f"Rank {rank}, {where}: {what} for {pct(share)} of the GPU span",
-                    message=(f"Rank {rank}, {where}: {LANES[col]} is {ms(row[col])} of the {ms(row['step_us'])} "
-                             f"span from the first to the last device event ({pct(share)}); Computing "
-                             f"{ms(row['computing_us'])}, Communication(Not Overlapped) "
-                             f"{ms(row['comm_not_overlapped_us'])}, Free {ms(row['free_us'])} — computed by "
-                             f"interval union over {row['events']} kernel/memcpy/memset events."),
-                    metrics={col: round(row[col], 3), "step_us": round(row["step_us"], 3), "share": round(share, 4),
-                             "events": row["events"]},
-                    evidence=_split_evidence(row, col, locs, note)))
+                locs = (
+                    [e for e in (row["step_event"], row["gpu_step_event"]) if e is not None]
+                    if row["scope"] == "step"
+                    else [row["first_event"], row["last_event"]]
+                )
+                note = (
+                    "the ProfilerStep annotation(s) of this step"
+                    if row["scope"] == "step"
+                    else "the first and the last device event: they bound the span"
+                )
+                out.append(
+                    Finding(
+                        check=check_id,
+                        severity=sev,
+                        rank=rank,
+                        step=row["step"],
+                        title=f"Rank {rank}, {where}: {what} for {pct(share)} of the GPU span",
+                        message=(
+                            f"Rank {rank}, {where}: {LANES[col]} is {ms(row[col])} of the {ms(row['step_us'])} "
+                            f"span from the first to the last device event ({pct(share)}); Computing "
+                            f"{ms(row['computing_us'])}, Communication(Not Overlapped) "
+                            f"{ms(row['comm_not_overlapped_us'])}, Free {ms(row['free_us'])} — computed by "
+                            f"interval union over {row['events']} kernel/memcpy/memset events."
+                        ),
+                        metrics={
+                            col: round(row[col], 3),
+                            "step_us": round(row["step_us"], 3),
+                            "share": round(share, 4),
+                            "events": row["events"],
+                        },
+                        evidence=_split_evidence(row, col, locs, note),
+                    )
+                )
     return out
 
 
@@ -87,19 +110,37 @@ def _split_evidence(row: dict, col: str, locs: list[int], note: str) -> tuple:
     """The rows a step's split rests on: the step's ProfilerStep annotation(s) (or, without steps, the span's
     bounding events); the first and last device event, whose start and end are the span the share is of; and
     for idle time the two events around the longest idle stretch."""
-    select = {"source": "kineto_trace", "scope": row["scope"], "step": row["step"],
-              "cat": ["kernel", "gpu_memcpy", "gpu_memset"]}
+    select = {
+        "source": "kineto_trace",
+        "scope": row["scope"],
+        "step": row["step"],
+        "cat": ["kernel", "gpu_memcpy", "gpu_memset"],
+    }
     items = [cite_events(row["file"], locs, row["events"], select, note=note, values={LANES[col]: round(row[col], 3)})]
     if row["scope"] == "step":
-        items.append(cite_events(row["file"], [row["first_event"], row["last_event"]], 2,
-                                 {**select, "role": "span"}, values={"step_us": round(row["step_us"], 3)},
-                                 note="the first and the last device event of the step: the span runs from the "
-                                      "first one's start to the last one's end"))
+        items.append(
+            cite_events(
+                row["file"],
+                [row["first_event"], row["last_event"]],
+                2,
+                {**select, "role": "span"},
+                values={"step_us": round(row["step_us"], 3)},
+                note="the first and the last device event of the step: the span runs from the "
+                "first one's start to the last one's end",
+            )
+        )
     if col == "free_us" and row.get("gap_us"):
-        items.append(cite_events(row["file"], [row["gap_before_event"], row["gap_after_event"]], 2,
-                                 {**select, "role": "longest idle"}, values={"gap_us": round(row["gap_us"], 3)},
-                                 note=f"the longest stretch with no device event ({ms(row['gap_us'])}): from the "
-                                      "first event's end to the second one's start"))
+        items.append(
+            cite_events(
+                row["file"],
+                [row["gap_before_event"], row["gap_after_event"]],
+                2,
+                {**select, "role": "longest idle"},
+                values={"gap_us": round(row["gap_us"], 3)},
+                note=f"the longest stretch with no device event ({ms(row['gap_us'])}): from the "
+                "first event's end to the second one's start",
+            )
+        )
     return tuple(items)
 
 
@@ -111,8 +152,10 @@ def lane_share_findings(ranks: list[RankData], table: pl.DataFrame, pack: RulePa
         return out
     covered = [r.rank for r in ranks if r.steps is not None and not r.steps.is_empty()]
     rows = table.filter((pl.col("source") == "overlap_analysis") & ~pl.col("rank").is_in(covered))
-    specs = (("exposed-communication", "comm_not_overlapped_us", "communication not overlapped with compute"),
-             ("device-idle", "free_us", "the device is idle (Free)"))
+    specs = (
+        ("exposed-communication", "comm_not_overlapped_us", "communication not overlapped with compute"),
+        ("device-idle", "free_us", "the device is idle (Free)"),
+    )
     for row in rows.iter_rows(named=True):
         if not row["step_us"]:
             continue
@@ -121,18 +164,32 @@ def lane_share_findings(ranks: list[RankData], table: pl.DataFrame, pack: RulePa
             sev = graded(share, pack.check(check_id))
             if sev is None:
                 continue
-            out.append(Finding(
-                check=check_id, severity=sev, rank=row["rank"], step=row["step"],
-                title=f"Rank {row['rank']}, step {row['step']}: {pct(share)} of the step {what}",
-                message=(f"Rank {row['rank']}, step {row['step']}: {LANES[col]} is {ms(row[col])} of the "
-                         f"{ms(row['step_us'])} step ({pct(share)}); Computing {ms(row['computing_us'])}, "
-                         f"Communication(Not Overlapped) {ms(row['comm_not_overlapped_us'])}, Free "
-                         f"{ms(row['free_us'])} — from the Overlap Analysis lanes of trace_view.json (this rank "
-                         "has no step_trace_time.csv, which the profiler sums from the same lanes)."),
-                metrics={col: round(row[col], 3), "step_us": round(row["step_us"], 3), "share": round(share, 4)},
-                evidence=(cite_events(row["file"], row["top_events"], row["events"],
-                                      {"source": "trace_view", "process": "Overlap Analysis", "step": row["step"]},
-                                      values={LANES[col]: round(row[col], 3)}),)))
+            out.append(
+                Finding(
+                    check=check_id,
+                    severity=sev,
+                    rank=row["rank"],
+                    step=row["step"],
+                    title=f"Rank {row['rank']}, step {row['step']}: {pct(share)} of the step {what}",
+                    message=(
+                        f"Rank {row['rank']}, step {row['step']}: {LANES[col]} is {ms(row[col])} of the "
+                        f"{ms(row['step_us'])} step ({pct(share)}); Computing {ms(row['computing_us'])}, "
+                        f"Communication(Not Overlapped) {ms(row['comm_not_overlapped_us'])}, Free "
+                        f"{ms(row['free_us'])} — from the Overlap Analysis lanes of trace_view.json (this rank "
+                        "has no step_trace_time.csv, which the profiler sums from the same lanes)."
+                    ),
+                    metrics={col: round(row[col], 3), "step_us": round(row["step_us"], 3), "share": round(share, 4)},
+                    evidence=(
+                        cite_events(
+                            row["file"],
+                            row["top_events"],
+                            row["events"],
+                            {"source": "trace_view", "process": "Overlap Analysis", "step": row["step"]},
+                            values={LANES[col]: round(row[col], 3)},
+                        ),
+                    ),
+                )
+            )
     return out
 
 
@@ -154,28 +211,55 @@ def overlap_check(ranks: list[RankData], pack: RulePack) -> tuple[pl.DataFrame, 
                     continue
                 rel = abs(a - b) / abs(b) if b else abs(a - b)
                 diffs[lane] = rel
-                rows.append({"rank": r.rank, "step": row["step"], "lane": lane, "trace_view_us": a,
-                             "step_trace_time_us": b, "rel_diff": rel})
+                rows.append(
+                    {
+                        "rank": r.rank,
+                        "step": row["step"],
+                        "lane": lane,
+                        "trace_view_us": a,
+                        "step_trace_time_us": b,
+                        "rel_diff": rel,
+                    }
+                )
             if not diffs:
                 continue
             worst = max(diffs, key=lambda k: diffs[k])
             ok = diffs[worst] <= chk["tolerance"]
             lanes = ", ".join(f"{lane} {ms(row[c])}" for c, lane in LANES.items() if lane in diffs)
-            findings.append(Finding(
-                check=chk.id, severity=chk.severity_for("agreement") if ok else chk.severity, rank=r.rank,
-                step=row["step"],
-                title=(f"Rank {r.rank}, step {row['step']}: trace_view Overlap Analysis "
-                       f"{'agrees with' if ok else 'disagrees with'} step_trace_time.csv"),
-                message=(f"Rank {r.rank}, step {row['step']}: summing the Overlap Analysis lanes of trace_view.json "
-                         f"gives {lanes}; the largest difference to step_trace_time.csv is {worst} "
-                         f"({100 * diffs[worst]:.4f}%, tolerance {100 * chk['tolerance']:.2f}%)."
-                         + ("" if ok else " The two files disagree: one was trimmed or re-exported.")),
-                metrics={"max_rel_diff": round(diffs[worst], 8), "lane": worst},
-                evidence=(cite_lines(r.files["step_trace_time"], [row["src_line"]], 1,
-                                     {"source": "step_trace_time", "step": row["step"]}),
-                          cite_events(r.files["trace_view"], row["top_events"], row["events"],
-                                      {"source": "trace_view", "process": "Overlap Analysis", "step": row["step"]},
-                                      values={c: round(row[c], 3) for c in LANES}))))
+            findings.append(
+                Finding(
+                    check=chk.id,
+                    severity=chk.severity_for("agreement") if ok else chk.severity,
+                    rank=r.rank,
+                    step=row["step"],
+                    title=(
+                        f"Rank {r.rank}, step {row['step']}: trace_view Overlap Analysis "
+                        f"{'agrees with' if ok else 'disagrees with'} step_trace_time.csv"
+                    ),
+                    message=(
+                        f"Rank {r.rank}, step {row['step']}: summing the Overlap Analysis lanes of trace_view.json "
+                        f"gives {lanes}; the largest difference to step_trace_time.csv is {worst} "
+                        f"({100 * diffs[worst]:.4f}%, tolerance {100 * chk['tolerance']:.2f}%)."
+                        + ("" if ok else " The two files disagree: one was trimmed or re-exported.")
+                    ),
+                    metrics={"max_rel_diff": round(diffs[worst], 8), "lane": worst},
+                    evidence=(
+                        cite_lines(
+                            r.files["step_trace_time"],
+                            [row["src_line"]],
+                            1,
+                            {"source": "step_trace_time", "step": row["step"]},
+                        ),
+                        cite_events(
+                            r.files["trace_view"],
+                            row["top_events"],
+                            row["events"],
+                            {"source": "trace_view", "process": "Overlap Analysis", "step": row["step"]},
+                            values={c: round(row[c], 3) for c in LANES},
+                        ),
+                    ),
+                )
+            )
     return pl.DataFrame(rows) if rows else pl.DataFrame(), findings
 
 
@@ -184,8 +268,10 @@ def comm_tables(ranks: list[RankData]) -> dict[str, pl.DataFrame]:
     for name, attr in (("trace_communication", "trace_comm"), ("hccl_links", "trace_links")):
         have = [r for r in ranks if getattr(r, attr) is not None and not getattr(r, attr).is_empty()]
         if have:
-            out[name] = stack([getattr(r, attr) for r in have], {"rank": [r.rank for r in have],
-                                                                 "file": [_trace_file(r) for r in have]})
+            out[name] = stack(
+                [getattr(r, attr) for r in have],
+                {"rank": [r.rank for r in have], "file": [_trace_file(r) for r in have]},
+            )
     return out
 
 
@@ -203,8 +289,10 @@ def trace_notes(ranks: list[RankData]) -> list[str]:
             notes += [f"rank {r.rank}: {n}" for n in r.info.get("trace_notes", [])]
         world = {r.info.get("world_size") for r in kin} - {None}
         if world and max(world) > len(kin):
-            notes.append(f"{len(kin)} of {max(world)} ranks (distributedInfo.world_size) are present: "
-                         "cross-rank comparison covers only these")
+            notes.append(
+                f"{len(kin)} of {max(world)} ranks (distributedInfo.world_size) are present: "
+                "cross-rank comparison covers only these"
+            )
     return notes
 
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from pathlib import Path
 
-from profan.report import Report
+from profan.model.report import Report
 
 FORMATS = ("md", "json", "html", "xlsx")
 
@@ -19,14 +19,18 @@ def render(report: Report, fmt: str, out: Path | None = None) -> str | None:
 def _renderer(fmt: str) -> Callable[[Report, Path | None], str | None]:
     if fmt == "json":
         from profan.render.json_report import render_json
+
         return render_json
     if fmt == "md":
         from profan.render.markdown import render_markdown
+
         return render_markdown
     if fmt == "html":
         from profan.render.html import render_html
+
         return render_html
     if fmt == "xlsx":
         from profan.render.xlsx import render_xlsx
+
         return render_xlsx
     raise ValueError(f"unknown format {fmt!r} (use one of {', '.join(FORMATS)})")

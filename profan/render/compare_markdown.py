@@ -4,8 +4,8 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from profan.model.report import Report
 from profan.render.markdown import environment
-from profan.report import Report
 
 
 def render_compare_markdown(report: Report, out: Path | None = None) -> str | None:

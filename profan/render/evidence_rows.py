@@ -1,7 +1,8 @@
 """The cited source rows of a report, read back from the original files as tables for the HTML and Excel reports.
 
 Reading the cited rows back is rendering the evidence, not computing it: the values shown are the raw text of the
-files at the locators the findings cite, exactly what ``profan.evidence.read_back`` returns. The only difference is
+files at the locators the findings cite, exactly what ``profan.model.evidence.read_back`` returns. The only difference
+is
 batching — each file is opened once for all the rows cited from it (a report can cite the same 800 MB trace from
 dozens of findings) — and splitting: a CSV line is split with the csv module and shown under the file's header
 names; a JSON event or object is flattened into ``a › b`` columns.
@@ -16,10 +17,10 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from profan.discover import base_dir
-from profan.errors import ProfanInputError
-from profan.evidence import Evidence, load_json_document, read_lines, resolve_pointer, source_path, trace_events
-from profan.findings import Finding
+from profan.model.errors import ProfanInputError
+from profan.model.evidence import Evidence, load_json_document, read_lines, resolve_pointer, source_path, trace_events
+from profan.model.findings import Finding
+from profan.sources.discover import base_dir
 
 KEY_SEP = " › "
 MAX_FLAT_DEPTH = 3  # deeper JSON values are shown as compact JSON text
@@ -27,11 +28,26 @@ MAX_FLAT_DEPTH = 3  # deeper JSON values are shown as compact JSON text
 # Columns that name the row, tried in this order (CSV header names and chrome-trace keys).
 NAME_COLUMNS = ("Name", "name", "Op Name", "OP Name", "Kernel Name")
 TYPE_COLUMNS = ("Type", "OP Type", "Op Type", "cat", "Accelerator Core", "Task Type")
-KEY_COLUMNS = ("Step Id", "Step", "Duration(us)", "dur", "Start Time(us)", "ts", "Accelerator Core",
-               "Input Shapes", "Computing", "Communication(Not Overlapped)", "Free", "Stage",
-               "Communication Time Info" + KEY_SEP + "Elapse Time(ms)",
-               "Communication Time Info" + KEY_SEP + "Wait Time(ms)",
-               "Communication Time Info" + KEY_SEP + "Transit Time(ms)", "ph", "pid", "tid")
+KEY_COLUMNS = (
+    "Step Id",
+    "Step",
+    "Duration(us)",
+    "dur",
+    "Start Time(us)",
+    "ts",
+    "Accelerator Core",
+    "Input Shapes",
+    "Computing",
+    "Communication(Not Overlapped)",
+    "Free",
+    "Stage",
+    "Communication Time Info" + KEY_SEP + "Elapse Time(ms)",
+    "Communication Time Info" + KEY_SEP + "Wait Time(ms)",
+    "Communication Time Info" + KEY_SEP + "Transit Time(ms)",
+    "ph",
+    "pid",
+    "tid",
+)
 
 
 @dataclass
@@ -101,8 +117,10 @@ class RowReader:
         """`wanted`: file -> (locator kind, locators)."""
         for file, (kind, locs) in sorted(wanted.items()):
             if self.root is None:
-                self._errors[file] = (f"could not read {file} back: the report's data folder is not known "
-                                      "(profan evidence REPORT ID --root DIR reads it)")
+                self._errors[file] = (
+                    f"could not read {file} back: the report's data folder is not known "
+                    "(profan evidence REPORT ID --root DIR reads it)"
+                )
                 continue
             try:
                 path = source_path(self.root, file)
@@ -139,8 +157,9 @@ class RowReader:
                 self._rows[(file, label)] = SourceRow(label, ["(row)"], ["<not found in file>"], "")
                 continue
             pairs = flatten(value)
-            self._rows[(file, label)] = SourceRow(label, [k for k, _ in pairs], [v for _, v in pairs],
-                                                  json.dumps(value, ensure_ascii=False))
+            self._rows[(file, label)] = SourceRow(
+                label, [k for k, _ in pairs], [v for _, v in pairs], json.dumps(value, ensure_ascii=False)
+            )
         del doc
 
     def table(self, finding: str, index: int, ev: Evidence, locators: Iterable) -> EvidenceTable:
@@ -161,8 +180,9 @@ class RowReader:
         return out
 
 
-def read_evidence(root: Path | None, findings: list[Finding],
-                  limit: dict[tuple[str, int], int] | None = None) -> dict[str, list[EvidenceTable]]:
+def read_evidence(
+    root: Path | None, findings: list[Finding], limit: dict[tuple[str, int], int] | None = None
+) -> dict[str, list[EvidenceTable]]:
     """Evidence tables per finding id. `limit[(finding id, item index)]` caps the rows read for an item
     (default: every cited row)."""
     plan: list[tuple[Finding, int, Evidence, tuple]] = []

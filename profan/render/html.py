@@ -24,12 +24,12 @@ import jinja2
 import polars as pl
 from markupsafe import Markup
 
-from profan.errors import ProfanInputError
-from profan.findings import SEVERITIES, Finding
-from profan.paths import templates_dir
+from profan.model.errors import ProfanInputError
+from profan.model.findings import SEVERITIES, Finding
+from profan.model.report import Report
 from profan.render.evidence_rows import EvidenceTable, read_evidence
 from profan.render.textfmt import FILTERS, PIPE_COLUMNS, column_kind, column_label, fmt_cell, id_list, locators, visible
-from profan.report import Report
+from profan.rulepack.paths import templates_dir
 from profan.trust import report_root
 
 ROW_BUDGET = 1000  # evidence rows (and their table headers) embedded in the page, all findings together
@@ -40,25 +40,40 @@ TABLE_ROWS = 300  # rows of a summary table shown in the page; the JSON/Excel re
 HEATMAP_ROWS = 40
 
 TABLE_INFO: dict[str, tuple[str, str]] = {
-    "breakdown": ("Device time by bucket", "Summed kernel durations per rank, step and bucket. Overlapping "
-                                           "kernels are summed, so shares are of summed kernel time, not of the "
-                                           "step."),
-    "breakdown_all_steps": ("Device time by bucket, all steps", "Ranks with many steps: each bucket over all "
-                                                                  "steps, with the lowest and highest share it "
-                                                                  "takes of one step."),
+    "breakdown": (
+        "Device time by bucket",
+        "Summed kernel durations per rank, step and bucket. Overlapping "
+        "kernels are summed, so shares are of summed kernel time, not of the "
+        "step.",
+    ),
+    "breakdown_all_steps": (
+        "Device time by bucket, all steps",
+        "Ranks with many steps: each bucket over all steps, with the lowest and highest share it takes of one step.",
+    ),
     "steps": ("Step time per rank", "One row per rank and step, from step_trace_time.csv."),
     "trace_steps": ("Step time from the trace", "Per rank and step, from the device events of the trace."),
-    "top_kernels": ("Top kernels per bucket", "The kernels that carry each bucket, with the source rows behind "
-                                              "them (kernel_details.csv lines or trace event indexes)."),
-    "boundness": ("Boundness of the hot kernels", "Duration-weighted pipe utilisation ratios (PipeUtilization "
-                                                  "columns of kernel_details.csv): the dominant pipe says what bounds "
-                                                  "the kernel."),
+    "top_kernels": (
+        "Top kernels per bucket",
+        "The kernels that carry each bucket, with the source rows behind "
+        "them (kernel_details.csv lines or trace event indexes).",
+    ),
+    "boundness": (
+        "Boundness of the hot kernels",
+        "Duration-weighted pipe utilisation ratios (PipeUtilization "
+        "columns of kernel_details.csv): the dominant pipe says what bounds "
+        "the kernel.",
+    ),
     "communication": ("Communication", "Per-operation times from communication.json."),
-    "comm_bandwidth": ("Link bandwidth", "Bandwidth per transfer and transport (size / transit time), against "
-                                         "the link's prior from rules/hardware where one applies."),
+    "comm_bandwidth": (
+        "Link bandwidth",
+        "Bandwidth per transfer and transport (size / transit time), against "
+        "the link's prior from rules/hardware where one applies.",
+    ),
     "comm_links": ("Links between ranks", "Per source/destination pair, from communication_matrix.json."),
-    "comm_exposed": ("Exposed communication", "Communication not overlapped with compute per rank and step, "
-                                              "split into transfer and waiting."),
+    "comm_exposed": (
+        "Exposed communication",
+        "Communication not overlapped with compute per rank and step, split into transfer and waiting.",
+    ),
     "trace_communication": ("Communication (trace)", "Collective and point-to-point kernels of the traces."),
     "straggler_ranks": ("Stragglers", "Per rank and step: how late the rank arrives at aligned collectives."),
     "collective_arrivals": ("Collective arrivals", "Each aligned collective: who arrived last, and how late."),
@@ -70,14 +85,25 @@ SECTION_ORDER = ("breakdown", "steps", "trace_steps", "top_kernels", "boundness"
 STEP_TABLES = ("steps", "trace_steps")  # the first with computing/communication/free columns feeds the rank chart
 
 BUCKET_COLORS = {
-    "attention": "#3b6fb6", "ffn": "#5aa469", "moe": "#8e6cc0", "communication": "#d9534f", "conv": "#2fa3a8",
-    "optimizer": "#e0a030", "memory": "#b07a4f", "vector": "#9aa5b1", "ai_cpu": "#c76fa8", "other": "#c4c9cf",
-    "idle": "#e8eaed", "free": "#e8eaed",
+    "attention": "#3b6fb6",
+    "ffn": "#5aa469",
+    "moe": "#8e6cc0",
+    "communication": "#d9534f",
+    "conv": "#2fa3a8",
+    "optimizer": "#e0a030",
+    "memory": "#b07a4f",
+    "vector": "#9aa5b1",
+    "ai_cpu": "#c76fa8",
+    "other": "#c4c9cf",
+    "idle": "#e8eaed",
+    "free": "#e8eaed",
 }
 PALETTE = ("#3b6fb6", "#5aa469", "#8e6cc0", "#e0a030", "#2fa3a8", "#c76fa8", "#b07a4f", "#6b8e23", "#708090")
-STEP_PARTS = (("computing_us", "Computing", "#3b6fb6"),
-              ("comm_not_overlapped_us", "Communication (not overlapped)", "#d9534f"),
-              ("free_us", "Free (device idle)", "#c4c9cf"))
+STEP_PARTS = (
+    ("computing_us", "Computing", "#3b6fb6"),
+    ("comm_not_overlapped_us", "Communication (not overlapped)", "#d9534f"),
+    ("free_us", "Free (device idle)", "#c4c9cf"),
+)
 HIGHLIGHT = "#7a0019"
 
 # metrics keys through which a finding names the rank(s) that hold the others back
@@ -100,10 +126,16 @@ def build_html(report: Report, *, row_budget: int = ROW_BUDGET) -> str:
     highlights = highlighted_ranks(report.findings)
     is_compare = report.source.get("kind") == "compare"
     ctx = {
-        "title": (f"profan compare — {report.source.get('mode', '')}" if is_compare
-                  else f"profan report — {Path(str(report.source.get('root', ''))).name}"),
-        "sides": [(side, side_view(report.source[side])) for side in ("a", "b")
-                  if is_compare and isinstance(report.source.get(side), dict)],
+        "title": (
+            f"profan compare — {report.source.get('mode', '')}"
+            if is_compare
+            else f"profan report — {Path(str(report.source.get('root', ''))).name}"
+        ),
+        "sides": [
+            (side, side_view(report.source[side]))
+            for side in ("a", "b")
+            if is_compare and isinstance(report.source.get(side), dict)
+        ],
         "source": report.source,
         "ranks": [rank_view(r) for r in report.source.get("ranks", [])],
         "steps": steps_seen(report),
@@ -111,8 +143,9 @@ def build_html(report: Report, *, row_budget: int = ROW_BUDGET) -> str:
         "notes": report.notes,
         "meta": report.meta,
         "counts": {s: sum(f.severity == s for f in report.findings) for s in SEVERITIES},
-        "groups": [(s, [finding_view(f, tables[f.id]) for f in report.findings if f.severity == s])
-                   for s in SEVERITIES],
+        "groups": [
+            (s, [finding_view(f, tables[f.id]) for f in report.findings if f.severity == s]) for s in SEVERITIES
+        ],
         "highlights": highlights,
         "sections": table_sections(report),
         "rank_table": step_table(report)[0],
@@ -132,8 +165,14 @@ def _shown(value: Any) -> Any:
 
 
 def environment() -> jinja2.Environment:
-    env = jinja2.Environment(loader=jinja2.FileSystemLoader(str(templates_dir())), autoescape=True,
-                             finalize=_shown, trim_blocks=True, lstrip_blocks=True, undefined=jinja2.StrictUndefined)
+    env = jinja2.Environment(
+        loader=jinja2.FileSystemLoader(str(templates_dir())),
+        autoescape=True,
+        finalize=_shown,
+        trim_blocks=True,
+        lstrip_blocks=True,
+        undefined=jinja2.StrictUndefined,
+    )
     env.filters.update(FILTERS)
     return env
 
@@ -190,11 +229,20 @@ def evidence_view(t: EvidenceTable, finding_id: str) -> dict[str, Any]:
         rows.append({"loc": r.locator, "cells": [_cut(d.get(c, "")) for c in t.columns]})
     more = ev.row_count - t.shown
     return {
-        "id": f"{finding_id}-e{t.index}", "file": ev.file, "kind": ev.kind, "summary": locators(ev.to_dict()),
-        "row_count": ev.row_count, "cited": t.cited, "shown": t.shown, "truncated": more > 0,
+        "id": f"{finding_id}-e{t.index}",
+        "file": ev.file,
+        "kind": ev.kind,
+        "summary": locators(ev.to_dict()),
+        "row_count": ev.row_count,
+        "cited": t.cited,
+        "shown": t.shown,
+        "truncated": more > 0,
         "select": json.dumps(ev.select, ensure_ascii=False, default=str),
-        "vals": [(k, fmt_value(v)) for k, v in ev.values.items()], "ev_note": ev.note,
-        "columns": t.columns, "rows": rows, "error": t.error,
+        "vals": [(k, fmt_value(v)) for k, v in ev.values.items()],
+        "ev_note": ev.note,
+        "columns": t.columns,
+        "rows": rows,
+        "error": t.error,
         "hl": [c in ev.values or c in ev.select for c in t.columns],  # the columns the claim sums or filters on
     }
 
@@ -214,10 +262,18 @@ def fmt_value(v: Any) -> str:
 
 
 def finding_view(f: Finding, tables: list[EvidenceTable]) -> dict[str, Any]:
-    return {"id": f.id, "check": f.check, "severity": f.severity, "title": f.title, "message": f.message,
-            "rank": f.rank, "step": f.step, "metrics": [(k, fmt_value(v)) for k, v in f.metrics.items()],
-            "evidence": [evidence_view(t, f.id) for t in tables],
-            "rows_total": sum(ev.row_count for ev in f.evidence)}
+    return {
+        "id": f.id,
+        "check": f.check,
+        "severity": f.severity,
+        "title": f.title,
+        "message": f.message,
+        "rank": f.rank,
+        "step": f.step,
+        "metrics": [(k, fmt_value(v)) for k, v in f.metrics.items()],
+        "evidence": [evidence_view(t, f.id) for t in tables],
+        "rows_total": sum(ev.row_count for ev in f.evidence),
+    }
 
 
 def highlighted_ranks(findings: list[Finding]) -> dict[int, list[dict[str, str]]]:
@@ -244,7 +300,9 @@ def highlighted_ranks(findings: list[Finding]) -> dict[int, list[dict[str, str]]
 def rank_view(r: dict[str, Any]) -> dict[str, Any]:
     info = r.get("info") or {}
     return {
-        "rank": r.get("rank"), "path": r.get("path", ""), "origin": r.get("rank_origin", ""),
+        "rank": r.get("rank"),
+        "path": r.get("path", ""),
+        "origin": r.get("rank_origin", ""),
         "files": sorted((r.get("files") or {}).items()),
         "rows_read": ", ".join(f"{k} {fmt_value(v)}" for k, v in (r.get("rows_read") or {}).items()) or "—",
         "skipped": ", ".join(f"{k} {fmt_value(v)}" for k, v in (r.get("rows_skipped") or {}).items() if v) or "none",
@@ -254,8 +312,11 @@ def rank_view(r: dict[str, Any]) -> dict[str, Any]:
 
 def side_view(side: dict[str, Any]) -> dict[str, str]:
     """One side of a comparison: where it was read, which ranks and steps."""
-    return {"path": str(side.get("path", "")), "ranks": ", ".join(str(r) for r in side.get("ranks") or []) or "—",
-            "steps": id_list(side.get("steps") or []) or "—"}
+    return {
+        "path": str(side.get("path", "")),
+        "ranks": ", ".join(str(r) for r in side.get("ranks") or []) or "—",
+        "steps": id_list(side.get("steps") or []) or "—",
+    }
 
 
 def steps_seen(report: Report) -> list[Any]:
@@ -275,8 +336,15 @@ def table_view(name: str, df: pl.DataFrame, max_rows: int = TABLE_ROWS) -> dict[
         kind = column_kind(c, str(dt))
         num = kind not in ("text", "file", "list")
         code = kind in ("file", "list") or c in ("op", "name", "op_name", "kernel")
-        cols.append({"name": c, "label": column_label(c, kind, ms_for_us=True), "kind": kind, "num": num,
-                     "cls": "num" if num else "code" if code else ""})
+        cols.append(
+            {
+                "name": c,
+                "label": column_label(c, kind, ms_for_us=True),
+                "kind": kind,
+                "num": num,
+                "cls": "num" if num else "code" if code else "",
+            }
+        )
     rows = []
     for rec in df.head(max_rows).iter_rows():
         cells = []
@@ -287,8 +355,15 @@ def table_view(name: str, df: pl.DataFrame, max_rows: int = TABLE_ROWS) -> dict[
             cells.append(cell)
         rows.append(cells)
     title, intro = TABLE_INFO.get(name, (name.replace("_", " ").capitalize(), ""))
-    return {"name": name, "title": title, "intro": intro, "columns": cols, "rows": rows, "total": df.height,
-            "shown": min(df.height, max_rows)}
+    return {
+        "name": name,
+        "title": title,
+        "intro": intro,
+        "columns": cols,
+        "rows": rows,
+        "total": df.height,
+        "shown": min(df.height, max_rows),
+    }
 
 
 def table_sections(report: Report) -> list[dict[str, Any]]:
@@ -302,8 +377,10 @@ def table_sections(report: Report) -> list[dict[str, Any]]:
             continue
         sec = {"name": n, **table_view(n, df), "groups": []}
         if n == "top_kernels" and "bucket" in df.columns:
-            sec["groups"] = [(str(b), table_view(n, part.drop("bucket")))
-                             for (b,), part in df.group_by("bucket", maintain_order=True)]
+            sec["groups"] = [
+                (str(b), table_view(n, part.drop("bucket")))
+                for (b,), part in df.group_by("bucket", maintain_order=True)
+            ]
         out.append(sec)
     return out
 
@@ -340,12 +417,19 @@ def bucket_color(bucket: str, i: int) -> str:
 
 
 def _layout(ytitle: str, **kw: Any) -> dict[str, Any]:
-    base = {"barmode": "stack", "height": 380, "margin": {"l": 64, "r": 16, "t": 24, "b": 64},
-            "yaxis": {"title": {"text": ytitle}, "gridcolor": "#eceff3", "zeroline": False},
-            "xaxis": {"type": "category", "automargin": True, "tickangle": -40},
-            "legend": {"orientation": "h", "y": 1.12, "x": 0, "traceorder": "normal"}, "hovermode": "closest",
-            "font": {"family": "system-ui, -apple-system, Segoe UI, Roboto, sans-serif", "size": 12},
-            "paper_bgcolor": "#ffffff", "plot_bgcolor": "#ffffff", "bargap": 0.25}
+    base = {
+        "barmode": "stack",
+        "height": 380,
+        "margin": {"l": 64, "r": 16, "t": 24, "b": 64},
+        "yaxis": {"title": {"text": ytitle}, "gridcolor": "#eceff3", "zeroline": False},
+        "xaxis": {"type": "category", "automargin": True, "tickangle": -40},
+        "legend": {"orientation": "h", "y": 1.12, "x": 0, "traceorder": "normal"},
+        "hovermode": "closest",
+        "font": {"family": "system-ui, -apple-system, Segoe UI, Roboto, sans-serif", "size": 12},
+        "paper_bgcolor": "#ffffff",
+        "plot_bgcolor": "#ffffff",
+        "bargap": 0.25,
+    }
     base.update(kw)
     return base
 
@@ -364,25 +448,36 @@ def breakdown_chart(df: pl.DataFrame, links: dict[tuple, str] | None = None) -> 
         if x not in xs:
             xs.append(x)
         b = str(rec["bucket"])
-        t = traces.setdefault(b, {"type": "bar", "name": _esc(b), "x": [], "y": [], "customdata": [],
-                                  "marker": {"color": bucket_color(b, len(traces))},
-                                  "hovertemplate": "%{x}<br>" + _esc(b) + ": %{y:,.2f} ms"
-                                                   "<br>share %{customdata[0]}<br>%{customdata[1]} kernels"
-                                                   "<br>%{customdata[2]}"
-                                                   "<extra></extra>"})
+        t = traces.setdefault(
+            b,
+            {
+                "type": "bar",
+                "name": _esc(b),
+                "x": [],
+                "y": [],
+                "customdata": [],
+                "marker": {"color": bucket_color(b, len(traces))},
+                "hovertemplate": "%{x}<br>" + _esc(b) + ": %{y:,.2f} ms"
+                "<br>share %{customdata[0]}<br>%{customdata[1]} kernels"
+                "<br>%{customdata[2]}"
+                "<extra></extra>",
+            },
+        )
         t["x"].append(x)
         t["y"].append(_ms(rec["time_us"]))
         fid = links.get((rec["rank"], rec.get("step")), "")
-        t["customdata"].append([fmt_cell(rec.get("share"), "pct"), rec.get("kernels", ""),
-                                f"click: rows in {fid}" if fid else "", fid])
+        t["customdata"].append(
+            [fmt_cell(rec.get("share"), "pct"), rec.get("kernels", ""), f"click: rows in {fid}" if fid else "", fid]
+        )
     layout = _layout("summed kernel time (ms)")
     layout["xaxis"]["categoryorder"] = "array"
     layout["xaxis"]["categoryarray"] = xs
     return {"id": "chart-breakdown", "data": list(traces.values()), "layout": layout}
 
 
-def rank_chart(df: pl.DataFrame, highlights: dict[int, list[dict[str, str]]],
-               cites: dict[tuple[str, int], str] | None = None) -> dict[str, Any] | None:
+def rank_chart(
+    df: pl.DataFrame, highlights: dict[int, list[dict[str, str]]], cites: dict[tuple[str, int], str] | None = None
+) -> dict[str, Any] | None:
     """Computing / communication / free per rank; `cites` maps (file, line) to the first finding citing it."""
     cites = cites or {}
     parts = [p for p in STEP_PARTS if p[0] in df.columns]
@@ -399,22 +494,45 @@ def rank_chart(df: pl.DataFrame, highlights: dict[int, list[dict[str, str]]],
         src.append([_esc(f"{r.get('file', '')}:{r.get('src_line', '')}"), f"click: {fid}" if fid else "", fid])
     data = []
     for col, name, color in parts:
-        data.append({"type": "bar", "name": name, "x": xs, "y": [_ms(r[col]) for r in recs],
-                     "customdata": src,
-                     "marker": {"color": color, "line": {"color": [HIGHLIGHT if h else "rgba(0,0,0,0)" for h in hot],
-                                                         "width": [2.5 if h else 0 for h in hot]}},
-                     "hovertemplate": "%{x}<br>" + name + ": %{y:,.2f} ms<br>%{customdata[0]}<br>%{customdata[1]}"
-                                      "<extra></extra>"})
+        data.append(
+            {
+                "type": "bar",
+                "name": name,
+                "x": xs,
+                "y": [_ms(r[col]) for r in recs],
+                "customdata": src,
+                "marker": {
+                    "color": color,
+                    "line": {
+                        "color": [HIGHLIGHT if h else "rgba(0,0,0,0)" for h in hot],
+                        "width": [2.5 if h else 0 for h in hot],
+                    },
+                },
+                "hovertemplate": "%{x}<br>" + name + ": %{y:,.2f} ms<br>%{customdata[0]}<br>%{customdata[1]}"
+                "<extra></extra>",
+            }
+        )
     annotations = []
     for r, x in zip(recs, xs, strict=True):
         fs = highlights.get(r["rank"])
         if not fs:
             continue
         top = _ms(r.get("step_us")) if r.get("step_us") is not None else sum(_ms(r[c]) or 0 for c, _, _ in parts)
-        annotations.append({"x": x, "y": top, "text": "<b>" + " ".join(f["id"] for f in fs) + "</b>",
-                            "showarrow": True, "arrowhead": 0, "ay": -22, "ax": 0,
-                            "font": {"color": HIGHLIGHT}, "captureevents": True,
-                            "hovertext": _esc("; ".join(f["title"] for f in fs)), "name": fs[0]["id"]})
+        annotations.append(
+            {
+                "x": x,
+                "y": top,
+                "text": "<b>" + " ".join(f["id"] for f in fs) + "</b>",
+                "showarrow": True,
+                "arrowhead": 0,
+                "ay": -22,
+                "ax": 0,
+                "font": {"color": HIGHLIGHT},
+                "captureevents": True,
+                "hovertext": _esc("; ".join(f["title"] for f in fs)),
+                "name": fs[0]["id"],
+            }
+        )
     layout = _layout("time in step (ms)", annotations=annotations)
     return {"id": "chart-ranks", "data": data, "layout": layout}
 
@@ -431,18 +549,38 @@ def boundness_chart(df: pl.DataFrame) -> dict[str, Any] | None:
         labels.append(_esc(f"{i + 1}. r{r.get('rank', '?')} {short}"))
         hover.append(_esc(f"{name} ({r.get('input_shapes') or ''})"[:200]))
     z = [[r.get(p) for p in pipes] for r in recs]
-    data = [{"type": "heatmap", "x": list(pipes), "y": labels, "z": z, "zmin": 0, "zmax": 1,
-             "colorscale": [[0, "#f4f7fb"], [0.5, "#7fa7d6"], [1, "#173f7a"]],
-             "customdata": [[h] * len(pipes) for h in hover],
-             "hovertemplate": "%{y}<br>%{customdata}<br>%{x}: %{z:.0%}<extra></extra>",
-             "texttemplate": "%{z:.0%}", "textfont": {"size": 11},
-             "colorbar": {"title": {"text": "ratio"}, "tickformat": ".0%"}}]
-    layout = _layout("", height=max(260, 26 * len(recs) + 90), barmode=None,
-                     yaxis={"autorange": "reversed", "automargin": True, "type": "category"},
-                     xaxis={"side": "top", "type": "category"}, margin={"l": 16, "r": 16, "t": 40, "b": 16})
-    return {"id": "chart-boundness", "data": data, "layout": layout,
-            "note": f"heatmap of the first {len(recs)} of {df.height} rows; the table has them all"
-            if df.height > len(recs) else ""}
+    data = [
+        {
+            "type": "heatmap",
+            "x": list(pipes),
+            "y": labels,
+            "z": z,
+            "zmin": 0,
+            "zmax": 1,
+            "colorscale": [[0, "#f4f7fb"], [0.5, "#7fa7d6"], [1, "#173f7a"]],
+            "customdata": [[h] * len(pipes) for h in hover],
+            "hovertemplate": "%{y}<br>%{customdata}<br>%{x}: %{z:.0%}<extra></extra>",
+            "texttemplate": "%{z:.0%}",
+            "textfont": {"size": 11},
+            "colorbar": {"title": {"text": "ratio"}, "tickformat": ".0%"},
+        }
+    ]
+    layout = _layout(
+        "",
+        height=max(260, 26 * len(recs) + 90),
+        barmode=None,
+        yaxis={"autorange": "reversed", "automargin": True, "type": "category"},
+        xaxis={"side": "top", "type": "category"},
+        margin={"l": 16, "r": 16, "t": 40, "b": 16},
+    )
+    return {
+        "id": "chart-boundness",
+        "data": data,
+        "layout": layout,
+        "note": f"heatmap of the first {len(recs)} of {df.height} rows; the table has them all"
+        if df.height > len(recs)
+        else "",
+    }
 
 
 def bandwidth_chart(df: pl.DataFrame) -> dict[str, Any] | None:
@@ -459,24 +597,61 @@ def bandwidth_chart(df: pl.DataFrame) -> dict[str, Any] | None:
     for i, ((transport,), part) in enumerate(rows.group_by("transport", maintain_order=True)):
         color = PALETTE[i % len(PALETTE)]
         recs = list(part.iter_rows(named=True))
-        data.append({"type": "scatter", "mode": "markers", "name": _esc(transport),
-                     "x": [r["size_mb"] for r in recs], "y": [r["bandwidth_gbps"] for r in recs],
-                     "marker": {"color": color, "size": 8, "opacity": 0.8, "line": {"width": 0.5, "color": "#fff"}},
-                     "customdata": [_esc(f"rank {r.get('rank', '?')} · {r.get('op_name') or r.get('op') or ''}")
-                                    for r in recs],
-                     "hovertemplate": "%{customdata}<br>" + _esc(transport)
-                                      + ": %{y:,.1f} GB/s for %{x:,.2f} MB<extra></extra>"})
+        data.append(
+            {
+                "type": "scatter",
+                "mode": "markers",
+                "name": _esc(transport),
+                "x": [r["size_mb"] for r in recs],
+                "y": [r["bandwidth_gbps"] for r in recs],
+                "marker": {"color": color, "size": 8, "opacity": 0.8, "line": {"width": 0.5, "color": "#fff"}},
+                "customdata": [
+                    _esc(f"rank {r.get('rank', '?')} · {r.get('op_name') or r.get('op') or ''}") for r in recs
+                ],
+                "hovertemplate": "%{customdata}<br>"
+                + _esc(transport)
+                + ": %{y:,.1f} GB/s for %{x:,.2f} MB<extra></extra>",
+            }
+        )
         priors = [r["prior_gbps"] for r in recs if r.get("prior_gbps") is not None]
         if priors:
-            shapes.append({"type": "line", "xref": "paper", "x0": 0, "x1": 1, "y0": priors[0], "y1": priors[0],
-                           "line": {"color": color, "dash": "dash", "width": 1.5}})
-            annotations.append({"xref": "paper", "x": 1, "xanchor": "right", "y": priors[0], "yanchor": "bottom",
-                                "text": _esc(f"{transport} prior {priors[0]:,.0f} GB/s"), "showarrow": False,
-                                "font": {"color": color, "size": 11}})
-    layout = _layout("bandwidth (GB/s)", barmode=None, shapes=shapes, annotations=annotations, showlegend=True,
-                     xaxis={"type": "log", "title": {"text": "transfer size (MB)"}, "gridcolor": "#eceff3"})
-    return {"id": "chart-comm_bandwidth", "data": data, "layout": layout,
-            "note": "" if shapes else "no bandwidth prior applies to these links (see the notes above)"}
+            shapes.append(
+                {
+                    "type": "line",
+                    "xref": "paper",
+                    "x0": 0,
+                    "x1": 1,
+                    "y0": priors[0],
+                    "y1": priors[0],
+                    "line": {"color": color, "dash": "dash", "width": 1.5},
+                }
+            )
+            annotations.append(
+                {
+                    "xref": "paper",
+                    "x": 1,
+                    "xanchor": "right",
+                    "y": priors[0],
+                    "yanchor": "bottom",
+                    "text": _esc(f"{transport} prior {priors[0]:,.0f} GB/s"),
+                    "showarrow": False,
+                    "font": {"color": color, "size": 11},
+                }
+            )
+    layout = _layout(
+        "bandwidth (GB/s)",
+        barmode=None,
+        shapes=shapes,
+        annotations=annotations,
+        showlegend=True,
+        xaxis={"type": "log", "title": {"text": "transfer size (MB)"}, "gridcolor": "#eceff3"},
+    )
+    return {
+        "id": "chart-comm_bandwidth",
+        "data": data,
+        "layout": layout,
+        "note": "" if shapes else "no bandwidth prior applies to these links (see the notes above)",
+    }
 
 
 def compare_chart(df: pl.DataFrame) -> dict[str, Any] | None:
@@ -485,9 +660,17 @@ def compare_chart(df: pl.DataFrame) -> dict[str, Any] | None:
         return None
     recs = list(df.iter_rows(named=True))
     xs = [_esc(r["bucket"]) for r in recs]
-    data = [{"type": "bar", "name": name, "x": xs, "y": [_ms(r[col]) for r in recs], "marker": {"color": color},
-             "hovertemplate": "%{x}<br>" + name + ": %{y:,.2f} ms<extra></extra>"}
-            for col, name, color in (("a_time_us", "A", "#9aa5b1"), ("b_time_us", "B", "#3b6fb6"))]
+    data = [
+        {
+            "type": "bar",
+            "name": name,
+            "x": xs,
+            "y": [_ms(r[col]) for r in recs],
+            "marker": {"color": color},
+            "hovertemplate": "%{x}<br>" + name + ": %{y:,.2f} ms<extra></extra>",
+        }
+        for col, name, color in (("a_time_us", "A", "#9aa5b1"), ("b_time_us", "B", "#3b6fb6"))
+    ]
     return {"id": "chart-compare_buckets", "data": data, "layout": _layout("summed kernel time (ms)", barmode="group")}
 
 
@@ -508,11 +691,13 @@ def chart_specs(report: Report, highlights: dict[int, list[dict[str, str]]]) -> 
     out = {}
     breakdown_links = {(f.rank, f.step): f.id for f in reversed(report.findings) if f.check == "step-breakdown"}
     cites = {(ev.file, line): f.id for f in reversed(report.findings) for ev in f.evidence for line in ev.lines}
-    for key, spec in (("breakdown", breakdown_chart(report.tables.get("breakdown", pl.DataFrame()), breakdown_links)),
-                      ("rank_comparison", rank_chart(step_table(report)[1], highlights, cites)),
-                      ("boundness", boundness_chart(report.tables.get("boundness", pl.DataFrame()))),
-                      ("comm_bandwidth", bandwidth_chart(report.tables.get("comm_bandwidth", pl.DataFrame()))),
-                      ("compare_buckets", compare_chart(report.tables.get("compare_buckets", pl.DataFrame())))):
+    for key, spec in (
+        ("breakdown", breakdown_chart(report.tables.get("breakdown", pl.DataFrame()), breakdown_links)),
+        ("rank_comparison", rank_chart(step_table(report)[1], highlights, cites)),
+        ("boundness", boundness_chart(report.tables.get("boundness", pl.DataFrame()))),
+        ("comm_bandwidth", bandwidth_chart(report.tables.get("comm_bandwidth", pl.DataFrame()))),
+        ("compare_buckets", compare_chart(report.tables.get("compare_buckets", pl.DataFrame()))),
+    ):
         if spec is not None:
             out[key] = spec
     return out

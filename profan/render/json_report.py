@@ -6,7 +6,7 @@ from pathlib import Path
 
 import msgspec
 
-from profan.report import Report, records_json
+from profan.model.report import Report, records_json
 
 
 def render_json(report: Report, out: Path | None = None) -> str | None:

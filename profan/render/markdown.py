@@ -9,9 +9,9 @@ from pathlib import Path
 import jinja2
 import markupsafe
 
-from profan.paths import templates_dir
+from profan.model.report import Report
 from profan.render.textfmt import FILTERS, selected, visible
-from profan.report import Report
+from profan.rulepack.paths import templates_dir
 
 TABLE_ROWS = 25  # rows per detail table in Markdown; the JSON report has them all
 # tables with a section of their own, listed in full; every other table shows TABLE_ROWS rows
@@ -75,9 +75,15 @@ def md_selected(select: dict) -> markupsafe.Markup:
 
 
 def environment() -> jinja2.Environment:
-    env = jinja2.Environment(loader=jinja2.FileSystemLoader(str(templates_dir())), autoescape=False,
-                             finalize=md_text, trim_blocks=True, lstrip_blocks=True, keep_trailing_newline=True,
-                             undefined=jinja2.StrictUndefined)
+    env = jinja2.Environment(
+        loader=jinja2.FileSystemLoader(str(templates_dir())),
+        autoescape=False,
+        finalize=md_text,
+        trim_blocks=True,
+        lstrip_blocks=True,
+        keep_trailing_newline=True,
+        undefined=jinja2.StrictUndefined,
+    )
     env.filters.update(FILTERS)
     env.filters["mdcell"] = md_cell
     env.filters["mdcode"] = md_code
@@ -89,10 +95,14 @@ def render_markdown(report: Report, out: Path | None = None) -> str | None:
     """The report as Markdown. Detail tables show their first TABLE_ROWS rows and say how many more there are,
     so only those rows become Python values: a 64-rank job's link tables hold tens of thousands."""
     sizes = {name: df.height for name, df in report.tables.items()}
-    shown = replace(report, tables={name: df if name in FULL_TABLES else df.head(TABLE_ROWS)
-                                    for name, df in report.tables.items()})
-    text = environment().get_template("report.md.j2").render(r=shown.to_dict(), sizes=sizes, limit=TABLE_ROWS,
-                                                              full=FULL_TABLES)
+    shown = replace(
+        report, tables={name: df if name in FULL_TABLES else df.head(TABLE_ROWS) for name, df in report.tables.items()}
+    )
+    text = (
+        environment()
+        .get_template("report.md.j2")
+        .render(r=shown.to_dict(), sizes=sizes, limit=TABLE_ROWS, full=FULL_TABLES)
+    )
     if out is not None:
         out.write_text(text, encoding="utf-8")
         return None

@@ -79,12 +79,19 @@ def id_list(ids, limit: int = 8) -> str:
     ints = all(isinstance(i, int) for i in ids)
     if ints and sorted(ids) == list(range(min(ids), max(ids) + 1)):
         return f"{min(ids)}–{max(ids)} ({len(ids):,})"
-    head, tail = ids[:limit // 2], ids[-2:]
+    head, tail = ids[: limit // 2], ids[-2:]
     return f"{', '.join(map(str, head))}, …, {', '.join(map(str, tail))} ({len(ids):,})"
 
 
-FILTERS = {"cell": cell, "selected": selected, "ms": fmt_ms, "us": fmt_us, "pct": fmt_pct, "locators": locators,
-           "id_list": id_list}
+FILTERS = {
+    "cell": cell,
+    "selected": selected,
+    "ms": fmt_ms,
+    "us": fmt_us,
+    "pct": fmt_pct,
+    "locators": locators,
+    "id_list": id_list,
+}
 
 
 # ------------------------------------------------------------------ generic table columns (HTML and Excel)

@@ -26,21 +26,33 @@ from openpyxl.utils import get_column_letter
 from openpyxl.worksheet.hyperlink import Hyperlink
 from openpyxl.worksheet.worksheet import Worksheet
 
-from profan.findings import SEVERITIES
+from profan.model.findings import SEVERITIES
+from profan.model.report import Report
 from profan.render.evidence_rows import NAME_COLUMNS, TYPE_COLUMNS, EvidenceTable, key_values, pick, read_evidence
 from profan.render.html import data_root
 from profan.render.textfmt import column_kind, column_label, visible
-from profan.report import Report
 
 FORMULA_START = ("=", "+", "-", "@", "\t", "\r")
 MAX_CELL = 32767  # Excel's limit on characters in a cell
 
-NUMBER_FORMATS = {"us": '#,##0.0" µs"', "ms": '#,##0.000" ms"', "pct": "0.0%", "ratio": '0.00"×"',
-                  "mb": '#,##0.00" MB"', "int": "#,##0", "id": "0", "float": "#,##0.000", "timestamp": "0.0"}
+NUMBER_FORMATS = {
+    "us": '#,##0.0" µs"',
+    "ms": '#,##0.000" ms"',
+    "pct": "0.0%",
+    "ratio": '0.00"×"',
+    "mb": '#,##0.00" MB"',
+    "int": "#,##0",
+    "id": "0",
+    "float": "#,##0.000",
+    "timestamp": "0.0",
+}
 HEADER_FONT = Font(bold=True, color="FFFFFF")
 HEADER_FILL = PatternFill("solid", fgColor="1F2A3A")
-SEVERITY_FILL = {"critical": PatternFill("solid", fgColor="FDECEA"), "warning": PatternFill("solid", fgColor="FFF4E0"),
-                 "info": PatternFill("solid", fgColor="EAF1FB")}
+SEVERITY_FILL = {
+    "critical": PatternFill("solid", fgColor="FDECEA"),
+    "warning": PatternFill("solid", fgColor="FFF4E0"),
+    "info": PatternFill("solid", fgColor="EAF1FB"),
+}
 LINK_FONT = Font(color="2B5EA7", underline="single", bold=True)
 NAMED_SHEETS = {"breakdown": "Breakdown", "top_kernels": "Top kernels", "communication": "Communication"}
 
@@ -119,8 +131,9 @@ def finish(ws: Worksheet, header_row: int = 1, widths: dict[int, float] | None =
             ws.column_dimensions[letter].width = widths[col]
             continue
         longest = 0
-        for (value,) in ws.iter_rows(min_row=header_row, max_row=min(ws.max_row, header_row + 400),
-                                     min_col=col, max_col=col, values_only=True):
+        for (value,) in ws.iter_rows(
+            min_row=header_row, max_row=min(ws.max_row, header_row + 400), min_col=col, max_col=col, values_only=True
+        ):
             if value is not None:
                 longest = max(longest, len(str(value)) if not isinstance(value, float) else 12)
         ws.column_dimensions[letter].width = max(8, min(60, longest + 2))
@@ -154,10 +167,12 @@ def table_sheet(ws: Worksheet, df: pl.DataFrame) -> None:
 def summary_sheet(ws: Worksheet, report: Report) -> None:
     src = report.source
     rows: list[tuple[str, Any]] = [
-        ("Source", src.get("root", "")), ("Format", src.get("format", "")),
+        ("Source", src.get("root", "")),
+        ("Format", src.get("format", "")),
         ("Ranks", len(src.get("ranks", []))),
         *((f"Findings: {s}", sum(f.severity == s for f in report.findings)) for s in SEVERITIES),
-        ("profan", report.meta.get("profan", "")), ("Rule files", report.meta.get("rule_files", [])),
+        ("profan", report.meta.get("profan", "")),
+        ("Rule files", report.meta.get("rule_files", [])),
     ]
     put(ws, 1, 1, "profan report").font = Font(bold=True, size=14)
     r = 3
@@ -189,8 +204,9 @@ def summary_sheet(ws: Worksheet, report: Report) -> None:
 
 def evidence_sheet(ws: Worksheet, report: Report, evidence: dict[str, list[EvidenceTable]]) -> dict[str, int]:
     """One row per cited source row; returns the first row of each finding (for the Findings links)."""
-    header(ws, ["Finding", "Severity", "Item", "File", "Locator", "Name", "Type", "Key values", "Rows in claim",
-                "Raw row"])
+    header(
+        ws, ["Finding", "Severity", "Item", "File", "Locator", "Name", "Type", "Key values", "Rows in claim", "Raw row"]
+    )
     first: dict[str, int] = {}
     r = 1
     for f in report.findings:
@@ -222,14 +238,29 @@ def evidence_sheet(ws: Worksheet, report: Report, evidence: dict[str, list[Evide
 
 
 def findings_sheet(ws: Worksheet, report: Report, first_rows: dict[str, int]) -> None:
-    header(ws, ["ID", "Severity", "Check", "Rank", "Step", "Title", "Message", "Evidence", "Rows cited",
-                "Rows in claim", "First source"])
+    header(
+        ws,
+        [
+            "ID",
+            "Severity",
+            "Check",
+            "Rank",
+            "Step",
+            "Title",
+            "Message",
+            "Evidence",
+            "Rows cited",
+            "Rows in claim",
+            "First source",
+        ],
+    )
     for r, f in enumerate(report.findings, start=2):
         c = put(ws, r, 1, f.id)
         target = first_rows.get(f.id)
         if target:
-            c.hyperlink = Hyperlink(ref=c.coordinate, location=f"'Evidence'!A{target}",
-                                    tooltip=f"Evidence rows of {f.id}")
+            c.hyperlink = Hyperlink(
+                ref=c.coordinate, location=f"'Evidence'!A{target}", tooltip=f"Evidence rows of {f.id}"
+            )
             c.font = LINK_FONT
         put(ws, r, 2, f.severity).fill = SEVERITY_FILL[f.severity]
         put(ws, r, 3, f.check)

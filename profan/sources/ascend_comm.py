@@ -11,22 +11,38 @@ from pathlib import Path
 
 import polars as pl
 
-from profan import limits
-from profan.errors import ProfanInputError
-from profan.evidence import make_pointer
+from profan.model.errors import ProfanInputError
+from profan.model.evidence import make_pointer
+from profan.rulepack import limits
 from profan.sources.ascend_meta import load_json
 from profan.sources.rowframe import rows_frame
 
 TOTAL_KEY = "Total Op Info"
 _STEP = re.compile(r"^step(\d*)$")
 OP_SCHEMA = {
-    "step": pl.Int64, "kind": pl.Utf8, "op": pl.Utf8, "op_name": pl.Utf8, "group_hash": pl.Utf8,
-    "start_us": pl.Float64, "elapse_ms": pl.Float64, "transit_ms": pl.Float64, "wait_ms": pl.Float64,
-    "sync_ms": pl.Float64, "idle_ms": pl.Float64, "pointer": pl.Utf8,
+    "step": pl.Int64,
+    "kind": pl.Utf8,
+    "op": pl.Utf8,
+    "op_name": pl.Utf8,
+    "group_hash": pl.Utf8,
+    "start_us": pl.Float64,
+    "elapse_ms": pl.Float64,
+    "transit_ms": pl.Float64,
+    "wait_ms": pl.Float64,
+    "sync_ms": pl.Float64,
+    "idle_ms": pl.Float64,
+    "pointer": pl.Utf8,
 }
 BW_SCHEMA = {
-    "step": pl.Int64, "kind": pl.Utf8, "op": pl.Utf8, "transport": pl.Utf8, "size_mb": pl.Float64,
-    "time_ms": pl.Float64, "bandwidth_gbps": pl.Float64, "large_packet_ratio": pl.Float64, "pointer": pl.Utf8,
+    "step": pl.Int64,
+    "kind": pl.Utf8,
+    "op": pl.Utf8,
+    "transport": pl.Utf8,
+    "size_mb": pl.Float64,
+    "time_ms": pl.Float64,
+    "bandwidth_gbps": pl.Float64,
+    "large_packet_ratio": pl.Float64,
+    "pointer": pl.Utf8,
 }
 
 
@@ -84,16 +100,40 @@ def tables(items: list[Entry], skipped: int = 0) -> tuple[pl.DataFrame, pl.DataF
         name, _, group = op.partition("@")
         ptr = make_pointer(step_key, kind, op)
         # numbers as the JSON holds them; rows_frame coerces another type (text, a list) to float or null
-        ops.append((step, kind, op, name, group or None, t.get("Start Timestamp(us)"), t.get("Elapse Time(ms)"),
-                    t.get("Transit Time(ms)"), t.get("Wait Time(ms)"), t.get("Synchronization Time(ms)"),
-                    t.get("Idle Time(ms)"), ptr))
+        ops.append(
+            (
+                step,
+                kind,
+                op,
+                name,
+                group or None,
+                t.get("Start Timestamp(us)"),
+                t.get("Elapse Time(ms)"),
+                t.get("Transit Time(ms)"),
+                t.get("Wait Time(ms)"),
+                t.get("Synchronization Time(ms)"),
+                t.get("Idle Time(ms)"),
+                ptr,
+            )
+        )
         bw_info = body.get("Communication Bandwidth Info")
-        for transport, b in (bw_info.items() if isinstance(bw_info, dict) else ()):
+        for transport, b in bw_info.items() if isinstance(bw_info, dict) else ():
             if not isinstance(b, dict):
                 continue
-            bws.append((step, kind, op, transport, b.get("Transit Size(MB)"), b.get("Transit Time(ms)"),
-                        b.get("Bandwidth(GB/s)"), b.get("Large Packet Ratio"),
-                        ptr + make_pointer("Communication Bandwidth Info", transport), len(ops) - 1))
+            bws.append(
+                (
+                    step,
+                    kind,
+                    op,
+                    transport,
+                    b.get("Transit Size(MB)"),
+                    b.get("Transit Time(ms)"),
+                    b.get("Bandwidth(GB/s)"),
+                    b.get("Large Packet Ratio"),
+                    ptr + make_pointer("Communication Bandwidth Info", transport),
+                    len(ops) - 1,
+                )
+            )
     op_rows, bw_rows = rows_frame(ops, OP_SCHEMA), rows_frame(bws, {**BW_SCHEMA, "_op": pl.Int64})
     bad = _unusable_ops(op_rows, bw_rows)
     if bad.len():
@@ -112,14 +152,17 @@ def _unusable_ops(ops: pl.DataFrame, bws: pl.DataFrame) -> pl.Series:
     findings conclude (a NaN wait is never "high", an infinite elapse time swallows the step). A missing
     number stays missing (null), as before."""
     ms, inf = limits.active().max_duration_us / 1000, float("inf")
-    bad_ops = ops.select(pl.int_range(pl.len(), dtype=pl.Int64).filter(
-        ~(_within(("start_us",), inf) & _within(OP_TIMES, ms))))
-    bad_bws = bws.select(pl.col("_op").filter(
-        ~(_within(("size_mb", "bandwidth_gbps", "large_packet_ratio"), inf) & _within(("time_ms",), ms))))
+    bad_ops = ops.select(
+        pl.int_range(pl.len(), dtype=pl.Int64).filter(~(_within(("start_us",), inf) & _within(OP_TIMES, ms)))
+    )
+    bad_bws = bws.select(
+        pl.col("_op").filter(
+            ~(_within(("size_mb", "bandwidth_gbps", "large_packet_ratio"), inf) & _within(("time_ms",), ms))
+        )
+    )
     return pl.concat([bad_ops.to_series(), bad_bws.to_series()]).unique()
 
 
 def _within(cols: tuple[str, ...], most: float) -> pl.Expr:
     """Every column null, or a finite number no larger than ``most`` either way."""
-    return pl.all_horizontal([pl.col(c).is_null() | (pl.col(c).is_finite() & (pl.col(c).abs() <= most))
-                              for c in cols])
+    return pl.all_horizontal([pl.col(c).is_null() | (pl.col(c).is_finite() & (pl.col(c).abs() <= most)) for c in cols])

@@ -12,7 +12,7 @@ from pathlib import Path
 
 import polars as pl
 
-from profan import limits
+from profan.rulepack import limits
 from profan.sources.csvtext import (
     count_lines,
     is_bad_number,
@@ -90,7 +90,7 @@ def inspect(path: Path) -> KernelFile:
 
 def key_exprs(kf: KernelFile) -> list[pl.Expr]:
     """The text columns kernels are grouped by (step, name, type, core, input_shapes), as expressions over the
-    raw header columns. Shared by `scan` (per row) and the reduction in `profan.rankmap` (per distinct raw value,
+    raw header columns. Shared by `scan` (per row) and the reduction in `profan.ranks.rankmap` (per distinct raw value,
     after grouping — far fewer evaluations than rows on big files)."""
     c = kf.columns
     return [
@@ -99,8 +99,11 @@ def key_exprs(kf: KernelFile) -> list[pl.Expr]:
         (text(c["type"]) if "type" in c else pl.lit("N/A")).alias("type"),
         (text(c["core"]) if "core" in c else pl.lit("N/A")).alias("core"),
         # shapes are written as """4096,1024""": drop the quote characters
-        (pl.col(c["input_shapes"]).cast(pl.String).str.strip_chars(' \t\r"') if "input_shapes" in c
-         else pl.lit(None, pl.Utf8)).alias("input_shapes"),
+        (
+            pl.col(c["input_shapes"]).cast(pl.String).str.strip_chars(' \t\r"')
+            if "input_shapes" in c
+            else pl.lit(None, pl.Utf8)
+        ).alias("input_shapes"),
     ]
 
 
@@ -141,12 +144,19 @@ def number_exprs(kf: KernelFile, *, typed: tuple[str, ...] = ()) -> list[pl.Expr
         start.alias("start_us"),
         dur.alias("dur_us"),
         (number(c["wait_us"]) if "wait_us" in c else pl.lit(None, pl.Float64)).alias("wait_us"),
-        pl.any_horizontal(dur.is_null(), (~dur.is_finite() | (dur < 0) | (dur > longest)).fill_null(False),
-                          *[is_bad_number(c[k]) if c[k] not in typed
-                            # typed: text there makes the reader raise — the column must be read for that, so
-                            # the check names it (an unused column would be pruned from the scan)
-                            else pl.col(c[k]).is_infinite().fill_null(False)
-                            for k in ("block_dim", "mix_block_dim") if k in c]).alias("bad"),
+        pl.any_horizontal(
+            dur.is_null(),
+            (~dur.is_finite() | (dur < 0) | (dur > longest)).fill_null(False),
+            *[
+                is_bad_number(c[k])
+                if c[k] not in typed
+                # typed: text there makes the reader raise — the column must be read for that, so
+                # the check names it (an unused column would be pruned from the scan)
+                else pl.col(c[k]).is_infinite().fill_null(False)
+                for k in ("block_dim", "mix_block_dim")
+                if k in c
+            ],
+        ).alias("bad"),
     ]
     for pipe, cols in kf.pipe_columns.items():
         exprs.append(pl.max_horizontal([number(x) for x in cols]).alias(pipe))
@@ -187,19 +197,23 @@ def scan_for_groups(kf: KernelFile, *, fast: bool = True) -> pl.LazyFrame:
     read as Categorical: grouping millions of rows on them then hashes integers, not strings."""
     floats = float_columns(kf) if fast else ()
     raw = raw_key_columns(kf)
-    return _scan_raw(kf, floats, tuple(raw)).select(pl.col("src_line").cast(pl.Int64), *raw,
-                                                    *number_exprs(kf, typed=floats))
+    return _scan_raw(kf, floats, tuple(raw)).select(
+        pl.col("src_line").cast(pl.Int64), *raw, *number_exprs(kf, typed=floats)
+    )
 
 
 def timed_rows(kf: KernelFile, rows: pl.DataFrame, by: tuple[str, ...] = ()) -> pl.DataFrame:
     """The usable rows of a `scan_for_groups` table (read in memory) with their place in time: step, op, name,
     type, core, start_us, dur_us, loc (the CSV line) — what `scan` gives the collectives, without a second read
     of the file. ``by``: columns kept in front (the file index of a batch of files)."""
-    return (rows.lazy().filter(~pl.col("bad") & pl.col("dur_us").is_not_null())
-            .select(*by, *key_exprs(kf)[:4], "start_us", "dur_us", pl.col("src_line").alias("loc"))
-            .with_columns(op_expr())
-            .select(*by, "step", "op", "name", "type", "core", "start_us", "dur_us", "loc")
-            .collect(engine="in-memory"))
+    return (
+        rows.lazy()
+        .filter(~pl.col("bad") & pl.col("dur_us").is_not_null())
+        .select(*by, *key_exprs(kf)[:4], "start_us", "dur_us", pl.col("src_line").alias("loc"))
+        .with_columns(op_expr())
+        .select(*by, "step", "op", "name", "type", "core", "start_us", "dur_us", "loc")
+        .collect(engine="in-memory")
+    )
 
 
 def op_expr() -> pl.Expr:
@@ -210,10 +224,15 @@ def op_expr() -> pl.Expr:
     Type newer files write for the same op).
     """
     name = pl.col("name")
-    derived = (pl.when(name.str.starts_with("hcom_")).then(name.str.extract(r"^(hcom_[A-Za-z]+_)", 1))
-               .when(name.str.starts_with("aclnn")).then(name.str.split("_").list.last())
-               .when(name.str.starts_with("trans_")).then(name.str.extract(r"^trans_([A-Za-z0-9]+)", 1))
-               .otherwise(name.str.replace(r"\d+$", "")))
+    derived = (
+        pl.when(name.str.starts_with("hcom_"))
+        .then(name.str.extract(r"^(hcom_[A-Za-z]+_)", 1))
+        .when(name.str.starts_with("aclnn"))
+        .then(name.str.split("_").list.last())
+        .when(name.str.starts_with("trans_"))
+        .then(name.str.extract(r"^trans_([A-Za-z0-9]+)", 1))
+        .otherwise(name.str.replace(r"\d+$", ""))
+    )
     typ = pl.col("type")
     return (pl.when(typ.is_null() | typ.is_in(["N/A", "", "0"])).then(derived).otherwise(typ)).alias("op")
 
@@ -226,8 +245,12 @@ def verify_lines(kf: KernelFile, n_records: int) -> bool:
 def exact_line_map(kf: KernelFile) -> pl.DataFrame:
     """record index (as the fast src_line) -> true physical line, for files with multi-line quoted fields."""
     starts = record_start_lines(kf.path)
-    return pl.DataFrame({"src_line": pl.Series(range(2, len(starts) + 2), dtype=pl.Int64),
-                         "true_line": pl.Series(starts, dtype=pl.Int64)})
+    return pl.DataFrame(
+        {
+            "src_line": pl.Series(range(2, len(starts) + 2), dtype=pl.Int64),
+            "true_line": pl.Series(starts, dtype=pl.Int64),
+        }
+    )
 
 
 def with_exact_lines(kf: KernelFile, lf: pl.LazyFrame, n_records: int) -> pl.LazyFrame:
@@ -235,5 +258,8 @@ def with_exact_lines(kf: KernelFile, lf: pl.LazyFrame, n_records: int) -> pl.Laz
     if verify_lines(kf, n_records):
         return lf
     line_map = exact_line_map(kf).lazy()
-    return (lf.join(line_map, on="src_line", how="left")
-            .with_columns(pl.col("true_line").alias("src_line")).drop("true_line"))
+    return (
+        lf.join(line_map, on="src_line", how="left")
+        .with_columns(pl.col("true_line").alias("src_line"))
+        .drop("true_line")
+    )

@@ -24,21 +24,35 @@ from pathlib import Path
 import msgspec
 import polars as pl
 
-from profan import limits
-from profan.evidence import make_pointer
+from profan.model.evidence import make_pointer
+from profan.rulepack import limits
 from profan.sources import ascend_comm
 from profan.sources.ascend_meta import Metadata, double_hash
 from profan.sources.rowframe import columns_frame, rows_frame, stack
 
 _AGG_KEY = re.compile(r"^([A-Za-z]+)-(top\d+|middle|bottom\d+|total)@(\d+)$")
 # torch_npu's op-type regex (first hit wins), so per-op keys get the same coarse type as aggregated ones
-_OP_TYPE = re.compile(r"send|reduce|invalid|broadcast|allreduce|receive|allgather|reducescatter|scatter|alltoall|"
-                      r"alltoallv|alltoallvc|batchsendrecv")
+_OP_TYPE = re.compile(
+    r"send|reduce|invalid|broadcast|allreduce|receive|allgather|reducescatter|scatter|alltoall|"
+    r"alltoallv|alltoallvc|batchsendrecv"
+)
 
 SCHEMA = {
-    "step": pl.Int64, "kind": pl.Utf8, "key": pl.Utf8, "shape": pl.Utf8, "op_type": pl.Utf8, "rank_class": pl.Utf8,
-    "op_name": pl.Utf8, "group_hash": pl.Utf8, "src_local": pl.Int64, "dst_local": pl.Int64, "transport": pl.Utf8,
-    "size_mb": pl.Float64, "time_ms": pl.Float64, "bandwidth_gbps": pl.Float64, "pointer": pl.Utf8,
+    "step": pl.Int64,
+    "kind": pl.Utf8,
+    "key": pl.Utf8,
+    "shape": pl.Utf8,
+    "op_type": pl.Utf8,
+    "rank_class": pl.Utf8,
+    "op_name": pl.Utf8,
+    "group_hash": pl.Utf8,
+    "src_local": pl.Int64,
+    "dst_local": pl.Int64,
+    "transport": pl.Utf8,
+    "size_mb": pl.Float64,
+    "time_ms": pl.Float64,
+    "bandwidth_gbps": pl.Float64,
+    "pointer": pl.Utf8,
 }
 
 
@@ -86,8 +100,7 @@ def _valid_link(link: str, v: object) -> bool:
 def _valid_key(link: str) -> bool:
     """``"src-dst"``: two ASCII rank numbers that fit an int64 (a longer one used to become a null rank)."""
     s, sep, d = link.partition("-")
-    return bool(sep and s.isdigit() and d.isdigit() and s.isascii() and d.isascii() and len(s) <= 18
-                and len(d) <= 18)
+    return bool(sep and s.isdigit() and d.isdigit() and s.isascii() and d.isascii() and len(s) <= 18 and len(d) <= 18)
 
 
 class _Link(msgspec.Struct):
@@ -149,8 +162,9 @@ def _read(path: Path, totals_only: bool) -> tuple[pl.DataFrame, int, int]:
     return _rows(*ascend_comm.entries(path), totals_only, lazy=False)
 
 
-def _rows(items: Iterable[ascend_comm.Entry], skipped: int, totals_only: bool, lazy: bool
-          ) -> tuple[pl.DataFrame, int, int]:
+def _rows(
+    items: Iterable[ascend_comm.Entry], skipped: int, totals_only: bool, lazy: bool
+) -> tuple[pl.DataFrame, int, int]:
     """The link rows of ``items``. Built column by column, with what is the same for all links of an op repeated
     rather than looked up again: a cluster's matrix holds thousands of links per rank. ``lazy``: each op's links
     are JSON text (`_typed_entries`), decoded here into what is needed."""
@@ -213,13 +227,15 @@ def _usable_numbers() -> pl.Expr:
     with it) and no measurement: a NaN size passes every "> 0" filter (polars orders NaN above all numbers) and
     an infinite one swallows a link's total. Such a link is skipped and counted."""
     ms = limits.active().max_duration_us / 1000
-    return pl.all_horizontal([pl.col(c).is_null() | (pl.col(c).is_finite() & (pl.col(c).abs() <= most))
-                              for c, most in (("size_mb", float("inf")), ("time_ms", ms),
-                                              ("bandwidth_gbps", float("inf")))])
+    return pl.all_horizontal(
+        [
+            pl.col(c).is_null() | (pl.col(c).is_finite() & (pl.col(c).abs() <= most))
+            for c, most in (("size_mb", float("inf")), ("time_ms", ms), ("bandwidth_gbps", float("inf")))
+        ]
+    )
 
 
-GROUP_SCHEMA = {"group_hash": pl.Utf8, "group_name": pl.Utf8, "hccl_group": pl.Utf8,
-                "group_ranks": pl.List(pl.Int64)}
+GROUP_SCHEMA = {"group_hash": pl.Utf8, "group_name": pl.Utf8, "hccl_group": pl.Utf8, "group_ranks": pl.List(pl.Int64)}
 
 
 def group_table(meta: Metadata | None) -> pl.DataFrame:
@@ -256,8 +272,18 @@ def _with_global_ranks(links: pl.DataFrame, groups: pl.DataFrame, on: list[str])
 
 
 NOT_LINKS = ("LOCAL", "", "N/A", "INVALID_TYPE")  # matrix entries that are on-chip copies, not links
-LINK_KEYS = ["step", "kind", "op_type", "group_hash", "group_name", "src_local", "dst_local", "src_rank", "dst_rank",
-             "transport"]
+LINK_KEYS = [
+    "step",
+    "kind",
+    "op_type",
+    "group_hash",
+    "group_name",
+    "src_local",
+    "dst_local",
+    "src_rank",
+    "dst_rank",
+    "transport",
+]
 
 
 def link_totals(links: pl.DataFrame, by: tuple[str, ...] = ()) -> pl.DataFrame:
@@ -268,12 +294,15 @@ def link_totals(links: pl.DataFrame, by: tuple[str, ...] = ()) -> pl.DataFrame:
     the group's rank list on every row (2 MB per rank). Aggregated matrices contribute their ``-total`` entries
     (top/middle/bottom are picks of the same ops); per-op matrices are summed per link. Entries without bytes or
     time, and on-chip copies, are not links. ``by``: keys leading the link's (the rank of a batch of ranks)."""
-    m = links.filter(~pl.col("transport").is_in(NOT_LINKS) & (pl.col("size_mb").fill_null(0) > 0)
-                     & (pl.col("time_ms").fill_null(0) > 0))
+    m = links.filter(
+        ~pl.col("transport").is_in(NOT_LINKS)
+        & (pl.col("size_mb").fill_null(0) > 0)
+        & (pl.col("time_ms").fill_null(0) > 0)
+    )
     m = m.filter((pl.col("shape") == "per-op") | (pl.col("rank_class") == "total"))
-    return (m.group_by([*by, *LINK_KEYS], maintain_order=True)
-            .agg(pl.col("size_mb").sum(), pl.col("time_ms").sum(), pl.col("pointer").alias("pointers"),
-                 pl.col("shape").first()))
+    return m.group_by([*by, *LINK_KEYS], maintain_order=True).agg(
+        pl.col("size_mb").sum(), pl.col("time_ms").sum(), pl.col("pointer").alias("pointers"), pl.col("shape").first()
+    )
 
 
 def rank_link_totals(parts: list[tuple[pl.DataFrame, Metadata | None]]) -> list[pl.DataFrame]:

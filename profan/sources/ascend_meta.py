@@ -9,7 +9,7 @@ from typing import Any
 
 import msgspec
 
-from profan.errors import TOO_DEEP, ProfanInputError
+from profan.model.errors import TOO_DEEP, ProfanInputError
 
 
 def load_json(path: Path) -> Any:
@@ -31,11 +31,15 @@ def load_json(path: Path) -> Any:
     except RecursionError:
         raise ProfanInputError(path, TOO_DEEP) from None
     except UnicodeDecodeError as exc:  # a ValueError too, but without a position the message below could use
-        raise ProfanInputError(path, f"not valid JSON (not UTF-8 text: byte 0x{raw[exc.start]:02x} at offset "
-                                     f"{exc.start}; profiler JSON files are UTF-8)") from None
+        raise ProfanInputError(
+            path,
+            f"not valid JSON (not UTF-8 text: byte 0x{raw[exc.start]:02x} at offset "
+            f"{exc.start}; profiler JSON files are UTF-8)",
+        ) from None
     except ValueError as exc:
-        raise ProfanInputError(path, f"not valid JSON ({exc.args[0].split(':')[0]} at byte "
-                                     f"{getattr(exc, 'pos', '?')}; truncated?)") from None
+        raise ProfanInputError(
+            path, f"not valid JSON ({exc.args[0].split(':')[0]} at byte {getattr(exc, 'pos', '?')}; truncated?)"
+        ) from None
 
 
 @dataclass
@@ -58,10 +62,14 @@ def read_info(path: Path) -> ProfilerInfo:
     rank = whole(data.get("rank_id"))
     end = data.get("end_info")
     end_ns = whole(end.get("collectionTimeEnd")) if isinstance(end, dict) else None
-    return ProfilerInfo(level=_text(exp.get("_profiler_level")), aic_metrics=_text(exp.get("_aic_metrics")),
-                        torch_npu_version=_text(data.get("torch_npu_version")),
-                        cann_version=_text(data.get("cann_version")), rank_id=rank,
-                        collection_end_ns=end_ns if end_ns is not None and end_ns > 0 else None)
+    return ProfilerInfo(
+        level=_text(exp.get("_profiler_level")),
+        aic_metrics=_text(exp.get("_aic_metrics")),
+        torch_npu_version=_text(data.get("torch_npu_version")),
+        cann_version=_text(data.get("cann_version")),
+        rank_id=rank,
+        collection_end_ns=end_ns if end_ns is not None and end_ns > 0 else None,
+    )
 
 
 def whole(v: Any) -> int | None:
@@ -72,7 +80,7 @@ def whole(v: Any) -> int | None:
         n = int(v)
     except (TypeError, ValueError, OverflowError):
         return None
-    return n if -2**63 <= n < 2**63 else None
+    return n if -(2**63) <= n < 2**63 else None
 
 
 def _text(v: Any) -> str | None:

@@ -11,7 +11,7 @@ from pathlib import Path
 
 import polars as pl
 
-from profan import limits
+from profan.rulepack import limits
 from profan.sources.csvtext import require_columns, small_csv
 
 REQUIRED = ("OP Type", "Core Type", "Count", "Total Time(us)")
@@ -27,12 +27,19 @@ def read(path: Path) -> tuple[pl.DataFrame, int]:
     longest = limits.active().max_duration_us
     for line, cells in rows:
         try:
-            count, total = float(cells[idx["Count"]]), float(cells[idx["Total Time(us)"]].strip(" \t\""))
+            count, total = float(cells[idx["Count"]]), float(cells[idx["Total Time(us)"]].strip(' \t"'))
             # a count that is no int64 (inf, 1e30) or a total that is no time (nan, 1e300 µs): skipped, counted
             if not (abs(count) < 2**63 and math.isfinite(total) and abs(total) <= longest):
                 raise ValueError(cells[idx["Count"]])
-            records.append({"src_line": line, "op_type": cells[idx["OP Type"]], "core": cells[idx["Core Type"]],
-                            "count": int(count), "total_us": total})
+            records.append(
+                {
+                    "src_line": line,
+                    "op_type": cells[idx["OP Type"]],
+                    "core": cells[idx["Core Type"]],
+                    "count": int(count),
+                    "total_us": total,
+                }
+            )
         except (ValueError, IndexError):
             skipped += 1
     df = pl.DataFrame(records, schema=SCHEMA, orient="row") if records else pl.DataFrame(schema=SCHEMA)

@@ -12,12 +12,21 @@ import math
 
 import polars as pl
 
-from profan.evidence import make_pointer
+from profan.model.evidence import make_pointer
 from profan.sources import ascend_comm
 from profan.sources.rowframe import rows_frame
 
-SCHEMA = {"step": pl.Int64, "kind": pl.Utf8, "op": pl.Utf8, "transport": pl.Utf8, "packet_mb": pl.Float64,
-          "count": pl.Int64, "time_ms": pl.Float64, "pointer": pl.Utf8, "transport_pointer": pl.Utf8}
+SCHEMA = {
+    "step": pl.Int64,
+    "kind": pl.Utf8,
+    "op": pl.Utf8,
+    "transport": pl.Utf8,
+    "packet_mb": pl.Float64,
+    "count": pl.Int64,
+    "time_ms": pl.Float64,
+    "pointer": pl.Utf8,
+    "transport_pointer": pl.Utf8,
+}
 
 
 def read(items: list[ascend_comm.Entry]) -> tuple[pl.DataFrame, int]:
@@ -35,7 +44,7 @@ def read(items: list[ascend_comm.Entry]) -> tuple[pl.DataFrame, int]:
         if not isinstance(body, dict):
             continue
         bw_info = body.get("Communication Bandwidth Info")
-        for transport, b in (bw_info.items() if isinstance(bw_info, dict) else ()):
+        for transport, b in bw_info.items() if isinstance(bw_info, dict) else ():
             dist = b.get("Size Distribution") if isinstance(b, dict) else None
             if not isinstance(dist, dict):
                 continue
@@ -58,10 +67,20 @@ def _pair(size: str, val: object) -> tuple[float, int, float] | None:
         mb = float(size)
     except ValueError:
         return None
-    if isinstance(cnt, bool) or not isinstance(cnt, int | float) or isinstance(ms, bool) \
-            or not isinstance(ms, int | float):
+    if (
+        isinstance(cnt, bool)
+        or not isinstance(cnt, int | float)
+        or isinstance(ms, bool)
+        or not isinstance(ms, int | float)
+    ):
         return None
-    if not (math.isfinite(mb) and math.isfinite(cnt) and cnt == int(cnt) and 0 <= cnt < 2**63
-            and math.isfinite(ms) and ms >= 0):
+    if not (
+        math.isfinite(mb)
+        and math.isfinite(cnt)
+        and cnt == int(cnt)
+        and 0 <= cnt < 2**63
+        and math.isfinite(ms)
+        and ms >= 0
+    ):
         return None
     return mb, int(cnt), float(ms)

@@ -11,7 +11,7 @@ from pathlib import Path
 
 import polars as pl
 
-from profan import limits
+from profan.rulepack import limits
 from profan.sources.csvtext import require_columns, small_csv
 
 COLUMNS = {
@@ -32,7 +32,7 @@ SCHEMA = {"src_line": pl.Int64, "step": pl.Int64, "device_id": pl.Int64, **{v: p
 def _float(cell: str) -> float | None:
     """A lane time in µs; None for an empty or N/A cell. ValueError (the row is skipped and counted) for text,
     ``nan``/``inf``, or a time past ``max_duration_us`` — as a kernel row's duration."""
-    cell = cell.strip(" \t\r\"")
+    cell = cell.strip(' \t\r"')
     if cell in ("", "N/A"):
         return None
     value = float(cell)
@@ -64,8 +64,9 @@ def read(path: Path) -> tuple[pl.DataFrame, int]:
         try:
             rec: dict = {"src_line": line}
             rec["step"] = _whole(cells[idx["Step"]] if idx["Step"] < len(cells) else "")
-            rec["device_id"] = _whole(cells[idx["Device_id"]] if "Device_id" in idx and idx["Device_id"] < len(cells)
-                                      else "")
+            rec["device_id"] = _whole(
+                cells[idx["Device_id"]] if "Device_id" in idx and idx["Device_id"] < len(cells) else ""
+            )
             for src, dst in COLUMNS.items():
                 rec[dst] = _float(cells[idx[src]]) if src in idx and idx[src] < len(cells) else None
             if rec["computing_us"] is None:

@@ -12,7 +12,7 @@ Tolerated variants (format reference kineto-traces.md §3, ascend-formats.md §3
 ``.json.gz``, ``ts`` as string/int/float, ``pid``/``tid`` as int or string, unsorted events, integers beyond int64
 in fields profan does not read (they are skipped unparsed), missing ``distributedInfo``/``deviceProperties``,
 event text that is not UTF-8 (read as U+FFFD, counted). A ``.gz`` inflates only within ``max_inflated_bytes`` and
-``max_inflate_ratio`` (`profan.limits`), whatever its trailer claims.
+``max_inflate_ratio`` (`profan.rulepack.limits`), whatever its trailer claims.
 """
 
 from __future__ import annotations
@@ -34,8 +34,8 @@ import polars as pl
 import pyarrow as pa
 import pyarrow.json as pa_json
 
-from profan import limits
-from profan.errors import TOO_DEEP, ProfanInputError
+from profan.model.errors import TOO_DEEP, ProfanInputError
+from profan.rulepack import limits
 
 CHUNK_BYTES = 8 << 20  # event-array text per chunk: bounds the per-chunk spans, NDJSON copy and parse
 WORKERS = 3  # chunks in flight (each reader call is single-threaded; the main thread splits the next chunk)
@@ -71,25 +71,56 @@ ARGS: dict[str, str] = {
     "count": "count",
     "task type": "hccl_task_type",
 }
-INT_ARGS = ("ext_id", "correlation", "stream", "device", "in_nelems", "out_nelems", "group_size", "bytes",
-            "src_rank", "dst_rank")
+INT_ARGS = (
+    "ext_id",
+    "correlation",
+    "stream",
+    "device",
+    "in_nelems",
+    "out_nelems",
+    "group_size",
+    "bytes",
+    "src_rank",
+    "dst_rank",
+)
 FLOAT_ARGS = ("size_bytes", "bandwidth_gbps")
 
 # Pass 1 reads every event's core fields; pass 2 reads the full ``ARGS`` only for the few events that carry them
 # (device activity, metadata, communication ops, Ascend device lanes) — declared fields cost parse time.
 _CORE_ARGS = {"name": "arg_name", "External id": "ext_id", "correlation": "correlation"}
 _CORE_SCHEMA = {
-    "ph": pl.String, "cat": pl.String, "name": pl.String, "pid": pl.String, "tid": pl.String,
-    "ts": pl.String, "dur": pl.String, "args": pl.Struct({k: pl.String for k in _CORE_ARGS}),
+    "ph": pl.String,
+    "cat": pl.String,
+    "name": pl.String,
+    "pid": pl.String,
+    "tid": pl.String,
+    "ts": pl.String,
+    "dur": pl.String,
+    "args": pl.Struct({k: pl.String for k in _CORE_ARGS}),
 }
-_ASCEND_ARGS = ("Task Type", "transport type", "link type", "size(Byte)", "bandwidth(GB/s)", "src rank", "dst rank",
-                "data_type", "alg_type", "count", "task type")
+_ASCEND_ARGS = (
+    "Task Type",
+    "transport type",
+    "link type",
+    "size(Byte)",
+    "bandwidth(GB/s)",
+    "src rank",
+    "dst rank",
+    "data_type",
+    "alg_type",
+    "count",
+    "task type",
+)
 # a Kineto document never carries the Ascend lane args and a bare Ascend array never the Kineto ones: each layout
 # declares only its own (every declared field costs parse time)
 _DETAIL_SCHEMA = {
-    layout: {"args": pl.Struct({k: pl.String for k in ARGS if k not in _CORE_ARGS
-                                and (k in _ASCEND_ARGS) == (layout == "array")})}
-    for layout in ("object", "array")}
+    layout: {
+        "args": pl.Struct(
+            {k: pl.String for k in ARGS if k not in _CORE_ARGS and (k in _ASCEND_ARGS) == (layout == "array")}
+        )
+    }
+    for layout in ("object", "array")
+}
 DETAIL_CATS = ("kernel", "Kernel", "gpu_memcpy", "gpu_memset", "gpu_user_annotation")
 COMM_NAME = r"^(c10d::|record_param_comms|nccl:|gloo:|ncclKernel|ncclDevKernel)"
 
@@ -100,9 +131,12 @@ CORE_COLUMNS = ["event_idx", "ph", "cat", "name", "pid", "tid", "ts_us", "dur_us
 def needs_detail() -> pl.Expr:
     """Events whose full args profan reads: device activity, metadata, communication, and uncategorised
     device-lane events (Ascend trace_view: hardware tasks, HCCL ops and planes)."""
-    return (pl.col("cat").is_in(DETAIL_CATS) | (pl.col("ph") == "M")
-            | pl.col("name").cast(pl.String).str.contains(COMM_NAME)
-            | (pl.col("cat").is_null() & (pl.col("ph") == "X")))
+    return (
+        pl.col("cat").is_in(DETAIL_CATS)
+        | (pl.col("ph") == "M")
+        | pl.col("name").cast(pl.String).str.contains(COMM_NAME)
+        | (pl.col("cat").is_null() & (pl.col("ph") == "X"))
+    )
 
 
 def default_keep() -> pl.Expr:
@@ -130,7 +164,7 @@ class Trace:
     @property
     def not_utf8(self) -> int:
         """Invalid UTF-8 sequences in the event text, read as U+FFFD (`_utf8_text`). Kept in ``meta``, under a
-        key no trace has, so a cached parse (`profan.cache`, which stores ``meta``) still says it."""
+        key no trace has, so a cached parse (`profan.sources.cache`, which stores ``meta``) still says it."""
         return int(self.meta.get(NOT_UTF8, 0))
 
     def with_details(self, frame: pl.DataFrame) -> pl.DataFrame:
@@ -185,12 +219,16 @@ class _Inflation:
     def check(self, n: int) -> None:
         fix = "; if the trace is real, raise it under [limits] in a rules file (--rules FILE)"
         if n > self.most:
-            raise ProfanInputError(self.path, f"decompresses to more than {self.most:,} bytes, the bound "
-                                              f"max_inflated_bytes{fix}")
+            raise ProfanInputError(
+                self.path, f"decompresses to more than {self.most:,} bytes, the bound max_inflated_bytes{fix}"
+            )
         if n > RATIO_FROM and n > self.ratio * self.disk:
-            raise ProfanInputError(self.path, f"decompresses to more than {self.ratio} times its {self.disk:,} "
-                                              f"bytes on disk (max_inflate_ratio), as a decompression bomb does"
-                                              f"{fix}")
+            raise ProfanInputError(
+                self.path,
+                f"decompresses to more than {self.ratio} times its {self.disk:,} "
+                f"bytes on disk (max_inflate_ratio), as a decompression bomb does"
+                f"{fix}",
+            )
 
 
 def read_bytes(path: Path) -> bytearray:
@@ -228,11 +266,11 @@ def _fill(src, size: int, bound: _Inflation | None = None) -> bytearray:
             more = len(buf) // 2 + BLOCK
             buf.extend(bytes(more if bound is None else max(1, min(more, bound.cap + 1 - n))))
         with memoryview(buf) as mv:
-            k = src.readinto(mv[n:n + BLOCK])
+            k = src.readinto(mv[n : n + BLOCK])
             if not k:
                 break
             if buf.find(b"\n", n, n + k) != -1 or buf.find(b"\r", n, n + k) != -1:
-                mv[n:n + k] = bytes(mv[n:n + k]).translate(_FLATTEN)
+                mv[n : n + k] = bytes(mv[n : n + k]).translate(_FLATTEN)
         n += k
         if bound is not None:
             bound.check(n)
@@ -273,14 +311,14 @@ def split_events(path: Path, buf: bytes | bytearray) -> tuple[memoryview, str, d
     i = _first_index(buf)
     if i < 0:
         raise ProfanInputError(path, "empty file: no trace events")
-    first = buf[i:i + 1]
+    first = buf[i : i + 1]
     if first == b"[":
         j = len(buf) - 1
-        while j > i and buf[j:j + 1] in b" \t\r\n":
+        while j > i and buf[j : j + 1] in b" \t\r\n":
             j -= 1
-        if buf[j:j + 1] != b"]":
+        if buf[j : j + 1] != b"]":
             raise ProfanInputError(path, "JSON is truncated (the event array is not closed)")
-        return memoryview(buf)[i:j + 1], "array", {}
+        return memoryview(buf)[i : j + 1], "array", {}
     if first != b"{":
         raise ProfanInputError(path, "not JSON: a chrome trace starts with '{' or '['")
     quick = _locate_events(buf, i)
@@ -295,8 +333,11 @@ def split_events(path: Path, buf: bytes | bytearray) -> tuple[memoryview, str, d
     arr = memoryview(top.traceEvents)
     if bytes(arr[:1]) != b"[":
         raise ProfanInputError(path, "JSON object has no 'traceEvents' array: not a chrome trace")
-    meta = {k: v for k in ("distributedInfo", "deviceProperties", "schemaVersion", "traceName")
-            if (v := _raw_json(getattr(top, k))) is not None}
+    meta = {
+        k: v
+        for k in ("distributedInfo", "deviceProperties", "schemaVersion", "traceName")
+        if (v := _raw_json(getattr(top, k))) is not None
+    }
     return arr, "object", meta
 
 
@@ -313,7 +354,7 @@ def _locate_events(buf: bytes | bytearray, start: int) -> tuple[memoryview, str,
     if m is None:
         return None
     try:
-        head = _OBJECT.decode(bytes(buf[start:m.start()]) + b'"traceEvents": null}')
+        head = _OBJECT.decode(bytes(buf[start : m.start()]) + b'"traceEvents": null}')
     except (msgspec.DecodeError, msgspec.ValidationError):
         return None
     end = len(buf)
@@ -324,7 +365,7 @@ def _locate_events(buf: bytes | bytearray, start: int) -> tuple[memoryview, str,
         if j < 0:
             return None
         try:
-            tail = _OBJECT.decode(b'{"traceEvents": null' + bytes(buf[j + 1:end]))
+            tail = _OBJECT.decode(b'{"traceEvents": null' + bytes(buf[j + 1 : end]))
         except (msgspec.DecodeError, msgspec.ValidationError):
             continue
         if _closes_array(buf, m.end() - 1, j):
@@ -336,7 +377,7 @@ def _locate_events(buf: bytes | bytearray, start: int) -> tuple[memoryview, str,
             v = _raw_json(getattr(tail, k))
         if v is not None:
             meta[k] = v
-    return memoryview(buf)[m.end() - 1:j + 1], "object", meta
+    return memoryview(buf)[m.end() - 1 : j + 1], "object", meta
 
 
 def _closes_array(buf: bytes | bytearray, open_at: int, j: int) -> bool:
@@ -347,9 +388,9 @@ def _closes_array(buf: bytes | bytearray, open_at: int, j: int) -> bool:
     for last in _SEP.finditer(buf, lo, j):  # noqa: B007 — only the last match is needed
         pass
     if last is not None:
-        piece = b"[" + bytes(buf[last.end() - 1:j + 1])
+        piece = b"[" + bytes(buf[last.end() - 1 : j + 1])
     elif lo == open_at:
-        piece = bytes(buf[open_at:j + 1])
+        piece = bytes(buf[open_at : j + 1])
     else:
         return False
     try:
@@ -399,8 +440,9 @@ def event_chunks(path: Path, arr: memoryview) -> Iterator[list[msgspec.Raw]]:
         pos = nxt
 
 
-def _chunk_tables(raws: list[msgspec.Raw], offset: int, keep: pl.Expr, layout: str
-                  ) -> tuple[pl.DataFrame, pl.DataFrame | None, int, int]:
+def _chunk_tables(
+    raws: list[msgspec.Raw], offset: int, keep: pl.Expr, layout: str
+) -> tuple[pl.DataFrame, pl.DataFrame | None, int, int]:
     """(kept core rows, details of the rows that need them, events without a phase, invalid UTF-8 sequences read
     as U+FFFD) of one chunk; polars releases the GIL here. A ``null`` element is read as one without a phase
     (counted and said, as any element that is no event), not as an error."""
@@ -450,41 +492,70 @@ def _is_utf8(text: bytes) -> bool:
 
 def not_utf8_warning(file: str, count: int) -> str:
     """The warning for `Trace.not_utf8`, one wording for every trace kind."""
-    return (f"{file}: read {count} byte sequence(s) of event text that are not UTF-8 as the replacement character "
-            "U+FFFD")
+    return f"{file}: read {count} byte sequence(s) of event text that are not UTF-8 as the replacement character U+FFFD"
 
 
 def bad_steps_warning(file: str, count: int) -> str:
     """The warning for ProfilerStep annotations whose number `step_number` cannot take."""
-    return (f"{file}: ignored {count} ProfilerStep annotation(s) whose step number does not fit a 64-bit integer; "
-            "their events count as outside any ProfilerStep")
+    return (
+        f"{file}: ignored {count} ProfilerStep annotation(s) whose step number does not fit a 64-bit integer; "
+        "their events count as outside any ProfilerStep"
+    )
 
 
 def no_phase_warning(file: str, count: int) -> str:
     """The warning for `Trace.no_phase`, one wording for every trace kind."""
-    return (f"{file}: ignored {count} elements of the event array that have no \"ph\" (phase) field, so are no "
-            "chrome-trace events")
+    return (
+        f'{file}: ignored {count} elements of the event array that have no "ph" (phase) field, so are no '
+        "chrome-trace events"
+    )
 
 
 # The usual, strictly typed shape of each layout, for pyarrow's JSON reader (about twice as fast as polars' on
 # these events). pyarrow refuses a chunk whose values do not fit (a string pid, a string ts in a Kineto trace, an
 # int beyond int64); that chunk is then read by polars with every field as text, which tolerates all of them.
 _ARROW_CORE = {
-    layout: pa.schema([("ph", pa.string()), ("cat", pa.string()), ("name", pa.string()), ("pid", pa.int64()),
-                       ("tid", pa.int64()), ("ts", pa.string() if layout == "array" else pa.float64()),
-                       ("dur", pa.float64()),
-                       ("args", pa.struct([("name", pa.string()), ("External id", pa.int64()),
-                                           ("correlation", pa.int64())]))])
-    for layout in ("object", "array")}
+    layout: pa.schema(
+        [
+            ("ph", pa.string()),
+            ("cat", pa.string()),
+            ("name", pa.string()),
+            ("pid", pa.int64()),
+            ("tid", pa.int64()),
+            ("ts", pa.string() if layout == "array" else pa.float64()),
+            ("dur", pa.float64()),
+            ("args", pa.struct([("name", pa.string()), ("External id", pa.int64()), ("correlation", pa.int64())])),
+        ]
+    )
+    for layout in ("object", "array")
+}
 
 
-_ARROW_TYPES = {"name": pa.string(), "stream": pa.int64(), "device": pa.int64(), "In msg nelems": pa.int64(),
-                "Out msg nelems": pa.int64(), "Group size": pa.int64(), "bytes": pa.int64(), "size(Byte)": pa.float64(),
-                "bandwidth(GB/s)": pa.float64(), "src rank": pa.int64(), "dst rank": pa.int64(), "count": pa.int64()}
+_ARROW_TYPES = {
+    "name": pa.string(),
+    "stream": pa.int64(),
+    "device": pa.int64(),
+    "In msg nelems": pa.int64(),
+    "Out msg nelems": pa.int64(),
+    "Group size": pa.int64(),
+    "bytes": pa.int64(),
+    "size(Byte)": pa.float64(),
+    "bandwidth(GB/s)": pa.float64(),
+    "src rank": pa.int64(),
+    "dst rank": pa.int64(),
+    "count": pa.int64(),
+}
 _ARROW_DETAIL = {
-    layout: pa.schema([("args", pa.struct([(k, _ARROW_TYPES.get(k, pa.string()))
-                                           for k in _DETAIL_SCHEMA[layout]["args"].to_schema()]))])
-    for layout in ("object", "array")}
+    layout: pa.schema(
+        [
+            (
+                "args",
+                pa.struct([(k, _ARROW_TYPES.get(k, pa.string())) for k in _DETAIL_SCHEMA[layout]["args"].to_schema()]),
+            )
+        ]
+    )
+    for layout in ("object", "array")
+}
 
 
 def _arrow(text: bytes, schema: pa.Schema) -> pl.DataFrame | None:
@@ -493,9 +564,11 @@ def _arrow(text: bytes, schema: pa.Schema) -> pl.DataFrame | None:
     Never given a ``null`` element (`_chunk_tables` replaces them): pyarrow (26.0) crashes the process on one in
     the first line."""
     try:
-        table = pa_json.read_json(pa.py_buffer(text), parse_options=pa_json.ParseOptions(
-            explicit_schema=schema, unexpected_field_behavior="ignore"),
-            read_options=pa_json.ReadOptions(use_threads=False, block_size=max(1 << 20, len(text) + 1)))
+        table = pa_json.read_json(
+            pa.py_buffer(text),
+            parse_options=pa_json.ParseOptions(explicit_schema=schema, unexpected_field_behavior="ignore"),
+            read_options=pa_json.ReadOptions(use_threads=False, block_size=max(1 << 20, len(text) + 1)),
+        )
     except (pa.ArrowInvalid, pa.ArrowNotImplementedError):
         return None
     return pl.from_arrow(table) if table.num_rows == text.count(b"\n") + 1 else None
@@ -547,7 +620,9 @@ def _core(df: pl.DataFrame, offset: int) -> pl.DataFrame:
     return df.with_row_index("event_idx", offset=offset).select(
         pl.col("event_idx").cast(pl.Int64),
         *[pl.col(c).cast(pl.String).cast(pl.Categorical) for c in ("ph", "cat", "pid", "tid")],
-        pl.col("name").cast(pl.Categorical), _number("ts").alias("ts_us"), _number("dur").alias("dur_us"),
+        pl.col("name").cast(pl.Categorical),
+        _number("ts").alias("ts_us"),
+        _number("dur").alias("dur_us"),
         pl.col("args").struct.field("name").alias("arg_name"),
         pl.col("args").struct.field("External id").cast(pl.Int64, strict=False).alias("ext_id"),
         pl.col("args").struct.field("correlation").cast(pl.Int64, strict=False).alias("correlation"),
@@ -563,15 +638,19 @@ def _details(df: pl.DataFrame, idx: pl.Series) -> pl.DataFrame:
     args = args.rename({k: v for k, v in ARGS.items() if k in args.columns})
     detail = [c for c in ARGS.values() if c not in _CORE_ARGS.values()]
     return args.select(
-        *[(_int(c) if c in INT_ARGS else _number(c) if c in FLOAT_ARGS else pl.col(c).cast(pl.String))
-          if c in args.columns
-          else pl.lit(None, _detail_dtype(c)).alias(c) for c in detail]
+        *[
+            (_int(c) if c in INT_ARGS else _number(c) if c in FLOAT_ARGS else pl.col(c).cast(pl.String))
+            if c in args.columns
+            else pl.lit(None, _detail_dtype(c)).alias(c)
+            for c in detail
+        ]
     ).with_columns(idx.alias("event_idx"))
 
 
 def _empty_details() -> pl.DataFrame:
-    return pl.DataFrame(schema={"event_idx": pl.Int64, **{
-        c: _detail_dtype(c) for c in ARGS.values() if c not in _CORE_ARGS.values()}})
+    return pl.DataFrame(
+        schema={"event_idx": pl.Int64, **{c: _detail_dtype(c) for c in ARGS.values() if c not in _CORE_ARGS.values()}}
+    )
 
 
 def parse(path: Path, keep: pl.Expr | None = None) -> Trace:
@@ -617,8 +696,9 @@ def _parse(path: Path, keep: pl.Expr | None) -> Trace:
             while pending:
                 collect(pending.popleft())
     except (ValueError, pl.exceptions.PolarsError) as exc:
-        raise ProfanInputError(path, f"events are not JSON objects of the chrome-trace shape: "
-                                     f"{str(exc).splitlines()[0]}") from None
+        raise ProfanInputError(
+            path, f"events are not JSON objects of the chrome-trace shape: {str(exc).splitlines()[0]}"
+        ) from None
     del arr, buf
     if offset == 0:
         raise ProfanInputError(path, "trace has no events (empty event array)")

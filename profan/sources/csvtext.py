@@ -11,11 +11,11 @@ from pathlib import Path
 
 import polars as pl
 
-from profan import limits
-from profan.errors import ProfanInputError
+from profan.model.errors import ProfanInputError
+from profan.rulepack import limits
 
 NULL_TOKENS = ("", "N/A", "NA", "n/a", "null", "None")
-_STRIP = " \t\r\n\""
+_STRIP = ' \t\r\n"'
 
 
 def read_header(path: Path) -> list[str]:
@@ -37,14 +37,17 @@ def read_header(path: Path) -> list[str]:
     try:
         return [c.strip() for c in next(csv.reader([text]))]
     except csv.Error as exc:
-        raise ProfanInputError(path, f"the header row cannot be read as CSV ({exc}); profiler CSVs end lines with "
-                                     "LF or CRLF") from None
+        raise ProfanInputError(
+            path, f"the header row cannot be read as CSV ({exc}); profiler CSVs end lines with LF or CRLF"
+        ) from None
 
 
 # terminal escape sequences (CSI, OSC, two-character), then any other C0/C1 control and the invisible
 # direction and width marks that can make shown text lie about what it is
-_CONTROL = re.compile(r"\x1b(?:\[[0-?]*[ -/]*[@-~]|\][^\x07\x1b]*(?:\x07|\x1b\\)?|[@-_])?"
-                      r"|[\x00-\x1f\x7f-\x9f\u200b-\u200f\u202a-\u202e\u2066-\u2069\ufeff]")
+_CONTROL = re.compile(
+    r"\x1b(?:\[[0-?]*[ -/]*[@-~]|\][^\x07\x1b]*(?:\x07|\x1b\\)?|[@-_])?"
+    r"|[\x00-\x1f\x7f-\x9f\u200b-\u200f\u202a-\u202e\u2066-\u2069\ufeff]"
+)
 SHOWN_NAMES, NAME_CHARS = 12, 40
 
 
@@ -56,7 +59,7 @@ def shown_header(header: list[str]) -> str:
     names = []
     for name in header[:SHOWN_NAMES]:
         clean = _CONTROL.sub("?", name).strip()
-        names.append(clean if len(clean) <= NAME_CHARS else clean[:NAME_CHARS - 1] + "…")
+        names.append(clean if len(clean) <= NAME_CHARS else clean[: NAME_CHARS - 1] + "…")
     more = f" and {len(header) - SHOWN_NAMES} more" if len(header) > SHOWN_NAMES else ""
     return f"the header has {len(header)} name(s): {', '.join(repr(n) for n in names)}{more}"
 
@@ -157,14 +160,18 @@ def _count_lines(path: str, size: int, _mtime_ns: int, most: int) -> tuple[int, 
 
 
 def too_long(line: int, most: int) -> str:
-    return (f"line {line} is longer than {most:,} bytes (max_line_bytes): no row of a profiler CSV is; if the "
-            "file is real, raise the bound under [limits] in a rules file (--rules FILE)")
+    return (
+        f"line {line} is longer than {most:,} bytes (max_line_bytes): no row of a profiler CSV is; if the "
+        "file is real, raise the bound under [limits] in a rules file (--rules FILE)"
+    )
 
 
 def _lone_cr(line: int) -> str:
-    return (f"line {line} holds a carriage return (CR) not followed by a line feed: a line end the CSV reader "
-            "does not take, which would merge two rows into one; profiler CSVs end lines with LF or CRLF "
-            "(convert the file's line ends)")
+    return (
+        f"line {line} holds a carriage return (CR) not followed by a line feed: a line end the CSV reader "
+        "does not take, which would merge two rows into one; profiler CSVs end lines with LF or CRLF "
+        "(convert the file's line ends)"
+    )
 
 
 def record_start_lines(path: Path) -> list[int]:
@@ -188,8 +195,9 @@ def require_columns(path: Path, header: list[str], required: tuple[str, ...]) ->
         raise missing_columns(path, missing, header)
 
 
-def scan_text_csv(path: Path, columns: list[str], floats: tuple[str, ...] = (),
-                  categorical: tuple[str, ...] = ()) -> pl.LazyFrame:
+def scan_text_csv(
+    path: Path, columns: list[str], floats: tuple[str, ...] = (), categorical: tuple[str, ...] = ()
+) -> pl.LazyFrame:
     """Lazy scan reading every column as text (types are decided by the readers, tolerantly).
 
     ``floats``: columns the CSV reader parses as numbers itself, ``N/A`` read as null — much cheaper than text on
@@ -204,11 +212,19 @@ def scan_text_csv(path: Path, columns: list[str], floats: tuple[str, ...] = (),
     Every scan is preceded by `check_lines`: what polars cannot be given safely is refused first.
     """
     check_lines(path)
-    overrides: dict[str, pl.DataType] = {**dict.fromkeys(categorical, pl.Categorical()),
-                                         **dict.fromkeys(floats, pl.Float64())}
-    return pl.scan_csv(path, infer_schema=False, truncate_ragged_lines=True, encoding="utf8-lossy",
-                       quote_char='"', schema_overrides=overrides or None,
-                       null_values=dict.fromkeys(floats, "N/A") if floats else None).select(columns)
+    overrides: dict[str, pl.DataType] = {
+        **dict.fromkeys(categorical, pl.Categorical()),
+        **dict.fromkeys(floats, pl.Float64()),
+    }
+    return pl.scan_csv(
+        path,
+        infer_schema=False,
+        truncate_ragged_lines=True,
+        encoding="utf8-lossy",
+        quote_char='"',
+        schema_overrides=overrides or None,
+        null_values=dict.fromkeys(floats, "N/A") if floats else None,
+    ).select(columns)
 
 
 def small_csv(path: Path) -> tuple[list[str], list[tuple[int, list[str]]]]:

@@ -12,23 +12,47 @@ from pathlib import Path
 
 import polars as pl
 
-from profan.cache import cached_parse
 from profan.sources import trace_view
+from profan.sources.cache import cached_parse
 from profan.sources.chrome_trace import parse
 
-COLUMNS = ["event_idx", "process", "plane", "name", "task_type", "src_rank", "dst_rank", "transport_type",
-           "link_type", "size_bytes", "ts_us", "dur_us"]
+COLUMNS = [
+    "event_idx",
+    "process",
+    "plane",
+    "name",
+    "task_type",
+    "src_rank",
+    "dst_rank",
+    "transport_type",
+    "link_type",
+    "size_bytes",
+    "ts_us",
+    "dur_us",
+]
 
 
 def plane_tasks(path: Path) -> pl.DataFrame:
     """Task events on Plane threads (the parse is shared with the trace_view reader through the cache)."""
     tr, _ = cached_parse(path, "trace_view", parse)
     x = trace_view.lanes(tr.events)
-    planes = x.filter(pl.col("process_name").is_in(trace_view.HCCL_PROCESSES)
-                      & pl.col("thread_name").fill_null("").str.contains(r"^Plane \d+"))
+    planes = x.filter(
+        pl.col("process_name").is_in(trace_view.HCCL_PROCESSES)
+        & pl.col("thread_name").fill_null("").str.contains(r"^Plane \d+")
+    )
     if planes.is_empty():
         return pl.DataFrame()
     return tr.with_details(planes).select(
-        "event_idx", pl.col("process_name").alias("process"), pl.col("thread_name").alias("plane"), "name",
-        pl.col("hccl_task_type").alias("task_type"), "src_rank", "dst_rank", "transport_type", "link_type",
-        "size_bytes", "ts_us", "dur_us")
+        "event_idx",
+        pl.col("process_name").alias("process"),
+        pl.col("thread_name").alias("plane"),
+        "name",
+        pl.col("hccl_task_type").alias("task_type"),
+        "src_rank",
+        "dst_rank",
+        "transport_type",
+        "link_type",
+        "size_bytes",
+        "ts_us",
+        "dur_us",
+    )

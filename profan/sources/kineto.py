@@ -23,10 +23,10 @@ from pathlib import Path
 
 import polars as pl
 
-from profan import limits
-from profan.classify import classify
-from profan.roles import Roles
-from profan.roles import defaults as default_roles
+from profan.rulepack import limits
+from profan.rulepack.classify import classify
+from profan.rulepack.roles import Roles
+from profan.rulepack.roles import defaults as default_roles
 from profan.sources.chrome_trace import (
     Trace,
     bad_steps_warning,
@@ -108,12 +108,18 @@ def step_table(ev: pl.DataFrame, roles: Roles | None = None) -> pl.DataFrame:
     """One row per ProfilerStep annotation. One whose number does not fit an int64 has step null here: `load`
     drops and counts it."""
     roles = roles or default_roles()
-    s = ev.filter(pl.col("cat").is_in(list(roles.kineto_step_cats))
-                  & pl.col("name").cast(pl.String).str.contains(roles.kineto_step))
-    return s.select(step_number(pl.col("name").cast(pl.String), roles.kineto_step).alias("step"),
-                    "event_idx", pl.col("cat").cast(pl.String), pl.col("tid").cast(pl.String),
-                    pl.col("ts_us").alias("start_us"), (pl.col("ts_us") + pl.col("dur_us")).alias("end_us")
-                    ).sort("cat", "start_us")
+    s = ev.filter(
+        pl.col("cat").is_in(list(roles.kineto_step_cats))
+        & pl.col("name").cast(pl.String).str.contains(roles.kineto_step)
+    )
+    return s.select(
+        step_number(pl.col("name").cast(pl.String), roles.kineto_step).alias("step"),
+        "event_idx",
+        pl.col("cat").cast(pl.String),
+        pl.col("tid").cast(pl.String),
+        pl.col("ts_us").alias("start_us"),
+        (pl.col("ts_us") + pl.col("dur_us")).alias("end_us"),
+    ).sort("cat", "start_us")
 
 
 def _in_span(points: pl.DataFrame, spans: pl.DataFrame, at: str) -> pl.DataFrame:
@@ -155,10 +161,19 @@ def _enclosing_op(points: pl.DataFrame, ops: pl.DataFrame) -> pl.Series:
     o = ops.select("tid", "ts_us", "end_us", "name")
     out = p
     for label, table in (("_inner", o), ("_top", _top_level(o))):
-        j = p.join_asof(table.sort("ts_us"), left_on="launch_us", right_on="ts_us", by="tid", strategy="backward",
-                        check_sortedness=False)
-        out = out.join(j.select("_i", pl.when(pl.col("end_us") >= pl.col("launch_us")).then(pl.col("name"))
-                                .alias(label)), on="_i", how="left")
+        j = p.join_asof(
+            table.sort("ts_us"),
+            left_on="launch_us",
+            right_on="ts_us",
+            by="tid",
+            strategy="backward",
+            check_sortedness=False,
+        )
+        out = out.join(
+            j.select("_i", pl.when(pl.col("end_us") >= pl.col("launch_us")).then(pl.col("name")).alias(label)),
+            on="_i",
+            how="left",
+        )
     full = pl.DataFrame({"_i": pl.Series(range(points.height), dtype=pl.UInt32)})
     res = full.join(out.select("_i", pl.coalesce("_inner", "_top").alias("ctx")), on="_i", how="left").sort("_i")
     return res["ctx"]
@@ -167,57 +182,109 @@ def _enclosing_op(points: pl.DataFrame, ops: pl.DataFrame) -> pl.Series:
 def _device_events(tr: Trace, ev: pl.DataFrame, steps: pl.DataFrame, roles: Roles) -> pl.DataFrame:
     dev = ev.filter(pl.col("cat").is_in(list(roles.kineto_device_cats)) & (pl.col("ph") == "X"))
     dev = tr.with_details(dev).with_columns(
-        pl.col("cat").cast(pl.String), pl.col("name").cast(pl.String),
-        (pl.col("ts_us") + pl.col("dur_us")).alias("end_us"))
-    runtime = (ev.filter(pl.col("cat").is_in(list(roles.kineto_runtime_cats))
-                         & pl.col("correlation").is_not_null())
-               .select("correlation", pl.col("ts_us").alias("launch_us"), pl.col("ext_id").alias("launch_ext"),
-                       pl.col("tid").cast(pl.String).alias("launch_tid"))
-               .unique("correlation", keep="first"))
+        pl.col("cat").cast(pl.String),
+        pl.col("name").cast(pl.String),
+        (pl.col("ts_us") + pl.col("dur_us")).alias("end_us"),
+    )
+    runtime = (
+        ev.filter(pl.col("cat").is_in(list(roles.kineto_runtime_cats)) & pl.col("correlation").is_not_null())
+        .select(
+            "correlation",
+            pl.col("ts_us").alias("launch_us"),
+            pl.col("ext_id").alias("launch_ext"),
+            pl.col("tid").cast(pl.String).alias("launch_tid"),
+        )
+        .unique("correlation", keep="first")
+    )
     dev = dev.join(runtime, on="correlation", how="left")
-    ops = (ev.filter(pl.col("cat").is_in(list(roles.kineto_op_cats)) & pl.col("ext_id").is_not_null())
-           .sort(pl.col("cat").cast(pl.String))  # cpu_op before user_annotation
-           .select("ext_id", pl.col("name").cast(pl.String).alias("context")).unique("ext_id", keep="first"))
+    ops = (
+        ev.filter(pl.col("cat").is_in(list(roles.kineto_op_cats)) & pl.col("ext_id").is_not_null())
+        .sort(pl.col("cat").cast(pl.String))  # cpu_op before user_annotation
+        .select("ext_id", pl.col("name").cast(pl.String).alias("context"))
+        .unique("ext_id", keep="first")
+    )
     dev = dev.with_columns(pl.coalesce("ext_id", "launch_ext").alias("link_ext")).join(
-        ops, left_on="link_ext", right_on="ext_id", how="left", suffix="_op")
+        ops, left_on="link_ext", right_on="ext_id", how="left", suffix="_op"
+    )
     if dev["context"].null_count():
         cpu = ev.filter(pl.col("cat") == roles.kineto_cpu_op_cat).select(
-            pl.col("tid").cast(pl.String), "ts_us", (pl.col("ts_us") + pl.col("dur_us")).alias("end_us"),
-            pl.col("name").cast(pl.String))
+            pl.col("tid").cast(pl.String),
+            "ts_us",
+            (pl.col("ts_us") + pl.col("dur_us")).alias("end_us"),
+            pl.col("name").cast(pl.String),
+        )
         dev = dev.with_columns(pl.coalesce(pl.col("context"), _enclosing_op(dev, cpu)).alias("context"))
     cpu_spans = steps.filter(pl.col("cat") == roles.kineto_annotation_cat)
     gpu_spans = steps.filter(pl.col("cat") == roles.kineto_gpu_annotation_cat)
     dev = _in_span(dev, cpu_spans, "launch_us").rename({"step": "_cpu_step"})
     dev = _in_span(dev, gpu_spans, "ts_us").rename({"step": "_gpu_step"})
-    dev = dev.with_columns(pl.when(pl.col("launch_us").is_not_null() & (cpu_spans.height > 0))
-                           .then(pl.col("_cpu_step")).otherwise(pl.col("_gpu_step")).alias("step"))
-    return dev.with_columns(op_of(pl.col("name"), roles), pl.lit("GPU").alias("core"),
-                            pl.col("cat").alias("type")).drop("_cpu_step", "_gpu_step")
+    dev = dev.with_columns(
+        pl.when(pl.col("launch_us").is_not_null() & (cpu_spans.height > 0))
+        .then(pl.col("_cpu_step"))
+        .otherwise(pl.col("_gpu_step"))
+        .alias("step")
+    )
+    return dev.with_columns(
+        op_of(pl.col("name"), roles), pl.lit("GPU").alias("core"), pl.col("cat").alias("type")
+    ).drop("_cpu_step", "_gpu_step")
 
 
 def _cpu_activity(ev: pl.DataFrame, steps: pl.DataFrame, roles: Roles) -> pl.DataFrame:
     cpu = ev.filter((pl.col("cat") == roles.kineto_cpu_op_cat) & (pl.col("ph") == "X")).with_columns(
-        pl.col("cat").cast(pl.String), pl.col("name").cast(pl.String), pl.col("tid").cast(pl.String),
-        (pl.col("ts_us") + pl.col("dur_us")).alias("end_us"))
+        pl.col("cat").cast(pl.String),
+        pl.col("name").cast(pl.String),
+        pl.col("tid").cast(pl.String),
+        (pl.col("ts_us") + pl.col("dur_us")).alias("end_us"),
+    )
     main = _main_thread(cpu, steps, roles)
     top = _top_level(cpu.filter(pl.col("tid") == main)) if main is not None else cpu.clear()
     top = _in_span(top, steps.filter(pl.col("cat") == roles.kineto_annotation_cat), "ts_us")
-    return top.with_columns(pl.col("name").alias("op"), pl.lit("CPU").alias("core"), pl.col("cat").alias("type"),
-                            pl.lit(None, pl.String).alias("context"))
+    return top.with_columns(
+        pl.col("name").alias("op"),
+        pl.lit("CPU").alias("core"),
+        pl.col("cat").alias("type"),
+        pl.lit(None, pl.String).alias("context"),
+    )
 
 
-def _collectives(tr: Trace, ev: pl.DataFrame, dev: pl.DataFrame | None, steps: pl.DataFrame,
-                 roles: Roles) -> pl.DataFrame:
+def _collectives(
+    tr: Trace, ev: pl.DataFrame, dev: pl.DataFrame | None, steps: pl.DataFrame, roles: Roles
+) -> pl.DataFrame:
     name = pl.col("name")
-    c = ev.filter((pl.col("ph") == "X") & pl.col("cat").is_in(list(roles.kineto_op_cats))
-                  & name.cast(pl.String).str.contains(roles.kineto_comm_ops))
+    c = ev.filter(
+        (pl.col("ph") == "X")
+        & pl.col("cat").is_in(list(roles.kineto_op_cats))
+        & name.cast(pl.String).str.contains(roles.kineto_comm_ops)
+    )
     c = tr.with_details(c).with_columns(
-        pl.col("cat").cast(pl.String), name.cast(pl.String), (pl.col("ts_us") + pl.col("dur_us")).alias("end_us"),
-        pl.when(pl.col("cat") == roles.kineto_cpu_op_cat).then(pl.lit(SOURCE_CPU_OP))
-        .otherwise(pl.lit(SOURCE_ANNOTATION)).alias("source"))
+        pl.col("cat").cast(pl.String),
+        name.cast(pl.String),
+        (pl.col("ts_us") + pl.col("dur_us")).alias("end_us"),
+        pl.when(pl.col("cat") == roles.kineto_cpu_op_cat)
+        .then(pl.lit(SOURCE_CPU_OP))
+        .otherwise(pl.lit(SOURCE_ANNOTATION))
+        .alias("source"),
+    )
     c = _in_span(c, steps.filter(pl.col("cat") == roles.kineto_annotation_cat), "ts_us")
-    cols = ["event_idx", "source", "cat", "name", "tid", "stream", "step", "ts_us", "dur_us", "end_us",
-            "coll_name", "in_nelems", "out_nelems", "dtype", "group_size", "pg_name", "pg_ranks"]
+    cols = [
+        "event_idx",
+        "source",
+        "cat",
+        "name",
+        "tid",
+        "stream",
+        "step",
+        "ts_us",
+        "dur_us",
+        "end_us",
+        "coll_name",
+        "in_nelems",
+        "out_nelems",
+        "dtype",
+        "group_size",
+        "pg_name",
+        "pg_ranks",
+    ]
     parts = [c.with_columns(pl.col("tid").cast(pl.String)).select(cols)]
     if dev is not None:
         k = dev.filter(name.str.contains(roles.kineto_comm_kernels)).with_columns(pl.lit(SOURCE_KERNEL).alias("source"))
@@ -225,9 +292,10 @@ def _collectives(tr: Trace, ev: pl.DataFrame, dev: pl.DataFrame | None, steps: p
     both = pl.concat(parts, how="vertical_relaxed")
     size = pl.col("dtype").replace_strict(roles.dtype_bytes, default=None, return_dtype=pl.Int64)
     # gloo collectives run on a worker thread; their span includes waiting for the slowest peer
-    return both.with_columns((pl.max_horizontal("in_nelems", "out_nelems") * size).alias("bytes"),
-                             pl.col("name").str.contains(roles.kineto_peer_wait_ops).alias("includes_peer_wait")
-                             ).sort("ts_us")
+    return both.with_columns(
+        (pl.max_horizontal("in_nelems", "out_nelems") * size).alias("bytes"),
+        pl.col("name").str.contains(roles.kineto_peer_wait_ops).alias("includes_peer_wait"),
+    ).sort("ts_us")
 
 
 def load(path: Path, trace: Trace | None = None, roles: Roles | None = None) -> KinetoTrace:
@@ -255,12 +323,24 @@ def load(path: Path, trace: Trace | None = None, roles: Roles | None = None) -> 
     info = tr.meta.get("distributedInfo") if isinstance(tr.meta.get("distributedInfo"), dict) else {}
     props = tr.meta.get("deviceProperties")
     dev_name = props[0].get("name") if isinstance(props, list) and props and isinstance(props[0], dict) else None
-    return KinetoTrace(path=tr.path, rank=rank, rank_origin=origin, rank_problem=rank_problem, device=dev, steps=steps,
-                       collectives=_collectives(tr, ev, None if cpu_only else dev, steps, roles),
-                       cpu_only=cpu_only, events_read=int(ev.height), device_skipped=skipped,
-                       bad_steps=bad_steps, not_utf8=tr.not_utf8, no_phase=tr.no_phase,
-                       world_size=_whole_number(info.get("world_size")) or None,
-                       device_name=dev_name if isinstance(dev_name, str) else None, notes=notes)
+    return KinetoTrace(
+        path=tr.path,
+        rank=rank,
+        rank_origin=origin,
+        rank_problem=rank_problem,
+        device=dev,
+        steps=steps,
+        collectives=_collectives(tr, ev, None if cpu_only else dev, steps, roles),
+        cpu_only=cpu_only,
+        events_read=int(ev.height),
+        device_skipped=skipped,
+        bad_steps=bad_steps,
+        not_utf8=tr.not_utf8,
+        no_phase=tr.no_phase,
+        world_size=_whole_number(info.get("world_size")) or None,
+        device_name=dev_name if isinstance(dev_name, str) else None,
+        notes=notes,
+    )
 
 
 def _whole_number(raw: object) -> int | None:
@@ -289,30 +369,45 @@ def classify_events(dev: pl.DataFrame, rules: list) -> pl.DataFrame:
 def kernel_groups(dev: pl.DataFrame) -> pl.DataFrame:
     """The same shape as the kernel_details groups, with event indexes in ``lines`` (the locator column)."""
     d = dev.with_columns(pl.lit(None, pl.String).alias("input_shapes"))
-    return d.group_by(GROUP_KEYS).agg(
-        pl.len().alias("count"),
-        pl.col("dur_us").sum().alias("time_us"),
-        pl.col("dur_us").max().alias("max_us"),
-        pl.lit(None, pl.Float64).alias("wait_us"),
-        pl.col("ts_us").min().alias("first_start_us"),
-        pl.col("end_us").max().alias("last_end_us"),
-        # one top-k of (event, duration) pairs, ties broken by the earlier event so the choice is reproducible
-        pl.struct("event_idx", "dur_us").top_k_by(["dur_us", "event_idx"], TOP_EVENTS, reverse=[False, True])
-        .alias("_top"),
-        pl.col("context").drop_nulls().mode().sort().first().alias("context"),
-    ).with_columns(pl.col("_top").list.eval(pl.element().struct.field("event_idx")).alias("lines"),
-                   pl.col("_top").list.eval(pl.element().struct.field("dur_us")).alias("line_durs")
-                   ).drop("_top").sort(  # every key breaks ties: one order for the same trace
-                       ["step", "time_us", *GROUP_KEYS[1:]], descending=[False, True, *[False] * (len(GROUP_KEYS) - 1)],
-                       nulls_last=True)
+    return (
+        d.group_by(GROUP_KEYS)
+        .agg(
+            pl.len().alias("count"),
+            pl.col("dur_us").sum().alias("time_us"),
+            pl.col("dur_us").max().alias("max_us"),
+            pl.lit(None, pl.Float64).alias("wait_us"),
+            pl.col("ts_us").min().alias("first_start_us"),
+            pl.col("end_us").max().alias("last_end_us"),
+            # one top-k of (event, duration) pairs, ties broken by the earlier event so the choice is reproducible
+            pl.struct("event_idx", "dur_us")
+            .top_k_by(["dur_us", "event_idx"], TOP_EVENTS, reverse=[False, True])
+            .alias("_top"),
+            pl.col("context").drop_nulls().mode().sort().first().alias("context"),
+        )
+        .with_columns(
+            pl.col("_top").list.eval(pl.element().struct.field("event_idx")).alias("lines"),
+            pl.col("_top").list.eval(pl.element().struct.field("dur_us")).alias("line_durs"),
+        )
+        .drop("_top")
+        .sort(  # every key breaks ties: one order for the same trace
+            ["step", "time_us", *GROUP_KEYS[1:]],
+            descending=[False, True, *[False] * (len(GROUP_KEYS) - 1)],
+            nulls_last=True,
+        )
+    )
 
 
 def _union_us(frame: pl.DataFrame, by: list[str], name: str) -> pl.DataFrame:
     """Length of the union of [ts, end) intervals per group — overlapping events count once."""
     s = frame.select(*by, "ts_us", "end_us").sort(*by, "ts_us")
     s = s.with_columns(pl.col("end_us").cum_max().shift(1).over(by).alias("_prev"))
-    s = s.with_columns((pl.col("_prev").is_null() | (pl.col("ts_us") > pl.col("_prev"))).cast(pl.Int64)
-                       .cum_sum().over(by).alias("_run"))
+    s = s.with_columns(
+        (pl.col("_prev").is_null() | (pl.col("ts_us") > pl.col("_prev")))
+        .cast(pl.Int64)
+        .cum_sum()
+        .over(by)
+        .alias("_run")
+    )
     runs = s.group_by(*by, "_run").agg(pl.col("ts_us").min(), pl.col("end_us").max())
     return runs.group_by(by).agg((pl.col("end_us") - pl.col("ts_us")).sum().alias(name))
 
@@ -328,38 +423,67 @@ def device_split(dev: pl.DataFrame, steps: pl.DataFrame, roles: Roles | None = N
     if dev.is_empty():
         return pl.DataFrame()
     d = dev.select("step", "event_idx", "ts_us", "end_us", (pl.col("bucket") == "communication").alias("_comm"))
-    scoped = pl.concat([
-        d.filter(pl.col("step").is_not_null()).with_columns(pl.lit("step").alias("scope")),
-        d.with_columns(pl.lit(None, pl.Int64).alias("step"), pl.lit("trace").alias("scope")),
-    ])
+    scoped = pl.concat(
+        [
+            d.filter(pl.col("step").is_not_null()).with_columns(pl.lit("step").alias("scope")),
+            d.with_columns(pl.lit(None, pl.Int64).alias("step"), pl.lit("trace").alias("scope")),
+        ]
+    )
     by = ["scope", "step"]
-    span = scoped.group_by(by).agg(pl.col("ts_us").min().alias("start_us"), pl.col("end_us").max().alias("end_us"),
-                                   pl.len().alias("events"),
-                                   pl.col("event_idx").sort_by("ts_us").first().alias("first_event"),
-                                   pl.col("event_idx").sort_by("end_us").last().alias("last_event"))
-    out = (span.join(_union_us(scoped, by, "busy_us"), on=by, how="left", nulls_equal=True)
-           .join(_union_us(scoped.filter(~pl.col("_comm")), by, "computing_us"), on=by, how="left", nulls_equal=True)
-           .join(_union_us(scoped.filter(pl.col("_comm")), by, "communication_us"), on=by, how="left",
-                 nulls_equal=True)
-           .with_columns(pl.col("computing_us", "communication_us").fill_null(0.0)))
-    out = out.with_columns((pl.col("end_us") - pl.col("start_us")).alias("step_us"),
-                           (pl.col("computing_us") + pl.col("communication_us") - pl.col("busy_us"))
-                           .alias("overlapped_us"))
-    out = out.with_columns((pl.col("communication_us") - pl.col("overlapped_us")).alias("comm_not_overlapped_us"),
-                           (pl.col("step_us") - pl.col("busy_us")).alias("free_us"))
+    span = scoped.group_by(by).agg(
+        pl.col("ts_us").min().alias("start_us"),
+        pl.col("end_us").max().alias("end_us"),
+        pl.len().alias("events"),
+        pl.col("event_idx").sort_by("ts_us").first().alias("first_event"),
+        pl.col("event_idx").sort_by("end_us").last().alias("last_event"),
+    )
+    out = (
+        span.join(_union_us(scoped, by, "busy_us"), on=by, how="left", nulls_equal=True)
+        .join(_union_us(scoped.filter(~pl.col("_comm")), by, "computing_us"), on=by, how="left", nulls_equal=True)
+        .join(_union_us(scoped.filter(pl.col("_comm")), by, "communication_us"), on=by, how="left", nulls_equal=True)
+        .with_columns(pl.col("computing_us", "communication_us").fill_null(0.0))
+    )
+    out = out.with_columns(
+        (pl.col("end_us") - pl.col("start_us")).alias("step_us"),
+        (pl.col("computing_us") + pl.col("communication_us") - pl.col("busy_us")).alias("overlapped_us"),
+    )
+    out = out.with_columns(
+        (pl.col("communication_us") - pl.col("overlapped_us")).alias("comm_not_overlapped_us"),
+        (pl.col("step_us") - pl.col("busy_us")).alias("free_us"),
+    )
     roles = roles or default_roles()
     cpu_steps = steps.filter(pl.col("cat") == roles.kineto_annotation_cat).select(
-        "step", pl.col("event_idx").alias("step_event"))
+        "step", pl.col("event_idx").alias("step_event")
+    )
     gpu_steps = steps.filter(pl.col("cat") == roles.kineto_gpu_annotation_cat).select(
-        "step", pl.col("event_idx").alias("gpu_step_event"))
-    out = (out.join(cpu_steps.unique("step"), on="step", how="left")
-           .join(gpu_steps.unique("step"), on="step", how="left")
-           .join(_longest_gap(scoped, by), on=by, how="left", nulls_equal=True))
-    return out.select("scope", "step", "step_event", "gpu_step_event", "first_event", "last_event", "events",
-                      "start_us", "end_us", "step_us",
-                      "computing_us", "communication_us", "overlapped_us", "comm_not_overlapped_us", "free_us",
-                      "busy_us", "gap_us", "gap_before_event", "gap_after_event").sort("scope", "step",
-                                                                                       nulls_last=True)
+        "step", pl.col("event_idx").alias("gpu_step_event")
+    )
+    out = (
+        out.join(cpu_steps.unique("step"), on="step", how="left")
+        .join(gpu_steps.unique("step"), on="step", how="left")
+        .join(_longest_gap(scoped, by), on=by, how="left", nulls_equal=True)
+    )
+    return out.select(
+        "scope",
+        "step",
+        "step_event",
+        "gpu_step_event",
+        "first_event",
+        "last_event",
+        "events",
+        "start_us",
+        "end_us",
+        "step_us",
+        "computing_us",
+        "communication_us",
+        "overlapped_us",
+        "comm_not_overlapped_us",
+        "free_us",
+        "busy_us",
+        "gap_us",
+        "gap_before_event",
+        "gap_after_event",
+    ).sort("scope", "step", nulls_last=True)
 
 
 def _longest_gap(frame: pl.DataFrame, by: list[str]) -> pl.DataFrame:
@@ -368,19 +492,31 @@ def _longest_gap(frame: pl.DataFrame, by: list[str]) -> pl.DataFrame:
     reader can check: the gap is the second event's ts minus the first's ts + dur."""
     s = frame.select(*by, "event_idx", "ts_us", "end_us").sort(*by, "ts_us", "event_idx")
     s = s.with_columns(pl.col("end_us").cum_max().over(by).alias("_max_end"))
-    s = s.with_columns(pl.when(pl.col("end_us") == pl.col("_max_end")).then(pl.col("event_idx"))
-                       .forward_fill().over(by).alias("_holder"))
-    s = s.with_columns(pl.col("_max_end").shift(1).over(by).alias("_prev_end"),
-                       pl.col("_holder").shift(1).over(by).alias("gap_before_event"))
+    s = s.with_columns(
+        pl.when(pl.col("end_us") == pl.col("_max_end"))
+        .then(pl.col("event_idx"))
+        .forward_fill()
+        .over(by)
+        .alias("_holder")
+    )
+    s = s.with_columns(
+        pl.col("_max_end").shift(1).over(by).alias("_prev_end"),
+        pl.col("_holder").shift(1).over(by).alias("gap_before_event"),
+    )
     s = s.with_columns((pl.col("ts_us") - pl.col("_prev_end")).alias("gap_us")).filter(pl.col("gap_us") > 0)
-    return (s.sort("gap_us", "event_idx", descending=[True, False]).group_by(by, maintain_order=True).first()
-            .select(*by, "gap_us", "gap_before_event", pl.col("event_idx").alias("gap_after_event")))
+    return (
+        s.sort("gap_us", "event_idx", descending=[True, False])
+        .group_by(by, maintain_order=True)
+        .first()
+        .select(*by, "gap_us", "gap_before_event", pl.col("event_idx").alias("gap_after_event"))
+    )
 
 
 # --------------------------------------------------------------------------- the per-rank map entry point
 
+
 def load_cached(path: Path, roles: Roles | None = None) -> tuple[KinetoTrace, bool]:
-    from profan.cache import cached_parse
+    from profan.sources.cache import cached_parse
 
     roles = roles or default_roles()
     tr, hit = cached_parse(path, parse_variant(roles), lambda p: parse(p, keep=keep_expr(roles)))
@@ -390,14 +526,15 @@ def load_cached(path: Path, roles: Roles | None = None) -> tuple[KinetoTrace, bo
 def load_rank_trace(rd, path: Path, pack) -> None:
     """Fill a ``RankData`` from one Kineto trace: kernel groups (event-index locators), device split per step,
     communication events. Raises ProfanInputError when the trace holds nothing to analyse."""
-    from profan.errors import ProfanInputError
+    from profan.model.errors import ProfanInputError
 
     roles: Roles = pack.roles
     kt, hit = load_cached(path, roles)
     if kt.device.is_empty():
         device = ", ".join(dict.fromkeys(c.lower() for c in roles.kineto_device_cats))
-        raise ProfanInputError(path, f"no device activity ({device}) and no {roles.kineto_cpu_op_cat} events: "
-                                     "nothing to analyse")
+        raise ProfanInputError(
+            path, f"no device activity ({device}) and no {roles.kineto_cpu_op_cat} events: nothing to analyse"
+        )
     rules = pack.rules_for("cpu" if kt.cpu_only else "gpu")
     dev = classify_events(kt.device, rules)
     rd.groups = kernel_groups(dev)
@@ -405,13 +542,26 @@ def load_rank_trace(rd, path: Path, pack) -> None:
     rd.kernel_variant = "Kineto trace, CPU-only (top-level cpu_ops)" if kt.cpu_only else "Kineto trace (GPU)"
     rd.trace_steps = device_split(dev, kt.steps, roles)
     rd.trace_comm = kt.collectives
-    rd.count("kineto_trace", kt.events_read, kt.device_skipped,
-             "trace events (device events whose start or duration is missing or not a number, or whose "
-             f"duration is negative or longer than {limits.active().max_duration_us:,} µs, max_duration_us)")
-    rd.info.update({k: v for k, v in {"device": kt.device_name, "world_size": kt.world_size,
-                                      "rank_in_trace": kt.rank if kt.rank_origin == "distributedInfo.rank" else None,
-                                      "steps": sorted(set(kt.steps["step"].to_list())) or None,
-                                      "cache": "hit" if hit else None}.items() if v is not None})
+    rd.count(
+        "kineto_trace",
+        kt.events_read,
+        kt.device_skipped,
+        "trace events (device events whose start or duration is missing or not a number, or whose "
+        f"duration is negative or longer than {limits.active().max_duration_us:,} µs, max_duration_us)",
+    )
+    rd.info.update(
+        {
+            k: v
+            for k, v in {
+                "device": kt.device_name,
+                "world_size": kt.world_size,
+                "rank_in_trace": kt.rank if kt.rank_origin == "distributedInfo.rank" else None,
+                "steps": sorted(set(kt.steps["step"].to_list())) or None,
+                "cache": "hit" if hit else None,
+            }.items()
+            if v is not None
+        }
+    )
     if kt.notes:
         rd.info["trace_notes"] = kt.notes
     if kt.no_phase:
@@ -421,8 +571,8 @@ def load_rank_trace(rd, path: Path, pack) -> None:
     if kt.not_utf8:
         rd.warnings.append(not_utf8_warning(rd.files["kineto_trace"], kt.not_utf8))
     if kt.rank_problem:
-        rd.warnings.append(f"{rd.files['kineto_trace']}: {kt.rank_problem}; the rank was taken as {rd.rank} "
-                           f"({rd.rank_origin})")
+        rd.warnings.append(
+            f"{rd.files['kineto_trace']}: {kt.rank_problem}; the rank was taken as {rd.rank} ({rd.rank_origin})"
+        )
     if kt.rank_origin == "distributedInfo.rank" and kt.rank != rd.rank:
-        rd.warnings.append(f"distributedInfo.rank is {kt.rank} but the rank was taken as {rd.rank} "
-                           f"({rd.rank_origin})")
+        rd.warnings.append(f"distributedInfo.rank is {kt.rank} but the rank was taken as {rd.rank} ({rd.rank_origin})")

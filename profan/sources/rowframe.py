@@ -49,6 +49,9 @@ def stack(frames: list[pl.DataFrame], keys: dict[str, list], how: str = "diagona
     frame."""
     out = pl.concat(frames, how=how)  # type: ignore[arg-type]
     types = {k: pl.Int64 if v and all(type(x) is int for x in v) else pl.Utf8 for k, v in keys.items()}
-    lead = (pl.DataFrame({**keys, "_n": [f.height for f in frames]}, schema={**types, "_n": pl.Int64})
-            .filter(pl.col("_n") > 0).select(pl.exclude("_n").repeat_by(pl.col("_n")).explode()))
+    lead = (
+        pl.DataFrame({**keys, "_n": [f.height for f in frames]}, schema={**types, "_n": pl.Int64})
+        .filter(pl.col("_n") > 0)
+        .select(pl.exclude("_n").repeat_by(pl.col("_n")).explode())
+    )
     return out.hstack(lead)

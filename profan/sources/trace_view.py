@@ -18,7 +18,7 @@ from pathlib import Path
 
 import polars as pl
 
-from profan import limits
+from profan.rulepack import limits
 from profan.sources.chrome_trace import (
     Trace,
     bad_steps_warning,
@@ -29,17 +29,23 @@ from profan.sources.chrome_trace import (
     usable_duration,
 )
 
-LANES = {"Computing": "computing_us", "Communication": "communication_us",
-         "Communication(Not Overlapped)": "comm_not_overlapped_us", "Free": "free_us"}
+LANES = {
+    "Computing": "computing_us",
+    "Communication": "communication_us",
+    "Communication(Not Overlapped)": "comm_not_overlapped_us",
+    "Free": "free_us",
+}
 HCCL_PROCESSES = ("HCCL", "Communication")
 STEP_NAME = r"^ProfilerStep#(\d+)$"
 TOP_EVENTS = 20
 
 
 def _names(ev: pl.DataFrame, kind: str, keys: list[str]) -> pl.DataFrame:
-    return (ev.filter((pl.col("ph") == "M") & (pl.col("name").cast(pl.String) == kind))
-            .select(*[pl.col(k).cast(pl.String) for k in keys], pl.col("arg_name").alias(kind))
-            .unique(keys, keep="last"))
+    return (
+        ev.filter((pl.col("ph") == "M") & (pl.col("name").cast(pl.String) == kind))
+        .select(*[pl.col(k).cast(pl.String) for k in keys], pl.col("arg_name").alias(kind))
+        .unique(keys, keep="last")
+    )
 
 
 def usable() -> pl.Expr:
@@ -52,24 +58,32 @@ def usable() -> pl.Expr:
 def lanes(ev: pl.DataFrame) -> pl.DataFrame:
     """X events (`usable`) with their ``process_name`` and ``thread_name``."""
     x = ev.filter((pl.col("ph") == "X") & usable()).with_columns(pl.col("pid", "tid", "name", "cat").cast(pl.String))
-    return (x.join(_names(ev, "process_name", ["pid"]), on="pid", how="left")
-            .join(_names(ev, "thread_name", ["pid", "tid"]), on=["pid", "tid"], how="left")
-            .with_columns((pl.col("ts_us") + pl.col("dur_us")).alias("end_us")))
+    return (
+        x.join(_names(ev, "process_name", ["pid"]), on="pid", how="left")
+        .join(_names(ev, "thread_name", ["pid", "tid"]), on=["pid", "tid"], how="left")
+        .with_columns((pl.col("ts_us") + pl.col("dur_us")).alias("end_us"))
+    )
 
 
 def steps(x: pl.DataFrame) -> pl.DataFrame:
     """ProfilerStep spans on the Python lane; one whose number is no int64 has step null (`load` drops it)."""
     s = x.filter((pl.col("process_name") == "Python") & pl.col("name").str.contains(STEP_NAME))
-    return s.select(step_number(pl.col("name"), STEP_NAME).alias("step"),
-                    pl.col("event_idx").alias("step_event"), pl.col("ts_us").alias("start_us"),
-                    "end_us").sort("start_us")
+    return s.select(
+        step_number(pl.col("name"), STEP_NAME).alias("step"),
+        pl.col("event_idx").alias("step_event"),
+        pl.col("ts_us").alias("start_us"),
+        "end_us",
+    ).sort("start_us")
 
 
 def overlap_split(x: pl.DataFrame, step_spans: pl.DataFrame) -> pl.DataFrame:
     """Per step: the Overlap Analysis lane totals, summed as torch_npu does (an event counts in the step its
     start falls in, with its whole duration); one row with null step when the trace has no ProfilerStep."""
-    ov = x.filter(pl.col("process_name") == "Overlap Analysis").with_columns(
-        pl.coalesce("thread_name", "name").alias("lane")).filter(pl.col("lane").is_in(list(LANES)))
+    ov = (
+        x.filter(pl.col("process_name") == "Overlap Analysis")
+        .with_columns(pl.coalesce("thread_name", "name").alias("lane"))
+        .filter(pl.col("lane").is_in(list(LANES)))
+    )
     if ov.is_empty():
         return pl.DataFrame()
     if step_spans.is_empty():
@@ -81,9 +95,12 @@ def overlap_split(x: pl.DataFrame, step_spans: pl.DataFrame) -> pl.DataFrame:
     totals = ov.group_by("step", "step_event").agg(
         *[pl.col("dur_us").filter(pl.col("lane") == lane).sum().alias(col) for lane, col in LANES.items()],
         pl.len().alias("events"),
-        pl.struct("event_idx", "dur_us").top_k_by(["dur_us", "event_idx"], TOP_EVENTS, reverse=[False, True])
+        pl.struct("event_idx", "dur_us")
+        .top_k_by(["dur_us", "event_idx"], TOP_EVENTS, reverse=[False, True])
         .alias("top_events"),
-        pl.col("ts_us").min().alias("start_us"), pl.col("end_us").max().alias("end_us"))
+        pl.col("ts_us").min().alias("start_us"),
+        pl.col("end_us").max().alias("end_us"),
+    )
     return totals.with_columns(
         pl.col("top_events").list.eval(pl.element().struct.field("event_idx")),
         pl.lit("step").alias("scope"),
@@ -97,17 +114,24 @@ def hccl(x: pl.DataFrame, tr: Trace) -> tuple[pl.DataFrame, pl.DataFrame]:
     h = tr.with_details(x.filter(pl.col("process_name").is_in(HCCL_PROCESSES)))
     thread = pl.col("thread_name").fill_null("")
     ops = h.filter(thread.str.contains(r"^Group .*Communication")).select(
-        "event_idx", pl.col("thread_name").alias("group"), "name", "ts_us", "dur_us", "data_type", "alg_type",
-        "count")
+        "event_idx", pl.col("thread_name").alias("group"), "name", "ts_us", "dur_us", "data_type", "alg_type", "count"
+    )
     tasks = h.filter(thread.str.contains(r"^Plane \d+"))
-    links = (tasks.group_by(pl.col("thread_name").alias("plane"), "transport_type", "link_type")
-             .agg(pl.len().alias("tasks"), pl.col("dur_us").sum().alias("time_us"),
-                  pl.col("size_bytes").sum().alias("bytes"),
-                  # longest first, ties by the earlier event: the same trace cites the same events
-                  pl.col("event_idx").sort_by(["dur_us", "event_idx"], descending=[True, False], nulls_last=True)
-                  .head(5).alias("top_events"))
-             .with_columns((pl.col("bytes") / pl.col("time_us") / 1e3).alias("bandwidth_gbps"))
-             .sort("plane", "transport_type", "link_type"))
+    links = (
+        tasks.group_by(pl.col("thread_name").alias("plane"), "transport_type", "link_type")
+        .agg(
+            pl.len().alias("tasks"),
+            pl.col("dur_us").sum().alias("time_us"),
+            pl.col("size_bytes").sum().alias("bytes"),
+            # longest first, ties by the earlier event: the same trace cites the same events
+            pl.col("event_idx")
+            .sort_by(["dur_us", "event_idx"], descending=[True, False], nulls_last=True)
+            .head(5)
+            .alias("top_events"),
+        )
+        .with_columns((pl.col("bytes") / pl.col("time_us") / 1e3).alias("bandwidth_gbps"))
+        .sort("plane", "transport_type", "link_type")
+    )
     return ops.sort("ts_us"), links
 
 
@@ -118,7 +142,7 @@ def load(path: Path) -> tuple[Trace, pl.DataFrame, pl.DataFrame, pl.DataFrame, p
 
 def _load(path: Path) -> tuple[Trace, pl.DataFrame, pl.DataFrame, pl.DataFrame, pl.DataFrame, int]:
     """`load`, and how many ProfilerSteps were left out for a number that is no int64."""
-    from profan.cache import cached_parse
+    from profan.sources.cache import cached_parse
 
     tr, _ = cached_parse(path, "trace_view", parse)
     x = lanes(tr.events)
@@ -135,9 +159,13 @@ def load_rank_trace(rd, path: Path) -> None:
     tr, _st, split, ops, links, bad_steps = _load(path)
     file = rd.files["trace_view"]
     skipped = tr.events.select(((pl.col("ph") == "X") & ~usable()).sum()).item()
-    rd.count("trace_view", int(tr.events.height), int(skipped),
-             "trace events (events whose start or duration is missing or not a number, or whose duration is "
-             f"negative or longer than {limits.active().max_duration_us:,} µs, max_duration_us)")
+    rd.count(
+        "trace_view",
+        int(tr.events.height),
+        int(skipped),
+        "trace events (events whose start or duration is missing or not a number, or whose duration is "
+        f"negative or longer than {limits.active().max_duration_us:,} µs, max_duration_us)",
+    )
     if bad_steps:
         rd.warnings.append(bad_steps_warning(file, bad_steps))
     if tr.not_utf8:

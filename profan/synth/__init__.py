@@ -56,8 +56,9 @@ def main(argv: list[str] | None = None) -> None:
         if isinstance(v, bool):
             ap.add_argument(flag, type=lambda s: s.lower() in ("1", "true", "yes"), default=v)
         elif f == "slow_link":
-            ap.add_argument(flag, type=lambda s: tuple(int(x) for x in s.split(",")), default=None,
-                            help="two ranks, e.g. 0,5")
+            ap.add_argument(
+                flag, type=lambda s: tuple(int(x) for x in s.split(",")), default=None, help="two ranks, e.g. 0,5"
+            )
         elif v is None:
             ap.add_argument(flag, type=str if f in ("slow_kernel",) else int, default=None)
         else:

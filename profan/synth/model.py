@@ -15,6 +15,7 @@ VEC_BYTES_PER_US = 0.8e6  # ~0.8 TB/s effective
 HCCS_GBPS = 20.0
 RDMA_GBPS = 12.0
 
+
 @dataclass
 class SynthParams:
     ranks: int = 8
@@ -135,8 +136,18 @@ class _Sim:
     def jit(self) -> float:
         return max(0.5, 1 + self.rng.gauss(0, self.p.jitter))
 
-    def kernel(self, step: int, op: str, name: str, core: str, base_us: float | list[float], shapes: str,
-               dtypes: str, out_shapes: str, extra: dict[int, float] | None = None) -> None:
+    def kernel(
+        self,
+        step: int,
+        op: str,
+        name: str,
+        core: str,
+        base_us: float | list[float],
+        shapes: str,
+        dtypes: str,
+        out_shapes: str,
+        extra: dict[int, float] | None = None,
+    ) -> None:
         p = self.p
         for r in range(p.ranks):
             base = base_us[r] if isinstance(base_us, list) else base_us
@@ -182,10 +193,22 @@ class _Sim:
             last = max(arrive.values())
             for m in g.ranks:
                 sz = size_mb[m] if isinstance(size_mb, list) else size_mb
-                self.rows[m].append(Row(step, name, f"hcom_{op}_", "COMMUNICATION", arrive[m], end - arrive[m],
-                                        group=g, size_mb=sz, transit_ms=transfer_us / 1000.0,
-                                        wait_ms=(last - arrive[m]) / 1000.0,
-                                        count=int(sz * 1e6 / 2), links=links[m]))
+                self.rows[m].append(
+                    Row(
+                        step,
+                        name,
+                        f"hcom_{op}_",
+                        "COMMUNICATION",
+                        arrive[m],
+                        end - arrive[m],
+                        group=g,
+                        size_mb=sz,
+                        transit_ms=transfer_us / 1000.0,
+                        wait_ms=(last - arrive[m]) / 1000.0,
+                        count=int(sz * 1e6 / 2),
+                        links=links[m],
+                    )
+                )
                 self.t[m] = end
 
     # -- the model ---------------------------------------------------------------------------------------------
@@ -204,9 +227,16 @@ class _Sim:
                 self._backward_layer(s, layer, T, H, F, E, straggle)
             grads_mb = p.layers * (4 * H * H + E * 3 * H * F) * 2 / 1e6 / p.tp
             self.collective(s, "reduceScatter", "dp", grads_mb)
-            self.kernel(s, "ApplyAdamWV2", "aclnnApplyAdamWV2_ApplyAdamWV2_ApplyAdamWV2", "AI_VECTOR_CORE",
-                        grads_mb * 1e6 * 8 / max(1, p.ep) / VEC_BYTES_PER_US, f'"{int(grads_mb * 5e5)}"', "FLOAT",
-                        f'"{int(grads_mb * 5e5)}"')
+            self.kernel(
+                s,
+                "ApplyAdamWV2",
+                "aclnnApplyAdamWV2_ApplyAdamWV2_ApplyAdamWV2",
+                "AI_VECTOR_CORE",
+                grads_mb * 1e6 * 8 / max(1, p.ep) / VEC_BYTES_PER_US,
+                f'"{int(grads_mb * 5e5)}"',
+                "FLOAT",
+                f'"{int(grads_mb * 5e5)}"',
+            )
             self.collective(s, "allGather", "dp", grads_mb)
             self.collective(s, "allReduce", "world", 0.000004, "FP32")
             self.step_bounds[s] = (start, max(self.t) + 100.0)
@@ -224,46 +254,129 @@ class _Sim:
     def _forward_layer(self, s, layer, T, H, F, E, straggle) -> None:
         p = self.p
         k = self.kernel
-        k(s, "RmsNorm", "RmsNorm", "AI_VECTOR_CORE", T * H * 4 / VEC_BYTES_PER_US, f'"{T},{H};{H}"',
-          "DT_BF16;DT_BF16", f'"{T},{H};{T},1"', straggle.get("RmsNorm"))
-        k(s, "MatMulV3", "aclnnMatmul_MatMulV3Common_MatMulV3", "AI_CORE", 2 * T * H * 3 * H / CUBE_FLOP_PER_US,
-          f'"{T},{H};{3 * H},{H}"', "DT_BF16;DT_BF16", f'"{T},{3 * H}"', straggle.get("MatMulV3"))
-        k(s, "FlashAttentionScore", "aclnnFlashAttentionScore_FlashAttentionScore_FlashAttentionScore", "MIX_AIC",
-          4 * T * T * H / 2 / CUBE_FLOP_PER_US, f'"1,{T},{H};1,{T},{H};1,{T},{H}"', "DT_BF16;DT_BF16;DT_BF16",
-          f'"1,{T},{H}"', straggle.get("FlashAttentionScore"))
-        k(s, "MatMulV3", "aclnnMatmul_MatMulV3Common_MatMulV3", "AI_CORE", 2 * T * H * H / CUBE_FLOP_PER_US,
-          f'"{T},{H};{H},{H}"', "DT_BF16;DT_BF16", f'"{T},{H}"', straggle.get("MatMulV3"))
+        k(
+            s,
+            "RmsNorm",
+            "RmsNorm",
+            "AI_VECTOR_CORE",
+            T * H * 4 / VEC_BYTES_PER_US,
+            f'"{T},{H};{H}"',
+            "DT_BF16;DT_BF16",
+            f'"{T},{H};{T},1"',
+            straggle.get("RmsNorm"),
+        )
+        k(
+            s,
+            "MatMulV3",
+            "aclnnMatmul_MatMulV3Common_MatMulV3",
+            "AI_CORE",
+            2 * T * H * 3 * H / CUBE_FLOP_PER_US,
+            f'"{T},{H};{3 * H},{H}"',
+            "DT_BF16;DT_BF16",
+            f'"{T},{3 * H}"',
+            straggle.get("MatMulV3"),
+        )
+        k(
+            s,
+            "FlashAttentionScore",
+            "aclnnFlashAttentionScore_FlashAttentionScore_FlashAttentionScore",
+            "MIX_AIC",
+            4 * T * T * H / 2 / CUBE_FLOP_PER_US,
+            f'"1,{T},{H};1,{T},{H};1,{T},{H}"',
+            "DT_BF16;DT_BF16;DT_BF16",
+            f'"1,{T},{H}"',
+            straggle.get("FlashAttentionScore"),
+        )
+        k(
+            s,
+            "MatMulV3",
+            "aclnnMatmul_MatMulV3Common_MatMulV3",
+            "AI_CORE",
+            2 * T * H * H / CUBE_FLOP_PER_US,
+            f'"{T},{H};{H},{H}"',
+            "DT_BF16;DT_BF16",
+            f'"{T},{H}"',
+            straggle.get("MatMulV3"),
+        )
         if p.tp > 1:
             self.collective(s, "allReduce", "tp", T * H * 2 / 1e6)
-        if (p.straggler_rank is not None and p.straggler_kind == "host_gap"
-                and layer == (p.straggler_layer if p.straggler_layer is not None else p.layers // 2)):
+        if (
+            p.straggler_rank is not None
+            and p.straggler_kind == "host_gap"
+            and layer == (p.straggler_layer if p.straggler_layer is not None else p.layers // 2)
+        ):
             self.gap(p.straggler_rank, p.straggler_extra_us)
-        k(s, "RmsNorm", "RmsNorm", "AI_VECTOR_CORE", T * H * 4 / VEC_BYTES_PER_US, f'"{T},{H};{H}"',
-          "DT_BF16;DT_BF16", f'"{T},{H};{T},1"', straggle.get("RmsNorm"))
-        k(s, "MatMulV3", "aclnnMatmul_MatMulV3Common_MatMulV3", "AI_CORE",
-          max(8.0, 2 * T * H * p.experts / CUBE_FLOP_PER_US), f'"{T},{H};{p.experts},{H}"', "DT_BF16;DT_BF16",
-          f'"{T},{p.experts}"')
-        k(s, "MoeGatingTopKSoftmax", "aclnnMoeGatingTopKSoftmax_MoeGatingTopKSoftmax_MoeGatingTopKSoftmax",
-          "AI_VECTOR_CORE", 18.0, f'"{T},{p.experts};;"', "DT_BF16;BOOL;", f'"{T},{p.topk};{T},{p.topk}"')
-        k(s, "MoeInitRoutingV2", "aclnnMoeInitRoutingV2_MoeInitRoutingV2_MoeInitRoutingV2", "AI_VECTOR_CORE",
-          T * p.topk * H * 2 * 2 / VEC_BYTES_PER_US, f'"{T},{H};{T},{p.topk}"', "DT_BF16;INT32",
-          f'"{T * p.topk},{H};{T * p.topk};{p.experts}"')
+        k(
+            s,
+            "RmsNorm",
+            "RmsNorm",
+            "AI_VECTOR_CORE",
+            T * H * 4 / VEC_BYTES_PER_US,
+            f'"{T},{H};{H}"',
+            "DT_BF16;DT_BF16",
+            f'"{T},{H};{T},1"',
+            straggle.get("RmsNorm"),
+        )
+        k(
+            s,
+            "MatMulV3",
+            "aclnnMatmul_MatMulV3Common_MatMulV3",
+            "AI_CORE",
+            max(8.0, 2 * T * H * p.experts / CUBE_FLOP_PER_US),
+            f'"{T},{H};{p.experts},{H}"',
+            "DT_BF16;DT_BF16",
+            f'"{T},{p.experts}"',
+        )
+        k(
+            s,
+            "MoeGatingTopKSoftmax",
+            "aclnnMoeGatingTopKSoftmax_MoeGatingTopKSoftmax_MoeGatingTopKSoftmax",
+            "AI_VECTOR_CORE",
+            18.0,
+            f'"{T},{p.experts};;"',
+            "DT_BF16;BOOL;",
+            f'"{T},{p.topk};{T},{p.topk}"',
+        )
+        k(
+            s,
+            "MoeInitRoutingV2",
+            "aclnnMoeInitRoutingV2_MoeInitRoutingV2_MoeInitRoutingV2",
+            "AI_VECTOR_CORE",
+            T * p.topk * H * 2 * 2 / VEC_BYTES_PER_US,
+            f'"{T},{H};{T},{p.topk}"',
+            "DT_BF16;INT32",
+            f'"{T * p.topk},{H};{T * p.topk};{p.experts}"',
+        )
         recv = self._recv_tokens(layer)
         self._dispatch(s, recv, T, H, counts=True)
         self._experts(s, recv, H, F, E, straggle)
         self._combine(s, recv, T, H)
-        k(s, "MoeFinalizeRoutingV2", "aclnnMoeFinalizeRoutingV2_MoeFinalizeRoutingV2_MoeFinalizeRoutingV2",
-          "AI_VECTOR_CORE", T * p.topk * H * 2 * 2 / VEC_BYTES_PER_US,
-          f'"{T * p.topk},{H};{T},{H};{T},{p.topk};{T},{p.topk}"', "DT_BF16;DT_BF16;DT_BF16;INT32", f'"{T},{H}"')
+        k(
+            s,
+            "MoeFinalizeRoutingV2",
+            "aclnnMoeFinalizeRoutingV2_MoeFinalizeRoutingV2_MoeFinalizeRoutingV2",
+            "AI_VECTOR_CORE",
+            T * p.topk * H * 2 * 2 / VEC_BYTES_PER_US,
+            f'"{T * p.topk},{H};{T},{H};{T},{p.topk};{T},{p.topk}"',
+            "DT_BF16;DT_BF16;DT_BF16;INT32",
+            f'"{T},{H}"',
+        )
 
     def _dispatch(self, s, recv, T, H, counts: bool) -> None:
         """Tokens to their experts' ranks: MoeDistributeDispatch (mc2), or an all-to-all — after an all-gather of
         the per-expert counts when ``counts`` (the forward pass; the backward reuses them)."""
         p = self.p
         if p.dispatcher == "mc2":
-            self.kernel(s, "MoeDistributeDispatch",
-                        "aclnnMoeDistributeDispatch_MoeDistributeDispatch_MoeDistributeDispatch", "AI_VECTOR_CORE",
-                        self._mc2_us(recv, H), f'"{T},{H};{T},{p.topk}"', "DT_BF16;INT32", f'"{max(recv)},{H}"')
+            self.kernel(
+                s,
+                "MoeDistributeDispatch",
+                "aclnnMoeDistributeDispatch_MoeDistributeDispatch_MoeDistributeDispatch",
+                "AI_VECTOR_CORE",
+                self._mc2_us(recv, H),
+                f'"{T},{H};{T},{p.topk}"',
+                "DT_BF16;INT32",
+                f'"{max(recv)},{H}"',
+            )
             return
         if counts:
             self.collective(s, "allGather", "exp", p.experts * 8 / 1e6, "INT64")
@@ -272,10 +385,16 @@ class _Sim:
     def _combine(self, s, recv, T, H) -> None:
         """Expert outputs back to their tokens' ranks: MoeDistributeCombine (mc2), or an all-to-all."""
         if self.p.dispatcher == "mc2":
-            self.kernel(s, "MoeDistributeCombine",
-                        "aclnnMoeDistributeCombine_MoeDistributeCombine_MoeDistributeCombine", "AI_VECTOR_CORE",
-                        self._mc2_us(recv, H), f'"{max(recv)},{H};{T},{self.p.topk}"', "DT_BF16;INT32",
-                        f'"{T},{H}"')
+            self.kernel(
+                s,
+                "MoeDistributeCombine",
+                "aclnnMoeDistributeCombine_MoeDistributeCombine_MoeDistributeCombine",
+                "AI_VECTOR_CORE",
+                self._mc2_us(recv, H),
+                f'"{max(recv)},{H};{T},{self.p.topk}"',
+                "DT_BF16;INT32",
+                f'"{T},{H}"',
+            )
             return
         self.collective(s, "alltoallv", "exp", [n * H * 2 / 1e6 for n in recv])
 
@@ -291,7 +410,7 @@ class _Sim:
         out = []
         for r in range(p.ranks):
             local = group_of(self.groups, "exp", r).ranks.index(r)
-            out.append(sum(per_e[local * p.experts_per_rank:(local + 1) * p.experts_per_rank]))
+            out.append(sum(per_e[local * p.experts_per_rank : (local + 1) * p.experts_per_rank]))
         return out
 
     def _experts(self, s, recv, H, F, E, straggle, grad: bool = False) -> None:
@@ -303,55 +422,145 @@ class _Sim:
         extra = straggle.get("GroupedMatmul")
         if not grad:
             k(s, "GroupedMatmul", gmm, "MIX_AIC", fc1, _gmm_shapes(recv, H, 2 * F, E), dt, _out(recv, 2 * F), extra)
-            k(s, "SwiGlu", "SwiGlu", "AI_VECTOR_CORE", [n * 2 * F * 2 * 2 / VEC_BYTES_PER_US for n in recv],
-              _per_rank(recv, lambda n: f'"{n},{2 * F}"'), "DT_BF16", _out(recv, F), straggle.get("SwiGlu"))
+            k(
+                s,
+                "SwiGlu",
+                "SwiGlu",
+                "AI_VECTOR_CORE",
+                [n * 2 * F * 2 * 2 / VEC_BYTES_PER_US for n in recv],
+                _per_rank(recv, lambda n: f'"{n},{2 * F}"'),
+                "DT_BF16",
+                _out(recv, F),
+                straggle.get("SwiGlu"),
+            )
             k(s, "GroupedMatmul", gmm, "MIX_AIC", fc2, _gmm_shapes(recv, F, H, E), dt, _out(recv, H), extra)
             return
         k(s, "GroupedMatmul", gmm, "MIX_AIC", fc2, _gmm_shapes(recv, H, F, E), dt, _out(recv, F), extra)
-        k(s, "SwiGluGrad", "SwiGluGrad", "AI_VECTOR_CORE", [n * 2 * F * 2 * 3 / VEC_BYTES_PER_US for n in recv],
-          _per_rank(recv, lambda n: f'"{n},{F};{n},{2 * F}"'), "DT_BF16;DT_BF16", _out(recv, 2 * F),
-          straggle.get("SwiGluGrad"))
+        k(
+            s,
+            "SwiGluGrad",
+            "SwiGluGrad",
+            "AI_VECTOR_CORE",
+            [n * 2 * F * 2 * 3 / VEC_BYTES_PER_US for n in recv],
+            _per_rank(recv, lambda n: f'"{n},{F};{n},{2 * F}"'),
+            "DT_BF16;DT_BF16",
+            _out(recv, 2 * F),
+            straggle.get("SwiGluGrad"),
+        )
         k(s, "GroupedMatmul", gmm, "MIX_AIC", fc1, _gmm_shapes(recv, 2 * F, H, E), dt, _out(recv, H), extra)
         # weight gradients: x^T of shape [H, tokens] — the first dim is not tokens (ascend-moe-ops §1)
-        k(s, "GroupedMatmul", gmm, "MIX_AIC", fc1, _per_rank(recv, lambda n: f'"{H},{n};{n},{2 * F};;;;;;{E}"'),
-          dt, f'"{E},{H},{2 * F}"', extra)
-        k(s, "GroupedMatmul", gmm, "MIX_AIC", fc2, _per_rank(recv, lambda n: f'"{F},{n};{n},{H};;;;;;{E}"'),
-          dt, f'"{E},{F},{H}"', extra)
+        k(
+            s,
+            "GroupedMatmul",
+            gmm,
+            "MIX_AIC",
+            fc1,
+            _per_rank(recv, lambda n: f'"{H},{n};{n},{2 * F};;;;;;{E}"'),
+            dt,
+            f'"{E},{H},{2 * F}"',
+            extra,
+        )
+        k(
+            s,
+            "GroupedMatmul",
+            gmm,
+            "MIX_AIC",
+            fc2,
+            _per_rank(recv, lambda n: f'"{F},{n};{n},{H};;;;;;{E}"'),
+            dt,
+            f'"{E},{F},{H}"',
+            extra,
+        )
 
     def _backward_layer(self, s, layer, T, H, F, E, straggle) -> None:
         p = self.p
         k = self.kernel
         recv = self._recv_tokens(layer)
-        k(s, "MoeFinalizeRoutingV2Grad", "aclnnMoeFinalizeRoutingV2Grad_MoeFinalizeRoutingV2Grad_"
-          "MoeFinalizeRoutingV2Grad", "AI_VECTOR_CORE", T * p.topk * H * 2 * 2 / VEC_BYTES_PER_US,
-          f'"{T},{H};{T * p.topk},{H}"', "DT_BF16;DT_BF16", f'"{T * p.topk},{H}"')
+        k(
+            s,
+            "MoeFinalizeRoutingV2Grad",
+            "aclnnMoeFinalizeRoutingV2Grad_MoeFinalizeRoutingV2Grad_MoeFinalizeRoutingV2Grad",
+            "AI_VECTOR_CORE",
+            T * p.topk * H * 2 * 2 / VEC_BYTES_PER_US,
+            f'"{T},{H};{T * p.topk},{H}"',
+            "DT_BF16;DT_BF16",
+            f'"{T * p.topk},{H}"',
+        )
         self._dispatch(s, recv, T, H, counts=False)
         self._experts(s, recv, H, F, E, straggle, grad=True)
         self._combine(s, recv, T, H)
-        k(s, "RmsNormGrad", "RmsNormGrad", "AI_VECTOR_CORE", T * H * 6 / VEC_BYTES_PER_US,
-          f'"{T},{H};{T},{H};{T},1;{H}"', "DT_BF16;DT_BF16;FLOAT;DT_BF16", f'"{T},{H};{H}"',
-          straggle.get("RmsNormGrad"))
+        k(
+            s,
+            "RmsNormGrad",
+            "RmsNormGrad",
+            "AI_VECTOR_CORE",
+            T * H * 6 / VEC_BYTES_PER_US,
+            f'"{T},{H};{T},{H};{T},1;{H}"',
+            "DT_BF16;DT_BF16;FLOAT;DT_BF16",
+            f'"{T},{H};{H}"',
+            straggle.get("RmsNormGrad"),
+        )
         if p.tp > 1:
             self.collective(s, "allReduce", "tp", T * H * 2 / 1e6)
         for _ in range(2):
-            k(s, "MatMulV3", "aclnnMatmul_MatMulV3Common_MatMulV3", "AI_CORE", 2 * T * H * H / CUBE_FLOP_PER_US,
-              f'"{T},{H};{H},{H}"', "DT_BF16;DT_BF16", f'"{T},{H}"', straggle.get("MatMulV3"))
-        k(s, "FlashAttentionScoreGrad", "aclnnFlashAttentionScoreGrad_FlashAttentionScoreGrad_"
-          "FlashAttentionScoreGrad", "MIX_AIC", 2.5 * 4 * T * T * H / 2 / CUBE_FLOP_PER_US,
-          f'"1,{T},{H};1,{T},{H};1,{T},{H};1,{T},{H}"', "DT_BF16;DT_BF16;DT_BF16;DT_BF16", f'"1,{T},{H}"',
-          straggle.get("FlashAttentionScoreGrad"))
+            k(
+                s,
+                "MatMulV3",
+                "aclnnMatmul_MatMulV3Common_MatMulV3",
+                "AI_CORE",
+                2 * T * H * H / CUBE_FLOP_PER_US,
+                f'"{T},{H};{H},{H}"',
+                "DT_BF16;DT_BF16",
+                f'"{T},{H}"',
+                straggle.get("MatMulV3"),
+            )
+        k(
+            s,
+            "FlashAttentionScoreGrad",
+            "aclnnFlashAttentionScoreGrad_FlashAttentionScoreGrad_FlashAttentionScoreGrad",
+            "MIX_AIC",
+            2.5 * 4 * T * T * H / 2 / CUBE_FLOP_PER_US,
+            f'"1,{T},{H};1,{T},{H};1,{T},{H};1,{T},{H}"',
+            "DT_BF16;DT_BF16;DT_BF16;DT_BF16",
+            f'"1,{T},{H}"',
+            straggle.get("FlashAttentionScoreGrad"),
+        )
         for _ in range(2):
-            k(s, "MatMulV3", "aclnnMatmul_MatMulV3Common_MatMulV3", "AI_CORE",
-              2 * T * H * 3 * H / CUBE_FLOP_PER_US, f'"{T},{3 * H};{3 * H},{H}"', "DT_BF16;DT_BF16",
-              f'"{T},{H}"', straggle.get("MatMulV3"))
-        k(s, "RmsNormGrad", "RmsNormGrad", "AI_VECTOR_CORE", T * H * 6 / VEC_BYTES_PER_US,
-          f'"{T},{H};{T},{H};{T},1;{H}"', "DT_BF16;DT_BF16;FLOAT;DT_BF16", f'"{T},{H};{H}"',
-          straggle.get("RmsNormGrad"))
+            k(
+                s,
+                "MatMulV3",
+                "aclnnMatmul_MatMulV3Common_MatMulV3",
+                "AI_CORE",
+                2 * T * H * 3 * H / CUBE_FLOP_PER_US,
+                f'"{T},{3 * H};{3 * H},{H}"',
+                "DT_BF16;DT_BF16",
+                f'"{T},{H}"',
+                straggle.get("MatMulV3"),
+            )
+        k(
+            s,
+            "RmsNormGrad",
+            "RmsNormGrad",
+            "AI_VECTOR_CORE",
+            T * H * 6 / VEC_BYTES_PER_US,
+            f'"{T},{H};{T},{H};{T},1;{H}"',
+            "DT_BF16;DT_BF16;FLOAT;DT_BF16",
+            f'"{T},{H};{H}"',
+            straggle.get("RmsNormGrad"),
+        )
 
 
 # instances per layer of the ops a compute straggler can slow (router MatMulV3 excluded)
-INSTANCES_PER_LAYER = {"FlashAttentionScore": 1, "FlashAttentionScoreGrad": 1, "RmsNorm": 2, "RmsNormGrad": 2,
-                       "SwiGlu": 1, "SwiGluGrad": 1, "MatMulV3": 6, "GroupedMatmul": 6}
+INSTANCES_PER_LAYER = {
+    "FlashAttentionScore": 1,
+    "FlashAttentionScoreGrad": 1,
+    "RmsNorm": 2,
+    "RmsNormGrad": 2,
+    "SwiGlu": 1,
+    "SwiGluGrad": 1,
+    "MatMulV3": 6,
+    "GroupedMatmul": 6,
+}
 
 
 def _per_rank(recv: list[int], fmt) -> list[str]:

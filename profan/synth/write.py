@@ -26,11 +26,35 @@ KERNEL_HEADER_LINE = (  # the K4 header of CANN 8.3 with PipeUtilization, exactl
     "aiv_mte3_ratio,aiv_icache_miss_rate,cube_utilization(%)"
 )
 KERNEL_HEADER = KERNEL_HEADER_LINE.split(",")
-STEP_HEADER = ["Device_id", "Step", "Computing", "Communication(Not Overlapped)", "Overlapped", "Communication",
-               "Free", "Stage", "Bubble", "Communication(Not Overlapped and Exclude Receive)", "Preparing"]
+STEP_HEADER = [
+    "Device_id",
+    "Step",
+    "Computing",
+    "Communication(Not Overlapped)",
+    "Overlapped",
+    "Communication",
+    "Free",
+    "Stage",
+    "Bubble",
+    "Communication(Not Overlapped and Exclude Receive)",
+    "Preparing",
+]
 TRANSPORTS = ("RDMA", "HCCS", "PCIE", "SDMA", "SIO")
-MATRIX_TYPES = ("send", "reduce", "invalid", "broadcast", "allreduce", "receive", "allgather", "reducescatter",
-                "scatter", "alltoall", "alltoallv", "alltoallvc", "batchsendrecv")
+MATRIX_TYPES = (
+    "send",
+    "reduce",
+    "invalid",
+    "broadcast",
+    "allreduce",
+    "receive",
+    "allgather",
+    "reducescatter",
+    "scatter",
+    "alltoall",
+    "alltoallv",
+    "alltoallvc",
+    "batchsendrecv",
+)
 _MATRIX_TYPE = re.compile("|".join(MATRIX_TYPES))
 
 
@@ -81,21 +105,46 @@ def _pipes(core: str, rng: random.Random, dur: float) -> list[str]:
     cube = core in ("AI_CORE", "MIX_AIC")
     vec = core in ("AI_VECTOR_CORE", "MIX_AIC", "MIX_AIV")
     mac = round(0.6 + 0.2 * rng.random(), 3) if cube else 0.0
-    aic = [round(dur, 3) if cube else 0.0, int(dur * 1800) if cube else 0, round(dur * mac, 3), mac,
-           round(dur * 0.05, 3) if cube else 0.0, 0.05 if cube else 0.0, round(dur * 0.2, 3) if cube else 0.0,
-           0.2 if cube else 0.0, round(dur * 0.3, 3) if cube else 0.0, 0.3 if cube else 0.0,
-           round(dur * 0.1, 3) if cube else 0.0, 0.1 if cube else 0.0, 0.01 if cube else 0.0]
+    aic = [
+        round(dur, 3) if cube else 0.0,
+        int(dur * 1800) if cube else 0,
+        round(dur * mac, 3),
+        mac,
+        round(dur * 0.05, 3) if cube else 0.0,
+        0.05 if cube else 0.0,
+        round(dur * 0.2, 3) if cube else 0.0,
+        0.2 if cube else 0.0,
+        round(dur * 0.3, 3) if cube else 0.0,
+        0.3 if cube else 0.0,
+        round(dur * 0.1, 3) if cube else 0.0,
+        0.1 if cube else 0.0,
+        0.01 if cube else 0.0,
+    ]
     vr = round(0.3 + 0.3 * rng.random(), 3) if vec else 0.0
-    aiv = [round(dur, 3) if vec else 0.0, int(dur * 1800) if vec else 0, round(dur * vr, 3), vr,
-           round(dur * 0.05, 3) if vec else 0.0, 0.05 if vec else 0.0, round(dur * 0.6, 3) if vec else 0.0,
-           0.6 if vec else 0.0, round(dur * 0.2, 3) if vec else 0.0, 0.2 if vec else 0.0, 0.01 if vec else 0.0]
+    aiv = [
+        round(dur, 3) if vec else 0.0,
+        int(dur * 1800) if vec else 0,
+        round(dur * vr, 3),
+        vr,
+        round(dur * 0.05, 3) if vec else 0.0,
+        0.05 if vec else 0.0,
+        round(dur * 0.6, 3) if vec else 0.0,
+        0.6 if vec else 0.0,
+        round(dur * 0.2, 3) if vec else 0.0,
+        0.2 if vec else 0.0,
+        0.01 if vec else 0.0,
+    ]
     cu = round(100 * mac * 0.9, 3) if cube else 0.0
     return [str(x) for x in [*aic, *aiv, cu]]
 
 
 def _block_dim(core: str) -> tuple[str, str]:
-    return {"AI_CORE": ("24", "0"), "MIX_AIC": ("24", "48"), "AI_VECTOR_CORE": ("48", "0"),
-            "COMMUNICATION": ("0", "N/A")}.get(core, ("48", "0"))
+    return {
+        "AI_CORE": ("24", "0"),
+        "MIX_AIC": ("24", "48"),
+        "AI_VECTOR_CORE": ("48", "0"),
+        "COMMUNICATION": ("0", "N/A"),
+    }.get(core, ("48", "0"))
 
 
 class _Writer:
@@ -141,17 +190,56 @@ class _Writer:
                 start = _fmt_ts(self.clock(r, row.start)) + "\t"
                 dev = str(r % RANKS_PER_NODE)
                 if row.core == "COMMUNICATION":
-                    w.writerow([row.step, dev, 4294967295, "N/A", "N/A", row.name, row.type, "N/A", row.core, start,
-                                f"{row.dur:.3f}", f"{wait:.6f}", 0, *["N/A"] * 34])
+                    w.writerow(
+                        [
+                            row.step,
+                            dev,
+                            4294967295,
+                            "N/A",
+                            "N/A",
+                            row.name,
+                            row.type,
+                            "N/A",
+                            row.core,
+                            start,
+                            f"{row.dur:.3f}",
+                            f"{wait:.6f}",
+                            0,
+                            *["N/A"] * 34,
+                        ]
+                    )
                     continue
                 bd, mbd = _block_dim(row.core)
                 shapes = _pick(row.shapes, r)
                 out_shapes = _pick(row.out_shapes, r)
                 nin = shapes.count(";") + 1
-                w.writerow([row.step, dev, 4294967295, task, 2, row.name, row.type, "dynamic", row.core, start,
-                            f"{row.dur:.3f}", f"{wait:.6f}", bd, mbd, "NO", shapes, row.dtypes,
-                            ";".join(["ND"] * nin), out_shapes, "DT_BF16", "ND", "N/A",
-                            *_pipes(row.core, rng, row.dur)])
+                w.writerow(
+                    [
+                        row.step,
+                        dev,
+                        4294967295,
+                        task,
+                        2,
+                        row.name,
+                        row.type,
+                        "dynamic",
+                        row.core,
+                        start,
+                        f"{row.dur:.3f}",
+                        f"{wait:.6f}",
+                        bd,
+                        mbd,
+                        "NO",
+                        shapes,
+                        row.dtypes,
+                        ";".join(["ND"] * nin),
+                        out_shapes,
+                        "DT_BF16",
+                        "ND",
+                        "N/A",
+                        *_pipes(row.core, rng, row.dur),
+                    ]
+                )
 
     def _step_rows(self, r: int, step: int) -> list[Row]:
         return [x for x in self.sim.rows[r] if x.step == step]
@@ -168,8 +256,21 @@ class _Writer:
                 busy = _length(_union(comp + comm))
                 free = (s1 - s0) - busy
                 prep = min(x.start for x in rows) - s0
-                w.writerow([r % RANKS_PER_NODE, step, _length(comp), _length(notov), _length(comm) - _length(notov),
-                            _length(comm), free, s1 - s0, 0, _length(notov), prep])
+                w.writerow(
+                    [
+                        r % RANKS_PER_NODE,
+                        step,
+                        _length(comp),
+                        _length(notov),
+                        _length(comm) - _length(notov),
+                        _length(comm),
+                        free,
+                        s1 - s0,
+                        0,
+                        _length(notov),
+                        prep,
+                    ]
+                )
 
     def _comm_ops(self, r: int, step: int) -> list[Row]:
         return [x for x in self._step_rows(r, step) if x.core == "COMMUNICATION"]
@@ -178,44 +279,64 @@ class _Writer:
         """Bandwidth per transport of one op on rank r: intra-node peers over HCCS, others over RDMA."""
         info = {}
         for tr in TRANSPORTS:
-            peers = {q: ms for q, ms in x.links.items()
-                     if (tr == "HCCS" and q // RANKS_PER_NODE == r // RANKS_PER_NODE)
-                     or (tr == "RDMA" and q // RANKS_PER_NODE != r // RANKS_PER_NODE)}
+            peers = {
+                q: ms
+                for q, ms in x.links.items()
+                if (tr == "HCCS" and q // RANKS_PER_NODE == r // RANKS_PER_NODE)
+                or (tr == "RDMA" and q // RANKS_PER_NODE != r // RANKS_PER_NODE)
+            }
             size = x.size_mb * len(peers) / max(1, len(x.links)) if peers else 0
             t = max(peers.values()) if peers else 0
-            info[tr] = {"Transit Size(MB)": size, "Transit Time(ms)": round(t, 5),
-                        "Bandwidth(GB/s)": round(size / t, 4) if t else 0, "Large Packet Ratio": 1.0 if size else 0,
-                        "Size Distribution": {f"{size / max(1, len(peers)):.6f}": [len(peers), round(t, 5)]}
-                        if size else {}}
+            info[tr] = {
+                "Transit Size(MB)": size,
+                "Transit Time(ms)": round(t, 5),
+                "Bandwidth(GB/s)": round(size / t, 4) if t else 0,
+                "Large Packet Ratio": 1.0 if size else 0,
+                "Size Distribution": {f"{size / max(1, len(peers)):.6f}": [len(peers), round(t, 5)]} if size else {},
+            }
         return info
 
     def communication(self, r: int, d: Path) -> None:
         doc = {}
         for step in self.sim.step_bounds:
             ops = {}
-            tot = dict.fromkeys(("Elapse Time(ms)", "Transit Time(ms)", "Wait Time(ms)",
-                                 "Synchronization Time(ms)", "Idle Time(ms)"), 0.0)
+            tot = dict.fromkeys(
+                ("Elapse Time(ms)", "Transit Time(ms)", "Wait Time(ms)", "Synchronization Time(ms)", "Idle Time(ms)"),
+                0.0,
+            )
             for x in self._comm_ops(r, step):
                 el = x.dur / 1000.0
                 idle = max(0.0, el - x.transit_ms - x.wait_ms)
                 ops[f"{x.name}@{x.group.hash}"] = {
                     "Communication Time Info": {
-                        "Start Timestamp(us)": round(self.clock(r, x.start), 3), "Elapse Time(ms)": el,
-                        "Transit Time(ms)": x.transit_ms, "Wait Time(ms)": x.wait_ms,
-                        "Synchronization Time(ms)": x.wait_ms, "Idle Time(ms)": idle,
+                        "Start Timestamp(us)": round(self.clock(r, x.start), 3),
+                        "Elapse Time(ms)": el,
+                        "Transit Time(ms)": x.transit_ms,
+                        "Wait Time(ms)": x.wait_ms,
+                        "Synchronization Time(ms)": x.wait_ms,
+                        "Idle Time(ms)": idle,
                         "Wait Time Ratio": round(x.wait_ms / (x.wait_ms + x.transit_ms), 4)
-                        if x.wait_ms + x.transit_ms else 0,
+                        if x.wait_ms + x.transit_ms
+                        else 0,
                         "Synchronization Time Ratio": round(x.wait_ms / (x.wait_ms + x.transit_ms), 4)
-                        if x.wait_ms + x.transit_ms else 0},
-                    "Communication Bandwidth Info": self._bw_info(r, x)}
-                for key, v in (("Elapse Time(ms)", el), ("Transit Time(ms)", x.transit_ms),
-                               ("Wait Time(ms)", x.wait_ms), ("Synchronization Time(ms)", x.wait_ms),
-                               ("Idle Time(ms)", idle)):
+                        if x.wait_ms + x.transit_ms
+                        else 0,
+                    },
+                    "Communication Bandwidth Info": self._bw_info(r, x),
+                }
+                for key, v in (
+                    ("Elapse Time(ms)", el),
+                    ("Transit Time(ms)", x.transit_ms),
+                    ("Wait Time(ms)", x.wait_ms),
+                    ("Synchronization Time(ms)", x.wait_ms),
+                    ("Idle Time(ms)", idle),
+                ):
                     tot[key] += v
             if ops:
-                ops["Total Op Info"] = {"Communication Time Info": {**tot, "Wait Time Ratio": 0,
-                                                                    "Synchronization Time Ratio": 0},
-                                        "Communication Bandwidth Info": {}}
+                ops["Total Op Info"] = {
+                    "Communication Time Info": {**tot, "Wait Time Ratio": 0, "Synchronization Time Ratio": 0},
+                    "Communication Bandwidth Info": {},
+                }
             doc[f"step{step}"] = {"p2p": {}, "collective": ops}
         (d / "ASCEND_PROFILER_OUTPUT" / "communication.json").write_text(json.dumps(doc))
 
@@ -236,11 +357,11 @@ class _Writer:
                 xs = sorted(xs, key=lambda x: x.dur, reverse=True)
                 picks = {"top1": xs[0], "middle": xs[len(xs) // 2], "bottom1": xs[-1]}
                 for label, x in picks.items():
-                    sect[f"{t}-{label}@{h}"] = {f"{me}-{g.ranks.index(q)}": self._link(r, q, x, True)
-                                               for q in x.links}
+                    sect[f"{t}-{label}@{h}"] = {f"{me}-{g.ranks.index(q)}": self._link(r, q, x, True) for q in x.links}
                 sect[f"{t}-total@{h}"] = {
                     f"{me}-{g.ranks.index(q)}": {k: v for k, v in self._link(r, q, xs[0], False, xs).items()}
-                    for q in xs[0].links}
+                    for q in xs[0].links
+                }
             doc[f"step{step}"] = {"p2p": {}, "collective": sect}
         (d / "ASCEND_PROFILER_OUTPUT" / "communication_matrix.json").write_text(json.dumps(doc))
 
@@ -249,8 +370,12 @@ class _Writer:
         size = sum(y.size_mb / max(1, len(y.links)) for y in xs)
         t = sum(y.links.get(q, 0.0) for y in xs)
         same = q // RANKS_PER_NODE == r // RANKS_PER_NODE
-        link = {"Transport Type": "HCCS" if same else "RDMA", "Transit Size(MB)": size,
-                "Transit Time(ms)": round(t, 5), "Bandwidth(GB/s)": round(size / t, 4) if t else 0}
+        link = {
+            "Transport Type": "HCCS" if same else "RDMA",
+            "Transit Size(MB)": size,
+            "Transit Time(ms)": round(t, 5),
+            "Bandwidth(GB/s)": round(size / t, 4) if t else 0,
+        }
         if with_name:
             link["Op Name"] = x.name
         return link
@@ -275,73 +400,180 @@ class _Writer:
             {"name": "process_labels", "pid": ov, "tid": 0, "args": {"labels": "NPU"}, "ph": "M"},
         ]
         lanes = ["Computing", "Communication", "Communication(Not Overlapped)", "Free"]
-        ev += [{"name": "thread_name", "pid": ov, "tid": i, "args": {"name": n}, "ph": "M"}
-               for i, n in enumerate(lanes)]
-        groups = sorted({x.group.hccl_name: x.group for x in self.sim.rows[r] if x.group}.values(),
-                        key=lambda g: g.hccl_name)
+        ev += [
+            {"name": "thread_name", "pid": ov, "tid": i, "args": {"name": n}, "ph": "M"} for i, n in enumerate(lanes)
+        ]
+        groups = sorted(
+            {x.group.hccl_name: x.group for x in self.sim.rows[r] if x.group}.values(), key=lambda g: g.hccl_name
+        )
         gtid = {g.hccl_name: i * 16 for i, g in enumerate(groups)}
         for g in groups:
-            ev.append({"name": "thread_name", "pid": hccl, "tid": gtid[g.hccl_name],
-                       "args": {"name": f"Group {g.hash} Communication"}, "ph": "M"})
+            ev.append(
+                {
+                    "name": "thread_name",
+                    "pid": hccl,
+                    "tid": gtid[g.hccl_name],
+                    "args": {"name": f"Group {g.hash} Communication"},
+                    "ph": "M",
+                }
+            )
             for pl_ in range(min(8, len(g.ranks) - 1)):
-                ev.append({"name": "thread_name", "pid": hccl, "tid": gtid[g.hccl_name] + 1 + pl_,
-                           "args": {"name": f"Plane {pl_}"}, "ph": "M"})
+                ev.append(
+                    {
+                        "name": "thread_name",
+                        "pid": hccl,
+                        "tid": gtid[g.hccl_name] + 1 + pl_,
+                        "args": {"name": f"Plane {pl_}"},
+                        "ph": "M",
+                    }
+                )
         conn = 1000
         for step, (s0, s1) in self.sim.step_bounds.items():
-            ev.append({"ph": "X", "name": f"ProfilerStep#{step}", "pid": pid, "tid": pid,
-                       "ts": _fmt_ts(self.clock(r, s0)), "dur": round(s1 - s0, 3), "cat": "cpu_op", "args": {}})
+            ev.append(
+                {
+                    "ph": "X",
+                    "name": f"ProfilerStep#{step}",
+                    "pid": pid,
+                    "tid": pid,
+                    "ts": _fmt_ts(self.clock(r, s0)),
+                    "dur": round(s1 - s0, 3),
+                    "cat": "cpu_op",
+                    "args": {},
+                }
+            )
         for x in self.sim.rows[r]:
             conn += 1
             ts = _fmt_ts(self.clock(r, x.start))
             if x.core != "COMMUNICATION":
-                ev.append({"name": x.name, "pid": hw, "tid": 2, "ts": ts, "dur": round(x.dur, 6),
-                           "args": {"Model Id": 4294967295, "Task Type": "AI_CORE" if "AIC" in x.core or
-                                    x.core == "AI_CORE" else "AI_VECTOR_CORE", "Physic Stream Id": 2,
-                                    "Task Id": conn, "Batch Id": 0, "Subtask Id": 4294967295,
-                                    "connection_id": conn}, "ph": "X"})
+                ev.append(
+                    {
+                        "name": x.name,
+                        "pid": hw,
+                        "tid": 2,
+                        "ts": ts,
+                        "dur": round(x.dur, 6),
+                        "args": {
+                            "Model Id": 4294967295,
+                            "Task Type": "AI_CORE" if "AIC" in x.core or x.core == "AI_CORE" else "AI_VECTOR_CORE",
+                            "Physic Stream Id": 2,
+                            "Task Id": conn,
+                            "Batch Id": 0,
+                            "Subtask Id": 4294967295,
+                            "connection_id": conn,
+                        },
+                        "ph": "X",
+                    }
+                )
                 continue
             tid = gtid[x.group.hccl_name]
-            ev.append({"name": x.name, "pid": hccl, "tid": tid, "ts": ts, "dur": round(x.dur, 6),
-                       "args": {"connection_id": conn, "model id": 4294967295, "data_type": "BF16",
-                                "alg_type": "MESH", "count": x.count}, "ph": "X"})
+            ev.append(
+                {
+                    "name": x.name,
+                    "pid": hccl,
+                    "tid": tid,
+                    "ts": ts,
+                    "dur": round(x.dur, 6),
+                    "args": {
+                        "connection_id": conn,
+                        "model id": 4294967295,
+                        "data_type": "BF16",
+                        "alg_type": "MESH",
+                        "count": x.count,
+                    },
+                    "ph": "X",
+                }
+            )
             peers = sorted(x.links)[:8]
             t0 = x.start + x.dur - x.transit_ms * 1000
             for i, q in enumerate(peers):
-                ev.append({"name": "Memcpy", "pid": hccl, "tid": tid + 1 + i, "ts": _fmt_ts(self.clock(r, t0)),
-                           "dur": round(x.links[q] * 1000, 6),
-                           "args": {"notify_id": "4294967295", "duration estimated(us)": round(x.links[q] * 1000, 3),
-                                    "stream id": 3, "task id": conn, "context id": i, "task type": "Memcpy",
-                                    "src rank": x.group.ranks.index(r), "dst rank": x.group.ranks.index(q),
-                                    "transport type": "SDMA" if q // RANKS_PER_NODE == r // RANKS_PER_NODE
-                                    else "RDMA", "size(Byte)": int(x.size_mb * 1e6 / max(1, len(x.links))),
-                                    "data type": "BF16", "link type": "HCCS" if q // RANKS_PER_NODE ==
-                                    r // RANKS_PER_NODE else "ROCE",
-                                    "bandwidth(GB/s)": round(x.size_mb / max(1, len(x.links)) / x.links[q], 4)
-                                    if x.links[q] else 0.0, "model id": 4294967295}, "ph": "X"})
+                ev.append(
+                    {
+                        "name": "Memcpy",
+                        "pid": hccl,
+                        "tid": tid + 1 + i,
+                        "ts": _fmt_ts(self.clock(r, t0)),
+                        "dur": round(x.links[q] * 1000, 6),
+                        "args": {
+                            "notify_id": "4294967295",
+                            "duration estimated(us)": round(x.links[q] * 1000, 3),
+                            "stream id": 3,
+                            "task id": conn,
+                            "context id": i,
+                            "task type": "Memcpy",
+                            "src rank": x.group.ranks.index(r),
+                            "dst rank": x.group.ranks.index(q),
+                            "transport type": "SDMA" if q // RANKS_PER_NODE == r // RANKS_PER_NODE else "RDMA",
+                            "size(Byte)": int(x.size_mb * 1e6 / max(1, len(x.links))),
+                            "data type": "BF16",
+                            "link type": "HCCS" if q // RANKS_PER_NODE == r // RANKS_PER_NODE else "ROCE",
+                            "bandwidth(GB/s)": round(x.size_mb / max(1, len(x.links)) / x.links[q], 4)
+                            if x.links[q]
+                            else 0.0,
+                            "model id": 4294967295,
+                        },
+                        "ph": "X",
+                    }
+                )
         for step, (s0, s1) in self.sim.step_bounds.items():
             rows = self._step_rows(r, step)
             comp = _union([(x.start, x.start + x.dur) for x in rows if x.core != "COMMUNICATION"])
             comm = _union([(x.start, x.start + x.dur) for x in rows if x.core == "COMMUNICATION"])
             free = _subtract([(s0, s1)], _union(comp + comm))
-            for tid, name, spans in ((0, "Computing", comp), (1, "Communication", comm),
-                                     (2, "Communication(Not Overlapped)", _subtract(comm, comp)), (3, "Free", free)):
-                ev += [{"name": name, "pid": ov, "tid": tid, "ts": _fmt_ts(self.clock(r, a)), "dur": round(b - a, 3),
-                        "ph": "X"} for a, b in spans]
+            for tid, name, spans in (
+                (0, "Computing", comp),
+                (1, "Communication", comm),
+                (2, "Communication(Not Overlapped)", _subtract(comm, comp)),
+                (3, "Free", free),
+            ):
+                ev += [
+                    {
+                        "name": name,
+                        "pid": ov,
+                        "tid": tid,
+                        "ts": _fmt_ts(self.clock(r, a)),
+                        "dur": round(b - a, 3),
+                        "ph": "X",
+                    }
+                    for a, b in spans
+                ]
         with open(d / "ASCEND_PROFILER_OUTPUT" / "trace_view.json", "w", encoding="utf-8") as fh:
             json.dump(ev, fh, separators=(",", ":"))
 
     def info(self, r: int, d: Path) -> None:
-        doc = {"config": {"common_config": {"activities": ["ProfilerActivity.CPU", "ProfilerActivity.NPU"],
-                                            "schedule": {"wait": 0, "active": self.p.steps, "warmup": 1,
-                                                         "repeat": 1, "skip_first": self.p.first_step - 1},
-                                            "record_shapes": True, "profile_memory": False, "with_stack": False,
-                                            "with_flops": False, "with_modules": False},
-                          "experimental_config": {"_profiler_level": "Level1",
-                                                  "_aic_metrics": "ACL_AICORE_PIPE_UTILIZATION", "_l2_cache": False,
-                                                  "_msprof_tx": False, "_mstx": False, "_data_simplification": True,
-                                                  "record_op_args": False, "_export_type": ["text"]}},
-               "start_info": {"syscnt_enable": True, "freq": 100}, "end_info": {},
-               "torch_npu_version": "2.7.1", "cann_version": "8.3.RC1", "rank_id": str(r)}
+        doc = {
+            "config": {
+                "common_config": {
+                    "activities": ["ProfilerActivity.CPU", "ProfilerActivity.NPU"],
+                    "schedule": {
+                        "wait": 0,
+                        "active": self.p.steps,
+                        "warmup": 1,
+                        "repeat": 1,
+                        "skip_first": self.p.first_step - 1,
+                    },
+                    "record_shapes": True,
+                    "profile_memory": False,
+                    "with_stack": False,
+                    "with_flops": False,
+                    "with_modules": False,
+                },
+                "experimental_config": {
+                    "_profiler_level": "Level1",
+                    "_aic_metrics": "ACL_AICORE_PIPE_UTILIZATION",
+                    "_l2_cache": False,
+                    "_msprof_tx": False,
+                    "_mstx": False,
+                    "_data_simplification": True,
+                    "record_op_args": False,
+                    "_export_type": ["text"],
+                },
+            },
+            "start_info": {"syscnt_enable": True, "freq": 100},
+            "end_info": {},
+            "torch_npu_version": "2.7.1",
+            "cann_version": "8.3.RC1",
+            "rank_id": str(r),
+        }
         (d / f"profiler_info_{r}.json").write_text(json.dumps(doc, indent=4))
 
     def metadata(self, r: int, d: Path) -> None:
@@ -350,26 +582,46 @@ class _Writer:
         for kind in ("world", "tp", "dp", "exp"):
             g = group_of(self.sim.groups, kind, r)
             info[g.hccl_name] = {"group_name": g.group_name, "group_rank": g.ranks.index(r), "global_ranks": g.ranks}
-        doc = {"distributed_args": {"tensor_model_parallel_size": p.tp, "pipeline_model_parallel_size": 1,
-                                    "data_parallel_size": p.ranks // p.tp, "context_parallel_size": 1,
-                                    "expert_model_parallel_size": p.ep, "sequence_parallel": p.tp > 1,
-                                    "rank": r, "world_size": p.ranks},
-               "ENV_VARIABLES": {"ASCEND_GLOBAL_LOG_LEVEL": "3"}, "parallel_group_info": info}
+        doc = {
+            "distributed_args": {
+                "tensor_model_parallel_size": p.tp,
+                "pipeline_model_parallel_size": 1,
+                "data_parallel_size": p.ranks // p.tp,
+                "context_parallel_size": 1,
+                "expert_model_parallel_size": p.ep,
+                "sequence_parallel": p.tp > 1,
+                "rank": r,
+                "world_size": p.ranks,
+            },
+            "ENV_VARIABLES": {"ASCEND_GLOBAL_LOG_LEVEL": "3"},
+            "parallel_group_info": info,
+        }
         (d / "profiler_metadata.json").write_text(json.dumps(doc))
 
     def ground_truth(self) -> dict:
         p, sim = self.p, self.sim
-        truth: dict = {"params": {k: (list(v) if isinstance(v, tuple) else v) for k, v in asdict(p).items()},
-                       "steps": list(sim.step_bounds),
-                       "rank_dirs": {r: self.rank_dir(r).name for r in range(p.ranks)},
-                       "groups": {g.hccl_name: {"group_name": g.group_name, "ranks": g.ranks, "hash": str(g.hash)}
-                                  for gs in sim.groups.values() for g in gs},
-                       "straggler": None, "expert_imbalance": None, "slow_link": None, "slow_kernel": None}
+        truth: dict = {
+            "params": {k: (list(v) if isinstance(v, tuple) else v) for k, v in asdict(p).items()},
+            "steps": list(sim.step_bounds),
+            "rank_dirs": {r: self.rank_dir(r).name for r in range(p.ranks)},
+            "groups": {
+                g.hccl_name: {"group_name": g.group_name, "ranks": g.ranks, "hash": str(g.hash)}
+                for gs in sim.groups.values()
+                for g in gs
+            },
+            "straggler": None,
+            "expert_imbalance": None,
+            "slow_link": None,
+            "slow_kernel": None,
+        }
         if p.straggler_rank is not None:
-            truth["straggler"] = {"rank": p.straggler_rank, "kind": p.straggler_kind,
-                                  "cause_class": "compute" if p.straggler_kind == "compute" else "host_gap",
-                                  "op": p.straggler_op if p.straggler_kind == "compute" else None,
-                                  "extra_us_per_step": p.straggler_extra_us}
+            truth["straggler"] = {
+                "rank": p.straggler_rank,
+                "kind": p.straggler_kind,
+                "cause_class": "compute" if p.straggler_kind == "compute" else "host_gap",
+                "op": p.straggler_op if p.straggler_kind == "compute" else None,
+                "extra_us_per_step": p.straggler_extra_us,
+            }
         if p.hot_expert is not None and p.hot_factor != 1.0:
             recv = [sim._recv_tokens(layer) for layer in range(p.layers)]
             per_rank = [sum(x[r] for x in recv) for r in range(p.ranks)]
@@ -377,12 +629,17 @@ class _Writer:
             hot_rank = max(range(p.ranks), key=lambda r: per_rank[r])
             per_expert = [sum(t[e] for t in sim.tokens) for e in range(p.experts)]
             truth["expert_imbalance"] = {
-                "hot_expert": p.hot_expert, "hot_rank": hot_rank,
-                "experts_of_hot_rank": [group_of(sim.groups, "exp", hot_rank).ranks.index(hot_rank)
-                                        * p.experts_per_rank + j for j in range(p.experts_per_rank)],
-                "tokens_per_rank": per_rank, "tokens_per_expert": per_expert,
+                "hot_expert": p.hot_expert,
+                "hot_rank": hot_rank,
+                "experts_of_hot_rank": [
+                    group_of(sim.groups, "exp", hot_rank).ranks.index(hot_rank) * p.experts_per_rank + j
+                    for j in range(p.experts_per_rank)
+                ],
+                "tokens_per_rank": per_rank,
+                "tokens_per_expert": per_expert,
                 "rank_max_over_mean": max(per_rank) / mean,
-                "expert_max_over_mean": max(per_expert) / (sum(per_expert) / len(per_expert))}
+                "expert_max_over_mean": max(per_expert) / (sum(per_expert) / len(per_expert)),
+            }
         if p.slow_link is not None:
             truth["slow_link"] = {"ranks": list(p.slow_link), "factor": p.slow_link_factor}
         if p.slow_kernel is not None:

@@ -6,11 +6,11 @@ import json
 from pathlib import Path
 from typing import Any
 
-from profan.discover import base_dir
-from profan.errors import TOO_DEEP, ProfanInputError
-from profan.evidence import read_back
-from profan.findings import Finding
-from profan.report import Report, from_dict
+from profan.model.errors import TOO_DEEP, ProfanInputError
+from profan.model.evidence import read_back
+from profan.model.findings import Finding
+from profan.model.report import Report, from_dict
+from profan.sources.discover import base_dir
 from profan.trust import report_root
 
 
@@ -43,8 +43,9 @@ def evidence_rows(root: Path, finding: Finding) -> list[dict[str, Any]]:
     out = []
     for ev in finding.evidence:
         rows = [{"locator": loc, "text": text} for loc, text in read_back(base, ev)]
-        out.append({"file": ev.file, "row_count": ev.row_count, "select": ev.select, "rows": rows,
-                    ev.kind: list(ev.locators)})
+        out.append(
+            {"file": ev.file, "row_count": ev.row_count, "select": ev.select, "rows": rows, ev.kind: list(ev.locators)}
+        )
     return out
 
 
@@ -70,8 +71,8 @@ def select_kernel_rows(root: Path, file: str, select: dict[str, Any], rules: lis
     """
     import polars as pl
 
-    from profan.classify import classify
-    from profan.rulepack import load
+    from profan.rulepack.classify import classify
+    from profan.rulepack.pack import load
     from profan.sources import ascend_kernels
 
     base = base_dir(root)

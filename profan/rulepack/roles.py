@@ -16,7 +16,7 @@ from dataclasses import dataclass, fields, replace
 from pathlib import Path
 from typing import Any
 
-from profan.errors import ProfanInputError
+from profan.model.errors import ProfanInputError
 
 NELEMS = ("in", "out", "max")  # which message size a collective moves (`CollectiveKind.nelems`)
 BUS_FACTORS = ("2(n-1)/n", "(n-1)/n", "1")  # the forms of nccl-tests' bus-bandwidth factor
@@ -64,8 +64,13 @@ class Roles:
     @property
     def kineto_keep_cats(self) -> tuple[str, ...]:
         """Every Kineto category some reader uses: the events a trace parse keeps."""
-        return (self.kineto_cpu_op_cat, self.kineto_annotation_cat, self.kineto_gpu_annotation_cat,
-                *self.kineto_runtime_cats, *self.kineto_device_cats)
+        return (
+            self.kineto_cpu_op_cat,
+            self.kineto_annotation_cat,
+            self.kineto_gpu_annotation_cat,
+            *self.kineto_runtime_cats,
+            *self.kineto_device_cats,
+        )
 
     @property
     def kineto_op_cats(self) -> tuple[str, ...]:
@@ -80,8 +85,7 @@ class Roles:
         """A kernel row (columns ``core`` and ``op``) of a communication op, not compute (Ascend)."""
         import polars as pl
 
-        return (pl.col("core").is_in(list(self.comm_cores))
-                | pl.col("op").fill_null("").str.contains(self.comm_ops))
+        return pl.col("core").is_in(list(self.comm_cores)) | pl.col("op").fill_null("").str.contains(self.comm_ops)
 
     def override(self, table: Any, source: str | Path) -> Roles:
         """These roles with a rules file's ``[roles]`` on top (each ``[roles.<name>]`` replaces that value)."""
@@ -91,24 +95,46 @@ class Roles:
 
 
 _KIND = {  # role -> what its value must be
-    "comm_cores": "names", "comm_ops": "regex", "p2p_ops": "regex", "hccl_group_tag": "regex",
-    "hccl_op_sequence": "regex", "expert_gemm": "regex", "ai_cpu_core": "name", "replica_groups": "names",
-    "pipeline_group": "name", "expert_group": "name", "kineto_device_cats": "names", "kineto_cpu_op_cat": "name",
-    "kineto_annotation_cat": "name", "kineto_gpu_annotation_cat": "name", "kineto_runtime_cats": "names",
-    "kineto_step": "regex", "kineto_comm_kernels": "regex", "kineto_comm_ops": "regex",
-    "kineto_peer_wait_ops": "regex", "kineto_label_strip": "regexes", "collectives": "collectives",
+    "comm_cores": "names",
+    "comm_ops": "regex",
+    "p2p_ops": "regex",
+    "hccl_group_tag": "regex",
+    "hccl_op_sequence": "regex",
+    "expert_gemm": "regex",
+    "ai_cpu_core": "name",
+    "replica_groups": "names",
+    "pipeline_group": "name",
+    "expert_group": "name",
+    "kineto_device_cats": "names",
+    "kineto_cpu_op_cat": "name",
+    "kineto_annotation_cat": "name",
+    "kineto_gpu_annotation_cat": "name",
+    "kineto_runtime_cats": "names",
+    "kineto_step": "regex",
+    "kineto_comm_kernels": "regex",
+    "kineto_comm_ops": "regex",
+    "kineto_peer_wait_ops": "regex",
+    "kineto_label_strip": "regexes",
+    "collectives": "collectives",
     "dtype_bytes": "dtype_bytes",
-    "rank_in_folder_name": "pyregex", "rank_in_trace_name": "pyregex",
+    "rank_in_folder_name": "pyregex",
+    "rank_in_trace_name": "pyregex",
 }
 # Roles read where no rule pack is at hand (discovery; analyses not yet handed the pack): a user file cannot set
 # them, rather than set them for some readers only.
-BUILTIN_ONLY = frozenset({"rank_in_folder_name", "rank_in_trace_name", "expert_gemm", "expert_group",
-                          "replica_groups", "pipeline_group"})
+BUILTIN_ONLY = frozenset(
+    {"rank_in_folder_name", "rank_in_trace_name", "expert_gemm", "expert_group", "replica_groups", "pipeline_group"}
+)
 _GROUPED = {"hccl_group_tag", "hccl_op_sequence", "kineto_step", "rank_in_folder_name", "rank_in_trace_name"}
-_WANT = {"names": "a list of non-empty texts", "name": "a non-empty text", "regex": "a regular expression",
-         "regexes": "a list of regular expressions",
-         "pyregex": "a regular expression", "dtype_bytes": "a table of dtype name = bytes (a whole number above 0)",
-         "collectives": "a list of {kind, match, nelems, bus_factor} tables"}
+_WANT = {
+    "names": "a list of non-empty texts",
+    "name": "a non-empty text",
+    "regex": "a regular expression",
+    "regexes": "a list of regular expressions",
+    "pyregex": "a regular expression",
+    "dtype_bytes": "a table of dtype name = bytes (a whole number above 0)",
+    "collectives": "a list of {kind, match, nelems, bus_factor} tables",
+}
 
 
 def _text(v: object) -> bool:
@@ -139,19 +165,28 @@ def _value(name: str, v: object, source: str | Path) -> object:
         _check_regex(name, str(v), kind, source)
         return v
     if kind == "dtype_bytes":
-        if not isinstance(v, dict) or not v or not all(
-                isinstance(n, int) and not isinstance(n, bool) and n > 0 for n in v.values()):
+        if (
+            not isinstance(v, dict)
+            or not v
+            or not all(isinstance(n, int) and not isinstance(n, bool) and n > 0 for n in v.values())
+        ):
             raise bad
         return dict(v)
     keys = {f.name for f in fields(CollectiveKind)}
-    if not isinstance(v, list) or not v or not all(isinstance(c, dict) and set(c) == keys
-                                                   and all(_text(c[k]) for k in keys) for c in v):
+    if (
+        not isinstance(v, list)
+        or not v
+        or not all(isinstance(c, dict) and set(c) == keys and all(_text(c[k]) for k in keys) for c in v)
+    ):
         raise bad
     out = []
     for c in v:
         if c["nelems"] not in NELEMS or c["bus_factor"] not in BUS_FACTORS:
-            raise ProfanInputError(source, f"[roles.{name}] {c['kind']}: nelems must be one of {', '.join(NELEMS)} "
-                                           f"and bus_factor one of {', '.join(BUS_FACTORS)}")
+            raise ProfanInputError(
+                source,
+                f"[roles.{name}] {c['kind']}: nelems must be one of {', '.join(NELEMS)} "
+                f"and bus_factor one of {', '.join(BUS_FACTORS)}",
+            )
         _check_regex(name, c["match"], "regex", source)
         out.append(CollectiveKind(**{k: c[k] for k in keys}))
     return tuple(out)
@@ -170,11 +205,13 @@ def _check_regex(name: str, pattern: str, kind: str, source: str | Path) -> None
         try:
             pl.Series([""]).str.contains(pattern)
         except Exception as exc:  # polars raises ComputeError with the regex parser's message
-            raise ProfanInputError(source, f"[roles.{name}]: invalid regular expression {pattern!r}: "
-                                           f"{str(exc).splitlines()[0]}") from None
+            raise ProfanInputError(
+                source, f"[roles.{name}]: invalid regular expression {pattern!r}: {str(exc).splitlines()[0]}"
+            ) from None
     if name in _GROUPED and groups == 0:
-        raise ProfanInputError(source, f"[roles.{name}]: the regular expression {pattern!r} needs a group (…) "
-                                       "holding the part it extracts")
+        raise ProfanInputError(
+            source, f"[roles.{name}]: the regular expression {pattern!r} needs a group (…) holding the part it extracts"
+        )
 
 
 def _read(doc: Any, source: str | Path, *, partial: bool) -> dict[str, Any]:
@@ -187,8 +224,11 @@ def _read(doc: Any, source: str | Path, *, partial: bool) -> dict[str, Any]:
     fixed = sorted(set(doc) & BUILTIN_ONLY) if partial else []
     if fixed:
         settable = ", ".join(sorted(set(_KIND) - BUILTIN_ONLY))
-        raise ProfanInputError(source, f"[roles.{fixed[0]}] cannot be set in a rules file (it is read where no "
-                                       f"rule pack is at hand); settable: {settable}")
+        raise ProfanInputError(
+            source,
+            f"[roles.{fixed[0]}] cannot be set in a rules file (it is read where no "
+            f"rule pack is at hand); settable: {settable}",
+        )
     missing = sorted(set(_KIND) - set(doc))
     if missing and not partial:
         raise ProfanInputError(source, f"[roles] lacks {', '.join(missing)}")
@@ -201,7 +241,7 @@ def _read(doc: Any, source: str | Path, *, partial: bool) -> dict[str, Any]:
         if extra:
             raise ProfanInputError(source, f"[roles.{name}] has no setting {extra[0]!r} (only value and why)")
         if not isinstance(entry.get("why", ""), str) or (not partial and not _text(entry.get("why"))):
-            raise ProfanInputError(source, f"[roles.{name}] needs its reason as text: why = \"…\"")
+            raise ProfanInputError(source, f'[roles.{name}] needs its reason as text: why = "…"')
         values[name] = _value(name, entry["value"], source)
         why[name] = entry.get("why", "")
     values["why"] = why
@@ -210,7 +250,7 @@ def _read(doc: Any, source: str | Path, *, partial: bool) -> dict[str, Any]:
 
 def load(path: Path) -> Roles:
     """The roles of one complete roles file (``rules/roles.toml``)."""
-    from profan.rulepack import load_toml
+    from profan.rulepack.pack import load_toml
 
     doc = load_toml(path, "roles file")
     extra = sorted(set(doc) - {"roles"})
@@ -222,6 +262,6 @@ def load(path: Path) -> Roles:
 @functools.lru_cache(maxsize=1)
 def defaults() -> Roles:
     """The built-in roles (``rules/roles.toml``), read once per process."""
-    from profan.paths import rules_dir
+    from profan.rulepack.paths import rules_dir
 
     return load(rules_dir() / "roles.toml")

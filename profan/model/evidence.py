@@ -22,7 +22,7 @@ from pathlib import Path
 from typing import Any
 
 from profan import trust
-from profan.errors import ProfanInputError
+from profan.model.errors import ProfanInputError
 
 MAX_CITED = 20  # locators listed per evidence item; the rest are reachable through `select`
 
@@ -60,8 +60,13 @@ class Evidence:
         return self.lines or self.events or self.pointers
 
     def to_dict(self) -> dict[str, Any]:
-        out: dict[str, Any] = {"file": self.file, self.kind: list(self.locators), "row_count": self.row_count,
-                               "truncated": self.row_count > len(self.locators), "select": self.select}
+        out: dict[str, Any] = {
+            "file": self.file,
+            self.kind: list(self.locators),
+            "row_count": self.row_count,
+            "truncated": self.row_count > len(self.locators),
+            "select": self.select,
+        }
         if self.values:
             out["values"] = self.values
         if self.note:
@@ -72,10 +77,16 @@ class Evidence:
     def from_dict(cls, d: dict[str, Any]) -> Evidence:
         """An evidence item of a report read from a file: every field of the type it is written with (a report
         is untrusted input), else TypeError naming the field."""
-        return cls(file=typed(d, "file", str), row_count=typed(d, "row_count", int),
-                   select=typed(d, "select", dict, {}), lines=_whole_numbers(d, "lines"),
-                   events=_whole_numbers(d, "events"), pointers=tuple(typed(d, "pointers", list, [])),
-                   note=typed(d, "note", str, ""), values=typed(d, "values", dict, {}))
+        return cls(
+            file=typed(d, "file", str),
+            row_count=typed(d, "row_count", int),
+            select=typed(d, "select", dict, {}),
+            lines=_whole_numbers(d, "lines"),
+            events=_whole_numbers(d, "events"),
+            pointers=tuple(typed(d, "pointers", list, [])),
+            note=typed(d, "note", str, ""),
+            values=typed(d, "values", dict, {}),
+        )
 
 
 _MISSING = object()
@@ -209,20 +220,29 @@ def read_back(root: Path, ev: Evidence) -> list[tuple[str, str]]:
         got = read_lines(path, ev.lines)
         past = [n for n in ev.lines if n not in got]
         if past:
-            raise ProfanInputError(path, f"has no line {past[0]} any more (it has fewer lines than when the report "
-                                         "was made): the file changed since; analyse it again")
+            raise ProfanInputError(
+                path,
+                f"has no line {past[0]} any more (it has fewer lines than when the report "
+                "was made): the file changed since; analyse it again",
+            )
         return [(f"line {n}", got[n]) for n in ev.lines]
     try:
         doc = load_json_document(path)
     except (ValueError, RecursionError, OSError, EOFError) as exc:
-        raise ProfanInputError(path, f"is cited by {ev.kind} but cannot be read as JSON "
-                                     f"({type(exc).__name__}); the report does not fit its data") from None
+        raise ProfanInputError(
+            path,
+            f"is cited by {ev.kind} but cannot be read as JSON "
+            f"({type(exc).__name__}); the report does not fit its data",
+        ) from None
     if ev.events:
         events = trace_events(doc)
         past = [i for i in ev.events if not 0 <= i < len(events)]
         if past:
-            raise ProfanInputError(path, f"has no event {past[0]} any more ({len(events)} events): the file "
-                                         "changed since the report; analyse it again")
+            raise ProfanInputError(
+                path,
+                f"has no event {past[0]} any more ({len(events)} events): the file "
+                "changed since the report; analyse it again",
+            )
         return [(f"event {i}", json.dumps(events[i], ensure_ascii=False)) for i in ev.events]
     return [(p, json.dumps(resolve_pointer(doc, p), ensure_ascii=False)) for p in ev.pointers]
 
@@ -259,5 +279,8 @@ def check_sizes(base: Path, recorded: dict[str, int] | None, files: set[str]) ->
         if not isinstance(recorded[f], int) or isinstance(recorded[f], bool):
             raise ProfanInputError(f, f"the report records its size as {str(recorded[f])[:40]!r}, not a byte count")
         if now != recorded[f]:
-            raise ProfanInputError(base / f, f"changed since the report ({recorded[f]:,} bytes then, {now:,} now): "
-                                             "its cited rows may be other rows; analyse it again")
+            raise ProfanInputError(
+                base / f,
+                f"changed since the report ({recorded[f]:,} bytes then, {now:,} now): "
+                "its cited rows may be other rows; analyse it again",
+            )

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import polars as pl
 
-from profan.rulepack import BucketRule
+from profan.rulepack.pack import BucketRule
 
 UNCLASSIFIED = "unclassified"
 
@@ -43,5 +43,7 @@ def classify(frame: pl.DataFrame | pl.LazyFrame, rules: list[BucketRule]):
         else:
             bucket = bucket.when(cond).then(pl.lit(r.bucket))  # type: ignore[union-attr]
             rule_id = rule_id.when(cond).then(pl.lit(r.id))  # type: ignore[union-attr]
-    return frame.with_columns(bucket.otherwise(pl.lit(UNCLASSIFIED)).alias("bucket"),  # type: ignore[union-attr]
-                              rule_id.otherwise(pl.lit(None, pl.Utf8)).alias("rule_id"))  # type: ignore[union-attr]
+    return frame.with_columns(
+        bucket.otherwise(pl.lit(UNCLASSIFIED)).alias("bucket"),  # type: ignore[union-attr]
+        rule_id.otherwise(pl.lit(None, pl.Utf8)).alias("rule_id"),
+    )  # type: ignore[union-attr]

@@ -13,10 +13,10 @@ from pathlib import Path
 
 import polars as pl
 
-from profan import limits
-from profan.classify import classify, rule_fields
-from profan.errors import ProfanInputError
-from profan.rulepack import RulePack
+from profan.model.errors import ProfanInputError
+from profan.rulepack import limits
+from profan.rulepack.classify import classify, rule_fields
+from profan.rulepack.pack import RulePack
 from profan.sources import ascend_kernels
 from profan.sources.csvtext import check_lines, count_lines
 
@@ -34,7 +34,7 @@ def _aggs(pipes: list[str], exact: bool, starts: bool) -> list[pl.Expr]:
     group — ``_merge_samples`` makes them ``lines``. Either way every cited line is a row of the group, and the
     group's count and select say what the claim covers.
 
-    ``starts``: also each group's first start (``first_start_us``), which lets `profan.collectives` take the HCCL
+    ``starts``: also each group's first start (``first_start_us``), which lets `profan.ranks.collectives` take the HCCL
     rows from the groups instead of a pass of its own over the file. Parsing every row's start costs time on every
     row (bench/README.md), so a big file pays it only when the collectives need it (no communication.json gives
     the ops)."""
@@ -47,8 +47,10 @@ def _aggs(pipes: list[str], exact: bool, starts: bool) -> list[pl.Expr]:
     ]
     if exact:
         aggs += [
-            pl.col("src_line").sort_by("dur_us", descending=True, nulls_last=True, maintain_order=True)
-            .head(TOP_LINES).alias("lines"),
+            pl.col("src_line")
+            .sort_by("dur_us", descending=True, nulls_last=True, maintain_order=True)
+            .head(TOP_LINES)
+            .alias("lines"),
             dur.sort(descending=True, nulls_last=True).head(TOP_LINES).alias("line_durs"),
         ]
     else:  # the longest row (ties: the later line; deterministic) and the first row
@@ -69,8 +71,9 @@ def _pmu_mask(pipes: list[str]) -> pl.Expr:
     is aggregated over millions of rows; `_pmu_weights` derives the weights and `_merge` folds the masks."""
     if not pipes:
         return pl.lit(0, pl.Int32).alias("_pmu")
-    return pl.sum_horizontal([pl.col(p).is_not_null().cast(pl.Int32) * (1 << i)
-                              for i, p in enumerate(pipes)]).alias("_pmu")
+    return pl.sum_horizontal([pl.col(p).is_not_null().cast(pl.Int32) * (1 << i) for i, p in enumerate(pipes)]).alias(
+        "_pmu"
+    )
 
 
 def _pmu_weights(g: pl.DataFrame, pipes: list[str]) -> pl.DataFrame:
@@ -78,17 +81,22 @@ def _pmu_weights(g: pl.DataFrame, pipes: list[str]) -> pl.DataFrame:
     bit = pl.col("_pmu")
     return g.with_columns(
         pl.when((bit & (1 << i)) != 0).then(pl.col("time_us")).otherwise(0.0).alias(f"{p}_wden")
-        for i, p in enumerate(pipes)).drop("_pmu")
+        for i, p in enumerate(pipes)
+    ).drop("_pmu")
 
 
 def _merge_samples(g: pl.DataFrame) -> pl.DataFrame:
     """Streaming groups: ``lines`` = [longest row, first row] (one when they coincide), durations alike."""
     same = pl.col("_top_line") == pl.col("_first_line")
     return g.with_columns(
-        pl.when(same).then(pl.concat_list(pl.col("_top_line")))
-        .otherwise(pl.concat_list("_top_line", "_first_line")).alias("lines"),
-        pl.when(same).then(pl.concat_list(pl.col("max_us")))
-        .otherwise(pl.concat_list("max_us", "_first_dur")).alias("line_durs"),
+        pl.when(same)
+        .then(pl.concat_list(pl.col("_top_line")))
+        .otherwise(pl.concat_list("_top_line", "_first_line"))
+        .alias("lines"),
+        pl.when(same)
+        .then(pl.concat_list(pl.col("max_us")))
+        .otherwise(pl.concat_list("max_us", "_first_dur"))
+        .alias("line_durs"),
     ).drop("_top_line", "_first_line", "_first_dur")
 
 
@@ -97,25 +105,42 @@ def _merge(g: pl.DataFrame, pipes: list[str], keys: list[str] = KEYS) -> pl.Data
     min/max fold, the sample lines are re-ranked. ``keys``: `KEYS`, led by the file index in a batch."""
     sums = ["count", "time_us", *[f"{p}_{s}" for p in pipes for s in ("wsum", "wden")]]
     starts = ["first_start_us"] if "first_start_us" in g.columns else []
-    cols = ["count", "time_us", "max_us", *starts,
-            *[f"{p}_{s}" for p in pipes for s in ("wsum", "wden")], "lines", "line_durs"]
+    cols = [
+        "count",
+        "time_us",
+        "max_us",
+        *starts,
+        *[f"{p}_{s}" for p in pipes for s in ("wsum", "wden")],
+        "lines",
+        "line_durs",
+    ]
     g = g.select(*keys, *cols)
     split = g.select(keys).is_duplicated()
     if not split.any():
         return g
     s = g.filter(split)
-    scalars = s.group_by(keys).agg(*[pl.col(c).sum() for c in sums], pl.col("max_us").max(),
-                                   *[pl.col(c).min() for c in starts])
-    tops = (s.select(*keys, "lines", "line_durs").explode(["lines", "line_durs"])
-            .sort(["line_durs", "lines"], descending=[True, False], nulls_last=True)
-            .group_by(keys, maintain_order=True).agg(pl.col("lines").head(TOP_LINES),
-                                                     pl.col("line_durs").head(TOP_LINES)))
+    scalars = s.group_by(keys).agg(
+        *[pl.col(c).sum() for c in sums], pl.col("max_us").max(), *[pl.col(c).min() for c in starts]
+    )
+    tops = (
+        s.select(*keys, "lines", "line_durs")
+        .explode(["lines", "line_durs"])
+        .sort(["line_durs", "lines"], descending=[True, False], nulls_last=True)
+        .group_by(keys, maintain_order=True)
+        .agg(pl.col("lines").head(TOP_LINES), pl.col("line_durs").head(TOP_LINES))
+    )
     merged = scalars.join(tops, on=keys, how="left", nulls_equal=True)
     return pl.concat([g.filter(~split), merged.select(*keys, *cols)])
 
 
-def _group_rows(lf: pl.LazyFrame, kf: ascend_kernels.KernelFile, pipes: list[str], exact: bool, starts: bool,
-                by: tuple[str, ...] = ()) -> tuple[pl.DataFrame, pl.DataFrame]:
+def _group_rows(
+    lf: pl.LazyFrame,
+    kf: ascend_kernels.KernelFile,
+    pipes: list[str],
+    exact: bool,
+    starts: bool,
+    by: tuple[str, ...] = (),
+) -> tuple[pl.DataFrame, pl.DataFrame]:
     """One pass over the rows: (groups, per-``by`` row counts ``rows`` and ``bad``).
 
     Grouping runs on the raw key text plus ``bad``, so bad rows are counted by the same pass and then dropped;
@@ -125,9 +150,13 @@ def _group_rows(lf: pl.LazyFrame, kf: ascend_kernels.KernelFile, pipes: list[str
     raw = ascend_kernels.raw_key_columns(kf)
     q = lf.group_by(*by, *raw, "bad", _pmu_mask(pipes)).agg(_aggs(pipes, exact, starts))
     g = q.collect() if exact else q.collect(engine="streaming")
-    counts = g.group_by(*by).agg(pl.col("count").sum().alias("rows"),
-                                 pl.col("count").filter(pl.col("bad")).sum().alias("bad")) if by else \
-        pl.DataFrame({"rows": [int(g["count"].sum())], "bad": [int(g["count"].filter(g["bad"]).sum())]})
+    counts = (
+        g.group_by(*by).agg(
+            pl.col("count").sum().alias("rows"), pl.col("count").filter(pl.col("bad")).sum().alias("bad")
+        )
+        if by
+        else pl.DataFrame({"rows": [int(g["count"].sum())], "bad": [int(g["count"].filter(g["bad"]).sum())]})
+    )
     g = _pmu_weights(g.filter(~pl.col("bad")).drop("bad"), pipes)
     if not exact:
         g = _merge_samples(g)
@@ -135,8 +164,9 @@ def _group_rows(lf: pl.LazyFrame, kf: ascend_kernels.KernelFile, pipes: list[str
     return _merge(g, pipes, [*by, *KEYS]), counts
 
 
-def _reduce_rows(lf: pl.LazyFrame, kf: ascend_kernels.KernelFile, pipes: list[str],
-                 exact: bool, starts: bool) -> tuple[pl.DataFrame, int, int]:
+def _reduce_rows(
+    lf: pl.LazyFrame, kf: ascend_kernels.KernelFile, pipes: list[str], exact: bool, starts: bool
+) -> tuple[pl.DataFrame, int, int]:
     """One file's pass (`_group_rows`): (groups, rows, bad rows)."""
     groups, counts = _group_rows(lf, kf, pipes, exact, starts)
     return groups, int(counts["rows"][0]), int(counts["bad"][0])
@@ -154,7 +184,7 @@ def _classify_distinct(groups: pl.DataFrame, rules: list) -> pl.DataFrame:
     return groups.join(classify(kinds, rules), on=fields, how="left", nulls_equal=True, maintain_order="left")
 
 
-CACHE_BYTES = 16 << 20  # kernel files from this size keep their reduced groups in the cache (profan.cache)
+CACHE_BYTES = 16 << 20  # kernel files from this size keep their reduced groups in the cache (profan.sources.cache)
 BATCH_BYTES = 64 << 20  # kernel text one query over several files holds in memory at once
 
 
@@ -248,7 +278,7 @@ def _reduce_one(f: KernelRequest, rules: list) -> KernelPass:
     starts = f.starts or size <= ascend_kernels.IN_MEMORY_BYTES  # in memory the starts cost next to nothing
     rows = None
     if size >= CACHE_BYTES:
-        from profan.cache import cached_table
+        from profan.sources.cache import cached_table
 
         # the rows a group sums depend on the duration bound: a changed bound is another table
         kind = f"{'kernel_groups+starts' if starts else 'kernel_groups'}/dur<={limits.active().max_duration_us}"
@@ -258,8 +288,13 @@ def _reduce_one(f: KernelRequest, rules: list) -> KernelPass:
     # one order for the same input: a hash grouping's order varies from run to run, and with it the order of
     # every later float sum — enough to swap two kernels of equal time in a ranking
     groups = _classify_distinct(groups, rules).sort(KEYS, nulls_last=True)
-    return KernelPass(groups, {"rows": counts["rows"], "skipped": counts["skipped"]}, kf.variant,
-                      kf.has_pipe_ratios, None if rows is None else ascend_kernels.timed_rows(kf, rows))
+    return KernelPass(
+        groups,
+        {"rows": counts["rows"], "skipped": counts["skipped"]},
+        kf.variant,
+        kf.has_pipe_ratios,
+        None if rows is None else ascend_kernels.timed_rows(kf, rows),
+    )
 
 
 def _reduce_same_header(kfs: list[ascend_kernels.KernelFile], rules: list, timed: bool) -> dict[int, KernelPass]:
@@ -272,12 +307,12 @@ def _reduce_same_header(kfs: list[ascend_kernels.KernelFile], rules: list, timed
         return {}
 
 
-def _reduce_same_header_rows(kfs: list[ascend_kernels.KernelFile], rules: list, timed: bool
-                             ) -> dict[int, KernelPass]:
+def _reduce_same_header_rows(kfs: list[ascend_kernels.KernelFile], rules: list, timed: bool) -> dict[int, KernelPass]:
     kf, by = kfs[0], ("_f",)
     pipes = list(kf.pipe_columns)
-    rows = pl.concat([ascend_kernels.scan_for_groups(k).with_columns(pl.lit(i, pl.Int64).alias("_f"))
-                      for i, k in enumerate(kfs)]).collect()
+    rows = pl.concat(
+        [ascend_kernels.scan_for_groups(k).with_columns(pl.lit(i, pl.Int64).alias("_f")) for i, k in enumerate(kfs)]
+    ).collect()
     groups, counts = _group_rows(rows.lazy(), kf, pipes, exact=True, starts=True, by=by)
     n_rows = dict(zip(counts["_f"].to_list(), counts["rows"].to_list(), strict=True))
     bad = dict(zip(counts["_f"].to_list(), counts["bad"].to_list(), strict=True))
@@ -296,13 +331,21 @@ def _reduce_same_header_rows(kfs: list[ascend_kernels.KernelFile], rules: list, 
         t = ascend_kernels.timed_rows(kf, rows, by)
         times = t.partition_by("_f", as_dict=True, include_key=False, maintain_order=True)
         t_empty = t.clear().drop("_f")
-    return {i: KernelPass(parts.get((i,), empty), {"rows": n_rows[i], "skipped": int(bad[i])}, kfs[i].variant,
-                          kfs[i].has_pipe_ratios, times.get((i,), t_empty) if timed else None)
-            for i in ok}
+    return {
+        i: KernelPass(
+            parts.get((i,), empty),
+            {"rows": n_rows[i], "skipped": int(bad[i])},
+            kfs[i].variant,
+            kfs[i].has_pipe_ratios,
+            times.get((i,), t_empty) if timed else None,
+        )
+        for i in ok
+    }
 
 
-def _reduce_file(kf: ascend_kernels.KernelFile, starts: bool, keep_rows: bool = False
-                 ) -> tuple[pl.DataFrame, dict[str, int], pl.DataFrame | None]:
+def _reduce_file(
+    kf: ascend_kernels.KernelFile, starts: bool, keep_rows: bool = False
+) -> tuple[pl.DataFrame, dict[str, int], pl.DataFrame | None]:
     """(unclassified groups, {"rows", "skipped"}, the per-row table when ``keep_rows`` and the file is read in
     memory) of one kernel file.
 

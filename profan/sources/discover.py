@@ -22,9 +22,10 @@ import zlib
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from profan import limits, roles, trust
-from profan.errors import ProfanInputError
-from profan.limits import Limits
+from profan import trust
+from profan.model.errors import ProfanInputError
+from profan.rulepack import limits, roles
+from profan.rulepack.limits import Limits
 
 OUTPUT_DIR = "ASCEND_PROFILER_OUTPUT"
 DERIVED_DIRS = {"cluster_analysis_output"}
@@ -88,7 +89,7 @@ def relpath(path: Path, root: Path) -> str:
 def discover(path: str | Path) -> Discovery:
     """The ranks under ``path``. Reads only inside it: a link to a file or folder elsewhere is said and skipped, as
     is anything but a regular file (a FIFO would block the read); the walk is bounded in depth, entries and ranks
-    (`profan.limits`)."""
+    (`profan.rulepack.limits`)."""
     root = Path(path)
     try:
         if not root.exists():
@@ -110,27 +111,37 @@ def discover(path: str | Path) -> Discovery:
         else:
             found.extend(_kineto_ranks(d, filenames, rejected, walk))
         if len(found) > walk.limits.max_ranks:
-            raise ProfanInputError(root, f"holds more than {walk.limits.max_ranks:,} ranks, the most one analysis "
-                                         "takes (max_ranks under [limits] in a rules file raises it)")
+            raise ProfanInputError(
+                root,
+                f"holds more than {walk.limits.max_ranks:,} ranks, the most one analysis "
+                "takes (max_ranks under [limits] in a rules file raises it)",
+            )
     empty = [rs for rs in found if not rs.files and not rs.ignored]
     found = [rs for rs in found if rs not in empty]
     if not found:
         why = f"; {rejected[0]}" if rejected else ""
         if empty:
             why = f"; {len(empty)} folder(s) look like rank folders but hold no profiler file"
-        raise ProfanInputError(root, "no profiler output found (looked for ASCEND_PROFILER_OUTPUT/, "
-                                     "profiler_info_*.json, kernel_details.csv, PROF_*/mindstudio_profiler_output/, "
-                                     f"PyTorch/Kineto *.json / *.json.gz traces){why}")
+        raise ProfanInputError(
+            root,
+            "no profiler output found (looked for ASCEND_PROFILER_OUTPUT/, "
+            "profiler_info_*.json, kernel_details.csv, PROF_*/mindstudio_profiler_output/, "
+            f"PyTorch/Kineto *.json / *.json.gz traces){why}",
+        )
     disc = Discovery(root=root, ranks=found, notes=walk.notes, warnings=walk.said())
     if empty:
-        disc.warnings.append(f"skipped {len(empty)} folder(s) that look like rank folders but hold no profiler "
-                             f"file: {_names(relpath(rs.path, root) for rs in empty)}")
+        disc.warnings.append(
+            f"skipped {len(empty)} folder(s) that look like rank folders but hold no profiler "
+            f"file: {_names(relpath(rs.path, root) for rs in empty)}"
+        )
     _resolve_ranks(disc)
     _note_missing_files(disc)
     kinds = sorted({r.kind for r in disc.ranks})
     if len(kinds) > 1:  # e.g. NPU and GPU ranks side by side: one job only if the user says so
-        disc.warnings.append(f"the folder holds ranks of {len(kinds)} kinds ({', '.join(kinds)}); they are analysed "
-                             "as one job — analyse each collection on its own if they are separate runs")
+        disc.warnings.append(
+            f"the folder holds ranks of {len(kinds)} kinds ({', '.join(kinds)}); they are analysed "
+            "as one job — analyse each collection on its own if they are separate runs"
+        )
     return disc
 
 
@@ -162,14 +173,18 @@ class _Walk:
             dirnames.sort()
             self.entries += len(dirnames) + len(filenames)
             if self.entries > self.limits.max_entries:
-                raise ProfanInputError(self.root, f"holds more than {self.limits.max_entries:,} files and folders; "
-                                                  "is it the profiler output folder? (max_entries under [limits] "
-                                                  "in a rules file raises the bound)")
+                raise ProfanInputError(
+                    self.root,
+                    f"holds more than {self.limits.max_entries:,} files and folders; "
+                    "is it the profiler output folder? (max_entries under [limits] "
+                    "in a rules file raises the bound)",
+                )
             keep = []
             for n in dirnames:
                 if n in DERIVED_DIRS:
-                    self.notes.append(f"skipped {relpath(d / n, self.root)}/: derived output of another tool, "
-                                      "not profiler data")
+                    self.notes.append(
+                        f"skipped {relpath(d / n, self.root)}/: derived output of another tool, not profiler data"
+                    )
                 elif n.startswith("."):
                     continue
                 elif (d / n).is_symlink() and not trust.inside(d / n, self.real):
@@ -183,8 +198,9 @@ class _Walk:
                 dirnames[:] = []
 
     def _unlisted(self, exc: OSError) -> None:
-        self.unlisted.append(f"{relpath(Path(exc.filename), self.root) if exc.filename else '?'} "
-                             f"({exc.strerror or exc})")
+        self.unlisted.append(
+            f"{relpath(Path(exc.filename), self.root) if exc.filename else '?'} ({exc.strerror or exc})"
+        )
 
     def readable(self, p: Path) -> bool:
         """A regular file inside the folder (links resolved); what is not is remembered and said."""
@@ -203,14 +219,17 @@ class _Walk:
     def said(self) -> list[str]:
         out = []
         if self.outside:
-            out.append(f"skipped {len(self.outside)} link(s) to files or folders outside the analysed folder "
-                       f"(profan reads only inside it): {_names(self.outside)}")
+            out.append(
+                f"skipped {len(self.outside)} link(s) to files or folders outside the analysed folder "
+                f"(profan reads only inside it): {_names(self.outside)}"
+            )
         if self.irregular:
-            out.append(f"skipped {len(self.irregular)} entr(ies) that are not regular files: "
-                       f"{_names(self.irregular)}")
+            out.append(f"skipped {len(self.irregular)} entr(ies) that are not regular files: {_names(self.irregular)}")
         if self.too_deep:
-            out.append(f"did not walk {len(self.too_deep)} folder(s) more than {self.limits.max_depth} levels down "
-                       f"(max_depth under [limits] in a rules file): {_names(self.too_deep)}")
+            out.append(
+                f"did not walk {len(self.too_deep)} folder(s) more than {self.limits.max_depth} levels down "
+                f"(max_depth under [limits] in a rules file): {_names(self.too_deep)}"
+            )
         if self.unlisted:
             out.append(f"could not list {len(self.unlisted)} folder(s): {_names(self.unlisted)}")
         return out
@@ -221,8 +240,11 @@ def _discover_file(path: Path) -> Discovery:
     if not stat.S_ISREG(path.stat().st_mode):
         raise ProfanInputError(path, "is not a regular file (a FIFO, socket or device); refused")
     if name in ("kernel_details.csv",) or _OP_SUMMARY.match(name):
-        rs = RankSource(path=path.parent, kind="ascend" if name == "kernel_details.csv" else "msprof",
-                        files={"kernel_details": path})
+        rs = RankSource(
+            path=path.parent,
+            kind="ascend" if name == "kernel_details.csv" else "msprof",
+            files={"kernel_details": path},
+        )
         disc = Discovery(root=path, ranks=[rs])
         _resolve_ranks(disc)
         return disc
@@ -231,8 +253,11 @@ def _discover_file(path: Path) -> Discovery:
         disc = Discovery(root=path, ranks=[RankSource(path=path, kind="kineto", files={"kineto_trace": path})])
         _resolve_ranks(disc)
         return disc
-    raise ProfanInputError(path, "not a profiler output file profan can read (expected a directory, "
-                                 "kernel_details.csv, op_summary_*.csv or a Kineto *.json / *.json.gz trace)")
+    raise ProfanInputError(
+        path,
+        "not a profiler output file profan can read (expected a directory, "
+        "kernel_details.csv, op_summary_*.csv or a Kineto *.json / *.json.gz trace)",
+    )
 
 
 def _rank_dir(d: Path, dirnames: list[str], filenames: list[str], walk: _Walk) -> RankSource | None:
@@ -242,8 +267,10 @@ def _rank_dir(d: Path, dirnames: list[str], filenames: list[str], walk: _Walk) -
         # inside the analysed folder too.
         infos = [p.name for p in d.parent.glob("profiler_info*.json") if _INFO_FILE.match(p.name)]
         if infos and d == walk.root:
-            walk.notes.append(f"{', '.join(sorted(infos))} in the parent folder not read (profan reads only inside "
-                              "the folder it was given; analyse the rank folder to use it)")
+            walk.notes.append(
+                f"{', '.join(sorted(infos))} in the parent folder not read (profan reads only inside "
+                "the folder it was given; analyse the rank folder to use it)"
+            )
             infos = []
         return _ascend_rank(d.parent, d, infos, walk)
     if OUTPUT_DIR in dirnames or infos:
@@ -299,8 +326,10 @@ def _msprof_rank(d: Path, walk: _Walk) -> RankSource:
         rs.files["op_statistic"] = stats[-1]
     infos = sorted(d.glob("device_*/info.json.*"))
     if infos and not trust.inside(d, walk.real):  # mindstudio_profiler_output given: its PROF_* is outside
-        walk.notes.append(f"{infos[0].relative_to(d).as_posix()} of the PROF_* folder not read (profan reads only "
-                          "inside the folder it was given; analyse the PROF_* folder to use it)")
+        walk.notes.append(
+            f"{infos[0].relative_to(d).as_posix()} of the PROF_* folder not read (profan reads only "
+            "inside the folder it was given; analyse the PROF_* folder to use it)"
+        )
         infos = []
     for info in infos:
         if _is_file(info, rs, walk):
@@ -440,9 +469,10 @@ def _resolve_ranks(disc: Discovery) -> None:
         if len(disc.ranks) == 1:
             disc.notes.append("no rank id in the data: treated as rank 0")
         else:
-            disc.warnings.append(f"{len(unknown)} folder(s) carry no rank id; numbered by path order: "
-                                 + ", ".join(f"{relpath(r.path, disc.root) or '.'} -> rank {r.rank}"
-                                             for r in unknown))
+            disc.warnings.append(
+                f"{len(unknown)} folder(s) carry no rank id; numbered by path order: "
+                + ", ".join(f"{relpath(r.path, disc.root) or '.'} -> rank {r.rank}" for r in unknown)
+            )
     by_rank: dict[int, list[RankSource]] = {}
     for rs in disc.ranks:
         by_rank.setdefault(rs.rank, []).append(rs)  # type: ignore[arg-type]
@@ -453,9 +483,11 @@ def _resolve_ranks(disc: Discovery) -> None:
             # profiler's folder names end in a timestamp, so the last by name is the newest.
             group.sort(key=lambda r: r.path.name)
             chosen = group[-1]
-            disc.warnings.append(f"rank {rank} appears in {len(group)} folders; using the last by name "
-                                 f"({relpath(chosen.path, disc.root)}), skipped {len(group) - 1}: "
-                                 + ", ".join(relpath(r.path, disc.root) for r in group[:-1]))
+            disc.warnings.append(
+                f"rank {rank} appears in {len(group)} folders; using the last by name "
+                f"({relpath(chosen.path, disc.root)}), skipped {len(group) - 1}: "
+                + ", ".join(relpath(r.path, disc.root) for r in group[:-1])
+            )
             keep.append(chosen)
         else:
             keep.append(group[0])
@@ -482,9 +514,12 @@ def _refuse_mixed_collections(disc: Discovery) -> None:
                 seen.setdefault(rs.rank, parent)
     if clash:
         names = sorted(relpath(m[0].path if len(m) == 1 else p, disc.root) or "." for p, m in parents.items())
-        raise ProfanInputError(disc.root, f"holds {len(parents)} separate profiler collections whose ranks "
-                                          f"overlap or carry no rank id ({', '.join(names[:6])}"
-                                          f"{', …' if len(names) > 6 else ''}); analyse one of them at a time")
+        raise ProfanInputError(
+            disc.root,
+            f"holds {len(parents)} separate profiler collections whose ranks "
+            f"overlap or carry no rank id ({', '.join(names[:6])}"
+            f"{', …' if len(names) > 6 else ''}); analyse one of them at a time",
+        )
 
 
 def _note_missing_files(disc: Discovery) -> None:
@@ -497,5 +532,7 @@ def _note_missing_files(disc: Discovery) -> None:
         missing = [ASCEND_FILES[w] for w in wanted if w not in rs.files]
         if missing and rs.files:
             have = sorted(Path(p).name for k, p in rs.files.items() if k in ASCEND_FILES)
-            disc.warnings.append(f"rank {rs.rank} ({relpath(rs.path, disc.root)}) has no {', '.join(missing)}; "
-                                 f"using what it has: {', '.join(have) or 'nothing'}")
+            disc.warnings.append(
+                f"rank {rs.rank} ({relpath(rs.path, disc.root)}) has no {', '.join(missing)}; "
+                f"using what it has: {', '.join(have) or 'nothing'}"
+            )

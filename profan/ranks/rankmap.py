@@ -2,7 +2,7 @@
 
 This is the *map* of the pipeline. Its result (`RankData`) is small — distinct kernels per step, the rank's
 step_trace rows, its communication ops — so ranks can be reduced in other processes (or on other machines, behind
-`profan.parallel.Executor`) and only these results travel. There is one path: ranks are read in batches
+`profan.ranks.executor.Executor`) and only these results travel. There is one path: ranks are read in batches
 (`read_ranks`; one rank is a batch of one), as the steps that cost mostly per-query overhead on a small rank — the
 kernel pass, the link totals, the collectives — then run once for the batch. Nothing here formats text for a
 report; analyses work on `RankData` only.
@@ -19,12 +19,12 @@ from pathlib import Path
 
 import polars as pl
 
-from profan import limits, parallel
-from profan.collectives import AscendRank, ascend_collectives, kineto_collectives
-from profan.discover import RankSource, relpath
-from profan.errors import ProfanInputError
-from profan.kernel_pass import KernelPass, KernelRequest, reduce_kernel_files
-from profan.rulepack import RulePack
+from profan.model.errors import ProfanInputError
+from profan.ranks import executor as parallel
+from profan.ranks.collectives import AscendRank, ascend_collectives, kineto_collectives
+from profan.ranks.kernel_pass import KernelPass, KernelRequest, reduce_kernel_files
+from profan.rulepack import limits
+from profan.rulepack.pack import RulePack
 from profan.sources import (
     ascend_comm,
     ascend_device,
@@ -34,6 +34,7 @@ from profan.sources import (
     ascend_packets,
     ascend_steps,
 )
+from profan.sources.discover import RankSource, relpath
 
 
 @dataclass
@@ -54,8 +55,8 @@ class RankData:
     # communication_matrix.json per-link totals (ascend_matrix.link_totals), group-local ranks mapped to global
     comm_links: pl.DataFrame | None = None
     metadata: ascend_meta.Metadata | None = None
-    collectives: pl.DataFrame | None = None  # communication ops in order, with group/seq (profan.collectives)
-    windows: pl.DataFrame | None = None  # kernels in each op's pre-collective window (profan.collectives)
+    collectives: pl.DataFrame | None = None  # communication ops in order, with group/seq (profan.ranks.collectives)
+    windows: pl.DataFrame | None = None  # kernels in each op's pre-collective window (profan.ranks.collectives)
     op_stats: pl.DataFrame | None = None  # op_statistic.csv rows, for cross-checking kernel rows
     # Where `groups.lines` point: "lines" (CSV line numbers of files[kernel_file]) or "events" (chrome-trace event
     # indexes, for Kineto traces). Analyses cite kernel evidence through analyses.common.cite_kernels.
@@ -83,10 +84,15 @@ class RankData:
 BATCH = 16  # ranks read as one batch at most: the steps that cost mostly per-query overhead run once for them
 
 
-def load_ranks(sources: list[RankSource], root: Path, pack: RulePack, jobs: int | None = None,
-               say: Callable[[str], None] | None = None) -> list[RankData]:
+def load_ranks(
+    sources: list[RankSource],
+    root: Path,
+    pack: RulePack,
+    jobs: int | None = None,
+    say: Callable[[str], None] | None = None,
+) -> list[RankData]:
     """RankData of every rank source, in the given order: batches of ranks mapped by an executor
-    (`profan.parallel`) in this process or over ``jobs`` processes (`resolve_jobs`). Either way the error
+    (`profan.ranks.executor`) in this process or over ``jobs`` processes (`resolve_jobs`). Either way the error
     reported is the first failing rank's in order, as reading one rank after the other reports it."""
     say = say or (lambda _m: None)
     n = len(sources)
@@ -95,7 +101,7 @@ def load_ranks(sources: list[RankSource], root: Path, pack: RulePack, jobs: int 
         say(f"reading {n} ranks in {jobs} processes")
     # over processes, about four batches each: enough for them to share the ranks out as they go
     size = BATCH if jobs == 1 else max(1, min(BATCH, n // (4 * jobs)))
-    batches = [sources[i:i + size] for i in range(0, n, size)]
+    batches = [sources[i : i + size] for i in range(0, n, size)]
     read = partial(read_batch, root=root, pack=pack, peers=n > 1)
     out: list[RankData] = []
     with closing(parallel.executor(jobs).map(read, batches)) as results:
@@ -185,8 +191,9 @@ def read_batch(sources: list[RankSource], root: Path, pack: RulePack, peers: boo
     return out
 
 
-def read_ranks(sources: list[RankSource], root: Path, pack: RulePack, *, peers: bool = True
-               ) -> list[RankData | ProfanInputError]:
+def read_ranks(
+    sources: list[RankSource], root: Path, pack: RulePack, *, peers: bool = True
+) -> list[RankData | ProfanInputError]:
     """Read everything profan uses from each rank (one rank is a batch of one). A rank's input error is its
     entry in the list: the other ranks are still read, and the caller decides which error to report.
 
@@ -215,15 +222,24 @@ def read_ranks(sources: list[RankSource], root: Path, pack: RulePack, *, peers: 
     return out
 
 
-def _kernel_passes(sources: list[RankSource], pack: RulePack, peers: bool
-                   ) -> list[KernelPass | ProfanInputError | None]:
+def _kernel_passes(
+    sources: list[RankSource], pack: RulePack, peers: bool
+) -> list[KernelPass | ProfanInputError | None]:
     """The kernel pass of each rank that has a kernel file. Its timed rows are kept for an Ascend rank's
     collectives' windows; without communication.json the collectives take the HCCL rows' starts from the
     groups, so a streamed file keeps each group's first start."""
     asked = [i for i, rs in enumerate(sources) if "kernel_details" in rs.files]
-    made = reduce_kernel_files([KernelRequest(sources[i].files["kernel_details"],
-                                              starts=peers and "communication" not in sources[i].files,
-                                              timed=peers and sources[i].kind == "ascend") for i in asked], pack)
+    made = reduce_kernel_files(
+        [
+            KernelRequest(
+                sources[i].files["kernel_details"],
+                starts=peers and "communication" not in sources[i].files,
+                timed=peers and sources[i].kind == "ascend",
+            )
+            for i in asked
+        ],
+        pack,
+    )
     passes: list[KernelPass | ProfanInputError | None] = [None] * len(sources)
     for i, kp in zip(asked, made, strict=True):
         passes[i] = kp
@@ -231,8 +247,15 @@ def _kernel_passes(sources: list[RankSource], pack: RulePack, peers: bool
 
 
 def _ascend_rank(rd: RankData, rs: RankSource, timed: pl.DataFrame | None) -> AscendRank:
-    return AscendRank(rd.comm_ops, rd.files.get("communication"), rs.files.get("kernel_details"),
-                      rd.files.get("kernel_details"), rd.rows_read.get("kernel_details"), rd.groups, timed)
+    return AscendRank(
+        rd.comm_ops,
+        rd.files.get("communication"),
+        rs.files.get("kernel_details"),
+        rd.files.get("kernel_details"),
+        rd.rows_read.get("kernel_details"),
+        rd.groups,
+        timed,
+    )
 
 
 @dataclass
@@ -247,27 +270,42 @@ class _Later:
     collectives_due: bool = False
 
 
-def _read_rank(rs: RankSource, root: Path, pack: RulePack, peers: bool,
-               kernels: KernelPass | ProfanInputError | None) -> tuple[RankData, _Later]:
+def _read_rank(
+    rs: RankSource, root: Path, pack: RulePack, peers: bool, kernels: KernelPass | ProfanInputError | None
+) -> tuple[RankData, _Later]:
     """One rank's files, but for the steps a batch computes together (`_Later`)."""
-    rd = RankData(rank=int(rs.rank or 0), path=relpath(rs.path, root) or ".", kind=rs.kind,
-                  rank_origin=rs.rank_origin, files={k: relpath(p, root) for k, p in rs.files.items()})
+    rd = RankData(
+        rank=int(rs.rank or 0),
+        path=relpath(rs.path, root) or ".",
+        kind=rs.kind,
+        rank_origin=rs.rank_origin,
+        files={k: relpath(p, root) for k, p in rs.files.items()},
+    )
     _read_meta(rd, rs)
-    later = _Later(collectives_due=peers and rs.kind == "ascend"
-                   and bool({"kernel_details", "communication"} & set(rs.files)))
+    later = _Later(
+        collectives_due=peers and rs.kind == "ascend" and bool({"kernel_details", "communication"} & set(rs.files))
+    )
     if isinstance(kernels, ProfanInputError):
         raise kernels
     if kernels is not None:
         rd.groups, rd.kernel_variant, rd.has_pipe_ratios = kernels.groups, kernels.variant, kernels.has_pipe_ratios
         later.timed = kernels.timed
-        rd.count("kernel_details", kernels.counts["rows"], kernels.counts["skipped"],
-                 "rows whose duration is not a number from 0 to max_duration_us, or whose block dim is text "
-                 "(truncated or misaligned rows)")
+        rd.count(
+            "kernel_details",
+            kernels.counts["rows"],
+            kernels.counts["skipped"],
+            "rows whose duration is not a number from 0 to max_duration_us, or whose block dim is text "
+            "(truncated or misaligned rows)",
+        )
     _read_tables(rd, rs)
     if "communication_matrix" in rs.files:
         later.links, n_read, skipped = ascend_matrix.read_for_totals(rs.files["communication_matrix"])
-        rd.count("communication_matrix", n_read + skipped, skipped,
-                 "entries of unexpected shape or holding NaN/Infinity or a time past max_duration_us")
+        rd.count(
+            "communication_matrix",
+            n_read + skipped,
+            skipped,
+            "entries of unexpected shape or holding NaN/Infinity or a time past max_duration_us",
+        )
     if peers and rs.kind == "kineto" and "kineto_trace" in rs.files:
         # before the trace's own read: the collectives parse and cache the trace, which that read then reports
         rd.collectives, rd.windows = kineto_collectives(rs.files["kineto_trace"], rd.files["kineto_trace"], pack)
@@ -294,24 +332,38 @@ def _read_tables(rd: RankData, rs: RankSource) -> None:
     """op_statistic.csv, step_trace_time.csv and communication.json, with the rows each skipped."""
     if "op_statistic" in rs.files:
         rd.op_stats, skipped = ascend_opstat.read(rs.files["op_statistic"])
-        rd.count("op_statistic", rd.op_stats.height + skipped, skipped,
-                 "unreadable rows (text, NaN, ids past 64 bits or times past max_duration_us)",
-                 empty="no data rows (header only); kernel rows not cross-checked")
+        rd.count(
+            "op_statistic",
+            rd.op_stats.height + skipped,
+            skipped,
+            "unreadable rows (text, NaN, ids past 64 bits or times past max_duration_us)",
+            empty="no data rows (header only); kernel rows not cross-checked",
+        )
     if "step_trace_time" in rs.files:
         rd.steps, skipped = ascend_steps.read(rs.files["step_trace_time"])
-        rd.count("step_trace_time", rd.steps.height + skipped, skipped,
-                 "unreadable rows (text, NaN, ids past 64 bits or times past max_duration_us)",
-                 empty="no data rows (header only); no step times from it")
+        rd.count(
+            "step_trace_time",
+            rd.steps.height + skipped,
+            skipped,
+            "unreadable rows (text, NaN, ids past 64 bits or times past max_duration_us)",
+            empty="no data rows (header only); no step times from it",
+        )
     if "communication" in rs.files:
         items, bad = ascend_comm.entries(rs.files["communication"])
         rd.comm_ops, rd.comm_bw, skipped = ascend_comm.tables(items, bad)
-        rd.count("communication", rd.comm_ops.height + skipped, skipped,
-                 "entries of unexpected shape or holding NaN/Infinity or a time past max_duration_us",
-                 empty="holds no communication ops")
+        rd.count(
+            "communication",
+            rd.comm_ops.height + skipped,
+            skipped,
+            "entries of unexpected shape or holding NaN/Infinity or a time past max_duration_us",
+            empty="holds no communication ops",
+        )
         rd.comm_packets, bad_sizes = ascend_packets.read(items)
         if bad_sizes:
-            rd.warnings.append(f"{rd.files['communication']}: skipped {bad_sizes} packet-size entries that are not "
-                               "[count, ms] pairs of numbers")
+            rd.warnings.append(
+                f"{rd.files['communication']}: skipped {bad_sizes} packet-size entries that are not "
+                "[count, ms] pairs of numbers"
+            )
 
 
 def _read_traces(rd: RankData, rs: RankSource, pack: RulePack) -> None:

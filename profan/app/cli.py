@@ -11,11 +11,15 @@ from typing import Annotated
 
 import typer
 
-from profan import output
-from profan.errors import EXIT_BAD_INPUT, EXIT_FINDINGS, EXIT_INTERNAL, EXIT_OK, ProfanError, ProfanInputError
+from profan.app import output
+from profan.model.errors import EXIT_BAD_INPUT, EXIT_FINDINGS, EXIT_INTERNAL, EXIT_OK, ProfanError, ProfanInputError
 
-app = typer.Typer(add_completion=False, no_args_is_help=True, pretty_exceptions_enable=False,
-                  help="Profiling analysis for Ascend NPU and NVIDIA GPU jobs; every claim cites its source rows.")
+app = typer.Typer(
+    add_completion=False,
+    no_args_is_help=True,
+    pretty_exceptions_enable=False,
+    help="Profiling analysis for Ascend NPU and NVIDIA GPU jobs; every claim cites its source rows.",
+)
 
 SEVERITY_RANK = {"info": 0, "warning": 1, "critical": 2}
 
@@ -56,18 +60,32 @@ def analyze(
     fmt: Annotated[str | None, typer.Option("--format", "-f", help="md | json | html | xlsx  [default: md]")] = None,
     out: Annotated[Path | None, typer.Option("--output", "-o", help="Write here instead of stdout.")] = None,
     rules: Annotated[list[Path] | None, typer.Option("--rules", help="Extra rule file(s), tried first.")] = None,
-    fail_on: Annotated[str | None, typer.Option(
-        "--fail-on", help="Exit 1 when a finding of this severity or worse exists: warning | critical.")] = None,
-    quiet: Annotated[bool, typer.Option("--quiet", "-q", help="No progress on stderr.")] = False,
-    hardware: Annotated[Path | None, typer.Option(
-        "--hardware", help="TOML file of link-bandwidth priors / the device, on top of rules/hardware.")] = None,
-    jobs: Annotated[int | None, typer.Option(
-        "--jobs", "-j", help="Processes reading ranks (1 = sequential, 0 = one per core for 4+ ranks of 32+ MB); "
-                             "default PROFAN_JOBS, else 0.")
+    fail_on: Annotated[
+        str | None,
+        typer.Option("--fail-on", help="Exit 1 when a finding of this severity or worse exists: warning | critical."),
     ] = None,
-    brief: Annotated[bool, typer.Option(
-        "--brief", help="Compact JSON (< 8 KB) on stdout: summary and top findings with evidence locators. "
-                        "With -o, the full report (--format, default json) is written there too.")] = False,
+    quiet: Annotated[bool, typer.Option("--quiet", "-q", help="No progress on stderr.")] = False,
+    hardware: Annotated[
+        Path | None,
+        typer.Option("--hardware", help="TOML file of link-bandwidth priors / the device, on top of rules/hardware."),
+    ] = None,
+    jobs: Annotated[
+        int | None,
+        typer.Option(
+            "--jobs",
+            "-j",
+            help="Processes reading ranks (1 = sequential, 0 = one per core for 4+ ranks of 32+ MB); "
+            "default PROFAN_JOBS, else 0.",
+        ),
+    ] = None,
+    brief: Annotated[
+        bool,
+        typer.Option(
+            "--brief",
+            help="Compact JSON (< 8 KB) on stdout: summary and top findings with evidence locators. "
+            "With -o, the full report (--format, default json) is written there too.",
+        ),
+    ] = False,
 ) -> None:
     """Analyse a profiler output directory into a report."""
     from profan.pipeline import analyze as run
@@ -102,7 +120,7 @@ def analyze(
 
 def _print_brief(report, report_file: str | None, drill: str | None = None) -> None:
     """The compact JSON (profan.brief/1) on stdout; `report_file` is the full JSON report when one was written."""
-    from profan.brief import brief, dumps
+    from profan.app.brief import brief, dumps
 
     sys.stdout.write(dumps(brief(report, report_file=report_file, drill=drill)) + "\n")
 
@@ -113,12 +131,13 @@ def evidence(
     finding_id: Annotated[str, typer.Argument(help="Finding id, e.g. F3.")],
     fmt: Annotated[str, typer.Option("--format", "-f", help="text | json")] = "text",
     root: Annotated[Path | None, typer.Option("--root", help="Data directory, if moved since the report.")] = None,
-    limit: Annotated[int | None, typer.Option(
-        "--limit", min=1, help="At most this many rows per evidence item.")] = None,
+    limit: Annotated[
+        int | None, typer.Option("--limit", min=1, help="At most this many rows per evidence item.")
+    ] = None,
 ) -> None:
     """Print the raw source lines behind one finding, read back from the original files."""
-    from profan.brief import dumps, evidence_doc
-    from profan.drill import load_report_or_analyze
+    from profan.app.brief import dumps, evidence_doc
+    from profan.app.drill import load_report_or_analyze
 
     if fmt not in ("text", "json"):
         _err(f"unknown format {fmt!r}; use text or json")
@@ -130,8 +149,13 @@ def evidence(
         return
     typer.echo(_safe(f"{doc['id']} [{doc['severity']}] {doc['message']}"))
     for item in doc["evidence"]:
-        typer.echo("\n" + _safe(f"{item['file']}  ({len(item['rows'])} of {item['row_count']} rows cited; select: "
-                         f"{json.dumps(item['select'], ensure_ascii=False)})"))
+        typer.echo(
+            "\n"
+            + _safe(
+                f"{item['file']}  ({len(item['rows'])} of {item['row_count']} rows cited; select: "
+                f"{json.dumps(item['select'], ensure_ascii=False)})"
+            )
+        )
         for row in item["rows"]:
             typer.echo(_safe(f"{row['locator']:>12}: {row['text']}"))
 
@@ -143,7 +167,7 @@ def rules(
     fmt: Annotated[str, typer.Option("--format", "-f", help="text | json")] = "text",
 ) -> None:
     """List the rule pack (bucket rules and checks), or explain one rule."""
-    from profan.brief import dumps, rules_doc
+    from profan.app.brief import dumps, rules_doc
 
     if fmt not in ("text", "json"):
         _err(f"unknown format {fmt!r}; use text or json")
@@ -155,8 +179,9 @@ def rules(
     if ident:
         item = doc["item"]
         if item["kind"] == "bucket-rule":
-            typer.echo(f"{item['id']} ({item['name']}) -> bucket '{item['bucket']}'  "
-                       f"[{item['source']}, {item['applies_to']}]")
+            typer.echo(
+                f"{item['id']} ({item['name']}) -> bucket '{item['bucket']}'  [{item['source']}, {item['applies_to']}]"
+            )
             typer.echo("matches: " + "; ".join(f"{k} ~ /{v}/" for k, v in item["match"].items()))
             typer.echo(f"why: {item['why']}")
             if item["example"]:
@@ -192,7 +217,7 @@ def schema(
 
 
 def _schema_path(which: str) -> Path:
-    return Path(__file__).resolve().parent / "schema" / f"{which}.schema.json"
+    return Path(__file__).resolve().parent.parent / "schema" / f"{which}.schema.json"
 
 
 skill_app = typer.Typer(no_args_is_help=True, help="The agent skill (SKILL.md + references) shipped with profan.")
@@ -200,7 +225,7 @@ app.add_typer(skill_app, name="skill")
 
 
 def _skill_dir() -> Path:
-    return Path(__file__).resolve().parent / "skill" / "profan"
+    return Path(__file__).resolve().parent.parent / "skill" / "profan"
 
 
 @skill_app.command("path")
@@ -211,8 +236,9 @@ def skill_path() -> None:
 
 @skill_app.command("install")
 def skill_install(
-    dest: Annotated[Path, typer.Argument(
-        help="A skills directory, e.g. ~/.claude/skills; the skill goes in DEST/profan.")],
+    dest: Annotated[
+        Path, typer.Argument(help="A skills directory, e.g. ~/.claude/skills; the skill goes in DEST/profan.")
+    ],
     force: Annotated[bool, typer.Option("--force", help="Replace an existing DEST/profan.")] = False,
 ) -> None:
     """Copy the skill folder into a skills directory (never asks; refuses to overwrite without --force)."""
@@ -231,11 +257,13 @@ def skill_install(
 
 @app.command()
 def mcp(
-    root: Annotated[list[Path] | None, typer.Option(
-        "--root", help="A folder the tools may read (repeat for more); default: the current folder.")] = None,
+    root: Annotated[
+        list[Path] | None,
+        typer.Option("--root", help="A folder the tools may read (repeat for more); default: the current folder."),
+    ] = None,
 ) -> None:
     """Serve profan's tools (analyze, compare, evidence, rules) over MCP on stdio; needs 'pip install profan\\[mcp]'."""
-    from profan.mcp_server import serve
+    from profan.app.mcp_server import serve
 
     for r in root or []:
         if not r.is_dir():
@@ -252,11 +280,15 @@ def compare(
     out: Annotated[Path | None, typer.Option("--output", "-o", help="Write here instead of stdout.")] = None,
     rules: Annotated[list[Path] | None, typer.Option("--rules", help="Extra rule file(s), tried first.")] = None,
     quiet: Annotated[bool, typer.Option("--quiet", "-q", help="No progress on stderr.")] = False,
-    brief: Annotated[bool, typer.Option(
-        "--brief", help="Compact JSON (< 8 KB) on stdout, as for analyze; with -o the full report goes there.")
+    brief: Annotated[
+        bool,
+        typer.Option(
+            "--brief", help="Compact JSON (< 8 KB) on stdout, as for analyze; with -o the full report goes there."
+        ),
     ] = False,
-    jobs: Annotated[int | None, typer.Option(
-        "--jobs", "-j", help="Processes reading each side's ranks, as for analyze.")] = None,
+    jobs: Annotated[
+        int | None, typer.Option("--jobs", "-j", help="Processes reading each side's ranks, as for analyze.")
+    ] = None,
 ) -> None:
     """Compare two ranks of one job or two runs: step totals, bucket and kernel deltas (B minus A), with rows."""
     from profan.compare import compare as run_compare
@@ -282,16 +314,26 @@ def compare(
             _err(f"--ranks takes two rank numbers like 0,7 (got {ranks!r})")
             raise typer.Exit(EXIT_BAD_INPUT)
     report = run_compare(a, b, ranks=pair, rules=rules or [], progress=_progress(quiet), jobs=_cli_jobs(jobs))
-    renderer = (render_json if fmt == "json" else render_compare_markdown) if brief else (
-        render_compare_markdown if fmt == "md" else lambda r, tmp: render(r, fmt, tmp))
+    renderer = (
+        (render_json if fmt == "json" else render_compare_markdown)
+        if brief
+        else (render_compare_markdown if fmt == "md" else lambda r, tmp: render(r, fmt, tmp))
+    )
     if out is not None:
         output.write(out, output.read_files(report, rules or []), lambda tmp: renderer(report, tmp))
     if brief:
         report_file = str(out.resolve()) if fmt == "json" and out is not None else None
         # `profan evidence DIR` would analyse DIR, not compare it: only a saved comparison has these ids
-        _print_brief(report, report_file, None if report_file else (
-            "save the comparison with --format json -o report.json, then "
-            "profan evidence report.json FINDING_ID --format json"))
+        _print_brief(
+            report,
+            report_file,
+            None
+            if report_file
+            else (
+                "save the comparison with --format json -o report.json, then "
+                "profan evidence report.json FINDING_ID --format json"
+            ),
+        )
         return
     if out is None:
         text = renderer(report, None)

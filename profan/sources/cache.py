@@ -69,8 +69,7 @@ def _key(path: Path, variant: str) -> str | None:
     st = path.stat()
     if not stat.S_ISREG(st.st_mode):  # a FIFO would block the read below
         return None
-    h = hashlib.sha256(json.dumps([str(path.resolve()), st.st_size, st.st_mtime_ns, SCHEMA_VERSION,
-                                   variant]).encode())
+    h = hashlib.sha256(json.dumps([str(path.resolve()), st.st_size, st.st_mtime_ns, SCHEMA_VERSION, variant]).encode())
     with path.open("rb") as fh:
         h.update(fh.read(EDGE_BYTES))
         fh.seek(max(0, st.st_size - EDGE_BYTES))
@@ -83,8 +82,9 @@ def _digest(doc: dict[str, Any]) -> str:
 
 
 def _frames_spec(frames: dict[str, pl.DataFrame]) -> dict[str, Any]:
-    return {name: {"columns": [[c, str(t)] for c, t in df.schema.items()], "rows": df.height}
-            for name, df in frames.items()}
+    return {
+        name: {"columns": [[c, str(t)] for c, t in df.schema.items()], "rows": df.height} for name, df in frames.items()
+    }
 
 
 def _write_doc(file: Path, doc: dict[str, Any], frames: dict[str, pl.DataFrame]) -> None:
@@ -146,17 +146,29 @@ def cached_parse(path: Path, variant: str, parse: Callable[[Path], Trace]) -> tu
     hit = _read_doc(entry / "meta.json", ("layout", "meta", "no_phase")) if entry.is_dir() else None
     if hit is not None:
         doc, frames = hit
-        return Trace(path=path, events=frames["events"], details=frames["details"], layout=doc["layout"],
-                     meta=doc["meta"], no_phase=doc["no_phase"]), True
+        return Trace(
+            path=path,
+            events=frames["events"],
+            details=frames["details"],
+            layout=doc["layout"],
+            meta=doc["meta"],
+            no_phase=doc["no_phase"],
+        ), True
     tr = parse(path)
-    _write_entry(entry, lambda tmp: _write_doc(
-        tmp / "meta.json", {"layout": tr.layout, "meta": tr.meta, "source": str(tr.path), "no_phase": tr.no_phase},
-        {"events": tr.events, "details": tr.details}))
+    _write_entry(
+        entry,
+        lambda tmp: _write_doc(
+            tmp / "meta.json",
+            {"layout": tr.layout, "meta": tr.meta, "source": str(tr.path), "no_phase": tr.no_phase},
+            {"events": tr.events, "details": tr.details},
+        ),
+    )
     return tr, False
 
 
-def cached_table(path: Path, kind: str, build: Callable[[], tuple[pl.DataFrame, dict[str, Any]]]
-                 ) -> tuple[pl.DataFrame, dict[str, Any], bool]:
+def cached_table(
+    path: Path, kind: str, build: Callable[[], tuple[pl.DataFrame, dict[str, Any]]]
+) -> tuple[pl.DataFrame, dict[str, Any], bool]:
     """(table, its small JSON-able facts, served from cache) for one input file. ``kind`` names the producer and
     its version; ``build`` computes both when there is no entry. Same keying, checks, atomic writes and silent
     skip on an unwritable cache as `cached_parse`."""
@@ -171,6 +183,7 @@ def cached_table(path: Path, kind: str, build: Callable[[], tuple[pl.DataFrame, 
         doc, frames = hit
         return frames["table"], doc["facts"], True
     df, facts = build()
-    _write_entry(entry, lambda tmp: _write_doc(tmp / "facts.json", {"facts": facts, "source": str(path)},
-                                               {"table": df}))
+    _write_entry(
+        entry, lambda tmp: _write_doc(tmp / "facts.json", {"facts": facts, "source": str(path)}, {"table": df})
+    )
     return df, facts, False

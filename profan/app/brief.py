@@ -22,12 +22,12 @@ from typing import Any
 
 import polars as pl
 
-from profan.discover import base_dir
-from profan.errors import ProfanInputError
-from profan.evidence import check_sizes, read_lines
-from profan.findings import SEVERITIES, Finding
-from profan.report import SCHEMA as REPORT_SCHEMA
-from profan.report import Report, clean
+from profan.model.errors import ProfanInputError
+from profan.model.evidence import check_sizes, read_lines
+from profan.model.findings import SEVERITIES, Finding
+from profan.model.report import SCHEMA as REPORT_SCHEMA
+from profan.model.report import Report, clean
+from profan.sources.discover import base_dir
 
 BRIEF_SCHEMA = "profan.brief/1"
 EVIDENCE_SCHEMA = "profan.evidence/1"
@@ -58,8 +58,15 @@ def _evidence_stub(f: Finding) -> list[dict[str, Any]]:
 
 def finding_stub(f: Finding) -> dict[str, Any]:
     """One finding, cut down to what an agent needs to decide whether to drill into it."""
-    stub: dict[str, Any] = {"id": f.id, "severity": f.severity, "check": f.check, "rank": f.rank, "step": f.step,
-                            "title": _clip(f.title, TITLE_CHARS), "evidence": _evidence_stub(f)}
+    stub: dict[str, Any] = {
+        "id": f.id,
+        "severity": f.severity,
+        "check": f.check,
+        "rank": f.rank,
+        "step": f.step,
+        "title": _clip(f.title, TITLE_CHARS),
+        "evidence": _evidence_stub(f),
+    }
     if len(f.evidence) > ITEMS_PER_FINDING:
         stub["evidence_items"] = len(f.evidence)
     return stub
@@ -70,19 +77,25 @@ def bucket_shares(report: Report) -> list[dict[str, Any]]:
     bd = report.breakdown
     if bd.is_empty() or not {"bucket", "time_us"} <= set(bd.columns):
         return []
-    tab = (bd.group_by("bucket").agg(pl.col("time_us").sum())
-           .with_columns(share=(pl.col("time_us") / pl.col("time_us").sum()).round(4))
-           .sort("time_us", descending=True))
-    return [{"bucket": r["bucket"], "share": r["share"], "time_ms": round(r["time_us"] / 1000, 3)}
-            for r in tab.iter_rows(named=True)]
+    tab = (
+        bd.group_by("bucket")
+        .agg(pl.col("time_us").sum())
+        .with_columns(share=(pl.col("time_us") / pl.col("time_us").sum()).round(4))
+        .sort("time_us", descending=True)
+    )
+    return [
+        {"bucket": r["bucket"], "share": r["share"], "time_ms": round(r["time_us"] / 1000, 3)}
+        for r in tab.iter_rows(named=True)
+    ]
 
 
 def _clipped_list(items: list[str]) -> dict[str, Any]:
     return {"count": len(items), "first": [_clip(s, 240) for s in items[:LIST_ITEMS]]}
 
 
-def brief(report: Report, *, max_bytes: int = MAX_BYTES, report_file: str | None = None,
-          drill: str | None = None) -> dict[str, Any]:
+def brief(
+    report: Report, *, max_bytes: int = MAX_BYTES, report_file: str | None = None, drill: str | None = None
+) -> dict[str, Any]:
     """The compact view: as many findings (in report order: most severe first) as fit in ``max_bytes``.
 
     Findings that do not fit are listed under ``omitted`` (check -> ids) so nothing disappears silently.
@@ -94,12 +107,19 @@ def brief(report: Report, *, max_bytes: int = MAX_BYTES, report_file: str | None
     doc: dict[str, Any] = {
         "schema": BRIEF_SCHEMA,
         "report_schema": REPORT_SCHEMA,
-        "source": {"root": report.source.get("root"), "root_abs": report.source.get("root_abs"),
-                   "format": report.source.get("format"),
-                   "ranks": [r.get("rank") for r in report.source.get("ranks", [])]},
+        "source": {
+            "root": report.source.get("root"),
+            "root_abs": report.source.get("root_abs"),
+            "format": report.source.get("format"),
+            "ranks": [r.get("rank") for r in report.source.get("ranks", [])],
+        },
         "report_file": report_file,
-        "summary": {"findings": len(report.findings), **counts, "worst": report.worst_severity,
-                    "time_by_bucket": bucket_shares(report)},
+        "summary": {
+            "findings": len(report.findings),
+            **counts,
+            "worst": report.worst_severity,
+            "time_by_bucket": bucket_shares(report),
+        },
         "findings": [],
         "omitted": {},
         "warnings": _clipped_list(report.warnings),
@@ -158,14 +178,15 @@ def find_finding(report: Report, finding_id: str, where: str | Path | None) -> F
         raise ProfanInputError(where, f"no finding {finding_id} (report has {ids}{more})") from None
 
 
-def evidence_doc(report: Report, data_root: Path, finding_id: str, *, where: str | Path | None = None,
-                 limit: int | None = None) -> dict[str, Any]:
+def evidence_doc(
+    report: Report, data_root: Path, finding_id: str, *, where: str | Path | None = None, limit: int | None = None
+) -> dict[str, Any]:
     """The rows behind one finding: per evidence item, the raw text at each cited locator (verbatim, as
-    ``profan.evidence.read_back`` returns it) and, for CSV files, the header so the cells can be named.
+    ``profan.model.evidence.read_back`` returns it) and, for CSV files, the header so the cells can be named.
 
     ``limit`` caps the rows read back per item (None: all cited rows, at most ``evidence.MAX_CITED``).
     """
-    from profan.drill import evidence_rows
+    from profan.app.drill import evidence_rows
 
     finding = find_finding(report, finding_id, where)
     base = base_dir(data_root)
@@ -177,10 +198,21 @@ def evidence_doc(report: Report, data_root: Path, finding_id: str, *, where: str
         item["cited"] = len(item.get("lines") or item.get("events") or item.get("pointers") or [])
         if "lines" in item:
             item["header"] = read_lines(base / item["file"], [1]).get(1, "").lstrip("\ufeff")
-    return clean({"schema": EVIDENCE_SCHEMA, "id": finding.id, "check": finding.check,
-                  "severity": finding.severity, "rank": finding.rank, "step": finding.step, "title": finding.title,
-                  "message": finding.message, "metrics": finding.metrics, "root": str(data_root),
-                  "evidence": items})
+    return clean(
+        {
+            "schema": EVIDENCE_SCHEMA,
+            "id": finding.id,
+            "check": finding.check,
+            "severity": finding.severity,
+            "rank": finding.rank,
+            "step": finding.step,
+            "title": finding.title,
+            "message": finding.message,
+            "metrics": finding.metrics,
+            "root": str(data_root),
+            "evidence": items,
+        }
+    )
 
 
 # ---------------------------------------------------------------------------------------------- rules
@@ -188,22 +220,44 @@ def evidence_doc(report: Report, data_root: Path, finding_id: str, *, where: str
 
 def rules_doc(extra: list[Path] | None = None, ident: str | None = None) -> dict[str, Any]:
     """The rule pack as data (``ident`` None) or one rule/check; an unknown id is a one-line input error."""
-    from profan.rulepack import BucketRule, load
+    from profan.rulepack.pack import BucketRule, load
 
     pack = load(extra or [])
 
     def rule(r: BucketRule) -> dict[str, Any]:
-        return {"kind": "bucket-rule", "id": r.id, "name": r.name, "bucket": r.bucket, "match": r.match,
-                "why": r.why, "example": r.example, "applies_to": r.applies_to, "source": r.source}
+        return {
+            "kind": "bucket-rule",
+            "id": r.id,
+            "name": r.name,
+            "bucket": r.bucket,
+            "match": r.match,
+            "why": r.why,
+            "example": r.example,
+            "applies_to": r.applies_to,
+            "source": r.source,
+        }
 
     def check(c: Any) -> dict[str, Any]:
-        return {"kind": "check", "id": c.id, "name": c.name, "detects": c.detects, "why": c.why,
-                "params": c.params, "source": c.source}
+        return {
+            "kind": "check",
+            "id": c.id,
+            "name": c.name,
+            "detects": c.detects,
+            "why": c.why,
+            "params": c.params,
+            "source": c.source,
+        }
 
     if ident:
         item = pack.find(ident)
         if item is None:
             raise ProfanInputError(None, f"no rule or check {ident!r}; run 'profan rules' for the list")
         return clean({"schema": RULES_SCHEMA, "item": rule(item) if isinstance(item, BucketRule) else check(item)})
-    return clean({"schema": RULES_SCHEMA, "files": pack.files, "rules": [rule(r) for r in pack.rules],
-                  "checks": [check(c) for c in pack.checks.values()]})
+    return clean(
+        {
+            "schema": RULES_SCHEMA,
+            "files": pack.files,
+            "rules": [rule(r) for r in pack.rules],
+            "checks": [check(c) for c in pack.checks.values()],
+        }
+    )

@@ -2,7 +2,8 @@
 
 Built on the official ``mcp`` SDK (2.x, ``mcp.server.mcpserver``), an optional dependency
 (``pip install 'profan[mcp]'``) because it brings an HTTP stack the CLI does not need. The tools return the very
-documents the CLI prints (``profan.brief``, ``profan.evidence``, ``profan.rules`` — built by ``profan.brief``), as
+documents the CLI prints (``profan.brief``, ``profan.evidence``, ``profan.rules`` — built by
+``profan.app.brief``), as
 structured results with an output schema. A bad input comes back as a tool error whose text is the CLI's one-line
 message (``profan: error: PATH: problem``), so an agent reads the same words whichever door it used.
 
@@ -22,8 +23,8 @@ from collections import OrderedDict
 from pathlib import Path
 from typing import Annotated, Any, Literal
 
-from profan.errors import ProfanError, ProfanInputError
-from profan.report import Report
+from profan.model.errors import ProfanError, ProfanInputError
+from profan.model.report import Report
 from profan.trust import inside, report_root
 
 try:
@@ -31,8 +32,9 @@ try:
     from mcp.types import CallToolResult, TextContent, ToolAnnotations
     from typing_extensions import NotRequired, TypedDict
 except ImportError as exc:  # pragma: no cover - exercised only without the extra
-    raise ProfanInputError(None, f"'profan mcp' needs the MCP SDK ({exc.name} is missing): "
-                                 "pip install 'profan[mcp]'") from None
+    raise ProfanInputError(
+        None, f"'profan mcp' needs the MCP SDK ({exc.name} is missing): pip install 'profan[mcp]'"
+    ) from None
 
 INSTRUCTIONS = """profan analyses profiler output (Ascend PyTorch profiler / msprof directories, PyTorch chrome traces)
 into findings, each backed by the exact source rows. Start with `analyze` on the profiler directory: it returns a
@@ -164,8 +166,9 @@ class RulesDoc(TypedDict):
 
 
 def _result(doc: dict[str, Any]) -> CallToolResult:
-    return CallToolResult(content=[TextContent(type="text", text=json.dumps(doc, ensure_ascii=False))],
-                          structured_content=doc)
+    return CallToolResult(
+        content=[TextContent(type="text", text=json.dumps(doc, ensure_ascii=False))], structured_content=doc
+    )
 
 
 def _error(exc: Exception) -> CallToolResult:
@@ -186,8 +189,11 @@ class Roots:
     def check(self, path: str | Path, what: str = "path") -> Path:
         p = Path(path).expanduser()
         if not any(inside(p, r) for r in self.roots):
-            raise ProfanInputError(p, f"{what} lies outside the folders this server may read "
-                                      f"({', '.join(map(str, self.roots))}); start it with 'profan mcp --root DIR'")
+            raise ProfanInputError(
+                p,
+                f"{what} lies outside the folders this server may read "
+                f"({', '.join(map(str, self.roots))}); start it with 'profan mcp --root DIR'",
+            )
         return p
 
     def all(self, paths: list[str] | None, what: str) -> list[str]:
@@ -219,8 +225,9 @@ class Reports:
         from profan.pipeline import analyze
 
         key = ("analyze", self._key(path), tuple(rules or ()), hardware)
-        return self._remember(key, lambda: analyze(Path(path).expanduser(), rules=[Path(r) for r in rules or []],
-                                                   hardware=hardware))
+        return self._remember(
+            key, lambda: analyze(Path(path).expanduser(), rules=[Path(r) for r in rules or []], hardware=hardware)
+        )
 
     def compared(self, a: str, b: str | None, ranks: list[int] | None, rules: list[str] | None) -> Report:
         from profan.compare import compare
@@ -229,16 +236,23 @@ class Reports:
             raise ProfanInputError(None, f"ranks takes two rank numbers, e.g. [0, 1] (got {ranks})")
         pair = tuple(ranks) if ranks is not None else None
         key = ("compare", self._key(a), self._key(b) if b else None, pair, tuple(rules or ()))
-        return self._remember(key, lambda: compare(Path(a).expanduser(), Path(b).expanduser() if b else None,
-                                                   ranks=pair, rules=[Path(r) for r in rules or []]))
+        return self._remember(
+            key,
+            lambda: compare(
+                Path(a).expanduser(),
+                Path(b).expanduser() if b else None,
+                ranks=pair,
+                rules=[Path(r) for r in rules or []],
+            ),
+        )
 
 
 def build_server(roots: list[Path] | None = None) -> MCPServer:
     """The MCP server with profan's tools registered (no transport started); it reads only inside ``roots``
     (default: the current folder)."""
     from profan import __version__
-    from profan.brief import MAX_BYTES, brief, evidence_doc, rules_doc
-    from profan.drill import load_report_or_analyze
+    from profan.app.brief import MAX_BYTES, brief, evidence_doc, rules_doc
+    from profan.app.drill import load_report_or_analyze
 
     server = MCPServer(name="profan", version=__version__, instructions=INSTRUCTIONS)
     reports = Reports()
@@ -246,8 +260,9 @@ def build_server(roots: list[Path] | None = None) -> MCPServer:
     read_only = ToolAnnotations(read_only_hint=True, open_world_hint=False)
 
     @server.tool(annotations=read_only)
-    def analyze(path: str, rules: list[str] | None = None, hardware: str | None = None,
-                max_bytes: int = MAX_BYTES) -> Annotated[CallToolResult, BriefDoc]:
+    def analyze(
+        path: str, rules: list[str] | None = None, hardware: str | None = None, max_bytes: int = MAX_BYTES
+    ) -> Annotated[CallToolResult, BriefDoc]:
         """Analyse a profiler output directory (a job folder with one folder per rank, one rank folder,
         ASCEND_PROFILER_OUTPUT, an msprof PROF_* folder, or one kernel_details.csv). Returns a compact report:
         summary counts, kernel time by bucket, and the top findings (most severe first), each with its evidence
@@ -262,9 +277,16 @@ def build_server(roots: list[Path] | None = None) -> MCPServer:
             return _error(exc)
 
     @server.tool(annotations=read_only)
-    def evidence(source: str, finding_id: str, limit: int | None = None, rules: list[str] | None = None,
-                 hardware: str | None = None, root: str | None = None, b: str | None = None,
-                 ranks: list[int] | None = None) -> Annotated[CallToolResult, EvidenceDoc]:
+    def evidence(
+        source: str,
+        finding_id: str,
+        limit: int | None = None,
+        rules: list[str] | None = None,
+        hardware: str | None = None,
+        root: str | None = None,
+        b: str | None = None,
+        ranks: list[int] | None = None,
+    ) -> Annotated[CallToolResult, EvidenceDoc]:
         """The raw source rows behind one finding, read back verbatim from the original files: CSV lines (with
         the file's header line), trace events or JSON values. `source` is the profiler directory given to
         `analyze` (same `rules`/`hardware`, so ids match) or a report.json written by `profan analyze -f json -o`;
@@ -279,9 +301,11 @@ def build_server(roots: list[Path] | None = None) -> MCPServer:
             if src.is_file() and src.suffix == ".json":
                 report, data_root = load_report_or_analyze(src, given)
             else:
-                report = (reports.compared(source, _one(allowed, b, "b"), ranks, rules)
-                          if b is not None or ranks is not None
-                          else reports.get(source, rules, _one(allowed, hardware, "hardware file")))
+                report = (
+                    reports.compared(source, _one(allowed, b, "b"), ranks, rules)
+                    if b is not None or ranks is not None
+                    else reports.get(source, rules, _one(allowed, hardware, "hardware file"))
+                )
                 data_root = report_root(report, None, given)
             allowed.check(data_root, "the report's data")
             return _result(evidence_doc(report, data_root, finding_id, where=source, limit=limit))
@@ -289,14 +313,20 @@ def build_server(roots: list[Path] | None = None) -> MCPServer:
             return _error(exc)
 
     @server.tool(annotations=read_only)
-    def compare(a: str, b: str | None = None, ranks: list[int] | None = None, rules: list[str] | None = None,
-                max_bytes: int = MAX_BYTES) -> Annotated[CallToolResult, BriefDoc]:
+    def compare(
+        a: str,
+        b: str | None = None,
+        ranks: list[int] | None = None,
+        rules: list[str] | None = None,
+        max_bytes: int = MAX_BYTES,
+    ) -> Annotated[CallToolResult, BriefDoc]:
         """What changed from side A to side B (B minus A, per step and rank): two runs of a job, two rank folders
         or files, or one job directory `a` with `ranks` [x, y]. Returns the compact report of the comparison:
         buckets and kernels that grew, kernels present on one side only, each citing rows on both sides."""
         try:
-            report = reports.compared(str(allowed.check(a, "a")), _one(allowed, b, "b"), ranks,
-                                      allowed.all(rules, "rules file"))
+            report = reports.compared(
+                str(allowed.check(a, "a")), _one(allowed, b, "b"), ranks, allowed.all(rules, "rules file")
+            )
             other = f"b={json.dumps(b)}" if b is not None else f"ranks={json.dumps(ranks)}"
             hint = f"call the evidence tool with source={json.dumps(a)}, {other} and a finding_id"
             return _result(brief(report, max_bytes=max_bytes, drill=hint))

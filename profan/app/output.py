@@ -16,10 +16,10 @@ import os
 from collections.abc import Callable, Iterable
 from pathlib import Path
 
-from profan.cache import cache_dir
-from profan.discover import base_dir
-from profan.errors import ProfanInputError
-from profan.report import Report
+from profan.model.errors import ProfanInputError
+from profan.model.report import Report
+from profan.sources.cache import cache_dir
+from profan.sources.discover import base_dir
 from profan.trust import inside
 
 

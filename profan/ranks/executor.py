@@ -18,7 +18,7 @@ from contextlib import nullcontext
 from multiprocessing import get_context
 from typing import NamedTuple, Protocol, TypeVar
 
-from profan.errors import ProfanError
+from profan.model.errors import ProfanError
 
 T = TypeVar("T")
 R = TypeVar("R")
@@ -62,8 +62,10 @@ class ProcessPool:
                 yield from (_unspool(f.result()) for f in sent)
                 yield from reversed(here)
             except BrokenProcessPool:
-                raise ProfanError("a worker process died while reading ranks (out of memory?); "
-                                  "run again with --jobs 1 to read them one at a time") from None
+                raise ProfanError(
+                    "a worker process died while reading ranks (out of memory?); "
+                    "run again with --jobs 1 to read them one at a time"
+                ) from None
             finally:  # the workers wind down while this process goes on
                 pool.shutdown(wait=False, cancel_futures=True)
 

@@ -23,9 +23,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from profan.errors import ProfanInputError
-from profan.paths import rules_dir
-from profan.rulepack import load_toml
+from profan.model.errors import ProfanInputError
+from profan.rulepack.pack import load_toml
+from profan.rulepack.paths import rules_dir
 
 
 @dataclass(frozen=True)
@@ -93,8 +93,9 @@ def _num(path: Path, entry: dict[str, Any], key: str) -> float | None:
     if v is None:
         return None
     if isinstance(v, bool) or not isinstance(v, int | float) or v <= 0:
-        raise ProfanInputError(path, f"link {entry.get('device')}/{entry.get('link')}: {key} must be a positive "
-                                     f"number (GB/s), got {v!r}")
+        raise ProfanInputError(
+            path, f"link {entry.get('device')}/{entry.get('link')}: {key} must be a positive number (GB/s), got {v!r}"
+        )
     return float(v)
 
 
@@ -121,18 +122,28 @@ def _add(hw: Hardware, path: Path, doc: dict[str, Any], label: str) -> None:
                 re.compile(str(d["match"]))
             except re.error as exc:
                 raise ProfanInputError(path, f"device {d['id']}: invalid regular expression: {exc}") from None
-        hw.devices[d["id"]] = Device(id=d["id"], vendor=str(d.get("vendor", "")), name=str(d.get("name", d["id"])),
-                                     match=str(d.get("match", "")),
-                                     platform_version=tuple(int(x) for x in d.get("platform_version", [])),
-                                     scale_up=str(d.get("scale_up", "")))
+        hw.devices[d["id"]] = Device(
+            id=d["id"],
+            vendor=str(d.get("vendor", "")),
+            name=str(d.get("name", d["id"])),
+            match=str(d.get("match", "")),
+            platform_version=tuple(int(x) for x in d.get("platform_version", [])),
+            scale_up=str(d.get("scale_up", "")),
+        )
     for e in doc.get("link", []):
         _check_keys(path, "[[link]]", e, LINK_KEYS)
         if not e.get("device") or not e.get("link"):
             raise ProfanInputError(path, "a [[link]] entry needs device and link")
         hw.links[(e["device"], e["link"])] = LinkPrior(
-            device=e["device"], link=e["link"], usable_gbps=_num(path, e, "usable_gbps"),
-            peak_gbps=_num(path, e, "peak_gbps"), scope=str(e.get("scope", "")), measured=str(e.get("measured", "")),
-            source=str(e.get("source", "")), file=label)
+            device=e["device"],
+            link=e["link"],
+            usable_gbps=_num(path, e, "usable_gbps"),
+            peak_gbps=_num(path, e, "peak_gbps"),
+            scope=str(e.get("scope", "")),
+            measured=str(e.get("measured", "")),
+            source=str(e.get("source", "")),
+            file=label,
+        )
     if isinstance(doc.get("assume"), dict):
         hw.assume = {**doc["assume"], "_file": label}
 
@@ -149,6 +160,7 @@ def load(user: str | Path | None = None) -> Hardware:
         hw.files.append(str(p))
         dev = hw.assume.get("device")
         if dev is not None and dev not in hw.devices:
-            raise ProfanInputError(p, f"[assume] device {dev!r} is not a known device "
-                                      f"({', '.join(sorted(hw.devices))})")
+            raise ProfanInputError(
+                p, f"[assume] device {dev!r} is not a known device ({', '.join(sorted(hw.devices))})"
+            )
     return hw

@@ -5,7 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field, replace
 from typing import Any, Literal, get_args
 
-from profan.evidence import Evidence, typed
+from profan.model.evidence import Evidence, typed
 
 Severity = Literal["critical", "warning", "info"]
 SEVERITIES: tuple[Severity, ...] = get_args(Severity)  # most severe first
@@ -31,7 +31,7 @@ class Finding:
 
     def __post_init__(self) -> None:
         # imported here: the rule pack validates severities with this module's SEVERITIES
-        from profan.rulepack import builtin_check_ids
+        from profan.rulepack.pack import builtin_check_ids
 
         if self.check not in builtin_check_ids():
             raise ValueError(f"unknown check {str(self.check)[:60]!r} (not in rules/checks.toml)")
@@ -46,22 +46,41 @@ class Finding:
         return replace(self, id=fid)
 
     def sort_key(self) -> tuple:
-        return (SEVERITY_ORDER[self.severity], self.check, -1 if self.rank is None else self.rank,
-                -1 if self.step is None else self.step, self.title)
+        return (
+            SEVERITY_ORDER[self.severity],
+            self.check,
+            -1 if self.rank is None else self.rank,
+            -1 if self.step is None else self.step,
+            self.title,
+        )
 
     def to_dict(self) -> dict[str, Any]:
-        return {"id": self.id, "check": self.check, "severity": self.severity, "title": self.title,
-                "message": self.message, "rank": self.rank, "step": self.step, "metrics": self.metrics,
-                "evidence": [e.to_dict() for e in self.evidence]}
+        return {
+            "id": self.id,
+            "check": self.check,
+            "severity": self.severity,
+            "title": self.title,
+            "message": self.message,
+            "rank": self.rank,
+            "step": self.step,
+            "metrics": self.metrics,
+            "evidence": [e.to_dict() for e in self.evidence],
+        }
 
     @classmethod
     def from_dict(cls, d: dict[str, Any]) -> Finding:
         """A finding of a report read from a file, every field checked for its type (a report is untrusted)."""
-        return cls(check=typed(d, "check", str), severity=typed(d, "severity", str), title=typed(d, "title", str),
-                   message=typed(d, "message", str),
-                   evidence=tuple(Evidence.from_dict(e) for e in typed(d, "evidence", list)),
-                   rank=_optional_int(d, "rank"), step=_optional_int(d, "step"),
-                   metrics=typed(d, "metrics", dict, {}), id=typed(d, "id", str, ""))
+        return cls(
+            check=typed(d, "check", str),
+            severity=typed(d, "severity", str),
+            title=typed(d, "title", str),
+            message=typed(d, "message", str),
+            evidence=tuple(Evidence.from_dict(e) for e in typed(d, "evidence", list)),
+            rank=_optional_int(d, "rank"),
+            step=_optional_int(d, "step"),
+            metrics=typed(d, "metrics", dict, {}),
+            id=typed(d, "id", str, ""),
+        )
 
 
 def _optional_int(d: dict[str, Any], key: str) -> int | None:

@@ -12,7 +12,7 @@ from dataclasses import dataclass, fields, replace
 from pathlib import Path
 from typing import Any
 
-from profan.errors import ProfanInputError
+from profan.model.errors import ProfanInputError
 
 
 @dataclass(frozen=True)
@@ -39,8 +39,8 @@ class Limits:
 
 @functools.lru_cache(maxsize=1)
 def defaults() -> Limits:
-    from profan.paths import rules_dir
-    from profan.rulepack import load_toml
+    from profan.rulepack.pack import load_toml
+    from profan.rulepack.paths import rules_dir
 
     path = rules_dir() / "limits.toml"
     table = load_toml(path).get("limits", {})

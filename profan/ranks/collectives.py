@@ -24,21 +24,37 @@ from pathlib import Path
 
 import polars as pl
 
-from profan.classify import classify, rule_fields
-from profan.roles import Roles
-from profan.roles import defaults as default_roles
-from profan.rulepack import RulePack
+from profan.rulepack.classify import classify, rule_fields
+from profan.rulepack.pack import RulePack
+from profan.rulepack.roles import Roles
+from profan.rulepack.roles import defaults as default_roles
 from profan.sources import ascend_kernels
 from profan.sources.rowframe import stack
 
 WINDOW_LOCS = 5  # locators kept per (window, kernel)
 
-COLL_SCHEMA = {"cid": pl.Int64, "step": pl.Int64, "kind": pl.Utf8, "group": pl.Utf8, "seq": pl.Int64,
-               "name": pl.Utf8, "start_us": pl.Float64, "dur_us": pl.Float64, "wait_us": pl.Float64,
-               "win_start_us": pl.Float64, "file": pl.Utf8, "loc_kind": pl.Utf8, "loc": pl.Int64,
-               "pointer": pl.Utf8, "kfile": pl.Utf8, "kline": pl.Int64,
-               # the longest stretch without device work in the window, and the kernel rows around it
-               "gap_us": pl.Float64, "gap_prev_loc": pl.Int64, "gap_loc": pl.Int64}
+COLL_SCHEMA = {
+    "cid": pl.Int64,
+    "step": pl.Int64,
+    "kind": pl.Utf8,
+    "group": pl.Utf8,
+    "seq": pl.Int64,
+    "name": pl.Utf8,
+    "start_us": pl.Float64,
+    "dur_us": pl.Float64,
+    "wait_us": pl.Float64,
+    "win_start_us": pl.Float64,
+    "file": pl.Utf8,
+    "loc_kind": pl.Utf8,
+    "loc": pl.Int64,
+    "pointer": pl.Utf8,
+    "kfile": pl.Utf8,
+    "kline": pl.Int64,
+    # the longest stretch without device work in the window, and the kernel rows around it
+    "gap_us": pl.Float64,
+    "gap_prev_loc": pl.Int64,
+    "gap_loc": pl.Int64,
+}
 GAP_COLS = ("gap_us", "gap_prev_loc", "gap_loc")
 
 
@@ -64,6 +80,7 @@ def _next_op(batch: pl.DataFrame, colls: pl.DataFrame, by: tuple[str, ...]) -> p
     """``batch`` with ``cid``: the first op starting at or after each kernel (a binary search over the op starts
     — no join of the big table). Over a batch of ranks (``by``; the rows grouped by rank, as
     `_from_ops` stacks them) each rank's kernels are searched in that rank's ops."""
+
     def search(rows: pl.DataFrame, ops: pl.DataFrame) -> pl.DataFrame:
         cid = pl.lit(ops["start_us"]).search_sorted(pl.col("start_us"), side="left").cast(pl.Int64)
         return rows.with_columns(cid.alias("cid"))
@@ -72,8 +89,12 @@ def _next_op(batch: pl.DataFrame, colls: pl.DataFrame, by: tuple[str, ...]) -> p
         return search(batch, colls)
     ops = colls.partition_by(by, as_dict=True, maintain_order=True)
     empty = colls.clear()
-    return pl.concat([search(rows, ops.get(key, empty))
-                      for key, rows in batch.partition_by(by, as_dict=True, maintain_order=True).items()])
+    return pl.concat(
+        [
+            search(rows, ops.get(key, empty))
+            for key, rows in batch.partition_by(by, as_dict=True, maintain_order=True).items()
+        ]
+    )
 
 
 def _largest(loc: str, dur: str) -> list[pl.Expr]:
@@ -81,13 +102,15 @@ def _largest(loc: str, dur: str) -> list[pl.Expr]:
     ties by the earlier row (the same input cites the same rows), the two lists in the same order — `_merge_parts`
     pairs them up again."""
     order = pl.col(loc).sort_by([dur, loc], descending=[True, False], nulls_last=True)
-    return [order.head(WINDOW_LOCS).alias("locs"),
-            pl.col(dur).sort_by([dur, loc], descending=[True, False], nulls_last=True).head(WINDOW_LOCS)
-            .alias("loc_durs")]
+    return [
+        order.head(WINDOW_LOCS).alias("locs"),
+        pl.col(dur).sort_by([dur, loc], descending=[True, False], nulls_last=True).head(WINDOW_LOCS).alias("loc_durs"),
+    ]
 
 
-def _window_part(batch: pl.DataFrame, colls: pl.DataFrame, keys: list[str],
-                 seen: pl.DataFrame | None, by: tuple[str, ...] = ()) -> tuple[pl.DataFrame, pl.DataFrame]:
+def _window_part(
+    batch: pl.DataFrame, colls: pl.DataFrame, keys: list[str], seen: pl.DataFrame | None, by: tuple[str, ...] = ()
+) -> tuple[pl.DataFrame, pl.DataFrame]:
     """Per (window, kernel) partial aggregate of one batch, and per window its longest idle gap and last kernel.
 
     Each kernel goes to the first op starting at or after it (`_next_op`), and only if it started after the
@@ -95,33 +118,45 @@ def _window_part(batch: pl.DataFrame, colls: pl.DataFrame, keys: list[str],
     for its first kernel); windows already ``seen`` in an earlier batch (their keys) skip their first row here,
     whose predecessor is in that batch."""
     w = [*by, "cid"]
-    k = _next_op(batch, colls, by).join(colls.select(*w, pl.col("win_start_us").alias("_ws")), on=w,
-                                         maintain_order="left")
+    k = _next_op(batch, colls, by).join(
+        colls.select(*w, pl.col("win_start_us").alias("_ws")), on=w, maintain_order="left"
+    )
     k = k.filter(pl.col("_ws").is_null() | (pl.col("start_us") >= pl.col("_ws")))
-    agg = (k.group_by([*w, *keys])
-           .agg(pl.len().cast(pl.Int64).alias("count"), pl.col("dur_us").sum().alias("time_us"),
-                *_largest("loc", "dur_us")))
+    agg = k.group_by([*w, *keys]).agg(
+        pl.len().cast(pl.Int64).alias("count"), pl.col("dur_us").sum().alias("time_us"), *_largest("loc", "dur_us")
+    )
     k = k.sort(*w, "start_us").with_columns((pl.col("start_us") + pl.col("dur_us")).alias("_end"))
     prev_end = pl.col("_end").cum_max().shift(1).over(w)
-    first_here = (pl.struct(w).is_in(seen.select(pl.struct(w)).to_series().implode())
-                  if seen is not None else pl.lit(False))
+    first_here = (
+        pl.struct(w).is_in(seen.select(pl.struct(w)).to_series().implode()) if seen is not None else pl.lit(False)
+    )
     k = k.with_columns(
-        pl.when(prev_end.is_not_null()).then(pl.col("start_us") - prev_end)
-        .when(~first_here).then(pl.col("start_us") - pl.col("_ws")).alias("_gap"),
-        pl.col("loc").shift(1).over(w).alias("_prev"))
+        pl.when(prev_end.is_not_null())
+        .then(pl.col("start_us") - prev_end)
+        .when(~first_here)
+        .then(pl.col("start_us") - pl.col("_ws"))
+        .alias("_gap"),
+        pl.col("loc").shift(1).over(w).alias("_prev"),
+    )
     gaps = k.group_by(w).agg(
-        pl.col("_gap").max().alias("gap_us"), pl.col("_prev").sort_by("_gap").last().alias("gap_prev_loc"),
-        pl.col("loc").sort_by("_gap").last().alias("gap_loc"), pl.col("_end").max().alias("last_end"),
-        pl.col("loc").sort_by("_end").last().alias("last_loc"))
+        pl.col("_gap").max().alias("gap_us"),
+        pl.col("_prev").sort_by("_gap").last().alias("gap_prev_loc"),
+        pl.col("loc").sort_by("_gap").last().alias("gap_loc"),
+        pl.col("_end").max().alias("last_end"),
+        pl.col("loc").sort_by("_end").last().alias("last_loc"),
+    )
     return agg, gaps
 
 
 def _merge_gaps(gaps: list[pl.DataFrame], by: tuple[str, ...] = ()) -> pl.DataFrame:
     g = pl.concat(gaps)
     return g.group_by(*by, "cid").agg(
-        pl.col("gap_us").max(), pl.col("gap_prev_loc").sort_by("gap_us", nulls_last=False).last(),
-        pl.col("gap_loc").sort_by("gap_us", nulls_last=False).last(), pl.col("last_end").max(),
-        pl.col("last_loc").sort_by("last_end").last())
+        pl.col("gap_us").max(),
+        pl.col("gap_prev_loc").sort_by("gap_us", nulls_last=False).last(),
+        pl.col("gap_loc").sort_by("gap_us", nulls_last=False).last(),
+        pl.col("last_end").max(),
+        pl.col("last_loc").sort_by("last_end").last(),
+    )
 
 
 def _with_gaps(colls: pl.DataFrame, gaps: pl.DataFrame | None, by: tuple[str, ...] = ()) -> pl.DataFrame:
@@ -134,7 +169,8 @@ def _with_gaps(colls: pl.DataFrame, gaps: pl.DataFrame | None, by: tuple[str, ..
     c = c.with_columns(
         pl.when(use_trailing).then(trailing).otherwise(pl.col("gap_us")).alias("gap_us"),
         pl.when(use_trailing).then(pl.col("last_loc")).otherwise(pl.col("gap_prev_loc")).alias("gap_prev_loc"),
-        pl.when(use_trailing).then(pl.col("kline")).otherwise(pl.col("gap_loc")).alias("gap_loc"))
+        pl.when(use_trailing).then(pl.col("kline")).otherwise(pl.col("gap_loc")).alias("gap_loc"),
+    )
     return c.select(*by, *COLL_SCHEMA)
 
 
@@ -144,8 +180,13 @@ def _merge_parts(parts: list[pl.DataFrame], keys: list[str], by: tuple[str, ...]
     allp = pl.concat(parts)
     g = [*by, "cid", *keys]
     sums = allp.group_by(g).agg(pl.col("count").sum(), pl.col("time_us").sum())
-    tops = (allp.select(*g, "locs", "loc_durs").explode(["locs", "loc_durs"]).drop_nulls(["locs"])
-            .group_by(g).agg(*_largest("locs", "loc_durs")))
+    tops = (
+        allp.select(*g, "locs", "loc_durs")
+        .explode(["locs", "loc_durs"])
+        .drop_nulls(["locs"])
+        .group_by(g)
+        .agg(*_largest("locs", "loc_durs"))
+    )
     return sums.join(tops, on=g, how="left", nulls_equal=True)
 
 
@@ -153,25 +194,35 @@ def _cap(win: pl.DataFrame, by: tuple[str, ...] = ()) -> pl.DataFrame:
     """Keep the WINDOW_KERNELS largest kernels of each window; fold the rest into '(other)' per bucket, so long
     profiles (thousands of windows) stay small while window and bucket totals stay exact."""
     # rank by time, ties by name: which kernels stay named must not depend on the grouping's row order
-    win = (win.sort([*by, "cid", "time_us", "name"], descending=[*[False] * len(by), False, True, False],
-                    nulls_last=True)
-           .with_columns(pl.int_range(1, pl.len() + 1).over(*by, "cid").alias("_r")))
+    win = win.sort(
+        [*by, "cid", "time_us", "name"], descending=[*[False] * len(by), False, True, False], nulls_last=True
+    ).with_columns(pl.int_range(1, pl.len() + 1).over(*by, "cid").alias("_r"))
     keep = win.filter(pl.col("_r") <= WINDOW_KERNELS).drop("_r")
     rest = win.filter(pl.col("_r") > WINDOW_KERNELS)
     if rest.is_empty():
         return keep
     folded = rest.group_by(*by, "cid", "bucket").agg(
-        pl.col("count").sum(), pl.col("time_us").sum(),
-        pl.col("locs").list.explode(keep_nulls=False, empty_as_null=False).head(WINDOW_LOCS))
-    folded = folded.with_columns(pl.lit("(other)").alias("op"), pl.lit("(other kernels)").alias("name"),
-                                 pl.lit(None, pl.Utf8).alias("type"), pl.lit(None, pl.Utf8).alias("core"),
-                                 pl.lit(None, pl.Utf8).alias("rule_id"))
+        pl.col("count").sum(),
+        pl.col("time_us").sum(),
+        pl.col("locs").list.explode(keep_nulls=False, empty_as_null=False).head(WINDOW_LOCS),
+    )
+    folded = folded.with_columns(
+        pl.lit("(other)").alias("op"),
+        pl.lit("(other kernels)").alias("name"),
+        pl.lit(None, pl.Utf8).alias("type"),
+        pl.lit(None, pl.Utf8).alias("core"),
+        pl.lit(None, pl.Utf8).alias("rule_id"),
+    )
     return pl.concat([keep, folded], how="diagonal_relaxed")
 
 
-def _stream_windows(src: pl.LazyFrame | list[pl.DataFrame], colls: pl.DataFrame, keys: list[str],
-                    by: tuple[str, ...] = (), also: pl.Expr | None = None
-                    ) -> tuple[pl.DataFrame, float | pl.DataFrame | None, pl.DataFrame | None, pl.DataFrame | None]:
+def _stream_windows(
+    src: pl.LazyFrame | list[pl.DataFrame],
+    colls: pl.DataFrame,
+    keys: list[str],
+    by: tuple[str, ...] = (),
+    also: pl.Expr | None = None,
+) -> tuple[pl.DataFrame, float | pl.DataFrame | None, pl.DataFrame | None, pl.DataFrame | None]:
     """One pass over the kernel rows, a batch at a time: (window parts merged, first kernel start — per rank
     (``by``) over a batch of ranks —, rows matching ``also`` — e.g. the HCCL rows —, longest gap per window).
     ``src``: batches already in memory (no streaming engine run, whose set-up a cluster of small ranks would pay
@@ -203,8 +254,7 @@ def _stream_windows(src: pl.LazyFrame | list[pl.DataFrame], colls: pl.DataFrame,
         for batch in src:
             take(batch)
     win = _merge_parts(parts, keys, by) if parts else pl.DataFrame()
-    return (win, _first_start(firsts, by), pl.concat(extra) if extra else None,
-            _merge_gaps(gaps, by) if gaps else None)
+    return (win, _first_start(firsts, by), pl.concat(extra) if extra else None, _merge_gaps(gaps, by) if gaps else None)
 
 
 def _first_start(firsts: list[pl.DataFrame], by: tuple[str, ...]) -> float | pl.DataFrame | None:
@@ -220,40 +270,63 @@ def _classify(win: pl.DataFrame, rules: list, groups: pl.DataFrame | None) -> pl
     only the columns a window keeps (the same kernel gets the same verdict, without running the rule chain
     again), classified afresh for any kernel the groups lack."""
     fields = rule_fields(rules)
-    if (groups is None or "bucket" not in groups.columns or not fields
-            or not set(fields) <= {"op", "name", "type", "core"}):
+    if (
+        groups is None
+        or "bucket" not in groups.columns
+        or not fields
+        or not set(fields) <= {"op", "name", "type", "core"}
+    ):
         return classify(win, rules)
     known = groups.select(*fields, "bucket", "rule_id").unique(fields, keep="first", maintain_order=True)
     win = win.join(known, on=fields, how="left", nulls_equal=True, maintain_order="left")
     missing = win["bucket"].is_null()
     if not missing.any():
         return win
-    return pl.concat([win.filter(~missing), classify(win.filter(missing).drop("bucket", "rule_id"), rules)],
-                     how="diagonal_relaxed")
+    return pl.concat(
+        [win.filter(~missing), classify(win.filter(missing).drop("bucket", "rule_id"), rules)], how="diagonal_relaxed"
+    )
 
 
-def _finish_windows(win: pl.DataFrame, colls: pl.DataFrame, first: float | pl.DataFrame | None, pack: RulePack,
-                    rules_for: str, loc_file: str | pl.Expr, loc_kind: str, groups: pl.DataFrame | None = None,
-                    by: tuple[str, ...] = ()) -> tuple[pl.DataFrame, pl.DataFrame]:
+def _finish_windows(
+    win: pl.DataFrame,
+    colls: pl.DataFrame,
+    first: float | pl.DataFrame | None,
+    pack: RulePack,
+    rules_for: str,
+    loc_file: str | pl.Expr,
+    loc_kind: str,
+    groups: pl.DataFrame | None = None,
+    by: tuple[str, ...] = (),
+) -> tuple[pl.DataFrame, pl.DataFrame]:
     """Classify and cap the windows; the first op's window starts at the rank's first kernel. Over a batch of
     ranks (``by``): ``first`` holds each rank's first start (ranks with windows only), ``loc_file`` each rank's
     file as an expression."""
     if isinstance(first, pl.DataFrame):
-        colls = (colls.join(first.rename({"first": "_first"}), on=list(by), how="left", maintain_order="left")
-                 .with_columns(pl.col("win_start_us").fill_null(pl.col("_first"))).drop("_first"))
+        colls = (
+            colls.join(first.rename({"first": "_first"}), on=list(by), how="left", maintain_order="left")
+            .with_columns(pl.col("win_start_us").fill_null(pl.col("_first")))
+            .drop("_first")
+        )
     elif first is not None:
         colls = colls.with_columns(pl.col("win_start_us").fill_null(first))
     if "bucket" not in win.columns:  # not yet classified by the source
         win = _classify(win, pack.rules_for(rules_for), groups)
     file = loc_file if isinstance(loc_file, pl.Expr) else pl.lit(loc_file)
     win = _cap(win.drop("loc_durs", strict=False), by).with_columns(
-        pl.col("count").cast(pl.Int64), file.alias("loc_file"), pl.lit(loc_kind).alias("loc_kind"))
+        pl.col("count").cast(pl.Int64), file.alias("loc_file"), pl.lit(loc_kind).alias("loc_kind")
+    )
     return win.sort(*by, "cid", "time_us", descending=[*[False] * len(by), False, True]), colls
 
 
-def build_windows(kernels: pl.DataFrame | pl.LazyFrame, colls: pl.DataFrame, pack: RulePack, rules_for: str,
-                  loc_file: str, loc_kind: str, groups: pl.DataFrame | None = None
-                  ) -> tuple[pl.DataFrame, pl.DataFrame]:
+def build_windows(
+    kernels: pl.DataFrame | pl.LazyFrame,
+    colls: pl.DataFrame,
+    pack: RulePack,
+    rules_for: str,
+    loc_file: str,
+    loc_kind: str,
+    groups: pl.DataFrame | None = None,
+) -> tuple[pl.DataFrame, pl.DataFrame]:
     """Assign compute kernels to the next communication op's window; aggregate per (window, kernel).
 
     ``kernels``: start_us, dur_us, op, name, type, core, loc (and bucket, rule_id when already classified).
@@ -279,18 +352,37 @@ def _hccl_rows_from_groups(groups: pl.DataFrame | None, roles: Roles | None = No
     g = groups.filter((roles or default_roles()).is_comm())
     if g.is_empty() or (g["count"] > 1).any():
         return None
-    return g.select("step", "name", pl.col("first_start_us").alias("start_us"), pl.col("time_us").alias("dur_us"),
-                    pl.col("lines").list.first().alias("loc"))
+    return g.select(
+        "step",
+        "name",
+        pl.col("first_start_us").alias("start_us"),
+        pl.col("time_us").alias("dur_us"),
+        pl.col("lines").list.first().alias("loc"),
+    )
 
 
 def _colls_from_ops(ops: pl.DataFrame, file: pl.Expr, kfile: pl.Expr, by: tuple[str, ...] = ()) -> pl.DataFrame:
     """The collectives of communication.json's ops (`ascend_comm.tables`) with a start, numbered (`_finish`);
     ``file``/``kfile``: the communication and kernel file each op is cited in."""
-    return _finish(ops.filter(pl.col("start_us").is_not_null()).select(
-        *by, "step", "kind", pl.coalesce("group_hash", pl.lit("?")).alias("group"), pl.col("op_name").alias("name"),
-        "start_us", (pl.col("elapse_ms") * 1000).alias("dur_us"), (pl.col("wait_ms") * 1000).alias("wait_us"),
-        file.alias("file"), pl.lit("pointers").alias("loc_kind"), pl.lit(None, pl.Int64).alias("loc"),
-        "pointer", kfile.alias("kfile"), pl.lit(None, pl.Int64).alias("kline")), by)
+    return _finish(
+        ops.filter(pl.col("start_us").is_not_null()).select(
+            *by,
+            "step",
+            "kind",
+            pl.coalesce("group_hash", pl.lit("?")).alias("group"),
+            pl.col("op_name").alias("name"),
+            "start_us",
+            (pl.col("elapse_ms") * 1000).alias("dur_us"),
+            (pl.col("wait_ms") * 1000).alias("wait_us"),
+            file.alias("file"),
+            pl.lit("pointers").alias("loc_kind"),
+            pl.lit(None, pl.Int64).alias("loc"),
+            "pointer",
+            kfile.alias("kfile"),
+            pl.lit(None, pl.Int64).alias("kline"),
+        ),
+        by,
+    )
 
 
 @dataclass
@@ -309,8 +401,9 @@ class AscendRank:
     timed: pl.DataFrame | None
 
 
-def ascend_collectives(ranks: list[AscendRank], pack: RulePack
-                       ) -> list[tuple[pl.DataFrame | None, pl.DataFrame | None]]:
+def ascend_collectives(
+    ranks: list[AscendRank], pack: RulePack
+) -> list[tuple[pl.DataFrame | None, pl.DataFrame | None]]:
     """(collectives, windows) of each Ascend rank, from communication.json and/or kernel_details.csv.
 
     Ranks whose ops come from communication.json are computed as one table keyed by rank (`_from_ops`): each
@@ -352,25 +445,39 @@ def _from_ops(ranks: list[AscendRank], pack: RulePack) -> list[tuple[pl.DataFram
     by, f = ("_f",), pl.col("_f")
     ops = stack([r.comm_ops for r in ranks], {"_f": list(range(len(ranks)))}, how="vertical")
     kfile = f.replace_strict({i: r.kernel_file for i, r in enumerate(ranks)}, return_dtype=pl.Utf8)
-    colls = _colls_from_ops(ops, f.replace_strict({i: r.comm_file for i, r in enumerate(ranks)},
-                                                  return_dtype=pl.Utf8), kfile, by)
+    colls = _colls_from_ops(
+        ops, f.replace_strict({i: r.comm_file for i, r in enumerate(ranks)}, return_dtype=pl.Utf8), kfile, by
+    )
     rows = _rows_of(ranks)
     windows = None
     if rows is not None:
         win, first, krows, gaps = _stream_windows(rows, colls, ["op", "name", "type", "core"], by, pack.roles.is_comm())
         if krows is not None:  # ranks without HCCL rows keep kline null
             lines = krows.group_by(*by, "step", "name").agg(pl.col("loc").min().alias("kline"))
-            colls = colls.drop("kline").join(lines, on=[*by, "step", "name"], how="left", nulls_equal=True,
-                                             maintain_order="left").select(*by, *COLL_SCHEMA)
+            colls = (
+                colls.drop("kline")
+                .join(lines, on=[*by, "step", "name"], how="left", nulls_equal=True, maintain_order="left")
+                .select(*by, *COLL_SCHEMA)
+            )
         if not win.is_empty():  # the first window starts at the rank's first kernel: ranks with windows only
             first = first.join(win.select(by).unique(), on=list(by))
             groups = [r.groups for r in ranks if r.groups is not None]  # a verdict depends on the kernel alone
-            windows, colls = _finish_windows(win, colls, first, pack, "ascend", kfile, "lines",
-                                             pl.concat(groups, how="diagonal_relaxed") if groups else None, by)
+            windows, colls = _finish_windows(
+                win,
+                colls,
+                first,
+                pack,
+                "ascend",
+                kfile,
+                "lines",
+                pl.concat(groups, how="diagonal_relaxed") if groups else None,
+                by,
+            )
             colls = _with_gaps(colls, gaps, by)
     out_c = colls.partition_by("_f", as_dict=True, include_key=False, maintain_order=True)
-    out_w = windows.partition_by("_f", as_dict=True, include_key=False, maintain_order=True) \
-        if windows is not None else {}
+    out_w = (
+        windows.partition_by("_f", as_dict=True, include_key=False, maintain_order=True) if windows is not None else {}
+    )
     empty = colls.clear().drop("_f")
     return [(out_c.get((i,), empty), out_w.get((i,))) for i in range(len(ranks))]
 
@@ -408,21 +515,31 @@ def _from_hccl_rows(r: AscendRank, pack: RulePack) -> tuple[pl.DataFrame | None,
     is_comm = pack.roles.is_comm()
     krows = _hccl_rows_from_groups(r.groups, pack.roles)
     if krows is None:
-        krows = (lf.lazy().filter(is_comm).select("step", "name", "start_us", "dur_us", "loc")
-                 .collect(engine="streaming"))
+        krows = (
+            lf.lazy().filter(is_comm).select("step", "name", "start_us", "dur_us", "loc").collect(engine="streaming")
+        )
     if krows.is_empty():
         return None, None
     colls = krows.select(
-        "step", pl.when(pl.col("name").str.contains(pack.roles.p2p_ops)).then(pl.lit("p2p"))
-        .otherwise(pl.lit("collective")).alias("kind"),
-        ("tag:" + pl.col("name").str.extract(pack.roles.hccl_group_tag, 1).fill_null("?")).alias("group"), "name",
+        "step",
+        pl.when(pl.col("name").str.contains(pack.roles.p2p_ops))
+        .then(pl.lit("p2p"))
+        .otherwise(pl.lit("collective"))
+        .alias("kind"),
+        ("tag:" + pl.col("name").str.extract(pack.roles.hccl_group_tag, 1).fill_null("?")).alias("group"),
+        "name",
         "start_us",
-        "dur_us", pl.lit(None, pl.Float64).alias("wait_us"), pl.lit(r.kernel_file).alias("file"),
-        pl.lit("lines").alias("loc_kind"), "loc", pl.lit(None, pl.Utf8).alias("pointer"),
-        pl.lit(r.kernel_file).alias("kfile"), pl.col("loc").alias("kline"))
+        "dur_us",
+        pl.lit(None, pl.Float64).alias("wait_us"),
+        pl.lit(r.kernel_file).alias("file"),
+        pl.lit("lines").alias("loc_kind"),
+        "loc",
+        pl.lit(None, pl.Utf8).alias("pointer"),
+        pl.lit(r.kernel_file).alias("kfile"),
+        pl.col("loc").alias("kline"),
+    )
     colls = _finish(colls.select([c for c in COLL_SCHEMA if c not in ("cid", "seq", "win_start_us", *GAP_COLS)]))
-    windows, colls = build_windows(lf.filter(~is_comm), colls, pack, "ascend", r.kernel_file or "", "lines",
-                                   r.groups)
+    windows, colls = build_windows(lf.filter(~is_comm), colls, pack, "ascend", r.kernel_file or "", "lines", r.groups)
     return colls, (windows if not windows.is_empty() else None)
 
 
@@ -438,14 +555,33 @@ def kineto_collectives(path: Path, trace_file: str, pack: RulePack) -> tuple[pl.
     if k.is_empty():
         return None, None
     colls = k.select(
-        "step", pl.lit("collective").alias("kind"), pl.coalesce("pg_name", pl.lit("nccl")).alias("group"), "name",
-        pl.col("ts_us").alias("start_us"), "dur_us", pl.lit(None, pl.Float64).alias("wait_us"),
-        pl.lit(trace_file).alias("file"), pl.lit("events").alias("loc_kind"), pl.col("event_idx").alias("loc"),
-        pl.lit(None, pl.Utf8).alias("pointer"), pl.lit(trace_file).alias("kfile"), pl.col("event_idx").alias("kline"))
+        "step",
+        pl.lit("collective").alias("kind"),
+        pl.coalesce("pg_name", pl.lit("nccl")).alias("group"),
+        "name",
+        pl.col("ts_us").alias("start_us"),
+        "dur_us",
+        pl.lit(None, pl.Float64).alias("wait_us"),
+        pl.lit(trace_file).alias("file"),
+        pl.lit("events").alias("loc_kind"),
+        pl.col("event_idx").alias("loc"),
+        pl.lit(None, pl.Utf8).alias("pointer"),
+        pl.lit(trace_file).alias("kfile"),
+        pl.col("event_idx").alias("kline"),
+    )
     colls = _finish(colls)
     dev = kineto.classify_events(kt.device, pack.rules_for("gpu"))
     kernels = dev.filter(~pl.col("event_idx").is_in(k["event_idx"].implode())).select(
-        "step", "op", "name", "type", "core", "bucket", "rule_id", pl.col("ts_us").alias("start_us"), "dur_us",
-        pl.col("event_idx").alias("loc"))
+        "step",
+        "op",
+        "name",
+        "type",
+        "core",
+        "bucket",
+        "rule_id",
+        pl.col("ts_us").alias("start_us"),
+        "dur_us",
+        pl.col("event_idx").alias("loc"),
+    )
     windows, colls = build_windows(kernels, colls, pack, "gpu", trace_file, "events")
     return colls, windows

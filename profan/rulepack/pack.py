@@ -13,12 +13,12 @@ from typing import Any
 import polars as pl
 import tomllib
 
-from profan.errors import ProfanInputError
-from profan.findings import SEVERITIES, Severity
-from profan.limits import Limits, defaults
-from profan.paths import rules_dir
-from profan.roles import Roles
-from profan.roles import defaults as default_roles
+from profan.model.errors import ProfanInputError
+from profan.model.findings import SEVERITIES, Severity
+from profan.rulepack.limits import Limits, defaults
+from profan.rulepack.paths import rules_dir
+from profan.rulepack.roles import Roles
+from profan.rulepack.roles import defaults as default_roles
 
 MATCH_FIELDS = ("op", "name", "type", "core", "context")  # context: the CPU op that launched a GPU kernel (traces)
 
@@ -100,8 +100,9 @@ def _validate_regex(path: Path, rule_id: str, pattern: str) -> None:
     try:
         pl.Series([""]).str.contains(pattern)
     except Exception as exc:  # polars raises ComputeError with the regex parser's message
-        raise ProfanInputError(path, f"rule {rule_id}: invalid regular expression {pattern!r}: "
-                                     f"{str(exc).splitlines()[0]}") from None
+        raise ProfanInputError(
+            path, f"rule {rule_id}: invalid regular expression {pattern!r}: {str(exc).splitlines()[0]}"
+        ) from None
 
 
 def load_toml(path: Path, what: str = "rules file") -> dict[str, Any]:
@@ -123,22 +124,37 @@ def _read_rules(path: Path, doc: dict[str, Any], seen: set[str]) -> tuple[list[B
     rules = []
     for i, r in enumerate(_tables(path, doc, "rule"), start=1):
         rid = r.get("id")
-        if (not isinstance(rid, str) or not rid or not isinstance(r.get("bucket"), str) or not r["bucket"]
-                or not isinstance(r.get("match"), dict) or not r["match"]):
+        if (
+            not isinstance(rid, str)
+            or not rid
+            or not isinstance(r.get("bucket"), str)
+            or not r["bucket"]
+            or not isinstance(r.get("match"), dict)
+            or not r["match"]
+        ):
             raise ProfanInputError(path, f"rule #{i} needs a text id, a text bucket and a non-empty match table")
         if rid in seen:
             raise ProfanInputError(path, f"rule id {rid} is defined twice")
         bad = [k for k in r["match"] if k not in MATCH_FIELDS]
         if bad:
-            raise ProfanInputError(path, f"rule {rid}: unknown match field(s) {', '.join(bad)} "
-                                         f"(use {', '.join(MATCH_FIELDS)})")
+            raise ProfanInputError(
+                path, f"rule {rid}: unknown match field(s) {', '.join(bad)} (use {', '.join(MATCH_FIELDS)})"
+            )
         for pattern in r["match"].values():
             _validate_regex(path, rid, str(pattern))
         seen.add(rid)
-        rules.append(BucketRule(id=rid, name=r.get("name", rid), bucket=r["bucket"],
-                                match={k: str(v) for k, v in r["match"].items()}, why=r.get("why", ""),
-                                example=r.get("example", ""), applies_to=str(r.get("applies_to", applies)),
-                                source=path.name))
+        rules.append(
+            BucketRule(
+                id=rid,
+                name=r.get("name", rid),
+                bucket=r["bucket"],
+                match={k: str(v) for k, v in r["match"].items()},
+                why=r.get("why", ""),
+                example=r.get("example", ""),
+                applies_to=str(r.get("applies_to", applies)),
+                source=path.name,
+            )
+        )
     return rules, applies, list(pack.get("buckets", []))
 
 
@@ -195,15 +211,21 @@ def _check_overrides(user: Check, builtin: dict[str, Any]) -> None:
     misspelt name or a threshold of text would otherwise be ignored, or fail deep inside an analysis)."""
     for key, value in user.params.items():
         if key not in builtin:
-            raise ProfanInputError(user.source, f"check {user.id} has no setting {key!r}; it has "
-                                                f"{', '.join(sorted(builtin)) or 'none'}")
+            raise ProfanInputError(
+                user.source, f"check {user.id} has no setting {key!r}; it has {', '.join(sorted(builtin)) or 'none'}"
+            )
         want = builtin[key]
         number = (int, float)
-        ok = (isinstance(value, number) and not isinstance(value, bool) if isinstance(want, number)
-              and not isinstance(want, bool) else isinstance(value, type(want)))
+        ok = (
+            isinstance(value, number) and not isinstance(value, bool)
+            if isinstance(want, number) and not isinstance(want, bool)
+            else isinstance(value, type(want))
+        )
         if not ok:
-            raise ProfanInputError(user.source, f"check {user.id}: {key} must be a {type(want).__name__} like "
-                                                f"{want!r}, not {str(value)[:40]!r}")
+            raise ProfanInputError(
+                user.source,
+                f"check {user.id}: {key} must be a {type(want).__name__} like {want!r}, not {str(value)[:40]!r}",
+            )
 
 
 @functools.cache
@@ -219,8 +241,9 @@ def _check_severities(path: Path | str, cid: str, params: dict[str, Any]) -> Non
             continue
         for v in value.values() if isinstance(value, dict) else [value]:
             if v not in SEVERITIES:
-                raise ProfanInputError(path, f"check {cid}: {key} must be one of {', '.join(SEVERITIES)}, not "
-                                             f"{str(v)[:40]!r}")
+                raise ProfanInputError(
+                    path, f"check {cid}: {key} must be one of {', '.join(SEVERITIES)}, not {str(v)[:40]!r}"
+                )
 
 
 def _check_supersedes(pack: RulePack) -> None:
@@ -228,8 +251,10 @@ def _check_supersedes(pack: RulePack) -> None:
     for c in pack.checks.values():
         wrong = [x for x in c.params.get("supersedes", ()) if x not in pack.checks]
         if not isinstance(c.params.get("supersedes", []), list) or wrong:
-            raise ProfanInputError(c.source, f"check {c.id}: supersedes must list check ids, not "
-                                             f"{str(wrong or c.params['supersedes'])[:60]}")
+            raise ProfanInputError(
+                c.source,
+                f"check {c.id}: supersedes must list check ids, not {str(wrong or c.params['supersedes'])[:60]}",
+            )
 
 
 def _add_check(pack: RulePack, path: Path, c: dict[str, Any], *, override: bool) -> None:
@@ -245,10 +270,11 @@ def _add_check(pack: RulePack, path: Path, c: dict[str, Any], *, override: bool)
         # entry: setting one transport's or one pipe's value keeps the others)
         existing = pack.checks[cid]
         _check_overrides(existing, params)
-        merged = {**params, **{k: {**params[k], **v} if isinstance(v, dict) else v
-                               for k, v in existing.params.items()}}
-        pack.checks[cid] = Check(cid, c.get("name", cid), c.get("detects", ""), c.get("why", ""), merged,
-                                 existing.source)
+        merged = {**params, **{k: {**params[k], **v} if isinstance(v, dict) else v for k, v in existing.params.items()}}
+        pack.checks[cid] = Check(
+            cid, c.get("name", cid), c.get("detects", ""), c.get("why", ""), merged, existing.source
+        )
         return
-    pack.checks[cid] = Check(cid, c.get("name", cid), c.get("detects", ""), c.get("why", ""), params,
-                             str(path) if override else path.name)
+    pack.checks[cid] = Check(
+        cid, c.get("name", cid), c.get("detects", ""), c.get("why", ""), params, str(path) if override else path.name
+    )

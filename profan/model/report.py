@@ -11,8 +11,8 @@ from typing import Any
 
 import polars as pl
 
-from profan.evidence import typed
-from profan.findings import SEVERITIES, Finding, Severity
+from profan.model.evidence import typed
+from profan.model.findings import SEVERITIES, Finding, Severity
 
 SCHEMA = "profan.report/1"
 
@@ -48,18 +48,19 @@ class Report:
         """The ``profan.report/1`` document. ``rows`` turns each table into its JSON value (default `records`:
         a list of row dicts); the JSON renderer passes one that has polars write the table's JSON instead."""
         rows = rows or records  # tables are made JSON-safe column by column, not by `clean`
-        out: dict[str, Any] = clean({
-            "schema": SCHEMA,
-            "source": self.source,
-            "findings": [f.to_dict() for f in self.findings],
-            "warnings": self.warnings,
-            "notes": self.notes,
-            "meta": self.meta,
-        })
+        out: dict[str, Any] = clean(
+            {
+                "schema": SCHEMA,
+                "source": self.source,
+                "findings": [f.to_dict() for f in self.findings],
+                "warnings": self.warnings,
+                "notes": self.notes,
+                "meta": self.meta,
+            }
+        )
         out["breakdown"] = rows(self.breakdown)
         out["tables"] = {k: rows(v) for k, v in self.tables.items() if k != "breakdown"}
-        return {k: out[k] for k in ("schema", "source", "breakdown", "findings", "warnings", "notes", "meta",
-                                    "tables")}
+        return {k: out[k] for k in ("schema", "source", "breakdown", "findings", "warnings", "notes", "meta", "tables")}
 
 
 def records(df: pl.DataFrame) -> list[dict[str, Any]]:
@@ -96,8 +97,11 @@ def _json_safe(df: pl.DataFrame) -> pl.DataFrame | None:
             exprs.append(_json_float(col).alias(name))
         elif isinstance(dtype, pl.List) and dtype.inner.is_float():
             exprs.append(col.list.eval(_json_float(pl.element())).alias(name))
-        elif not (dtype.is_numeric() or dtype in (pl.String, pl.Boolean, pl.Null)
-                  or (isinstance(dtype, pl.List) and (dtype.inner.is_numeric() or dtype.inner == pl.String))):
+        elif not (
+            dtype.is_numeric()
+            or dtype in (pl.String, pl.Boolean, pl.Null)
+            or (isinstance(dtype, pl.List) and (dtype.inner.is_numeric() or dtype.inner == pl.String))
+        ):
             return None
     return df.with_columns(exprs) if exprs else df
 
@@ -133,6 +137,11 @@ def from_dict(d: dict[str, Any]) -> Report:
             tables["breakdown"] = pl.DataFrame(d["breakdown"])
     except (pl.exceptions.PolarsError, TypeError, ValueError) as exc:
         raise ValueError(f"a table is not a list of rows ({str(exc)[:80]})") from None
-    return Report(source=typed(d, "source", dict), findings=[Finding.from_dict(f) for f in typed(d, "findings", list)],
-                  tables=tables, warnings=typed(d, "warnings", list, []), notes=typed(d, "notes", list, []),
-                  meta=typed(d, "meta", dict, {}))
+    return Report(
+        source=typed(d, "source", dict),
+        findings=[Finding.from_dict(f) for f in typed(d, "findings", list)],
+        tables=tables,
+        warnings=typed(d, "warnings", list, []),
+        notes=typed(d, "notes", list, []),
+        meta=typed(d, "meta", dict, {}),
+    )
