@@ -21,7 +21,7 @@ import polars as pl
 
 from profan import trust
 from profan.analyses import steps as steps_mod
-from profan.analyses.common import kernel_table, ms, pct, top_lines_frame
+from profan.analyses.common import graded, kernel_table, ms, pct, top_lines_frame
 from profan.model.errors import ProfanInputError
 from profan.model.evidence import MAX_CITED, Evidence, cite_events, cite_lines, file_sizes
 from profan.model.findings import Finding, number_findings
@@ -333,7 +333,7 @@ def build_compare(sa: Side, sb: Side, pack: RulePack, common: Path, mode: str, t
         / max(1, len(sb.steps))
         / max(1, len(sb.ranks))
     )
-    findings = [_total_finding(total_a, total_b, steps_t, buckets, sa, sb)]
+    findings = [_total_finding(total_a, total_b, steps_t, buckets, sa, sb, pack)]
     findings += _regression_findings(buckets, kernels, total_a, pack)
     findings += _new_missing_findings(kernels, total_a, pack)
     tables = {
@@ -479,7 +479,7 @@ def _steps_pair(a: pl.DataFrame, b: pl.DataFrame) -> pl.DataFrame:
     )
 
 
-def _total_finding(total_a, total_b, steps_t, buckets, sa: Side, sb: Side) -> Finding | None:
+def _total_finding(total_a, total_b, steps_t, buckets, sa: Side, sb: Side, pack: RulePack) -> Finding | None:
     delta = total_b - total_a
     evidence: list[Evidence] = []
     step_txt = ""
@@ -529,7 +529,7 @@ def _total_finding(total_a, total_b, steps_t, buckets, sa: Side, sb: Side) -> Fi
         return None
     return Finding(
         check=CHECK,
-        severity="info",
+        severity=pack.check(CHECK).severity_for("total"),
         title=(
             f"B vs A: summed kernel time per step {ms(total_a)} → {ms(total_b)} "
             f"({pct(delta / total_a if total_a else None)})"
@@ -558,15 +558,8 @@ def _regression_findings(buckets: pl.DataFrame, kernels: pl.DataFrame, total_a: 
     for row in moved.head(chk["max_findings"]).iter_rows(named=True):
         up = row["delta_us"] > 0
         share = abs(row["delta_us"]) / total_a if total_a else None
-        sev = (
-            "info"
-            if not up
-            else "critical"
-            if share is not None and share >= chk["critical_share"]
-            else "warning"
-            if share is not None and share >= chk["warning_share"]
-            else "info"
-        )
+        graded_up = graded(share, chk) if up and share is not None else None
+        sev = graded_up or chk.severity_for("regression" if up else "improvement")
         ks = kernels.filter(
             (pl.col("bucket") == row["bucket"])
             & ((pl.col("delta_us") > 0) if up else (pl.col("delta_us") < 0))
@@ -701,7 +694,7 @@ def _new_missing_findings(kernels: pl.DataFrame, total_a: float, pack: RulePack)
         out.append(
             Finding(
                 check=CHECK,
-                severity="info",
+                severity=pack.check(CHECK).severity_for("one_side"),
                 title=f"{rows.height} kernel(s) {word}, {ms(float(rows[f'{p}_time_us'].sum()))} per step",
                 message=f"Kernels {word} (per step and rank): {txt}.",
                 metrics={

@@ -148,7 +148,7 @@ def nccl_findings(
         out.append(
             Finding(
                 check=chk.id,
-                severity="info",
+                severity=chk.severity,
                 rank=rank,
                 title=(
                     f"Rank {rank}: {g.height} NCCL {kind}(s), busbw {float(bus.min()):.2f}–{float(bus.max()):.2f} GB/s"
