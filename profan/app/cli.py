@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import json
 import os
-import re
 import sys
 from pathlib import Path
 from typing import Annotated
@@ -13,6 +12,7 @@ import typer
 
 from profan.app import output
 from profan.model.errors import EXIT_BAD_INPUT, EXIT_FINDINGS, EXIT_INTERNAL, EXIT_OK, ProfanError, ProfanInputError
+from profan.render.textfmt import visible
 
 app = typer.Typer(
     add_completion=False,
@@ -24,13 +24,10 @@ app = typer.Typer(
 SEVERITY_RANK = {"info": 0, "warning": 1, "critical": 2}
 
 
-_CONTROL = re.compile(r"[\x00-\x08\x0a-\x1f\x7f-\x9f]")  # a tab is kept: Ascend CSV cells end in one
-
-
 def _safe(text: str) -> str:
     """Text for the terminal: names from traces and paths may hold escape sequences (retitle the window, clear the
-    screen) and line breaks (forge a second line); each control character is shown as a visible escape."""
-    return _CONTROL.sub(lambda m: m.group().encode("unicode_escape").decode("ascii"), text)
+    screen) and line breaks (forge a second line); each is shown as a visible escape, as the renderers show it."""
+    return visible(text, newlines=False)
 
 
 def _err(msg: str) -> None:

@@ -7,13 +7,17 @@ import re
 # C0 controls but tab and line feed, DEL, and C1 controls: text from traces may hold them (a kernel name with a CR
 # or an ESC sequence), and no report should carry them raw — a terminal runs an ESC sequence, XML (xlsx) cannot
 # hold most of them, and a CR or form feed garbles a line without showing why
-_CONTROL = re.compile(r"[\x00-\x08\x0b-\x1f\x7f-\x9f]")
+_CONTROL = re.compile(r"[\x00-\x08\x0b-\x1f\x7f-\x9f]")  # a tab is kept: Ascend CSV cells end in one
+_CONTROL_AND_NEWLINE = re.compile(r"[\x00-\x08\x0a-\x1f\x7f-\x9f]")
+_NAMED = {"\r": "\\r", "\n": "\\n"}
 
 
-def visible(text: str) -> str:
+def visible(text: str, *, newlines: bool = True) -> str:
     """``text`` with each control character written as a visible escape the way Python writes it (``\\r``,
-    ``\\x1b``): every renderer shows the same name, and the reader sees that the source holds one."""
-    return _CONTROL.sub(lambda m: "\\r" if m[0] == "\r" else f"\\x{ord(m[0]):02x}", text)
+    ``\\x1b``): every renderer shows the same name, and the reader sees that the source holds one. The terminal
+    (``newlines=False``) escapes line breaks too, so a name cannot forge a second line of output."""
+    pattern = _CONTROL if newlines else _CONTROL_AND_NEWLINE
+    return pattern.sub(lambda m: _NAMED.get(m[0], f"\\x{ord(m[0]):02x}"), text)
 
 
 def fmt_ms(us) -> str:
