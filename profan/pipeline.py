@@ -11,8 +11,9 @@ import polars as pl
 from profan import trust
 from profan.analyses import comm_section, crossrank, rank_section, reconcile, steps, trace_steps
 from profan.analyses.contract import Analysis, Job, run_analyses
+from profan.diagnosis import causes
+from profan.diagnosis.fold import fold
 from profan.model.evidence import file_sizes
-from profan.model.findings import number_findings
 from profan.model.report import Report
 from profan.ranks.rankmap import RankData, load_ranks
 from profan.rulepack import limits
@@ -36,6 +37,8 @@ ANALYSES: tuple[Analysis, ...] = (
     Analysis("cross-rank", crossrank.section, own_thread=True),
     Analysis("traces", trace_steps.section),
     Analysis("not assessed", rank_section.unassessed_section),
+    # the diagnosis: reads every finding above and explains them by causes
+    Analysis("causes", causes.section, reads=("breakdown", "trace_steps", "comm_exposed"), reads_findings=True),
 )
 
 
@@ -90,9 +93,11 @@ def build_report(
     for r in ranks:
         all_warnings += [f"rank {r.rank}: {w}" for w in r.warnings]
     tables = {k: v for k, v in merged.tables.items() if isinstance(v, pl.DataFrame) and not v.is_empty()}
+    findings, diagnosis = fold(merged.findings, merged.causes, pack)
     return Report(
         source=_source(ranks, root, fmt),
-        findings=number_findings(merged.findings),
+        findings=findings,
+        causes=diagnosis,
         tables=tables,
         warnings=all_warnings,
         notes=[*notes, *merged.notes],

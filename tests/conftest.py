@@ -16,6 +16,7 @@ import pytest
 ROOT = Path(__file__).resolve().parent.parent
 FIXTURES = ROOT / "fixtures"
 ASCEND = FIXTURES / "ascend"
+TORCH = FIXTURES / "torch"
 QWEN3 = ASCEND / "msinsight-qwen3-4rank-2025q4"
 
 
@@ -105,3 +106,8 @@ def qwen3_report():
     import profan
 
     return profan.analyze(QWEN3)
+
+
+def measured(doc: dict) -> list[dict]:
+    """The findings of a JSON report as measured, one per rank and step: singles and the members of groups."""
+    return [m for f in doc["findings"] for m in (f.get("members") or [f])]

@@ -423,10 +423,10 @@ def _valid_report(
     lines: Sequence[int] = (2,),
     file_bytes: dict[str, int] | None = None,
 ) -> dict[str, Any]:
-    """A small, valid profan.report/1 document with one finding citing ``rel`` (relative to ``root``)."""
+    """A small, valid profan.report/2 document with one finding citing ``rel`` (relative to ``root``)."""
     root = root if root is not None else str(data)
     return {
-        "schema": "profan.report/1",
+        "schema": "profan.report/2",
         "source": {
             "root": root,
             "root_abs": root,

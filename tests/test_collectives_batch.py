@@ -144,7 +144,7 @@ def _qwen_copy(tmp_path, edit) -> Path:
 def test_kernel_files_of_hccl_rows_only(tmp_path, monkeypatch):
     """Every kernel file of the batch holds only its HCCL rows: no compute row anywhere, so no window — and the
     kernels-vs-step-trace finding says so, citing the step_trace row (there is no compute row to cite)."""
-    from conftest import run_cli
+    from conftest import measured, run_cli
 
     root = _qwen_copy(tmp_path, lambda lines: [lines[0], *(x for x in lines[1:] if ",COMMUNICATION," in x)])
     got = _read(root, monkeypatch)
@@ -153,7 +153,7 @@ def test_kernel_files_of_hccl_rows_only(tmp_path, monkeypatch):
     res = run_cli("analyze", str(root), "-f", "json", "-q", "-j", "1")
     assert res.returncode == 0, res.stderr
     doc = json.loads(res.stdout)
-    cov = [f for f in doc["findings"] if f["check"] == "kernels-vs-step-trace" and f["rank"] == 0]
+    cov = [f for f in measured(doc) if f["check"] == "kernels-vs-step-trace" and f["rank"] == 0]
     assert cov and cov[0]["metrics"]["kernel_compute_us"] == 0
     assert [e["select"]["source"] for e in cov[0]["evidence"]] == ["step_trace_time"]
 

@@ -179,7 +179,7 @@ def test_slow_link_analysis_runs_on_both_shapes(folder):
     links = rep.tables["comm_links"]
     assert sorted(links["rank"].unique().to_list()) == [0, 1]
     assert "LOCAL" not in links["transport"].to_list()
-    assert not [f for f in rep.findings if f.check == "comm-slow-link"]  # real links are even: none is slow
+    assert not [f for f in rep.ungrouped() if f.check == "comm-slow-link"]  # real links are even: none is slow
     judged = links.filter(pl.col("in_class") & (pl.col("peers") >= 3))
     assert judged.height > 0 and judged["peer_ratio"].min() > 0.75
 
@@ -220,7 +220,7 @@ def test_injected_slow_link_is_named_aggregated(tmp_path):
     doc["step50"]["collective"][key]["0-5"]["Transit Time(ms)"] *= 2.5
     path.write_text(json.dumps(doc))
     rep = profan.analyze(root)
-    (f,) = [f for f in rep.findings if f.check == "comm-slow-link"]
+    (f,) = [f for f in rep.ungrouped() if f.check == "comm-slow-link"]
     assert f.rank == 0 and "0 ↔ 5" in f.title and "HCCS" in f.title
     slow, peers = _slow_and_peers(root, f)
     assert [ev.pointers for ev, _ in slow] == [(f"/step50/collective/{key}/0-5",)]
@@ -240,7 +240,7 @@ def test_injected_slow_link_is_named_per_op(tmp_path):
             doc["step2"]["collective"][k]["0-3"]["Transit Time(ms)"] *= 3
     path.write_text(json.dumps(doc))
     rep = profan.analyze(root)
-    (f,) = [f for f in rep.findings if f.check == "comm-slow-link"]
+    (f,) = [f for f in rep.ungrouped() if f.check == "comm-slow-link"]
     assert "0 ↔ 3" in f.title and f.rank == 0
     slow, _ = _slow_and_peers(root, f)
     assert len(slow) >= 8  # the per-op entries summed into this link
@@ -258,7 +258,7 @@ def test_slow_link_in_a_two_rank_group_is_judged_across_groups(tmp_path):
     doc["step13"]["collective"][key]["0-1"]["Transit Time(ms)"] *= 3
     path.write_text(json.dumps(doc))
     rep = profan.analyze(root)
-    (f,) = [f for f in rep.findings if f.check == "comm-slow-link"]
+    (f,) = [f for f in rep.ungrouped() if f.check == "comm-slow-link"]
     assert "rank 0 ↔ rank 2" in f.title and "its own has too few links" in f.message
     slow, peers = _slow_and_peers(root, f)
     assert [p for ev, _ in slow for p in ev.pointers] == [f"/step13/collective/{key}/0-1"]
@@ -273,7 +273,7 @@ def test_synthetic_cluster_slow_link_is_named(tmp_path):
 
     truth = generate(tmp_path / "syn", ranks=8, slow_link=(2, 5))
     rep = profan.analyze(tmp_path / "syn")
-    fs = [f for f in rep.findings if f.check == "comm-slow-link"]
+    fs = [f for f in rep.ungrouped() if f.check == "comm-slow-link"]
     assert len(fs) == 1  # one link, one finding (both directions, every op type and step it slows)
     (f,) = fs
     assert "rank 2 ↔ rank 5" in f.title
@@ -290,7 +290,7 @@ def test_synthetic_cluster_slow_link_is_named(tmp_path):
 
 
 def test_alexnet_exposed_communication_is_waiting_not_transfer(alexnet2_report):
-    f = next(f for f in alexnet2_report.findings if f.check == "comm-exposed-split" and f.rank == 0)
+    f = next(f for f in alexnet2_report.ungrouped() if f.check == "comm-exposed-split" and f.rank == 0)
     doc = _json(ALEXNET2 / "rank0_ascend_pt" / OUT / "communication.json")
     times = [b["Communication Time Info"] for _, _, _, b in _ops(doc)]
     assert f.metrics["transfer_ms"] == pytest.approx(sum(t["Transit Time(ms)"] for t in times))
@@ -307,7 +307,7 @@ def test_alexnet_exposed_communication_is_waiting_not_transfer(alexnet2_report):
 
 
 def test_alexnet_wait_dominated_allreduce(alexnet2_report):
-    f = next(f for f in alexnet2_report.findings if f.check == "comm-wait-dominated" and f.rank == 0)
+    f = next(f for f in alexnet2_report.ungrouped() if f.check == "comm-wait-dominated" and f.rank == 0)
     assert f.evidence[0].pointers[0] == "/step50/collective/hcom_allReduce__271_0_1@11022204950826225271"
     doc = _json(ALEXNET2 / "rank0_ascend_pt" / OUT / "communication.json")
     waiting = 0.0
@@ -333,7 +333,7 @@ def test_alexnet_small_packets_from_size_distribution(alexnet2_report):
                 large += cnt
     assert (pt["transport"], pt["transfers"], pt["small_transfers"]) == ("HCCS", small + large, small)
     assert pt["small_mb"] == pytest.approx(small_mb) and pt["small_time_ms"] == pytest.approx(small_t)
-    f = next(f for f in alexnet2_report.findings if f.check == "comm-small-packets" and f.rank == 0)
+    f = next(f for f in alexnet2_report.ungrouped() if f.check == "comm-small-packets" and f.rank == 0)
     cited = [resolve_pointer(doc, p)["Size Distribution"] for p in f.evidence[0].pointers]
     assert f.evidence[0].row_count == len(cited) == len(f.evidence[0].pointers)
     assert sum(t for c in cited for size, (_, t) in c.items() if float(size) < 16) == pytest.approx(small_t)
@@ -348,7 +348,7 @@ def test_no_prior_without_a_known_device(qwen3_report):
         qwen3_report.tables["comm_bandwidth"]["prior_gbps"].null_count() == qwen3_report.tables["comm_bandwidth"].height
     )
     assert any("no absolute link-bandwidth prior" in n for n in qwen3_report.notes)
-    assert not [f for f in qwen3_report.findings if f.check == "comm-below-prior"]
+    assert not [f for f in qwen3_report.ungrouped() if f.check == "comm-below-prior"]
 
 
 def test_assumed_device_applies_the_prior_and_cites_the_transfers(tmp_path):
@@ -362,7 +362,7 @@ def test_assumed_device_applies_the_prior_and_cites_the_transfers(tmp_path):
     links = rep.tables["comm_links"]
     assert set(links["prior_gbps"].to_list()) == {28.0}  # matrix links (HCCS only here) get the same prior
     assert links["prior_share"].to_list() == pytest.approx((links["bandwidth_gbps"] / 28.0).to_list())
-    fs = [f for f in rep.findings if f.check == "comm-below-prior"]
+    fs = [f for f in rep.ungrouped() if f.check == "comm-below-prior"]
     assert sorted(f.rank for f in fs) == [0, 1, 2, 3]
     f = next(f for f in fs if f.rank == 2)
     doc = _json(QWEN3 / f.evidence[0].file)
@@ -382,7 +382,7 @@ def test_user_figure_overrides_builtin_prior(tmp_path):
     )
     rep = profan.analyze(QWEN3, hardware=hw)
     assert set(rep.tables["comm_bandwidth"].filter(pl.col("transport") == "HCCS")["prior_gbps"].to_list()) == {20.0}
-    assert not [f for f in rep.findings if f.check == "comm-below-prior"]  # ~19 GB/s is 95% of 20
+    assert not [f for f in rep.ungrouped() if f.check == "comm-below-prior"]  # ~19 GB/s is 95% of 20
 
 
 def test_cli_hardware_option_and_bad_file(tmp_path):
@@ -414,7 +414,7 @@ def test_cli_hardware_option_and_bad_file(tmp_path):
 def test_every_communication_number_is_reproducible_from_cited_rows(folder):
     root = ASCEND / folder
     rep = profan.analyze(root)
-    comm = [f for f in rep.findings if f.check.startswith("comm")]
+    comm = [f for f in rep.ungrouped() if f.check.startswith("comm")]
     assert comm
     for f in comm:
         for ev in f.evidence:
@@ -488,7 +488,7 @@ def test_alexnet_hccl_planes_per_link_type(alexnet2_report, rank):
 @pytest.mark.parametrize(("rank", "wait_ms"), [(0, 95.4), (1, 92.9)])
 def test_alexnet_waited_peer_is_rank_5(alexnet2_report, rank, wait_ms):
     """Both captured ranks wait ~93-95 ms in Notify_Wait for peer 5, which is not in the capture (anchor §2)."""
-    f = next(f for f in alexnet2_report.findings if f.check == "comm-waited-peer" and f.rank == rank)
+    f = next(f for f in alexnet2_report.ungrouped() if f.check == "comm-waited-peer" and f.rank == rank)
     tv = ALEXNET2 / f"rank{rank}_ascend_pt" / OUT / "trace_view.json"
     waits = {i: e for i, e, _ in _hccl_plane_events(tv) if e["name"] == "Notify_Wait"}
     to5 = {i: e for i, e in waits.items() if e["args"]["dst rank"] == 5}

@@ -146,9 +146,9 @@ def test_adding_an_analysis_is_one_entry_in_the_list(monkeypatch):
         pipeline, "ANALYSES", (*pipeline.ANALYSES, Analysis("explain", explain_all, reads_findings=True))
     )
     report = profan.analyze(QWEN3)
-    assert report.notes[-1] == f"explained {len(plain.findings)} findings"
+    assert report.notes[-1] == f"explained {len(plain.ungrouped())} findings"
     assert list(report.tables)[-1] == "explained"
-    assert len(report.findings) == len(plain.findings) + 1
+    assert len(report.ungrouped()) == len(plain.ungrouped()) + 1
 
 
 def test_the_pipeline_list_names_each_analysis_once():
@@ -226,8 +226,8 @@ def test_severities_come_from_the_rule_pack(tmp_path):
     plain = profan.analyze(QWEN3)
     changed = profan.analyze(QWEN3, rules=[rules])
     for check in ("step-breakdown", "straggler"):
-        before = [f for f in plain.findings if f.check == check]
-        after = [f for f in changed.findings if f.check == check]
+        before = [f for f in plain.ungrouped() if f.check == check]
+        after = [f for f in changed.ungrouped() if f.check == check]
         assert before and {f.severity for f in before} == {"info"}
         assert [f.title for f in after] == [f.title for f in before] and {f.severity for f in after} == {"warning"}
 
@@ -269,7 +269,9 @@ def test_supersession_follows_the_rules_file(tmp_path):
     rules.write_text('[[check]]\nid = "comm-exposed-split"\nsupersedes = []\n', encoding="utf-8")
     report = profan.analyze(QWEN3, rules=[rules])
     both = [
-        (f.check, f.rank, f.step) for f in report.findings if f.check in ("exposed-communication", "comm-exposed-split")
+        (f.check, f.rank, f.step)
+        for f in report.ungrouped()
+        if f.check in ("exposed-communication", "comm-exposed-split")
     ]
     assert sorted(both) == sorted(
         [(c, r, 13) for c in ("comm-exposed-split", "exposed-communication") for r in range(4)]

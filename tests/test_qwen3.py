@@ -73,7 +73,7 @@ def test_bucket_shares_sum_to_one_and_nothing_unclassified(qwen3_report):
 
 
 def test_pipeline_stage_imbalance_finding(qwen3_report):
-    (f,) = [f for f in qwen3_report.findings if f.check == "pipeline-stage-imbalance"]
+    (f,) = [f for f in qwen3_report.ungrouped() if f.check == "pipeline-stage-imbalance"]
     assert f.step == 13 and f.severity == "critical"
     assert f.metrics["slow_ranks"] == [2, 3] and f.metrics["fast_ranks"] == [0, 1]
     # magnitude: stage means of Computing from the four step_trace_time.csv files
@@ -94,7 +94,7 @@ def test_pipeline_stage_imbalance_finding(qwen3_report):
 def test_exposed_communication_one_finding_per_rank_step(qwen3_report):
     """communication.json splits the exposed time into transfer and waiting; that finding replaces the plain
     step_trace one (same severity scale), so each rank and step is reported once, citing the step_trace row."""
-    exposed = [f for f in qwen3_report.findings if f.check in ("exposed-communication", "comm-exposed-split")]
+    exposed = [f for f in qwen3_report.ungrouped() if f.check in ("exposed-communication", "comm-exposed-split")]
     assert sorted((f.rank, f.step) for f in exposed) == [(0, 13), (1, 13), (2, 13), (3, 13)]
     f = next(f for f in exposed if f.rank == 0)
     assert f.check == "comm-exposed-split" and f.severity == "critical"
@@ -110,7 +110,7 @@ def test_exposed_communication_without_communication_json():
     import profan
 
     report = profan.analyze(ASCEND / "msinsight-alexnet-2rank-2025/level0")
-    f = next(f for f in report.findings if f.check == "exposed-communication" and f.rank == 0)
+    f = next(f for f in report.ungrouped() if f.check == "exposed-communication" and f.rank == 0)
     _, rows = raw_rows(ASCEND / "msinsight-alexnet-2rank-2025/level0" / f.evidence[0].file)
     row = rows[f.evidence[0].lines[0]]
     share = fnum(row["Communication(Not Overlapped)"]) / (fnum(row["Stage"]) + fnum(row["Bubble"]))
@@ -122,7 +122,7 @@ def test_cli_json_and_evidence_round_trip(tmp_path):
     res = run_cli("analyze", str(QWEN3), "-f", "json", "-o", str(out), "-q")
     assert res.returncode == 0, res.stderr
     doc = json.loads(out.read_text())
-    assert doc["schema"] == "profan.report/1"
+    assert doc["schema"] == "profan.report/2"
     f = next(f for f in doc["findings"] if f["check"] == "kernel-boundness")
     ev = f["evidence"][0]
     res = run_cli("evidence", str(out), f["id"])
@@ -149,7 +149,7 @@ def test_markdown_report(tmp_path):
 def test_stage_imbalance_names_the_extra_kernels(qwen3_report):
     """Stage 1 holds the LM head and loss over the 151,936-token vocabulary: the finding names those kernels,
     with their time from rank 2's rows, and says they do not run on stage 0."""
-    (f,) = [f for f in qwen3_report.findings if f.check == "pipeline-stage-imbalance"]
+    (f,) = [f for f in qwen3_report.ungrouped() if f.check == "pipeline-stage-imbalance"]
     _, r2 = raw_rows(kernel_file(2))
     _, r0 = raw_rows(kernel_file(0))
     head = '"4096,151936;151936,1024"'

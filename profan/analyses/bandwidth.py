@@ -320,11 +320,20 @@ def slow_link_findings(links: pl.DataFrame, pack: RulePack) -> list[Finding]:
                     "peer_median_gbps": round(worst["peer_median_gbps"], 4),
                     "peers": worst["peers"],
                     "entries": len(rows),
+                    "link": _pair_name(key),
+                    "lost_us_per_step": _lost_us(rows, len(steps_)),
+                    "link_ranks": [key[2], key[3]] if key[1] is None else [],
                 },
                 evidence=ev,
             )
         )
     return out
+
+
+def _lost_us(rows: list[dict], steps: int) -> float:
+    """The transfer time over a slow link beyond what its peers' rate would take, per step it is slow in."""
+    lost_ms = sum(r["time_ms"] * (1 - r["bandwidth_gbps"] / r["peer_median_gbps"]) for r in rows)
+    return round(1000 * lost_ms / max(steps, 1), 3)
 
 
 def _slow_link_evidence(key: tuple, rows: list[dict], links: pl.DataFrame) -> tuple:

@@ -3,7 +3,7 @@ lines."""
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from typing import Any
 
 import polars as pl
@@ -94,11 +94,18 @@ def first_by_time(cols: tuple[str, ...]) -> list[pl.Expr]:
     return [pl.col(c).sort_by(["time_us", "name"], descending=[True, False]).first() for c in cols]
 
 
-def fmt_ranks(ranks: list[int]) -> str:
-    ranks = sorted(ranks)
-    if len(ranks) > 2 and ranks == list(range(ranks[0], ranks[-1] + 1)):
-        return f"{ranks[0]}–{ranks[-1]}"
-    return ", ".join(str(r) for r in ranks)
+def fmt_ranks(ranks: Iterable[int]) -> str:
+    """Ranks (or steps) as runs: 0–36, 38–63 (a run of three or more as a range), so 64 ranks read in a line."""
+    out: list[str] = []
+    values = sorted(set(ranks))
+    i = 0
+    while i < len(values):
+        j = i
+        while j + 1 < len(values) and values[j + 1] == values[j] + 1:
+            j += 1
+        out += [f"{values[i]}–{values[j]}"] if j - i >= 2 else [str(v) for v in values[i : j + 1]]
+        i = j + 1
+    return ", ".join(out)
 
 
 def cite_kernels(

@@ -14,6 +14,7 @@ from dataclasses import dataclass, field
 
 import polars as pl
 
+from profan.model.causes import Cause
 from profan.model.findings import Finding
 from profan.ranks.rankmap import RankData
 from profan.rulepack.hardware import Hardware
@@ -22,11 +23,13 @@ from profan.rulepack.pack import RulePack
 
 @dataclass
 class Section:
-    """What one analysis adds to the report: tables by name, findings and notes (assumptions, what was skipped)."""
+    """What one analysis adds to the report: tables by name, findings, causes (the diagnosis, which explains
+    findings of earlier analyses) and notes (assumptions, what was skipped)."""
 
     tables: dict[str, pl.DataFrame] = field(default_factory=dict)
     findings: list[Finding] = field(default_factory=list)
     notes: list[str] = field(default_factory=list)
+    causes: list[Cause] = field(default_factory=list)
 
 
 @dataclass(frozen=True)
@@ -117,6 +120,7 @@ def _merge(merged: Section, section: Section, name: str, pack: RulePack) -> None
     merged.tables.update(section.tables)
     merged.findings[:] = drop_superseded([*merged.findings, *section.findings], pack)
     merged.notes.extend(section.notes)
+    merged.causes.extend(section.causes)
 
 
 def drop_superseded(findings: list[Finding], pack: RulePack) -> list[Finding]:

@@ -81,8 +81,8 @@ class Evidence:
             file=typed(d, "file", str),
             row_count=typed(d, "row_count", int),
             select=typed(d, "select", dict, {}),
-            lines=_whole_numbers(d, "lines"),
-            events=_whole_numbers(d, "events"),
+            lines=whole_numbers(d, "lines"),
+            events=whole_numbers(d, "events"),
             pointers=tuple(typed(d, "pointers", list, [])),
             note=typed(d, "note", str, ""),
             values=typed(d, "values", dict, {}),
@@ -104,7 +104,7 @@ def typed(d: Any, key: str, kind: type, default: Any = _MISSING) -> Any:
     return value
 
 
-def _whole_numbers(d: dict[str, Any], key: str) -> tuple[int, ...]:
+def whole_numbers(d: dict[str, Any], key: str) -> tuple[int, ...]:
     items = typed(d, key, list, [])
     if not all(isinstance(x, int) and not isinstance(x, bool) for x in items):
         raise TypeError(f"{key!r} holds something other than whole numbers")

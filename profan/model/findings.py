@@ -5,7 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field, replace
 from typing import Any, Literal, get_args
 
-from profan.model.evidence import Evidence, typed
+from profan.model.evidence import Evidence, typed, whole_numbers
 
 Severity = Literal["critical", "warning", "info"]
 SEVERITIES: tuple[Severity, ...] = get_args(Severity)  # most severe first
@@ -28,8 +28,18 @@ class Finding:
     step: int | None = None
     metrics: dict[str, Any] = field(default_factory=dict)
     id: str = ""
+    # The ranks and steps the claim covers: one each for a single finding (its rank and step, if any); for a
+    # group (`diagnosis.fold`), every member's, and the members themselves, each with its own evidence.
+    ranks: tuple[int, ...] = ()
+    steps: tuple[int, ...] = ()
+    members: tuple[Finding, ...] = ()
+    explained_by: str | None = None  # id of the cause this finding is a symptom of
 
     def __post_init__(self) -> None:
+        if not self.ranks and self.rank is not None:
+            object.__setattr__(self, "ranks", (self.rank,))
+        if not self.steps and self.step is not None:
+            object.__setattr__(self, "steps", (self.step,))
         # imported here: the rule pack validates severities with this module's SEVERITIES
         from profan.rulepack.pack import builtin_check_ids
 
@@ -44,6 +54,12 @@ class Finding:
 
     def with_id(self, fid: str) -> Finding:
         return replace(self, id=fid)
+
+    @property
+    def key(self) -> tuple:
+        """What tells two findings of one report apart before they are numbered (a cause names the findings it
+        explains by it)."""
+        return (self.check, self.rank, self.step, self.title)
 
     def sort_key(self) -> tuple:
         return (
@@ -63,8 +79,12 @@ class Finding:
             "message": self.message,
             "rank": self.rank,
             "step": self.step,
+            "ranks": list(self.ranks),
+            "steps": list(self.steps),
+            "explained_by": self.explained_by,
             "metrics": self.metrics,
             "evidence": [e.to_dict() for e in self.evidence],
+            "members": [m.to_dict() for m in self.members],
         }
 
     @classmethod
@@ -80,6 +100,10 @@ class Finding:
             step=_optional_int(d, "step"),
             metrics=typed(d, "metrics", dict, {}),
             id=typed(d, "id", str, ""),
+            ranks=whole_numbers(d, "ranks"),
+            steps=whole_numbers(d, "steps"),
+            members=tuple(cls.from_dict(m) for m in typed(d, "members", list, [])),
+            explained_by=None if d.get("explained_by") is None else typed(d, "explained_by", str),
         )
 
 

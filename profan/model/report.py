@@ -11,16 +11,18 @@ from typing import Any
 
 import polars as pl
 
+from profan.model.causes import Cause
 from profan.model.evidence import typed
 from profan.model.findings import SEVERITIES, Finding, Severity
 
-SCHEMA = "profan.report/1"
+SCHEMA = "profan.report/2"
 
 
 @dataclass
 class Report:
     source: dict[str, Any]  # root, format, ranks[{rank, path, files, …}]
     findings: list[Finding]
+    causes: list[Cause] = field(default_factory=list)  # the diagnosis, largest estimated gain first
     tables: dict[str, pl.DataFrame] = field(default_factory=dict)  # breakdown, steps, top_kernels, …
     warnings: list[str] = field(default_factory=list)
     notes: list[str] = field(default_factory=list)  # assumptions and what was skipped on purpose
@@ -34,10 +36,32 @@ class Report:
         return self.tables.get("breakdown", pl.DataFrame())
 
     def finding(self, fid: str) -> Finding:
+        """A finding by id, or a member of a group by its id (F3.2)."""
         for f in self.findings:
             if f.id == fid:
                 return f
+            for m in f.members:
+                if m.id == fid:
+                    return m
         raise KeyError(fid)
+
+    def ungrouped(self) -> list[Finding]:
+        """The findings as measured, one per rank and step: each single finding and each member of a group."""
+        return [m for f in self.findings for m in (f.members or (f,))]
+
+    def cause(self, cid: str) -> Cause:
+        for c in self.causes:
+            if c.id == cid:
+                return c
+        raise KeyError(cid)
+
+    @property
+    def headline(self) -> list[Cause | Finding]:
+        """What to read first: the causes, then the warning and critical findings no cause explains."""
+        return [
+            *self.causes,
+            *(f for f in self.findings if f.explained_by is None and f.severity in ("critical", "warning")),
+        ]
 
     @property
     def worst_severity(self) -> Severity | None:
@@ -45,13 +69,15 @@ class Report:
         return next((s for s in SEVERITIES if s in sev), None)
 
     def to_dict(self, *, rows: Callable[[pl.DataFrame], Any] | None = None) -> dict[str, Any]:
-        """The ``profan.report/1`` document. ``rows`` turns each table into its JSON value (default `records`:
+        """The ``profan.report/2`` document. ``rows`` turns each table into its JSON value (default `records`:
         a list of row dicts); the JSON renderer passes one that has polars write the table's JSON instead."""
         rows = rows or records  # tables are made JSON-safe column by column, not by `clean`
         out: dict[str, Any] = clean(
             {
                 "schema": SCHEMA,
                 "source": self.source,
+                "headline": [item.id for item in self.headline],
+                "causes": [c.to_dict() for c in self.causes],
                 "findings": [f.to_dict() for f in self.findings],
                 "warnings": self.warnings,
                 "notes": self.notes,
@@ -60,7 +86,19 @@ class Report:
         )
         out["breakdown"] = rows(self.breakdown)
         out["tables"] = {k: rows(v) for k, v in self.tables.items() if k != "breakdown"}
-        return {k: out[k] for k in ("schema", "source", "breakdown", "findings", "warnings", "notes", "meta", "tables")}
+        order = (
+            "schema",
+            "source",
+            "headline",
+            "causes",
+            "breakdown",
+            "findings",
+            "warnings",
+            "notes",
+            "meta",
+            "tables",
+        )
+        return {k: out[k] for k in order}
 
 
 def records(df: pl.DataFrame) -> list[dict[str, Any]]:
@@ -140,6 +178,7 @@ def from_dict(d: dict[str, Any]) -> Report:
     return Report(
         source=typed(d, "source", dict),
         findings=[Finding.from_dict(f) for f in typed(d, "findings", list)],
+        causes=[Cause.from_dict(c) for c in typed(d, "causes", list, [])],
         tables=tables,
         warnings=typed(d, "warnings", list, []),
         notes=typed(d, "notes", list, []),

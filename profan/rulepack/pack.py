@@ -65,6 +65,13 @@ class Check:
         return self.params[f"{case}_severity"]
 
     @property
+    def cause(self) -> dict[str, Any]:
+        """The check's [check.cause] table: the texts of the causes made from its findings (`profan.diagnosis`)."""
+        if "cause" not in self.params:
+            raise KeyError(f"check {self.id} has no [check.cause] table in rules/checks.toml")
+        return self.params["cause"]
+
+    @property
     def supersedes(self) -> tuple[str, ...]:
         """Checks whose finding for a rank and step this check's finding for the same rank and step replaces: it
         says all they say, and more (`analyses.contract.drop_superseded`)."""

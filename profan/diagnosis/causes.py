@@ -1,0 +1,474 @@
+"""Causes from findings: the last analysis of the pipeline.
+
+Why an order: a symptom is explained by the first cause that claims it, and the causes that name a place (a slow
+pipeline stage, a hot expert, a straggler, an imbalanced rank, a slow link) account for the waiting of every other
+rank, so they claim first. What no such cause explains becomes a cause of its own kind (idle device, exposed
+transfers, kernels not bound by compute, AI CPU fallbacks), one per kind across ranks and steps.
+
+Every estimate is per step and conservative: the smallest saving the data supports under the assumption the cause
+states, never more than the step (`fold` caps the sum). Where the data cannot support one, the cause has none and
+its assumption says why. The words (title, action, how to verify, competing explanations) are templates in
+rules/checks.toml; this module only computes the numbers that fill them.
+"""
+
+from __future__ import annotations
+
+import statistics
+from collections.abc import Callable, Iterable
+from typing import Any
+
+import polars as pl
+
+from profan.analyses.common import fmt_ranks
+from profan.analyses.contract import Job, Section
+from profan.analyses.imbalance import pp_stages
+from profan.diagnosis.cost import step_cost
+from profan.model.causes import Cause
+from profan.model.findings import Finding
+
+SYMPTOMS = ("critical", "warning")  # severities of findings a cause is made from
+
+
+def section(job: Job) -> Section:
+    """The causes of the job's findings, each with the findings it explains (by `Finding.key`), and the cost
+    model of each rank's step (table step_cost) they are measured against."""
+    claims = Claims(job.findings)
+    steps_us = step_times(job)
+    causes: list[Cause] = []
+    for build in (_stage, _moe, _straggler, _compute, _slow_link, _exposed_transfer, _idle, _boundness, _ai_cpu):
+        causes += build(job, claims, steps_us)
+    cost = step_cost(job.steps, job.tables["trace_steps"], job.tables["comm_exposed"])
+    return Section(causes=causes, tables={"step_cost": cost})
+
+
+class Claims:
+    """Which findings a cause already explains: each finding is explained by the first cause that claims it."""
+
+    def __init__(self, findings: Iterable[Finding]) -> None:
+        self.findings = list(findings)
+        self.taken: set[tuple] = set()
+
+    def take(
+        self,
+        checks: Iterable[str],
+        *,
+        steps: Iterable[int] | None = None,
+        ranks: Iterable[int] | None = None,
+        not_ranks: Iterable[int] = (),
+        severities: tuple[str, ...] = ("critical", "warning", "info"),
+    ) -> list[Finding]:
+        """The unclaimed findings of ``checks`` (in ``steps``, on ``ranks``, not on ``not_ranks``), now claimed. A
+        finding for no particular step (or rank) matches any step (or rank); one for neither is a claim about the
+        whole job, not a symptom, and is claimed only as a source (`own`)."""
+        checks, exclude = set(checks), set(not_ranks)
+        step_set = None if steps is None else set(steps)
+        rank_set = None if ranks is None else set(ranks)
+        out = [
+            f
+            for f in self.findings
+            if f.key not in self.taken
+            and (f.rank is not None or f.step is not None)
+            and f.check in checks
+            and f.severity in severities
+            and (step_set is None or f.step is None or f.step in step_set)
+            and (rank_set is None or f.rank is None or f.rank in rank_set)
+            and (f.rank is None or f.rank not in exclude)
+        ]
+        self.taken.update(f.key for f in out)
+        return out
+
+    def own(self, sources: Iterable[Finding]) -> None:
+        """Claim a cause's own source findings."""
+        self.taken.update(f.key for f in sources)
+
+    def unclaimed(self, check: str) -> list[Finding]:
+        return [f for f in self.findings if f.check == check and f.key not in self.taken and f.severity in SYMPTOMS]
+
+
+def step_times(job: Job) -> dict[int, float]:
+    """Per step, the slowest rank's step time: the step every rank waits for (step_trace_time.csv, else the
+    traces' ProfilerStep windows)."""
+    frames = []
+    if not job.steps.is_empty():
+        frames.append(job.steps.select("step", "step_us"))
+    traced = job.tables.get("trace_steps")
+    if traced is not None and not traced.is_empty():
+        frames.append(traced.filter(pl.col("scope") == "step").select("step", "step_us"))
+    if not frames:
+        return {}
+    per = pl.concat(frames).drop_nulls().group_by("step").agg(pl.col("step_us").max())
+    return dict(per.iter_rows())
+
+
+def make_cause(
+    job: Job,
+    check: str,
+    values: dict[str, Any],
+    *,
+    sources: list[Finding],
+    explained: list[Finding],
+    impact_us: float | None,
+    steps_us: dict[int, float],
+    message: str | None = None,
+    case: str | None = None,
+    ranks: Iterable[int] = (),
+    steps: Iterable[int] = (),
+) -> Cause:
+    """A cause of ``check`` from its source findings, its texts filled from rules/checks.toml with ``values``."""
+    rule = job.pack.check(check).cause
+    steps = sorted({*steps, *(s for f in sources for s in f.steps)})
+    # the ranks at fault: those given, else every rank the source findings name
+    ranks = sorted(set(ranks) or {r for f in sources for r in f.ranks})
+    measured = [steps_us[s] for s in steps if s in steps_us] or list(steps_us.values())
+    step_us = statistics.fmean(measured) if measured else None
+    if impact_us is not None and step_us:
+        impact_us = min(max(impact_us, 0.0), step_us)
+    fill = _filler(values)
+    action = rule.get(f"{case}_action", rule["action"]) if case else rule["action"]
+    evidence = tuple(e for f in sources for e in f.evidence)
+    return Cause(
+        check=check,
+        title=fill(rule["title"]),
+        message=message if message is not None else " ".join(f.message for f in sources[:1]),
+        evidence=evidence,
+        impact_us=impact_us,
+        assumption=fill(rule["assumption"]),
+        action=fill(action),
+        verify=fill(rule["verify"]),
+        alternatives=tuple(fill(a) for a in rule.get("alternatives", [])),
+        ranks=tuple(ranks),
+        steps=tuple(steps),
+        step_us=step_us,
+        metrics=values,
+        explains_keys=tuple(f.key for f in [*sources, *explained]),
+    )
+
+
+def _filler(values: dict[str, Any]) -> Callable[[str], str]:
+    def fill(template: str) -> str:
+        try:
+            return template.format_map(values)
+        except (KeyError, IndexError, ValueError) as exc:
+            raise ValueError(f"rules/checks.toml: template {template[:60]!r} needs {exc}") from None
+
+    return fill
+
+
+def _waiting(job: Job, check: str) -> set[str]:
+    """The checks a cause of ``check`` may explain (its [check.cause] explains), with itself."""
+    return {check, *job.pack.check(check).cause["explains"]}
+
+
+def _stage(job: Job, claims: Claims, steps_us: dict[int, float]) -> list[Cause]:
+    """A slow pipeline stage: the others wait for it in their PP receives. Gain: its excess over the stages' mean
+    Computing, which moving layers can remove."""
+    check = "pipeline-stage-imbalance"
+    stage_of, _ = pp_stages(job.ranks)
+    out = []
+    for f in claims.unclaimed(check):
+        m = f.metrics
+        s = job.steps.filter(pl.col("step") == f.step, pl.col("rank").is_in(list(stage_of)))
+        means = (
+            s.with_columns(pl.col("rank").replace_strict(stage_of, return_dtype=pl.Int64).alias("stage"))
+            .group_by("stage")
+            .agg(pl.col("computing_us").mean())["computing_us"]
+            .to_list()
+        )
+        mean_us = statistics.fmean(means) if means else m["fast_computing_us"]
+        excess = m["slow_computing_us"] - mean_us
+        kernels = [
+            f"{e.select['op']} ({e.select['input_shapes']})" if e.select.get("input_shapes") else e.select["op"]
+            for e in f.evidence
+            if "op" in e.select
+        ]
+        values = {
+            **{k: m[k] for k in ("slow_stage", "fast_stage", "ratio")},
+            "slow_ranks": fmt_ranks(m["slow_ranks"]),
+            "fast_ranks": fmt_ranks(m["fast_ranks"]),
+            "slow_ms": m["slow_computing_us"] / 1000,
+            "mean_ms": mean_us / 1000,
+            "move_ms": excess / 1000,
+            "extra_kernels": "; ".join(kernels) or "not broken down (no kernel rows)",
+        }
+        claims.own([f])
+        explained = [
+            *claims.take(_waiting(job, check) - {"kernel-boundness"}, steps=[f.step]),
+            *claims.take({"kernel-boundness"}, ranks=m["slow_ranks"]),
+        ]
+        out.append(
+            make_cause(
+                job,
+                check,
+                values,
+                sources=[f],
+                explained=explained,
+                impact_us=excess,
+                steps_us=steps_us,
+                ranks=m["slow_ranks"],
+            )
+        )
+    return out
+
+
+def _moe(job: Job, claims: Claims, steps_us: dict[int, float]) -> list[Cause]:
+    """A hot expert: its rank does more expert work and the expert-parallel group waits for it."""
+    check = "moe-expert-imbalance"
+    out = []
+    for f in claims.unclaimed(check):
+        m = f.metrics
+        hot = m["hot_rank"]
+        value = float(m["values"][str(hot)])
+        # the hot rank's expert time per step, of which the share above the mean goes with balanced routing
+        expert_us = _bucket_per_step(job, hot, job.pack.check(check).cause["expert_bucket"])
+        excess = None if not value or expert_us is None else expert_us * (1 - float(m["mean"]) / value)
+        values = {
+            "hot_rank": hot,
+            "hot_experts": ", ".join(map(str, m["hot_experts"])) or "unknown",
+            "ratio": m["ratio"],
+            "metric": m["metric"].replace("_", " "),
+            "excess_ms": (excess or 0.0) / 1000,
+        }
+        claims.own([f])
+        explained = [
+            *claims.take({"straggler", "compute-imbalance"}, ranks=[hot]),
+            *claims.take(_waiting(job, check) - {"straggler", "compute-imbalance"}, not_ranks=[hot]),
+        ]
+        out.append(
+            make_cause(
+                job, check, values, sources=[f], explained=explained, impact_us=excess, steps_us=steps_us, ranks=[hot]
+            )
+        )
+    return out
+
+
+def _bucket_per_step(job: Job, rank: int, bucket: str) -> float | None:
+    """A rank's kernel time in one bucket, mean per step (the breakdown table); None when it has none."""
+    b = job.tables.get("breakdown")
+    if b is None or b.is_empty():
+        return None
+    rows = b.filter((pl.col("rank") == rank) & (pl.col("bucket") == bucket) & pl.col("step").is_not_null())
+    return float(rows["time_us"].sum()) / rows["step"].n_unique() if not rows.is_empty() else None
+
+
+def _straggler(job: Job, claims: Claims, steps_us: dict[int, float]) -> list[Cause]:
+    """A rank the others wait for at the collectives. Gain: how much later than the second-latest rank it
+    arrived, per step — the collectives would have finished that much sooner without it."""
+    check = "straggler"
+    out = []
+    for f in claims.unclaimed(check):
+        m = f.metrics
+        if f.rank is None or "lag_us" not in m:
+            continue
+        per_step = {int(s): float(v) for s, v in (m.get("lag_us_per_step") or {}).items()}
+        steps = sorted({*f.steps, *per_step})
+        # per step of the job: a rank late in some steps only saves in those
+        lag_us = sum(per_step.values()) / max(len(steps_us), len(per_step), 1) if per_step else m["lag_us"]
+        why = str(m.get("cause_class", "unknown"))
+        values = {
+            "rank": f.rank,
+            "typical_rank": m.get("typical_rank", m.get("median_rank", 0)),
+            "why_text": why.replace("_", " "),
+            "lag_ms": lag_us / 1000,
+            "caused_ms": float(m.get("caused_wait_us") or 0.0) / 1000,
+        }
+        claims.own([f])
+        own = {"compute-imbalance", *({"device-idle"} if why == "host_gap" else set())}
+        explained = [
+            *claims.take(own, ranks=[f.rank]),
+            *claims.take(_waiting(job, check) - own, not_ranks=[f.rank], steps=steps or None),
+        ]
+        out.append(
+            make_cause(
+                job,
+                check,
+                values,
+                sources=[f],
+                explained=explained,
+                impact_us=lag_us,
+                steps_us=steps_us,
+                case=why,
+                steps=steps,
+            )
+        )
+    return out
+
+
+def _compute(job: Job, claims: Claims, steps_us: dict[int, float]) -> list[Cause]:
+    """A rank that computes more than the ranks it should match. Gain: its excess over the median rank."""
+    check = "compute-imbalance"
+    out = []
+    for f in claims.unclaimed(check):
+        m = f.metrics
+        if f.rank is None:
+            continue
+        peers = job.steps.filter(pl.col("step") == f.step, pl.col("rank").is_in(m["ranks"]))
+        median_rank = (
+            peers.sort((pl.col("computing_us") - m["median_computing_us"]).abs(), "rank").row(0, named=True)["rank"]
+            if not peers.is_empty()
+            else f.rank
+        )
+        excess = m["max_computing_us"] - m["median_computing_us"]
+        values = {"rank": f.rank, "ratio": m["ratio"], "median_rank": median_rank, "excess_ms": excess / 1000}
+        claims.own([f])
+        explained = claims.take(_waiting(job, check), ranks=m["ranks"], not_ranks=[f.rank], steps=[f.step])
+        out.append(
+            make_cause(
+                job,
+                check,
+                values,
+                sources=[f],
+                explained=explained,
+                impact_us=excess,
+                steps_us=steps_us,
+                ranks=[f.rank],
+            )
+        )
+    return out
+
+
+def _slow_link(job: Job, claims: Claims, steps_us: dict[int, float]) -> list[Cause]:
+    """A link much slower than its peers. Gain: the time its transfers take beyond what its peers' rate would
+    take, per step (`analyses.bandwidth`) — if nothing else holds those collectives."""
+    check = "comm-slow-link"
+    out = []
+    for f in claims.unclaimed(check):
+        m = f.metrics
+        ranks = m["link_ranks"] or list(f.ranks)
+        values = {
+            "link": m["link"],
+            "bandwidth_gbps": m["bandwidth_gbps"],
+            "peer_median_gbps": m["peer_median_gbps"],
+            "lost_ms": m["lost_us_per_step"] / 1000,
+        }
+        claims.own([f])
+        explained = claims.take(_waiting(job, check) - {check}, ranks=ranks)
+        out.append(
+            make_cause(
+                job,
+                check,
+                values,
+                sources=[f],
+                explained=explained,
+                impact_us=m["lost_us_per_step"],
+                steps_us=steps_us,
+                ranks=ranks,
+            )
+        )
+    return out
+
+
+def _exposed_transfer(job: Job, claims: Claims, steps_us: dict[int, float]) -> list[Cause]:
+    """Exposed communication that is transfer, not waiting, and no other cause explains. Gain: the least exposed
+    transfer of any rank in those steps — what overlapping would give every rank at least."""
+    check = "comm-exposed-split"
+    found = claims.unclaimed(check)
+    if not found:
+        return []
+    steps = sorted({s for f in found for s in f.steps})
+    exposed = job.tables.get("comm_exposed")
+    transfer = [f.metrics["transfer_ms"] for f in found]
+    if exposed is not None and not exposed.is_empty():
+        per_step = exposed.filter(pl.col("step").is_in(steps)).group_by("step").agg(pl.col("transfer_ms").min())
+        floor_ms = float(per_step["transfer_ms"].mean()) if not per_step.is_empty() else min(transfer)
+    else:
+        floor_ms = min(transfer)
+    values = {
+        "min_transfer_ms": floor_ms,
+        "transfer": _span(transfer, "{:,.1f}") + " ms",
+        "n_ranks": len({r for f in found for r in f.ranks}),
+    }
+    claims.own(found)
+    explained = claims.take(_waiting(job, check) - {check}, steps=steps)
+    message = "; ".join(f"{f.title}" for f in found[:4]) + (f"; and {len(found) - 4} more" if len(found) > 4 else "")
+    return [
+        make_cause(
+            job,
+            check,
+            values,
+            sources=found,
+            explained=explained,
+            impact_us=floor_ms * 1000,
+            steps_us=steps_us,
+            message=message,
+        )
+    ]
+
+
+def _idle(job: Job, claims: Claims, steps_us: dict[int, float]) -> list[Cause]:
+    """Idle device time no other cause explains: one cause over the ranks and steps that show it. No estimate:
+    host overhead and waiting look the same in the step's lanes."""
+    check = "device-idle"
+    found = claims.unclaimed(check)
+    if not found:
+        return []
+    shares = [float(f.metrics["share"]) for f in found]
+    free = [float(f.metrics["free_us"]) for f in found]
+    values = {
+        "device": _device(job),
+        "shares": _span(shares, "{:.1%}"),
+        "n_ranks": len({r for f in found for r in f.ranks}),
+        "min_ms": min(free) / 1000,
+    }
+    claims.own(found)
+    worst = max(found, key=lambda f: float(f.metrics["share"]))
+    least = min(found, key=lambda f: float(f.metrics["share"]))
+    sources = [worst, *([least] if least is not worst else [])]
+    message = f"{len(found)} rank-step(s) with the device idle at or above the check's threshold. Most: {worst.message}"
+    return [
+        make_cause(
+            job, check, values, sources=sources, explained=found, impact_us=None, steps_us=steps_us, message=message
+        )
+    ]
+
+
+def _span(values: list[float], form: str) -> str:
+    """'16.3%–19.6%', or one value when all are the same as printed."""
+    low, high = form.format(min(values)), form.format(max(values))
+    return low if low == high else f"{low}–{high}"
+
+
+def _device(job: Job) -> str:
+    kinds = {r.kind for r in job.ranks}
+    return "NPU" if kinds == {"ascend"} else "GPU" if "ascend" not in kinds else "device"
+
+
+def _boundness(job: Job, claims: Claims, steps_us: dict[int, float]) -> list[Cause]:
+    """Hot kernels bound by memory movement, the scalar unit or nothing, that no other cause explains."""
+    check = "kernel-boundness"
+    found = claims.unclaimed(check)
+    if not found:
+        return []
+    ranks = sorted({r for f in found for r in f.ranks})
+    by_rank: dict[int, float] = {}
+    for f in found:
+        for r in f.ranks:
+            by_rank[r] = by_rank.get(r, 0.0) + float(f.metrics["time_us"])
+    names = sorted({f.title.split(": ", 1)[-1] for f in found})
+    values = {
+        "n_kernels": len(found),
+        "bounds": ", ".join(sorted({str(f.metrics["dominant_pipe"]) for f in found})),
+        "total_ms": max(by_rank.values(), default=0.0) / 1000,
+        "ranks": fmt_ranks(ranks),
+        "kernels": "; ".join(names[:6]) + (f"; and {len(names) - 6} more" if len(names) > 6 else ""),
+    }
+    claims.own(found)
+    message = "; ".join(f.title for f in found[:6]) + (f"; and {len(found) - 6} more" if len(found) > 6 else "")
+    return [
+        make_cause(job, check, values, sources=found, explained=[], impact_us=None, steps_us=steps_us, message=message)
+    ]
+
+
+def _ai_cpu(job: Job, claims: Claims, steps_us: dict[int, float]) -> list[Cause]:
+    """AI CPU fallbacks above the check's share, that no other cause explains."""
+    check = "ai-cpu-ops"
+    found = claims.unclaimed(check)
+    if not found:
+        return []
+    ops = sorted({str(op) for f in found for op in f.metrics.get("ops", [])})
+    values = {
+        "ranks": fmt_ranks(sorted({r for f in found for r in f.ranks})),
+        "total_ms": max(float(f.metrics.get("time_us", 0.0)) for f in found) / 1000,
+        "ops": ", ".join(ops[:8]) or "see the findings",
+    }
+    claims.own(found)
+    return [make_cause(job, check, values, sources=found, explained=[], impact_us=None, steps_us=steps_us)]

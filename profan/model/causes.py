@@ -1,0 +1,119 @@
+"""Causes: what holds the step back, what removing it would save per step, what to change, and the findings it
+explains.
+
+A finding is a measured symptom ("rank 0 waits 316 ms in collectives"); a cause is the diagnosis that accounts for
+symptoms across ranks ("stage 1 computes 1.73× stage 0, and the others wait for it"). A cause is built only with
+evidence and with an action from the rule pack (`rules/checks.toml`): the knowledge of what to change lives there,
+the numbers come from the analysis.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field, replace
+from typing import Any
+
+from profan.model.evidence import Evidence, typed, whole_numbers
+
+
+@dataclass(frozen=True)
+class Cause:
+    """One diagnosis. ``id`` (C1, C2, … by estimated gain) and ``explains`` (finding ids) are set when the report
+    is assembled; before that, ``explains_keys`` names the findings by `Finding.key`.
+
+    ``impact_us`` is the step time it would save per step if removed, conservatively, under ``assumption``; None
+    where the data cannot support an estimate (the assumption then says why)."""
+
+    check: str
+    title: str
+    message: str
+    evidence: tuple[Evidence, ...]
+    impact_us: float | None
+    assumption: str
+    action: str
+    verify: str
+    alternatives: tuple[str, ...] = ()
+    ranks: tuple[int, ...] = ()
+    steps: tuple[int, ...] = ()
+    step_us: float | None = None  # the step the impact is measured against (the slowest rank's, mean per step)
+    metrics: dict[str, Any] = field(default_factory=dict)
+    explains_keys: tuple[tuple, ...] = ()
+    explains: tuple[str, ...] = ()
+    id: str = ""
+
+    def __post_init__(self) -> None:
+        from profan.rulepack.pack import builtin_check_ids
+
+        if self.check not in builtin_check_ids():
+            raise ValueError(f"unknown check {str(self.check)[:60]!r} (not in rules/checks.toml)")
+        if not self.evidence:
+            raise ValueError(f"cause {self.check!r} ({self.title}) has no evidence")
+        if not all(isinstance(e, Evidence) for e in self.evidence):
+            raise TypeError("evidence items must be Evidence")
+        if self.impact_us is not None and self.impact_us < 0:
+            raise ValueError(f"cause {self.check!r}: a negative impact ({self.impact_us})")
+        if not self.assumption:
+            raise ValueError(f"cause {self.check!r}: every estimate states its assumption")
+
+    @property
+    def impact_share(self) -> float | None:
+        if self.impact_us is None or not self.step_us:
+            return None
+        return self.impact_us / self.step_us
+
+    def sort_key(self) -> tuple:
+        """Largest estimated gain first; causes without an estimate after those with one."""
+        return (self.impact_us is None, -(self.impact_us or 0.0), self.check, self.ranks, self.title)
+
+    def with_ids(self, cid: str, explains: tuple[str, ...]) -> Cause:
+        return replace(self, id=cid, explains=explains)
+
+    def to_dict(self) -> dict[str, Any]:
+        share = self.impact_share
+        return {
+            "id": self.id,
+            "check": self.check,
+            "title": self.title,
+            "message": self.message,
+            "ranks": list(self.ranks),
+            "steps": list(self.steps),
+            "impact_us": None if self.impact_us is None else round(self.impact_us, 3),
+            "impact_share": None if share is None else round(share, 4),
+            "step_us": None if self.step_us is None else round(self.step_us, 3),
+            "assumption": self.assumption,
+            "action": self.action,
+            "verify": self.verify,
+            "alternatives": list(self.alternatives),
+            "explains": list(self.explains),
+            "metrics": self.metrics,
+            "evidence": [e.to_dict() for e in self.evidence],
+        }
+
+    @classmethod
+    def from_dict(cls, d: dict[str, Any]) -> Cause:
+        """A cause of a report read from a file, every field checked for its type (a report is untrusted)."""
+        impact = d.get("impact_us")
+        step_us = d.get("step_us")
+        for name, value in (("impact_us", impact), ("step_us", step_us)):
+            if value is not None and (not isinstance(value, int | float) or isinstance(value, bool)):
+                raise TypeError(f"{name!r} is {str(value)[:40]!r}, not a number")
+        alternatives = typed(d, "alternatives", list, [])
+        explains = typed(d, "explains", list, [])
+        if not all(isinstance(x, str) for x in [*alternatives, *explains]):
+            raise TypeError("'alternatives' and 'explains' hold strings")
+        return cls(
+            check=typed(d, "check", str),
+            title=typed(d, "title", str),
+            message=typed(d, "message", str),
+            evidence=tuple(Evidence.from_dict(e) for e in typed(d, "evidence", list)),
+            impact_us=None if impact is None else float(impact),
+            assumption=typed(d, "assumption", str),
+            action=typed(d, "action", str),
+            verify=typed(d, "verify", str),
+            alternatives=tuple(alternatives),
+            ranks=whole_numbers(d, "ranks"),
+            steps=whole_numbers(d, "steps"),
+            step_us=None if step_us is None else float(step_us),
+            metrics=typed(d, "metrics", dict, {}),
+            explains=tuple(explains),
+            id=typed(d, "id", str, ""),
+        )

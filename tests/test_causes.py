@@ -1,0 +1,198 @@
+"""The diagnosis: causes that explain the findings, with a conservative gain per step and what to change.
+
+Checked on the bundled real samples (the cause each one has, its gain recomputed from the raw rows) and on
+synthetic clusters with one planted fault of each kind the generator has (the first cause names the planted rank
+or link, and the headline stays short however many ranks the job has)."""
+
+from __future__ import annotations
+
+import csv
+import json
+import statistics
+
+import pytest
+import tomllib
+from conftest import ASCEND, TORCH
+
+import profan
+from profan.synth import generate
+
+QWEN3 = ASCEND / "msinsight-qwen3-4rank-2025q4"
+DLRM = TORCH / "dlrm_v100_8rank"
+# every bundled sample that is a profile (msinsight-metadata-2025 is one metadata file; mstt-advisor-ut holds
+# three collections, each analysed on its own)
+FIXTURES = [
+    *(
+        ASCEND / name
+        for name in (
+            "msinsight-qwen3-4rank-2025q4",
+            "msinsight-alexnet-2rank-2025/level0",
+            "msinsight-alexnet-2rank-2025/level1",
+            "msinsight-alexnet-2rank-2025/level2",
+            "msinsight-gpt3-2rank-2023",
+            "mstt-advisor-ut/test/ut/advisor/compute_advice/data",
+            "mstt-advisor-ut/test/ut/advisor/advisor_backend/compute_advice",
+            "mstt-advisor-ut/test/ut/advisor/timeline_advice",
+            "vllm-ascend-msprof-gmm-1op",
+        )
+    ),
+    *sorted(p for p in TORCH.iterdir() if p.is_dir()),
+]
+
+
+def _computing(rank: int) -> float:
+    path = next(QWEN3.glob(f"rank_{rank}_ascend_pt")) / "ASCEND_PROFILER_OUTPUT" / "step_trace_time.csv"
+    with open(path, newline="", encoding="utf-8") as fh:
+        return float(next(csv.DictReader(fh))["Computing"])
+
+
+def test_qwen3_first_cause_is_the_slow_pipeline_stage(qwen3_report):
+    """Stage 1 (ranks 2, 3; profiler_metadata.json's pp groups) computes 1.73× stage 0: it is the first cause, and
+    its gain is its excess over the stages' mean Computing, recomputed from step_trace_time.csv."""
+    c = qwen3_report.causes[0]
+    assert c.id == "C1" and c.check == "pipeline-stage-imbalance"
+    assert c.ranks == (2, 3) and c.steps == (13,)
+    stage0 = statistics.fmean([_computing(0), _computing(1)])
+    stage1 = statistics.fmean([_computing(2), _computing(3)])
+    assert c.impact_us == pytest.approx(stage1 - (stage0 + stage1) / 2, abs=1e-3)
+    assert 84_000 < c.impact_us < 86_000
+    assert "stage 1 (ranks 2, 3)" in c.title and "ranks 2, 3" in c.action
+    assert "MatMulV3 (4096,151936;151936,1024)" in c.action  # the LM head over the 151,936-token vocabulary
+    assert "mean" in c.assumption and c.verify and c.alternatives
+    # the waiting of every rank is folded under it, with the slow stage's own kernel findings
+    explained = {f.check for f in qwen3_report.findings if f.explained_by == "C1"}
+    assert {"comm-exposed-split", "comm-wait-dominated", "pipeline-stage-imbalance", "kernel-boundness"} <= explained
+    assert set(c.explains) == {f.id for f in qwen3_report.findings if f.explained_by == "C1"}
+
+
+def test_qwen3_headline_is_short(qwen3_report):
+    headline = qwen3_report.headline
+    assert len(headline) <= 6
+    assert headline[0].id == "C1"
+    # 28 measured findings, folded into a handful
+    assert len(qwen3_report.ungrouped()) == 28 and len(qwen3_report.findings) < 12
+
+
+def test_dlrm_first_cause_is_rank_7():
+    """Rank 7 reaches the NCCL collectives last (its host is slow); the gain is how much later than the
+    second-latest rank it arrived, summed over the collectives of the step."""
+    report = profan.analyze(DLRM)
+    c = report.causes[0]
+    assert c.check == "straggler" and c.ranks == (7,)
+    straggler = next(f for f in report.ungrouped() if f.check == "straggler" and f.rank == 7)
+    assert c.impact_us == pytest.approx(straggler.metrics["lag_us"]) == pytest.approx(795.0)
+    assert "profan compare DIR --ranks 0,7" in c.action  # the host-gap action, with the typical rank
+    # the exposed communication of the seven others is what they wait for it
+    exposed = next(f for f in report.findings if f.check == "exposed-communication")
+    assert exposed.explained_by == c.id and 7 not in exposed.ranks
+    assert len(report.headline) <= 6
+
+
+@pytest.mark.parametrize(
+    "root", FIXTURES, ids=lambda p: p.name if p.parent in (ASCEND, TORCH) else str(p.relative_to(ASCEND))
+)
+def test_every_cause_is_whole_and_gains_fit_in_the_step(root):
+    """On every bundled sample: each cause has evidence, an action, a way to verify and an assumption; the gains
+    of the causes of a step add up to no more than the step; symptoms and causes point at each other."""
+    report = profan.analyze(root)
+    ids = {f.id for f in report.findings}
+    for c in report.causes:
+        assert c.evidence and c.action and c.verify and c.assumption
+        assert "{" not in c.title + c.action + c.verify + c.assumption  # every template filled
+        if c.impact_us is not None and c.step_us is not None:
+            assert 0 <= c.impact_us <= c.step_us
+        assert set(c.explains) <= ids
+        for fid in c.explains:
+            assert report.finding(fid).explained_by == c.id
+    for f in report.findings:
+        assert f.explained_by is None or f.id in report.cause(f.explained_by).explains
+    by_step: dict[int | None, float] = {}
+    for c in report.causes:
+        for s in c.steps or (None,):
+            by_step[s] = by_step.get(s, 0.0) + (c.impact_us or 0.0)
+    step_us = {s: c.step_us for c in report.causes for s in c.steps or (None,)}
+    assert all(step_us[s] is None or total <= step_us[s] + 1e-6 for s, total in by_step.items())
+
+
+def test_group_members_keep_their_evidence(qwen3_report, tmp_path):
+    """A group is one finding over its ranks; each member keeps its own evidence and id, and the JSON report
+    reads back with them."""
+    group = next(f for f in qwen3_report.findings if f.check == "comm-exposed-split")
+    assert group.ranks == (0, 1, 2, 3) and group.steps == (13,) and len(group.members) == 4
+    assert [m.id for m in group.members] == [f"{group.id}.{i}" for i in range(1, 5)]
+    assert [m.rank for m in group.members] == [0, 1, 2, 3]
+    for m in group.members:
+        assert m.evidence[0].file == f"rank_{m.rank}_ascend_pt/ASCEND_PROFILER_OUTPUT/step_trace_time.csv"
+    assert qwen3_report.finding(f"{group.id}.3").rank == 2
+    from profan.model.report import from_dict
+
+    doc = json.loads(json.dumps(qwen3_report.to_dict()))
+    back = from_dict(doc)
+    assert back.to_dict()["causes"] == doc["causes"] and doc["headline"] == ["C1", "C2", "C3"]
+    member = next(m for f in doc["findings"] for m in f["members"] if m["id"] == f"{group.id}.3")
+    assert back.finding(f"{group.id}.3").to_dict() == member
+
+
+def test_every_cause_check_has_its_texts():
+    """A check with a [check.cause] table has every text a cause needs, and explains only checks that exist."""
+    from profan.rulepack.pack import rules_dir
+
+    checks = tomllib.loads((rules_dir() / "checks.toml").read_text(encoding="utf-8"))["check"]
+    ids = {c["id"] for c in checks}
+    with_cause = [c for c in checks if "cause" in c]
+    assert len(with_cause) >= 8
+    for c in with_cause:
+        assert {"title", "assumption", "action", "verify", "explains"} <= set(c["cause"]), c["id"]
+        assert set(c["cause"]["explains"]) <= ids
+
+
+# ------------------------------------------------------------------------------- synthetic clusters, one fault each
+
+FAULTS = {
+    "compute straggler": dict(straggler_rank=37, straggler_kind="compute", straggler_op="FlashAttentionScore"),
+    "host-gap straggler": dict(straggler_rank=37, straggler_kind="host_gap"),
+    "hot expert": dict(hot_expert=37, hot_factor=8.0),
+    "slow link": dict(slow_link=(3, 5), slow_link_factor=4.0),
+}
+
+
+@pytest.fixture(scope="module", params=[*FAULTS, "none"])
+def planted(request, tmp_path_factory):
+    out = tmp_path_factory.mktemp("planted")
+    truth = generate(out, ranks=64, layers=1, seed=11, **FAULTS.get(request.param, {}))
+    return request.param, truth, profan.analyze(out)
+
+
+def test_the_first_cause_names_the_planted_fault(planted):
+    kind, truth, report = planted
+    if kind == "none":
+        assert report.causes == [] and report.headline == []
+        return
+    assert len(report.headline) <= 8
+    first = report.causes[0]
+    if kind == "slow link":
+        assert first.check == "comm-slow-link" and first.ranks == (3, 5)
+    elif kind == "hot expert":
+        assert first.check == "moe-expert-imbalance" and first.ranks == (truth["expert_imbalance"]["hot_rank"],)
+    else:
+        assert first.check == "straggler" and first.ranks == (37,)
+        assert first.metrics["why_text"] == truth["straggler"]["cause_class"].replace("_", " ")
+    assert first.impact_us is not None and 0 < first.impact_us <= first.step_us
+
+
+def test_step_cost_parts_add_up_to_the_step_and_cite_their_rows(qwen3_report):
+    """compute + exposed transfer + exposed waiting + idle = the step (step_trace_time.csv: Stage/step time is
+    Computing + Communication(Not Overlapped) + Free), the split from communication.json."""
+    cost = qwen3_report.tables["step_cost"]
+    assert cost["rank"].to_list() == [0, 1, 2, 3]
+    for row in cost.iter_rows(named=True):
+        path = QWEN3 / row["file"]
+        with open(path, newline="", encoding="utf-8") as fh:
+            raw = list(csv.DictReader(fh))[row["line"] - 2]  # line 1 is the header
+        assert row["compute_us"] == pytest.approx(float(raw["Computing"]))
+        exposed = row["exposed_transfer_us"] + row["exposed_wait_us"]
+        assert exposed == pytest.approx(float(raw["Communication(Not Overlapped)"]))
+        assert row["idle_us"] == pytest.approx(float(raw["Free"]))
+        assert row["exposed_unsplit_us"] is None and row["split_file"].endswith("communication.json")
+    # rank 0 waits most of its exposed time: 92.97 ms of transfer (communication.json), the rest waiting
+    assert cost.row(0, named=True)["exposed_transfer_us"] == pytest.approx(92973.42, abs=0.01)
