@@ -196,3 +196,17 @@ def test_step_cost_parts_add_up_to_the_step_and_cite_their_rows(qwen3_report):
         assert row["exposed_unsplit_us"] is None and row["split_file"].endswith("communication.json")
     # rank 0 waits most of its exposed time: 92.97 ms of transfer (communication.json), the rest waiting
     assert cost.row(0, named=True)["exposed_transfer_us"] == pytest.approx(92973.42, abs=0.01)
+
+
+@pytest.mark.parametrize("level", ["level1", "level2"])
+def test_alexnet_ranks_wait_for_peer_5_outside_the_capture(level):
+    """Ranks 0 and 1 of an 8-rank job wait in HCCL Notify_Wait for peer 5, which was not profiled: that is the
+    first cause, with the wait both ranks share as its gain, and their exposed communication folded under it."""
+    report = profan.analyze(ASCEND / "msinsight-alexnet-2rank-2025" / level)
+    c = report.causes[0]
+    assert c.check == "comm-waited-peer" and c.ranks == (5,)
+    assert "not in this capture" in c.title
+    waits = [f.metrics["wait_us"] for f in report.ungrouped() if f.check == "comm-waited-peer"]
+    assert len(waits) == 2 and c.impact_us == pytest.approx(min(waits))  # one step captured
+    explained = {f.check for f in report.findings if f.explained_by == c.id}
+    assert {"comm-exposed-split", "comm-wait-dominated", "comm-waited-peer"} <= explained

@@ -35,7 +35,19 @@ def section(job: Job) -> Section:
     claims = Claims(job.findings)
     steps_us = step_times(job)
     causes: list[Cause] = []
-    for build in (_stage, _moe, _straggler, _compute, _slow_link, _exposed_transfer, _idle, _boundness, _ai_cpu):
+    builders = (
+        _stage,
+        _moe,
+        _straggler,
+        _compute,
+        _slow_link,
+        _waited_peer,
+        _exposed_transfer,
+        _idle,
+        _boundness,
+        _ai_cpu,
+    )
+    for build in builders:
         causes += build(job, claims, steps_us)
     cost = step_cost(job.steps, job.tables["trace_steps"], job.tables["comm_exposed"])
     return Section(causes=causes, tables={"step_cost": cost})
@@ -357,6 +369,45 @@ def _slow_link(job: Job, claims: Claims, steps_us: dict[int, float]) -> list[Cau
     return out
 
 
+def _waited_peer(job: Job, claims: Claims, steps_us: dict[int, float]) -> list[Cause]:
+    """A peer the collectives of several ranks wait for (HCCL Notify_Wait), named even when it is not in the
+    capture. Gain: the wait towards it that every waiting rank shares, per step."""
+    check = "comm-waited-peer"
+    by_peer: dict[int, list[Finding]] = {}
+    for f in claims.unclaimed(check):
+        by_peer.setdefault(int(f.metrics["peer"]), []).append(f)
+    captured = {r.rank for r in job.ranks}
+    out = []
+    for peer, found in by_peer.items():
+        waiting = sorted({r for f in found for r in f.ranks})
+        per_step = [float(f.metrics["wait_us"]) / max(len(steps_us), 1) for f in found]
+        values = {
+            "peer": peer,
+            "ranks": fmt_ranks(waiting),
+            "who": f"Rank {waiting[0]} waits" if len(waiting) == 1 else f"Ranks {fmt_ranks(waiting)} wait",
+            "first_rank": waiting[0] if waiting else peer,
+            "wait": _span([w / 1000 for w in per_step], "{:,.1f}") + " ms",
+            "min_wait_ms": min(per_step) / 1000,
+            "outside": "" if peer in captured else f" (peer {peer} is not in this capture)",
+        }
+        claims.own(found)
+        explained = claims.take(_waiting(job, check) - {check}, ranks=waiting)
+        out.append(
+            make_cause(
+                job,
+                check,
+                values,
+                sources=found,
+                explained=explained,
+                impact_us=min(per_step),
+                steps_us=steps_us,
+                ranks=[peer],
+                steps=steps_us,
+            )
+        )
+    return out
+
+
 def _exposed_transfer(job: Job, claims: Claims, steps_us: dict[int, float]) -> list[Cause]:
     """Exposed communication that is transfer, not waiting, and no other cause explains. Gain: the least exposed
     transfer of any rank in those steps — what overlapping would give every rank at least."""
@@ -416,7 +467,16 @@ def _idle(job: Job, claims: Claims, steps_us: dict[int, float]) -> list[Cause]:
     message = f"{len(found)} rank-step(s) with the device idle at or above the check's threshold. Most: {worst.message}"
     return [
         make_cause(
-            job, check, values, sources=sources, explained=found, impact_us=None, steps_us=steps_us, message=message
+            job,
+            check,
+            values,
+            sources=sources,
+            explained=found,
+            impact_us=None,
+            steps_us=steps_us,
+            message=message,
+            ranks=[r for f in found for r in f.ranks],
+            steps=[s for f in found for s in f.steps],
         )
     ]
 
