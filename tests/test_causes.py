@@ -210,3 +210,22 @@ def test_alexnet_ranks_wait_for_peer_5_outside_the_capture(level):
     assert len(waits) == 2 and c.impact_us == pytest.approx(min(waits))  # one step captured
     explained = {f.check for f in report.findings if f.explained_by == c.id}
     assert {"comm-exposed-split", "comm-wait-dominated", "comm-waited-peer"} <= explained
+
+
+def test_a_team_rewords_an_action_in_its_own_rules_file(tmp_path):
+    """The texts of a cause are rules: a user file rewords the action (its numbers still filled in); a
+    misspelt text name is a one-line error naming the file."""
+    own = tmp_path / "ours.toml"
+    own.write_text(
+        '[[check]]\nid = "pipeline-stage-imbalance"\n[check.cause]\n'
+        'action = "Ask the model team to move {move_ms:,.0f} ms off ranks {slow_ranks}."\n',
+        encoding="utf-8",
+    )
+    report = profan.analyze(QWEN3, rules=[own])
+    assert report.causes[0].action == "Ask the model team to move 85 ms off ranks 2, 3."
+    assert report.causes[0].verify.startswith("Profile again")  # the texts it does not set stay
+    own.write_text('[[check]]\nid = "pipeline-stage-imbalance"\n[check.cause]\nacton = "x"\n', encoding="utf-8")
+    from profan.model.errors import ProfanInputError
+
+    with pytest.raises(ProfanInputError, match="has no 'acton'"):
+        profan.analyze(QWEN3, rules=[own])

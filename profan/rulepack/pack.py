@@ -233,6 +233,12 @@ def _check_overrides(user: Check, builtin: dict[str, Any]) -> None:
                 user.source,
                 f"check {user.id}: {key} must be a {type(want).__name__} like {want!r}, not {str(value)[:40]!r}",
             )
+        if key == "cause":
+            unknown = sorted(k for k in value if k not in want and not k.endswith("_action"))
+            if unknown:
+                raise ProfanInputError(
+                    user.source, f"check {user.id}: [check.cause] has no {unknown[0]!r}; it has {', '.join(want)}"
+                )
 
 
 @functools.cache
