@@ -120,23 +120,96 @@ def _align_steps(ka: pl.DataFrame, kb: pl.DataFrame, sa: pl.DataFrame, sb: pl.Da
     return a[:n], b[:n], "by order (the two sides profiled different step numbers)"
 
 
-def _unmatched_steps(k: pl.DataFrame, side: Side, other: Side) -> str | None:
-    """A warning naming the steps with device work on this side that the alignment paired with no step of the
-    other (a step profiled on one side only, or beyond the shorter side when matched by order): their time is in
-    no total and no delta, and a comparison of fewer steps than were given must say so."""
-    kept = [s for s in side.steps if s is not None]
-    if not kept:
-        return None
-    left = k.filter(pl.col("step").is_not_null() & ~pl.col("step").is_in(kept))
-    if left.is_empty():
-        return None
-    steps = left["step"].unique().sort().to_list()
-    return (
-        f"compare: step{'s' if len(steps) > 1 else ''} {id_list(steps)} of {side.label} "
-        f"({ms(float(left['time_us'].sum()))} of kernel time, {left['rank'].n_unique()} rank(s)) "
-        f"{'have' if len(steps) > 1 else 'has'} device work but no counterpart in {other.label}: "
-        f"left out of the comparison"
+def _kept(side: Side) -> pl.Expr:
+    """Rows inside the side's aligned steps. A side without step numbers keeps every row; a row without a step
+    (outside any profiled step) is kept only there, never counted as an aligned step's."""
+    real = [s for s in side.steps if s is not None]
+    return pl.col("step").is_in(real).fill_null(False) if real else pl.lit(True)
+
+
+def _left_out(k: pl.DataFrame, steps_tab: pl.DataFrame, side: Side) -> pl.DataFrame:
+    """Per step of the side that the alignment paired with nothing (null: kernel rows outside any profiled step):
+    kernel launches, kernel time and ranks. A step with a step row and no kernel rows is listed with 0 launches.
+    The per-step comparison cannot hold these, so the report must say what they are worth."""
+    work = (
+        k.filter(~_kept(side))
+        .group_by("step")
+        .agg(
+            pl.col("count").sum().cast(pl.Int64).alias("launches"),
+            pl.col("time_us").sum().alias("kernel_us"),
+            pl.col("rank").unique().sort().alias("ranks"),
+        )
     )
+    if not steps_tab.is_empty() and any(s is not None for s in side.steps):
+        rows_only = (
+            steps_tab.filter(~_kept(side) & pl.col("step").is_not_null())
+            .group_by("step")
+            .agg(
+                pl.lit(0, pl.Int64).alias("launches"),
+                pl.lit(0.0).alias("kernel_us"),
+                pl.col("rank").unique().sort().alias("ranks"),
+            )
+        )
+        work = pl.concat([work, rows_only.join(work, on="step", how="anti")], how="vertical_relaxed")
+    return work.sort("step", nulls_last=True)
+
+
+def _left_out_warnings(left: dict[str, pl.DataFrame], sa: Side, sb: Side) -> list[str]:
+    """One warning per side and kind (steps without a counterpart; kernel rows outside any profiled step), each
+    with its counts: their time is in no total and no delta, and a comparison of less than was given must say so."""
+    out = []
+    for side, other in ((sa, sb), (sb, sa)):
+        t, o = left[side.label], left[other.label]
+        paired = t.filter(pl.col("step").is_not_null())
+        if paired.height:
+            ids, n = paired["step"].to_list(), paired.height
+            out.append(
+                f"compare: step{'s' if n > 1 else ''} {id_list(ids)} of {side.label} {'have' if n > 1 else 'has'} "
+                f"no counterpart in {other.label} ({n} step{'s' if n > 1 else ''}; {_work(paired)}): "
+                f"left out of the comparison"
+            )
+        outside = t.filter(pl.col("step").is_null())
+        if outside.height:
+            theirs = o.filter(pl.col("step").is_null())
+            out.append(
+                f"compare: {side.label} has kernels outside any profiled step ({_work(outside)}; {other.label}: "
+                f"{_work(theirs) if theirs.height else 'none'}): they belong to no step, so the per-step "
+                f"comparison leaves them out"
+            )
+    return out
+
+
+def _work(t: pl.DataFrame) -> str:
+    launches, us = int(t["launches"].sum()), float(t["kernel_us"].sum())
+    ranks = sorted(set(t["ranks"].explode().drop_nulls().to_list()))
+    return (
+        f"{launches:,} kernel launch{'es' if launches != 1 else ''}, {ms(us)} of kernel time, "
+        f"rank{'s' if len(ranks) != 1 else ''} {id_list(ranks)}"
+    )
+
+
+def _one_sided_pairs(ka: pl.DataFrame, kb: pl.DataFrame, sa: Side, sb: Side) -> list[str]:
+    """Aligned steps with device work on one side and none on the other (a step row without kernel rows): they
+    stay in the comparison, at 0 on the empty side, and the report says which they are."""
+    if not any(s is not None for s in sa.steps) or not any(s is not None for s in sb.steps):
+        return []
+    pairs = pl.DataFrame({"a_step": sa.steps, "b_step": sb.steps}, schema={"a_step": pl.Int64, "b_step": pl.Int64})
+    work = [
+        pairs.join(
+            k.filter(_kept(side)).group_by("step").agg(pl.col("count").sum().alias(f"{p}_n")),
+            left_on=f"{p}_step",
+            right_on="step",
+            how="left",
+        )[f"{p}_n"].fill_null(0)
+        for k, side, p in ((ka, sa, "a"), (kb, sb, "b"))
+    ]
+    pairs = pairs.with_columns(a_n=work[0], b_n=work[1]).filter((pl.col("a_n") == 0) != (pl.col("b_n") == 0))
+    return [
+        f"compare: step {r['a_step']}↔{r['b_step']} has device work in {'A' if r['a_n'] else 'B'} only "
+        f"({int(r['a_n'] or r['b_n']):,} kernel launches; {'B' if r['a_n'] else 'A'} has the step but no kernel "
+        f"rows in it): counted as 0 there"
+        for r in pairs.iter_rows(named=True)
+    ]
 
 
 def _step_totals(side: Side, steps_tab: pl.DataFrame) -> pl.DataFrame:
@@ -144,11 +217,7 @@ def _step_totals(side: Side, steps_tab: pl.DataFrame) -> pl.DataFrame:
     if steps_tab.is_empty():
         return pl.DataFrame()
     idx = {s: i for i, s in enumerate(side.steps)}
-    t = steps_tab.filter(
-        pl.col("step").is_in([s for s in side.steps if s is not None])
-        if any(s is not None for s in side.steps)
-        else pl.lit(True)
-    )
+    t = steps_tab.filter(_kept(side))
     if t.is_empty():
         return pl.DataFrame()
     t = t.with_columns(
@@ -178,11 +247,7 @@ def _agg(k: pl.DataFrame, side: Side, keys: list[str]) -> pl.DataFrame:
     """Per key: time and launches per step and rank (averaged), and the largest rows of the largest rank."""
     steps_n = max(1, len(side.steps))
     ranks_n = max(1, len(side.ranks))
-    k = (
-        k.filter(pl.col("step").is_in([s for s in side.steps if s is not None]))
-        if any(s is not None for s in side.steps)
-        else k
-    )
+    k = k.filter(_kept(side))
     if k.is_empty():
         return pl.DataFrame()
     tot = k.group_by(keys).agg(
@@ -310,30 +375,14 @@ def build_compare(sa: Side, sb: Side, pack: RulePack, common: Path, mode: str, t
     buckets = _pair(_agg(ka, sa, ["bucket"]), _agg(kb, sb, ["bucket"]), ["bucket"])
     kernels = _pair(_agg(ka, sa, [*KEY, "bucket"]), _agg(kb, sb, [*KEY, "bucket"]), [*KEY, "bucket"])
     kernels = _fold_shapes(kernels, ka, kb, sa, sb)
-    steps_t = _steps_pair(_step_totals(sa, st_a), _step_totals(sb, st_b))
-    total_a = (
-        float(
-            ka.filter(
-                pl.col("step").is_in([s for s in sa.steps if s is not None])
-                if any(s is not None for s in sa.steps)
-                else pl.lit(True)
-            )["time_us"].sum()
-        )
-        / max(1, len(sa.steps))
-        / max(1, len(sa.ranks))
+    tot_a, tot_b = _step_totals(sa, st_a), _step_totals(sb, st_b)
+    steps_t = _steps_pair(tot_a, tot_b)
+    total_a, total_b = (
+        float(k.filter(_kept(s))["time_us"].sum()) / max(1, len(s.steps)) / max(1, len(s.ranks))
+        for k, s in ((ka, sa), (kb, sb))
     )
-    total_b = (
-        float(
-            kb.filter(
-                pl.col("step").is_in([s for s in sb.steps if s is not None])
-                if any(s is not None for s in sb.steps)
-                else pl.lit(True)
-            )["time_us"].sum()
-        )
-        / max(1, len(sb.steps))
-        / max(1, len(sb.ranks))
-    )
-    findings = [_total_finding(total_a, total_b, steps_t, buckets, sa, sb, pack)]
+    left = {s.label: _left_out(k, t, s) for k, t, s in ((ka, st_a, sa), (kb, st_b, sb))}
+    findings = [_total_finding(total_a, total_b, steps_t, buckets, sa, sb, pack, left)]
     findings += _regression_findings(buckets, kernels, total_a, pack)
     findings += _new_missing_findings(kernels, total_a, pack)
     tables = {
@@ -342,30 +391,10 @@ def build_compare(sa: Side, sb: Side, pack: RulePack, common: Path, mode: str, t
         "compare_kernels": _show(kernels, ["op", "name", "input_shapes", "bucket"]),
     }
     tables = {k: v for k, v in tables.items() if not v.is_empty()}
-    source = {
-        "kind": "compare",
-        "mode": mode,
-        "root": str(common),
-        "root_abs": str(common),
-        "format": "compare",
-        "a": {
-            "path": str(sa.path),
-            "ranks": [r.rank for r in sa.ranks],
-            "steps": sa.steps,
-            "files": [{k: sa.file(v) for k, v in r.files.items()} for r in sa.ranks],
-        },
-        "b": {
-            "path": str(sb.path),
-            "ranks": [r.rank for r in sb.ranks],
-            "steps": sb.steps,
-            "files": [{k: sb.file(v) for k, v in r.files.items()} for r in sb.ranks],
-        },
-        "ranks": [],
-    }
-    source["file_bytes"] = file_sizes(common, {s.file(v) for s in (sa, sb) for r in s.ranks for v in r.files.values()})
-    source["root_seal"] = trust.seal(source["root_abs"], source["file_bytes"])
+    source = _source(sa, sb, common, mode)
     warnings = [f"{s.label} rank {r.rank}: {w}" for s in (sa, sb) for r in s.ranks for w in r.warnings]
-    warnings += [w for k, s, o in ((ka, sa, sb), (kb, sb, sa)) if (w := _unmatched_steps(k, s, o))]
+    warnings += _left_out_warnings(left, sa, sb) + _one_sided_pairs(ka, kb, sa, sb)
+    warnings += _step_rows_one_side(tot_a, tot_b, sa, sb)
     return Report(
         source=source,
         findings=number_findings([f for f in findings if f is not None]),
@@ -379,6 +408,33 @@ def build_compare(sa: Side, sb: Side, pack: RulePack, common: Path, mode: str, t
         },
         read_root=common,
     )
+
+
+def _source(sa: Side, sb: Side, common: Path, mode: str) -> dict:
+    """The report's source block: both sides' paths, ranks, aligned steps and files, sealed with the sizes of
+    the files read, so `profan evidence` reads the cited rows back from the one root."""
+
+    def side(s: Side) -> dict:
+        return {
+            "path": str(s.path),
+            "ranks": [r.rank for r in s.ranks],
+            "steps": s.steps,
+            "files": [{k: s.file(v) for k, v in r.files.items()} for r in s.ranks],
+        }
+
+    source = {
+        "kind": "compare",
+        "mode": mode,
+        "root": str(common),
+        "root_abs": str(common),
+        "format": "compare",
+        "a": side(sa),
+        "b": side(sb),
+        "ranks": [],
+    }
+    source["file_bytes"] = file_sizes(common, {s.file(v) for s in (sa, sb) for r in s.ranks for v in r.files.values()})
+    source["root_seal"] = trust.seal(source["root_abs"], source["file_bytes"])
+    return source
 
 
 def _fold_shapes(kernels: pl.DataFrame, ka: pl.DataFrame, kb: pl.DataFrame, sa: Side, sb: Side) -> pl.DataFrame:
@@ -479,54 +535,110 @@ def _steps_pair(a: pl.DataFrame, b: pl.DataFrame) -> pl.DataFrame:
     )
 
 
-def _total_finding(total_a, total_b, steps_t, buckets, sa: Side, sb: Side, pack: RulePack) -> Finding | None:
+def _step_rows_one_side(tot_a: pl.DataFrame, tot_b: pl.DataFrame, sa: Side, sb: Side) -> list[str]:
+    """Aligned steps with a step_trace_time.csv row on one side only: the step-time comparison (an inner pairing)
+    cannot hold them, so each is named with its step time, and a side without any step rows is said once."""
+    if tot_a.is_empty() and tot_b.is_empty():
+        return []
+    if tot_a.is_empty() or tot_b.is_empty():
+        has, hasnt = (sa, sb) if tot_b.is_empty() else (sb, sa)
+        return [
+            f"compare: only {has.label} has step_trace_time.csv rows ({hasnt.label} has none): step time is not "
+            "compared, kernel time is"
+        ]
+    out = []
+    for t, o, side, other in ((tot_a, tot_b, sa, sb), (tot_b, tot_a, sb, sa)):
+        alone = t.join(o.select("pair"), on="pair", how="anti")
+        out += [
+            f"compare: step {r['step']} has a step_trace_time.csv row in {side.label} only ({ms(r['step_us'])}, mean "
+            f"over {r['ranks']} rank(s)); {other.label} has kernel rows in its counterpart "
+            f"{other.steps[r['pair']]} but no step row: that step's time is not compared"
+            for r in alone.iter_rows(named=True)
+        ]
+    return out
+
+
+def _step_evidence(steps_t: pl.DataFrame, sa: Side, sb: Side) -> list[Evidence]:
+    """The step_trace_time.csv row of the median rank, for every paired step, on both sides."""
+    return [
+        cite_lines(
+            row[f"{p}_file"],
+            [row[f"{p}_src_line"]],
+            1,
+            {"source": "step_trace_time", "side": side.label, "step": row[f"{p}_step"], "rank": row[f"{p}_cited_rank"]},
+            values={
+                "step_us": round(row[f"{p}_cited_step_us"], 3),
+                "mean_step_us_over_ranks": round(row[f"{p}_step_us"], 3),
+                "ranks": row[f"{p}_ranks"],
+            },
+        )
+        for row in steps_t.iter_rows(named=True)
+        for p, side in (("a", sa), ("b", sb))
+    ]
+
+
+def _bucket_evidence(buckets: pl.DataFrame) -> list[Evidence]:
+    """Without step rows: the kernel rows of the bucket that moved most, on both sides."""
+    if "delta_us" not in buckets.columns:
+        return []
+    top = buckets.sort(pl.col("delta_us").abs(), descending=True, maintain_order=True).head(1)
+    return [
+        ev
+        for row in top.iter_rows(named=True)
+        for p in ("a", "b")
+        if (
+            ev := _cite(
+                row,
+                p,
+                {"source": "kernels", "bucket": row["bucket"], "side": p.upper()},
+                {"time_us": round(row[f"{p}_time_us"], 3)},
+            )
+        )
+        is not None
+    ]
+
+
+def _left_out_text(left: dict[str, pl.DataFrame]) -> tuple[str, dict]:
+    """What the comparison leaves out, per side, for the total finding's message and metrics."""
+    parts, metrics = [], {}
+    for label, t in left.items():
+        if t.is_empty():
+            continue
+        steps = t.filter(pl.col("step").is_not_null())["step"].to_list()
+        metrics[label.lower()] = {
+            "steps": steps,
+            "outside_any_step": bool(t["step"].is_null().any()),
+            "launches": int(t["launches"].sum()),
+            "kernel_us": round(float(t["kernel_us"].sum()), 3),
+        }
+        what = [f"step{'s' if len(steps) > 1 else ''} {id_list(steps)}"] if steps else []
+        what += ["kernels outside any profiled step"] if metrics[label.lower()]["outside_any_step"] else []
+        parts.append(f"{label}: {' and '.join(what)} ({_work(t)})")
+    text = f" Not compared, having no counterpart: {'; '.join(parts)} (see the warnings)." if parts else ""
+    return text, metrics
+
+
+def _total_finding(total_a, total_b, steps_t, buckets, sa: Side, sb: Side, pack: RulePack, left) -> Finding | None:
+    """B against A in one finding: summed kernel time per step and rank, the step time where both sides have
+    step rows (the figure `--fail-on-regression` reads), and what the comparison leaves out."""
     delta = total_b - total_a
-    evidence: list[Evidence] = []
+    metrics = {"a_kernel_us": round(total_a, 3), "b_kernel_us": round(total_b, 3), "delta_us": round(delta, 3)}
     step_txt = ""
     if not steps_t.is_empty():
-        for row in steps_t.iter_rows(named=True):
-            for p, side in (("a", sa), ("b", sb)):
-                evidence.append(
-                    cite_lines(
-                        row[f"{p}_file"],
-                        [row[f"{p}_src_line"]],
-                        1,
-                        {
-                            "source": "step_trace_time",
-                            "side": side.label,
-                            "step": row[f"{p}_step"],
-                            "rank": row[f"{p}_cited_rank"],
-                        },
-                        values={
-                            "step_us": round(row[f"{p}_cited_step_us"], 3),
-                            "mean_step_us_over_ranks": round(row[f"{p}_step_us"], 3),
-                            "ranks": row[f"{p}_ranks"],
-                        },
-                    )
-                )
+        evidence = _step_evidence(steps_t, sa, sb)
         sa_us, sb_us = float(steps_t["a_step_us"].mean()), float(steps_t["b_step_us"].mean())
+        metrics |= {"a_step_us": round(sa_us, 3), "b_step_us": round(sb_us, 3), "steps_compared": steps_t.height}
         step_txt = (
             f" Step time (step_trace_time.csv) {ms(sa_us)} → {ms(sb_us)} "
             f"({'+' if sb_us >= sa_us else ''}{ms(sb_us - sa_us)})."
         )
     else:
-        top = (
-            buckets.sort(pl.col("delta_us").abs(), descending=True, maintain_order=True).head(1)
-            if "delta_us" in buckets.columns
-            else buckets.head(0)
-        )
-        for row in top.iter_rows(named=True):
-            for p in ("a", "b"):
-                ev = _cite(
-                    row,
-                    p,
-                    {"source": "kernels", "bucket": row["bucket"], "side": p.upper()},
-                    {"time_us": round(row[f"{p}_time_us"], 3)},
-                )
-                if ev is not None:
-                    evidence.append(ev)
+        evidence = _bucket_evidence(buckets)
     if not evidence:
         return None
+    left_txt, left_metrics = _left_out_text(left)
+    if left_metrics:
+        metrics["left_out"] = left_metrics
     return Finding(
         check=CHECK,
         severity=pack.check(CHECK).severity_for("total"),
@@ -537,9 +649,9 @@ def _total_finding(total_a, total_b, steps_t, buckets, sa: Side, sb: Side, pack:
         message=(
             f"A = {sa.desc}; B = {sb.desc}. Summed kernel time per step and rank goes from {ms(total_a)} to "
             f"{ms(total_b)} ({'+' if delta >= 0 else ''}{ms(delta)}, "
-            f"{pct(delta / total_a if total_a else None)}).{step_txt}"
+            f"{pct(delta / total_a if total_a else None)}).{step_txt}{left_txt}"
         ),
-        metrics={"a_kernel_us": round(total_a, 3), "b_kernel_us": round(total_b, 3), "delta_us": round(delta, 3)},
+        metrics=metrics,
         evidence=tuple(evidence),
     )
 
@@ -705,3 +817,72 @@ def _new_missing_findings(kernels: pl.DataFrame, total_a: float, pack: RulePack)
             )
         )
     return out
+
+
+# ------------------------------------------------------------------------------------------ CI thresholds
+
+
+def regression_limits(values: list[str], pack: RulePack) -> tuple[float | None, dict[str, float]]:
+    """``--fail-on-regression`` values: ``PCT`` (the step time) or ``BUCKET=PCT`` (a bucket's time per step),
+    percent of A that B may grow by. Checked before any file is read, so a typo fails at once instead of after
+    the comparison (or, worse, never fails the build)."""
+    known = {b for order in pack.buckets.values() for b in order} | {r.bucket for r in pack.rules}
+    step: float | None = None
+    buckets: dict[str, float] = {}
+    for v in values:
+        name, _, num = v.rpartition("=")
+        name = name.strip()
+        try:
+            limit = float(num.strip().removesuffix("%"))
+        except ValueError:
+            limit = float("nan")
+        if not limit >= 0 or limit == float("inf"):
+            raise ProfanInputError(None, f"--fail-on-regression takes PCT or BUCKET=PCT, PCT a number ≥ 0 (got {v!r})")
+        if "=" not in v:
+            if step is not None:
+                raise ProfanInputError(None, f"--fail-on-regression: the step-time limit is given twice ({v!r})")
+            step = limit
+        elif name not in known:
+            raise ProfanInputError(
+                None, f"--fail-on-regression: unknown bucket {name!r}; buckets: {', '.join(sorted(known))}"
+            )
+        else:
+            buckets[name] = limit
+    return step, buckets
+
+
+def regressions(report: Report, step_pct: float | None, bucket_pct: dict[str, float]) -> list[str]:
+    """What regressed past its limit, one phrase each, read from the comparison's own figures: the step time of
+    the total finding (step_trace_time.csv where both sides have it, else the summed kernel time per step and
+    rank) and the bucket table's time per step. B growing from nothing exceeds any limit."""
+    out = []
+    if step_pct is not None:
+        total = next((f for f in report.findings if f.check == CHECK and "a_kernel_us" in f.metrics), None)
+        if total is not None:
+            m = total.metrics
+            kind = (
+                "step time (step_trace_time.csv)"
+                if "a_step_us" in m
+                else "step time (summed kernel time per step and rank; no step_trace_time.csv rows on both sides)"
+            )
+            a, b = (m["a_step_us"], m["b_step_us"]) if "a_step_us" in m else (m["a_kernel_us"], m["b_kernel_us"])
+            out += _past(kind, a, b, step_pct)
+    t = report.tables.get("compare_buckets", pl.DataFrame())
+    for bucket, limit in bucket_pct.items():
+        row = t.filter(pl.col("bucket") == bucket) if "bucket" in t.columns else t.head(0)
+        a, b = (float(row["a_time_us"][0]), float(row["b_time_us"][0])) if row.height else (0.0, 0.0)
+        out += _past(f"{bucket} per step", a, b, limit)
+    return out
+
+
+def _past(what: str, a: float, b: float, limit: float) -> list[str]:
+    if b <= a or (a > 0 and 100 * (b - a) / a <= limit):
+        return []
+    grew = f"+{_pct(100 * (b - a) / a)}%" if a > 0 else "new in B"
+    return [f"{what} {ms(a)} → {ms(b)} ({grew}, more than the {limit:g}% allowed)"]
+
+
+def _pct(x: float) -> str:
+    """A percentage for the CI line: one decimal, but a growth under 0.1 % keeps two significant digits (a
+    0.027 % regression past a 0.02 % limit must not read +0.0 %)."""
+    return f"{x:.1f}" if abs(x) >= 0.1 else f"{x:.2g}"

@@ -43,7 +43,7 @@ def test_json_on_stdout_and_silent_piped_stderr():
     assert res.returncode == 0
     assert res.stderr == ""
     doc = json.loads(res.stdout)
-    assert doc["schema"] == "profan.report/1"
+    assert doc["schema"] == "profan.report/2"
     assert [r["rank"] for r in doc["source"]["ranks"]] == [0, 1, 2, 3]
 
 
@@ -76,7 +76,7 @@ def test_progress_only_on_a_terminal():
     lines = [ln for ln in err.splitlines() if ln.strip()]
     assert lines and all(ln.startswith("profan: ") for ln in lines)
     assert any("rank 3" in ln for ln in lines)  # one line per rank read
-    assert json.loads(res.stdout)["schema"] == "profan.report/1"
+    assert json.loads(res.stdout)["schema"] == "profan.report/2"
 
 
 def test_fail_on_exit_codes():
@@ -205,7 +205,7 @@ def test_brief_with_full_report_file(tmp_path):
     assert brief["summary"]["findings"] == len(full["findings"])
     shown = brief["findings"][0]
     # the drill hint is a shell command that works as printed (the path has a space)
-    drill = shlex.split(brief["drill"].replace("FINDING_ID", shown["id"]))
+    drill = [shown["id"] if word == "ID" else word for word in shlex.split(brief["drill"])]
     assert drill == ["profan", "evidence", str(out.resolve()), shown["id"], "--format", "json"]
     ev = run_cli(*drill[1:])
     assert ev.returncode == 0, ev.stderr
@@ -245,7 +245,7 @@ def test_schema_command_and_real_reports_validate():
         assert res.returncode == 0
         schemas[which] = json.loads(res.stdout)
         jsonschema.Draft202012Validator.check_schema(schemas[which])
-    assert schemas["report"]["properties"]["schema"]["const"] == "profan.report/1"
+    assert schemas["report"]["properties"]["schema"]["const"] == "profan.report/2"
 
     def valid(doc, which):
         jsonschema.validate(doc, schemas[which], cls=jsonschema.Draft202012Validator)
@@ -287,6 +287,33 @@ def test_rules_json_matches_the_pack_files():
     assert one["kind"] == "bucket-rule" and one["match"] == first["match"] and one["bucket"] == first["bucket"]
     text = run_cli("rules", first["id"]).stdout
     assert text.startswith(f"{first['id']} ({first['name']}) -> bucket '{first['bucket']}'")
+
+
+def _cause_texts(check: dict) -> dict:
+    """action / verify / alternatives of a check in rules/checks.toml, on the check or in its [check.cause]."""
+    cause = check.get("cause") or {}
+    return {k: check.get(k) or cause.get(k) for k in ("action", "verify", "alternatives")}
+
+
+def test_rules_check_prints_action_verify_and_alternatives():
+    """`profan rules CHECK` says what to change, how to verify it and what else could explain the data, as the
+    rule pack words them; a check without them prints none of the three."""
+    with open(ROOT / "rules" / "checks.toml", "rb") as fh:
+        checks = {c["id"]: c for c in tomllib.load(fh)["check"]}
+    want = _cause_texts(checks["pipeline-stage-imbalance"])
+    assert want["action"] and want["verify"] and want["alternatives"], want
+    res = run_cli("rules", "pipeline-stage-imbalance")
+    assert res.returncode == 0, res.stderr
+    lines = res.stdout.splitlines()
+    assert f"action: {want['action']}" in lines
+    assert f"verify: {want['verify']}" in lines
+    i = lines.index("alternatives:")
+    assert lines[i + 1 : i + 1 + len(want["alternatives"])] == [f"  - {a}" for a in want["alternatives"]]
+    bare = next(cid for cid, c in checks.items() if not any(_cause_texts(c).values()))
+    out = run_cli("rules", bare).stdout
+    assert out.startswith(f"{bare} (") and not any(
+        ln.startswith(("action:", "verify:", "alternatives:")) for ln in out.splitlines()
+    )
 
 
 def test_skill_path_and_install(tmp_path):

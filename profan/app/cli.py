@@ -184,11 +184,7 @@ def rules(
             if item["example"]:
                 typer.echo(f"example: {item['example']}")
         else:
-            typer.echo(f"{item['id']} ({item['name']})  [{item['source']}]")
-            typer.echo(f"detects: {item['detects']}")
-            typer.echo(f"why: {item['why']}")
-            if item["params"]:
-                typer.echo("parameters: " + ", ".join(f"{k}={v}" for k, v in item["params"].items()))
+            _print_check(item)
         return
     typer.echo("Bucket rules (first match wins):")
     for r in doc["rules"]:
@@ -197,6 +193,27 @@ def rules(
     for c in doc["checks"]:
         typer.echo(f"  {c['id']:<28} {c['name']}")
     typer.echo("\n'profan rules ID' explains one.")
+
+
+def _print_check(item: dict) -> None:
+    """One check as ruff prints a rule: what it detects and why, its parameters, and, for a check that names a
+    cause, what to change, how to verify the change worked and what else could explain the same data. The three
+    are templates whose {names} a report fills with the cause's numbers."""
+    params = item.get("params") or {}
+    cause = params.get("cause") if isinstance(params.get("cause"), dict) else {}
+    typer.echo(f"{item['id']} ({item['name']})  [{item['source']}]")
+    typer.echo(f"detects: {item['detects']}")
+    typer.echo(f"why: {item['why']}")
+    shown = {k: v for k, v in params.items() if k != "cause"}
+    if shown:
+        typer.echo("parameters: " + ", ".join(f"{k}={v}" for k, v in shown.items()))
+    for key in ("action", "verify"):
+        if text := item.get(key) or cause.get(key):
+            typer.echo(f"{key}: {text}")
+    if alternatives := item.get("alternatives") or cause.get("alternatives"):
+        typer.echo("alternatives:")
+        for alt in alternatives:
+            typer.echo(f"  - {alt}")
 
 
 SCHEMAS = ("report", "brief", "evidence")
@@ -286,12 +303,21 @@ def compare(
     jobs: Annotated[
         int | None, typer.Option("--jobs", "-j", help="Processes reading each side's ranks, as for analyze.")
     ] = None,
+    fail_on_regression: Annotated[
+        list[str] | None,
+        typer.Option(
+            "--fail-on-regression",
+            metavar="[BUCKET=]PCT",
+            help="Exit 1 when B's step time (or, with BUCKET=PCT, that bucket's time per step) is more than PCT "
+            "percent above A's. Repeatable.",
+        ),
+    ] = None,
 ) -> None:
     """Compare two ranks of one job or two runs: step totals, bucket and kernel deltas (B minus A), with rows."""
     from profan.compare import compare as run_compare
-    from profan.render import FORMATS, render
-    from profan.render.compare_markdown import render_compare_markdown
-    from profan.render.json_report import render_json
+    from profan.compare import regression_limits, regressions
+    from profan.render import FORMATS
+    from profan.rulepack.pack import load
 
     if fmt not in FORMATS:
         _err(f"unknown format {fmt!r}; use one of {', '.join(FORMATS)}")
@@ -301,23 +327,42 @@ def compare(
         raise typer.Exit(EXIT_BAD_INPUT)
     if out is not None:
         output.check_target(out)
-    pair = None
-    if ranks is not None:
-        try:
-            pair = tuple(int(x) for x in ranks.split(","))
-        except ValueError:
-            pair = ()
-        if len(pair) != 2:
-            _err(f"--ranks takes two rank numbers like 0,7 (got {ranks!r})")
-            raise typer.Exit(EXIT_BAD_INPUT)
-    report = run_compare(a, b, ranks=pair, rules=rules or [], progress=_progress(quiet), jobs=_cli_jobs(jobs))
+    pair = _rank_pair(ranks)
+    pack = load(rules or [])
+    step_pct, bucket_pct = regression_limits(fail_on_regression or [], pack)
+    report = run_compare(a, b, ranks=pair, pack=pack, progress=_progress(quiet), jobs=_cli_jobs(jobs))
+    _emit_compare(report, fmt, out, brief, quiet, rules or [])
+    if fail_on_regression and (past := regressions(report, step_pct, bucket_pct)):
+        typer.echo(_safe("profan: regression: " + "; ".join(past)), err=True)
+        raise typer.Exit(EXIT_FINDINGS)
+
+
+def _rank_pair(ranks: str | None) -> tuple[int, ...] | None:
+    if ranks is None:
+        return None
+    try:
+        pair = tuple(int(x) for x in ranks.split(","))
+    except ValueError:
+        pair = ()
+    if len(pair) != 2:
+        _err(f"--ranks takes two rank numbers like 0,7 (got {ranks!r})")
+        raise typer.Exit(EXIT_BAD_INPUT)
+    return pair
+
+
+def _emit_compare(report, fmt: str, out: Path | None, brief: bool, quiet: bool, rules: list[Path]) -> None:
+    """Write and print a comparison as `compare` was asked: the file with -o, the brief or the report on stdout."""
+    from profan.render import render
+    from profan.render.compare_markdown import render_compare_markdown
+    from profan.render.json_report import render_json
+
     renderer = (
         (render_json if fmt == "json" else render_compare_markdown)
         if brief
         else (render_compare_markdown if fmt == "md" else lambda r, tmp: render(r, fmt, tmp))
     )
     if out is not None:
-        output.write(out, output.read_files(report, rules or []), lambda tmp: renderer(report, tmp))
+        output.write(out, output.read_files(report, rules), lambda tmp: renderer(report, tmp))
     if brief:
         report_file = str(out.resolve()) if fmt == "json" and out is not None else None
         # `profan evidence DIR` would analyse DIR, not compare it: only a saved comparison has these ids
@@ -328,11 +373,10 @@ def compare(
             if report_file
             else (
                 "save the comparison with --format json -o report.json, then "
-                "profan evidence report.json FINDING_ID --format json"
+                "profan evidence report.json ID --format json"
             ),
         )
-        return
-    if out is None:
+    elif out is None:
         text = renderer(report, None)
         sys.stdout.write(text if text.endswith("\n") else text + "\n")
     elif not quiet:
