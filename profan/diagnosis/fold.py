@@ -37,10 +37,14 @@ def fold(findings: list[Finding], causes: list[Cause], pack: RulePack) -> tuple[
     folded = [replace(f, members=tuple(m.with_id(f"{f.id}.{i}") for i, m in enumerate(f.members, 1))) for f in folded]
     id_of = {m.key: f.id for f in folded for m in (f.members or (f,))}
     linked = [
-        c.with_ids(f"C{i}", tuple(dict.fromkeys(id_of[k] for k in c.explains_keys if k in id_of)))
+        c.with_ids(f"C{i}", tuple(sorted({id_of[k] for k in c.explains_keys if k in id_of}, key=_number)))
         for i, c in enumerate(ordered, start=1)
     ]
     return folded, linked
+
+
+def _number(fid: str) -> int:
+    return int(fid[1:])
 
 
 def _group(members: list[Finding], pack: RulePack) -> Finding:
