@@ -1,5 +1,6 @@
-"""The compact views: the brief stays under its byte cap yet names the top findings with the same locators as the
-full report, leaves nothing out silently, and evidence_doc returns the source text verbatim."""
+"""The compact views: the brief stays under its byte cap yet leads with the report's causes (shrunk, never dropped to
+nothing) and names the top findings no cause explains with the same locators as the full report, leaves nothing
+out silently, and evidence_doc returns the source text verbatim for a cause, a finding or a group member."""
 
 from __future__ import annotations
 
@@ -7,7 +8,8 @@ import json
 from collections import defaultdict
 
 import pytest
-from conftest import FIXTURES, QWEN3, run_cli
+import tomllib
+from conftest import FIXTURES, QWEN3, ROOT, run_cli
 
 from profan.app.brief import MAX_BYTES, brief, dumps, evidence_doc, rules_doc
 from profan.model.errors import ProfanInputError
@@ -26,18 +28,60 @@ def expected_order(findings: list[dict]) -> list[str]:
     return [fid for _, fid in sorted(keyed)]
 
 
+def _stub_evidence(stub_ev: list[dict], full_ev: list[dict]) -> None:
+    """A stub's evidence items are the first of the full report's, each with its first locators."""
+    for s_ev, f_ev in zip(stub_ev, full_ev, strict=False):
+        kind = next(k for k in ("lines", "events", "pointers") if k in f_ev)
+        n = len(s_ev[kind])
+        assert n >= 1 and s_ev == {"file": f_ev["file"], kind: f_ev[kind][:n], "row_count": f_ev["row_count"]}
+
+
+def _clipped(short: str, full: str) -> bool:
+    """``short`` is ``full``, or its start cut with an ellipsis to fit the brief."""
+    return short == full or (short.endswith("…") and full.startswith(short[:-1]))
+
+
+def check_causes(doc: dict, full: dict) -> None:
+    """The causes lead, in the report's order, with the report's numbers; the ones left out are named."""
+    got = [c["id"] for c in doc["causes"]]
+    want = [c["id"] for c in full["causes"]]
+    assert got == want[: len(got)] and (got or not want)  # a prefix, never none
+    omitted = {i for group in doc["omitted"].values() for i in group if i.startswith("C")}
+    assert omitted == set(want[len(got) :])
+    assert doc["headline"] == full["headline"]
+    by_id = {c["id"]: c for c in full["causes"]}
+    for stub in doc["causes"]:
+        c = by_id[stub["id"]]
+        assert (stub["check"], stub["impact_us"], stub["impact_share"]) == (
+            c["check"],
+            c["impact_us"],
+            c["impact_share"],
+        )
+        assert stub["explains"] == c["explains"] and stub["ranks"] == c["ranks"][:16]
+        for key in ("title", "action", "verify"):
+            assert _clipped(stub[key], c[key])
+        assert len(stub["alternatives"]) <= len(c["alternatives"])
+        assert all(_clipped(a, b) for a, b in zip(stub["alternatives"], c["alternatives"], strict=False))
+        assert stub["evidence"]
+        _stub_evidence(stub["evidence"], c["evidence"])
+
+
 def check_brief(doc: dict, full: dict, max_bytes: int) -> None:
     assert len(dumps(doc).encode()) <= max_bytes
+    check_causes(doc, full)
     ids = [f["id"] for f in full["findings"]]
+    explained = [f["id"] for f in full["findings"] if f["explained_by"]]
     shown = [f["id"] for f in doc["findings"]]
-    omitted = [i for group in doc["omitted"].values() for i in group]
-    assert sorted(shown + omitted, key=ids.index) == ids  # a partition of all findings
-    assert not set(shown) & set(omitted)
+    omitted = [i for group in doc["omitted"].values() for i in group if i.startswith("F")]
+    # every finding is shown, or named by the cause that explains it, or omitted: exactly one of them
+    assert sorted(shown + omitted + explained, key=ids.index) == ids
+    assert set(explained) == {i for c in full["causes"] for i in c["explains"]}
     assert shown == [i for i in ids if i in set(shown)]  # shown in report order
-    assert set(shown) == set(expected_order(full["findings"])[: len(shown)])  # the top ones
+    unexplained = [f for f in full["findings"] if not f["explained_by"]]
+    assert set(shown) == set(expected_order(unexplained)[: len(shown)])  # the top ones
     by_id = {f["id"]: f for f in full["findings"]}
     for group_check, group in doc["omitted"].items():
-        assert all(by_id[i]["check"] == group_check for i in group)
+        assert all(by_id[i]["check"] == group_check for i in group if i in by_id)
     for stub in doc["findings"]:
         f = by_id[stub["id"]]
         assert (stub["severity"], stub["check"], stub["rank"], stub["step"], stub["title"]) == (
@@ -47,14 +91,14 @@ def check_brief(doc: dict, full: dict, max_bytes: int) -> None:
             f["step"],
             f["title"],
         )
+        assert (stub["ranks"], stub["steps"], stub.get("members", 0)) == (f["ranks"], f["steps"], len(f["members"]))
         assert len(stub["evidence"]) == min(2, len(f["evidence"]))
         assert stub.get("evidence_items", len(f["evidence"])) == len(f["evidence"])
-        for s_ev, f_ev in zip(stub["evidence"], f["evidence"], strict=False):
-            kind = next(k for k in ("lines", "events", "pointers") if k in f_ev)
-            assert s_ev == {"file": f_ev["file"], kind: f_ev[kind][:3], "row_count": f_ev["row_count"]}
+        _stub_evidence(stub["evidence"], f["evidence"])
     counts = {s: sum(f["severity"] == s for f in full["findings"]) for s in SEV}
     assert {s: doc["summary"][s] for s in SEV} == counts
-    assert doc["summary"]["findings"] == len(ids)
+    assert doc["summary"]["findings"] == len(ids) and doc["summary"]["causes"] == len(full["causes"])
+    assert doc["summary"]["explained"] == len(explained)
 
 
 @pytest.fixture(scope="module")
@@ -63,26 +107,33 @@ def qwen3_full(qwen3_report):
 
 
 def test_qwen3_brief_cli_under_8kb(qwen3_full):
-    """The CLI's --brief output for the 4-rank Qwen3 sample: < 8 KB, all critical findings, one of every check that
-    has a warning, each with the full report's first locators."""
+    """The CLI's --brief output for the 4-rank Qwen3 sample: < 8 KB, led by every cause in full — the slow pipeline
+    stage first, with its gain and action — and the findings the causes explain named under them, not repeated."""
     res = run_cli("analyze", str(QWEN3), "--format", "json", "--brief")
     assert res.returncode == 0, res.stderr
     assert len(res.stdout.encode()) < 8 * 1024
     doc = json.loads(res.stdout)
+    assert list(doc)[:4] == ["schema", "report_schema", "headline", "causes"]  # the verdict leads
     check_brief(doc, qwen3_full, MAX_BYTES)
+    assert [c["id"] for c in doc["causes"]] == [c["id"] for c in qwen3_full["causes"]]
+    c1, full_c1 = doc["causes"][0], qwen3_full["causes"][0]
+    assert "stage 1 (ranks 2, 3)" in c1["title"] and c1["check"] == "pipeline-stage-imbalance"
+    assert c1["impact_us"] == full_c1["impact_us"] > 0 and c1["action"] == full_c1["action"]
+    assert c1["assumption"] == full_c1["assumption"] and c1["alternatives"] == full_c1["alternatives"]
+    assert c1["evidence"][0] == {
+        "file": "rank_0_ascend_pt/ASCEND_PROFILER_OUTPUT/step_trace_time.csv",
+        "lines": [2],
+        "row_count": 1,
+    }
     shown = {f["id"] for f in doc["findings"]}
     crit = [f["id"] for f in qwen3_full["findings"] if f["severity"] == "critical"]
-    assert crit and set(crit) <= shown
-    warned = {f["check"] for f in qwen3_full["findings"] if f["severity"] == "warning"}
-    assert warned <= {f["check"] for f in doc["findings"]}
-    assert len(doc["findings"]) < len(qwen3_full["findings"])  # the cap did bite on this sample
-    f1 = next(f for f in doc["findings"] if f["id"] == "F1")
-    assert f1["evidence"][0]["file"] == "rank_0_ascend_pt/ASCEND_PROFILER_OUTPUT/step_trace_time.csv"
-    assert f1["evidence"][0]["lines"] == [2]
+    assert crit and not set(crit) & shown  # explained by C1: named there, not repeated
+    assert set(crit) <= set(c1["explains"])
+    assert doc["drill"].endswith(" ID --format json")
 
 
 def test_dlrm_brief_cli_under_8kb():
-    """The 8-rank DLRM Kineto sample: < 8 KB, all its critical findings named with their event locators."""
+    """The 8-rank DLRM Kineto sample: < 8 KB, led by the straggler (rank 7), its evidence as trace event indexes."""
     res = run_cli("analyze", str(DLRM), "--format", "json", "--brief")
     assert res.returncode == 0, res.stderr
     assert len(res.stdout.encode()) < 8 * 1024
@@ -90,9 +141,12 @@ def test_dlrm_brief_cli_under_8kb():
     full = json.loads(run_cli("analyze", str(DLRM), "--format", "json").stdout)
     check_brief(doc, full, MAX_BYTES)
     assert doc["source"]["ranks"] == list(range(8))
+    c1 = doc["causes"][0]
+    assert c1["check"] == "straggler" and "Rank 7" in c1["title"] and 7 in c1["ranks"]
+    assert "events" in c1["evidence"][0]
     crit = {f["id"] for f in full["findings"] if f["severity"] == "critical"}
-    assert crit and crit <= {f["id"] for f in doc["findings"]}
-    assert any("events" in f["evidence"][0] for f in doc["findings"])
+    named = {i for c in doc["causes"] for i in c["explains"]} | {f["id"] for f in doc["findings"]}
+    assert crit and crit <= named
 
 
 def test_evidence_doc_events_are_the_raw_trace_events():
@@ -110,18 +164,26 @@ def test_evidence_doc_events_are_the_raw_trace_events():
 
 @pytest.mark.parametrize("max_bytes", [6000, 4000, 3000])
 def test_tighter_caps(qwen3_report, qwen3_full, max_bytes):
+    """A tighter cap shortens the causes before it drops one; what fits is always the first cause or more."""
     doc = brief(qwen3_report, max_bytes=max_bytes)
     check_brief(doc, qwen3_full, max_bytes)
-    assert doc["findings"]
+    assert doc["causes"][0]["id"] == "C1"
     bigger = brief(qwen3_report, max_bytes=max_bytes + 2000)
-    assert len(bigger["findings"]) > len(doc["findings"])
+    assert len(dumps(bigger).encode()) > len(dumps(doc).encode())
+    assert len(bigger["causes"]) >= len(doc["causes"])
 
 
-def test_cap_below_the_skeleton_shows_no_findings_but_names_them(qwen3_report, qwen3_full):
-    """Summary, warnings and the omitted list are always there; only findings are dropped for size."""
+def test_cap_below_the_skeleton_keeps_the_first_cause_and_names_the_rest(qwen3_report, qwen3_full):
+    """Summary, warnings and the omitted list are always there; the first cause stays (at its barest), every other
+    cause and every finding no cause explains is named under `omitted`."""
     doc = brief(qwen3_report, max_bytes=200)
     assert doc["findings"] == []
-    assert sum(len(v) for v in doc["omitted"].values()) == len(qwen3_full["findings"])
+    (c1,) = doc["causes"]
+    assert c1["id"] == "C1" and "assumption" not in c1 and c1["alternatives"] == [] and len(c1["evidence"]) == 1
+    omitted = {i for group in doc["omitted"].values() for i in group}
+    others = {c["id"] for c in qwen3_full["causes"][1:]}
+    unexplained = {f["id"] for f in qwen3_full["findings"] if not f["explained_by"]}
+    assert omitted == others | unexplained
 
 
 def test_time_by_bucket_sums_the_breakdown(qwen3_report, qwen3_full):
@@ -163,7 +225,53 @@ def test_evidence_doc_pointers_resolve_in_the_raw_json(qwen3_report):
 
 
 def test_unknown_ids_are_input_errors(qwen3_report):
-    with pytest.raises(ProfanInputError, match=r"no finding F999 \(report has F1, F2, .*…\)"):
+    with pytest.raises(ProfanInputError, match=r"no finding F999 \(report has F1, F2, .*; causes C1, C2"):
         evidence_doc(qwen3_report, QWEN3, "F999", where=QWEN3)
+    with pytest.raises(ProfanInputError, match=r"no cause C99 \(report has F1, "):
+        evidence_doc(qwen3_report, QWEN3, "C99", where=QWEN3)
     with pytest.raises(ProfanInputError, match="no rule or check 'X-1'"):
         rules_doc(None, "X-1")
+
+
+def test_evidence_doc_of_a_cause_and_of_a_member(qwen3_report):
+    """C1's rows are those of the findings it is made from, read back verbatim; a member (F1.2) has its own rank's
+    rows, not the group's."""
+    c1 = qwen3_report.causes[0]
+    doc = evidence_doc(qwen3_report, QWEN3, "C1")
+    assert (doc["id"], doc["kind"], doc["check"]) == ("C1", "cause", "pipeline-stage-imbalance")
+    assert doc["severity"] == "critical"  # the worst of the findings it explains
+    assert doc["explains"] == list(c1.explains) and doc["impact_us"] == pytest.approx(c1.impact_us)
+    assert doc["action"] == c1.action and doc["alternatives"] == list(c1.alternatives)
+    assert [i["file"] for i in doc["evidence"]] == [e.file for e in c1.evidence]
+    for item in doc["evidence"]:
+        if "lines" in item:
+            raw = (QWEN3 / item["file"]).read_bytes().decode("utf-8").splitlines()
+            assert [r["text"] for r in item["rows"]] == [raw[n - 1] for n in item["lines"]]
+    group = next(f for f in qwen3_report.findings if f.check == "comm-exposed-split")
+    member = group.members[1]
+    got = evidence_doc(qwen3_report, QWEN3, member.id)
+    assert (got["id"], got["kind"], got["rank"]) == (member.id, "member", member.rank)
+    assert member.rank != group.members[0].rank
+    assert [i["file"] for i in got["evidence"]] == [e.file for e in member.evidence]
+    assert got["evidence"][0]["file"].startswith(f"rank_{member.rank}_ascend_pt/")
+    whole = evidence_doc(qwen3_report, QWEN3, group.id)
+    assert whole["kind"] == "finding" and whole["members"] == [m.id for m in group.members]
+    assert whole["explained_by"] == group.explained_by
+
+
+def test_rules_doc_passes_the_cause_texts_through():
+    """A check that can be a cause carries its action, how to verify and the competing explanations (templates,
+    as written in rules/checks.toml); a check that cannot has none of those keys."""
+    with open(ROOT / "rules" / "checks.toml", "rb") as fh:
+        checks = {c["id"]: c for c in tomllib.load(fh)["check"]}
+    stage = rules_doc(None, "pipeline-stage-imbalance")["item"]
+    cause = checks["pipeline-stage-imbalance"]["cause"]
+    assert (stage["action"], stage["verify"], stage["alternatives"]) == (
+        cause["action"],
+        cause["verify"],
+        cause["alternatives"],
+    )
+    plain = rules_doc(None, "step-breakdown")["item"]
+    assert not {"action", "verify", "alternatives"} & set(plain)
+    listed = {c["id"]: c for c in rules_doc(None)["checks"]}
+    assert {i for i, c in listed.items() if "action" in c} == {i for i, c in checks.items() if "cause" in c}

@@ -123,13 +123,15 @@ def test_report_in_browser(browser, tmp_path, name):
         box = chart.bounding_box()
         assert box and box["width"] > 300 and box["height"] > 200
 
-    # clicking a bar of the breakdown opens the finding whose evidence holds that rank's rows
+    # clicking a bar of the breakdown opens the finding (or the group of findings) whose evidence holds that rank's
+    # rows
     first = bd.row(0, named=True)
     link = next(
         (
             f.id
             for f in report.findings
-            if f.check == "step-breakdown" and (f.rank, f.step) == (first["rank"], first["step"])
+            if f.check == "step-breakdown"
+            and any((m.rank, m.step) == (first["rank"], first["step"]) for m in (f.members or (f,)))
         ),
         "",
     )
@@ -151,7 +153,7 @@ def test_report_in_browser(browser, tmp_path, name):
     assert not body.is_visible()
     page.click(f"#{f.id} > summary")
     assert body.is_visible()
-    caps = item_caps(report.findings, ROW_BUDGET)
+    caps = item_caps([*report.causes, *report.findings], ROW_BUDGET)  # the causes' rows are embedded too
     for i, ev in enumerate(f.evidence, start=1):
         rows = page.locator(f"#{f.id}-e{i} table tbody tr")
         assert rows.count() == caps[(f.id, i)]
@@ -187,6 +189,32 @@ def test_report_in_browser(browser, tmp_path, name):
     assert page.evaluate("window.scrollY") > 0
     assert page.locator(f"#{last.id}-e1").is_visible()
     pg.requests.remove(pg.url + f"#{last.id}") if pg.url + f"#{last.id}" in pg.requests else None
+    pg.assert_clean()
+    pg.close()
+
+
+def test_the_verdict_leads_and_links_to_the_findings_and_members(browser, qwen3_report, tmp_path):
+    """The first thing on the page is the verdict with C1 open; its links open the explained finding, and a deep
+    link to a member of a group opens the group and shows the member's row."""
+    pg = Page(browser, _html(qwen3_report, tmp_path, "verdict"))
+    page = pg.page
+    c1 = qwen3_report.causes[0]
+    assert page.eval_on_selector("#C1", "e => e.open") is True
+    top = page.locator("#verdict").bounding_box()
+    assert top and top["y"] < 400  # above the fold
+    assert page.locator("#C1 > summary .ftitle").inner_text() == c1.title
+    target = c1.explains[0]
+    page.click(f'#C1 dd a[href="#{target}"]')
+    page.wait_for_timeout(150)
+    assert page.evaluate("window.location.hash") == f"#{target}"
+    assert page.eval_on_selector(f"#{target}", "e => e.open") is True
+    group = next(f for f in qwen3_report.findings if len(f.members) > 1)
+    member = group.members[1]
+    page.goto(pg.url + f"#{member.id}")
+    assert page.eval_on_selector(f"#{group.id}", "e => e.open") is True
+    row = page.locator(f'tr[id="{member.id}"]')
+    assert row.is_visible() and row.locator("td").first.inner_text() == member.id
+    pg.requests = [u for u in pg.requests if not u.startswith(pg.url + "#")]
     pg.assert_clean()
     pg.close()
 
@@ -231,7 +259,7 @@ def test_64_rank_report_stays_usable(browser, tmp_path):
     out = _html(report, tmp_path, "ranks64")
     size = out.stat().st_size
     assert size < 10_000_000
-    cited = sum(len(ev.locators) for f in report.findings for ev in f.evidence)
+    cited = sum(len(ev.locators) for f in [*report.causes, *report.findings] for ev in f.evidence)
     small = Page(browser, _html(profan.analyze(QWEN3), tmp_path, "qwen3"))  # the same page for 4 ranks
     small.close()
     pg = Page(browser, out)

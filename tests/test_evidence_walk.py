@@ -1,5 +1,6 @@
-"""Every cited row of every finding, read back from the raw file, is a row of the claimed rank/step whose values
-produce what the finding says — on every Ascend sample. And `profan evidence` prints exactly those lines."""
+"""Every cited row of every finding (and of every member of a group finding), read back from the raw file, is a row
+of the claimed rank/step whose values produce what the finding says — on every Ascend sample. And `profan evidence`
+prints exactly those lines, for findings and for the causes made from them."""
 
 from __future__ import annotations
 
@@ -90,7 +91,10 @@ def test_every_finding_is_backed_by_its_rows(folder):
     report = profan.analyze(root)
     assert report.findings, "every real sample yields at least one finding"
     ranks = {r["rank"]: r["path"] for r in report.source["ranks"]}
-    for f in report.findings:
+    # a group finding cites its worst member's rows; every member keeps its own, checked here too
+    claims = [*report.findings, *(m for f in report.findings for m in f.members)]
+    assert {c.id for c in claims} >= {i for c in report.causes for i in c.explains}
+    for f in claims:
         for ev in f.evidence:
             if f.rank is not None and ranks[f.rank] != ".":
                 assert ev.file.startswith(ranks[f.rank] + "/"), (f.id, ev.file)
@@ -117,7 +121,8 @@ def test_evidence_command_prints_exactly_the_cited_lines(folder, tmp_path):
     assert run_cli("analyze", str(root), "-f", "json", "-o", str(out), "-q").returncode == 0
     doc = json.loads(out.read_text())
     checked = 0
-    for f in doc["findings"]:
+    members = [m for g in doc["findings"] for m in g["members"]]
+    for f in [*doc["causes"], *doc["findings"], *members]:
         res = run_cli("evidence", str(out), f["id"], "--format", "json")
         assert res.returncode == 0, res.stderr
         got = json.loads(res.stdout)["evidence"]

@@ -273,11 +273,15 @@ def _unescape(md: str) -> str:
 
 
 def _assert_inert(md: str) -> None:
-    """No image, link, autolink or HTML element can form outside code spans, and every table row has its
-    header's number of cells (a ``|`` in a name ends none)."""
+    """No image, link, autolink or HTML element can form outside code spans — but the report's own links between
+    its ids (``[F3](#F3)``) and their anchors (``<a id="F3"></a>``) — and every table row has its header's number
+    of cells (a ``|`` in a name ends none)."""
     out = _outside_code(md)
     assert "![" not in out and "<img" not in out and "<b>" not in out and "<http" not in out
-    assert not re.search(r"(?<!\\)\]\(", out)  # no link text closes into a destination
+    own = re.compile(r"(?<!\\)\[([CF][0-9.]+)\]\(#\1\)|\[Findings\]\(#findings\)")
+    assert not re.search(r"(?<!\\)\]\(", own.sub("", out))  # no other link text closes into a destination
+    anchors = re.compile(r'<a id="([A-Za-z0-9.-]+)"></a>')
+    assert "<" not in anchors.sub("", out)  # no element but those anchors
     assert not re.search(r"(?<!\\):(?=//)", out) and "www.evil" not in out  # no bare-URL autolink
     for block in re.findall(r"(?m)^\|.*\|\n\|[-:|]+\|\n(?:\|.*\n?)*", md):
         head, _, *rows = block.strip("\n").split("\n")
@@ -292,9 +296,13 @@ def test_markdown_in_kernel_names_forms_no_link_image_or_html(tmp_path):
     assert run_cli("analyze", str(tmp_path), "-f", "md", "-o", str(md), "-q").returncode in (0, 1)
     text = md.read_text()
     _assert_inert(text)
-    # the name is still there to read: in the finding's title (escaped) and in the top-kernels table (a code span)
-    titles = [ln for ln in text.splitlines() if ln.startswith("### ") and "scalar-bound" in ln]
+    # the name is still there to read: in the finding's title (escaped), in the action of the cause it is the
+    # source of, and in the top-kernels table (a code span)
+    titles = [ln for ln in text.splitlines() if ln.startswith("#### ") and "scalar-bound" in ln]
     assert len(titles) == 1 and EVIL in _unescape(titles[0])
+    verdict = text[: text.index("## What was read")]
+    actions = [ln for ln in verdict.splitlines() if ln.startswith("- **Action:**") and "tick" in ln]
+    assert len(actions) == 1 and f"Kernels: {EVIL}" in _unescape(actions[0])
     row = next(ln for ln in text.splitlines() if ln.startswith("| 0 | 13 | other |") and "tick" in ln)
     assert EVIL.replace("|", "\\|") in row and "| 28 |" in row and f"| {total / 1000:,.2f} |" in row
 

@@ -178,13 +178,16 @@ def test_alexnet_level2_renders(tmp_path):
 
 
 def test_missing_data_is_said_not_crashed(qwen3_report, tmp_path):
-    """A report rendered where the data no longer is: findings stay, evidence says it cannot be read."""
+    """A report rendered where the data no longer is: causes and findings stay, each evidence item (the causes'
+    included) says it cannot be read."""
     from profan.model.report import from_dict
 
     d = qwen3_report.to_dict()
     d["source"] = {**d["source"], "root": str(tmp_path / "gone"), "root_abs": str(tmp_path / "gone")}
     doc = build_html(from_dict(d))
-    assert doc.count("could not read") == sum(len(f.evidence) for f in qwen3_report.findings)
+    owners = [*qwen3_report.causes, *qwen3_report.findings]
+    assert doc.count("could not read") == sum(len(x.evidence) for x in owners)
+    assert all(f'id="{c.id}"' in doc for c in qwen3_report.causes)
 
 
 def test_trace_event_evidence_shows_the_cited_events(tmp_path):
@@ -226,8 +229,8 @@ def test_compare_report_renders_both_sides(tmp_path):
 
 
 def test_chart_bars_link_to_the_findings_citing_their_rows(qwen3_report, qwen_html):
-    """A bar of the rank chart leads to the first finding citing its step_trace_time.csv line; a breakdown bar to
-    the step-breakdown finding of its rank and step."""
+    """A bar of the rank chart leads to the first finding citing its step_trace_time.csv line (itself or through a
+    member of its group); a breakdown bar to the step-breakdown finding whose member is its rank and step."""
     charts = _charts(qwen_html)
     steps = qwen3_report.tables["steps"]
     comp = charts["rank_comparison"]["data"][0]
@@ -235,13 +238,13 @@ def test_chart_bars_link_to_the_findings_citing_their_rows(qwen3_report, qwen_ht
         citing = [
             f.id
             for f in qwen3_report.findings
-            for ev in f.evidence
-            if ev.file == rec["file"] and rec["src_line"] in ev.lines
+            if any(ev.file == rec["file"] and rec["src_line"] in ev.lines for m in (f, *f.members) for ev in m.evidence)
         ]
         assert citing and cd[-1] == citing[0]
         assert cd[0] == f"{rec['file']}:{rec['src_line']}"
-    by_rank = {(f.rank, f.step): f.id for f in qwen3_report.findings if f.check == "step-breakdown"}
-    assert by_rank  # qwen3 has one per rank with kernels
+    (group,) = [f for f in qwen3_report.findings if f.check == "step-breakdown"]
+    by_rank = {(m.rank, m.step): group.id for m in group.members}
+    assert set(by_rank) == {(0, 13), (2, 13)}  # one member per rank with kernels
     for trace in charts["breakdown"]["data"]:
         for x, cd in zip(trace["x"], trace["customdata"], strict=True):
             rank = int(x.split()[-1])

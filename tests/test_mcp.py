@@ -42,15 +42,17 @@ def test_analyze_then_evidence_rows_equal_the_source_lines():
         tools = await client.list_tools()
         by_name = {t.name: t for t in tools.tools}
         brief = await client.call_tool("analyze", {"path": str(QWEN3)})
-        shown = brief.structured_content["findings"]
-        # a finding citing CSV lines, and one citing JSON pointers
+        doc = brief.structured_content
+        shown = doc["causes"] + doc["findings"]
+        # a cause or finding citing CSV lines, and one citing JSON pointers
         f_lines = next(f for f in shown if "lines" in f["evidence"][0] and f["evidence"][0]["row_count"] > 1)
         f_ptr = next(f for f in shown if "pointers" in f["evidence"][0])
         ev_lines = await client.call_tool("evidence", {"source": str(QWEN3), "finding_id": f_lines["id"]})
         ev_ptr = await client.call_tool("evidence", {"source": str(QWEN3), "finding_id": f_ptr["id"], "limit": 2})
-        return by_name, brief, f_lines, ev_lines, f_ptr, ev_ptr
+        ev_cause = await client.call_tool("evidence", {"source": str(QWEN3), "finding_id": "C1"})
+        return by_name, brief, f_lines, ev_lines, f_ptr, ev_ptr, ev_cause
 
-    tools, brief, f_lines, ev_lines, f_ptr, ev_ptr = call_session(steps)
+    tools, brief, f_lines, ev_lines, f_ptr, ev_ptr, ev_cause = call_session(steps)
 
     assert set(tools) == {"analyze", "compare", "evidence", "rules"}
     assert tools["compare"].output_schema == tools["analyze"].output_schema  # both return a brief
@@ -65,8 +67,11 @@ def test_analyze_then_evidence_rows_equal_the_source_lines():
     doc = brief.structured_content
     jsonschema.validate(doc, schema("brief"), cls=jsonschema.Draft202012Validator)
     cli = json.loads(run_cli("analyze", str(QWEN3), "--brief").stdout)
-    assert doc["drill"] == f'call the evidence tool with source="{QWEN3}" and a finding_id'
+    assert doc["drill"] == f'call the evidence tool with source="{QWEN3}" and a finding_id (C1, F3 or F3.2)'
     assert {k: v for k, v in doc.items() if k != "drill"} == {k: v for k, v in cli.items() if k != "drill"}
+    # it leads with the causes: the slow pipeline stage first
+    assert list(doc)[:4] == ["schema", "report_schema", "headline", "causes"]
+    assert "stage 1 (ranks 2, 3)" in doc["causes"][0]["title"] and doc["headline"][0] == "C1"
     assert len(json.dumps(doc, separators=(",", ":"), ensure_ascii=False).encode()) <= 8000
     assert json.loads(brief.content[0].text) == doc
 
@@ -82,6 +87,13 @@ def test_analyze_then_evidence_rows_equal_the_source_lines():
     assert [r["locator"] for r in item["rows"]] == [f"line {n}" for n in item["lines"]]
     assert [r["text"] for r in item["rows"]] == [raw[n - 1] for n in item["lines"]]
     assert item["header"] == raw[0].lstrip("\ufeff")
+
+    # evidence on a cause: the rows of the findings it is made from, its action with them
+    assert not ev_cause.is_error, ev_cause.content
+    cause = ev_cause.structured_content
+    jsonschema.validate(cause, schema("evidence"), cls=jsonschema.Draft202012Validator)
+    assert (cause["id"], cause["kind"]) == ("C1", "cause") and cause["action"] == doc["causes"][0]["action"]
+    assert cause["evidence"][0]["file"] == doc["causes"][0]["evidence"][0]["file"]
 
     # evidence on JSON pointers: each row is the value at the pointer in the raw file; limit honoured
     ptr_item = ev_ptr.structured_content["evidence"][0]
@@ -161,7 +173,9 @@ def test_compare_then_evidence_on_both_sides():
     assert not got.is_error, got.content
     doc = got.structured_content
     jsonschema.validate(doc, schema("brief"), cls=jsonschema.Draft202012Validator)
-    assert doc["drill"] == f'call the evidence tool with source="{QWEN3}", ranks=[0, 2] and a finding_id'
+    assert (
+        doc["drill"] == f'call the evidence tool with source="{QWEN3}", ranks=[0, 2] and a finding_id (C1, F3 or F3.2)'
+    )
     assert {f["check"] for f in doc["findings"]} == {"compare-regression"}
     items = ev.structured_content["evidence"]
     files = {i["file"] for i in items}

@@ -58,6 +58,26 @@ def test_references_exist_and_are_current():
     assert checks - listed == set(), "checks missing from references/rules.md"
 
 
+def _cause_checks() -> set[str]:
+    with open(ROOT / "rules" / "checks.toml", "rb") as fh:
+        return {c["id"] for c in tomllib.load(fh)["check"] if "cause" in c}
+
+
+def test_skill_says_to_read_the_causes_first_and_which_checks_make_them():
+    """An agent reads `causes` first; the skill and the schema reference name exactly the checks that make causes
+    (those with a [check.cause] table)."""
+    _, body = front_matter()
+    assert "**Read `causes` first**" in body
+    brief_section = body[body.index("## Reading the brief") : body.index("## Verifying a claim")]
+    assert brief_section.index("`causes`") < brief_section.index("`findings`")
+    para = brief_section[brief_section.index("Checks that make causes") :].split("\n\n")[0]
+    assert set(re.findall(r"`([a-z0-9-]+)`", para)) - {"rules"} == _cause_checks()
+    doc = (ROOT / "docs" / "report-schema.md").read_text(encoding="utf-8")
+    causes = doc[doc.index("### Causes") :]
+    para = causes[causes.index("Causes are") :].split("\n\n")[0]
+    assert set(re.findall(r"`([a-z0-9-]+)`", para)) == _cause_checks()
+
+
 def mentioned_commands() -> list[str]:
     """`profan …` in inline code and in code blocks of SKILL.md, in order, without duplicates."""
     found = re.findall(r"`(profan(?: [^`|]*)?)`", TEXT)

@@ -33,7 +33,7 @@ def _rows(ws) -> list[tuple]:
 
 def test_sheets_formats_and_frozen_headers(qwen3_report, qwen_book):
     names = qwen_book.sheetnames
-    assert names[:5] == ["Summary", "Findings", "Breakdown", "Top kernels", "Communication"]
+    assert names[:7] == ["Summary", "Causes", "Findings", "Members", "Breakdown", "Top kernels", "Communication"]
     assert names[-1] == "Evidence"
     bd = qwen_book["Breakdown"]
     head = [c.value for c in bd[1]]
@@ -53,32 +53,39 @@ def test_sheets_formats_and_frozen_headers(qwen3_report, qwen_book):
 
 
 def test_every_finding_links_to_its_first_evidence_row(qwen3_report, qwen_book):
-    fs, ev = qwen_book["Findings"], qwen_book["Evidence"]
+    """The Evidence sheet holds the causes' cited rows, then the findings'; each id on the Causes and Findings
+    sheets links to the first row of its own."""
+    ev = qwen_book["Evidence"]
     ev_head = [c.value for c in ev[1]]
     col = {h: i for i, h in enumerate(ev_head)}
     ev_rows = _rows(ev)
-    assert len(ev_rows) - 1 == sum(len(e.locators) for f in qwen3_report.findings for e in f.evidence)
-    for r, f in enumerate(qwen3_report.findings, start=2):
-        cell = fs.cell(row=r, column=1)
+    owners = [*qwen3_report.causes, *qwen3_report.findings]
+    assert len(ev_rows) - 1 == sum(len(e.locators) for f in owners for e in f.evidence)
+    assert ev_rows[1][col["ID"]] == qwen3_report.causes[0].id
+    rows = [("Causes", r, c) for r, c in enumerate(qwen3_report.causes, start=2)]
+    rows += [("Findings", r, f) for r, f in enumerate(qwen3_report.findings, start=2)]
+    for sheet, r, f in rows:
+        cell = qwen_book[sheet].cell(row=r, column=1)
         assert cell.value == f.id
         sheet, ref = cell.hyperlink.location.split("!")
         assert sheet == "'Evidence'"
         target = int(ref[1:])
         row = ev_rows[target - 1]
         first = f.evidence[0]
-        assert (row[col["Finding"]], row[col["File"]], row[col["Locator"]]) == (
+        assert (row[col["ID"]], row[col["File"]], row[col["Locator"]]) == (
             f.id,
             first.file,
             locator_label(first.kind, first.locators[0]),
         )
-        assert ev_rows[target - 2][col["Finding"]] != f.id  # it is the first row of this finding
+        assert ev_rows[target - 2][col["ID"]] != f.id  # it is the first row of this finding
 
 
 def test_evidence_rows_hold_the_raw_line_and_its_key_values(qwen3_report, qwen_book):
     ev = qwen_book["Evidence"]
     head = [c.value for c in ev[1]]
-    f = qwen3_report.findings[0]  # exposed communication: step_trace_time.csv line 2
+    f = next(f for f in qwen3_report.findings if f.check == "comm-exposed-split")  # step_trace_time.csv line 2
     e = f.evidence[0]
+    assert e.file.endswith("step_trace_time.csv")
     row = next(r for r in _rows(ev)[1:] if r[0] == f.id)
     header, rows = raw_rows(QWEN3 / e.file)
     raw = rows[e.lines[0]]
@@ -122,7 +129,10 @@ def test_untrusted_kernel_names_stay_text(qwen3_report, tmp_path):
     ws = wb["Evidence"]
     head = [c.value for c in ws[1]]
     hits = [r for r in ws.iter_rows(min_row=2) if r[head.index("Name")].value == FORMULA]
-    assert [r[head.index("Locator")].value for r in hits] == [f"line {first}"]
+    # cited by the finding and by the cause it is the source of (whose evidence is the finding's)
+    assert same.explained_by and report.cause(same.explained_by).evidence[0] == same.evidence[0]
+    got = [(r[head.index("ID")].value, r[head.index("Locator")].value) for r in hits]
+    assert got == [(same.explained_by, f"line {first}"), (same.id, f"line {first}")]
     cell = hits[0][head.index("Name")]
     assert cell.data_type == "s" and cell.quotePrefix
     assert not [c.coordinate for s in wb for row in s.iter_rows() for c in row if c.data_type == "f"]

@@ -1,4 +1,4 @@
-"""Drill-down: from a finding back to the raw rows in the original files."""
+"""Drill-down: from a cause, a finding or a member of a group back to the raw rows in the original files."""
 
 from __future__ import annotations
 
@@ -6,6 +6,7 @@ import json
 from pathlib import Path
 from typing import Any
 
+from profan.model.causes import Cause
 from profan.model.errors import TOO_DEEP, ProfanInputError
 from profan.model.evidence import read_back
 from profan.model.findings import Finding
@@ -38,7 +39,9 @@ def load_report_or_analyze(path: Path, root: Path | None = None) -> tuple[Report
     return report, report_root(report, None, root)
 
 
-def evidence_rows(root: Path, finding: Finding) -> list[dict[str, Any]]:
+def evidence_rows(root: Path, finding: Finding | Cause) -> list[dict[str, Any]]:
+    """The cited rows of each evidence item of a finding or a cause (a cause's are those of its source findings),
+    read back verbatim."""
     base = base_dir(root)
     out = []
     for ev in finding.evidence:

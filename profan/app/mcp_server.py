@@ -37,10 +37,12 @@ except ImportError as exc:  # pragma: no cover - exercised only without the extr
     ) from None
 
 INSTRUCTIONS = """profan analyses profiler output (Ascend PyTorch profiler / msprof directories, PyTorch chrome traces)
-into findings, each backed by the exact source rows. Start with `analyze` on the profiler directory: it returns a
-compact summary and the top findings with evidence locators (CSV line numbers with header = line 1, trace event
-indexes, or JSON pointers). To check a claim, call `evidence` with the same path and the finding id: it returns the
-raw source lines verbatim. `compare` tells what got slower between two ranks of one job or two runs (pass the same
+into causes and findings, each backed by the exact source rows. Start with `analyze` on the profiler directory: read
+its `causes` first — what holds the step back, the estimated gain per step, the action, how to verify it and the
+competing explanations, with the ids of the findings each explains — then the findings no cause explains. Evidence
+locators are CSV line numbers with header = line 1, trace event indexes, or JSON pointers. To check a claim, call
+`evidence` with the same path and a cause id (C1), finding id (F3) or group member id (F3.2): it returns the raw
+source lines verbatim. `compare` tells what got slower between two ranks of one job or two runs (pass the same
 `source`/`b`/`ranks` to `evidence` for its findings). `rules` lists or explains the checks and bucket rules."""
 
 Severity = Literal["critical", "warning", "info"]
@@ -64,11 +66,14 @@ class BucketShare(TypedDict):
 
 
 class Summary(TypedDict):
+    causes: int
     findings: int
+    explained: int
     critical: int
     warning: int
     info: int
     worst: Severity | None
+    step_us: float | None
     time_by_bucket: list[BucketShare]
 
 
@@ -87,6 +92,31 @@ class FindingStub(TypedDict):
     rank: int | None
     step: int | None
     title: str
+    ranks: list[int]
+    steps: list[int]
+    ranks_total: NotRequired[int]
+    steps_total: NotRequired[int]
+    members: NotRequired[int]
+    evidence: list[EvidenceStub]
+    evidence_items: NotRequired[int]
+
+
+class CauseStub(TypedDict):
+    id: str
+    check: str
+    title: str
+    impact_us: float | None
+    impact_share: float | None
+    step_us: float | None
+    assumption: NotRequired[str]
+    action: str
+    verify: str
+    alternatives: list[str]
+    explains: list[str]
+    ranks: list[int]
+    steps: list[int]
+    ranks_total: NotRequired[int]
+    steps_total: NotRequired[int]
     evidence: list[EvidenceStub]
     evidence_items: NotRequired[int]
 
@@ -99,11 +129,13 @@ class Clipped(TypedDict):
 class BriefDoc(TypedDict):
     schema: str
     report_schema: str
-    source: BriefSource
-    report_file: str | None
+    headline: list[str]
+    causes: list[CauseStub]
     summary: Summary
     findings: list[FindingStub]
     omitted: dict[str, list[str]]
+    source: BriefSource
+    report_file: str | None
     warnings: Clipped
     notes: Clipped
     drill: str
@@ -129,13 +161,25 @@ class EvidenceItem(TypedDict):
 class EvidenceDoc(TypedDict):
     schema: str
     id: str
+    kind: Literal["cause", "finding", "member"]
     check: str
     severity: Severity
     rank: int | None
     step: int | None
+    ranks: list[int]
+    steps: list[int]
     title: str
     message: str
     metrics: dict[str, Any]
+    impact_us: NotRequired[float | None]
+    impact_share: NotRequired[float | None]
+    assumption: NotRequired[str]
+    action: NotRequired[str]
+    verify: NotRequired[str]
+    alternatives: NotRequired[list[str]]
+    explains: NotRequired[list[str]]
+    explained_by: NotRequired[str | None]
+    members: NotRequired[list[str]]
     root: str
     evidence: list[EvidenceItem]
 
@@ -152,6 +196,9 @@ class RuleItem(TypedDict):
     applies_to: NotRequired[str]
     detects: NotRequired[str]
     params: NotRequired[dict[str, Any]]
+    action: NotRequired[str]
+    verify: NotRequired[str]
+    alternatives: NotRequired[list[str]]
 
 
 class RulesDoc(TypedDict):
@@ -264,14 +311,15 @@ def build_server(roots: list[Path] | None = None) -> MCPServer:
         path: str, rules: list[str] | None = None, hardware: str | None = None, max_bytes: int = MAX_BYTES
     ) -> Annotated[CallToolResult, BriefDoc]:
         """Analyse a profiler output directory (a job folder with one folder per rank, one rank folder,
-        ASCEND_PROFILER_OUTPUT, an msprof PROF_* folder, or one kernel_details.csv). Returns a compact report:
-        summary counts, kernel time by bucket, and the top findings (most severe first), each with its evidence
-        locators. `rules`: extra rule TOML files tried before the built-in ones; `hardware`: a TOML of
-        link-bandwidth priors; `max_bytes`: size cap of the result (default 8000)."""
+        ASCEND_PROFILER_OUTPUT, an msprof PROF_* folder, or one kernel_details.csv). Returns a compact report that
+        leads with the causes (largest estimated gain per step first: action, how to verify, competing
+        explanations, the findings each explains, evidence locators), then the findings no cause explains, summary
+        counts and kernel time by bucket. `rules`: extra rule TOML files tried before the built-in ones;
+        `hardware`: a TOML of link-bandwidth priors; `max_bytes`: size cap of the result (default 8000)."""
         try:
             allowed.check(path)
             report = reports.get(path, allowed.all(rules, "rules file"), _one(allowed, hardware, "hardware file"))
-            hint = f"call the evidence tool with source={json.dumps(path)} and a finding_id"
+            hint = f"call the evidence tool with source={json.dumps(path)} and a finding_id (C1, F3 or F3.2)"
             return _result(brief(report, max_bytes=max_bytes, drill=hint))
         except Exception as exc:
             return _error(exc)
@@ -287,8 +335,9 @@ def build_server(roots: list[Path] | None = None) -> MCPServer:
         b: str | None = None,
         ranks: list[int] | None = None,
     ) -> Annotated[CallToolResult, EvidenceDoc]:
-        """The raw source rows behind one finding, read back verbatim from the original files: CSV lines (with
-        the file's header line), trace events or JSON values. `source` is the profiler directory given to
+        """The raw source rows behind one cause (`finding_id` C1), finding (F3) or member of a group finding
+        (F3.2), read back verbatim from the original files: CSV lines (with the file's header line), trace events
+        or JSON values. `source` is the profiler directory given to
         `analyze` (same `rules`/`hardware`, so ids match) or a report.json written by `profan analyze -f json -o`;
         for a finding of `compare`, pass its `a` as `source` and the same `b` or `ranks`.
         `limit` caps rows per evidence item; `root` is the data directory if a report.json's data has moved."""
@@ -328,7 +377,7 @@ def build_server(roots: list[Path] | None = None) -> MCPServer:
                 str(allowed.check(a, "a")), _one(allowed, b, "b"), ranks, allowed.all(rules, "rules file")
             )
             other = f"b={json.dumps(b)}" if b is not None else f"ranks={json.dumps(ranks)}"
-            hint = f"call the evidence tool with source={json.dumps(a)}, {other} and a finding_id"
+            hint = f"call the evidence tool with source={json.dumps(a)}, {other} and a finding_id (C1, F3 or F3.2)"
             return _result(brief(report, max_bytes=max_bytes, drill=hint))
         except Exception as exc:
             return _error(exc)

@@ -12,11 +12,12 @@ from __future__ import annotations
 
 import csv
 import json
-from collections.abc import Iterable
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from profan.model.causes import Cause
 from profan.model.errors import ProfanInputError
 from profan.model.evidence import Evidence, load_json_document, read_lines, resolve_pointer, source_path, trace_events
 from profan.model.findings import Finding
@@ -181,11 +182,11 @@ class RowReader:
 
 
 def read_evidence(
-    root: Path | None, findings: list[Finding], limit: dict[tuple[str, int], int] | None = None
+    root: Path | None, findings: Sequence[Finding | Cause], limit: dict[tuple[str, int], int] | None = None
 ) -> dict[str, list[EvidenceTable]]:
-    """Evidence tables per finding id. `limit[(finding id, item index)]` caps the rows read for an item
+    """Evidence tables per finding (or cause) id. `limit[(id, item index)]` caps the rows read for an item
     (default: every cited row)."""
-    plan: list[tuple[Finding, int, Evidence, tuple]] = []
+    plan: list[tuple[Finding | Cause, int, Evidence, tuple]] = []
     wanted: dict[str, tuple[str, set]] = {}
     for f in findings:
         for i, ev in enumerate(f.evidence, start=1):

@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import html
 import json
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
@@ -24,11 +25,24 @@ import jinja2
 import polars as pl
 from markupsafe import Markup
 
+from profan.model.causes import Cause
 from profan.model.errors import ProfanInputError
 from profan.model.findings import SEVERITIES, Finding
 from profan.model.report import Report
 from profan.render.evidence_rows import EvidenceTable, read_evidence
-from profan.render.textfmt import FILTERS, PIPE_COLUMNS, column_kind, column_label, fmt_cell, id_list, locators, visible
+from profan.render.textfmt import (
+    FILTERS,
+    PIPE_COLUMNS,
+    column_kind,
+    column_label,
+    fmt_cell,
+    fmt_ms,
+    fmt_pct,
+    id_list,
+    locators,
+    visible,
+)
+from profan.render.verdict import cause_view, findings_by_cause, span_text, verdict
 from profan.rulepack.paths import templates_dir
 from profan.trust import report_root
 
@@ -38,6 +52,7 @@ CELL_CHARS = 240  # longer cells are cut (the full text is in the cell's tooltip
 TITLE_CHARS = 600
 TABLE_ROWS = 300  # rows of a summary table shown in the page; the JSON/Excel reports have them all
 HEATMAP_ROWS = 40
+MEMBER_ROWS = 200  # rows of a group finding's member table in the page; the JSON report has every member
 
 TABLE_INFO: dict[str, tuple[str, str]] = {
     "breakdown": (
@@ -119,10 +134,12 @@ def render_html(report: Report, out: Path | None = None) -> str | None:
 
 
 def build_html(report: Report, *, row_budget: int = ROW_BUDGET) -> str:
-    """The page as text. `row_budget` bounds the evidence rows embedded (a 64-rank job cites thousands)."""
+    """The page as text, the verdict first. `row_budget` bounds the evidence rows embedded (a 64-rank job cites
+    thousands); the causes' rows are embedded first."""
     root = data_root(report)
-    caps = item_caps(report.findings, row_budget)
-    tables = read_evidence(root, report.findings, caps)
+    owners = [*report.causes, *report.findings]
+    caps = item_caps(owners, row_budget)
+    tables = read_evidence(root, owners, caps)
     highlights = highlighted_ranks(report.findings)
     is_compare = report.source.get("kind") == "compare"
     ctx = {
@@ -143,9 +160,7 @@ def build_html(report: Report, *, row_budget: int = ROW_BUDGET) -> str:
         "notes": report.notes,
         "meta": report.meta,
         "counts": {s: sum(f.severity == s for f in report.findings) for s in SEVERITIES},
-        "groups": [
-            (s, [finding_view(f, tables[f.id]) for f in report.findings if f.severity == s]) for s in SEVERITIES
-        ],
+        **findings_context(report, tables),
         "highlights": highlights,
         "sections": table_sections(report),
         "rank_table": step_table(report)[0],
@@ -157,6 +172,34 @@ def build_html(report: Report, *, row_budget: int = ROW_BUDGET) -> str:
         "plotly_js": Markup(plotly_js()),
     }
     return environment().get_template("report.html.j2").render(**ctx)
+
+
+def findings_context(report: Report, tables: dict[str, list[EvidenceTable]]) -> dict[str, Any]:
+    """The verdict (causes with their evidence tables) and the findings: those a cause explains under it, the
+    rest by severity."""
+    grouped, unexplained = findings_by_cause(report)
+    titles = {c.id: c.title for c in report.causes}
+    groups = [(s, [finding_view(f, tables[f.id], titles) for f in unexplained if f.severity == s]) for s in SEVERITIES]
+    view = verdict(report)
+    view["causes"] = [html_cause_view(c, tables[c.id]) for c in report.causes]
+    return {
+        "verdict": view,
+        "cause_groups": [(cause_view(c), [finding_view(f, tables[f.id], titles) for f in fs]) for c, fs in grouped],
+        "groups": groups,
+        "unexplained_count": len(unexplained),
+        "sev_anchors": {s for s, items in groups if items},
+    }
+
+
+def html_cause_view(c: Cause, tables: list[EvidenceTable]) -> dict[str, Any]:
+    """A cause of the verdict callout, with its cited rows read back and a short gain for its summary line."""
+    share = c.impact_share
+    short = (
+        "no estimate"
+        if c.impact_us is None
+        else f"{fmt_ms(c.impact_us)} ms per step" + (f" · {fmt_pct(share)}" if share is not None else "")
+    )
+    return {**cause_view(c), "gain_short": short, "evidence": [evidence_view(t, c.id) for t in tables]}
 
 
 def _shown(value: Any) -> Any:
@@ -200,11 +243,12 @@ def data_root(report: Report) -> Path | None:
 # ------------------------------------------------------------------------------------------ evidence
 
 
-def item_caps(findings: list[Finding], budget: int) -> dict[tuple[str, int], int]:
-    """Rows shown per evidence item: the same cap for every item, the largest that keeps the page within budget
-    (each table's header row counts as a row: a kernel_details.csv header is as wide as a row); if even one row
-    each is too many, the first findings (most severe) keep one row and the rest show their locators only."""
-    items = [(f.id, i, len(ev.locators)) for f in findings for i, ev in enumerate(f.evidence, start=1)]
+def item_caps(owners: Sequence[Cause | Finding], budget: int) -> dict[tuple[str, int], int]:
+    """Rows shown per evidence item of the causes and findings: the same cap for every item, the largest that
+    keeps the page within budget (each table's header row counts as a row: a kernel_details.csv header is as wide
+    as a row); if even one row each is too many, the first items (the causes, then the most severe findings) keep
+    one row and the rest show their locators only."""
+    items = [(f.id, i, len(ev.locators)) for f in owners for i, ev in enumerate(f.evidence, start=1)]
     for cap in ITEM_CAPS:
         if sum(min(n, cap) + 1 for _, _, n in items if n) <= budget:
             return {(fid, i): min(n, cap) for fid, i, n in items}
@@ -261,7 +305,19 @@ def fmt_value(v: Any) -> str:
     return str(v)
 
 
-def finding_view(f: Finding, tables: list[EvidenceTable]) -> dict[str, Any]:
+def finding_view(f: Finding, tables: list[EvidenceTable], cause_titles: dict[str, str] | None = None) -> dict[str, Any]:
+    members = [
+        {
+            "id": m.id,
+            "rank": m.rank,
+            "step": m.step,
+            "severity": m.severity,
+            "title": m.title,
+            "evidence": locators(m.evidence[0].to_dict(), limit=3),
+            "more": len(m.evidence) - 1,
+        }
+        for m in f.members[:MEMBER_ROWS]
+    ]
     return {
         "id": f.id,
         "check": f.check,
@@ -270,9 +326,14 @@ def finding_view(f: Finding, tables: list[EvidenceTable]) -> dict[str, Any]:
         "message": f.message,
         "rank": f.rank,
         "step": f.step,
+        "span": span_text(f.ranks, f.steps),
+        "explained_by": f.explained_by,
+        "cause_title": (cause_titles or {}).get(f.explained_by or "", ""),
         "metrics": [(k, fmt_value(v)) for k, v in f.metrics.items()],
         "evidence": [evidence_view(t, f.id) for t in tables],
         "rows_total": sum(ev.row_count for ev in f.evidence),
+        "members": members,
+        "members_total": len(f.members),
     }
 
 
@@ -689,8 +750,20 @@ def step_table(report: Report) -> tuple[str, pl.DataFrame]:
 
 def chart_specs(report: Report, highlights: dict[int, list[dict[str, str]]]) -> dict[str, dict[str, Any]]:
     out = {}
-    breakdown_links = {(f.rank, f.step): f.id for f in reversed(report.findings) if f.check == "step-breakdown"}
-    cites = {(ev.file, line): f.id for f in reversed(report.findings) for ev in f.evidence for line in ev.lines}
+    # a group finding stands for its members: a bar of a member's rank and step leads to the group
+    breakdown_links = {
+        (m.rank, m.step): f.id
+        for f in reversed(report.findings)
+        if f.check == "step-breakdown"
+        for m in (f.members or (f,))
+    }
+    cites = {
+        (ev.file, line): f.id
+        for f in reversed(report.findings)
+        for m in (*f.members, f)
+        for ev in m.evidence
+        for line in ev.lines
+    }
     for key, spec in (
         ("breakdown", breakdown_chart(report.tables.get("breakdown", pl.DataFrame()), breakdown_links)),
         ("rank_comparison", rank_chart(step_table(report)[1], highlights, cites)),

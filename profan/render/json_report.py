@@ -1,4 +1,4 @@
-"""JSON renderer: the `profan.report/1` document (schema in docs/report-schema.md)."""
+"""JSON renderer: the `profan.report/2` document (schema in docs/report-schema.md)."""
 
 from __future__ import annotations
 

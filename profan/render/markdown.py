@@ -9,11 +9,14 @@ from pathlib import Path
 import jinja2
 import markupsafe
 
+from profan.analyses.common import fmt_ranks
 from profan.model.report import Report
 from profan.render.textfmt import FILTERS, selected, visible
+from profan.render.verdict import cause_view, findings_by_cause, verdict
 from profan.rulepack.paths import templates_dir
 
 TABLE_ROWS = 25  # rows per detail table in Markdown; the JSON report has them all
+MEMBER_ROWS = 50  # rows of a group finding's member table; the JSON report has every member
 # tables with a section of their own, listed in full; every other table shows TABLE_ROWS rows
 FULL_TABLES = ("breakdown", "steps", "top_kernels", "breakdown_all_steps")
 
@@ -74,6 +77,17 @@ def md_selected(select: dict) -> markupsafe.Markup:
     return markupsafe.Markup(f" [{md_escape(text[2:-1])}]" if text else "")
 
 
+def md_anchor(ident: object) -> markupsafe.Markup:
+    """An anchor a link in the document can jump to (``[F3](#F3)``). Ids come from the report, which may have
+    been read from a file: only letters, digits, dots and dashes are kept, so an id cannot leave the attribute."""
+    return markupsafe.Markup(f'<a id="{md_target(ident)}"></a>')
+
+
+def md_target(ident: object) -> markupsafe.Markup:
+    """The fragment of a link to `md_anchor` (the same characters kept)."""
+    return markupsafe.Markup(re.sub(r"[^A-Za-z0-9.\-]", "", str(ident)))
+
+
 def environment() -> jinja2.Environment:
     env = jinja2.Environment(
         loader=jinja2.FileSystemLoader(str(templates_dir())),
@@ -88,21 +102,37 @@ def environment() -> jinja2.Environment:
     env.filters["mdcell"] = md_cell
     env.filters["mdcode"] = md_code
     env.filters["selected"] = md_selected
+    env.filters["anchor"] = md_anchor
+    env.filters["target"] = md_target
+    env.filters["runs"] = fmt_ranks
     return env
 
 
 def render_markdown(report: Report, out: Path | None = None) -> str | None:
-    """The report as Markdown. Detail tables show their first TABLE_ROWS rows and say how many more there are,
-    so only those rows become Python values: a 64-rank job's link tables hold tens of thousands."""
+    """The report as Markdown, the verdict first. Detail tables show their first TABLE_ROWS rows and say how many
+    more there are, so only those rows become Python values: a 64-rank job's link tables hold tens of thousands."""
     sizes = {name: df.height for name, df in report.tables.items()}
     shown = replace(
         report, tables={name: df if name in FULL_TABLES else df.head(TABLE_ROWS) for name, df in report.tables.items()}
     )
+    doc = shown.to_dict()
+    as_dict = {f["id"]: f for f in doc["findings"]}
+    grouped, unexplained = findings_by_cause(report)
     text = (
         environment()
         .get_template("report.md.j2")
-        .render(r=shown.to_dict(), sizes=sizes, limit=TABLE_ROWS, full=FULL_TABLES)
+        .render(
+            r=doc,
+            v=verdict(report),
+            groups=[(cause_view(c), [as_dict[f.id] for f in fs]) for c, fs in grouped],
+            unexplained=[as_dict[f.id] for f in unexplained],
+            sizes=sizes,
+            limit=TABLE_ROWS,
+            member_rows=MEMBER_ROWS,
+            full=FULL_TABLES,
+        )
     )
+    text = re.sub(r"\n{3,}", "\n\n", text)  # the templates' blocks meet with blank lines of their own
     if out is not None:
         out.write_text(text, encoding="utf-8")
         return None

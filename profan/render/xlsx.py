@@ -1,8 +1,9 @@
 """Excel renderer (openpyxl): the Report as a workbook people filter, sort and forward.
 
-Sheets: Summary, Findings, Breakdown (rank × step × bucket), Top kernels, Communication, one sheet per other
-report table, and Evidence — one row per cited source row, read back from the files. Each finding's id links to
-its first evidence row.
+Sheets: Summary (the verdict first: the step, the causes by estimated gain with what to change, and the headline
+findings no cause explains), Causes, Findings, Members (one row per member of a group finding), Breakdown (rank ×
+step × bucket), Top kernels, Communication, one sheet per other report table, and Evidence — one row per cited
+source row, read back from the files. Each cause's and finding's id links to its first evidence row.
 
 Every string cell is written as text: a kernel name such as ``=HYPERLINK(...)`` or ``-1+2`` coming from a trace
 must never become a formula, so cells starting with ``= + - @``, tab or CR are stored as strings with Excel's
@@ -26,11 +27,13 @@ from openpyxl.utils import get_column_letter
 from openpyxl.worksheet.hyperlink import Hyperlink
 from openpyxl.worksheet.worksheet import Worksheet
 
-from profan.model.findings import SEVERITIES
+from profan.model.causes import Cause
+from profan.model.findings import SEVERITIES, Finding
 from profan.model.report import Report
 from profan.render.evidence_rows import NAME_COLUMNS, TYPE_COLUMNS, EvidenceTable, key_values, pick, read_evidence
 from profan.render.html import data_root
-from profan.render.textfmt import column_kind, column_label, visible
+from profan.render.textfmt import column_kind, column_label, locators, visible
+from profan.render.verdict import also_worth_a_look, gain_text, span_text, step_summary, step_text
 
 FORMULA_START = ("=", "+", "-", "@", "\t", "\r")
 MAX_CELL = 32767  # Excel's limit on characters in a cell
@@ -45,6 +48,7 @@ NUMBER_FORMATS = {
     "id": "0",
     "float": "#,##0.000",
     "timestamp": "0.0",
+    "ms2": '#,##0.00" ms"',
 }
 HEADER_FONT = Font(bold=True, color="FFFFFF")
 HEADER_FILL = PatternFill("solid", fgColor="1F2A3A")
@@ -52,6 +56,7 @@ SEVERITY_FILL = {
     "critical": PatternFill("solid", fgColor="FDECEA"),
     "warning": PatternFill("solid", fgColor="FFF4E0"),
     "info": PatternFill("solid", fgColor="EAF1FB"),
+    "cause": PatternFill("solid", fgColor="F3E8FD"),
 }
 LINK_FONT = Font(color="2B5EA7", underline="single", bold=True)
 NAMED_SHEETS = {"breakdown": "Breakdown", "top_kernels": "Top kernels", "communication": "Communication"}
@@ -65,20 +70,24 @@ def render_xlsx(report: Report, out: Path | None = None) -> str | None:
 
 
 def build_workbook(report: Report) -> Workbook:
-    evidence = read_evidence(data_root(report), report.findings)
+    owners: list[Cause | Finding] = [*report.causes, *report.findings]
+    evidence = read_evidence(data_root(report), owners)
     wb = Workbook()
     summary = wb.active
     summary.title = "Summary"
+    causes_ws = wb.create_sheet("Causes")
     findings_ws = wb.create_sheet("Findings")
+    members_sheet(wb.create_sheet("Members"), report)
     for name, title in NAMED_SHEETS.items():  # the sheets the issue promises exist even when empty
         table_sheet(wb.create_sheet(title), report.tables.get(name, pl.DataFrame()))
     for name, df in report.tables.items():
         if name not in NAMED_SHEETS:
             table_sheet(wb.create_sheet(sheet_name(name, wb.sheetnames)), df)
     ev_ws = wb.create_sheet("Evidence")
-    first_rows = evidence_sheet(ev_ws, report, evidence)
+    first_rows = evidence_sheet(ev_ws, owners, evidence)
+    causes_sheet(causes_ws, report, first_rows)
     findings_sheet(findings_ws, report, first_rows)
-    summary_sheet(summary, report)
+    summary_sheet(summary, report, first_rows)
     return wb
 
 
@@ -90,6 +99,15 @@ def safe_text(value: str) -> str:
     HTML reports show the same escapes), cut to Excel's cell limit."""
     text = visible(value)
     return text if len(text) <= MAX_CELL else text[: MAX_CELL - 1] + "…"
+
+
+def link(cell: Cell, row: int | None, what: str) -> None:
+    """Make ``cell`` (an id) a link to the first Evidence row of what it names."""
+    if row:
+        cell.hyperlink = Hyperlink(
+            ref=cell.coordinate, location=f"'Evidence'!A{row}", tooltip=f"Evidence rows of {what}"
+        )
+        cell.font = LINK_FONT
 
 
 def put(ws: Worksheet, row: int, col: int, value: Any, number_format: str | None = None) -> Cell:
@@ -164,7 +182,10 @@ def table_sheet(ws: Worksheet, df: pl.DataFrame) -> None:
     finish(ws)
 
 
-def summary_sheet(ws: Worksheet, report: Report) -> None:
+def summary_sheet(ws: Worksheet, report: Report, first_rows: dict[str, int]) -> None:
+    """The verdict first (the step, the causes, the headline findings no cause explains), then what was read."""
+    put(ws, 1, 1, "profan report").font = Font(bold=True, size=14)
+    r = verdict_block(ws, report, first_rows, 3) + 2
     src = report.source
     rows: list[tuple[str, Any]] = [
         ("Source", src.get("root", "")),
@@ -174,8 +195,6 @@ def summary_sheet(ws: Worksheet, report: Report) -> None:
         ("profan", report.meta.get("profan", "")),
         ("Rule files", report.meta.get("rule_files", [])),
     ]
-    put(ws, 1, 1, "profan report").font = Font(bold=True, size=14)
-    r = 3
     for k, v in rows:
         put(ws, r, 1, k).font = Font(bold=True)
         put(ws, r, 2, v)
@@ -198,18 +217,131 @@ def summary_sheet(ws: Worksheet, report: Report) -> None:
             for w in items:
                 r += 1
                 put(ws, r, 1, w)
-    for col, width in zip("ABCDEFG", (22, 34, 30, 60, 50, 18, 60), strict=True):
+    for col, width in zip("ABCDEFGHIJ", (22, 60, 16, 12, 70, 60, 60, 22, 22, 70), strict=True):
         ws.column_dimensions[col].width = width
 
 
-def evidence_sheet(ws: Worksheet, report: Report, evidence: dict[str, list[EvidenceTable]]) -> dict[str, int]:
-    """One row per cited source row; returns the first row of each finding (for the Findings links)."""
-    header(
-        ws, ["Finding", "Severity", "Item", "File", "Locator", "Name", "Type", "Key values", "Rows in claim", "Raw row"]
+VERDICT_HEADER = [
+    "Cause",
+    "Title",
+    "Gain per step",
+    "Share of step",
+    "Action",
+    "Verify",
+    "Competing explanations",
+    "Explains",
+    "Ranks and steps",
+    "Assumption",
+]
+
+
+def verdict_block(ws: Worksheet, report: Report, first_rows: dict[str, int], r: int) -> int:
+    """The verdict from row ``r``: the step, one row per cause (largest estimated gain first), the headline
+    findings no cause explains. Returns the last row written."""
+    put(ws, r, 1, "Verdict").font = Font(bold=True, size=12)
+    put(ws, r + 1, 1, "The step").font = Font(bold=True)
+    put(ws, r + 1, 2, step_text(step_summary(report)))
+    r += 3
+    header(ws, VERDICT_HEADER, row=r)
+    for c in report.causes:
+        r += 1
+        link(put(ws, r, 1, c.id), first_rows.get(c.id), c.id)
+        put(ws, r, 2, c.title)
+        if c.impact_us is None:
+            put(ws, r, 3, gain_text(c))
+        else:
+            put(ws, r, 3, c.impact_us / 1000, NUMBER_FORMATS["ms2"])
+        put(ws, r, 4, c.impact_share, NUMBER_FORMATS["pct"])
+        for col, value in enumerate(
+            (c.action, c.verify, "\n".join(c.alternatives), ", ".join(c.explains), span_text(c.ranks, c.steps)),
+            start=5,
+        ):
+            put(ws, r, col, value)
+        put(ws, r, 10, c.assumption)
+        for col in (2, 3, 5, 6, 7, 10):
+            ws.cell(row=r, column=col).alignment = Alignment(wrap_text=True, vertical="top")
+    if not report.causes:
+        put(
+            ws,
+            r + 1,
+            1,
+            "No cause found: no finding names a rank, stage, link or kind of time that holds the step back.",
+        )
+        r += 1
+    r += 2
+    put(ws, r, 1, "Also worth a look").font = Font(bold=True)
+    also = also_worth_a_look(report)
+    for f in also:
+        r += 1
+        link(put(ws, r, 1, f.id), first_rows.get(f.id), f.id)
+        put(ws, r, 2, f.title)
+        put(ws, r, 3, f.severity).fill = SEVERITY_FILL[f.severity]
+    if not also:
+        r += 1
+        put(ws, r, 1, "Nothing else at warning or critical.")
+    return r
+
+
+def causes_sheet(ws: Worksheet, report: Report, first_rows: dict[str, int]) -> None:
+    """Every field of every cause; values in their source units (µs)."""
+    cols = ["ID", "Check", "Title", "Gain per step", "Share of step", "Step", "Assumption", "Action", "Verify"]
+    header(ws, [*cols, "Competing explanations", "Explains", "Ranks", "Steps", "Message", "Rows in claim"])
+    if not report.causes:
+        put(ws, 2, 1, "(no causes in this report)")
+    for r, c in enumerate(report.causes, start=2):
+        link(put(ws, r, 1, c.id), first_rows.get(c.id), c.id)
+        put(ws, r, 2, c.check)
+        put(ws, r, 3, c.title)
+        put(ws, r, 4, c.impact_us if c.impact_us is not None else gain_text(c), NUMBER_FORMATS["us"])
+        put(ws, r, 5, c.impact_share, NUMBER_FORMATS["pct"])
+        put(ws, r, 6, c.step_us, NUMBER_FORMATS["us"])
+        for col, value in enumerate(
+            (c.assumption, c.action, c.verify, "\n".join(c.alternatives), c.explains, c.ranks, c.steps, c.message),
+            start=7,
+        ):
+            put(ws, r, col, value)
+        put(ws, r, 15, sum(e.row_count for e in c.evidence), NUMBER_FORMATS["int"])
+        for col in (3, 7, 8, 9, 10, 14):
+            ws.cell(row=r, column=col).alignment = Alignment(wrap_text=True, vertical="top")
+    finish(
+        ws,
+        widths={1: 7, 2: 26, 3: 60, 4: 16, 5: 10, 6: 14, 7: 60, 8: 80, 9: 60, 10: 60, 11: 18, 12: 14, 13: 10, 14: 90},
     )
-    first: dict[str, int] = {}
+
+
+def members_sheet(ws: Worksheet, report: Report) -> None:
+    """One row per member of a group finding, with the first of its own cited rows (`profan evidence` prints
+    all of them by the member's id)."""
+    header(ws, ["Group", "ID", "Severity", "Check", "Rank", "Step", "Title", "Message", "First source", "Locators"])
     r = 1
     for f in report.findings:
+        for m in f.members:
+            r += 1
+            put(ws, r, 1, f.id)
+            put(ws, r, 2, m.id)
+            put(ws, r, 3, m.severity).fill = SEVERITY_FILL[m.severity]
+            put(ws, r, 4, m.check)
+            put(ws, r, 5, m.rank)
+            put(ws, r, 6, m.step)
+            put(ws, r, 7, m.title)
+            put(ws, r, 8, m.message)
+            put(ws, r, 9, m.evidence[0].file)
+            put(ws, r, 10, locators(m.evidence[0].to_dict(), limit=20))
+    if r == 1:
+        put(ws, 2, 1, "(no group findings in this report)")
+    finish(ws, widths={1: 8, 2: 8, 3: 10, 4: 26, 5: 6, 6: 6, 7: 60, 8: 90, 9: 60, 10: 60})
+
+
+def evidence_sheet(
+    ws: Worksheet, owners: list[Cause | Finding], evidence: dict[str, list[EvidenceTable]]
+) -> dict[str, int]:
+    """One row per cited source row, the causes' first; returns the first row of each cause and finding (for the
+    links to it)."""
+    header(ws, ["ID", "Severity", "Item", "File", "Locator", "Name", "Type", "Key values", "Rows in claim", "Raw row"])
+    first: dict[str, int] = {}
+    r = 1
+    for f in owners:
+        severity = getattr(f, "severity", "cause")
         for t in evidence[f.id]:
             ev = t.evidence
             rows = t.rows or [None]
@@ -217,7 +349,7 @@ def evidence_sheet(ws: Worksheet, report: Report, evidence: dict[str, list[Evide
                 r += 1
                 first.setdefault(f.id, r)
                 put(ws, r, 1, f.id)
-                put(ws, r, 2, f.severity).fill = SEVERITY_FILL[f.severity]
+                put(ws, r, 2, severity).fill = SEVERITY_FILL[severity]
                 put(ws, r, 3, t.index)
                 put(ws, r, 4, ev.file)
                 if sr is None:
@@ -237,31 +369,30 @@ def evidence_sheet(ws: Worksheet, report: Report, evidence: dict[str, list[Evide
     return first
 
 
+FINDING_COLUMNS = [
+    "ID",
+    "Severity",
+    "Check",
+    "Rank",
+    "Step",
+    "Title",
+    "Message",
+    "Evidence",
+    "Rows cited",
+    "Rows in claim",
+    "First source",
+    "Ranks",
+    "Steps",
+    "Explained by",
+    "Members",
+]
+
+
 def findings_sheet(ws: Worksheet, report: Report, first_rows: dict[str, int]) -> None:
-    header(
-        ws,
-        [
-            "ID",
-            "Severity",
-            "Check",
-            "Rank",
-            "Step",
-            "Title",
-            "Message",
-            "Evidence",
-            "Rows cited",
-            "Rows in claim",
-            "First source",
-        ],
-    )
+    header(ws, FINDING_COLUMNS)
     for r, f in enumerate(report.findings, start=2):
-        c = put(ws, r, 1, f.id)
         target = first_rows.get(f.id)
-        if target:
-            c.hyperlink = Hyperlink(
-                ref=c.coordinate, location=f"'Evidence'!A{target}", tooltip=f"Evidence rows of {f.id}"
-            )
-            c.font = LINK_FONT
+        link(put(ws, r, 1, f.id), target, f.id)
         put(ws, r, 2, f.severity).fill = SEVERITY_FILL[f.severity]
         put(ws, r, 3, f.check)
         put(ws, r, 4, f.rank)
@@ -272,5 +403,10 @@ def findings_sheet(ws: Worksheet, report: Report, first_rows: dict[str, int]) ->
         put(ws, r, 9, sum(len(e.locators) for e in f.evidence), NUMBER_FORMATS["int"])
         put(ws, r, 10, sum(e.row_count for e in f.evidence), NUMBER_FORMATS["int"])
         put(ws, r, 11, f.evidence[0].file)
+        put(ws, r, 12, f.ranks)
+        put(ws, r, 13, f.steps)
+        put(ws, r, 14, f.explained_by)
+        put(ws, r, 15, len(f.members) or None, NUMBER_FORMATS["int"])
         ws.cell(row=r, column=7).alignment = Alignment(wrap_text=True, vertical="top")
-    finish(ws, widths={1: 7, 2: 10, 3: 26, 4: 6, 5: 6, 6: 60, 7: 90, 8: 26, 9: 10, 10: 12, 11: 60})
+    widths = {1: 7, 2: 10, 3: 26, 4: 6, 5: 6, 6: 60, 7: 90, 8: 26, 9: 10, 10: 12, 11: 60, 12: 14, 13: 10, 14: 10}
+    finish(ws, widths={**widths, 15: 9})

@@ -1,0 +1,143 @@
+"""The verdict every output leads with: the step, the causes by estimated gain with what to change, and the
+headline findings no cause explains.
+
+Why one module: the Markdown, HTML and Excel reports and the brief must lead with the same causes in the same
+order and say the same words about them (the gain, or why there is none). The numbers are the report's; this only
+words them and sorts the findings under the causes that explain them.
+"""
+
+from __future__ import annotations
+
+import re
+from typing import Any
+
+import polars as pl
+
+from profan.analyses.common import fmt_ranks
+from profan.model.causes import Cause
+from profan.model.findings import Finding
+from profan.model.report import Report
+from profan.render.textfmt import fmt_ms, fmt_pct, id_list
+
+_NO_ESTIMATE = re.compile(r"^\s*no estimate\s*[:.,;—-]*\s*", re.I)
+_SENTENCE_END = re.compile(r"(?<!e\.g)(?<!i\.e)\.(?=\s+[A-Z]|\s*$)")  # a full stop before a capital or the end
+
+
+def step_summary(report: Report) -> dict[str, Any] | None:
+    """The step the causes are measured against: per step, the slowest rank's step time (every rank waits for it),
+    averaged over the steps. From step_trace_time.csv, else the traces' step windows; None without either."""
+    for name, source in (("steps", "step_trace_time.csv"), ("trace_steps", "the trace's step windows")):
+        df = report.tables.get(name)
+        if df is None or df.is_empty() or not {"step", "step_us"} <= set(df.columns):
+            continue
+        if "scope" in df.columns:
+            df = df.filter(pl.col("scope") == "step")
+        per = df.drop_nulls(["step", "step_us"]).group_by("step").agg(pl.col("step_us").max()).sort("step")
+        if per.is_empty():
+            continue
+        return {"step_us": per["step_us"].mean(), "steps": per["step"].to_list(), "source": source}
+    measured = [c.step_us for c in report.causes if c.step_us]
+    if measured:
+        steps = sorted({s for c in report.causes for s in c.steps})
+        return {"step_us": max(measured), "steps": steps, "source": "the causes' steps"}
+    return None
+
+
+def step_text(step: dict[str, Any] | None) -> str:
+    """'810.15 ms (the slowest rank's step 13, from step_trace_time.csv)'."""
+    if step is None:
+        return "no step time in this capture (no step_trace_time.csv and no step windows in a trace)"
+    steps = step["steps"]
+    which = (
+        f"the slowest rank's step {steps[0]}"
+        if len(steps) == 1
+        else f"mean over steps {id_list(steps)} of the slowest rank's step"
+        if steps
+        else "the slowest rank's step"
+    )
+    return f"{fmt_ms(step['step_us'])} ms ({which}, from {step['source']})"
+
+
+def no_estimate_reason(assumption: str) -> str:
+    """Why a cause has no estimate, in one clause: the first sentence of its assumption, without the
+    'No estimate:' it opens with."""
+    text = _NO_ESTIMATE.sub("", assumption.strip(), count=1)
+    end = _SENTENCE_END.search(text)
+    clause = text[: end.start()] if end else text.rstrip(".")
+    return clause[:1].lower() + clause[1:] if clause else "the data cannot support one"
+
+
+def gain_text(cause: Cause) -> str:
+    """'84.85 ms per step (10.5% of the step)', or 'no estimate: <why>'."""
+    if cause.impact_us is None:
+        return f"no estimate: {no_estimate_reason(cause.assumption)}"
+    share = cause.impact_share
+    of_step = f" ({fmt_pct(share)} of the step)" if share is not None else ""
+    return f"{fmt_ms(cause.impact_us)} ms per step{of_step}"
+
+
+def span_text(ranks: tuple[int, ...] | list[int], steps: tuple[int, ...] | list[int]) -> str:
+    """'ranks 0–3 · step 13': the ranks and steps a cause or finding covers, as runs."""
+    parts = []
+    if ranks:
+        parts.append(f"rank{'s' if len(ranks) > 1 else ''} {fmt_ranks(ranks)}")
+    if steps:
+        parts.append(f"step{'s' if len(steps) > 1 else ''} {fmt_ranks(steps)}")
+    return " · ".join(parts)
+
+
+def also_worth_a_look(report: Report) -> list[Finding]:
+    """The headline findings no cause explains (warning and critical)."""
+    return [item for item in report.headline if isinstance(item, Finding)]
+
+
+def findings_by_cause(report: Report) -> tuple[list[tuple[Cause, list[Finding]]], list[Finding]]:
+    """Each cause with the findings it explains (in the order it lists them), and the findings no cause explains
+    (in report order)."""
+    by_id = {f.id: f for f in report.findings}
+    grouped = []
+    placed: set[str] = set()
+    for c in report.causes:
+        ids = [i for i in c.explains if i in by_id]
+        ids += [f.id for f in report.findings if f.explained_by == c.id and f.id not in ids]
+        placed.update(ids)
+        grouped.append((c, [by_id[i] for i in ids]))
+    return grouped, [f for f in report.findings if f.id not in placed]
+
+
+def cause_view(c: Cause) -> dict[str, Any]:
+    """A cause as the templates show it (texts raw: each renderer escapes them its own way)."""
+    return {
+        "id": c.id,
+        "check": c.check,
+        "title": c.title,
+        "message": c.message,
+        "gain": gain_text(c),
+        "impact_us": c.impact_us,
+        "impact_share": c.impact_share,
+        "has_estimate": c.impact_us is not None,
+        "assumption": c.assumption,
+        "action": c.action,
+        "verify": c.verify,
+        "alternatives": list(c.alternatives),
+        "explains": list(c.explains),
+        "span": span_text(c.ranks, c.steps),
+        "evidence": [e.to_dict() for e in c.evidence],
+        "rows_total": sum(e.row_count for e in c.evidence),
+    }
+
+
+def verdict(report: Report) -> dict[str, Any]:
+    """What every report leads with: the step, the causes in order, and the headline findings they leave."""
+    step = step_summary(report)
+    return {
+        "step": step,
+        "step_text": step_text(step),
+        "causes": [cause_view(c) for c in report.causes],
+        "also": [
+            {"id": f.id, "severity": f.severity, "title": f.title, "span": span_text(f.ranks, f.steps)}
+            for f in also_worth_a_look(report)
+        ],
+        "explained": sum(f.explained_by is not None for f in report.findings),
+        "findings": len(report.findings),
+    }

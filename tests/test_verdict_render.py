@@ -1,0 +1,271 @@
+"""The verdict first, everywhere: the Markdown of every bundled sample opens with it, and the Markdown, HTML, Excel,
+--brief and MCP outputs lead with the same causes in the same order, with the report's own numbers. Trace text that
+reaches a cause (a kernel name in its action) is escaped in each format."""
+
+from __future__ import annotations
+
+import html
+import json
+import re
+import shutil
+from dataclasses import replace
+
+import anyio
+import markupsafe
+import openpyxl
+import pytest
+from conftest import FIXTURES, QWEN3, ROOT, run_cli
+from test_hostile_outputs import _assert_inert, _outside_code, _unescape
+
+import profan
+from profan.render import render
+from profan.render.html import build_html
+from profan.render.markdown import render_markdown
+
+DLRM = FIXTURES / "torch" / "dlrm_v100_8rank"
+NOT_A_PROFILE = {"ascend/msinsight-metadata-2025"}  # a profiler_metadata.json alone: input to other tests
+_SEVERAL = re.compile(r"holds \d+ separate profiler collections whose ranks overlap or carry no rank id \((.*)\);")
+
+
+def samples() -> list[str]:
+    """Every profile under fixtures/: each folder of fixtures/ascend and fixtures/torch, or, where one holds several
+    collections (alexnet's level0–2, the gloo runs), each of them — as profan's discovery names them."""
+    from profan.model.errors import ProfanInputError
+    from profan.sources.discover import discover
+
+    out = []
+    for top in sorted(p for kind in ("ascend", "torch") for p in (FIXTURES / kind).iterdir() if p.is_dir()):
+        rel = top.relative_to(FIXTURES).as_posix()
+        if rel in NOT_A_PROFILE:
+            continue
+        try:
+            discover(top)
+            out.append(rel)
+        except ProfanInputError as exc:
+            several = _SEVERAL.search(str(exc))
+            assert several and "…" not in several[1], str(exc)
+            out += [f"{rel}/{part}" for part in several[1].split(", ")]
+    return out
+
+
+SAMPLES = samples()
+
+
+def test_the_samples_are_every_fixture():
+    """The bundled samples as the README lists them, each profile of the nested ones apart."""
+    assert {"ascend/msinsight-qwen3-4rank-2025q4", "torch/dlrm_v100_8rank", "torch/moe_b200_rank0"} <= set(SAMPLES)
+    assert {f"ascend/msinsight-alexnet-2rank-2025/level{i}" for i in range(3)} <= set(SAMPLES)
+    assert len([s for s in SAMPLES if s.startswith("ascend/mstt-advisor-ut/")]) == 3
+    assert len(SAMPLES) >= 13
+
+
+def _gain(cause: dict) -> str:
+    """The gain as the verdict words it, from the JSON report's numbers."""
+    ms = cause["impact_us"] / 1000
+    text = f"{ms:,.2f}" if ms >= 0.1 else f"{ms:.3f}" if ms >= 0.01 else f"{ms:.4f}"
+    share = f" ({100 * cause['impact_share']:.1f}% of the step)" if cause["impact_share"] is not None else ""
+    return f"{text} ms per step{share}"
+
+
+def _verdict(md: str) -> str:
+    return md[: md.index("\n## What was read")]
+
+
+@pytest.mark.parametrize("sample", SAMPLES)
+def test_markdown_of_every_sample_starts_with_the_verdict(sample):
+    """After the title: the verdict, then one section per cause in the report's order (gain, action, how to verify,
+    the findings it explains, its evidence), then the headline findings no cause explains — and only then what was
+    read."""
+    report = profan.analyze(FIXTURES / sample)
+    doc = json.loads(json.dumps(report.to_dict(), default=str))
+    md = render_markdown(report)
+    assert md.startswith("# profan report\n\n## Verdict\n\n**The step:** ")
+    verdict = _verdict(md)
+    heads = re.findall(r'^### <a id="(C\d+)"></a>', verdict, flags=re.M)
+    assert heads == [c["id"] for c in doc["causes"]]
+    for c in doc["causes"]:
+        part = verdict[verdict.index(f'<a id="{c["id"]}"></a>') :].split("\n### ")[0]
+        gain = _gain(c) if c["impact_us"] is not None else "no estimate: "
+        assert f"- **Estimated gain:** {gain}" in part
+        assert "- **Action:** " in part and "- **Verify:** " in part
+        assert re.findall(r"\[(F\d+)\]\(#\1\)", part) == c["explains"]
+        assert f"`profan evidence REPORT.json {c['id']}`" in part
+        assert c["evidence"][0]["file"] in _unescape(part)
+    also = verdict[verdict.index("### Also worth a look") :]
+    headline_findings = [i for i in doc["headline"] if i.startswith("F")]
+    assert re.findall(r"^- \[(F\d+)\]\(#\1\)", also, flags=re.M) == headline_findings
+    _assert_inert(md)
+
+
+def test_qwen3_verdict_names_the_slow_stage_and_its_gain():
+    """The first cause is the slow pipeline stage (ranks 2, 3) with the gain the JSON report gives; the findings it
+    explains are listed under it, each group with its member table."""
+    report = profan.analyze(QWEN3)
+    doc = json.loads(json.dumps(report.to_dict(), default=str))
+    c1 = doc["causes"][0]
+    assert c1["check"] == "pipeline-stage-imbalance" and "stage 1 (ranks 2, 3)" in c1["title"]
+    md = render_markdown(report)
+    lines = md.splitlines()
+    assert lines[4].startswith("**The step:** 810.15 ms")
+    head = next(i for i, ln in enumerate(lines) if ln.startswith("### "))
+    assert lines[head] == f'### <a id="C1"></a>C1 · {c1["title"]}'
+    assert lines[head + 2] == f"- **Estimated gain:** {_gain(c1)}. *Assumption:* {c1['assumption']}"
+    assert c1["impact_us"] == pytest.approx(report.causes[0].impact_us, abs=1e-3) and c1["impact_us"] > 0
+    # the findings section: C1's findings under it, before C2's heading; a group with its members
+    findings = md[md.index('## <a id="findings"></a>Findings') :]
+    under = findings[findings.index("### C1 · ") : findings.index("### C2 · ")]
+    assert re.findall(r'^#### <a id="(F\d+)"></a>', under, flags=re.M) == c1["explains"]
+    group = next(f for f in doc["findings"] if f["id"] in c1["explains"] and f["members"])
+    block = under[under.index(f'<a id="{group["id"]}"></a>') :].split("\n#### ")[0]
+    rows = re.findall(r"^\| (F\d+\.\d+) \| (\d*) \| (\d*) \| (\w+) \|", block, flags=re.M)
+    want = [(m["id"], str(m["rank"]), str(m["step"] or ""), m["severity"]) for m in group["members"]]
+    assert rows == want and len(rows) == len(group["members"]) > 1
+
+
+def test_dlrm_verdict_names_rank_7():
+    report = profan.analyze(DLRM)
+    c1 = report.causes[0]
+    assert c1.check == "straggler" and "Rank 7" in c1.title
+    verdict = _verdict(render_markdown(report))
+    first = verdict[verdict.index("\n### ") :].split("\n### ")[1]
+    assert first.startswith(f'<a id="C1"></a>C1 · {c1.title}')
+    assert "rank 7" in first.lower()
+
+
+# ------------------------------------------------------------------------------------------ every output
+
+
+def _html_causes(doc: str) -> list[tuple[str, str]]:
+    verdict = doc[doc.index('<div class="verdict" id="verdict">') : doc.index('<section id="findings"')]
+    found = re.findall(
+        r'<details class="cause" id="(C\d+)"[^>]*>\s*<summary>\s*<span class="fid">\1</span>\s*'
+        r'<span class="ftitle">(.*?)</span>',
+        verdict,
+        flags=re.S,
+    )
+    return [(cid, html.unescape(title)) for cid, title in found]
+
+
+def _xlsx_causes(path) -> list[tuple[str, str, object]]:
+    ws = openpyxl.load_workbook(path)["Summary"]
+    rows = list(ws.iter_rows(values_only=True))
+    head = next(i for i, r in enumerate(rows) if r[0] == "Cause")
+    out = []
+    for r in rows[head + 1 :]:
+        if not r[0] or not str(r[0]).startswith("C"):
+            break
+        out.append((r[0], r[1], r[2]))
+    return out
+
+
+def _mcp_analyze(path) -> dict:
+    from mcp import Client
+
+    from profan.app.mcp_server import build_server
+
+    async def main():
+        async with Client(build_server([ROOT])) as client:
+            return (await client.call_tool("analyze", {"path": str(path)})).structured_content
+
+    return anyio.run(main)
+
+
+@pytest.mark.parametrize("sample", [QWEN3, DLRM])
+def test_every_output_leads_with_the_same_causes(sample, tmp_path):
+    report = profan.analyze(sample)
+    want = [(c.id, c.title) for c in report.causes]
+    assert want
+    md = _verdict(render_markdown(report))
+    assert re.findall(r'^### <a id="(C\d+)"></a>C\d+ · (.*)$', md, flags=re.M) == want
+    doc = build_html(report)
+    assert _html_causes(doc) == want
+    assert doc.index('id="verdict"') < doc.index('id="findings"') < doc.index('id="sec-')
+    render(report, "xlsx", tmp_path / "r.xlsx")
+    rows = _xlsx_causes(tmp_path / "r.xlsx")
+    assert [(cid, title) for cid, title, _ in rows] == want
+    for (_, _, gain), c in zip(rows, report.causes, strict=True):
+        if c.impact_us is None:
+            assert str(gain).startswith("no estimate: ")
+        else:
+            assert gain == pytest.approx(c.impact_us / 1000)
+    res = run_cli("analyze", str(sample), "--brief")
+    brief = json.loads(res.stdout)
+    assert [(c["id"], c["title"]) for c in brief["causes"]] == want
+    assert brief["headline"][: len(want)] == [cid for cid, _ in want]
+    mcp = _mcp_analyze(sample)
+    assert [(c["id"], c["title"]) for c in mcp["causes"]] == want
+    assert {k: v for k, v in mcp.items() if k != "drill"} == {k: v for k, v in brief.items() if k != "drill"}
+
+
+def test_html_folds_explained_findings_under_their_cause(qwen3_report):
+    """Each finding a cause explains is shown under that cause's heading, marked as its symptom; a group finding
+    shows its members, each row an anchor with the member's id."""
+    doc = build_html(qwen3_report)
+    section = doc[doc.index('<section id="findings"') :]
+    section = section[: section.index("</section>")]
+    for c in qwen3_report.causes:
+        start = section.index(f'<h3 id="by-{c.id}" class="cause-head">')
+        nxt = [section.find('<h3 id="by-', start + 1), section.find('<h3 class="cause-head">', start + 1)]
+        part = section[start : min([i for i in nxt if i > 0], default=len(section))]
+        ids = re.findall(r'<details class="finding sev-\w+" id="(F\d+)">', part)
+        assert ids == list(c.explains)
+        assert part.count(f'A symptom of <a href="#{c.id}">{c.id}</a>') == len(ids)
+    group = next(f for f in qwen3_report.findings if len(f.members) > 1)
+    for m in group.members:
+        assert f'<tr id="{m.id}"><td class="code">{m.id}</td><td class="num">{m.rank}</td>' in doc
+
+
+# ------------------------------------------------------------------------------------------ hostile text
+
+HOSTILE = "=cmd|' /C calc'!A0<script>alert(1)</script>![x](http://evil/p.png)`tick`[a](javascript:x)"
+
+
+@pytest.fixture(scope="module")
+def hostile_report(tmp_path_factory):
+    """The Qwen3 job with the op type of the LM head's matmul on rank 2 renamed to ``HOSTILE``: it is the largest
+    extra kernel of the slow stage, so the name reaches C1's message and action."""
+    data = tmp_path_factory.mktemp("hostile") / "job"
+    shutil.copytree(QWEN3, data)
+    c1 = profan.analyze(QWEN3).causes[0]
+    ev = next(e for e in c1.evidence if e.select.get("op") == "MatMulV3")
+    path = data / ev.file
+    lines = path.read_text(encoding="utf-8").split("\n")
+    for n in ev.lines:
+        assert lines[n - 1].count(",MatMulV3,dynamic,") == 1
+        lines[n - 1] = lines[n - 1].replace(",MatMulV3,dynamic,", f",{HOSTILE},dynamic,")
+    path.write_text("\n".join(lines), encoding="utf-8")
+    report = profan.analyze(data)
+    assert report.causes[0].check == "pipeline-stage-imbalance"
+    assert HOSTILE in report.causes[0].action and HOSTILE in report.causes[0].message
+    return report
+
+
+def test_a_kernel_name_in_a_cause_forms_nothing_in_markdown(hostile_report):
+    md = render_markdown(hostile_report)
+    _assert_inert(md)
+    assert "<script" not in _outside_code(md)
+    action = next(ln for ln in _verdict(md).splitlines() if ln.startswith("- **Action:**"))
+    assert HOSTILE in _unescape(action)
+
+
+def test_a_kernel_name_in_a_cause_is_text_in_html(hostile_report):
+    doc = build_html(hostile_report)
+    assert "<script>alert(1)</script>" not in doc
+    action = re.search(r"<dt>Action</dt><dd>(.*?)</dd>", doc, flags=re.S).group(1)
+    assert HOSTILE in html.unescape(action) and str(markupsafe.escape(HOSTILE)) in action
+
+
+def test_a_kernel_name_in_a_cause_is_never_a_formula_in_excel(hostile_report, tmp_path):
+    """The action (the name inside it) and a title that itself starts like a formula are stored as text."""
+    report = replace(hostile_report, causes=[replace(hostile_report.causes[0], title=HOSTILE)])
+    render(report, "xlsx", tmp_path / "r.xlsx")
+    wb = openpyxl.load_workbook(tmp_path / "r.xlsx")
+    assert not [c.coordinate for ws in wb for row in ws.iter_rows() for c in row if c.data_type == "f"]
+    ws = wb["Summary"]
+    title = next(c for row in ws.iter_rows() for c in row if c.value == HOSTILE)
+    assert title.data_type == "s" and title.quotePrefix
+    action = next(c for row in ws.iter_rows() for c in row if c.value == report.causes[0].action)
+    assert HOSTILE in action.value
+    assert action.data_type == "s"
+    causes = wb["Causes"]
+    assert causes["C2"].value == HOSTILE and causes["C2"].quotePrefix
