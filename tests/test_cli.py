@@ -1,5 +1,5 @@
 """The CLI as a program calls it: results on stdout, nothing but errors on a piped stderr, never a prompt, and the
-documented exit codes (0 ran, 1 findings at/above --fail-on, 2 bad input in one line, 3 internal error)."""
+documented exit codes (0 ran, 1 the diagnosis at/above --fail-on, 2 bad input in one line, 3 internal error)."""
 
 from __future__ import annotations
 
@@ -80,7 +80,7 @@ def test_progress_only_on_a_terminal():
 
 
 def test_fail_on_exit_codes():
-    """Exit 1 exactly when a finding at/above the level exists; the output is complete either way."""
+    """Exit 1 exactly when the diagnosis reaches the level; the output is complete either way."""
     qwen = report_json(QWEN3)
     sev = {f["severity"] for f in qwen["findings"]}
     assert {"critical", "warning"} <= sev
@@ -97,6 +97,75 @@ def test_fail_on_exit_codes():
     assert json.loads(res.stdout)["findings"] == vllm["findings"]
     # without --fail-on findings are data, not failure
     assert run_cli("analyze", str(QWEN3), "--brief").returncode == 0
+
+
+def _gate_line(res: subprocess.CompletedProcess, level: str) -> list[str]:
+    """The ids (and severities) the --fail-on line on stderr names, e.g. ['C1 critical']."""
+    assert res.returncode == 1, (res.returncode, res.stderr)
+    lines = res.stderr.splitlines()
+    assert len(lines) == 1 and lines[0].startswith(f"profan: --fail-on {level}: "), res.stderr
+    items = lines[0].removeprefix(f"profan: --fail-on {level}: ").split("; ")
+    return [f"{i.split(' (')[0]} {i.split('(')[1].split(',')[0]}" for i in items]
+
+
+def test_fail_on_gates_on_causes_not_on_symptoms():
+    """Qwen3: the critical exposed-communication finding is a symptom of C1 (pipeline stage 1 computes 1.73x
+    stage 0), and C1 also explains the critical stage finding: `--fail-on critical` fails because of C1 and names
+    C1 alone, never the symptoms it folds. At warning every cause counts (each explains a warning or worse) and
+    nothing else, since every warning finding has a cause."""
+    doc = report_json(QWEN3)
+    findings = {f["id"]: f for f in doc["findings"]}
+    c1 = next(c for c in doc["causes"] if c["id"] == "C1")
+    assert c1["check"] == "pipeline-stage-imbalance"
+    explained = [findings[fid] for fid in c1["explains"]]
+    assert {"comm-exposed-split", "pipeline-stage-imbalance"} <= {
+        f["check"] for f in explained if f["severity"] == "critical"
+    }
+    assert all(f["explained_by"] for f in doc["findings"] if f["severity"] != "info")
+    res = run_cli("analyze", str(QWEN3), "-q", "--fail-on", "critical")
+    assert _gate_line(res, "critical") == ["C1 critical"]
+    assert "C1 (critical, pipeline-stage-imbalance)" in res.stderr
+    assert "comm-exposed" not in res.stderr and " F" not in res.stderr
+    res = run_cli("analyze", str(QWEN3), "-q", "--fail-on", "warning")
+    assert _gate_line(res, "warning") == [f"{c['id']} {_worst(findings, c)}" for c in doc["causes"]]
+
+
+def _worst(findings: dict, cause: dict) -> str:
+    sevs = {findings[fid]["severity"] for fid in cause["explains"]}
+    return next(s for s in ("critical", "warning", "info") if s in sevs)
+
+
+def test_fail_on_counts_a_cause_by_what_it_explains_and_a_lone_finding_by_itself():
+    """DLRM: the straggler finding of rank 7 is only a warning, but the straggler cause explains critical idle and
+    exposed-communication findings, so the cause is critical. GPT-3 (2 ranks): warning findings no cause explains
+    (waiting collectives, kernels vs step trace) gate at warning on their own, not at critical."""
+    dlrm = report_json(FIXTURES / "torch" / "dlrm_v100_8rank")
+    straggler = next(c for c in dlrm["causes"] if c["check"] == "straggler")
+    own = [f for f in dlrm["findings"] if f["check"] == "straggler" and f["explained_by"] == straggler["id"]]
+    assert own and {f["severity"] for f in own} == {"warning"}
+    res = run_cli("analyze", str(FIXTURES / "torch" / "dlrm_v100_8rank"), "-q", "--fail-on", "critical")
+    assert f"{straggler['id']} critical" in _gate_line(res, "critical")
+    gpt3 = ASCEND / "msinsight-gpt3-2rank-2023"
+    doc = report_json(gpt3)
+    lone = [f["id"] for f in doc["findings"] if f["explained_by"] is None and f["severity"] == "warning"]
+    assert lone
+    res = run_cli("analyze", str(gpt3), "-q", "--fail-on", "warning")
+    assert _gate_line(res, "warning") == [
+        *(f"{c['id']} {_worst({f['id']: f for f in doc['findings']}, c)}" for c in doc["causes"]),
+        *(f"{fid} warning" for fid in lone),
+    ]
+    res = run_cli("analyze", str(gpt3), "-q", "--fail-on", "critical")
+    assert not any(fid in item for item in _gate_line(res, "critical") for fid in lone)
+
+
+def test_fail_on_passes_when_nothing_reaches_the_level():
+    """Single-rank captures whose only finding is the informational breakdown: no cause, nothing to gate on."""
+    for sample in (VLLM, FIXTURES / "torch" / "qwen1.5-0.5b_h100_1rank"):
+        doc = report_json(sample)
+        assert doc["causes"] == [] and {f["severity"] for f in doc["findings"]} == {"info"}
+        for level in ("warning", "critical"):
+            res = run_cli("analyze", str(sample), "-q", "-f", "json", "--fail-on", level)
+            assert res.returncode == 0 and res.stderr == "", res.stderr
 
 
 # ---------------------------------------------------------------------------------------------- exit code 2

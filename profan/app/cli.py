@@ -5,8 +5,9 @@ from __future__ import annotations
 import json
 import os
 import sys
+import traceback
 from pathlib import Path
-from typing import Annotated
+from typing import Annotated, NoReturn
 
 import typer
 
@@ -15,13 +16,63 @@ from profan.model.errors import EXIT_BAD_INPUT, EXIT_FINDINGS, EXIT_INTERNAL, EX
 from profan.render.textfmt import visible
 
 app = typer.Typer(
-    add_completion=False,
     no_args_is_help=True,
     pretty_exceptions_enable=False,
+    rich_markup_mode=None,  # help text is shown as written: "[default: md]" and "profan[mcp]" are not markup
     help="Profiling analysis for Ascend NPU and NVIDIA GPU jobs; every claim cites its source rows.",
 )
 
 SEVERITY_RANK = {"info": 0, "warning": 1, "critical": 2}
+# the format an -o file's extension names; -f may only agree with it
+EXTENSIONS = {".md": "md", ".markdown": "md", ".json": "json", ".html": "html", ".htm": "html", ".xlsx": "xlsx"}
+# what this run was asked for beyond its command: progress detail, tracebacks (read by `main` on an error)
+_RUN = {"verbose": False, "debug": False}
+
+Output = Annotated[
+    Path | None,
+    typer.Option("--output", "-o", help="Write to this file instead of stdout; its extension picks the format."),
+]
+Rules = Annotated[list[Path] | None, typer.Option("--rules", help="Extra rule file(s), tried first.")]
+Quiet = Annotated[bool, typer.Option("--quiet", "-q", help="No progress on stderr.")]
+Verbose = Annotated[
+    bool,
+    typer.Option(
+        "--verbose", "-v", help="Progress on stderr even when it is not a terminal, then what was read and the timings."
+    ),
+]
+Debug = Annotated[
+    bool,
+    typer.Option("--debug", help="On an internal error, print the traceback instead of one line (still exit 3)."),
+]
+
+
+def _version(value: bool) -> None:
+    if value:
+        from profan import __version__
+
+        typer.echo(f"profan {__version__}")
+        raise typer.Exit()
+
+
+@app.callback()
+def _root(
+    version: Annotated[
+        bool,
+        typer.Option("--version", callback=_version, is_eager=True, help="Print the version and exit."),
+    ] = False,
+    verbose: Verbose = False,
+    debug: Debug = False,
+) -> None:
+    """Profiling analysis for Ascend NPU and NVIDIA GPU jobs; every claim cites its source rows."""
+    _mode(verbose, False, debug)
+
+
+def _mode(verbose: bool, quiet: bool, debug: bool) -> None:
+    """Record -v / --debug, given before the command or after it."""
+    _RUN["verbose"] = _RUN["verbose"] or verbose
+    _RUN["debug"] = _RUN["debug"] or debug
+    if quiet and _RUN["verbose"]:
+        _bad("-q and -v ask for opposite things; pass one of them")
 
 
 def _safe(text: str) -> str:
@@ -34,11 +85,66 @@ def _err(msg: str) -> None:
     typer.echo(f"profan: error: {_safe(msg)}", err=True)
 
 
+def _bad(msg: str) -> NoReturn:
+    """A usage error: one line, exit 2."""
+    _err(msg)
+    raise typer.Exit(EXIT_BAD_INPUT)
+
+
+def _say(msg: str) -> None:
+    typer.echo(f"profan: {_safe(msg)}", err=True)
+
+
 def _progress(quiet: bool):
-    """Progress lines go to stderr, and only to a terminal: a program reading stderr wants errors, not chatter."""
-    if quiet or not sys.stderr.isatty():
+    """Progress lines go to stderr, and only to a terminal unless -v asks for them: a program reading stderr wants
+    errors, not chatter."""
+    if quiet or not (_RUN["verbose"] or sys.stderr.isatty()):
         return None
-    return lambda msg: typer.echo(f"profan: {_safe(msg)}", err=True)
+    return _say
+
+
+def _detail(report) -> None:
+    """-v after a run: what the result rests on (files, rows skipped, warnings) and where the time went, so a
+    surprising report or exit code can be traced without opening it."""
+    if not _RUN["verbose"]:
+        return
+    src = report.source
+    sizes = src.get("file_bytes") or {}
+    ranks = src.get("ranks") or []
+    if src.get("kind") == "compare":
+        of = "rank(s) " + " and ".join(f"{src[s]['ranks']} ({s.upper()})" for s in ("a", "b") if s in src)
+    else:
+        of = f"{len(ranks)} rank(s)"
+    _say(f"read {len(sizes)} file(s), {sum(sizes.values()) / 1e6:.1f} MB, of {of} under {src['root']}")
+    for r in ranks:
+        if skipped := {k: n for k, n in (r.get("rows_skipped") or {}).items() if n}:
+            _say(f"rank {r['rank']}: rows skipped: " + ", ".join(f"{k} {n}" for k, n in skipped.items()))
+    for w in report.warnings:
+        _say(f"warning: {w}")
+    timings = report.meta.get("timings_s") or {}
+    if timings:
+        _say("time: " + ", ".join(f"{k} {v:.2f} s" for k, v in timings.items()))
+    _say(f"{len(report.causes)} cause(s), {len(report.findings)} finding(s), {len(report.warnings)} warning(s)")
+
+
+def _output_format(fmt: str | None, out: Path | None, default: str, what: str) -> str:
+    """The format to write: -f, else the -o file's extension, else ``default``. A -f that contradicts a known
+    extension, or an -o whose extension names no format, is refused before any work (a report.xlsx holding
+    Markdown is worse than an error); html and xlsx are files, so without -o nothing is written unasked."""
+    from profan.render import FORMATS
+
+    if fmt is not None and fmt not in FORMATS:
+        _bad(f"unknown format {fmt!r}; use one of {', '.join(FORMATS)}")
+    implied = EXTENSIONS.get(out.suffix.lower()) if out is not None else None
+    if out is not None and fmt is None and implied is None:
+        ext = f"its extension {out.suffix!r}" if out.suffix else "a name without an extension"
+        _bad(f"-o {out}: cannot tell the format from {ext}; name the file {', '.join(EXTENSIONS)}, or pass -f")
+    if fmt is not None and implied is not None and fmt != implied:
+        _bad(f"-f {fmt} disagrees with -o {out} (a {out.suffix} file is {implied}); drop -f or rename the file")
+    fmt = fmt or implied or default
+    if fmt in ("html", "xlsx") and out is None:
+        _bad(f"the {fmt} {what} is a file: name it with -o, e.g. -o {what}.{fmt} (nothing is written unasked)")
+    return fmt
 
 
 def _cli_jobs(jobs: int | None) -> int | None:
@@ -51,68 +157,110 @@ def _cli_jobs(jobs: int | None) -> int | None:
     return 0
 
 
+Jobs = Annotated[
+    int | None,
+    typer.Option(
+        "--jobs",
+        "-j",
+        help="Processes reading ranks (1 = sequential, 0 = one per core for 4+ ranks of 32+ MB)  "
+        "[default: PROFAN_JOBS, else 0]",
+    ),
+]
+FAIL_ON_HELP = (
+    "warning | critical: exit 1 when the diagnosis reaches this severity: a cause counts as the worst finding it "
+    "explains, a finding no cause explains as itself; a symptom a cause explains does not count on its own "
+    "(stderr names the causes and findings that did)."
+)
+
+
 @app.command()
 def analyze(
     path: Annotated[Path, typer.Argument(help="Profiler output directory (or one kernel_details.csv).")],
-    fmt: Annotated[str | None, typer.Option("--format", "-f", help="md | json | html | xlsx  [default: md]")] = None,
-    out: Annotated[Path | None, typer.Option("--output", "-o", help="Write here instead of stdout.")] = None,
-    rules: Annotated[list[Path] | None, typer.Option("--rules", help="Extra rule file(s), tried first.")] = None,
-    fail_on: Annotated[
+    fmt: Annotated[
         str | None,
-        typer.Option("--fail-on", help="Exit 1 when a finding of this severity or worse exists: warning | critical."),
+        typer.Option(
+            "--format",
+            "-f",
+            help="md | json | html | xlsx  [default: the -o file's extension, else md (json with --brief)]",
+        ),
     ] = None,
-    quiet: Annotated[bool, typer.Option("--quiet", "-q", help="No progress on stderr.")] = False,
+    out: Output = None,
+    rules: Rules = None,
+    fail_on: Annotated[str | None, typer.Option("--fail-on", help=FAIL_ON_HELP)] = None,
+    quiet: Quiet = False,
     hardware: Annotated[
         Path | None,
         typer.Option("--hardware", help="TOML file of link-bandwidth priors / the device, on top of rules/hardware."),
     ] = None,
-    jobs: Annotated[
-        int | None,
-        typer.Option(
-            "--jobs",
-            "-j",
-            help="Processes reading ranks (1 = sequential, 0 = one per core for 4+ ranks of 32+ MB); "
-            "default PROFAN_JOBS, else 0.",
-        ),
-    ] = None,
+    jobs: Jobs = None,
     brief: Annotated[
         bool,
         typer.Option(
             "--brief",
             help="Compact JSON (< 8 KB) on stdout: summary and top findings with evidence locators. "
-            "With -o, the full report (--format, default json) is written there too.",
+            "With -o, the full report (format from the extension) is written there too.",
         ),
     ] = False,
+    verbose: Verbose = False,
+    debug: Debug = False,
 ) -> None:
     """Analyse a profiler output directory into a report."""
     from profan.pipeline import analyze as run
-    from profan.render import FORMATS, render
+    from profan.render import render
 
-    fmt = fmt or ("json" if brief else "md")
-    if fmt not in FORMATS:
-        _err(f"unknown format {fmt!r}; use one of {', '.join(FORMATS)}")
-        raise typer.Exit(EXIT_BAD_INPUT)
+    _mode(verbose, quiet, debug)
     if fail_on is not None and fail_on not in ("warning", "critical"):
-        _err("--fail-on takes 'warning' or 'critical'")
-        raise typer.Exit(EXIT_BAD_INPUT)
-    if fmt in ("html", "xlsx") and out is None and not brief:
-        _err(f"the {fmt} report is a file: name it with -o, e.g. -o report.{fmt} (nothing is written unasked)")
-        raise typer.Exit(EXIT_BAD_INPUT)
+        _bad("--fail-on takes 'warning' or 'critical'")
     if out is not None:
         output.check_target(out)
+    fmt = _output_format(fmt, out, "json" if brief else "md", "report")
     report = run(path, rules=rules or [], progress=_progress(quiet), hardware=hardware, jobs=_cli_jobs(jobs))
+    _detail(report)
     read = output.read_files(report, [*(rules or []), *([hardware] if hardware else [])])
     if out is not None:
         output.write(out, read, lambda tmp: render(report, fmt, tmp))
     if brief:
         _print_brief(report, str(out.resolve()) if fmt == "json" and out is not None else None)
     elif out is None:
-        text = render(report, fmt)
-        sys.stdout.write(text if text.endswith("\n") else text + "\n")
+        _print_text(render(report, fmt))
     elif not quiet:
-        typer.echo(f"profan: wrote {_safe(str(out))}", err=True)
-    if fail_on is not None and any(SEVERITY_RANK[f.severity] >= SEVERITY_RANK[fail_on] for f in report.findings):
+        _say(f"wrote {out}")
+    _gate(report, fail_on)
+
+
+def _print_text(text: str) -> None:
+    sys.stdout.write(text if text.endswith("\n") else text + "\n")
+
+
+def _gate(report, level: str | None) -> None:
+    """--fail-on: exit 1 when a headline item reaches ``level``. The diagnosis decides, not the symptoms: a CI
+    job fails because of the slow stage, and says so, rather than because of the waiting it causes elsewhere."""
+    if level is None:
+        return
+    hits = [
+        f"{item.id} ({sev}, {item.check})"
+        for item, sev in _headline_severities(report)
+        if SEVERITY_RANK[sev] >= SEVERITY_RANK[level]
+    ]
+    if hits:
+        _say(f"--fail-on {level}: " + "; ".join(hits))
         raise typer.Exit(EXIT_FINDINGS)
+
+
+def _headline_severities(report) -> list[tuple]:
+    """Each headline item with the severity it gates on: a cause, the worst of the findings it explains (none: it
+    does not gate); a finding no cause explains, its own."""
+    from profan.model.causes import Cause
+
+    out = []
+    for item in report.headline:
+        if isinstance(item, Cause):
+            sevs = [report.finding(fid).severity for fid in item.explains]
+            if sevs:
+                out.append((item, max(sevs, key=SEVERITY_RANK.__getitem__)))
+        else:
+            out.append((item, item.severity))
+    return out
 
 
 def _print_brief(report, report_file: str | None, drill: str | None = None) -> None:
@@ -131,14 +279,15 @@ def evidence(
     limit: Annotated[
         int | None, typer.Option("--limit", min=1, help="At most this many rows per evidence item.")
     ] = None,
+    debug: Debug = False,
 ) -> None:
     """Print the raw source lines behind one finding, read back from the original files."""
     from profan.app.brief import dumps, evidence_doc
     from profan.app.drill import load_report_or_analyze
 
+    _mode(False, False, debug)
     if fmt not in ("text", "json"):
-        _err(f"unknown format {fmt!r}; use text or json")
-        raise typer.Exit(EXIT_BAD_INPUT)
+        _bad(f"unknown format {fmt!r}; use text or json")
     report, data_root = load_report_or_analyze(report_or_dir, root)
     doc = evidence_doc(report, data_root, finding_id, where=report_or_dir, limit=limit)
     if fmt == "json":
@@ -234,7 +383,9 @@ def _schema_path(which: str) -> Path:
     return Path(__file__).resolve().parent.parent / "schema" / f"{which}.schema.json"
 
 
-skill_app = typer.Typer(no_args_is_help=True, help="The agent skill (SKILL.md + references) shipped with profan.")
+skill_app = typer.Typer(
+    no_args_is_help=True, rich_markup_mode=None, help="The agent skill (SKILL.md + references) shipped with profan."
+)
 app.add_typer(skill_app, name="skill")
 
 
@@ -276,7 +427,7 @@ def mcp(
         typer.Option("--root", help="A folder the tools may read (repeat for more); default: the current folder."),
     ] = None,
 ) -> None:
-    """Serve profan's tools (analyze, compare, evidence, rules) over MCP on stdio; needs 'pip install profan\\[mcp]'."""
+    """Serve profan's tools (analyze, compare, evidence, rules) over MCP on stdio; needs 'pip install profan[mcp]'."""
     from profan.app.mcp_server import serve
 
     for r in root or []:
@@ -290,10 +441,13 @@ def compare(
     a: Annotated[Path, typer.Argument(help="Side A: a rank file/folder, a run directory, or (with --ranks) the job.")],
     b: Annotated[Path | None, typer.Argument(help="Side B: the same kind of path as A.")] = None,
     ranks: Annotated[str | None, typer.Option("--ranks", help="Two ranks of directory A to compare, e.g. 0,7.")] = None,
-    fmt: Annotated[str, typer.Option("--format", "-f", help="md | json | html | xlsx")] = "md",
-    out: Annotated[Path | None, typer.Option("--output", "-o", help="Write here instead of stdout.")] = None,
-    rules: Annotated[list[Path] | None, typer.Option("--rules", help="Extra rule file(s), tried first.")] = None,
-    quiet: Annotated[bool, typer.Option("--quiet", "-q", help="No progress on stderr.")] = False,
+    fmt: Annotated[
+        str | None,
+        typer.Option("--format", "-f", help="md | json | html | xlsx  [default: the -o file's extension, else md]"),
+    ] = None,
+    out: Output = None,
+    rules: Rules = None,
+    quiet: Quiet = False,
     brief: Annotated[
         bool,
         typer.Option(
@@ -312,28 +466,26 @@ def compare(
             "percent above A's. Repeatable.",
         ),
     ] = None,
+    verbose: Verbose = False,
+    debug: Debug = False,
 ) -> None:
     """Compare two ranks of one job or two runs: step totals, bucket and kernel deltas (B minus A), with rows."""
     from profan.compare import compare as run_compare
     from profan.compare import regression_limits, regressions
-    from profan.render import FORMATS
     from profan.rulepack.pack import load
 
-    if fmt not in FORMATS:
-        _err(f"unknown format {fmt!r}; use one of {', '.join(FORMATS)}")
-        raise typer.Exit(EXIT_BAD_INPUT)
-    if fmt in ("html", "xlsx") and out is None:
-        _err(f"the {fmt} comparison is a file: name it with -o, e.g. -o compare.{fmt} (nothing is written unasked)")
-        raise typer.Exit(EXIT_BAD_INPUT)
+    _mode(verbose, quiet, debug)
     if out is not None:
         output.check_target(out)
+    fmt = _output_format(fmt, out, "md", "comparison")
     pair = _rank_pair(ranks)
     pack = load(rules or [])
     step_pct, bucket_pct = regression_limits(fail_on_regression or [], pack)
     report = run_compare(a, b, ranks=pair, pack=pack, progress=_progress(quiet), jobs=_cli_jobs(jobs))
+    _detail(report)
     _emit_compare(report, fmt, out, brief, quiet, rules or [])
     if fail_on_regression and (past := regressions(report, step_pct, bucket_pct)):
-        typer.echo(_safe("profan: regression: " + "; ".join(past)), err=True)
+        _say("regression: " + "; ".join(past))
         raise typer.Exit(EXIT_FINDINGS)
 
 
@@ -354,13 +506,10 @@ def _emit_compare(report, fmt: str, out: Path | None, brief: bool, quiet: bool, 
     """Write and print a comparison as `compare` was asked: the file with -o, the brief or the report on stdout."""
     from profan.render import render
     from profan.render.compare_markdown import render_compare_markdown
-    from profan.render.json_report import render_json
 
-    renderer = (
-        (render_json if fmt == "json" else render_compare_markdown)
-        if brief
-        else (render_compare_markdown if fmt == "md" else lambda r, tmp: render(r, fmt, tmp))
-    )
+    def renderer(r, tmp: Path | None):
+        return render_compare_markdown(r, tmp) if fmt == "md" else render(r, fmt, tmp)
+
     if out is not None:
         output.write(out, output.read_files(report, rules), lambda tmp: renderer(report, tmp))
     if brief:
@@ -377,15 +526,15 @@ def _emit_compare(report, fmt: str, out: Path | None, brief: bool, quiet: bool, 
             ),
         )
     elif out is None:
-        text = renderer(report, None)
-        sys.stdout.write(text if text.endswith("\n") else text + "\n")
+        _print_text(renderer(report, None))
     elif not quiet:
-        typer.echo(f"profan: wrote {_safe(str(out))}", err=True)
+        _say(f"wrote {out}")
 
 
 def main(argv: list[str] | None = None) -> None:
-    """Entry point: map errors to one line on stderr and a documented exit code. ``argv``: the arguments (default
-    the command line's)."""
+    """Entry point: map errors to one line on stderr and a documented exit code (with --debug, an internal error
+    prints its traceback instead). ``argv``: the arguments (default the command line's)."""
+    _RUN.update(verbose=False, debug=False)  # one process may run several commands (tests, embedding)
     try:
         # With standalone_mode=False click *returns* the code of a typer.Exit instead of raising it.
         rc = app(args=argv, standalone_mode=False, prog_name="profan")
@@ -403,10 +552,17 @@ def main(argv: list[str] | None = None) -> None:
         if hasattr(exc, "format_message") and isinstance(getattr(exc, "exit_code", None), int):
             ctx = getattr(exc, "ctx", None)
             where = f" (see '{ctx.command_path} --help')" if ctx is not None else ""
-            _err(f"{exc.format_message() or 'missing command'}{where}")  # no_args_is_help has no message
+            if type(exc).__name__ == "NoArgsIsHelpError":  # its message is the help: to stdout, as --help
+                typer.echo(exc.format_message())
+                _err(f"missing command{where}")
+            else:
+                _err(f"{exc.format_message()}{where}")
             sys.exit(EXIT_BAD_INPUT)
         if type(exc).__name__ == "Abort":
             sys.exit(130)
+        if _RUN["debug"]:
+            traceback.print_exc()
+            sys.exit(EXIT_INTERNAL)
         _err(f"internal error: {type(exc).__name__}: {exc} (please report with the command you ran)")
         sys.exit(EXIT_INTERNAL)
     sys.exit(EXIT_OK)

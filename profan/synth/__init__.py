@@ -22,15 +22,13 @@ cluster-wide slowdown of one kernel class (for ``profan compare``). Deterministi
 
 from __future__ import annotations
 
-import argparse
-import json
 from dataclasses import asdict
 from pathlib import Path
 
 from profan.synth.model import SynthParams, _Sim
 from profan.synth.write import _Writer
 
-__all__ = ["SynthParams", "generate", "main"]
+__all__ = ["SynthParams", "generate"]
 
 
 def generate(out: str | Path, params: SynthParams | None = None, **kw) -> dict:
@@ -45,25 +43,3 @@ def generate(out: str | Path, params: SynthParams | None = None, **kw) -> dict:
     sim = _Sim(p)
     sim.run()
     return _Writer(sim, out).write()
-
-
-def main(argv: list[str] | None = None) -> None:
-    ap = argparse.ArgumentParser(prog="python -m profan.synth", description=__doc__.split("\n\n")[0])
-    ap.add_argument("out", type=Path)
-    d = SynthParams()
-    for f, v in asdict(d).items():
-        flag = "--" + f.replace("_", "-")
-        if isinstance(v, bool):
-            ap.add_argument(flag, type=lambda s: s.lower() in ("1", "true", "yes"), default=v)
-        elif f == "slow_link":
-            ap.add_argument(
-                flag, type=lambda s: tuple(int(x) for x in s.split(",")), default=None, help="two ranks, e.g. 0,5"
-            )
-        elif v is None:
-            ap.add_argument(flag, type=str if f in ("slow_kernel",) else int, default=None)
-        else:
-            ap.add_argument(flag, type=type(v), default=v)
-    a = ap.parse_args(argv)
-    kw = {f: getattr(a, f) for f in asdict(d)}
-    truth = generate(a.out, **kw)
-    print(json.dumps({k: truth[k] for k in ("straggler", "expert_imbalance", "slow_link", "slow_kernel")}))
