@@ -33,7 +33,7 @@
           var pt = ev.points && ev.points[0];
           var cd = pt && pt.customdata;
           var fid = Array.isArray(cd) ? cd[cd.length - 1] : "";
-          if (typeof fid === "string" && /^F\d+$/.test(fid)) window.location.hash = "#" + fid;
+          if (typeof fid === "string" && /^(C\d+|F\d+(\.\d+)?)$/.test(fid)) window.location.hash = "#" + fid;
         });
         gd.on("plotly_clickannotation", function (ev) {
           var name = ev.annotation && ev.annotation.name;

@@ -20,7 +20,7 @@ from conftest import ASCEND, QWEN3, ROOT
 import profan
 from profan.render import render
 from profan.render.evidence_rows import locator_label
-from profan.render.html import ROW_BUDGET, chart_specs, highlighted_ranks, item_caps, step_table
+from profan.render.html import ROW_BUDGET, chart_specs, item_caps, step_table
 
 CHROMIUM = Path("/usr/bin/chromium")
 ARGS = [
@@ -98,7 +98,7 @@ class Page:
 
 
 def report_charts(report) -> dict:
-    return chart_specs(report, highlighted_ranks(report.findings))
+    return chart_specs(report)
 
 
 def _html(report, tmp_path: Path, name: str) -> Path:

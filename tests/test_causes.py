@@ -36,7 +36,8 @@ FIXTURES = [
             "vllm-ascend-msprof-gmm-1op",
         )
     ),
-    *sorted(p for p in TORCH.iterdir() if p.is_dir()),
+    # a torch sample, or each run of it where it holds several (gloo_moe_cpu_4rank: one folder per planted fault)
+    *sorted(run for p in TORCH.iterdir() if p.is_dir() for run in (sorted(p.glob("*/")) or [p])),
 ]
 
 
@@ -89,7 +90,7 @@ def test_dlrm_first_cause_is_rank_7():
 
 
 @pytest.mark.parametrize(
-    "root", FIXTURES, ids=lambda p: p.name if p.parent in (ASCEND, TORCH) else str(p.relative_to(ASCEND))
+    "root", FIXTURES, ids=lambda p: str(p.relative_to(ASCEND if p.is_relative_to(ASCEND) else TORCH))
 )
 def test_every_cause_is_whole_and_gains_fit_in_the_step(root):
     """On every bundled sample: each cause has evidence, an action, a way to verify and an assumption; the gains

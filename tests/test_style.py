@@ -61,7 +61,6 @@ KNOWN_LONG = {
     "profan/analyses/trace_steps.py:overlap_check",
     "profan/app/mcp_server.py:build_server",
     "profan/compare.py:_regression_findings",
-    "profan/render/html.py:bandwidth_chart",
     "profan/synth/model.py:_backward_layer",
     "profan/synth/model.py:_forward_layer",
     "profan/synth/write.py:kernel_details",

@@ -4,10 +4,10 @@ Profiling happens on air-gapped clusters, so the page carries everything it need
 the script and the data. A Content-Security-Policy forbids every fetch, so a regression cannot quietly reach out.
 
 Every string taken from the traces (kernel names, shapes, paths, args) goes through Jinja2 autoescaping; the chart
-data is embedded as JSON with ``<``, ``>`` and ``&`` escaped, and labels handed to Plotly (which understands a few
-HTML tags) are HTML-escaped first so a kernel called ``<b>x</b>`` is drawn as exactly that text. Control
-characters (a CR or an ESC sequence in a kernel name) are shown as visible escapes (``textfmt.visible``), in the
-page text as in the chart labels.
+data is embedded as JSON with ``<``, ``>`` and ``&`` escaped. The charts are the figures of `profan.figures` (the
+ones a notebook gets), whose labels are HTML-escaped before Plotly (which understands a few HTML tags) sees them,
+so a kernel called ``<b>x</b>`` is drawn as exactly that text. Control characters (a CR or an ESC sequence in a
+kernel name) are shown as visible escapes (``textfmt.visible``), in the page text as in the chart labels.
 
 The renderer formats and lays out the Report; it computes nothing. The one thing it reads from disk is the cited
 source rows, to show them (see ``evidence_rows``).
@@ -15,7 +15,6 @@ source rows, to show them (see ``evidence_rows``).
 
 from __future__ import annotations
 
-import html
 import json
 from collections.abc import Sequence
 from pathlib import Path
@@ -25,6 +24,8 @@ import jinja2
 import polars as pl
 from markupsafe import Markup
 
+from profan import figures
+from profan.figures import highlighted_ranks, step_table
 from profan.model.causes import Cause
 from profan.model.errors import ProfanInputError
 from profan.model.findings import SEVERITIES, Finding
@@ -32,7 +33,6 @@ from profan.model.report import Report
 from profan.render.evidence_rows import EvidenceTable, read_evidence
 from profan.render.textfmt import (
     FILTERS,
-    PIPE_COLUMNS,
     column_kind,
     column_label,
     fmt_cell,
@@ -51,7 +51,6 @@ ITEM_CAPS = (20, 10, 5, 3, 2, 1)  # rows shown per evidence item: the largest ca
 CELL_CHARS = 240  # longer cells are cut (the full text is in the cell's tooltip up to TITLE_CHARS)
 TITLE_CHARS = 600
 TABLE_ROWS = 300  # rows of a summary table shown in the page; the JSON/Excel reports have them all
-HEATMAP_ROWS = 40
 MEMBER_ROWS = 200  # rows of a group finding's member table in the page; the JSON report has every member
 
 TABLE_INFO: dict[str, tuple[str, str]] = {
@@ -97,32 +96,6 @@ TABLE_INFO: dict[str, tuple[str, str]] = {
     "compare_kernels": ("Kernels: A vs B", "Kernels matched by name and shape; delta is B minus A."),
 }
 SECTION_ORDER = ("breakdown", "steps", "trace_steps", "top_kernels", "boundness", "communication")
-STEP_TABLES = ("steps", "trace_steps")  # the first with computing/communication/free columns feeds the rank chart
-
-BUCKET_COLORS = {
-    "attention": "#3b6fb6",
-    "ffn": "#5aa469",
-    "moe": "#8e6cc0",
-    "communication": "#d9534f",
-    "conv": "#2fa3a8",
-    "optimizer": "#e0a030",
-    "memory": "#b07a4f",
-    "vector": "#9aa5b1",
-    "ai_cpu": "#c76fa8",
-    "other": "#c4c9cf",
-    "idle": "#e8eaed",
-    "free": "#e8eaed",
-}
-PALETTE = ("#3b6fb6", "#5aa469", "#8e6cc0", "#e0a030", "#2fa3a8", "#c76fa8", "#b07a4f", "#6b8e23", "#708090")
-STEP_PARTS = (
-    ("computing_us", "Computing", "#3b6fb6"),
-    ("comm_not_overlapped_us", "Communication (not overlapped)", "#d9534f"),
-    ("free_us", "Free (device idle)", "#c4c9cf"),
-)
-HIGHLIGHT = "#7a0019"
-
-# metrics keys through which a finding names the rank(s) that hold the others back
-_SLOW_RANK_KEYS = ("straggler_ranks", "slow_ranks", "late_ranks", "straggler_rank", "slow_rank", "late_rank")
 
 
 def render_html(report: Report, out: Path | None = None) -> str | None:
@@ -164,7 +137,7 @@ def build_html(report: Report, *, row_budget: int = ROW_BUDGET) -> str:
         "highlights": highlights,
         "sections": table_sections(report),
         "rank_table": step_table(report)[0],
-        "charts": chart_specs(report, highlights),
+        "charts": chart_specs(report),
         "row_budget": row_budget,
         "embedded_rows": sum(t.shown for ts in tables.values() for t in ts),
         "css": Markup(_asset("report.css")),
@@ -337,24 +310,6 @@ def finding_view(f: Finding, tables: list[EvidenceTable], cause_titles: dict[str
     }
 
 
-def highlighted_ranks(findings: list[Finding]) -> dict[int, list[dict[str, str]]]:
-    """Ranks a finding names as holding the job back (straggler, slow pipeline stage), with those findings."""
-    out: dict[int, list[dict[str, str]]] = {}
-    for f in findings:
-        ranks: list[int] = []
-        for key in _SLOW_RANK_KEYS:
-            v = f.metrics.get(key)
-            if isinstance(v, list | tuple):
-                ranks += [int(x) for x in v if isinstance(x, int)]
-            elif isinstance(v, int) and not isinstance(v, bool):
-                ranks.append(v)
-        if not ranks and "straggler" in f.check and f.rank is not None:
-            ranks = [f.rank]
-        for r in dict.fromkeys(ranks):
-            out.setdefault(r, []).append({"id": f.id, "check": f.check, "title": f.title})
-    return out
-
-
 # ------------------------------------------------------------------------------------------ summary
 
 
@@ -448,329 +403,27 @@ def table_sections(report: Report) -> list[dict[str, Any]]:
 
 # ------------------------------------------------------------------------------------------ charts
 
-
-def _esc(s: Any) -> str:
-    """Text for Plotly labels: Plotly reads a few HTML tags in strings, so untrusted text is entity-escaped."""
-    return html.escape(visible(str(s)), quote=False)
-
-
-def _label(rank: Any, step: Any, many_steps: bool, many_ranks: bool = False) -> str:
-    if many_steps:
-        return f"r{rank} · s{step}" if step is not None else f"r{rank} · no step"
-    return f"r{rank}" if many_ranks else f"rank {rank}"
-
-
-def _many_steps(df: pl.DataFrame) -> bool:
-    """Label bars with their step when a rank has more than one (kernels outside any step count as one)."""
-    return "step" in df.columns and df.get_column("step").n_unique() > 1
+# The page's charts: the figures of `profan.figures` (the same a notebook gets), by key, with the element each is
+# drawn in.
+CHART_ELEMENTS = {
+    "timeline": "chart-timeline",
+    "breakdown": "chart-breakdown",
+    "rank_comparison": "chart-ranks",
+    "boundness": "chart-boundness",
+    "comm_bandwidth": "chart-comm_bandwidth",
+    "compare_buckets": "chart-compare_buckets",
+}
 
 
-def _many_ranks(df: pl.DataFrame) -> bool:
-    return "rank" in df.columns and df.get_column("rank").n_unique() > 16
-
-
-def _ms(us: Any) -> float | None:
-    return None if us is None else us / 1000.0
-
-
-def bucket_color(bucket: str, i: int) -> str:
-    return BUCKET_COLORS.get(bucket.lower(), PALETTE[i % len(PALETTE)])
-
-
-def _layout(ytitle: str, **kw: Any) -> dict[str, Any]:
-    base = {
-        "barmode": "stack",
-        "height": 380,
-        "margin": {"l": 64, "r": 16, "t": 24, "b": 64},
-        "yaxis": {"title": {"text": ytitle}, "gridcolor": "#eceff3", "zeroline": False},
-        "xaxis": {"type": "category", "automargin": True, "tickangle": -40},
-        "legend": {"orientation": "h", "y": 1.12, "x": 0, "traceorder": "normal"},
-        "hovermode": "closest",
-        "font": {"family": "system-ui, -apple-system, Segoe UI, Roboto, sans-serif", "size": 12},
-        "paper_bgcolor": "#ffffff",
-        "plot_bgcolor": "#ffffff",
-        "bargap": 0.25,
-    }
-    base.update(kw)
-    return base
-
-
-def breakdown_chart(df: pl.DataFrame, links: dict[tuple, str] | None = None) -> dict[str, Any] | None:
-    """Stacked bars per rank (and step); `links` maps (rank, step) to the finding whose evidence holds the rows."""
-    if df.is_empty() or not {"rank", "bucket", "time_us"} <= set(df.columns):
-        return None
-    links = links or {}
-    many = _many_steps(df)
-    many_ranks = _many_ranks(df)
-    xs: list[str] = []
-    traces: dict[str, dict[str, Any]] = {}
-    for rec in df.iter_rows(named=True):
-        x = _label(rec["rank"], rec.get("step"), many, many_ranks)
-        if x not in xs:
-            xs.append(x)
-        b = str(rec["bucket"])
-        t = traces.setdefault(
-            b,
-            {
-                "type": "bar",
-                "name": _esc(b),
-                "x": [],
-                "y": [],
-                "customdata": [],
-                "marker": {"color": bucket_color(b, len(traces))},
-                "hovertemplate": "%{x}<br>" + _esc(b) + ": %{y:,.2f} ms"
-                "<br>share %{customdata[0]}<br>%{customdata[1]} kernels"
-                "<br>%{customdata[2]}"
-                "<extra></extra>",
-            },
-        )
-        t["x"].append(x)
-        t["y"].append(_ms(rec["time_us"]))
-        fid = links.get((rec["rank"], rec.get("step")), "")
-        t["customdata"].append(
-            [fmt_cell(rec.get("share"), "pct"), rec.get("kernels", ""), f"click: rows in {fid}" if fid else "", fid]
-        )
-    layout = _layout("summed kernel time (ms)")
-    layout["xaxis"]["categoryorder"] = "array"
-    layout["xaxis"]["categoryarray"] = xs
-    return {"id": "chart-breakdown", "data": list(traces.values()), "layout": layout}
-
-
-def rank_chart(
-    df: pl.DataFrame, highlights: dict[int, list[dict[str, str]]], cites: dict[tuple[str, int], str] | None = None
-) -> dict[str, Any] | None:
-    """Computing / communication / free per rank; `cites` maps (file, line) to the first finding citing it."""
-    cites = cites or {}
-    parts = [p for p in STEP_PARTS if p[0] in df.columns]
-    if df.is_empty() or "rank" not in df.columns or not parts:
-        return None
-    many = _many_steps(df)
-    recs = list(df.iter_rows(named=True))
-    many_ranks = _many_ranks(df)
-    xs = [_label(r["rank"], r.get("step"), many, many_ranks) for r in recs]
-    hot = [r["rank"] in highlights for r in recs]
-    src = []
-    for r in recs:
-        fid = cites.get((r.get("file"), r.get("src_line")), "")
-        src.append([_esc(f"{r.get('file', '')}:{r.get('src_line', '')}"), f"click: {fid}" if fid else "", fid])
-    data = []
-    for col, name, color in parts:
-        data.append(
-            {
-                "type": "bar",
-                "name": name,
-                "x": xs,
-                "y": [_ms(r[col]) for r in recs],
-                "customdata": src,
-                "marker": {
-                    "color": color,
-                    "line": {
-                        "color": [HIGHLIGHT if h else "rgba(0,0,0,0)" for h in hot],
-                        "width": [2.5 if h else 0 for h in hot],
-                    },
-                },
-                "hovertemplate": "%{x}<br>" + name + ": %{y:,.2f} ms<br>%{customdata[0]}<br>%{customdata[1]}"
-                "<extra></extra>",
-            }
-        )
-    annotations = []
-    for r, x in zip(recs, xs, strict=True):
-        fs = highlights.get(r["rank"])
-        if not fs:
-            continue
-        top = _ms(r.get("step_us")) if r.get("step_us") is not None else sum(_ms(r[c]) or 0 for c, _, _ in parts)
-        annotations.append(
-            {
-                "x": x,
-                "y": top,
-                "text": "<b>" + " ".join(f["id"] for f in fs) + "</b>",
-                "showarrow": True,
-                "arrowhead": 0,
-                "ay": -22,
-                "ax": 0,
-                "font": {"color": HIGHLIGHT},
-                "captureevents": True,
-                "hovertext": _esc("; ".join(f["title"] for f in fs)),
-                "name": fs[0]["id"],
-            }
-        )
-    layout = _layout("time in step (ms)", annotations=annotations)
-    return {"id": "chart-ranks", "data": data, "layout": layout}
-
-
-def boundness_chart(df: pl.DataFrame) -> dict[str, Any] | None:
-    pipes = [p for p in PIPE_COLUMNS if p in df.columns]
-    if df.is_empty() or not pipes:
-        return None
-    recs = list(df.head(HEATMAP_ROWS).iter_rows(named=True))
-    labels, hover = [], []
-    for i, r in enumerate(recs):
-        name = str(r.get("op") or r.get("name") or i)
-        short = name if len(name) <= 36 else name[:35] + "…"
-        labels.append(_esc(f"{i + 1}. r{r.get('rank', '?')} {short}"))
-        hover.append(_esc(f"{name} ({r.get('input_shapes') or ''})"[:200]))
-    z = [[r.get(p) for p in pipes] for r in recs]
-    data = [
-        {
-            "type": "heatmap",
-            "x": list(pipes),
-            "y": labels,
-            "z": z,
-            "zmin": 0,
-            "zmax": 1,
-            "colorscale": [[0, "#f4f7fb"], [0.5, "#7fa7d6"], [1, "#173f7a"]],
-            "customdata": [[h] * len(pipes) for h in hover],
-            "hovertemplate": "%{y}<br>%{customdata}<br>%{x}: %{z:.0%}<extra></extra>",
-            "texttemplate": "%{z:.0%}",
-            "textfont": {"size": 11},
-            "colorbar": {"title": {"text": "ratio"}, "tickformat": ".0%"},
-        }
-    ]
-    layout = _layout(
-        "",
-        height=max(260, 26 * len(recs) + 90),
-        barmode=None,
-        yaxis={"autorange": "reversed", "automargin": True, "type": "category"},
-        xaxis={"side": "top", "type": "category"},
-        margin={"l": 16, "r": 16, "t": 40, "b": 16},
-    )
-    return {
-        "id": "chart-boundness",
-        "data": data,
-        "layout": layout,
-        "note": f"heatmap of the first {len(recs)} of {df.height} rows; the table has them all"
-        if df.height > len(recs)
-        else "",
-    }
-
-
-def bandwidth_chart(df: pl.DataFrame) -> dict[str, Any] | None:
-    """Measured bandwidth per transfer against its size, one colour per transport, with the prior (the link's
-    expected bandwidth from rules/hardware) as a dashed line where one applies."""
-    if df.is_empty() or not {"bandwidth_gbps", "size_mb", "transport"} <= set(df.columns):
-        return None
-    rows = df.filter(pl.col("bandwidth_gbps").is_not_null() & (pl.col("size_mb") > 0))
-    if "is_link" in rows.columns:
-        rows = rows.filter(pl.col("is_link").fill_null(True))
-    if rows.is_empty():
-        return None
-    data, shapes, annotations = [], [], []
-    for i, ((transport,), part) in enumerate(rows.group_by("transport", maintain_order=True)):
-        color = PALETTE[i % len(PALETTE)]
-        recs = list(part.iter_rows(named=True))
-        data.append(
-            {
-                "type": "scatter",
-                "mode": "markers",
-                "name": _esc(transport),
-                "x": [r["size_mb"] for r in recs],
-                "y": [r["bandwidth_gbps"] for r in recs],
-                "marker": {"color": color, "size": 8, "opacity": 0.8, "line": {"width": 0.5, "color": "#fff"}},
-                "customdata": [
-                    _esc(f"rank {r.get('rank', '?')} · {r.get('op_name') or r.get('op') or ''}") for r in recs
-                ],
-                "hovertemplate": "%{customdata}<br>"
-                + _esc(transport)
-                + ": %{y:,.1f} GB/s for %{x:,.2f} MB<extra></extra>",
-            }
-        )
-        priors = [r["prior_gbps"] for r in recs if r.get("prior_gbps") is not None]
-        if priors:
-            shapes.append(
-                {
-                    "type": "line",
-                    "xref": "paper",
-                    "x0": 0,
-                    "x1": 1,
-                    "y0": priors[0],
-                    "y1": priors[0],
-                    "line": {"color": color, "dash": "dash", "width": 1.5},
-                }
-            )
-            annotations.append(
-                {
-                    "xref": "paper",
-                    "x": 1,
-                    "xanchor": "right",
-                    "y": priors[0],
-                    "yanchor": "bottom",
-                    "text": _esc(f"{transport} prior {priors[0]:,.0f} GB/s"),
-                    "showarrow": False,
-                    "font": {"color": color, "size": 11},
-                }
-            )
-    layout = _layout(
-        "bandwidth (GB/s)",
-        barmode=None,
-        shapes=shapes,
-        annotations=annotations,
-        showlegend=True,
-        xaxis={"type": "log", "title": {"text": "transfer size (MB)"}, "gridcolor": "#eceff3"},
-    )
-    return {
-        "id": "chart-comm_bandwidth",
-        "data": data,
-        "layout": layout,
-        "note": "" if shapes else "no bandwidth prior applies to these links (see the notes above)",
-    }
-
-
-def compare_chart(df: pl.DataFrame) -> dict[str, Any] | None:
-    """`profan compare`: summed time per bucket on side A and side B, side by side."""
-    if df.is_empty() or not {"bucket", "a_time_us", "b_time_us"} <= set(df.columns):
-        return None
-    recs = list(df.iter_rows(named=True))
-    xs = [_esc(r["bucket"]) for r in recs]
-    data = [
-        {
-            "type": "bar",
-            "name": name,
-            "x": xs,
-            "y": [_ms(r[col]) for r in recs],
-            "marker": {"color": color},
-            "hovertemplate": "%{x}<br>" + name + ": %{y:,.2f} ms<extra></extra>",
-        }
-        for col, name, color in (("a_time_us", "A", "#9aa5b1"), ("b_time_us", "B", "#3b6fb6"))
-    ]
-    return {"id": "chart-compare_buckets", "data": data, "layout": _layout("summed kernel time (ms)", barmode="group")}
-
-
-def step_table(report: Report) -> tuple[str, pl.DataFrame]:
-    """The table the rank comparison draws: step_trace_time rows (Ascend) or per-step rows of a trace; when a
-    table also holds whole-trace rows (``scope``), the per-step ones are drawn if there are any."""
-    for name in STEP_TABLES:
-        df = report.tables.get(name)
-        if df is None or df.is_empty() or not {"rank", "computing_us"} <= set(df.columns):
-            continue
-        if "scope" in df.columns and (df.get_column("scope") == "step").any():
-            df = df.filter(pl.col("scope") == "step")
-        return name, df
-    return "", pl.DataFrame()
-
-
-def chart_specs(report: Report, highlights: dict[int, list[dict[str, str]]]) -> dict[str, dict[str, Any]]:
+def chart_specs(report: Report) -> dict[str, dict[str, Any]]:
+    """Each figure the report has, as the page's script draws it: its data and layout, the element it goes in
+    and the note under it (the figure's ``layout.meta``)."""
     out = {}
-    # a group finding stands for its members: a bar of a member's rank and step leads to the group
-    breakdown_links = {
-        (m.rank, m.step): f.id
-        for f in reversed(report.findings)
-        if f.check == "step-breakdown"
-        for m in (f.members or (f,))
-    }
-    cites = {
-        (ev.file, line): f.id
-        for f in reversed(report.findings)
-        for m in (*f.members, f)
-        for ev in m.evidence
-        for line in ev.lines
-    }
-    for key, spec in (
-        ("breakdown", breakdown_chart(report.tables.get("breakdown", pl.DataFrame()), breakdown_links)),
-        ("rank_comparison", rank_chart(step_table(report)[1], highlights, cites)),
-        ("boundness", boundness_chart(report.tables.get("boundness", pl.DataFrame()))),
-        ("comm_bandwidth", bandwidth_chart(report.tables.get("comm_bandwidth", pl.DataFrame()))),
-        ("compare_buckets", compare_chart(report.tables.get("compare_buckets", pl.DataFrame()))),
-    ):
-        if spec is not None:
-            out[key] = spec
+    for key, make in figures.FIGURES.items():
+        fig = make(report)
+        if fig is None:
+            continue
+        d = fig.to_plotly_json()
+        meta = d["layout"].get("meta") or {}
+        out[key] = {"id": CHART_ELEMENTS[key], "data": d["data"], "layout": d["layout"], "note": meta.get("note", "")}
     return out
