@@ -68,6 +68,17 @@ def union_us(intervals: list[tuple[float, float]]) -> float:
     return total + (cur_e - cur_s if cur_e is not None else 0.0)
 
 
+def assert_select_matches(ev, cited: list[dict], fid: str) -> None:
+    """Every cited event is a row of the set the evidence's ``select`` names: its category is one of ``cat``
+    and its name is ``name`` where the select gives them."""
+    cats = ev.select.get("cat")
+    if cats is not None:
+        cats = [cats] if isinstance(cats, str) else cats
+        assert all(e["cat"] in cats for e in cited), (fid, ev.select, [e["cat"] for e in cited])
+    if isinstance(ev.select.get("name"), str):
+        assert all(e["name"] == ev.select["name"] for e in cited), (fid, ev.select)
+
+
 @pytest.mark.parametrize("name", SETS)
 def test_cli_analyses_every_set(name, tmp_path):
     env = {**os.environ, "PROFAN_CACHE_DIR": str(tmp_path / "c")}
@@ -128,6 +139,35 @@ def test_dlrm_step_split_matches_interval_union_and_hta(reports):
     assert r0["free_us"] == pytest.approx(6419.0)  # HTA 0.5.0 temporal breakdown, rank 0 idle (µs)
     r7 = tab.filter((pl.col("rank") == 7) & (pl.col("scope") == "step")).row(0, named=True)
     assert r7["free_us"] / r7["step_us"] == pytest.approx(0.7575, abs=5e-5)  # HTA: rank 7 idle 75.75 %
+
+
+def test_step_idle_counts_every_device_event_in_its_window(reports):
+    """DLRM rank 1 runs device events of no ProfilerStep inside step 10's span: they occupy the GPU there, so the
+    step's Free is its span minus the union of every device event overlapping it (clipped to it), not of its own
+    events only. Computed here from the raw JSON: the step's own events are those launched (runtime event with the
+    same correlation) inside the ProfilerStep's CPU span."""
+    path = next(
+        TORCH / "dlrm_v100_8rank" / r["path"] for r in reports["dlrm_v100_8rank"].source["ranks"] if r["rank"] == 1
+    )
+    ev = raw(path)["traceEvents"]
+    step = next(e for e in ev if e.get("cat") == "user_annotation" and e.get("name") == "ProfilerStep#10")
+    launch = {
+        e["args"]["correlation"]: e["ts"] for e in ev if e.get("cat") == "cuda_runtime" and "correlation" in e["args"]
+    }
+    dev = [e for _, e in device_events(path)]
+    own = [e for e in dev if step["ts"] <= launch.get(e["args"].get("correlation"), -1) < step["ts"] + step["dur"]]
+    w0, w1 = min(e["ts"] for e in own), max(e["ts"] + e["dur"] for e in own)
+    inside = [(max(e["ts"], w0), min(e["ts"] + e["dur"], w1)) for e in dev if e["ts"] < w1 and e["ts"] + e["dur"] > w0]
+    foreign = len(inside) - len(own)
+    free_all = (w1 - w0) - union_us(inside)
+    free_own = (w1 - w0) - union_us([(e["ts"], e["ts"] + e["dur"]) for e in own])
+    row = reports["dlrm_v100_8rank"].tables["trace_steps"].filter((pl.col("rank") == 1) & (pl.col("scope") == "step"))
+    row = row.row(0, named=True)
+    assert row["step_us"] == pytest.approx(w1 - w0)
+    assert row["free_us"] == pytest.approx(free_all, abs=1e-6)
+    assert row["other_events"] == foreign > 0 and row["events"] == len(own)
+    assert free_own - free_all > 5  # counting the step's own events only called busy time idle
+    assert row["computing_us"] + row["comm_not_overlapped_us"] + row["free_us"] == pytest.approx(row["step_us"])
 
 
 def _bucket_of(rd, names: list[str]) -> dict[str, set[str]]:
@@ -269,6 +309,7 @@ def test_every_finding_cites_the_events_it_describes(reports, name):
             cited = [events[i] for i in ev.events]
             if ev is f.evidence[0]:  # read_back returns exactly those raw events, in the cited order
                 assert [json.loads(t) for _, t in read_back(root, ev)] == cited
+            assert_select_matches(ev, cited, f.id)
             if ev.select.get("role") == "span":  # the step's first and last device event bound its span
                 assert cited[1]["ts"] + cited[1]["dur"] - cited[0]["ts"] == pytest.approx(ev.values["step_us"])
                 assert f.metrics["step_us"] == pytest.approx(ev.values["step_us"])
@@ -276,8 +317,10 @@ def test_every_finding_cites_the_events_it_describes(reports, name):
             elif ev.select.get("role") == "longest idle":  # the idle stretch between two device events
                 assert cited[1]["ts"] - (cited[0]["ts"] + cited[0]["dur"]) == pytest.approx(ev.values["gap_us"])
                 assert 0 < ev.values["gap_us"] <= f.metrics["free_us"] + 1e-6
-            elif ev.select.get("scope") == "step":
-                assert {e["name"] for e in cited} == {f"ProfilerStep#{f.step}"}
+            elif str(ev.select.get("name", "")).startswith("ProfilerStep#"):  # the step's own annotation(s)
+                assert {e["name"] for e in cited} == {f"ProfilerStep#{ev.select['step']}"} and ev.row_count == len(
+                    cited
+                )
             elif ev.select.get("scope") == "trace":
                 dev = [e for _, e in device_events(root / ev.file)]
                 assert cited[0]["ts"] == min(e["ts"] for e in dev)

@@ -73,13 +73,14 @@ def imbalance_findings(ranks: list[RankData], steps: pl.DataFrame, pack: RulePac
                         step,
                         g.drop("_stage"),
                         pack,
+                        by_rank,
                         scope=f"pipeline stage {st[0]}",
                         dims=_replica_dims(ranks, g["rank"].to_list()),
                     )
                     if sf is not None:
                         out.append(sf)
         else:
-            f = _spread_finding(step, s, pack, dims=_replica_dims(ranks, s["rank"].to_list()))
+            f = _spread_finding(step, s, pack, by_rank, dims=_replica_dims(ranks, s["rank"].to_list()))
         if f is not None:
             out.append(f)
     return out
@@ -97,7 +98,39 @@ def _replica_dims(ranks: list[RankData], members: list[int]) -> list[str]:
     return sorted(names)
 
 
-def _step_evidence(s: pl.DataFrame) -> list[Evidence]:
+def trace_imbalance_findings(ranks: list[RankData], rows: pl.DataFrame, pack: RulePack) -> list[Finding]:
+    """Compute imbalance from the traces' own step split (Kineto ranks: no step_trace_time.csv), where nothing
+    records a parallel layout. With several steps profiled on every rank, each rank is judged by its median step:
+    a rank that computes more in one step and less in the next (a CPU shared by several processes, a one-off
+    stall) is noise, while one that computes more in its typical step, and more than the median rank in every
+    step, holds the collectives back every step. With one step, that step."""
+    if rows.is_empty() or rows["rank"].n_unique() < 2:
+        return []
+    n_ranks = rows["rank"].n_unique()
+    per_step = rows.group_by("step").agg(pl.col("rank").n_unique().alias("_n"))
+    common = sorted(per_step.filter(pl.col("_n") == n_ranks)["step"].drop_nulls().to_list())
+    if len(common) < 2:
+        return imbalance_findings(ranks, rows, pack)
+    shared = rows.filter(pl.col("step").is_in(common) & pl.col("computing_us").is_not_null())
+    s = shared.group_by("rank").agg(pl.col("computing_us").median(), pl.col("file").first()).sort("rank")
+    top = s.sort("computing_us", "rank", descending=[True, False])["rank"][0]
+    above = shared.with_columns(pl.col("computing_us").median().over("step").alias("_med")).filter(
+        pl.col("rank") == top
+    )
+    if not (above["computing_us"] > above["_med"]).all():
+        return []  # the top rank changes sides between steps: the host's jitter, not the rank's work
+    f = _spread_finding(None, s, pack, {r.rank: r for r in ranks}, steps=common)
+    return [f] if f is not None else []
+
+
+def _step_evidence(s: pl.DataFrame, by_rank: dict[int, RankData], steps: list[int] | None = None) -> list[Evidence]:
+    """Per rank, the row its Computing comes from: its step_trace_time.csv line, or for a trace's own split (no
+    such file) the compute events of the step (or of the ``steps`` its median is taken over), the longest
+    first."""
+    if "src_line" not in s.columns:
+        return [
+            e for row in s.sort("rank").iter_rows(named=True) if (e := _trace_compute(by_rank, row, steps)) is not None
+        ]
     return [
         cite_lines(
             row["file"],
@@ -110,6 +143,24 @@ def _step_evidence(s: pl.DataFrame) -> list[Evidence]:
     ]
 
 
+def _trace_compute(by_rank: dict[int, RankData], row: dict, steps: list[int] | None) -> Evidence | None:
+    r = by_rank.get(row["rank"])
+    if r is None or r.groups is None or r.groups.is_empty():
+        return None
+    where = {"steps": steps} if steps else {"step": row["step"]}
+    in_step = pl.col("step").is_in(steps) if steps else pl.col("step").eq_missing(row["step"])
+    g = r.groups.filter(in_step & (pl.col("bucket") != "communication"))
+    if g.is_empty():
+        return None
+    return cite_kernels(
+        r,
+        g,
+        int(g["count"].sum()),
+        {**where, "bucket_not": "communication"},
+        values={"rank": row["rank"], "Computing": round(row["computing_us"], 3)},
+    )
+
+
 def _pp_finding(step, s, stage, source, by_rank, pack) -> Finding | None:
     chk = pack.check("pipeline-stage-imbalance")
     s = s.with_columns(pl.col("rank").replace_strict(stage, return_dtype=pl.Int64).alias("stage"))
@@ -120,7 +171,7 @@ def _pp_finding(step, s, stage, source, by_rank, pack) -> Finding | None:
     sev = graded(ratio, chk, "ratio")
     if sev is None:
         return None
-    evidence = _step_evidence(s)
+    evidence = _step_evidence(s, by_rank)
     waits = []
     for rk in sorted(lo["rank"]):
         r = by_rank[rk]
@@ -244,7 +295,17 @@ def _stage_cause(by_rank: dict, slow: list[int], fast: list[int], step) -> tuple
     return text, evidence, metrics
 
 
-def _spread_finding(step, s, pack, scope: str | None = None, dims: list[str] | None = None) -> Finding | None:
+def _spread_finding(
+    step,
+    s,
+    pack,
+    by_rank: dict[int, RankData],
+    scope: str | None = None,
+    dims: list[str] | None = None,
+    steps: list[int] | None = None,
+) -> Finding | None:
+    """The rank that computes most against the median rank, in one step — or, given ``steps``, in each rank's
+    median step over them."""
     chk = pack.check("compute-imbalance")
     vals = s["computing_us"].to_list()
     med = statistics.median(vals)
@@ -263,24 +324,30 @@ def _spread_finding(step, s, pack, scope: str | None = None, dims: list[str] | N
         if scope or dims
         else "No pipeline-parallel layout was found in profiler_metadata.json, so the ranks are compared as if they "
         "ran the same work."
+        if "src_line" in s.columns
+        else "The traces record no parallel layout, so the ranks are compared as if they ran the same work "
+        "(data-parallel or expert-parallel replicas of one program)."
     )
+    when = f"Step {step}" if not steps else f"Steps {steps[0]}–{steps[-1]} (each rank's median step)"
     return Finding(
         check=chk.id,
         severity=sev,
         step=step,
         rank=top["rank"],
-        title=f"Step {step}: rank {top['rank']} computes {ratio:.2f}× the median rank{where}",
+        title=f"{when}: rank {top['rank']} computes {ratio:.2f}× the median rank{where}",
         message=(
-            f"Step {step}: rank {top['rank']} computes {ms(top['computing_us'])} against a median of "
+            f"{when}: rank {top['rank']} computes {ms(top['computing_us'])} against a median of "
             f"{ms(med)} over {s.height} ranks{where} ({ratio:.2f}×). {why}"
         ),
         metrics={
             "ratio": round(ratio, 4),
             "max_computing_us": top["computing_us"],
             "median_computing_us": med,
+            "median_rank": s.sort((pl.col("computing_us") - med).abs(), "rank").row(0, named=True)["rank"],
             "ranks": sorted(s["rank"].to_list()),
             "scope": scope or "all ranks",
             "dimensions": dims or [],
+            **({"steps": steps} if steps else {}),
         },
-        evidence=tuple(_step_evidence(s)),
+        evidence=tuple(_step_evidence(s, by_rank, steps)),
     )

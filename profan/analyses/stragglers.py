@@ -5,10 +5,10 @@ Per aligned collective (``align.align``) the last-arriving rank is the one with 
 robust standard deviations (1.4826 × median absolute deviation of that collective's lateness) and above
 ``min_lag_us`` — so ordinary jitter never counts. A rank's *hold-up* in a step is, summed over the collectives
 where it is the outlier last arrival, how much later it came than the second-latest rank: the time those
-collectives would have finished sooner without it. A hold-up of at least ``min_step_share`` of the step names the
-rank; the others' extra wait is (members - 1) × that. When the whole cluster is staggered (DLRM: every rank starts
-the first collective at a different time) no single collective shows an outlier, but the rank that is last again
-and again still does at the later ones.
+collectives would have finished sooner without it. A hold-up of at least ``min_step_share`` of the step, in at
+least half of the profiled steps, names the rank; the others' extra wait is (members - 1) × that. When the whole
+cluster is staggered (DLRM: every rank starts the first collective at a different time) no single collective shows
+an outlier, but the rank that is last again and again still does at the later ones.
 
 Then the explanation: for the outlier collectives, the straggler's pre-collective window (end of its previous
 communication op -> start of this one) is compared with a typical rank's. The extra window time splits into extra
@@ -174,6 +174,7 @@ class WindowComparison:
     extra_compute_us: float | None = None
     extra_idle_us: float | None = None
     gap: dict | None = None  # the slow rank's longest idle stretch (`_largest_gap`)
+    cpu: bool = False  # a CPU-only trace: the work is the main thread's ops, not device kernels (wording)
 
     @property
     def split(self) -> bool:
@@ -207,6 +208,7 @@ def explain(
         "typical_window_us": round(len_t, 3),
         "extra_window_us": round(len_s - len_t, 3),
     }
+    lengths["cpu"] = _cpu_only(ranks_by[slow])
     if w_s is None or w_t is None:
         return WindowComparison(**lengths)
     busy_s, busy_t = float(w_s["time_us"].sum()), float(w_t["time_us"].sum())
@@ -232,6 +234,13 @@ def explain(
         extra_idle_us=round(extra_idle, 3),
         gap=_largest_gap(ranks_by, rows, slow, typical),
     )
+
+
+def _cpu_only(r: RankData) -> bool:
+    """Whether the rank's trace measured the CPU only (its step split says so): then its "kernels" are the main
+    thread's ops and idle time is time the main thread ran none."""
+    t = r.trace_steps
+    return t is not None and "device" in t.columns and t.height > 0 and (t["device"] == "CPU").all()
 
 
 def _kernel_deltas(slow: pl.DataFrame, typical: pl.DataFrame) -> pl.DataFrame:
@@ -386,7 +395,12 @@ def straggler_findings(
     )
     per = per.with_columns(pl.coalesce(pl.col("step_us"), pl.col("lag_us") * 0 + float("inf")).alias("step_us"))
     floor = pl.max_horizontal(pl.lit(chk["min_lag_us"]), chk["min_step_share"] * pl.col("step_us"))
-    per = per.with_columns(((pl.col("times_flagged") > 0) & (pl.col("lag_us") >= floor)).alias("straggler"))
+    per = per.with_columns(((pl.col("times_flagged") > 0) & (pl.col("lag_us") >= floor)).alias("holds_up"))
+    # a straggler holds the others up step after step: in at least half the profiled steps. A rank that does it
+    # in one step of several is jitter of its host (on a CPU shared by several processes, the one that got the
+    # core last), not a property of the rank.
+    need = (per["step"].n_unique() + 1) // 2
+    per = per.with_columns((pl.col("holds_up") & (pl.col("holds_up").sum().over("rank") >= need)).alias("straggler"))
     tables["straggler_ranks"] = per
     hits = per.filter(pl.col("straggler"))
     ranks_by = {r.rank: r for r in ranks}
@@ -656,25 +670,42 @@ def _straggler_metrics(lr: LateRank) -> dict:
     }
 
 
+# what the windows hold, in the words of the device the trace measured
+_WORDS = {
+    False: {
+        "work": "device work",
+        "rows": "kernel rows",
+        "gap": "the device sat idle waiting for work: dispatch, data loading, synchronisation or Python",
+        "calls": "launches",
+        "none": "no kernel",
+    },
+    True: {
+        "work": "work on the main thread",
+        "rows": "op rows",
+        "gap": "the main thread ran no op: a sleep, I/O, data loading, synchronisation or Python between ops",
+        "calls": "calls",
+        "none": "no op",
+    },
+}
+
+
 def _cause_text(why: WindowComparison) -> str:
+    w = _WORDS[why.cpu]
     if why.cause_class == "unknown":
         return (
-            f"its pre-collective windows are {ms(why.extra_window_us)} longer; the kernel rows needed to "
-            "split that into device work and idle time are missing on one of the two ranks."
+            f"its pre-collective windows are {ms(why.extra_window_us)} longer; the {w['rows']} needed to "
+            f"split that into {w['work']} and idle time are missing on one of the two ranks."
         )
     parts = [
         f"its pre-collective windows are {ms(why.extra_window_us)} longer: "
-        f"{ms(why.extra_compute_us)} more device work and {ms(why.extra_idle_us)} more time with no "
-        "device work"
+        f"{ms(why.extra_compute_us)} more {w['work']} and {ms(why.extra_idle_us)} more time with no "
+        f"{w['work']}"
     ]
     if why.cause_class == "host_gap":
-        parts.append(
-            " — a host-side gap (the device sat idle waiting for work: dispatch, data loading, "
-            f"synchronisation or Python).{_gap_text(why.gap)}"
-        )
+        parts.append(f" — a host-side gap ({w['gap']}).{_gap_text(why.gap, w['none'])}")
     else:
         ks = "; ".join(
-            f"{k['op']} +{k['delta_us'] / 1000:,.2f} ms ({k['how']}: {k['count']} vs {k['typical_count']} launches)"
+            f"{k['op']} +{k['delta_us'] / 1000:,.2f} ms ({k['how']}: {k['count']} vs {k['typical_count']} {w['calls']})"
             for k in why.kernels[:3]
         )
         buckets = ", ".join(f"{b} {v / 1000:+,.2f} ms" for b, v in list(why.by_bucket.items())[:3])
@@ -682,13 +713,14 @@ def _cause_text(why: WindowComparison) -> str:
     return "".join(parts)
 
 
-def _gap_text(g: dict | None) -> str:
-    """Where the slow rank's longest stretch with no kernel is, and the typical rank's at the same place."""
+def _gap_text(g: dict | None, none: str = "no kernel") -> str:
+    """Where the slow rank's longest stretch with ``none`` (no kernel, or no op on a CPU-only trace's main
+    thread) is, and the typical rank's at the same place."""
     if not g or not g.get("lines"):
         return ""
     unit = "events" if str(g.get("file", "")).endswith((".json", ".json.gz")) else "lines"
     return (
-        f" The longest stretch is {ms(g['gap_us'])} with no kernel, between {unit} "
+        f" The longest stretch is {ms(g['gap_us'])} with {none}, between {unit} "
         f"{' and '.join(map(str, g['lines']))} of its {'trace' if unit == 'events' else 'kernel file'}"
         + (
             f" (rank {g['typical']['rank']}: {ms(g['typical']['gap_us'])} at the same place)"

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import polars as pl
 
+from profan.analyses import imbalance
 from profan.analyses.common import graded, ms, pct
 from profan.analyses.contract import Job, Section
 from profan.model.evidence import cite_events, cite_lines
@@ -16,6 +17,7 @@ from profan.model.findings import Finding
 from profan.ranks.rankmap import RankData
 from profan.rulepack.classify import UNCLASSIFIED
 from profan.rulepack.pack import RulePack
+from profan.rulepack.roles import Roles
 from profan.sources.rowframe import stack
 
 LANES = {
@@ -47,15 +49,12 @@ def trace_step_table(ranks: list[RankData]) -> pl.DataFrame:
 
 
 def share_findings(table: pl.DataFrame, pack: RulePack) -> list[Finding]:
-    """Device idle and exposed communication per step of GPU ranks (whole trace when it has no ProfilerStep)."""
+    """Device idle and exposed communication per step of Kineto ranks (whole trace when it has no ProfilerStep),
+    worded for the device the trace measured: GPU, or CPU for a CPU-only trace."""
     out: list[Finding] = []
     if table.is_empty():
         return out
     dev = table.filter(pl.col("source") == "device_lanes")
-    specs = (
-        ("exposed-communication", "comm_not_overlapped_us", "communication not overlapped with compute"),
-        ("device-idle", "free_us", "GPU idle"),
-    )
     for (rank,), g in dev.group_by(["rank"], maintain_order=True):
         rows = g.filter(pl.col("scope") == "step")
         if rows.is_empty():
@@ -63,79 +62,106 @@ def share_findings(table: pl.DataFrame, pack: RulePack) -> list[Finding]:
         for row in rows.iter_rows(named=True):
             if not row["step_us"]:
                 continue
-            for check_id, col, what in specs:
-                chk = pack.check(check_id)
-                share = row[col] / row["step_us"]
-                sev = graded(share, chk)
-                if sev is None:
-                    continue
-                where = f"step {row['step']}" if row["scope"] == "step" else "the whole trace (no ProfilerStep)"
-                locs = (
-                    [e for e in (row["step_event"], row["gpu_step_event"]) if e is not None]
-                    if row["scope"] == "step"
-                    else [row["first_event"], row["last_event"]]
-                )
-                note = (
-                    "the ProfilerStep annotation(s) of this step"
-                    if row["scope"] == "step"
-                    else "the first and the last device event: they bound the span"
-                )
-                out.append(
-                    Finding(
-                        check=check_id,
-                        severity=sev,
-                        rank=rank,
-                        step=row["step"],
-                        title=f"Rank {rank}, {where}: {what} for {pct(share)} of the GPU span",
-                        message=(
-                            f"Rank {rank}, {where}: {LANES[col]} is {ms(row[col])} of the {ms(row['step_us'])} "
-                            f"span from the first to the last device event ({pct(share)}); Computing "
-                            f"{ms(row['computing_us'])}, Communication(Not Overlapped) "
-                            f"{ms(row['comm_not_overlapped_us'])}, Free {ms(row['free_us'])} — computed by "
-                            f"interval union over {row['events']} kernel/memcpy/memset events."
-                        ),
-                        metrics={
-                            col: round(row[col], 3),
-                            "step_us": round(row["step_us"], 3),
-                            "share": round(share, 4),
-                            "events": row["events"],
-                        },
-                        evidence=_split_evidence(row, col, locs, note),
-                    )
-                )
+            for check_id, col in (("exposed-communication", "comm_not_overlapped_us"), ("device-idle", "free_us")):
+                f = _share_finding(rank, row, check_id, col, pack)
+                if f is not None:
+                    out.append(f)
     return out
 
 
-def _split_evidence(row: dict, col: str, locs: list[int], note: str) -> tuple:
+def _device(row: dict) -> str:
+    return row.get("device") or "GPU"
+
+
+def _share_finding(rank: int, row: dict, check_id: str, col: str, pack: RulePack) -> Finding | None:
+    share = row[col] / row["step_us"]
+    sev = graded(share, pack.check(check_id))
+    if sev is None:
+        return None
+    device = _device(row)
+    what = f"{device} idle" if col == "free_us" else "communication not overlapped with compute"
+    where = f"step {row['step']}" if row["scope"] == "step" else "the whole trace (no ProfilerStep)"
+    units = "top-level CPU ops and collective spans" if device == "CPU" else "kernel/memcpy/memset events"
+    others = row.get("other_events") or 0
+    also = f", {others} of them from other steps running inside this step's span" if others else ""
+    return Finding(
+        check=check_id,
+        severity=sev,
+        rank=rank,
+        step=row["step"],
+        title=f"Rank {rank}, {where}: {what} for {pct(share)} of the {device} span",
+        message=(
+            f"Rank {rank}, {where}: {LANES[col]} is {ms(row[col])} of the {ms(row['step_us'])} "
+            f"span from the first to the last {'CPU' if device == 'CPU' else 'device'} event ({pct(share)}); Computing "
+            f"{ms(row['computing_us'])}, Communication(Not Overlapped) "
+            f"{ms(row['comm_not_overlapped_us'])}, Free {ms(row['free_us'])} — computed by "
+            f"interval union over {row['events'] + others} {units}{also}."
+        ),
+        metrics={
+            col: round(row[col], 3),
+            "step_us": round(row["step_us"], 3),
+            "share": round(share, 4),
+            "events": row["events"],
+            "device": device,
+        },
+        evidence=_split_evidence(row, col, pack.roles),
+    )
+
+
+def _device_cats(row: dict, roles: Roles) -> list[str]:
+    """Event categories of the device activity a split counts: device lanes, or for a CPU-only trace the main
+    thread's cpu_ops and the collective annotations of the worker threads."""
+    if _device(row) == "CPU":
+        return [roles.kineto_cpu_op_cat, roles.kineto_annotation_cat]
+    return list(roles.kineto_device_cats)
+
+
+def _split_evidence(row: dict, col: str, roles: Roles) -> tuple:
     """The rows a step's split rests on: the step's ProfilerStep annotation(s) (or, without steps, the span's
     bounding events); the first and last device event, whose start and end are the span the share is of; and
-    for idle time the two events around the longest idle stretch."""
-    select = {
-        "source": "kineto_trace",
-        "scope": row["scope"],
-        "step": row["step"],
-        "cat": ["kernel", "gpu_memcpy", "gpu_memset"],
-    }
-    items = [cite_events(row["file"], locs, row["events"], select, note=note, values={LANES[col]: round(row[col], 3)})]
+    for idle time the two events around the longest idle stretch. Each item's ``select`` names the set its
+    cited events belong to."""
+    cats = _device_cats(row, roles)
+    base = {"source": "kineto_trace", "scope": row["scope"], "step": row["step"], "cat": cats}
+    value = {LANES[col]: round(row[col], 3)}
     if row["scope"] == "step":
+        locs = [e for e in (row["step_event"], row["gpu_step_event"]) if e is not None]
+        marker = {
+            "source": "kineto_trace",
+            "step": row["step"],
+            "name": row["step_name"],
+            "cat": list(roles.kineto_step_cats),
+        }
+        items = [
+            cite_events(
+                row["file"], locs, len(locs), marker, note="the ProfilerStep annotation(s) of this step", values=value
+            )
+        ]
         items.append(
             cite_events(
                 row["file"],
                 [row["first_event"], row["last_event"]],
                 2,
-                {**select, "role": "span"},
+                {**base, "role": "span"},
                 values={"step_us": round(row["step_us"], 3)},
                 note="the first and the last device event of the step: the span runs from the "
                 "first one's start to the last one's end",
             )
         )
+    else:
+        note = "the first and the last device event: they bound the span"
+        items = [
+            cite_events(
+                row["file"], [row["first_event"], row["last_event"]], row["events"], base, note=note, values=value
+            )
+        ]
     if col == "free_us" and row.get("gap_us"):
         items.append(
             cite_events(
                 row["file"],
                 [row["gap_before_event"], row["gap_after_event"]],
                 2,
-                {**select, "role": "longest idle"},
+                {**base, "role": "longest idle"},
                 values={"gap_us": round(row["gap_us"], 3)},
                 note=f"the longest stretch with no device event ({ms(row['gap_us'])}): from the "
                 "first event's end to the second one's start",
@@ -303,4 +329,15 @@ def section(job: Job) -> Section:
     check_tab, check_findings = overlap_check(ranks, pack)
     tables = {"trace_steps": table, "trace_vs_step_trace": check_tab, **comm_tables(ranks)}
     findings = [*share_findings(table, pack), *lane_share_findings(ranks, table, pack), *check_findings]
+    findings += imbalance_findings(job, table)
     return Section(tables=tables, findings=findings, notes=trace_notes(ranks))
+
+
+def imbalance_findings(job: Job, table: pl.DataFrame) -> list[Finding]:
+    """Ranks that compute unequal amounts, judged from the traces' own step split where no step_trace_time.csv
+    gives Computing (the step analysis judges those): Kineto ranks, GPU or CPU-only, run the same program unless
+    the trace says otherwise, so the one that computes longest holds every collective back (`imbalance`)."""
+    if not job.steps.is_empty() or table.is_empty():
+        return []
+    rows = table.filter((pl.col("source") == "device_lanes") & (pl.col("scope") == "step"))
+    return imbalance.trace_imbalance_findings(job.ranks, rows, job.pack)

@@ -545,19 +545,25 @@ def _from_hccl_rows(r: AscendRank, pack: RulePack) -> tuple[pl.DataFrame | None,
 
 def kineto_collectives(path: Path, trace_file: str, pack: RulePack) -> tuple[pl.DataFrame | None, pl.DataFrame | None]:
     """(collectives, windows) of one Kineto rank: NCCL/RCCL kernels in order, per process group when the trace
-    names it (``Process Group Name``), else as one group; the GPU kernels before each as its window."""
+    names it (``Process Group Name``), else as one group; the GPU kernels before each as its window.
+
+    A CPU-only trace has no collective kernel; there the collectives are the CPU-side spans that include waiting
+    for peers (roles ``kineto_peer_wait_ops``: gloo's worker-thread annotations), which end together on every
+    rank as kernels do. They carry no process group, so the k-th op of the same name in a step is the same
+    collective on every rank; the main thread's top-level ops before each are its window."""
     from profan.sources import kineto
 
     kt, _ = kineto.load_cached(path, pack.roles)
-    if kt.cpu_only or kt.collectives.is_empty():
+    if kt.collectives.is_empty():
         return None, None
-    k = kt.collectives.filter(pl.col("source") == kineto.SOURCE_KERNEL)
+    source = pl.col("includes_peer_wait") if kt.cpu_only else pl.col("source") == kineto.SOURCE_KERNEL
+    k = kt.collectives.filter(source)
     if k.is_empty():
         return None, None
     colls = k.select(
         "step",
         pl.lit("collective").alias("kind"),
-        pl.coalesce("pg_name", pl.lit("nccl")).alias("group"),
+        pl.coalesce("pg_name", pl.col("name") if kt.cpu_only else pl.lit("nccl")).alias("group"),
         "name",
         pl.col("ts_us").alias("start_us"),
         "dur_us",
@@ -570,8 +576,12 @@ def kineto_collectives(path: Path, trace_file: str, pack: RulePack) -> tuple[pl.
         pl.col("event_idx").alias("kline"),
     )
     colls = _finish(colls)
-    dev = kineto.classify_events(kt.device, pack.rules_for("gpu"))
-    kernels = dev.filter(~pl.col("event_idx").is_in(k["event_idx"].implode())).select(
+    kind = "cpu" if kt.cpu_only else "gpu"
+    dev = kineto.classify_events(kt.device, pack.rules_for(kind))
+    work = ~pl.col("event_idx").is_in(k["event_idx"].implode())
+    if kt.cpu_only:  # the main thread's own collective ops only enqueue the collectives: no work before them
+        work = work & (pl.col("bucket") != "communication")
+    kernels = dev.filter(work).select(
         "step",
         "op",
         "name",
@@ -583,5 +593,5 @@ def kineto_collectives(path: Path, trace_file: str, pack: RulePack) -> tuple[pl.
         "dur_us",
         pl.col("event_idx").alias("loc"),
     )
-    windows, colls = build_windows(kernels, colls, pack, "gpu", trace_file, "events")
+    windows, colls = build_windows(kernels, colls, pack, kind, trace_file, "events")
     return colls, windows

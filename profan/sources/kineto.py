@@ -7,7 +7,9 @@ What a Kineto trace means for profan (format reference kineto-traces.md §3):
   A device event belongs to the step during which the CPU launched it (runtime event with the same
   ``correlation``); without a launch record, to the GPU-side step span holding its start.
 * **device activity**: ``kernel``/``gpu_memcpy``/``gpu_memset`` events. A CPU-only trace has none; there the
-  top-level ``cpu_op`` events of the main thread (the thread holding the steps, else the busiest) stand in.
+  top-level ``cpu_op`` events of the main thread (the thread holding the steps, else the busiest) stand in, with
+  the collectives that run on a worker thread and include waiting for peers (``gloo:*``): the main thread only
+  enqueues those and then blocks outside any op, so without them the waiting would look like idle time.
 * **context**: the CPU op that launched a kernel (same ``External id``, or via the launch's ``correlation``),
   so rules can decide ambiguous names (an expert GEMM launched from ``vllm::moe_forward`` is MoE).
 * **collectives**: NCCL/RCCL kernels, ``c10d::*`` / ``record_param_comms`` cpu_ops and ``nccl:*`` / ``gloo:*``
@@ -115,6 +117,7 @@ def step_table(ev: pl.DataFrame, roles: Roles | None = None) -> pl.DataFrame:
     return s.select(
         step_number(pl.col("name").cast(pl.String), roles.kineto_step).alias("step"),
         "event_idx",
+        pl.col("name").cast(pl.String),
         pl.col("cat").cast(pl.String),
         pl.col("tid").cast(pl.String),
         pl.col("ts_us").alias("start_us"),
@@ -148,6 +151,21 @@ def _top_level(ops: pl.DataFrame) -> pl.DataFrame:
     o = ops.sort(["tid", "ts_us", "end_us"], descending=[False, False, True])
     o = o.with_columns(pl.col("end_us").cum_max().shift(1).over("tid").alias("_prev_end"))
     return o.filter(pl.col("_prev_end").is_null() | (pl.col("ts_us") >= pl.col("_prev_end"))).drop("_prev_end")
+
+
+def _without_waiting(ops: pl.DataFrame, roles: Roles) -> pl.DataFrame:
+    """The main thread's ops less those that enclose a collective op without being one (e.g. an autograd node
+    whose backward runs an all_to_all): where collectives wait for peers on the main thread's behalf, such an
+    op's own time is mostly that wait, so its children stand for it — the wait is the collective's span, not
+    work. The collective ops themselves stay."""
+    comm = pl.col("name").str.contains(roles.kineto_comm_ops)
+    starts = ops.filter(comm)["ts_us"].sort()
+    if starts.is_empty():
+        return ops
+    inside = pl.lit(starts).search_sorted(pl.col("end_us"), side="left") - pl.lit(starts).search_sorted(
+        pl.col("ts_us"), side="left"
+    )
+    return ops.filter(comm | (inside == 0))
 
 
 def _enclosing_op(points: pl.DataFrame, ops: pl.DataFrame) -> pl.Series:
@@ -230,16 +248,33 @@ def _device_events(tr: Trace, ev: pl.DataFrame, steps: pl.DataFrame, roles: Role
 
 
 def _cpu_activity(ev: pl.DataFrame, steps: pl.DataFrame, roles: Roles) -> pl.DataFrame:
-    cpu = ev.filter((pl.col("cat") == roles.kineto_cpu_op_cat) & (pl.col("ph") == "X")).with_columns(
-        pl.col("cat").cast(pl.String),
-        pl.col("name").cast(pl.String),
-        pl.col("tid").cast(pl.String),
-        (pl.col("ts_us") + pl.col("dur_us")).alias("end_us"),
+    """The work of a CPU-only trace: the main thread's top-level cpu_ops, and the collectives whose span includes
+    waiting for peers (roles ``kineto_peer_wait_ops``: gloo runs them on a worker thread while the main thread
+    blocks outside any op). Those spans are the rank's communication lane, as NCCL kernels are on a GPU."""
+
+    def prepared(frame: pl.DataFrame) -> pl.DataFrame:
+        return frame.with_columns(
+            pl.col("cat").cast(pl.String),
+            pl.col("name").cast(pl.String),
+            pl.col("tid").cast(pl.String),
+            (pl.col("ts_us") + pl.col("dur_us")).alias("end_us"),
+        )
+
+    x = pl.col("ph") == "X"
+    cpu = prepared(ev.filter((pl.col("cat") == roles.kineto_cpu_op_cat) & x))
+    waits = prepared(
+        ev.filter(
+            x
+            & (pl.col("cat") == roles.kineto_annotation_cat)
+            & pl.col("name").cast(pl.String).str.contains(roles.kineto_peer_wait_ops)
+        )
     )
     main = _main_thread(cpu, steps, roles)
-    top = _top_level(cpu.filter(pl.col("tid") == main)) if main is not None else cpu.clear()
-    top = _in_span(top, steps.filter(pl.col("cat") == roles.kineto_annotation_cat), "ts_us")
-    return top.with_columns(
+    ops = cpu.filter(pl.col("tid") == main) if main is not None else cpu.clear()
+    top = _top_level(_without_waiting(ops, roles) if waits.height else ops)
+    both = pl.concat([top, waits.select(top.columns)]).sort("ts_us", "event_idx")
+    both = _in_span(both, steps.filter(pl.col("cat") == roles.kineto_annotation_cat), "ts_us")
+    return both.with_columns(
         pl.col("name").alias("op"),
         pl.lit("CPU").alias("core"),
         pl.col("cat").alias("type"),
@@ -313,7 +348,16 @@ def load(path: Path, trace: Trace | None = None, roles: Roles | None = None) -> 
     notes = []
     if cpu_only:
         dev = _cpu_activity(ev, steps, roles)
-        notes.append("no GPU activity in the trace: the main thread's top-level cpu_ops are analysed instead")
+        waits = int((dev["cat"] != roles.kineto_cpu_op_cat).sum())
+        notes.append(
+            "no GPU activity in the trace: the main thread's top-level cpu_ops are analysed instead"
+            + (
+                f", with {waits} collective spans of worker threads that include waiting for peers (an op that "
+                "encloses a collective op counts by its children: its own time is that wait)"
+                if waits
+                else ""
+            )
+        )
     # an event without a duration, or a duration that is not a number of 0 up to max_duration_us, cannot be
     # sized, and one without a start cannot be placed in its step: left out and counted (the caller says how
     # many), never summed as nothing, as a negative time or as 1e300 µs
@@ -417,31 +461,38 @@ def device_split(dev: pl.DataFrame, steps: pl.DataFrame, roles: Roles | None = N
 
     The same split the Ascend profiler writes to step_trace_time.csv, computed by interval union so overlapping
     events count once and no timestamp is rounded: Computing = union of non-communication device events,
-    Communication = union of communication events, Free = span (first start to last end) minus the union of all.
-    One row per ProfilerStep with device events, and one row (``scope`` = trace) for the whole trace.
+    Communication = union of communication events, Free = span minus the union of all. A step's span (window)
+    runs from the first start to the last end of its own events, and every device event inside it counts,
+    whichever step launched it: when the host runs ahead, the previous step's kernels still occupy the device in
+    this step's window, and counting only the step's own events would call that time idle. One row per
+    ProfilerStep with device events, and one row (``scope`` = trace) for the whole trace; ``device`` says what
+    was measured (GPU, or CPU for a CPU-only trace).
     """
     if dev.is_empty():
         return pl.DataFrame()
     d = dev.select("step", "event_idx", "ts_us", "end_us", (pl.col("bucket") == "communication").alias("_comm"))
-    scoped = pl.concat(
-        [
-            d.filter(pl.col("step").is_not_null()).with_columns(pl.lit("step").alias("scope")),
-            d.with_columns(pl.lit(None, pl.Int64).alias("step"), pl.lit("trace").alias("scope")),
-        ]
-    )
+    own = d.filter(pl.col("step").is_not_null()).with_columns(pl.lit("step").alias("scope"))
+    whole = d.with_columns(pl.lit(None, pl.Int64).alias("step"), pl.lit("trace").alias("scope"))
     by = ["scope", "step"]
-    span = scoped.group_by(by).agg(
-        pl.col("ts_us").min().alias("start_us"),
-        pl.col("end_us").max().alias("end_us"),
-        pl.len().alias("events"),
-        pl.col("event_idx").sort_by("ts_us").first().alias("first_event"),
-        pl.col("event_idx").sort_by("end_us").last().alias("last_event"),
+    span = (
+        pl.concat([own, whole])
+        .group_by(by)
+        .agg(
+            pl.col("ts_us").min().alias("start_us"),
+            pl.col("end_us").max().alias("end_us"),
+            pl.len().alias("events"),
+            pl.col("event_idx").sort_by("ts_us").first().alias("first_event"),
+            pl.col("event_idx").sort_by("end_us").last().alias("last_event"),
+        )
     )
+    foreign = _foreign_events(d, span.filter(pl.col("scope") == "step"))
+    scoped = pl.concat([own, foreign.drop("_own"), whole])
     out = (
-        span.join(_union_us(scoped, by, "busy_us"), on=by, how="left", nulls_equal=True)
+        span.join(foreign.group_by(by).agg(pl.len().alias("other_events")), on=by, how="left", nulls_equal=True)
+        .join(_union_us(scoped, by, "busy_us"), on=by, how="left", nulls_equal=True)
         .join(_union_us(scoped.filter(~pl.col("_comm")), by, "computing_us"), on=by, how="left", nulls_equal=True)
         .join(_union_us(scoped.filter(pl.col("_comm")), by, "communication_us"), on=by, how="left", nulls_equal=True)
-        .with_columns(pl.col("computing_us", "communication_us").fill_null(0.0))
+        .with_columns(pl.col("computing_us", "communication_us").fill_null(0.0), pl.col("other_events").fill_null(0))
     )
     out = out.with_columns(
         (pl.col("end_us") - pl.col("start_us")).alias("step_us"),
@@ -450,40 +501,65 @@ def device_split(dev: pl.DataFrame, steps: pl.DataFrame, roles: Roles | None = N
     out = out.with_columns(
         (pl.col("communication_us") - pl.col("overlapped_us")).alias("comm_not_overlapped_us"),
         (pl.col("step_us") - pl.col("busy_us")).alias("free_us"),
+        pl.lit("CPU" if (dev["core"] == "CPU").all() else "GPU").alias("device"),
     )
-    roles = roles or default_roles()
-    cpu_steps = steps.filter(pl.col("cat") == roles.kineto_annotation_cat).select(
-        "step", pl.col("event_idx").alias("step_event")
+    out = out.join(_step_events(steps, roles or default_roles()), on="step", how="left").join(
+        _longest_gap(scoped, by), on=by, how="left", nulls_equal=True
     )
-    gpu_steps = steps.filter(pl.col("cat") == roles.kineto_gpu_annotation_cat).select(
-        "step", pl.col("event_idx").alias("gpu_step_event")
-    )
-    out = (
-        out.join(cpu_steps.unique("step"), on="step", how="left")
-        .join(gpu_steps.unique("step"), on="step", how="left")
-        .join(_longest_gap(scoped, by), on=by, how="left", nulls_equal=True)
-    )
-    return out.select(
-        "scope",
+    return out.select(*SPLIT_COLUMNS).sort("scope", "step", nulls_last=True)
+
+
+SPLIT_COLUMNS = (
+    "scope",
+    "step",
+    "device",
+    "step_event",
+    "gpu_step_event",
+    "step_name",
+    "first_event",
+    "last_event",
+    "events",
+    "other_events",
+    "start_us",
+    "end_us",
+    "step_us",
+    "computing_us",
+    "communication_us",
+    "overlapped_us",
+    "comm_not_overlapped_us",
+    "free_us",
+    "busy_us",
+    "gap_us",
+    "gap_before_event",
+    "gap_after_event",
+)
+
+
+def _foreign_events(d: pl.DataFrame, windows: pl.DataFrame) -> pl.DataFrame:
+    """Device events of another step (or of none) that overlap a step's window, clipped to it: one row per
+    (window, event). An inequality join, so an event is paired only with the few windows it overlaps."""
+    w = windows.select("step", pl.col("start_us").alias("_w0"), pl.col("end_us").alias("_w1"))
+    j = d.rename({"step": "_own"}).join_where(w, pl.col("ts_us") < pl.col("_w1"), pl.col("end_us") > pl.col("_w0"))
+    j = j.filter(pl.col("_own").ne_missing(pl.col("step")))
+    return j.select(
         "step",
-        "step_event",
-        "gpu_step_event",
-        "first_event",
-        "last_event",
-        "events",
-        "start_us",
-        "end_us",
-        "step_us",
-        "computing_us",
-        "communication_us",
-        "overlapped_us",
-        "comm_not_overlapped_us",
-        "free_us",
-        "busy_us",
-        "gap_us",
-        "gap_before_event",
-        "gap_after_event",
-    ).sort("scope", "step", nulls_last=True)
+        "event_idx",
+        pl.max_horizontal("ts_us", "_w0").alias("ts_us"),
+        pl.min_horizontal("end_us", "_w1").alias("end_us"),
+        "_comm",
+        pl.lit("step").alias("scope"),
+        "_own",
+    )
+
+
+def _step_events(steps: pl.DataFrame, roles: Roles) -> pl.DataFrame:
+    """Per step, its ProfilerStep annotation on the CPU and on the GPU (event indexes) and its name."""
+    cpu = steps.filter(pl.col("cat") == roles.kineto_annotation_cat).unique("step", keep="first")
+    gpu = steps.filter(pl.col("cat") == roles.kineto_gpu_annotation_cat).unique("step", keep="first")
+    names = steps.sort("cat").unique("step", keep="first").select("step", pl.col("name").alias("step_name"))
+    return names.join(cpu.select("step", pl.col("event_idx").alias("step_event")), on="step", how="left").join(
+        gpu.select("step", pl.col("event_idx").alias("gpu_step_event")), on="step", how="left"
+    )
 
 
 def _longest_gap(frame: pl.DataFrame, by: list[str]) -> pl.DataFrame:

@@ -1,0 +1,300 @@
+"""Real multi-rank CPU traces with a fault planted on purpose: N processes train a small MoE model over gloo.
+
+Why: the cross-rank analyses (straggler, compute imbalance, expert imbalance) must name the rank at fault on
+traces a real profiler wrote, not only on synthetic tables. CPU-only multi-process training is the one setting
+every machine can run, and there collectives are CPU ops (``c10d::*``, ``record_param_comms``, ``gloo:*``) and
+waiting for a peer is time inside them, which is exactly what a CPU-only trace makes hard to read.
+
+The model: a dense layer, then ``--layers`` MoE layers (a linear router picking the top-1 of ``2 × ranks``
+experts, two experts per rank: expert parallelism, tokens sent to their expert's rank and back with
+``all_to_all_single``), a squared-output loss, backward, and an ``all_reduce`` of the replicated (dense and
+router) gradients. torch.profiler records CPU activity with a schedule (1 wait, 1 warm-up, ``--steps`` active
+steps), so every profiled step is a ``ProfilerStep#N``, and writes one Kineto trace per rank:
+``OUT/rank{R}.pt.trace.json.gz``.
+
+Faults (``--fault``, on ``--fault-rank``):
+
+* ``sleep``: the rank sleeps ``--fault-ms`` each step before the gradient all_reduce (a host-side stall: a slow
+  data loader, a checkpoint write);
+* ``compute``: the rank multiplies extra matrices each step before the gradient all_reduce (a slower device, a
+  bigger shard);
+* ``hot-expert``: every rank's router is biased towards the first expert of the fault rank, which so receives most
+  tokens and computes for them while the other ranks wait in the combining all_to_all.
+
+Each expert's work runs under ``record_function("expert_<id>")``, so expert routing is visible in the trace.
+``--async-grad`` lets each step's gradient all_reduce run during the next step, so consecutive steps overlap.
+Rank R is pinned to core R mod (cores) unless ``--no-pin``. ``OUT/ground_truth.toml`` records what was planted.
+
+    python bench/gloo_moe.py --fault sleep --fault-rank 2 --out /tmp/gloo_sleep
+
+It needs PyTorch, which profan does not depend on: run it with a Python that has torch (a CPU build is enough;
+fixtures/torch/gloo_moe_cpu_4rank was written with torch 2.13.0+cpu).
+"""
+
+from __future__ import annotations
+
+import argparse
+import gzip
+import json
+import os
+import shutil
+import socket
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+import torch
+import torch.distributed as dist
+import torch.multiprocessing as mp
+import torch.nn.functional as F
+from torch import nn
+from torch.profiler import ProfilerActivity, profile, record_function, schedule
+
+FAULTS = ("none", "sleep", "compute", "hot-expert")
+
+
+def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
+    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0], formatter_class=argparse.RawTextHelpFormatter)
+    p.add_argument("--ranks", type=int, default=4, help="processes (ranks) to spawn, gloo backend (default 4)")
+    p.add_argument("--steps", type=int, default=3, help="profiled training steps, after 1 wait and 1 warm-up step (3)")
+    p.add_argument("--fault", choices=FAULTS, default="none", help="the fault planted on --fault-rank (none)")
+    p.add_argument("--fault-rank", type=int, default=2, help="the rank that carries the fault (2)")
+    p.add_argument("--fault-ms", type=float, default=70.0, help="sleep per step of the sleep fault, ms (70)")
+    p.add_argument(
+        "--fault-matmuls", type=int, default=12, help="extra 512x512 matmuls per step of the compute fault (12)"
+    )
+    p.add_argument("--hot-bias", type=float, default=4.0, help="router logit bias of the hot expert (4.0)")
+    p.add_argument("--tokens", type=int, default=512, help="tokens per rank per step (512)")
+    p.add_argument("--dim", type=int, default=128, help="model width (128)")
+    p.add_argument("--hidden", type=int, default=512, help="expert MLP width (512)")
+    p.add_argument("--layers", type=int, default=2, help="MoE layers (2)")
+    p.add_argument("--seed", type=int, default=0, help="seed of weights and data (0)")
+    p.add_argument(
+        "--async-grad",
+        action="store_true",
+        help="all_reduce each step's gradients while the next step runs (one-step-stale gradients):\n"
+        "that collective spans two steps, so consecutive steps overlap on the CPU's lanes",
+    )
+    p.add_argument(
+        "--no-pin",
+        action="store_true",
+        help="do not pin rank R to core R mod (cores); pinning keeps the scheduler from moving ranks between\n"
+        "cores, which on an oversubscribed machine makes per-step compute vary by tens of percent",
+    )
+    p.add_argument("--no-gzip", action="store_true", help="write plain .json traces instead of .json.gz")
+    p.add_argument("--out", type=Path, required=True, help="folder for the traces (created; old traces replaced)")
+    args = p.parse_args(argv)
+    if not 0 <= args.fault_rank < args.ranks:
+        p.error(f"--fault-rank must be in 0..{args.ranks - 1}")
+    return args
+
+
+class _AllToAll(torch.autograd.Function):
+    """all_to_all_single with its gradient: the backward sends the gradients back the way the tokens came."""
+
+    @staticmethod
+    def forward(ctx, x, send: list[int], recv: list[int]):
+        ctx.splits = (send, recv)
+        out = x.new_empty((sum(recv), x.shape[1]))
+        dist.all_to_all_single(out, x.contiguous(), recv, send)
+        return out
+
+    @staticmethod
+    def backward(ctx, grad):
+        send, recv = ctx.splits
+        back = grad.new_empty((sum(send), grad.shape[1]))
+        dist.all_to_all_single(back, grad.contiguous(), send, recv)
+        return back, None, None
+
+
+class Expert(nn.Module):
+    def __init__(self, dim: int, hidden: int):
+        super().__init__()
+        self.up, self.down = nn.Linear(dim, hidden), nn.Linear(hidden, dim)
+
+    def forward(self, x):
+        return self.down(F.gelu(self.up(x)))
+
+
+class MoELayer(nn.Module):
+    """Top-1 routing over ``per_rank × world`` experts, ``per_rank`` of them held by this rank."""
+
+    def __init__(self, dim: int, hidden: int, world: int, rank: int, per_rank: int, hot: int | None, bias: float):
+        super().__init__()
+        self.world, self.per_rank = world, per_rank
+        self.router = nn.Linear(dim, world * per_rank)
+        self.first = rank * per_rank
+        self.experts = nn.ModuleList(Expert(dim, hidden) for _ in range(per_rank))
+        shift = torch.zeros(world * per_rank)
+        if hot is not None:
+            shift[hot] = bias
+        self.register_buffer("shift", shift)
+
+    def forward(self, x):
+        n_exp = self.world * self.per_rank
+        probs = F.softmax(self.router(x) + self.shift, dim=-1)
+        gate, idx = probs.max(dim=-1)
+        order = torch.argsort(idx, stable=True)
+        counts = F.one_hot(idx, n_exp).sum(0)  # tokens this rank sends to each expert (as GShard/Switch count)
+        got = torch.empty_like(counts)  # tokens each source rank sends to each local expert, [world × per_rank]
+        dist.all_to_all_single(got, counts)
+        send = counts.view(self.world, self.per_rank).sum(1).tolist()
+        got = got.view(self.world, self.per_rank)
+        recv = _AllToAll.apply(x[order], send, got.sum(1).tolist())
+        # received tokens come grouped by source rank, then by local expert: regroup by local expert
+        local = torch.arange(self.per_rank).repeat(self.world).repeat_interleave(got.flatten())
+        regroup = torch.argsort(local, stable=True)
+        out = torch.empty_like(recv)
+        start = 0
+        for j, n in enumerate(got.sum(0).tolist()):
+            rows = regroup[start : start + n]
+            with record_function(f"expert_{self.first + j}"):
+                out = out.index_copy(0, rows, self.experts[j](recv[rows]))
+            start += n
+        back = _AllToAll.apply(out, got.sum(1).tolist(), send)
+        y = torch.empty_like(back).index_copy(0, order, back)
+        return x + y * gate.unsqueeze(1)
+
+
+class Model(nn.Module):
+    def __init__(self, args: argparse.Namespace, rank: int):
+        super().__init__()
+        per_rank = 2
+        hot = args.fault_rank * per_rank if args.fault == "hot-expert" else None
+        torch.manual_seed(args.seed)  # replicated weights: the same on every rank
+        self.dense = nn.Linear(args.dim, args.dim)
+        self.layers = nn.ModuleList(
+            MoELayer(args.dim, args.hidden, args.ranks, rank, per_rank, hot, args.hot_bias) for _ in range(args.layers)
+        )
+        torch.manual_seed(args.seed + 1000 + rank)  # expert weights: this rank's own
+        for layer in self.layers:
+            for expert in layer.experts:
+                for m in (expert.up, expert.down):
+                    m.reset_parameters()
+
+    def replicated(self) -> list[nn.Parameter]:
+        return [p for name, p in self.named_parameters() if ".experts." not in name]
+
+    def forward(self, x):
+        h = F.gelu(self.dense(x))
+        for layer in self.layers:
+            h = layer(h)
+        return h
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def _step(model: Model, opt: torch.optim.Optimizer, x: torch.Tensor, args: argparse.Namespace, rank: int, pending):
+    """One training step; returns the gradient all_reduce still in flight (``--async-grad``), else None."""
+    opt.zero_grad(set_to_none=False)
+    loss = model(x).pow(2).mean()
+    loss.backward()
+    if rank == args.fault_rank and args.fault == "sleep":
+        time.sleep(args.fault_ms / 1000)
+    if rank == args.fault_rank and args.fault == "compute":
+        a = torch.randn(512, 512)
+        for _ in range(args.fault_matmuls):
+            a = torch.tanh(a @ a)
+    grads = [p.grad for p in model.replicated()]
+    flat = torch.cat([g.flatten() for g in grads])
+    if not args.async_grad:
+        dist.all_reduce(flat)
+        _apply(flat / args.ranks, grads)
+        opt.step()
+        return None
+    if pending is not None:  # the previous step's gradients, averaged while this step ran
+        handle, prev = pending
+        handle.wait()
+        _apply(prev / args.ranks, grads)
+        opt.step()
+    return dist.all_reduce(flat, async_op=True), flat
+
+
+def _apply(flat: torch.Tensor, grads: list[torch.Tensor]) -> None:
+    """Write averaged gradients back into each ``.grad``."""
+    start = 0
+    for g in grads:
+        g.copy_(flat[start : start + g.numel()].view_as(g))
+        start += g.numel()
+
+
+def worker(rank: int, args: argparse.Namespace, port: int, tmp: str) -> None:
+    os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port))
+    torch.set_num_threads(1)  # N processes share the machine's cores
+    if not args.no_pin:
+        os.sched_setaffinity(0, {sorted(os.sched_getaffinity(0))[rank % len(os.sched_getaffinity(0))]})
+    dist.init_process_group("gloo", rank=rank, world_size=args.ranks)
+    model = Model(args, rank)
+    opt = torch.optim.SGD(model.parameters(), lr=1e-3)
+    data = torch.Generator().manual_seed(args.seed + rank)
+    path = Path(tmp) / f"rank{rank}.pt.trace.json"
+    with profile(
+        activities=[ProfilerActivity.CPU],
+        schedule=schedule(wait=1, warmup=1, active=args.steps, repeat=1),
+        record_shapes=True,
+        on_trace_ready=lambda p: p.export_chrome_trace(str(path)),
+    ) as prof:
+        pending = None
+        for _ in range(2 + args.steps):
+            pending = _step(model, opt, torch.randn(args.tokens, args.dim, generator=data), args, rank, pending)
+            prof.step()
+    if pending is not None:
+        pending[0].wait()
+    dist.barrier()
+    dist.destroy_process_group()
+
+
+def _write(src: Path, out: Path, plain: bool) -> Path:
+    if plain:
+        return Path(shutil.copyfile(src, out / src.name))
+    dst = out / (src.name + ".gz")
+    with open(src, "rb") as fh, gzip.GzipFile(dst, "wb", compresslevel=9, mtime=0) as gz:
+        shutil.copyfileobj(fh, gz)
+    return dst
+
+
+def _ground_truth(args: argparse.Namespace) -> str:
+    """What was planted, as TOML beside the traces (not .json: a folder's *.json files are read as traces)."""
+    hot = args.fault_rank * 2 if args.fault == "hot-expert" else None
+    fields = {
+        "fault": args.fault,
+        "fault_rank": args.fault_rank if args.fault != "none" else None,
+        "fault_ms": args.fault_ms if args.fault == "sleep" else None,
+        "fault_matmuls": args.fault_matmuls if args.fault == "compute" else None,
+        "hot_expert": hot,
+        "hot_bias": args.hot_bias if hot is not None else None,
+        "experts_per_rank": 2,
+        "ranks": args.ranks,
+        "profiled_steps": args.steps,
+        "async_grad": args.async_grad,
+        "torch": torch.__version__,
+    }
+    return "".join(f"{k} = {json.dumps(v)}\n" for k, v in fields.items() if v is not None)
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = parse_args(argv)
+    args.out.mkdir(parents=True, exist_ok=True)
+    for old in args.out.glob("rank*.pt.trace.json*"):
+        old.unlink()
+    t0 = time.perf_counter()
+    with tempfile.TemporaryDirectory() as tmp:
+        mp.spawn(worker, args=(args, _free_port(), tmp), nprocs=args.ranks, join=True)
+        written = [_write(p, args.out, args.no_gzip) for p in sorted(Path(tmp).glob("rank*.pt.trace.json"))]
+    truth = args.out / "ground_truth.toml"
+    truth.write_text(_ground_truth(args), encoding="utf-8")
+    for p in [*written, truth]:
+        print(f"{p}  {p.stat().st_size:,} bytes")
+    print(
+        json.dumps({"fault": args.fault, "fault_rank": args.fault_rank, "seconds": round(time.perf_counter() - t0, 1)})
+    )
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
