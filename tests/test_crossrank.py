@@ -60,7 +60,7 @@ def gap_straggler(tmp_path_factory):
 
 
 def _named(report, check: str) -> list:
-    return [f for f in report.findings if f.check == check and f.severity != "info"]
+    return [f for f in report.ungrouped() if f.check == check and f.severity != "info"]
 
 
 def test_fault_free_cluster_names_nobody(clean):
@@ -267,12 +267,12 @@ def test_tp_partner_of_a_straggler_is_not_blamed(tmp_path_factory):
         straggler_extra_us=8000.0,
     )
     assert [f.rank for f in _named(report, "straggler")] == [3]
-    inherited = [f for f in report.findings if f.check == "straggler" and f.severity == "info"]
+    inherited = [f for f in report.ungrouped() if f.check == "straggler" and f.severity == "info"]
     assert [f.rank for f in inherited] == [2]  # rank 3's TP partner: late at its EP group, its own windows normal
     assert inherited[0].metrics["cause_class"] == "propagated"
     assert abs(inherited[0].metrics["extra_window_us"]) < 50
     # the replicas' compute spread names rank 3 and says which parallel dimensions make them replicas
-    spread = [f for f in report.findings if f.check == "compute-imbalance"]
+    spread = [f for f in report.ungrouped() if f.check == "compute-imbalance"]
     assert spread and {f.rank for f in spread} == {3}
     assert set(spread[0].metrics["dimensions"]) >= {"dp", "tp"}
 

@@ -18,7 +18,7 @@ from __future__ import annotations
 import polars as pl
 
 from profan.analyses.common import fmt_ranks, graded, kernel_table, ms, top_lines_frame
-from profan.model.evidence import cite_lines
+from profan.model.evidence import cite_events, cite_lines
 from profan.model.findings import Finding
 from profan.ranks.rankmap import RankData
 from profan.rulepack.pack import RulePack
@@ -47,7 +47,12 @@ def moe_table(ranks: list[RankData]) -> pl.DataFrame:
     k = kernel_table(
         ranks,
         ["bucket", "op", "input_shapes", "count", "time_us", "lines", "line_durs"],
-        per_rank=lambda r: {"file": r.files.get("kernel_details")},
+        # the rank's kernel source and its locator kind: CSV lines of kernel_details.csv, or trace event indexes
+        per_rank=lambda r: {
+            "file": r.files.get(r.kernel_file),
+            "source": r.kernel_file,
+            "locator": r.kernel_locator,
+        },
     )
     moe = k.filter(pl.col("bucket") == "moe") if k is not None else pl.DataFrame()
     if moe.is_empty():
@@ -71,6 +76,8 @@ def moe_table(ranks: list[RankData]) -> pl.DataFrame:
         # the most common group_list length; ties: the smaller, so the same input names the same experts
         pl.col("local_experts").filter(gmm).drop_nulls().mode().min().cast(pl.Int64).alias("local_experts"),
         pl.col("file").first(),
+        pl.col("source").first(),
+        pl.col("locator").first(),
         pl.when(pl.col("has_gmm").first())
         .then(pl.col("count").filter(gmm).sum())
         .otherwise(pl.col("count").sum())
@@ -80,7 +87,19 @@ def moe_table(ranks: list[RankData]) -> pl.DataFrame:
     # evidence rows: the GMM groups' largest rows, or the MoE bucket's on a rank without GMM
     lines = top_lines_frame(moe.filter(gmm | ~pl.col("has_gmm")), "rank", 20).rename({"lines": "gmm_lines"})
     tab = tab.join(lines, on="rank", how="left", maintain_order="left")
-    return tab.select("rank", "moe_us", "gmm_us", "gmm_count", "tokens", "local_experts", "file", "gmm_lines", "rows")
+    return tab.select(
+        "rank",
+        "moe_us",
+        "gmm_us",
+        "gmm_count",
+        "tokens",
+        "local_experts",
+        "file",
+        "source",
+        "locator",
+        "gmm_lines",
+        "rows",
+    )
 
 
 def _ep_groups(ranks: list[RankData], present: list[int]) -> list[tuple[str, list[int]]]:
@@ -100,7 +119,9 @@ def moe_findings(ranks: list[RankData], pack: RulePack) -> tuple[pl.DataFrame, l
     chk = pack.check(CHECK)
     tab = moe_table(ranks)
     if tab.is_empty() or tab.height < chk["min_ranks"]:
-        return tab.drop("gmm_lines", "file", "rows", strict=False) if not tab.is_empty() else tab, []
+        return tab.drop(
+            "gmm_lines", "file", "source", "locator", "rows", strict=False
+        ) if not tab.is_empty() else tab, []
     out: list[Finding] = []
     for hccl, members in _ep_groups(ranks, tab["rank"].to_list()):
         g = tab.filter(pl.col("rank").is_in(members))
@@ -119,7 +140,7 @@ def moe_findings(ranks: list[RankData], pack: RulePack) -> tuple[pl.DataFrame, l
             continue
         med = g.sort(metric).row(g.height // 2, named=True)
         out.append(_finding(chk, sev, hot, med, g, members, metric, ratio, mean, hccl))
-    return tab.drop("gmm_lines", "file", "rows"), out
+    return tab.drop("gmm_lines", "file", "source", "locator", "rows"), out
 
 
 def _finding(chk, sev, hot, med, g, members, metric, ratio, mean, hccl) -> Finding:
@@ -149,13 +170,14 @@ def _finding(chk, sev, hot, med, g, members, metric, ratio, mean, hccl) -> Findi
     evidence = []
     for row, role in ((hot, "hot"), (med, "median")):
         if row["file"] and row["gmm_lines"]:
+            cite = cite_events if row["locator"] == "events" else cite_lines
             evidence.append(
-                cite_lines(
+                cite(
                     row["file"],
                     row["gmm_lines"],
                     row["rows"],
                     {
-                        "source": "kernel_details",
+                        "source": row["source"],
                         "op": "GroupedMatmul" if row["gmm_count"] else "bucket moe",
                         "rank": row["rank"],
                         "role": role,

@@ -27,6 +27,8 @@ from profan.model.causes import Cause
 from profan.model.findings import Finding
 
 SYMPTOMS = ("critical", "warning")  # severities of findings a cause is made from
+# what the MoE check measured per rank, in words
+METRIC_WORDS = {"tokens": "tokens", "gmm_us": "expert GEMM time", "moe_us": "MoE-bucket time"}
 
 
 def section(job: Job) -> Section:
@@ -235,9 +237,9 @@ def _moe(job: Job, claims: Claims, steps_us: dict[int, float]) -> list[Cause]:
         excess = None if not value or expert_us is None else expert_us * (1 - float(m["mean"]) / value)
         values = {
             "hot_rank": hot,
-            "hot_experts": ", ".join(map(str, m["hot_experts"])) or "unknown",
+            "hot_experts": ", ".join(map(str, m["hot_experts"])) or "its local experts",
             "ratio": m["ratio"],
-            "metric": m["metric"].replace("_", " "),
+            "metric": METRIC_WORDS.get(m["metric"], m["metric"]),
             "excess_ms": (excess or 0.0) / 1000,
         }
         claims.own([f])
@@ -313,12 +315,7 @@ def _compute(job: Job, claims: Claims, steps_us: dict[int, float]) -> list[Cause
         m = f.metrics
         if f.rank is None:
             continue
-        peers = job.steps.filter(pl.col("step") == f.step, pl.col("rank").is_in(m["ranks"]))
-        median_rank = (
-            peers.sort((pl.col("computing_us") - m["median_computing_us"]).abs(), "rank").row(0, named=True)["rank"]
-            if not peers.is_empty()
-            else f.rank
-        )
+        median_rank = m["median_rank"]
         excess = m["max_computing_us"] - m["median_computing_us"]
         values = {"rank": f.rank, "ratio": m["ratio"], "median_rank": median_rank, "excess_ms": excess / 1000}
         claims.own([f])
@@ -488,8 +485,15 @@ def _span(values: list[float], form: str) -> str:
 
 
 def _device(job: Job) -> str:
+    """The device the idle time was measured on: NPU for Ascend output, else what the traces' step windows say
+    (GPU, or CPU for CPU-only traces); "device" when ranks disagree."""
     kinds = {r.kind for r in job.ranks}
-    return "NPU" if kinds == {"ascend"} else "GPU" if "ascend" not in kinds else "device"
+    traced = job.tables.get("trace_steps")
+    devices = (
+        set(traced["device"].drop_nulls().unique()) if traced is not None and "device" in traced.columns else set()
+    )
+    words = {"NPU"} if kinds == {"ascend"} else {str(d) for d in devices} or {"GPU"}
+    return words.pop() if len(words) == 1 else "device"
 
 
 def _boundness(job: Job, claims: Claims, steps_us: dict[int, float]) -> list[Cause]:
