@@ -1,9 +1,11 @@
 """The compact views: the brief stays under its byte cap yet leads with the report's causes (shrunk, never dropped to
 nothing) and names the top findings no cause explains with the same locators as the full report, leaves nothing
-out silently, and evidence_doc returns the source text verbatim for a cause, a finding or a group member."""
+out silently, and shows less step by step as the cap shrinks; evidence_doc returns the source text verbatim for a
+cause, a finding or a group member, or only its message, metrics and locators; rules_doc fits a cap as an index."""
 
 from __future__ import annotations
 
+import itertools
 import json
 from collections import defaultdict
 
@@ -11,10 +13,11 @@ import pytest
 import tomllib
 from conftest import FIXTURES, QWEN3, ROOT, run_cli
 
-from profan.app.brief import MAX_BYTES, brief, dumps, evidence_doc, rules_doc
+from profan.app.brief import MAX_BYTES, brief, dumps, evidence_doc, json_bytes, rules_doc
 from profan.model.errors import ProfanInputError
 
 SEV = ("critical", "warning", "info")
+LOCS = ("lines", "events", "pointers")
 DLRM = FIXTURES / "torch" / "dlrm_v100_8rank"  # 8 Kineto traces (V100), evidence as trace event indexes
 
 
@@ -92,7 +95,8 @@ def check_brief(doc: dict, full: dict, max_bytes: int) -> None:
             f["title"],
         )
         assert (stub["ranks"], stub["steps"], stub.get("members", 0)) == (f["ranks"], f["steps"], len(f["members"]))
-        assert len(stub["evidence"]) == min(2, len(f["evidence"]))
+        lean = len(stub["evidence"]) == 1 and len(next(v for k, v in stub["evidence"][0].items() if k in LOCS)) == 1
+        assert len(stub["evidence"]) == min(2, len(f["evidence"])) or lean
         assert stub.get("evidence_items", len(f["evidence"])) == len(f["evidence"])
         _stub_evidence(stub["evidence"], f["evidence"])
     counts = {s: sum(f["severity"] == s for f in full["findings"]) for s in SEV}
@@ -173,17 +177,53 @@ def test_tighter_caps(qwen3_report, qwen3_full, max_bytes):
     assert len(bigger["causes"]) >= len(doc["causes"])
 
 
-def test_cap_below_the_skeleton_keeps_the_first_cause_and_names_the_rest(qwen3_report, qwen3_full):
+def test_cap_below_the_smallest_brief_keeps_the_first_cause_and_says_so(qwen3_report, qwen3_full):
     """Summary, warnings and the omitted list are always there; the first cause stays (at its barest), every other
-    cause and every finding no cause explains is named under `omitted`."""
+    cause and every finding no cause explains is named under `omitted`, and a note gives the size of this smallest
+    form, which is what any cap below it gets."""
     doc = brief(qwen3_report, max_bytes=200)
     assert doc["findings"] == []
     (c1,) = doc["causes"]
     assert c1["id"] == "C1" and "assumption" not in c1 and c1["alternatives"] == [] and len(c1["evidence"]) == 1
+    assert len(c1["action"]) == 100 and c1["action"].endswith("…")
     omitted = {i for group in doc["omitted"].values() for i in group}
     others = {c["id"] for c in qwen3_full["causes"][1:]}
     unexplained = {f["id"] for f in qwen3_full["findings"] if not f["explained_by"]}
     assert omitted == others | unexplained
+    n = json_bytes(doc)
+    assert doc["note"] == f"max_bytes 200 is below the smallest brief ({n} bytes); this is that form"
+    assert brief(qwen3_report, max_bytes=n) == {k: v for k, v in doc.items() if k != "note"}
+    assert {k: v for k, v in brief(qwen3_report, max_bytes=1).items() if k != "note"} == {
+        k: v for k, v in doc.items() if k != "note"
+    }
+
+
+@pytest.mark.parametrize("sample", ["qwen3", "dlrm", "compare"])
+def test_a_smaller_cap_shows_less_step_by_step(qwen3_report, sample):
+    """From the full brief down to the smallest: every cap is kept (or the smallest form is returned with its note),
+    a smaller cap never shows anything a larger one does not, and the first cause — for a comparison, which has
+    none, the first finding — is always there."""
+    from test_mcp import contained
+
+    import profan
+
+    report = {
+        "qwen3": lambda: qwen3_report,
+        "dlrm": lambda: profan.analyze(DLRM),
+        "compare": lambda: profan.compare(QWEN3, ranks=(0, 2)),
+    }[sample]()
+    full = brief(report, max_bytes=None)
+    caps = range(json_bytes(full) + 200, 0, -100)
+    docs = [brief(report, max_bytes=cap) for cap in caps]
+    assert docs[0] == full
+    for cap, doc in zip(caps, docs, strict=True):
+        assert json_bytes(doc) <= cap or "note" in doc
+        lead = doc["causes"] if report.causes else doc["findings"]
+        assert lead and lead[0]["id"] == (report.causes or report.findings)[0].id
+    for big, small in itertools.pairwise(docs):
+        contained(small, big)
+    forms = {json_bytes(d) for d in docs if "note" not in d}
+    assert len(forms) >= 8
 
 
 def test_time_by_bucket_sums_the_breakdown(qwen3_report, qwen3_full):
@@ -275,3 +315,45 @@ def test_rules_doc_passes_the_cause_texts_through():
     assert not {"action", "verify", "alternatives"} & set(plain)
     listed = {c["id"]: c for c in rules_doc(None)["checks"]}
     assert {i for i, c in listed.items() if "action" in c} == {i for i, c in checks.items() if "cause" in c}
+
+
+def test_findings_only_evidence_reads_no_rows(qwen3_report, monkeypatch):
+    """limit=0: the claim and its locators, as the full document has them, without a row or a header — and without
+    reading the files for rows (a finding over a multi-GB trace costs nothing to look at)."""
+    full = evidence_doc(qwen3_report, QWEN3, "C1")
+
+    def no_reads(*_):
+        raise AssertionError("limit=0 read rows")
+
+    monkeypatch.setattr("profan.app.drill.read_back", no_reads)
+    monkeypatch.setattr("profan.app.brief.read_lines", no_reads)
+    lean = evidence_doc(qwen3_report, QWEN3, "C1", limit=0)
+    assert all(i["rows"] == [] and "header" not in i for i in lean["evidence"])
+    strip = [{k: v for k, v in i.items() if k not in ("rows", "header")} for i in full["evidence"]]
+    assert [{k: v for k, v in i.items() if k != "rows"} for i in lean["evidence"]] == strip
+    assert {k: v for k, v in lean.items() if k != "evidence"} == {k: v for k, v in full.items() if k != "evidence"}
+
+
+def test_rules_doc_under_a_cap_is_an_index():
+    """The rule pack is 50 KB in full; under a cap it is first an index (id and name of every check and bucket
+    rule, a bucket rule's bucket), then the bucket rules go from the end, then the checks, counted; one entry
+    loses the ends of its texts, then its example."""
+    from test_mcp import contained
+
+    full = rules_doc(None)
+    assert json_bytes(full) > 40_000
+    index = rules_doc(None, max_bytes=8000)
+    assert json_bytes(index) <= 8000 and "rules_total" not in index
+    for key in ("rules", "checks"):
+        assert [e["id"] for e in index[key]] == [e["id"] for e in full[key]]
+    assert all(set(e) == {"kind", "id", "name", "bucket"} for e in index["rules"])
+    assert all(set(e) == {"kind", "id", "name"} for e in index["checks"])
+    small = rules_doc(None, max_bytes=2500)
+    assert json_bytes(small) <= 2500 and small["rules_total"] == len(full["rules"]) > len(small["rules"])
+    assert len(small["checks"]) == len(full["checks"])  # the checks go last: findings name them
+    contained(small, index)
+    contained(index, full)
+    one = rules_doc(None, "pipeline-stage-imbalance")
+    cut = rules_doc(None, "pipeline-stage-imbalance", max_bytes=json_bytes(one) - 1)
+    assert json_bytes(cut) < json_bytes(one) and cut["item"]["params"] == one["item"]["params"]
+    contained(cut, one)

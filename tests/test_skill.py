@@ -78,6 +78,31 @@ def test_skill_says_to_read_the_causes_first_and_which_checks_make_them():
     assert set(re.findall(r"`([a-z0-9-]+)`", para)) == _cause_checks()
 
 
+def test_skill_leads_with_the_verdict_workflow():
+    """The first section is the workflow an agent follows (the one tests/test_agent_transcript.py scripts): causes
+    first, then `evidence` without rows (`limit=0`), rows last; and its table of causes and their usual symptoms
+    is the rule pack's own ([check.cause] explains of every cause check that explains any)."""
+    _, body = front_matter()
+    first = body[body.index("\n## ") :].split("\n## ")[1]
+    assert first.startswith("The verdict workflow\n")
+    steps = [first.index(s) for s in ("read `causes` first", "`limit=0`", "`limit=1`")]
+    assert steps == sorted(steps)
+    rows = re.findall(r"^\| `([a-z0-9-]+)` \| (.+) \|$", first, flags=re.M)
+    with open(ROOT / "rules" / "checks.toml", "rb") as fh:
+        explains = {
+            c["id"]: c["cause"]["explains"] for c in tomllib.load(fh)["check"] if c.get("cause", {}).get("explains")
+        }
+    assert {check: re.findall(r"`([a-z0-9-]+)`", cells) for check, cells in rows} == explains
+    # the MCP defaults it states are the ones the tools advertise
+    from profan.app.mcp_server import BRIEF_BYTES, EVIDENCE_BYTES, RULES_BYTES
+
+    mcp = body[body.index("## MCP") :]
+    assert f"`analyze` with the path (default `max_bytes` {BRIEF_BYTES})" in first
+    for tool, default in (("analyze", BRIEF_BYTES), ("evidence", EVIDENCE_BYTES), ("rules", RULES_BYTES)):
+        (row,) = [ln for ln in mcp.splitlines() if ln.startswith(f"| `{tool}` |")]
+        assert f"`max_bytes` ({default})" in row
+
+
 def mentioned_commands() -> list[str]:
     """`profan …` in inline code and in code blocks of SKILL.md, in order, without duplicates."""
     found = re.findall(r"`(profan(?: [^`|]*)?)`", TEXT)

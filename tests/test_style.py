@@ -59,7 +59,6 @@ KNOWN_LONG = {
     "profan/analyses/nccl.py:nccl_findings",
     "profan/analyses/steps.py:reconcile_findings",
     "profan/analyses/trace_steps.py:overlap_check",
-    "profan/app/mcp_server.py:build_server",
     "profan/compare.py:_regression_findings",
     "profan/synth/model.py:_backward_layer",
     "profan/synth/model.py:_forward_layer",

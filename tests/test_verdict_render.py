@@ -165,7 +165,8 @@ def _mcp_analyze(path) -> dict:
 
     async def main():
         async with Client(build_server([ROOT])) as client:
-            return (await client.call_tool("analyze", {"path": str(path)})).structured_content
+            # a cap as large as the CLI's brief, so both carry the same detail
+            return (await client.call_tool("analyze", {"path": str(path), "max_bytes": 100_000})).structured_content
 
     return anyio.run(main)
 

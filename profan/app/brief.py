@@ -7,10 +7,16 @@ the same answer in the same shape:
 
 * ``brief``         — the causes first (estimated gain, action, how to verify, competing explanations, the findings
   each explains, its top evidence locators), then the findings no cause explains, summary counts and where the
-  time went; capped in bytes by shrinking the causes' texts and dropping the least important findings, naming what
-  it left out so the caller can ask for it;
-* ``evidence_doc``  — the raw source rows behind one cause, finding or group member, read back from the files;
+  time went;
+* ``evidence_doc``  — the raw source rows behind one cause, finding or group member, read back from the files, or
+  (``limit=0``) only its message, metrics and locators;
 * ``rules_doc``     — the rule pack (bucket rules and checks) or one entry of it.
+
+Each can be held to a byte cap. A capped view is the first of a ladder of forms, richest first, each holding less
+than the one before, that fits: so a larger cap never shows less, and a smaller one loses detail step by step (the
+least important findings, rows, locators, the later causes' texts) instead of all at once. The size is measured by
+the caller's ``size`` function: compact JSON for the CLI, the bytes of the whole response on the wire for the MCP
+server. Below the smallest form, that form is returned with a ``note`` saying so.
 
 They only select and trim what the Report already holds (plus one share per bucket); no analysis happens here.
 """
@@ -19,6 +25,8 @@ from __future__ import annotations
 
 import json
 import shlex
+from collections.abc import Callable, Iterable, Iterator
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
@@ -36,15 +44,15 @@ BRIEF_SCHEMA = "profan.brief/2"
 EVIDENCE_SCHEMA = "profan.evidence/1"
 RULES_SCHEMA = "profan.rules/1"
 
-MAX_BYTES = 8000  # the brief's budget in UTF-8 bytes of compact JSON (an 8 KB context slice)
+MAX_BYTES = 8000  # the CLI brief's budget in UTF-8 bytes of compact JSON (an 8 KB context slice)
 LOCATORS_PER_ITEM = 3  # the largest rows of each evidence item; `profan evidence` gives all cited rows
 ITEMS_PER_FINDING = 2  # evidence items shown per finding; `evidence_items` says how many there are
 TITLE_CHARS = 200
 LIST_ITEMS = 4  # warnings / notes kept (each clipped), the rest counted
 IDS_LISTED = 16  # ranks / steps listed per item; `ranks_total` / `steps_total` say how many there are
+BUCKETS_BARE = 3  # time_by_bucket rows the barest briefs keep
 # How much of each cause the brief shows, richest first: characters per text, competing explanations, evidence
-# items and locators per item, and whether the assumption is kept. The richest that leaves room for the headline
-# findings is used; a cause never shrinks to nothing.
+# items and locators per item, and whether the assumption is kept. A cause never shrinks to nothing.
 CAUSE_LEVELS = (
     {"chars": 1000, "alternatives": 4, "items": 2, "locators": 3, "assumption": True},
     {"chars": 320, "alternatives": 2, "items": 1, "locators": 2, "assumption": True},
@@ -52,10 +60,40 @@ CAUSE_LEVELS = (
     {"chars": 100, "alternatives": 0, "items": 1, "locators": 1, "assumption": False},
 )
 
+Size = Callable[[dict[str, Any]], int]
+
 
 def dumps(doc: Any) -> str:
-    """Compact JSON, the form the byte budget is measured in."""
+    """Compact JSON, the form the CLI prints and measures its budget in."""
     return json.dumps(doc, ensure_ascii=False, separators=(",", ":"))
+
+
+def json_bytes(doc: Any) -> int:
+    return len(dumps(doc).encode())
+
+
+def fit(forms: Iterable[dict[str, Any]], max_bytes: int | None, size: Size = json_bytes) -> tuple[dict[str, Any], bool]:
+    """The first of ``forms`` (richest first, each holding less than the one before) within ``max_bytes``, so a
+    larger cap never shows less than a smaller one; if none fits, the last — the smallest form — and False.
+
+    A form may be the same dict shrunk in place between yields: the first that fits is returned and the rest of
+    the ladder is never built."""
+    doc: dict[str, Any] = {}
+    for doc in forms:
+        if max_bytes is None or size(doc) <= max_bytes:
+            return doc, True
+    return doc, False
+
+
+def _below_floor(doc: dict[str, Any], what: str, max_bytes: int | None, size: Size) -> dict[str, Any]:
+    """The smallest form, saying that it is over the cap and by how much (its size counted with the note)."""
+    n = size(doc)
+    for _ in range(3):  # the note's own digits can change the size it states
+        doc["note"] = f"max_bytes {max_bytes} is below the smallest {what} ({n} bytes); this is that form"
+        n, stated = size(doc), n
+        if n == stated:
+            break
+    return doc
 
 
 def _clip(text: str, limit: int) -> str:
@@ -69,15 +107,16 @@ def _evidence_stub(evidence: tuple[Evidence, ...], items: int = ITEMS_PER_FINDIN
     return out
 
 
-def _ids(stub: dict[str, Any], key: str, values: tuple[int, ...]) -> None:
-    """``values`` under ``key``: all of them, or the first IDS_LISTED and their count (a job of 1,270 steps)."""
-    stub[key] = list(values[:IDS_LISTED])
-    if len(values) > IDS_LISTED:
+def _ids(stub: dict[str, Any], key: str, values: tuple[int, ...] | list[Any], listed: int = IDS_LISTED) -> None:
+    """``values`` under ``key``: all of them, or the first ``listed`` and their count (a job of 1,270 steps)."""
+    stub[key] = list(values[:listed])
+    if len(values) > listed:
         stub[f"{key}_total"] = len(values)
 
 
-def finding_stub(f: Finding) -> dict[str, Any]:
-    """One finding, cut down to what an agent needs to decide whether to drill into it."""
+def finding_stub(f: Finding, lean: bool = False) -> dict[str, Any]:
+    """One finding, cut down to what an agent needs to decide whether to drill into it; ``lean``: one evidence
+    item with one locator (what a tight budget keeps)."""
     stub: dict[str, Any] = {
         "id": f.id,
         "severity": f.severity,
@@ -90,8 +129,9 @@ def finding_stub(f: Finding) -> dict[str, Any]:
     _ids(stub, "steps", f.steps)
     if f.members:
         stub["members"] = len(f.members)
-    stub["evidence"] = _evidence_stub(f.evidence)
-    if len(f.evidence) > ITEMS_PER_FINDING:
+    items = 1 if lean else ITEMS_PER_FINDING
+    stub["evidence"] = _evidence_stub(f.evidence, items, 1 if lean else LOCATORS_PER_ITEM)
+    if len(f.evidence) > items:
         stub["evidence_items"] = len(f.evidence)
     return stub
 
@@ -141,8 +181,8 @@ def bucket_shares(report: Report) -> list[dict[str, Any]]:
     ]
 
 
-def _clipped_list(items: list[str]) -> dict[str, Any]:
-    return {"count": len(items), "first": [_clip(s, 240) for s in items[:LIST_ITEMS]]}
+def _clipped_list(items: list[str], keep: int = LIST_ITEMS) -> dict[str, Any]:
+    return {"count": len(items), "first": [_clip(s, 240) for s in items[:keep]]}
 
 
 def _skeleton(report: Report, report_file: str | None, drill: str | None) -> dict[str, Any]:
@@ -181,52 +221,115 @@ def _skeleton(report: Report, report_file: str | None, drill: str | None) -> dic
     }
 
 
-def brief(
-    report: Report, *, max_bytes: int = MAX_BYTES, report_file: str | None = None, drill: str | None = None
-) -> dict[str, Any]:
-    """The compact view: every cause, then as many of the findings no cause explains (most severe first) as fit
-    in ``max_bytes``. A finding a cause explains is named by id under it (``explains``), not repeated.
+@dataclass(frozen=True)
+class _Plan:
+    """How much of the report one form of the brief shows."""
 
-    The causes are shown at the richest detail level of CAUSE_LEVELS that leaves room for the headline findings
-    (warning and critical); if even the barest causes do not fit, the last ones go, never the first. What is left
-    out is listed under ``omitted`` (check -> ids) so nothing disappears silently. ``report_file``, when the full
-    report was written too, is where ``profan evidence`` should look; ``drill`` replaces the hint on how to get the
-    rows behind an id (the MCP server points at its own tool).
+    findings: int  # the first findings no cause explains, in priority order
+    lean: int  # the last `lean` of those with one evidence item and one locator
+    levels: tuple[int, ...]  # per shown cause, its CAUSE_LEVELS index
+    warnings: int = LIST_ITEMS  # warnings quoted (the rest counted)
+    notes: int = LIST_ITEMS  # notes quoted
+    buckets: int | None = None  # time_by_bucket rows (None: all)
+
+
+def _plans(causes: int, findings: int, headline: int) -> Iterator[_Plan]:
+    """The forms of the brief, richest first, each showing less than the one before: the info findings go (least
+    important first), the shown findings' evidence thins, the later causes lose detail a level at a time (the
+    last first), the notes are counted instead of quoted and the warnings cut to the first, the headline findings
+    go, the later causes go (named under `omitted`), the last warning quoted goes, the first cause is shortened,
+    the bucket table is cut, and last the first cause reaches its barest. The first cause is never dropped;
+    without causes (a comparison), neither is the first finding."""
+    p = _Plan(findings, 0, (0,) * causes)
+    yield p
+    steps: list[dict[str, Any]] = [{"findings": n} for n in range(findings - 1, headline - 1, -1)]
+    steps += [{"lean": n} for n in range(1, min(findings, headline) + 1)]
+    for level in range(1, len(CAUSE_LEVELS)):
+        steps += [{"level": (i, level)} for i in range(causes - 1, 0, -1)]
+    steps += [{"notes": 1}, {"notes": 0}, {"warnings": 1}]
+    keep = 0 if causes else min(1, findings)
+    steps += [{"findings": n} for n in range(min(findings, headline) - 1, keep - 1, -1)]
+    steps += [{"causes": n} for n in range(causes - 1, 0, -1)]
+    steps += [{"warnings": 0}]
+    steps += [{"level": (0, 1)}] if causes else []
+    steps += [{"buckets": BUCKETS_BARE}]
+    steps += [{"level": (0, level)} for level in range(2, len(CAUSE_LEVELS)) if causes]
+    for step in steps:
+        if "findings" in step:
+            p = replace(p, findings=step["findings"], lean=min(p.lean, step["findings"]))
+        elif "level" in step:
+            i, level = step["level"]
+            p = replace(p, levels=(*p.levels[:i], level, *p.levels[i + 1 :]))
+        elif "causes" in step:
+            p = replace(p, levels=p.levels[: step["causes"]])
+        else:
+            p = replace(p, **step)
+        yield p
+
+
+def brief(
+    report: Report,
+    *,
+    max_bytes: int | None = MAX_BYTES,
+    report_file: str | None = None,
+    drill: str | None = None,
+    size: Size = json_bytes,
+) -> dict[str, Any]:
+    """The compact view: every cause, then the findings no cause explains (most severe first), in the richest form
+    of `_plans` whose ``size`` is within ``max_bytes``. A finding a cause explains is named by id under it
+    (``explains``), not repeated; what is left out is listed under ``omitted`` (check -> ids) so nothing
+    disappears silently. ``report_file``, when the full report was written too, is where ``profan evidence``
+    should look; ``drill`` replaces the hint on how to get the rows behind an id (the MCP server points at its own
+    tool).
     """
-    doc = clean(_skeleton(report, report_file, drill))
+    skeleton = clean(_skeleton(report, report_file, drill))
     unexplained = [f for f in report.findings if f.explained_by is None]
     order = _priority(unexplained)
-    stubs = {f.id: finding_stub(f) for f in unexplained}
     headline = sum(f.severity in ("critical", "warning") for f in unexplained)
-    kept: list[Finding] = []
-    for level in range(len(CAUSE_LEVELS)):
-        causes = [clean(cause_stub(c, level)) for c in report.causes]
-        kept = _largest_prefix(doc, report, causes, stubs, order, max_bytes)
-        if len(kept) >= headline and _fill(doc, report, causes, stubs, kept) <= max_bytes:
-            break
-    while len(causes) > 1 and _fill(doc, report, causes, stubs, kept) > max_bytes:
-        causes = causes[:-1]
-    _fill(doc, report, causes, stubs, kept)
-    return doc
+    causes: dict[tuple[str, int], dict[str, Any]] = {}
+    stubs: dict[tuple[str, bool], dict[str, Any]] = {}
+
+    def render(p: _Plan) -> dict[str, Any]:
+        for c, level in zip(report.causes, p.levels, strict=False):
+            causes.setdefault((c.id, level), clean(cause_stub(c, level)))
+        shown = order[: p.findings]
+        lean = {f.id for f in shown[len(shown) - p.lean :]} if p.lean else set()
+        for f in shown:
+            stubs.setdefault((f.id, f.id in lean), clean(finding_stub(f, f.id in lean)))
+        return _render(report, skeleton, p, causes, stubs, {f.id: f.id in lean for f in shown})
+
+    forms = (render(p) for p in _plans(len(report.causes), len(order), headline))
+    doc, fits = fit(forms, max_bytes, size)
+    return doc if fits else _below_floor(doc, "brief", max_bytes, size)
 
 
-def _largest_prefix(
-    doc: dict[str, Any],
+def _render(
     report: Report,
-    causes: list[dict[str, Any]],
-    stubs: dict[str, dict[str, Any]],
-    order: list[Finding],
-    max_bytes: int,
-) -> list[Finding]:
-    """The longest prefix of ``order`` that fits beside ``causes`` (the size grows with the prefix)."""
-    lo, hi = 0, len(order)
-    while lo < hi:
-        mid = (lo + hi + 1) // 2
-        if _fill(doc, report, causes, stubs, order[:mid]) <= max_bytes:
-            lo = mid
-        else:
-            hi = mid - 1
-    return order[:lo]
+    skeleton: dict[str, Any],
+    p: _Plan,
+    causes: dict[tuple[str, int], dict[str, Any]],
+    stubs: dict[tuple[str, bool], dict[str, Any]],
+    shown: dict[str, bool],
+) -> dict[str, Any]:
+    """One form of the brief: ``shown`` maps the ids of the findings shown to whether each is lean; what is left
+    out (a cause that did not fit, a finding no cause explains that is not shown) is named as check -> ids."""
+    doc = dict(skeleton)
+    doc["causes"] = [causes[(c.id, level)] for c, level in zip(report.causes, p.levels, strict=False)]
+    doc["findings"] = [stubs[(f.id, shown[f.id])] for f in report.findings if f.id in shown]
+    omitted: dict[str, list[str]] = {}
+    for c in report.causes[len(p.levels) :]:
+        omitted.setdefault(c.check, []).append(c.id)
+    for f in report.findings:
+        if f.explained_by is None and f.id not in shown:
+            omitted.setdefault(f.check, []).append(f.id)
+    doc["omitted"] = omitted
+    if p.warnings < LIST_ITEMS:
+        doc["warnings"] = _clipped_list(report.warnings, p.warnings)
+    if p.notes < LIST_ITEMS:
+        doc["notes"] = _clipped_list(report.notes, p.notes)
+    if p.buckets is not None:
+        doc["summary"] = {**doc["summary"], "time_by_bucket": doc["summary"]["time_by_bucket"][: p.buckets]}
+    return doc
 
 
 def _priority(findings: list[Finding]) -> list[Finding]:
@@ -239,30 +342,6 @@ def _priority(findings: list[Finding]) -> list[Finding]:
         seen[f.check] = nth + 1
         keyed.append(((SEVERITIES.index(f.severity), nth, pos), f))
     return [f for _, f in sorted(keyed, key=lambda kv: kv[0])]
-
-
-def _fill(
-    doc: dict[str, Any],
-    report: Report,
-    causes: list[dict[str, Any]],
-    stubs: dict[str, dict[str, Any]],
-    kept: list[Finding],
-) -> int:
-    """Put ``causes`` and ``kept`` (shown in report order) into ``doc``, and what is left out (a cause that did not
-    fit, a finding no cause explains that is not shown) as check -> ids; return the size in bytes."""
-    ids = {f.id for f in kept}
-    shown_causes = {c["id"] for c in causes}
-    doc["causes"] = causes
-    doc["findings"] = [stubs[f.id] for f in report.findings if f.id in ids]
-    omitted: dict[str, list[str]] = {}
-    for c in report.causes:
-        if c.id not in shown_causes:
-            omitted.setdefault(c.check, []).append(c.id)
-    for f in report.findings:
-        if f.id not in ids and f.id in stubs:
-            omitted.setdefault(f.check, []).append(f.id)
-    doc["omitted"] = omitted
-    return len(dumps(doc).encode())
 
 
 # ---------------------------------------------------------------------------------------------- evidence
@@ -325,76 +404,200 @@ def _item_fields(report: Report, item: Cause | Finding) -> dict[str, Any]:
 
 
 def evidence_doc(
-    report: Report, data_root: Path, finding_id: str, *, where: str | Path | None = None, limit: int | None = None
+    report: Report,
+    data_root: Path,
+    finding_id: str,
+    *,
+    where: str | Path | None = None,
+    limit: int | None = None,
+    max_bytes: int | None = None,
+    size: Size = json_bytes,
 ) -> dict[str, Any]:
     """The rows behind one cause, finding or group member: per evidence item, the raw text at each cited locator
     (verbatim, as ``profan.model.evidence.read_back`` returns it) and, for CSV files, the header so the cells can be
     named.
 
-    ``limit`` caps the rows read back per item (None: all cited rows, at most ``evidence.MAX_CITED``).
+    ``limit`` caps the rows read back per item (None: all cited rows, at most ``evidence.MAX_CITED``; 0: none, so
+    a caller can read the claim's message, metrics and locators cheaply — the files are then only checked, not
+    read). ``max_bytes`` holds the document to that cap by `_evidence_forms`.
     """
     from profan.app.drill import evidence_rows
 
     item = find_item(report, finding_id, where)
     base = base_dir(data_root)
     check_sizes(base, report.source.get("file_bytes"), {ev.file for ev in item.evidence})
-    items = evidence_rows(data_root, item)
+    items = evidence_rows(data_root, item, limit)
     for row in items:
-        if limit is not None:
-            row["rows"] = row["rows"][:limit]
         row["cited"] = len(row.get("lines") or row.get("events") or row.get("pointers") or [])
-        if "lines" in row:
+        if "lines" in row and row["rows"]:
             row["header"] = read_lines(base / row["file"], [1]).get(1, "").lstrip("\ufeff")
-    return clean({"schema": EVIDENCE_SCHEMA, **_item_fields(report, item), "root": str(data_root), "evidence": items})
+    doc = clean({"schema": EVIDENCE_SCHEMA, **_item_fields(report, item), "root": str(data_root), "evidence": items})
+    doc, fits = fit(_evidence_forms(doc), max_bytes, size)
+    return doc if fits else _below_floor(doc, "evidence document", max_bytes, size)
+
+
+LOCATOR_KINDS = ("lines", "events", "pointers")
+
+
+def _evidence_forms(doc: dict[str, Any]) -> Iterator[dict[str, Any]]:
+    """The forms of an evidence document, richest first, each holding less than the one before (``doc`` shrunk in
+    place): fewer rows per item, then the later items' rows go, the locator lists are cut, then the rank, step
+    and member lists, the later items go (counted in ``evidence_items``), then the first item's rows (a caller
+    who asked for rows wants one quoted before the other items' locators), the texts are shortened, and last the
+    nested metrics and the selects are left out. The claim's id, title, message, scalar metrics and its first
+    item's file and first locator always stay."""
+    yield doc
+    items = doc["evidence"]
+    for n in range(max((len(i["rows"]) for i in items), default=0) - 1, 0, -1):
+        for i in items:
+            i["rows"] = i["rows"][:n]
+        yield doc
+    for i in reversed(items[1:]):
+        if i["rows"]:
+            _no_rows(i)
+            yield doc
+    for n in (LOCATORS_PER_ITEM, 1):
+        for i in items:
+            for kind in LOCATOR_KINDS:
+                if kind in i:
+                    i[kind] = i[kind][:n]
+        yield doc
+    for key in ("ranks", "steps", "members"):
+        if len(doc.get(key, ())) > IDS_LISTED:
+            _ids(doc, key, doc[key])
+            yield doc
+    total = len(items)
+    while len(items) > 1:
+        items.pop()
+        doc["evidence_items"] = total
+        yield doc
+    if items[0]["rows"]:
+        _no_rows(items[0])
+        yield doc
+    yield from _shorter_texts(doc)
+    nested = [k for k, v in doc["metrics"].items() if isinstance(v, dict | list)]
+    if nested:
+        doc["metrics"] = {k: v for k, v in doc["metrics"].items() if k not in nested}
+        doc["metrics_omitted"] = nested
+        yield doc
+    for i in items:
+        i["select"] = {}
+    yield doc
+
+
+def _no_rows(item: dict[str, Any]) -> None:
+    item["rows"] = []
+    item.pop("header", None)
+
+
+def _shorter_texts(doc: dict[str, Any]) -> Iterator[dict[str, Any]]:
+    """A claim's texts, shortened: the competing explanations to the first, then the assumption and the way to
+    verify, then the message, title and action."""
+    if doc.get("alternatives"):
+        doc["alternatives"] = [_clip(a, 160) for a in doc["alternatives"][:1]]
+        yield doc
+    for keys, n in ((("assumption", "verify"), 160), (("message", "action"), 400), (("title",), 160)):
+        for key in keys:
+            if key in doc:
+                doc[key] = _clip(doc[key], n)
+        yield doc
 
 
 # ---------------------------------------------------------------------------------------------- rules
 
 
-def rules_doc(extra: list[Path] | None = None, ident: str | None = None) -> dict[str, Any]:
-    """The rule pack as data (``ident`` None) or one rule/check; an unknown id is a one-line input error."""
+def rules_doc(
+    extra: list[Path] | None = None,
+    ident: str | None = None,
+    *,
+    max_bytes: int | None = None,
+    size: Size = json_bytes,
+) -> dict[str, Any]:
+    """The rule pack as data (``ident`` None) or one rule/check, held to ``max_bytes`` by `_rule_forms`; an
+    unknown id is a one-line input error."""
     from profan.rulepack.pack import BucketRule, load
 
     pack = load(extra or [])
-
-    def rule(r: BucketRule) -> dict[str, Any]:
-        return {
-            "kind": "bucket-rule",
-            "id": r.id,
-            "name": r.name,
-            "bucket": r.bucket,
-            "match": r.match,
-            "why": r.why,
-            "example": r.example,
-            "applies_to": r.applies_to,
-            "source": r.source,
-        }
-
-    def check(c: Any) -> dict[str, Any]:
-        # a check that can be a cause says what to change, how to verify it and what else could explain the data
-        # (templates: a report fills in the cause's numbers)
-        cause = c.params.get("cause") if isinstance(c.params.get("cause"), dict) else {}
-        return {
-            "kind": "check",
-            "id": c.id,
-            "name": c.name,
-            "detects": c.detects,
-            "why": c.why,
-            "params": c.params,
-            "source": c.source,
-            **{k: cause[k] for k in ("action", "verify", "alternatives") if k in cause},
-        }
-
     if ident:
         item = pack.find(ident)
         if item is None:
             raise ProfanInputError(None, f"no rule or check {ident!r}; run 'profan rules' for the list")
-        return clean({"schema": RULES_SCHEMA, "item": rule(item) if isinstance(item, BucketRule) else check(item)})
-    return clean(
-        {
-            "schema": RULES_SCHEMA,
-            "files": pack.files,
-            "rules": [rule(r) for r in pack.rules],
-            "checks": [check(c) for c in pack.checks.values()],
-        }
-    )
+        entry = _rule_entry(item) if isinstance(item, BucketRule) else _check_entry(item)
+        doc = clean({"schema": RULES_SCHEMA, "item": entry})
+    else:
+        doc = clean(
+            {
+                "schema": RULES_SCHEMA,
+                "files": pack.files,
+                "rules": [_rule_entry(r) for r in pack.rules],
+                "checks": [_check_entry(c) for c in pack.checks.values()],
+            }
+        )
+    doc, fits = fit(_rule_forms(doc), max_bytes, size)
+    return doc if fits else _below_floor(doc, "rules document", max_bytes, size)
+
+
+def _rule_entry(r: Any) -> dict[str, Any]:
+    return {
+        "kind": "bucket-rule",
+        "id": r.id,
+        "name": r.name,
+        "bucket": r.bucket,
+        "match": r.match,
+        "why": r.why,
+        "example": r.example,
+        "applies_to": r.applies_to,
+        "source": r.source,
+    }
+
+
+def _check_entry(c: Any) -> dict[str, Any]:
+    # a check that can be a cause says what to change, how to verify it and what else could explain the data
+    # (templates: a report fills in the cause's numbers)
+    cause = c.params.get("cause") if isinstance(c.params.get("cause"), dict) else {}
+    return {
+        "kind": "check",
+        "id": c.id,
+        "name": c.name,
+        "detects": c.detects,
+        "why": c.why,
+        "params": c.params,
+        "source": c.source,
+        **{k: cause[k] for k in ("action", "verify", "alternatives") if k in cause},
+    }
+
+
+RULE_DETAILS = ("params", "match", "example")  # what `rules ID` shows of one entry
+RULE_TEXTS = ("why", "action", "verify", "alternatives", "applies_to", "source")
+
+
+def _rule_forms(doc: dict[str, Any]) -> Iterator[dict[str, Any]]:
+    """The forms of a rules document, richest first, each holding less than the one before (``doc`` shrunk in
+    place). The listing becomes an index: the entries' thresholds, patterns and examples go, then their texts,
+    then what each check detects; then entries from the end, bucket rules before checks (counted in
+    ``rules_total`` / ``checks_total``). One entry: its texts are shortened, then its example goes."""
+    yield doc
+    if "item" in doc:
+        item = doc["item"]
+        for n in (320, 120):
+            for key in ("why", "detects", "action", "verify"):
+                if key in item:
+                    item[key] = _clip(item[key], n)
+            if "alternatives" in item:
+                item["alternatives"] = [_clip(a, n) for a in item["alternatives"]]
+            yield doc
+        item.pop("example", None)
+        yield doc
+        return
+    entries = [*doc["checks"], *doc["rules"]]
+    for keys in (RULE_DETAILS, RULE_TEXTS, ("detects",)):
+        for entry in entries:
+            for key in keys:
+                entry.pop(key, None)
+        yield doc
+    for key, keep in (("rules", 0), ("checks", 1)):
+        total = len(doc[key])
+        while len(doc[key]) > keep:
+            doc[key].pop()
+            doc[f"{key}_total"] = total
+            yield doc

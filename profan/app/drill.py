@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -39,13 +40,17 @@ def load_report_or_analyze(path: Path, root: Path | None = None) -> tuple[Report
     return report, report_root(report, None, root)
 
 
-def evidence_rows(root: Path, finding: Finding | Cause) -> list[dict[str, Any]]:
+def evidence_rows(root: Path, finding: Finding | Cause, limit: int | None = None) -> list[dict[str, Any]]:
     """The cited rows of each evidence item of a finding or a cause (a cause's are those of its source findings),
-    read back verbatim."""
+    read back verbatim: the first ``limit`` of each item (None: all; 0: none, and the file is not read — a caller
+    that wants only the locators should not pay for a scan of a large CSV)."""
     base = base_dir(root)
     out = []
     for ev in finding.evidence:
-        rows = [{"locator": loc, "text": text} for loc, text in read_back(base, ev)]
+        rows = []
+        if limit != 0:
+            cited = ev if limit is None or limit >= len(ev.locators) else replace(ev, **{ev.kind: ev.locators[:limit]})
+            rows = [{"locator": loc, "text": text} for loc, text in read_back(base, cited)]
         out.append(
             {"file": ev.file, "row_count": ev.row_count, "select": ev.select, "rows": rows, ev.kind: list(ev.locators)}
         )

@@ -2,10 +2,17 @@
 
 Built on the official ``mcp`` SDK (2.x, ``mcp.server.mcpserver``), an optional dependency
 (``pip install 'profan[mcp]'``) because it brings an HTTP stack the CLI does not need. The tools return the very
-documents the CLI prints (``profan.brief``, ``profan.evidence``, ``profan.rules`` — built by
-``profan.app.brief``), as
-structured results with an output schema. A bad input comes back as a tool error whose text is the CLI's one-line
-message (``profan: error: PATH: problem``), so an agent reads the same words whichever door it used.
+documents the CLI prints (``profan.brief``, ``profan.evidence``, ``profan.rules`` — built by ``profan.app.brief``)
+as structured content, once, beside a one-line text summary: an agent's context pays for every byte, so a result is
+never sent twice. A bad input comes back as a tool error whose text is the CLI's one-line message
+(``profan: error: PATH: problem``), so an agent reads the same words whichever door it used.
+
+Every result is held to its ``max_bytes`` as it goes over the wire — the whole JSON-RPC response line, serialised
+the way the SDK serialises it — by the same ladders of smaller forms the CLI's brief uses: a smaller cap drops the
+least important findings, rows, locators and the later causes' detail step by step, never the first cause. The
+advertised schemas are kept small for the same reason (the tool list is read at the start of every session): the
+inputs are described in a few words each, and each output schema only names the document, whose full JSON Schema
+``profan schema brief|evidence`` prints.
 
 Reports are kept in memory per (path, rule files, hardware file) and per compared pair: ``evidence`` on what was just
 analysed or compared answers from the same report, so its finding ids are the ones the agent saw.
@@ -20,202 +27,91 @@ from __future__ import annotations
 
 import json
 from collections import OrderedDict
+from collections.abc import Callable
 from pathlib import Path
-from typing import Annotated, Any, Literal
+from typing import Any
 
 from profan.model.errors import ProfanError, ProfanInputError
 from profan.model.report import Report
 from profan.trust import inside, report_root
 
 try:
-    from mcp.server.mcpserver import MCPServer
-    from mcp.types import CallToolResult, TextContent, ToolAnnotations
-    from typing_extensions import NotRequired, TypedDict
+    from mcp.server.mcpserver import Context, MCPServer
+    from mcp.server.mcpserver.tools import Tool
+    from mcp.types import CallToolResult, Implementation, TextContent, ToolAnnotations
+    from pydantic_core import to_json
 except ImportError as exc:  # pragma: no cover - exercised only without the extra
     raise ProfanInputError(
         None, f"'profan mcp' needs the MCP SDK ({exc.name} is missing): pip install 'profan[mcp]'"
     ) from None
 
-INSTRUCTIONS = """profan analyses profiler output (Ascend PyTorch profiler / msprof directories, PyTorch chrome traces)
-into causes and findings, each backed by the exact source rows. Start with `analyze` on the profiler directory: read
-its `causes` first — what holds the step back, the estimated gain per step, the action, how to verify it and the
-competing explanations, with the ids of the findings each explains — then the findings no cause explains. Evidence
-locators are CSV line numbers with header = line 1, trace event indexes, or JSON pointers. To check a claim, call
-`evidence` with the same path and a cause id (C1), finding id (F3) or group member id (F3.2): it returns the raw
-source lines verbatim. `compare` tells what got slower between two ranks of one job or two runs (pass the same
-`source`/`b`/`ranks` to `evidence` for its findings). `rules` lists or explains the checks and bucket rules."""
+INSTRUCTIONS = """profan analyses profiler output (Ascend PyTorch profiler / msprof folders, PyTorch chrome traces) into
+causes and the findings they explain, each backed by the exact source rows. Call `analyze` on the profiler folder and
+read `causes` first: the estimated gain per step, the action (it names the kernels and shapes), how to verify it, the
+competing explanations and the findings each explains. Then `evidence` with the same source and a cause (C1), finding
+(F3) or member (F3.2) id: `limit=0` gives its message and metrics only, `limit=1` one raw source row per item. Every
+result is capped by `max_bytes` as sent; what is left out is named. `compare` diffs two runs or two ranks; `rules`
+explains a check."""
 
-Severity = Literal["critical", "warning", "info"]
+# Defaults sized for an agent's first look: the brief's causes and headline findings, then one claim's message and
+# metrics, fit together in well under 8 KB; a caller that wants more asks for it.
+BRIEF_BYTES = 4000
+EVIDENCE_BYTES = 3000
+RULES_BYTES = 8000
 
-# --------------------------------------------------------------------------------------- output schemas
-# TypedDicts (not the JSON Schema files) because the SDK derives the advertised schema and validates results from a
-# Python type; tests hold both against the same real outputs.
-
-
-class BriefSource(TypedDict):
-    root: str | None
-    root_abs: str | None
-    format: str | None
-    ranks: list[int | None]
-
-
-class BucketShare(TypedDict):
-    bucket: str
-    share: float | None
-    time_ms: float
-
-
-class Summary(TypedDict):
-    causes: int
-    findings: int
-    explained: int
-    critical: int
-    warning: int
-    info: int
-    worst: Severity | None
-    step_us: float | None
-    time_by_bucket: list[BucketShare]
+PARAMS = {
+    "path": "profiler output: job, rank or PROF_* folder, ASCEND_PROFILER_OUTPUT, or a file",
+    "max_bytes": "cap on the result as sent",
+    "rules": "extra rule TOML files",
+    "hardware": "hardware TOML (link priors, device)",
+    "source": "analyze's path (same rules/hardware), compare's a, or a report.json",
+    "finding_id": "cause C1, finding F3 or member F3.2",
+    "limit": "rows per item (default all); 0: message, metrics, locators only",
+    "root": "data folder, if a report.json's data moved",
+    "a": "run A: job, rank folder or file",
+    "b": "run B (evidence: compare's b)",
+    "ranks": "two ranks of job a, e.g. [0, 2]",
+    "id": "check or rule id; omit to list all",
+}
+READ_ONLY = ToolAnnotations(read_only_hint=True, open_world_hint=False)
+SERVER_INFO = "io.modelcontextprotocol/serverInfo"
+ID_RESERVE = 10**19  # a 20-digit request id, when the tool is called outside a request
 
 
-class EvidenceStub(TypedDict):
-    file: str
-    row_count: int
-    lines: NotRequired[list[int]]
-    events: NotRequired[list[int]]
-    pointers: NotRequired[list[str]]
+def _summary(doc: dict[str, Any]) -> str:
+    """One line for clients that show only text: what the structured result is and what it leads with."""
+    schema = doc.get("schema", "")
+    if schema.startswith("profan.brief"):
+        s = doc["summary"]
+        lead = doc["causes"][0] if doc["causes"] else (doc["findings"] or [{}])[0]
+        head = f"; {lead['id']}: {_short(lead['title'])}" if lead else ""
+        return f"{schema} in structuredContent: {s['causes']} causes, {s['findings']} findings{head}"
+    if schema.startswith("profan.evidence"):
+        rows = sum(len(i["rows"]) for i in doc["evidence"])
+        return f"{schema} in structuredContent: {doc['id']} ({doc['check']}), {rows} rows; {_short(doc['title'])}"
+    checks = doc.get("checks_total", len(doc.get("checks", [])))
+    listed = f"{checks} checks, {doc.get('rules_total', len(doc.get('rules', [])))} bucket rules"
+    return f"{schema} in structuredContent: {doc['item']['id'] if 'item' in doc else listed}"
 
 
-class FindingStub(TypedDict):
-    id: str
-    severity: Severity
-    check: str
-    rank: int | None
-    step: int | None
-    title: str
-    ranks: list[int]
-    steps: list[int]
-    ranks_total: NotRequired[int]
-    steps_total: NotRequired[int]
-    members: NotRequired[int]
-    evidence: list[EvidenceStub]
-    evidence_items: NotRequired[int]
-
-
-class CauseStub(TypedDict):
-    id: str
-    check: str
-    title: str
-    impact_us: float | None
-    impact_share: float | None
-    step_us: float | None
-    assumption: NotRequired[str]
-    action: str
-    verify: str
-    alternatives: list[str]
-    explains: list[str]
-    ranks: list[int]
-    steps: list[int]
-    ranks_total: NotRequired[int]
-    steps_total: NotRequired[int]
-    evidence: list[EvidenceStub]
-    evidence_items: NotRequired[int]
-
-
-class Clipped(TypedDict):
-    count: int
-    first: list[str]
-
-
-class BriefDoc(TypedDict):
-    schema: str
-    report_schema: str
-    headline: list[str]
-    causes: list[CauseStub]
-    summary: Summary
-    findings: list[FindingStub]
-    omitted: dict[str, list[str]]
-    source: BriefSource
-    report_file: str | None
-    warnings: Clipped
-    notes: Clipped
-    drill: str
-
-
-class Row(TypedDict):
-    locator: str
-    text: str
-
-
-class EvidenceItem(TypedDict):
-    file: str
-    row_count: int
-    cited: int
-    select: dict[str, Any]
-    rows: list[Row]
-    lines: NotRequired[list[int]]
-    events: NotRequired[list[int]]
-    pointers: NotRequired[list[str]]
-    header: NotRequired[str]
-
-
-class EvidenceDoc(TypedDict):
-    schema: str
-    id: str
-    kind: Literal["cause", "finding", "member"]
-    check: str
-    severity: Severity
-    rank: int | None
-    step: int | None
-    ranks: list[int]
-    steps: list[int]
-    title: str
-    message: str
-    metrics: dict[str, Any]
-    impact_us: NotRequired[float | None]
-    impact_share: NotRequired[float | None]
-    assumption: NotRequired[str]
-    action: NotRequired[str]
-    verify: NotRequired[str]
-    alternatives: NotRequired[list[str]]
-    explains: NotRequired[list[str]]
-    explained_by: NotRequired[str | None]
-    members: NotRequired[list[str]]
-    root: str
-    evidence: list[EvidenceItem]
-
-
-class RuleItem(TypedDict):
-    kind: Literal["bucket-rule", "check"]
-    id: str
-    name: str
-    source: str
-    why: str
-    bucket: NotRequired[str]
-    match: NotRequired[dict[str, str]]
-    example: NotRequired[str]
-    applies_to: NotRequired[str]
-    detects: NotRequired[str]
-    params: NotRequired[dict[str, Any]]
-    action: NotRequired[str]
-    verify: NotRequired[str]
-    alternatives: NotRequired[list[str]]
-
-
-class RulesDoc(TypedDict):
-    schema: str
-    files: NotRequired[list[str]]
-    rules: NotRequired[list[RuleItem]]
-    checks: NotRequired[list[RuleItem]]
-    item: NotRequired[RuleItem]
-
-
-# --------------------------------------------------------------------------------------- tools
+def _short(text: str) -> str:
+    """A title for the summary line, clipped and quoted as a JSON string: it may carry kernel names from the trace,
+    which stay escaped in the text an agent reads as they are in the structured content."""
+    return json.dumps(text if len(text) <= 100 else text[:99] + "…", ensure_ascii=False)
 
 
 def _result(doc: dict[str, Any]) -> CallToolResult:
-    return CallToolResult(
-        content=[TextContent(type="text", text=json.dumps(doc, ensure_ascii=False))], structured_content=doc
-    )
+    return CallToolResult(content=[TextContent(type="text", text=_summary(doc))], structured_content=doc)
+
+
+def wire_bytes(result: CallToolResult, request_id: int | str, stamp: dict[str, Any]) -> int:
+    """Bytes of the JSON-RPC response line that carries ``result`` over stdio: the result dumped as the SDK dumps
+    it (by alias, without None fields), in the 2026-era envelope (``resultType`` and the server-info stamp; an
+    older protocol's response is smaller), compact JSON plus the newline."""
+    body = result.model_dump(by_alias=True, mode="json", exclude_none=True)
+    body.setdefault("resultType", "complete")
+    body["_meta"] = {**body.get("_meta", {}), SERVER_INFO: stamp}
+    return len(to_json({"jsonrpc": "2.0", "id": request_id, "result": body})) + 1
 
 
 def _error(exc: Exception) -> CallToolResult:
@@ -294,108 +190,185 @@ class Reports:
         )
 
 
-def build_server(roots: list[Path] | None = None) -> MCPServer:
-    """The MCP server with profan's tools registered (no transport started); it reads only inside ``roots``
-    (default: the current folder)."""
-    from profan import __version__
-    from profan.app.brief import MAX_BYTES, brief, evidence_doc, rules_doc
-    from profan.app.drill import load_report_or_analyze
+class Tools:
+    """profan's tools as one server serves them: every path is checked against the server's folders, the reports
+    of the session are kept (so `evidence` answers with the ids `analyze` showed), and every result is measured
+    as the response that carries it."""
 
-    server = MCPServer(name="profan", version=__version__, instructions=INSTRUCTIONS)
-    reports = Reports()
-    allowed = Roots(roots or [Path.cwd()])
-    read_only = ToolAnnotations(read_only_hint=True, open_world_hint=False)
+    def __init__(self, roots: list[Path], stamp: dict[str, Any]) -> None:
+        self.allowed = Roots(roots)
+        self.reports = Reports()
+        self.stamp = stamp
 
-    @server.tool(annotations=read_only)
     def analyze(
-        path: str, rules: list[str] | None = None, hardware: str | None = None, max_bytes: int = MAX_BYTES
-    ) -> Annotated[CallToolResult, BriefDoc]:
-        """Analyse a profiler output directory (a job folder with one folder per rank, one rank folder,
-        ASCEND_PROFILER_OUTPUT, an msprof PROF_* folder, or one kernel_details.csv). Returns a compact report that
-        leads with the causes (largest estimated gain per step first: action, how to verify, competing
-        explanations, the findings each explains, evidence locators), then the findings no cause explains, summary
-        counts and kernel time by bucket. `rules`: extra rule TOML files tried before the built-in ones;
-        `hardware`: a TOML of link-bandwidth priors; `max_bytes`: size cap of the result (default 8000)."""
-        try:
-            allowed.check(path)
-            report = reports.get(path, allowed.all(rules, "rules file"), _one(allowed, hardware, "hardware file"))
-            hint = f"call the evidence tool with source={json.dumps(path)} and a finding_id (C1, F3 or F3.2)"
-            return _result(brief(report, max_bytes=max_bytes, drill=hint))
-        except Exception as exc:
-            return _error(exc)
+        self,
+        path: str,
+        max_bytes: int = BRIEF_BYTES,
+        rules: list[str] | None = None,
+        hardware: str | None = None,
+        ctx: Context | None = None,
+    ) -> CallToolResult:
+        """Analyse profiler output. Returns profan.brief/2: causes first (gain per step, action, verify,
+        alternatives, findings explained), then findings no cause explains."""
+        from profan.app.brief import brief
 
-    @server.tool(annotations=read_only)
+        def make(size: Callable[[dict[str, Any]], int]) -> dict[str, Any]:
+            self.allowed.check(path)
+            extra = self.allowed.all(rules, "rules file")
+            report = self.reports.get(path, extra, self._one(hardware, "hardware file"))
+            return brief(report, max_bytes=max_bytes, drill=_hint("the same source"), size=size)
+
+        return self._answer(make, ctx)
+
     def evidence(
+        self,
         source: str,
         finding_id: str,
         limit: int | None = None,
+        max_bytes: int = EVIDENCE_BYTES,
         rules: list[str] | None = None,
         hardware: str | None = None,
         root: str | None = None,
         b: str | None = None,
         ranks: list[int] | None = None,
-    ) -> Annotated[CallToolResult, EvidenceDoc]:
-        """The raw source rows behind one cause (`finding_id` C1), finding (F3) or member of a group finding
-        (F3.2), read back verbatim from the original files: CSV lines (with the file's header line), trace events
-        or JSON values. `source` is the profiler directory given to
-        `analyze` (same `rules`/`hardware`, so ids match) or a report.json written by `profan analyze -f json -o`;
-        for a finding of `compare`, pass its `a` as `source` and the same `b` or `ranks`.
-        `limit` caps rows per evidence item; `root` is the data directory if a report.json's data has moved."""
-        try:
-            if limit is not None and limit < 1:
-                raise ProfanInputError(None, f"limit must be 1 or more (got {limit})")
-            src = allowed.check(source, "source")
-            given = allowed.check(root, "root") if root else None
-            rules = allowed.all(rules, "rules file")
-            if src.is_file() and src.suffix == ".json":
-                report, data_root = load_report_or_analyze(src, given)
-            else:
-                report = (
-                    reports.compared(source, _one(allowed, b, "b"), ranks, rules)
-                    if b is not None or ranks is not None
-                    else reports.get(source, rules, _one(allowed, hardware, "hardware file"))
-                )
-                data_root = report_root(report, None, given)
-            allowed.check(data_root, "the report's data")
-            return _result(evidence_doc(report, data_root, finding_id, where=source, limit=limit))
-        except Exception as exc:
-            return _error(exc)
+        ctx: Context | None = None,
+    ) -> CallToolResult:
+        """A cause's, finding's or member's message, metrics and the source rows behind it, verbatim (CSV lines
+        with header, trace events, JSON values). Returns profan.evidence/1."""
+        from profan.app.brief import evidence_doc
 
-    @server.tool(annotations=read_only)
+        def make(size: Callable[[dict[str, Any]], int]) -> dict[str, Any]:
+            if limit is not None and limit < 0:
+                raise ProfanInputError(None, f"limit must be 0 or more (got {limit})")
+            report, data_root = self._source(source, rules, hardware, root, b, ranks)
+            return evidence_doc(
+                report, data_root, finding_id, where=source, limit=limit, max_bytes=max_bytes, size=size
+            )
+
+        return self._answer(make, ctx)
+
     def compare(
+        self,
         a: str,
         b: str | None = None,
         ranks: list[int] | None = None,
         rules: list[str] | None = None,
-        max_bytes: int = MAX_BYTES,
-    ) -> Annotated[CallToolResult, BriefDoc]:
-        """What changed from side A to side B (B minus A, per step and rank): two runs of a job, two rank folders
-        or files, or one job directory `a` with `ranks` [x, y]. Returns the compact report of the comparison:
-        buckets and kernels that grew, kernels present on one side only, each citing rows on both sides."""
-        try:
-            report = reports.compared(
-                str(allowed.check(a, "a")), _one(allowed, b, "b"), ranks, allowed.all(rules, "rules file")
+        max_bytes: int = BRIEF_BYTES,
+        ctx: Context | None = None,
+    ) -> CallToolResult:
+        """What grew from A to B (per step and rank): two runs, rank folders or files, or ranks [x, y] of job a.
+        Returns profan.brief/2, citing rows on both sides."""
+        from profan.app.brief import brief
+
+        def make(size: Callable[[dict[str, Any]], int]) -> dict[str, Any]:
+            report = self.reports.compared(
+                str(self.allowed.check(a, "a")), self._one(b, "b"), ranks, self.allowed.all(rules, "rules file")
             )
-            other = f"b={json.dumps(b)}" if b is not None else f"ranks={json.dumps(ranks)}"
-            hint = f"call the evidence tool with source={json.dumps(a)}, {other} and a finding_id (C1, F3 or F3.2)"
-            return _result(brief(report, max_bytes=max_bytes, drill=hint))
-        except Exception as exc:
-            return _error(exc)
+            other = "b" if b is not None else "ranks"
+            return brief(report, max_bytes=max_bytes, drill=_hint(f"source=a and the same {other}"), size=size)
 
-    @server.tool(name="rules", annotations=read_only)
-    def rules_tool(id: str | None = None, rules: list[str] | None = None) -> Annotated[CallToolResult, RulesDoc]:
-        """List the rule pack (bucket rules that classify kernels, and the checks that produce findings with their
-        thresholds), or explain one rule or check by id (e.g. a finding's `check`)."""
+        return self._answer(make, ctx)
+
+    def rules(
+        self,
+        id: str | None = None,
+        rules: list[str] | None = None,
+        max_bytes: int = RULES_BYTES,
+        ctx: Context | None = None,
+    ) -> CallToolResult:
+        """Explain a check or bucket rule (thresholds; a cause's action, verify, alternatives), or list them.
+        Returns profan.rules/1."""
+        from profan.app.brief import rules_doc
+
+        def make(size: Callable[[dict[str, Any]], int]) -> dict[str, Any]:
+            extra = [Path(r) for r in self.allowed.all(rules, "rules file")]
+            return rules_doc(extra, id, max_bytes=max_bytes, size=size)
+
+        return self._answer(make, ctx)
+
+    def _answer(self, make: Callable[[Callable[[dict[str, Any]], int]], dict[str, Any]], ctx: Any) -> CallToolResult:
+        """``make(size)`` builds the document within its cap, ``size`` measuring the response that would carry
+        it; any error becomes the CLI's one line."""
         try:
-            return _result(rules_doc([Path(r) for r in allowed.all(rules, "rules file")], id))
+            request_id = ctx.request_context.request_id if ctx is not None else ID_RESERVE
+        except ValueError:  # outside a request
+            request_id = ID_RESERVE
+        try:
+            return _result(make(lambda doc: wire_bytes(_result(doc), request_id, self.stamp)))
         except Exception as exc:
             return _error(exc)
 
-    return server
+    def _source(
+        self,
+        source: str,
+        rules: list[str] | None,
+        hardware: str | None,
+        root: str | None,
+        b: str | None,
+        ranks: list[int] | None,
+    ) -> tuple[Report, Path]:
+        """The report `evidence` reads ids from, and the folder its rows are read from (both inside the roots)."""
+        from profan.app.drill import load_report_or_analyze
+
+        src = self.allowed.check(source, "source")
+        given = self.allowed.check(root, "root") if root else None
+        rules = self.allowed.all(rules, "rules file")
+        if src.is_file() and src.suffix == ".json":
+            report, data_root = load_report_or_analyze(src, given)
+        else:
+            report = (
+                self.reports.compared(source, self._one(b, "b"), ranks, rules)
+                if b is not None or ranks is not None
+                else self.reports.get(source, rules, self._one(hardware, "hardware file"))
+            )
+            data_root = report_root(report, None, given)
+        self.allowed.check(data_root, "the report's data")
+        return report, data_root
+
+    def _one(self, path: str | None, what: str) -> str | None:
+        return None if path is None else str(self.allowed.check(path, what))
 
 
-def _one(allowed: Roots, path: str | None, what: str) -> str | None:
-    return None if path is None else str(allowed.check(path, what))
+def _hint(where: str) -> str:
+    """How to drill into an id, without repeating the path the agent just gave (the smallest brief pays for it)."""
+    return f"call evidence with {where} and a finding_id (C1, F3 or F3.2); limit=0: message and metrics only"
+
+
+def _tool(fn: Callable[..., CallToolResult], document: str) -> Tool:
+    """A tool as advertised in the tool list, which every session reads first: the description in one paragraph,
+    each input in a few words without pydantic's titles and null alternatives, and an output schema that only
+    names the document (``profan schema`` prints its full JSON Schema) — the SDK does not validate a result
+    against a schema published without a model."""
+    tool = Tool.from_function(
+        fn, description=" ".join((fn.__doc__ or "").split()), annotations=READ_ONLY, structured_output=False
+    )
+    props = {}
+    for name, prop in tool.parameters["properties"].items():
+        kinds = [p for p in prop.get("anyOf", [prop]) if p != {"type": "null"}]
+        props[name] = {**{k: v for k, v in kinds[0].items() if k != "title"}, "description": PARAMS[name]}
+        if prop.get("default") is not None:
+            props[name]["default"] = prop["default"]
+    required = tool.parameters.get("required")
+    tool.parameters = {"type": "object", "properties": props, **({"required": required} if required else {})}
+    tool.fn_metadata.output_schema = {"type": "object", "properties": {"schema": {"const": document}}}
+    return tool
+
+
+def build_server(roots: list[Path] | None = None) -> MCPServer:
+    """The MCP server with profan's tools registered (no transport started); it reads only inside ``roots``
+    (default: the current folder)."""
+    from profan import __version__
+    from profan.app.brief import BRIEF_SCHEMA, EVIDENCE_SCHEMA, RULES_SCHEMA
+
+    info = Implementation(name="profan", version=__version__)
+    tools = Tools(roots or [Path.cwd()], info.model_dump(by_alias=True, mode="json", exclude_none=True))
+    registered = [
+        _tool(tools.analyze, BRIEF_SCHEMA),
+        _tool(tools.evidence, EVIDENCE_SCHEMA),
+        _tool(tools.compare, BRIEF_SCHEMA),
+        _tool(tools.rules, RULES_SCHEMA),
+    ]
+    return MCPServer(name="profan", version=__version__, instructions=INSTRUCTIONS, tools=registered)
 
 
 def serve(roots: list[Path] | None = None) -> None:
