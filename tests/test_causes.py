@@ -250,3 +250,16 @@ def test_hot_expert_on_a_cpu_trace_with_a_team_rule(tmp_path):
     f = next(f for f in report.ungrouped() if f.check == "moe-expert-imbalance")
     assert f.evidence[0].select["source"] == "kineto_trace" and f.evidence[0].events
     assert f.metrics["hot_rank"] == 2 and f.metrics["ratio"] > 2
+
+
+def test_evidence_of_a_cause_without_rows():
+    """`profan evidence DIR C1 --limit 0`: the cause's claim and where its rows are, without reading them back."""
+    from conftest import run_cli
+
+    res = run_cli("evidence", str(QWEN3), "C1", "--limit", "0", "--format", "json")
+    assert res.returncode == 0, res.stderr
+    doc = json.loads(res.stdout)
+    assert doc["id"] == "C1" and doc["kind"] == "cause"
+    assert doc["impact_us"] == pytest.approx(profan.analyze(QWEN3).causes[0].impact_us, abs=1e-3)
+    assert doc["evidence"] and all(item["rows"] == [] for item in doc["evidence"])
+    assert doc["evidence"][0]["lines"] == [2]

@@ -273,15 +273,18 @@ def _print_brief(report, report_file: str | None, drill: str | None = None) -> N
 @app.command()
 def evidence(
     report_or_dir: Annotated[Path, typer.Argument(help="A report.json written by 'analyze', or the data directory.")],
-    finding_id: Annotated[str, typer.Argument(help="Finding id, e.g. F3.")],
+    finding_id: Annotated[str, typer.Argument(help="A cause (C1), finding (F3) or group member (F3.2) id.")],
     fmt: Annotated[str, typer.Option("--format", "-f", help="text | json")] = "text",
     root: Annotated[Path | None, typer.Option("--root", help="Data directory, if moved since the report.")] = None,
     limit: Annotated[
-        int | None, typer.Option("--limit", min=1, help="At most this many rows per evidence item.")
+        int | None,
+        typer.Option(
+            "--limit", min=0, help="At most this many rows per evidence item; 0: the claim and locators only."
+        ),
     ] = None,
     debug: Debug = False,
 ) -> None:
-    """Print the raw source lines behind one finding, read back from the original files."""
+    """Print the raw source lines behind one cause or finding, read back from the original files."""
     from profan.app.brief import dumps, evidence_doc
     from profan.app.drill import load_report_or_analyze
 
@@ -298,7 +301,7 @@ def evidence(
         typer.echo(
             "\n"
             + _safe(
-                f"{item['file']}  ({len(item['rows'])} of {item['row_count']} rows cited; select: "
+                f"{item['file']}  ({item.get('cited', len(item['rows']))} of {item['row_count']} rows cited; select: "
                 f"{json.dumps(item['select'], ensure_ascii=False)})"
             )
         )
