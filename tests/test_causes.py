@@ -263,3 +263,22 @@ def test_evidence_of_a_cause_without_rows():
     assert doc["impact_us"] == pytest.approx(profan.analyze(QWEN3).causes[0].impact_us, abs=1e-3)
     assert doc["evidence"] and all(item["rows"] == [] for item in doc["evidence"])
     assert doc["evidence"][0]["lines"] == [2]
+
+
+@pytest.mark.parametrize("run", ["none", "sleep", "compute", "hot_expert", "async_grad"])
+def test_verdict_on_real_gloo_runs_names_the_planted_fault_and_nothing_else(run):
+    """Four CPU processes training a small MoE over gloo (bench/gloo_moe.py), one fault planted per run: the
+    verdict's one cause names the planted rank (a sleeping rank's host gap, extra compute, a hot expert's rank);
+    the fault-free runs, with and without overlapping steps, have no cause."""
+    folder = TORCH / "gloo_moe_cpu_4rank" / run
+    truth = tomllib.loads((folder / "ground_truth.toml").read_text(encoding="utf-8"))
+    report = profan.analyze(folder)
+    if truth["fault"] == "none":
+        assert report.causes == []
+        return
+    assert len(report.causes) == 1 and report.causes[0].ranks == (truth["fault_rank"],)
+    c = report.causes[0]
+    assert c.check in ("straggler", "compute-imbalance") and 0 < c.impact_us <= c.step_us
+    if truth["fault"] == "sleep":  # 70 ms asleep per step before the all_reduce: its host, not its compute
+        assert c.metrics["why_text"] == "host gap" and 40_000 < c.impact_us < 75_000
+    assert len(report.headline) <= 3
