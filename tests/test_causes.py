@@ -282,3 +282,47 @@ def test_verdict_on_real_gloo_runs_names_the_planted_fault_and_nothing_else(run)
     if truth["fault"] == "sleep":  # 70 ms asleep per step before the all_reduce: its host, not its compute
         assert c.metrics["why_text"] == "host gap" and 40_000 < c.impact_us < 75_000
     assert len(report.headline) <= 3
+
+
+def test_idle_split_recomputed_from_the_raw_trace():
+    """DLRM rank 0, step 10: in each gap between device events of the step's window, the part before the launch
+    call of the event that ends it is the device waiting for the host (idle_host_us); the rest of the idle time
+    the work was already issued. Recomputed here from the trace's events and their runtime correlation."""
+    from profan.rulepack.roles import defaults as roles
+
+    report = profan.analyze(DLRM)
+    row = report.tables["trace_steps"].filter(rank=0, scope="step", step=10).row(0, named=True)
+    path = DLRM / row["file"]
+    events = json.loads(path.read_text(encoding="utf-8"))["traceEvents"]
+    launch = {
+        e["args"]["correlation"]: e["ts"]
+        for e in events
+        if e.get("cat") in roles().kineto_runtime_cats and "correlation" in e.get("args", {})
+    }
+    device = sorted(
+        (
+            max(e["ts"], row["start_us"]),
+            min(e["ts"] + e["dur"], row["end_us"]),
+            launch.get(e["args"].get("correlation")),
+        )
+        for e in events
+        if e.get("cat") in roles().kineto_device_cats
+        and e.get("ph") == "X"
+        and e["ts"] < row["end_us"]
+        and e["ts"] + e["dur"] > row["start_us"]
+    )
+    host = idle = 0.0
+    reach = device[0][1]
+    for start, end, launched in device[1:]:
+        if start > reach:
+            idle += start - reach
+            host += min(max(launched - reach, 0.0), start - reach)
+        reach = max(reach, end)
+    assert row["free_us"] == pytest.approx(idle, abs=0.01)
+    assert row["idle_host_us"] == pytest.approx(host, abs=0.01) and 4_000 < host < 6_000
+    assert row["idle_other_us"] == pytest.approx(idle - host, abs=0.01)
+    cost = report.tables["step_cost"].filter(rank=0).row(0, named=True)
+    assert cost["idle_host_us"] == pytest.approx(host, abs=0.01)
+    # the idle cause says it, without claiming a gain it cannot support
+    idle_cause = next(c for c in report.causes if c.check == "device-idle")
+    assert idle_cause.impact_us is None and "waited for the host" in idle_cause.assumption

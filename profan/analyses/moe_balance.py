@@ -39,6 +39,11 @@ def _token_expr() -> tuple[pl.Expr, pl.Expr, pl.Expr]:
     return tokens.alias("tok"), local.alias("local_experts"), (pl.col("count") * tokens).alias("tok_rows")
 
 
+# the MoE table: per rank, its expert time and tokens, and the rows to cite (file, its kind, locators, count)
+MOE_COLUMNS = ("rank", "moe_us", "gmm_us", "gmm_count", "tokens", "local_experts")
+MOE_COLUMNS += ("file", "source", "locator", "gmm_lines", "rows")
+
+
 def moe_table(ranks: list[RankData]) -> pl.DataFrame:
     """rank, moe_us, gmm_us, gmm_count, tokens (x first dims summed over token-bearing GMMs), local_experts;
     and for evidence the kernel file, the 20 largest GroupedMatmul rows (the MoE bucket's when there is no GMM)
@@ -87,19 +92,7 @@ def moe_table(ranks: list[RankData]) -> pl.DataFrame:
     # evidence rows: the GMM groups' largest rows, or the MoE bucket's on a rank without GMM
     lines = top_lines_frame(moe.filter(gmm | ~pl.col("has_gmm")), "rank", 20).rename({"lines": "gmm_lines"})
     tab = tab.join(lines, on="rank", how="left", maintain_order="left")
-    return tab.select(
-        "rank",
-        "moe_us",
-        "gmm_us",
-        "gmm_count",
-        "tokens",
-        "local_experts",
-        "file",
-        "source",
-        "locator",
-        "gmm_lines",
-        "rows",
-    )
+    return tab.select(MOE_COLUMNS)
 
 
 def _ep_groups(ranks: list[RankData], present: list[int]) -> list[tuple[str, list[int]]]:

@@ -36,6 +36,7 @@ def section(job: Job) -> Section:
     model of each rank's step (table step_cost) they are measured against."""
     claims = Claims(job.findings)
     steps_us = step_times(job)
+    cost = step_cost(job.steps, job.tables["trace_steps"], job.tables["comm_exposed"])
     causes: list[Cause] = []
     builders = (
         _stage,
@@ -45,13 +46,12 @@ def section(job: Job) -> Section:
         _slow_link,
         _waited_peer,
         _exposed_transfer,
-        _idle,
         _boundness,
         _ai_cpu,
     )
     for build in builders:
         causes += build(job, claims, steps_us)
-    cost = step_cost(job.steps, job.tables["trace_steps"], job.tables["comm_exposed"])
+    causes += _idle(job, claims, steps_us, cost)  # last: it explains only the idle no other cause accounts for
     return Section(causes=causes, tables={"step_cost": cost})
 
 
@@ -139,6 +139,7 @@ def make_cause(
         impact_us = min(max(impact_us, 0.0), step_us)
     fill = _filler(values)
     action = rule.get(f"{case}_action", rule["action"]) if case else rule["action"]
+    assumption = rule.get(f"{case}_assumption", rule["assumption"]) if case else rule["assumption"]
     evidence = tuple(e for f in sources for e in f.evidence)
     return Cause(
         check=check,
@@ -146,7 +147,7 @@ def make_cause(
         message=message if message is not None else " ".join(f.message for f in sources[:1]),
         evidence=evidence,
         impact_us=impact_us,
-        assumption=fill(rule["assumption"]),
+        assumption=fill(assumption),
         action=fill(action),
         verify=fill(rule["verify"]),
         alternatives=tuple(fill(a) for a in rule.get("alternatives", [])),
@@ -442,20 +443,30 @@ def _exposed_transfer(job: Job, claims: Claims, steps_us: dict[int, float]) -> l
     ]
 
 
-def _idle(job: Job, claims: Claims, steps_us: dict[int, float]) -> list[Cause]:
+def _idle(job: Job, claims: Claims, steps_us: dict[int, float], cost: pl.DataFrame) -> list[Cause]:
     """Idle device time no other cause explains: one cause over the ranks and steps that show it. No estimate:
-    host overhead and waiting look the same in the step's lanes."""
+    where the trace records the launches, the part the device waited for the host is measured (`sources.kineto`)
+    and said, but a host late because it was busy (removable) and one blocked in a synchronisation that waits for
+    a peer look the same there; elsewhere (Ascend's Free, CPU-only traces) even that split is missing."""
     check = "device-idle"
     found = claims.unclaimed(check)
     if not found:
         return []
     shares = [float(f.metrics["share"]) for f in found]
     free = [float(f.metrics["free_us"]) for f in found]
+    steps = sorted({s for f in found for s in f.steps})
+    host = cost.filter(pl.col("step").is_in(steps)) if not cost.is_empty() and steps else pl.DataFrame()
+    measured = not host.is_empty() and host["idle_host_us"].null_count() == 0
+    floor_us = (
+        float(host.group_by("step").agg(pl.col("idle_host_us").min())["idle_host_us"].mean()) if measured else None
+    )
     values = {
         "device": _device(job),
         "shares": _span(shares, "{:.1%}"),
         "n_ranks": len({r for f in found for r in f.ranks}),
         "min_ms": min(free) / 1000,
+        "host_ms": _span([v / 1000 for v in host["idle_host_us"].to_list()], "{:,.1f}") + " ms" if measured else "",
+        "min_host_ms": (floor_us or 0.0) / 1000,
     }
     claims.own(found)
     worst = max(found, key=lambda f: float(f.metrics["share"]))
@@ -472,8 +483,9 @@ def _idle(job: Job, claims: Claims, steps_us: dict[int, float]) -> list[Cause]:
             impact_us=None,
             steps_us=steps_us,
             message=message,
+            case="host" if measured else None,
             ranks=[r for f in found for r in f.ranks],
-            steps=[s for f in found for s in f.steps],
+            steps=steps,
         )
     ]
 

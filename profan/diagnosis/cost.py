@@ -2,8 +2,10 @@
 
 compute + exposed communication (transfer, and waiting for peers) + idle = the step, each part with the rows it
 comes from: the step_trace_time.csv row (Ascend) or the first and last device event of the step's window (traces),
-and the communication.json file whose ops split the exposed time into transfer and waiting. Where nothing splits
-the exposed time it stays whole (``exposed_unsplit_us``), not guessed.
+and the communication.json file whose ops split the exposed time into transfer and waiting. Idle is split where
+the trace records the launches: ``idle_host_us``, the device waiting for the host to issue its next work, and
+``idle_other_us``, waiting with the work already issued (`sources.kineto`). Where nothing splits a part it stays
+whole (``exposed_unsplit_us``; null idle parts), not guessed.
 """
 
 from __future__ import annotations
@@ -19,6 +21,8 @@ COLUMNS = [
     "exposed_wait_us",
     "exposed_unsplit_us",
     "idle_us",
+    "idle_host_us",
+    "idle_other_us",
     "file",
     "line",
     "first_event",
@@ -30,40 +34,10 @@ COLUMNS = [
 def step_cost(steps: pl.DataFrame, traced: pl.DataFrame, exposed: pl.DataFrame) -> pl.DataFrame:
     """Per rank and step: the parts of the step. ``steps``: step_trace_time.csv rows; ``traced``: the traces' step
     windows (table trace_steps); ``exposed``: communication.json's transfer and waiting per step (comm_exposed)."""
-    parts = []
-    if not steps.is_empty():
-        parts.append(
-            steps.select(
-                "rank",
-                "step",
-                "step_us",
-                pl.col("computing_us").alias("compute_us"),
-                pl.col("comm_not_overlapped_us").alias("exposed_us"),
-                pl.col("free_us").alias("idle_us"),
-                "file",
-                pl.col("src_line").cast(pl.Int64).alias("line"),
-                pl.lit(None, pl.Int64).alias("first_event"),
-                pl.lit(None, pl.Int64).alias("last_event"),
-            )
-        )
-    if not traced.is_empty():
-        events = [
-            (pl.col(c).cast(pl.Int64) if c in traced.columns else pl.lit(None, pl.Int64)).alias(c)
-            for c in ("first_event", "last_event")
-        ]
-        parts.append(
-            traced.filter(pl.col("scope") == "step").select(
-                "rank",
-                "step",
-                "step_us",
-                pl.col("computing_us").alias("compute_us"),
-                pl.col("comm_not_overlapped_us").alias("exposed_us"),
-                pl.col("free_us").alias("idle_us"),
-                "file",
-                pl.lit(None, pl.Int64).alias("line"),
-                *events,
-            )
-        )
+    parts = [
+        *([_from_step_trace(steps)] if not steps.is_empty() else []),
+        *([_from_traces(traced)] if not traced.is_empty() else []),
+    ]
     if not parts:
         return pl.DataFrame()
     # a rank with both a step_trace row and a trace window for a step: the step_trace row (the profiler's own)
@@ -85,4 +59,44 @@ def step_cost(steps: pl.DataFrame, traced: pl.DataFrame, exposed: pl.DataFrame) 
         )
         .select(COLUMNS)
         .sort("rank", "step")
+    )
+
+
+def _from_step_trace(steps: pl.DataFrame) -> pl.DataFrame:
+    """The parts as step_trace_time.csv gives them, each row citing its line; its Free is not split."""
+    return steps.select(
+        "rank",
+        "step",
+        "step_us",
+        pl.col("computing_us").alias("compute_us"),
+        pl.col("comm_not_overlapped_us").alias("exposed_us"),
+        pl.col("free_us").alias("idle_us"),
+        pl.lit(None, pl.Float64).alias("idle_host_us"),
+        pl.lit(None, pl.Float64).alias("idle_other_us"),
+        "file",
+        pl.col("src_line").cast(pl.Int64).alias("line"),
+        pl.lit(None, pl.Int64).alias("first_event"),
+        pl.lit(None, pl.Int64).alias("last_event"),
+    )
+
+
+def _from_traces(traced: pl.DataFrame) -> pl.DataFrame:
+    """The parts of each ProfilerStep window of a trace, citing its first and last device event."""
+
+    def column(name: str, dtype: type[pl.DataType]) -> pl.Expr:
+        return (pl.col(name).cast(dtype) if name in traced.columns else pl.lit(None, dtype)).alias(name)
+
+    return traced.filter(pl.col("scope") == "step").select(
+        "rank",
+        "step",
+        "step_us",
+        pl.col("computing_us").alias("compute_us"),
+        pl.col("comm_not_overlapped_us").alias("exposed_us"),
+        pl.col("free_us").alias("idle_us"),
+        column("idle_host_us", pl.Float64),
+        column("idle_other_us", pl.Float64),
+        "file",
+        pl.lit(None, pl.Int64).alias("line"),
+        column("first_event", pl.Int64),
+        column("last_event", pl.Int64),
     )

@@ -470,7 +470,8 @@ def device_split(dev: pl.DataFrame, steps: pl.DataFrame, roles: Roles | None = N
     """
     if dev.is_empty():
         return pl.DataFrame()
-    d = dev.select("step", "event_idx", "ts_us", "end_us", (pl.col("bucket") == "communication").alias("_comm"))
+    launch = pl.col("launch_us") if "launch_us" in dev.columns else pl.lit(None, pl.Float64).alias("launch_us")
+    d = dev.select("step", "event_idx", "ts_us", "end_us", launch, (pl.col("bucket") == "communication").alias("_comm"))
     own = d.filter(pl.col("step").is_not_null()).with_columns(pl.lit("step").alias("scope"))
     whole = d.with_columns(pl.lit(None, pl.Int64).alias("step"), pl.lit("trace").alias("scope"))
     by = ["scope", "step"]
@@ -503,9 +504,8 @@ def device_split(dev: pl.DataFrame, steps: pl.DataFrame, roles: Roles | None = N
         (pl.col("step_us") - pl.col("busy_us")).alias("free_us"),
         pl.lit("CPU" if (dev["core"] == "CPU").all() else "GPU").alias("device"),
     )
-    out = out.join(_step_events(steps, roles or default_roles()), on="step", how="left").join(
-        _longest_gap(scoped, by), on=by, how="left", nulls_equal=True
-    )
+    out = out.join(_step_events(steps, roles or default_roles()), on="step", how="left")
+    out = _idle_split(out.join(_longest_gap(scoped, by), on=by, how="left", nulls_equal=True), scoped, by)
     return out.select(*SPLIT_COLUMNS).sort("scope", "step", nulls_last=True)
 
 
@@ -528,6 +528,9 @@ SPLIT_COLUMNS = (
     "overlapped_us",
     "comm_not_overlapped_us",
     "free_us",
+    "idle_host_us",
+    "idle_other_us",
+    "idle_unknown_us",
     "busy_us",
     "gap_us",
     "gap_before_event",
@@ -546,6 +549,7 @@ def _foreign_events(d: pl.DataFrame, windows: pl.DataFrame) -> pl.DataFrame:
         "event_idx",
         pl.max_horizontal("ts_us", "_w0").alias("ts_us"),
         pl.min_horizontal("end_us", "_w1").alias("end_us"),
+        "launch_us",
         "_comm",
         pl.lit("step").alias("scope"),
         "_own",
@@ -559,6 +563,35 @@ def _step_events(steps: pl.DataFrame, roles: Roles) -> pl.DataFrame:
     names = steps.sort("cat").unique("step", keep="first").select("step", pl.col("name").alias("step_name"))
     return names.join(cpu.select("step", pl.col("event_idx").alias("step_event")), on="step", how="left").join(
         gpu.select("step", pl.col("event_idx").alias("gpu_step_event")), on="step", how="left"
+    )
+
+
+def _idle_split(out: pl.DataFrame, frame: pl.DataFrame, by: list[str]) -> pl.DataFrame:
+    """``out`` with, per group, the idle time the device spent waiting for the host, apart from the rest. In each
+    gap between device events, the part before the launch call of the event that ends it (its runtime event, same
+    ``correlation``) is host-bound: the device had nothing queued and waited for the host to issue work (launch
+    overhead, Python between ops, data loading). The rest of a gap the work was already issued: the device waited
+    on something else (a synchronisation, another stream, a peer). A gap whose next event has no launch record
+    cannot be split (``idle_unknown_us``). The launch latency itself is left out of the host's part, so it is a
+    lower bound."""
+    s = frame.select(*by, "ts_us", "end_us", "launch_us").sort(*by, "ts_us")
+    s = s.with_columns(pl.col("end_us").cum_max().shift(1).over(by).alias("_prev_end"))
+    s = s.with_columns((pl.col("ts_us") - pl.col("_prev_end")).alias("_gap")).filter(pl.col("_gap") > 0)
+    host = pl.min_horizontal((pl.col("launch_us") - pl.col("_prev_end")).clip(0.0), pl.col("_gap"))
+    split = s.group_by(by).agg(
+        host.filter(pl.col("launch_us").is_not_null()).sum().alias("idle_host_us"),
+        pl.col("_gap").filter(pl.col("launch_us").is_null()).sum().alias("idle_unknown_us"),
+    )
+    known = pl.col("device") == "GPU"  # a CPU-only trace launches nothing: its idle is not split
+    return (
+        out.join(split, on=by, how="left", nulls_equal=True)
+        .with_columns(
+            pl.when(known).then(pl.col("idle_host_us").fill_null(0.0)).alias("idle_host_us"),
+            pl.when(known).then(pl.col("idle_unknown_us").fill_null(0.0)).alias("idle_unknown_us"),
+        )
+        .with_columns(
+            (pl.col("free_us") - pl.col("idle_host_us") - pl.col("idle_unknown_us")).clip(0.0).alias("idle_other_us")
+        )
     )
 
 
