@@ -197,7 +197,8 @@ def analyze(
         bool,
         typer.Option(
             "--brief",
-            help="Compact JSON (< 8 KB) on stdout: summary and top findings with evidence locators. "
+            help="Compact JSON (< 8 KB) on stdout: the causes first, then the findings no cause explains, with "
+            "evidence locators. "
             "With -o, the full report (format from the extension) is written there too.",
         ),
     ] = False,
@@ -264,7 +265,7 @@ def _headline_severities(report) -> list[tuple]:
 
 
 def _print_brief(report, report_file: str | None, drill: str | None = None) -> None:
-    """The compact JSON (profan.brief/1) on stdout; `report_file` is the full JSON report when one was written."""
+    """The compact JSON (profan.brief/2) on stdout; `report_file` is the full JSON report when one was written."""
     from profan.app.brief import brief, dumps
 
     sys.stdout.write(dumps(brief(report, report_file=report_file, drill=drill)) + "\n")
