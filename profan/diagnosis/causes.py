@@ -463,6 +463,7 @@ def _idle(job: Job, claims: Claims, steps_us: dict[int, float], cost: pl.DataFra
     values = {
         "device": _device(job),
         "shares": _span(shares, "{:.1%}"),
+        "window": "the step" if steps else "the traced span (no steps)",
         "n_ranks": len({r for f in found for r in f.ranks}),
         "min_ms": min(free) / 1000,
         "host_ms": _span([v / 1000 for v in host["idle_host_us"].to_list()], "{:,.1f}") + " ms" if measured else "",
