@@ -672,94 +672,108 @@ def _regression_findings(buckets: pl.DataFrame, kernels: pl.DataFrame, total_a: 
         share = abs(row["delta_us"]) / total_a if total_a else None
         graded_up = graded(share, chk) if up and share is not None else None
         sev = graded_up or chk.severity_for("regression" if up else "improvement")
-        ks = kernels.filter(
-            (pl.col("bucket") == row["bucket"])
-            & ((pl.col("delta_us") > 0) if up else (pl.col("delta_us") < 0))
-            & pl.col("status").is_in(["both", "shape changed"])
+        ks = _moved_kernels(kernels, row["bucket"], up)
+        out.append(_bucket_change_finding(row, ks, up, share, sev))
+    return out
+
+
+def _moved_kernels(kernels: pl.DataFrame, bucket: str, up: bool) -> pl.DataFrame:
+    """The (at most 3) kernels of ``bucket`` present on both sides that moved most in the bucket's direction."""
+    ks = kernels.filter(
+        (pl.col("bucket") == bucket)
+        & ((pl.col("delta_us") > 0) if up else (pl.col("delta_us") < 0))
+        & pl.col("status").is_in(["both", "shape changed"])
+    )
+    return ks.sort("delta_us", descending=up, maintain_order=True).head(3)
+
+
+def _bucket_change_finding(row: dict, ks: pl.DataFrame, up: bool, share: float | None, sev: str) -> Finding:
+    """A bucket's per-step change from A to B (``row`` of the bucket comparison), explained by the kernels that
+    moved most (``ks``)."""
+    k_txt = "; ".join(
+        f"{k['op']}{' [' + k['input_shapes'] + ']' if k['input_shapes'] else ''} "
+        f"{'+' if up else ''}{ms(k['delta_us'])} ({k['a_count']:g}→{k['b_count']:g} launches, "
+        f"{k['a_time_us'] / max(k['a_count'], 1):,.1f}→{k['b_time_us'] / max(k['b_count'], 1):,.1f} µs each)"
+        for k in ks.iter_rows(named=True)
+    )
+    top = ks.row(0, named=True) if ks.height else None
+    word = "Regression" if up else "Improvement"
+    sign = "+" if up else ""
+    return Finding(
+        check=CHECK,
+        severity=sev,
+        title=f"{word}: {row['bucket']} {sign}{ms(row['delta_us'])} per step in B"
+        + (f", mostly {top['op']}" if top else ""),
+        message=(
+            f"The {row['bucket']} bucket takes {ms(row['a_time_us'])} per step in A and "
+            f"{ms(row['b_time_us'])} in B ({sign}{ms(row['delta_us'])}"
+            + (f", {pct(share)} of A's summed kernel time" if share is not None else "")
+            + "). "
+            + (
+                f"Largest changes: {k_txt}."
+                if k_txt
+                else "No kernel present on both sides moved that way; "
+                "the change is in kernels present on one side only (see new/missing)."
+            )
+            + (
+                ""
+                if up or row["bucket"] != "communication"
+                else " Less communication time on B with the same launches usually means B arrived later and "
+                "waited less: A waits inside these kernels for B."
+            )
+        ),
+        metrics={
+            "bucket": row["bucket"],
+            "a_us": round(row["a_time_us"], 3),
+            "b_us": round(row["b_time_us"], 3),
+            "delta_us": round(row["delta_us"], 3),
+            "share_of_a": round(share, 4) if share else None,
+            "direction": "regression" if up else "improvement",
+            "kernels": [
+                {
+                    "op": k["op"],
+                    "name": k["name"],
+                    "input_shapes": k["input_shapes"],
+                    "delta_us": round(k["delta_us"], 3),
+                    "a_count": k["a_count"],
+                    "b_count": k["b_count"],
+                }
+                for k in ks.iter_rows(named=True)
+            ],
+        },
+        evidence=_bucket_change_evidence(row, ks),
+    )
+
+
+def _bucket_change_evidence(row: dict, ks: pl.DataFrame) -> tuple:
+    """The bucket's kernel rows on each side, then the rows of the kernel that moved most on each side."""
+    evidence = []
+    for p in ("a", "b"):
+        ev = _cite(
+            row,
+            p,
+            {"source": "kernels", "bucket": row["bucket"], "side": p.upper()},
+            {"time_us_per_step": round(row[f"{p}_time_us"], 3)},
         )
-        ks = ks.sort("delta_us", descending=up, maintain_order=True).head(3)
-        k_txt = "; ".join(
-            f"{k['op']}{' [' + k['input_shapes'] + ']' if k['input_shapes'] else ''} "
-            f"{'+' if up else ''}{ms(k['delta_us'])} ({k['a_count']:g}→{k['b_count']:g} launches, "
-            f"{k['a_time_us'] / max(k['a_count'], 1):,.1f}→{k['b_time_us'] / max(k['b_count'], 1):,.1f} µs each)"
-            for k in ks.iter_rows(named=True)
-        )
-        evidence = []
+        if ev is not None:
+            evidence.append(ev)
+    for k in ks.head(1).iter_rows(named=True):
         for p in ("a", "b"):
             ev = _cite(
-                row,
+                k,
                 p,
-                {"source": "kernels", "bucket": row["bucket"], "side": p.upper()},
-                {"time_us_per_step": round(row[f"{p}_time_us"], 3)},
+                {
+                    "source": "kernels",
+                    "op": k["op"],
+                    "name": k["name"],
+                    "input_shapes": k["input_shapes"],
+                    "side": p.upper(),
+                },
+                {"time_us_per_step": round(k[f"{p}_time_us"], 3), "launches_per_step": k[f"{p}_count"]},
             )
             if ev is not None:
                 evidence.append(ev)
-        for k in ks.head(1).iter_rows(named=True):
-            for p in ("a", "b"):
-                ev = _cite(
-                    k,
-                    p,
-                    {
-                        "source": "kernels",
-                        "op": k["op"],
-                        "name": k["name"],
-                        "input_shapes": k["input_shapes"],
-                        "side": p.upper(),
-                    },
-                    {"time_us_per_step": round(k[f"{p}_time_us"], 3), "launches_per_step": k[f"{p}_count"]},
-                )
-                if ev is not None:
-                    evidence.append(ev)
-        top = ks.row(0, named=True) if ks.height else None
-        word = "Regression" if up else "Improvement"
-        sign = "+" if up else ""
-        out.append(
-            Finding(
-                check=CHECK,
-                severity=sev,
-                title=f"{word}: {row['bucket']} {sign}{ms(row['delta_us'])} per step in B"
-                + (f", mostly {top['op']}" if top else ""),
-                message=(
-                    f"The {row['bucket']} bucket takes {ms(row['a_time_us'])} per step in A and "
-                    f"{ms(row['b_time_us'])} in B ({sign}{ms(row['delta_us'])}"
-                    + (f", {pct(share)} of A's summed kernel time" if share is not None else "")
-                    + "). "
-                    + (
-                        f"Largest changes: {k_txt}."
-                        if k_txt
-                        else "No kernel present on both sides moved that way; "
-                        "the change is in kernels present on one side only (see new/missing)."
-                    )
-                    + (
-                        ""
-                        if up or row["bucket"] != "communication"
-                        else " Less communication time on B with the same launches usually means B arrived later and "
-                        "waited less: A waits inside these kernels for B."
-                    )
-                ),
-                metrics={
-                    "bucket": row["bucket"],
-                    "a_us": round(row["a_time_us"], 3),
-                    "b_us": round(row["b_time_us"], 3),
-                    "delta_us": round(row["delta_us"], 3),
-                    "share_of_a": round(share, 4) if share else None,
-                    "direction": "regression" if up else "improvement",
-                    "kernels": [
-                        {
-                            "op": k["op"],
-                            "name": k["name"],
-                            "input_shapes": k["input_shapes"],
-                            "delta_us": round(k["delta_us"], 3),
-                            "a_count": k["a_count"],
-                            "b_count": k["b_count"],
-                        }
-                        for k in ks.iter_rows(named=True)
-                    ],
-                },
-                evidence=tuple(evidence),
-            )
-        )
-    return out
+    return tuple(evidence)
 
 
 def _new_missing_findings(kernels: pl.DataFrame, total_a: float, pack: RulePack) -> list[Finding]:

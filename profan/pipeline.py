@@ -9,12 +9,13 @@ from pathlib import Path
 import polars as pl
 
 from profan import trust
-from profan.analyses import comm_section, crossrank, rank_section, reconcile, steps, trace_steps
+from profan.analyses import comm_section, crossrank, memory, rank_section, reconcile, steps, trace_steps
 from profan.analyses.contract import Analysis, Job, run_analyses
 from profan.diagnosis import causes
 from profan.diagnosis.fold import fold
 from profan.model.evidence import file_sizes
 from profan.model.report import Report
+from profan.ranks.executor import Executor
 from profan.ranks.rankmap import RankData, load_ranks
 from profan.rulepack import limits
 from profan.rulepack.hardware import Hardware
@@ -36,6 +37,7 @@ ANALYSES: tuple[Analysis, ...] = (
     # needs nothing the others compute: runs in a thread beside them, and is a cluster's largest analysis
     Analysis("cross-rank", crossrank.section, own_thread=True),
     Analysis("traces", trace_steps.section),
+    Analysis("memory", memory.section),
     Analysis("not assessed", rank_section.unassessed_section),
     # the diagnosis: reads every finding above and explains them by causes
     Analysis("causes", causes.section, reads=("breakdown", "trace_steps", "comm_exposed"), reads_findings=True),
@@ -49,13 +51,14 @@ def analyze(
     progress: Progress | None = None,
     pack: RulePack | None = None,
     hardware: str | Path | Hardware | None = None,
-    jobs: int | None = None,
+    jobs: int | Executor | None = None,
 ) -> Report:
     """Analyse a profiler output directory (or one kernel file) into a Report.
 
     ``hardware``: a TOML file of link-bandwidth priors (or a loaded Hardware) on top of ``rules/hardware``.
     ``jobs``: processes reading ranks: 1 sequential, N processes, 0 one per core for 4+ ranks of 32+ MB; None takes
-    ``PROFAN_JOBS`` from the environment, else 1.
+    ``PROFAN_JOBS`` from the environment, else 1; or an executor (`profan.ranks.executor.RayTasks`) to map the
+    ranks on.
     """
     t0 = time.perf_counter()
     say = progress or (lambda _msg: None)

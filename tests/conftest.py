@@ -4,12 +4,15 @@ from __future__ import annotations
 
 import contextlib
 import csv
+import hashlib
 import io
+import json
 import os
 import shutil
 import subprocess
 import sys
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -101,11 +104,51 @@ def fnum(cell: str) -> float:
     return float(cell.strip().strip("\t"))
 
 
+_ANALYSED: dict[tuple, tuple[Any, str]] = {}  # (root, options) -> (report, its fingerprint when made)
+
+
+def analysed(root: Path, **options: Any):
+    """``profan.analyze(root, **options)``, made once per session and shared by every test that asks for the same
+    sample with the same options: a sample's analysis is the same whichever test reads it, and many tests hold
+    one sample's report against its raw files. A shared report is read, never changed — `_shared_reports_unchanged`
+    fails the session if a test changed one. Tests that change the input, the rules or the environment first call
+    `profan.analyze` themselves."""
+    key = (str(root), tuple(sorted((k, repr(v)) for k, v in options.items())))
+    if key not in _ANALYSED:
+        import profan
+
+        report = profan.analyze(root, **options)
+        _ANALYSED[key] = (report, _fingerprint(report))
+    return _ANALYSED[key][0]
+
+
+def _fingerprint(report) -> str:
+    """A digest of everything a report holds: its document (findings, causes, metrics, notes, …) and each table's
+    bytes (Arrow IPC, which keeps every type)."""
+    digest = hashlib.sha256()
+
+    def table_bytes(df) -> None:
+        buf = io.BytesIO()
+        df.write_ipc(buf)
+        digest.update(buf.getvalue())
+
+    doc = report.to_dict(rows=table_bytes)
+    digest.update(json.dumps(doc, sort_keys=True, default=repr).encode())
+    return digest.hexdigest()
+
+
+@pytest.fixture(scope="session", autouse=True)
+def _shared_reports_unchanged():
+    """After the last test: every shared report (`analysed`) is as it was made, so no test's result depended on
+    what an earlier test did to it."""
+    yield
+    changed = [root for (root, _), (report, made) in _ANALYSED.items() if _fingerprint(report) != made]
+    assert not changed, f"a test changed the shared report of {changed}"
+
+
 @pytest.fixture(scope="session")
 def qwen3_report():
-    import profan
-
-    return profan.analyze(QWEN3)
+    return analysed(QWEN3)
 
 
 def measured(doc: dict) -> list[dict]:

@@ -11,7 +11,7 @@ from collections import defaultdict
 
 import pytest
 import tomllib
-from conftest import FIXTURES, QWEN3, ROOT, run_cli
+from conftest import FIXTURES, QWEN3, ROOT, analysed, run_cli
 
 from profan.app.brief import MAX_BYTES, brief, dumps, evidence_doc, json_bytes, rules_doc
 from profan.model.errors import ProfanInputError
@@ -154,9 +154,7 @@ def test_dlrm_brief_cli_under_8kb():
 
 
 def test_evidence_doc_events_are_the_raw_trace_events():
-    import profan
-
-    report = profan.analyze(DLRM)
+    report = analysed(DLRM)
     f = next(f for f in report.findings if f.evidence[0].events and len(f.evidence[0].events) > 1)
     doc = evidence_doc(report, DLRM, f.id)
     item = doc["evidence"][0]
@@ -209,7 +207,7 @@ def test_a_smaller_cap_shows_less_step_by_step(qwen3_report, sample):
 
     report = {
         "qwen3": lambda: qwen3_report,
-        "dlrm": lambda: profan.analyze(DLRM),
+        "dlrm": lambda: analysed(DLRM),
         "compare": lambda: profan.compare(QWEN3, ranks=(0, 2)),
     }[sample]()
     full = brief(report, max_bytes=None)
@@ -348,8 +346,8 @@ def test_rules_doc_under_a_cap_is_an_index():
         assert [e["id"] for e in index[key]] == [e["id"] for e in full[key]]
     assert all(set(e) == {"kind", "id", "name", "bucket"} for e in index["rules"])
     assert all(set(e) == {"kind", "id", "name"} for e in index["checks"])
-    small = rules_doc(None, max_bytes=2500)
-    assert json_bytes(small) <= 2500 and small["rules_total"] == len(full["rules"]) > len(small["rules"])
+    small = rules_doc(None, max_bytes=3000)
+    assert json_bytes(small) <= 3000 and small["rules_total"] == len(full["rules"]) > len(small["rules"])
     assert len(small["checks"]) == len(full["checks"])  # the checks go last: findings name them
     contained(small, index)
     contained(index, full)

@@ -15,7 +15,7 @@ import time
 from pathlib import Path
 
 import pytest
-from conftest import ASCEND, QWEN3, ROOT
+from conftest import ASCEND, QWEN3, ROOT, analysed
 
 import profan
 from profan.render import render
@@ -109,7 +109,7 @@ def _html(report, tmp_path: Path, name: str) -> Path:
 
 @pytest.mark.parametrize("name", list(CASES))
 def test_report_in_browser(browser, tmp_path, name):
-    report = profan.analyze(CASES[name])
+    report = analysed(CASES[name])
     pg = Page(browser, _html(report, tmp_path, name))
     page = pg.page
     # charts are drawn: one bar path per breakdown row, one per step-table row and part (Ascend step_trace_time)
@@ -260,7 +260,7 @@ def test_64_rank_report_stays_usable(browser, tmp_path):
     size = out.stat().st_size
     assert size < 10_000_000
     cited = sum(len(ev.locators) for f in [*report.causes, *report.findings] for ev in f.evidence)
-    small = Page(browser, _html(profan.analyze(QWEN3), tmp_path, "qwen3"))  # the same page for 4 ranks
+    small = Page(browser, _html(analysed(QWEN3), tmp_path, "qwen3"))  # the same page for 4 ranks
     small.close()
     pg = Page(browser, out)
     # Parsing the inlined Plotly dominates a small page; 64 ranks may cost a few times that (timed side by side, so
@@ -278,6 +278,9 @@ def test_64_rank_report_stays_usable(browser, tmp_path):
     pg.page.screenshot(path=str(ARTIFACTS / "ranks64.png"))
     pg.page.evaluate("document.getElementById('ranks').scrollIntoView()")
     pg.page.screenshot(path=str(ARTIFACTS / "ranks64-ranks.png"))
+    # the timeline of 64 ranks: a bounded number of lanes and blocks, their blocks in time
+    assert 0 < pg.page.locator("#chart-timeline g.trace.bars g.point path").count() < 600
+    pg.page.locator("#timeline").screenshot(path=str(ARTIFACTS / "ranks64-timeline.png"))
     pg.assert_clean()
     pg.close()
     print(

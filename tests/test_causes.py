@@ -12,7 +12,7 @@ import statistics
 
 import pytest
 import tomllib
-from conftest import ASCEND, TORCH
+from conftest import ASCEND, TORCH, analysed
 
 import profan
 from profan.synth import generate
@@ -77,7 +77,7 @@ def test_qwen3_headline_is_short(qwen3_report):
 def test_dlrm_first_cause_is_rank_7():
     """Rank 7 reaches the NCCL collectives last (its host is slow); the gain is how much later than the
     second-latest rank it arrived, summed over the collectives of the step."""
-    report = profan.analyze(DLRM)
+    report = analysed(DLRM)
     c = report.causes[0]
     assert c.check == "straggler" and c.ranks == (7,)
     straggler = next(f for f in report.ungrouped() if f.check == "straggler" and f.rank == 7)
@@ -95,7 +95,7 @@ def test_dlrm_first_cause_is_rank_7():
 def test_every_cause_is_whole_and_gains_fit_in_the_step(root):
     """On every bundled sample: each cause has evidence, an action, a way to verify and an assumption; the gains
     of the causes of a step add up to no more than the step; symptoms and causes point at each other."""
-    report = profan.analyze(root)
+    report = analysed(root)
     ids = {f.id for f in report.findings}
     for c in report.causes:
         assert c.evidence and c.action and c.verify and c.assumption
@@ -159,8 +159,10 @@ FAULTS = {
 
 @pytest.fixture(scope="module", params=[*FAULTS, "none"])
 def planted(request, tmp_path_factory):
+    """A 64-rank cluster with one fault (or none), generated and analysed once. One layer and one step: the fault
+    shows in every step alike, and each more step or layer only adds rows to read at 64 ranks."""
     out = tmp_path_factory.mktemp("planted")
-    truth = generate(out, ranks=64, layers=1, seed=11, **FAULTS.get(request.param, {}))
+    truth = generate(out, ranks=64, layers=1, steps=1, seed=11, **FAULTS.get(request.param, {}))
     return request.param, truth, profan.analyze(out)
 
 
@@ -203,7 +205,7 @@ def test_step_cost_parts_add_up_to_the_step_and_cite_their_rows(qwen3_report):
 def test_alexnet_ranks_wait_for_peer_5_outside_the_capture(level):
     """Ranks 0 and 1 of an 8-rank job wait in HCCL Notify_Wait for peer 5, which was not profiled: that is the
     first cause, with the wait both ranks share as its gain, and their exposed communication folded under it."""
-    report = profan.analyze(ASCEND / "msinsight-alexnet-2rank-2025" / level)
+    report = analysed(ASCEND / "msinsight-alexnet-2rank-2025" / level)
     c = report.causes[0]
     assert c.check == "comm-waited-peer" and c.ranks == (5,)
     assert "not in this capture" in c.title
@@ -260,7 +262,7 @@ def test_evidence_of_a_cause_without_rows():
     assert res.returncode == 0, res.stderr
     doc = json.loads(res.stdout)
     assert doc["id"] == "C1" and doc["kind"] == "cause"
-    assert doc["impact_us"] == pytest.approx(profan.analyze(QWEN3).causes[0].impact_us, abs=1e-3)
+    assert doc["impact_us"] == pytest.approx(analysed(QWEN3).causes[0].impact_us, abs=1e-3)
     assert doc["evidence"] and all(item["rows"] == [] for item in doc["evidence"])
     assert doc["evidence"][0]["lines"] == [2]
 
@@ -272,7 +274,7 @@ def test_verdict_on_real_gloo_runs_names_the_planted_fault_and_nothing_else(run)
     the fault-free runs, with and without overlapping steps, have no cause."""
     folder = TORCH / "gloo_moe_cpu_4rank" / run
     truth = tomllib.loads((folder / "ground_truth.toml").read_text(encoding="utf-8"))
-    report = profan.analyze(folder)
+    report = analysed(folder)
     if truth["fault"] == "none":
         assert report.causes == []
         return
@@ -290,7 +292,7 @@ def test_idle_split_recomputed_from_the_raw_trace():
     the work was already issued. Recomputed here from the trace's events and their runtime correlation."""
     from profan.rulepack.roles import defaults as roles
 
-    report = profan.analyze(DLRM)
+    report = analysed(DLRM)
     row = report.tables["trace_steps"].filter(rank=0, scope="step", step=10).row(0, named=True)
     path = DLRM / row["file"]
     events = json.loads(path.read_text(encoding="utf-8"))["traceEvents"]

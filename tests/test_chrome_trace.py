@@ -7,12 +7,11 @@ import gzip
 import json
 import os
 import random
-import subprocess
-import sys
 from pathlib import Path
 
 import polars as pl
 import pytest
+from conftest import run_cli
 
 from profan.model.errors import ProfanInputError
 from profan.sources.cache import cached_parse
@@ -41,18 +40,6 @@ def raw_events(path: Path) -> list[dict]:
     with opener(path, "rb") as fh:
         doc = json.load(fh)
     return doc["traceEvents"] if isinstance(doc, dict) else doc
-
-
-def run_analyze(path: Path, tmp_path: Path) -> subprocess.CompletedProcess:
-    env = {**os.environ, "PROFAN_CACHE_DIR": str(tmp_path / "cache")}
-    return subprocess.run(
-        [sys.executable, "-m", "profan", "analyze", str(path), "-q"],
-        capture_output=True,
-        text=True,
-        env=env,
-        cwd=ROOT,
-        timeout=300,
-    )
 
 
 @pytest.mark.parametrize("path", [DLRM0, QWEN, NCCL, MOE, TRACE_VIEW], ids=lambda p: p.parent.name)
@@ -180,9 +167,10 @@ def test_bad_files_raise_one_clear_error(tmp_path):
         ("no-kernels", True),
     ],
 )
-def test_cli_bad_trace_one_line_exit_2(tmp_path, case, as_dir):
+def test_cli_bad_trace_one_line_exit_2(tmp_path, monkeypatch, case, as_dir):
+    monkeypatch.setenv("PROFAN_CACHE_DIR", str(tmp_path / "cache"))
     path, words = _bad_inputs(tmp_path)[case]
-    res = run_analyze(path.parent if as_dir else path, tmp_path)
+    res = run_cli("analyze", str(path.parent if as_dir else path), "-q")
     assert res.returncode == 2, res.stderr
     lines = res.stderr.strip().splitlines()
     assert len(lines) == 1 and "Traceback" not in res.stderr

@@ -6,6 +6,7 @@ from __future__ import annotations
 import json
 import os
 import pty
+import re
 import shlex
 import subprocess
 import sys
@@ -13,7 +14,7 @@ import sys
 import jsonschema
 import pytest
 import tomllib
-from conftest import ASCEND, FIXTURES, QWEN3, ROOT, run_cli
+from conftest import ASCEND, FIXTURES, QWEN3, ROOT, analysed, run_cli
 
 VLLM = ASCEND / "vllm-ascend-msprof-gmm-1op"  # one op, worst finding 'info'
 
@@ -71,12 +72,29 @@ def test_progress_only_on_a_terminal():
             chunks.append(data)
     finally:
         os.close(master)
-    err = b"".join(chunks).decode()
+    err = re.sub(r"\x1b\[[0-9;?]*[A-Za-z]", "", b"".join(chunks).decode())  # the bar's cursor moves and colours
     assert res.returncode == 0
-    lines = [ln for ln in err.splitlines() if ln.strip()]
+    lines = [ln for ln in re.split(r"[\r\n]", err) if ln.strip()]
     assert lines and all(ln.startswith("profan: ") for ln in lines)
-    assert any("rank 3" in ln for ln in lines)  # one line per rank read
+    assert f"profan: found 4 rank(s) in {QWEN3}" in lines  # messages stay lines
+    # the bar: ranks read of all, bytes of all (the four ranks' files, as the report lists them), time left
+    total = sum(json.loads(res.stdout)["source"]["file_bytes"].values())
+    bar = f"4/4 ranks {total / 1e6:.1f}/{total / 1e6:.1f} MB"
+    assert any(ln.startswith("profan: reading") and bar in ln for ln in lines)
     assert json.loads(res.stdout)["schema"] == "profan.report/2"
+
+
+def test_executor_ray_without_ray_is_one_line(monkeypatch):
+    """Asking for Ray where it is not installed is refused before any work, with what to install."""
+    import importlib.util
+
+    find = importlib.util.find_spec
+    monkeypatch.setattr(importlib.util, "find_spec", lambda name, *a: None if name == "ray" else find(name, *a))
+    res = run_cli("analyze", str(QWEN3), "--executor", "ray")
+    assert res.returncode == 2 and res.stdout == ""
+    assert res.stderr == "profan: error: --executor ray needs Ray: pip install 'profan[ray]'\n"
+    res = run_cli("compare", str(QWEN3), "--ranks", "0,1", "--executor", "spark")
+    assert res.returncode == 2 and "unknown executor 'spark'" in res.stderr
 
 
 def test_fail_on_exit_codes():
@@ -221,16 +239,15 @@ def test_moved_data_names_the_fix(tmp_path):
 # ---------------------------------------------------------------------------------------------- exit code 3
 
 
-def test_internal_error_exit_3():
+def test_internal_error_exit_3(monkeypatch):
     """A bug (any unexpected exception) is one line naming it, exit 3, no traceback."""
-    code = (
-        "import sys, profan.pipeline as p\n"
-        "def boom(*a, **k):\n    raise RuntimeError('synthetic failure')\n"
-        "p.analyze = boom\n"
-        f"sys.argv = ['profan', 'analyze', {str(QWEN3)!r}]\n"
-        "from profan.app.cli import main\nmain()\n"
-    )
-    res = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=ROOT, timeout=120)
+    import profan.pipeline
+
+    def boom(*a, **k):
+        raise RuntimeError("synthetic failure")
+
+    monkeypatch.setattr(profan.pipeline, "analyze", boom)  # the CLI looks it up when the command runs
+    res = run_cli("analyze", str(QWEN3))
     line = one_line_error(res, code=3)
     assert line == (
         "profan: error: internal error: RuntimeError: synthetic failure (please report with the command you ran)"
@@ -305,7 +322,6 @@ def test_evidence_text_and_limit():
 def test_schema_command_and_real_reports_validate():
     """`profan schema` prints a valid JSON Schema and the real reports of the bundled samples satisfy it; so do the
     brief and evidence documents against theirs (built in-process: the CLI prints exactly these documents)."""
-    import profan
     from profan.app.brief import brief, evidence_doc
 
     schemas = {}
@@ -321,7 +337,7 @@ def test_schema_command_and_real_reports_validate():
 
     valid(report_json(QWEN3), "report")
     for sample in (QWEN3, ASCEND / "msinsight-gpt3-2rank-2023", VLLM, FIXTURES / "torch" / "dlrm_v100_8rank"):
-        report = profan.analyze(sample)
+        report = analysed(sample)
         doc = json.loads(json.dumps(report.to_dict()))
         valid(doc, "report")
         valid(brief(report), "brief")
@@ -331,7 +347,7 @@ def test_schema_command_and_real_reports_validate():
                 kinds.add(f.evidence[0].kind)
                 valid(evidence_doc(report, sample, f.id), "evidence")
     # the schema rejects what it should: evidence with two locator kinds, a finding without evidence
-    bad = json.loads(json.dumps(profan.analyze(VLLM).to_dict()))
+    bad = json.loads(json.dumps(analysed(VLLM).to_dict()))
     bad["findings"][0]["evidence"][0]["events"] = [1]
     with pytest.raises(jsonschema.ValidationError):
         valid(bad, "report")

@@ -4,6 +4,8 @@ completion, `-v` / `--debug`, help text shown as written, and help for every opt
 
 from __future__ import annotations
 
+import contextlib
+import io
 import json
 import os
 import shutil
@@ -13,7 +15,7 @@ from dataclasses import asdict
 from pathlib import Path
 
 import pytest
-from conftest import ASCEND, QWEN3, ROOT, assert_one_line_error, run_cli
+from conftest import ASCEND, QWEN3, ROOT, analysed, assert_one_line_error, run_cli
 from openpyxl import load_workbook
 
 import profan
@@ -60,7 +62,7 @@ def test_xlsx_by_extension_is_a_real_workbook(tmp_path):
     book = load_workbook(out)
     assert {"Summary", "Findings", "Evidence"} <= set(book.sheetnames)
     cells = {str(c.value) for row in book["Findings"].iter_rows() for c in row if c.value is not None}
-    ids = [f.id for f in profan.analyze(QWEN3).findings]
+    ids = [f.id for f in analysed(QWEN3).findings]
     assert set(ids) <= cells
 
 
@@ -284,21 +286,29 @@ def test_help_names_the_conventions():
 # ------------------------------------------------------------------------------------ python -m profan.synth
 
 
-def test_synth_help_has_text_and_default_for_every_option():
+def _synth(*args: str) -> subprocess.CompletedProcess:
+    """`python -m profan.synth ARGS` through the module's own `main`, in this process, output captured."""
+    from profan.synth.__main__ import main
+
+    out, err = io.StringIO(), io.StringIO()
+    with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
+        try:
+            main(list(args))
+            code = 0
+        except SystemExit as done:
+            code = done.code if isinstance(done.code, int) else 1
+    return subprocess.CompletedProcess(["profan.synth", *args], code, out.getvalue(), err.getvalue())
+
+
+def test_synth_help_has_text_and_default_for_every_option(monkeypatch):
     """Every generator option says what it does and its default; the list is the SynthParams fields."""
     from profan.synth import SynthParams
     from profan.synth.__main__ import HELP
 
     defaults = asdict(SynthParams())
     assert list(HELP) == list(defaults)
-    res = subprocess.run(
-        [sys.executable, "-m", "profan.synth", "--help"],
-        capture_output=True,
-        text=True,
-        cwd=ROOT,
-        env={**os.environ, "COLUMNS": "400"},
-        timeout=120,
-    )
+    monkeypatch.setenv("COLUMNS", "400")  # one line per option: argparse wraps at the terminal's width
+    res = _synth("--help")
     assert res.returncode == 0, res.stderr
     blocks: dict[str, str] = {}  # option -> its help entry, lines joined (argparse wraps a long invocation)
     for ln in res.stdout.split("options:", 1)[1].splitlines():
@@ -322,15 +332,13 @@ def test_synth_runs_with_the_options_its_help_names(tmp_path):
     """The options do what their help says: two ranks, one step, no trace_view.json, a slow link; a misspelt
     boolean or an unknown dispatcher is refused (exit 2) rather than read as something else."""
     out = tmp_path / "c2"
-    cmd = [sys.executable, "-m", "profan.synth", str(out), "--ranks", "2", "--steps", "1", "--layers", "1"]
-    res = subprocess.run(
-        [*cmd, "--trace", "false", "--slow-link", "0,1"], capture_output=True, text=True, cwd=ROOT, timeout=300
-    )
+    cmd = [str(out), "--ranks", "2", "--steps", "1", "--layers", "1"]
+    res = _synth(*cmd, "--trace", "false", "--slow-link", "0,1")
     assert res.returncode == 0, res.stderr
     assert json.loads(res.stdout)["slow_link"] == {"ranks": [0, 1], "factor": 4.0}
     ranks = sorted(p.name for p in out.iterdir() if p.is_dir())
     assert len(ranks) == 2 and all(r.endswith("_ascend_pt") for r in ranks)
     assert not list(out.rglob("trace_view.json")) and (out / "ground_truth.json").is_file()
     for bad, said in (("--trace=flase", "expected true or false"), ("--dispatcher=mc3", "invalid choice: 'mc3'")):
-        res = subprocess.run([*cmd, bad], capture_output=True, text=True, cwd=ROOT, timeout=120)
+        res = _synth(*cmd, bad)
         assert res.returncode == 2 and said in res.stderr, res.stderr

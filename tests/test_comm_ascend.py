@@ -10,7 +10,7 @@ from pathlib import Path
 
 import polars as pl
 import pytest
-from conftest import ASCEND, QWEN3, run_cli
+from conftest import ASCEND, QWEN3, analysed, run_cli
 
 import profan
 from profan.model.errors import ProfanInputError
@@ -37,7 +37,7 @@ def _ops(doc: dict):
 
 @pytest.fixture(scope="module")
 def alexnet2_report():
-    return profan.analyze(ALEXNET2)
+    return analysed(ALEXNET2)
 
 
 # ------------------------------------------------------------------------------------------- qwen3: per op
@@ -175,7 +175,7 @@ def test_per_op_matrix_without_metadata_keeps_local_ranks():
     ["msinsight-alexnet-2rank-2025/level1", "msinsight-alexnet-2rank-2025/level2", "msinsight-gpt3-2rank-2023"],
 )
 def test_slow_link_analysis_runs_on_both_shapes(folder):
-    rep = profan.analyze(ASCEND / folder)
+    rep = analysed(ASCEND / folder)
     links = rep.tables["comm_links"]
     assert sorted(links["rank"].unique().to_list()) == [0, 1]
     assert "LOCAL" not in links["transport"].to_list()

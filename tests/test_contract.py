@@ -11,7 +11,7 @@ import threading
 
 import polars as pl
 import pytest
-from conftest import QWEN3
+from conftest import QWEN3, analysed
 
 import profan
 from profan import pipeline
@@ -141,7 +141,7 @@ def test_adding_an_analysis_is_one_entry_in_the_list(monkeypatch):
             notes=[f"explained {len(job.findings)} findings"],
         )
 
-    plain = profan.analyze(QWEN3)
+    plain = analysed(QWEN3)
     monkeypatch.setattr(
         pipeline, "ANALYSES", (*pipeline.ANALYSES, Analysis("explain", explain_all, reads_findings=True))
     )
@@ -223,7 +223,7 @@ def test_severities_come_from_the_rule_pack(tmp_path):
         '[[check]]\nid = "straggler"\nno_straggler_severity = "warning"\n',
         encoding="utf-8",
     )
-    plain = profan.analyze(QWEN3)
+    plain = analysed(QWEN3)
     changed = profan.analyze(QWEN3, rules=[rules])
     for check in ("step-breakdown", "straggler"):
         before = [f for f in plain.ungrouped() if f.check == check]

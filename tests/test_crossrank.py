@@ -11,6 +11,7 @@ import json
 from pathlib import Path
 
 import pytest
+from conftest import analysed
 
 import profan
 from profan.model.evidence import read_back
@@ -226,7 +227,7 @@ def _nccl_kernels(path: Path) -> list[dict]:
 
 
 def test_dlrm_rank7_is_the_straggler_and_rank2_is_not():
-    report = profan.analyze(DLRM)
+    report = analysed(DLRM)
     found = _named(report, "straggler")
     assert [f.rank for f in found] == [7]
     f = found[0]

@@ -6,7 +6,7 @@ import json
 import shutil
 
 import pytest
-from conftest import ASCEND, QWEN3
+from conftest import ASCEND, QWEN3, assert_one_line_error, run_cli
 
 import profan
 from profan.model.errors import ProfanInputError
@@ -90,3 +90,102 @@ def test_duplicate_rank_side_by_side_keeps_the_newest(tmp_path):
     (r,) = d.ranks
     assert r.path.name == "w_20250102000000000_ascend_pt"
     assert "skipped 1" in d.warnings[0]
+
+
+# ------------------------------------------------------------------ torch_npu DB export and what is refused
+
+DB_SET = ASCEND / "msinsight-alexnet-2rank-2025-db" / "level1"
+TEXT_SET = ASCEND / "msinsight-alexnet-2rank-2025" / "level1"
+MSPROF = ASCEND / "vllm-ascend-msprof-gmm-1op" / "PROF_000001_20260823165413436_00626258NIRJNPIC"
+
+
+def _writable_copy(src, dst):
+    shutil.copytree(src, dst)
+    for p in [dst, *dst.rglob("*")]:
+        p.chmod(0o755 if p.is_dir() else 0o644)
+    return dst
+
+
+def test_db_export_ranks_are_found_with_their_analysis_db():
+    d = discover(DB_SET)
+    assert [r.rank for r in d.ranks] == [0, 1]
+    for r in d.ranks:
+        assert r.files["ascend_db"].name == f"ascend_pytorch_profiler_{r.rank}.db"
+        assert r.files["analysis_db"].name == "analysis.db"
+        assert "kernel_details" not in r.files
+
+
+def test_rank_with_text_and_db_reads_the_text_and_says_so(tmp_path):
+    root = _writable_copy(TEXT_SET, tmp_path / "job")
+    for r in (0, 1):
+        src = DB_SET / f"rank{r}_ascend_pt/ASCEND_PROFILER_OUTPUT/ascend_pytorch_profiler_{r}.db"
+        shutil.copy(src, root / f"rank{r}_ascend_pt/ASCEND_PROFILER_OUTPUT")
+    d = discover(root)
+    assert all("kernel_details" in r.files and "ascend_db" not in r.files for r in d.ranks)
+    said = [n for n in d.notes if "both the text export" in n]
+    assert len(said) == 2 and all("DB not read" in n for n in said)
+    rep = profan.analyze(root)
+    assert any("both the text export" in n for n in rep.notes)
+
+
+def test_rank_with_db_and_no_kernel_details_reads_the_db_only(tmp_path):
+    root = _writable_copy(DB_SET, tmp_path / "job")
+    out = root / "rank0_ascend_pt/ASCEND_PROFILER_OUTPUT"
+    shutil.copy(TEXT_SET / "rank0_ascend_pt/ASCEND_PROFILER_OUTPUT/step_trace_time.csv", out)
+    d = discover(root)
+    r0 = next(r for r in d.ranks if r.rank == 0)
+    assert "ascend_db" in r0.files and "step_trace_time" not in r0.files
+    assert any("step_trace_time.csv" in n and "not read" in n for n in d.notes)
+
+
+def test_single_db_file_is_a_rank():
+    path = DB_SET / "rank1_ascend_pt/ASCEND_PROFILER_OUTPUT/ascend_pytorch_profiler_1.db"
+    (r,) = discover(path).ranks
+    assert r.rank == 1 and r.rank_origin == "file name ascend_pytorch_profiler_1.db"
+    assert set(r.files) == {"ascend_db"}
+
+
+def test_export_with_neither_text_nor_db_is_one_line(tmp_path):
+    """The DB export without its ascend_pytorch_profiler_*.db (analysis.db alone): no empty report, exit 2."""
+    root = _writable_copy(DB_SET, tmp_path / "job")
+    for r in (0, 1):
+        (root / f"rank{r}_ascend_pt/ASCEND_PROFILER_OUTPUT/ascend_pytorch_profiler_{r}.db").unlink()
+    with pytest.raises(ProfanInputError, match=r"nothing profan can read: rank0_ascend_pt holds analysis\.db"):
+        discover(root)
+    assert_one_line_error(run_cli("analyze", str(root)), "analysis.db", "ascend_pytorch_profiler_*.db")
+
+
+def test_one_rank_without_data_is_skipped_and_named(tmp_path):
+    root = _writable_copy(DB_SET, tmp_path / "job")
+    (root / "rank1_ascend_pt/ASCEND_PROFILER_OUTPUT/ascend_pytorch_profiler_1.db").unlink()
+    d = discover(root)
+    assert [r.rank for r in d.ranks] == [0]
+    assert any("skipped 1 rank(s)" in w and "rank1_ascend_pt" in w for w in d.warnings)
+
+
+def test_msprof_db_export_without_op_summary_is_refused(tmp_path):
+    prof = _writable_copy(MSPROF, tmp_path / MSPROF.name)
+    out = prof / "mindstudio_profiler_output"
+    for p in out.glob("op_summary_*.csv"):
+        p.unlink()
+    shutil.copy(
+        DB_SET / "rank0_ascend_pt/ASCEND_PROFILER_OUTPUT/ascend_pytorch_profiler_0.db", prof / "msprof_20260823.db"
+    )
+    with pytest.raises(ProfanInputError, match=r"msprof_20260823\.db \(msprof's DB export\).*op_summary"):
+        discover(tmp_path)
+    assert_one_line_error(run_cli("analyze", str(tmp_path)), "msprof_20260823.db", "op_summary")
+
+
+def test_msprof_db_only_prof_folder_is_refused(tmp_path):
+    prof = tmp_path / MSPROF.name
+    prof.mkdir()
+    shutil.copy(DB_SET / "rank0_ascend_pt/ASCEND_PROFILER_OUTPUT/ascend_pytorch_profiler_0.db", prof / "msprof_1.db")
+    assert_one_line_error(run_cli("analyze", str(tmp_path)), "msprof_1.db", "op_summary")
+
+
+def test_msprof_sample_based_collection_is_refused(tmp_path):
+    prof = _writable_copy(MSPROF, tmp_path / MSPROF.name)
+    for p in (prof / "mindstudio_profiler_output").glob("op_summary_*.csv"):
+        p.unlink()
+    with pytest.raises(ProfanInputError, match=r"task_time_20260823165421\.csv \(a sample-based collection"):
+        discover(tmp_path)

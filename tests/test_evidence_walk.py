@@ -7,9 +7,8 @@ from __future__ import annotations
 import json
 
 import pytest
-from conftest import ASCEND, fnum, raw_rows, run_cli
+from conftest import ASCEND, analysed, fnum, raw_rows, run_cli
 
-import profan
 from profan.app.drill import select_kernel_rows
 from profan.model.evidence import load_json_document, resolve_pointer
 
@@ -23,6 +22,7 @@ FOLDERS = [
     "mstt-advisor-ut/test/ut/advisor/advisor_backend/compute_advice",
     "vllm-ascend-msprof-gmm-1op",
     "mstt-advisor-ut/test/ut/advisor/timeline_advice",
+    "msinsight-alexnet-2rank-2025-db/level1",
 ]
 DUR = ("Duration(us)", "Task Duration(us)")
 STEP_TRACE_VALUES = {
@@ -85,10 +85,74 @@ def _check_overlap_evidence(root, ev, finding):
     assert [e["dur"] for e in cited] == sorted((e["dur"] for e in cited), reverse=True)
 
 
+def _check_memory_evidence(root, ev, finding):
+    """memory_record.csv / operator_memory.csv lines: data rows whose cells give the claimed totals; allocations
+    cited as live at a moment were made by then and not released before it."""
+    _, rows = raw_rows(root / ev.file)
+    assert all(n in rows for n in ev.lines), finding.id
+    for key, header in (("allocated_mb", "Total Allocated(MB)"), ("reserved_mb", "Total Reserved(MB)")):
+        if key in ev.values:
+            assert fnum(rows[ev.lines[0]][header]) == pytest.approx(ev.values[key]), (finding.id, key)
+    if "live_at_us" in ev.select:
+        t = ev.select["live_at_us"]
+        for n in ev.lines:
+            release = rows[n]["Release Time(us)"].strip()
+            assert fnum(rows[n]["Allocation Time(us)"]) <= t and (not release or fnum(release) > t), (finding.id, n)
+
+
+def _sql(path, sql, *params):
+    import sqlite3
+
+    c = sqlite3.connect(f"file:{path}?mode=ro&immutable=1", uri=True)
+    try:
+        return c.execute(sql, params).fetchall()
+    finally:
+        c.close()
+
+
+# a cited TASK row's duration: its own when it is a compute task, its op's when it is a communication op's first task
+_TASK_NS = """SELECT t.rowid, coalesce(
+  (SELECT t.endNs - t.startNs FROM COMPUTE_TASK_INFO c WHERE c.globalTaskId = t.globalTaskId),
+  (SELECT o.endNs - o.startNs FROM COMMUNICATION_TASK_INFO i JOIN COMMUNICATION_OP o ON o.opId = i.opId
+   WHERE i.globalTaskId = t.globalTaskId LIMIT 1)), (SELECT id FROM STEP_TIME s WHERE t.startNs BETWEEN s.startNs
+   AND s.endNs) FROM TASK t"""
+
+
+def _check_db_evidence(root, ev, finding):
+    """torch_npu DB export: /TABLE/ROWID pointers, checked with SQL of their own against the raw tables."""
+    path = root / ev.file
+    cited = [(p.split("/")[1], int(p.split("/")[2])) for p in ev.pointers]
+    src = ev.select.get("source")
+    if src == "kernel_details":
+        assert {t for t, _ in cited} == {"TASK"}
+        raw = {rid: (ns / 1000, step) for rid, ns, step in _sql(path, _TASK_NS) if ns is not None}
+        selected = set(select_kernel_rows(root, ev.file, ev.select)["src_line"].to_list())
+        assert len(selected) == ev.row_count, (finding.id, ev.select)
+        for _, rid in cited:
+            assert rid in selected and rid in raw, (finding.id, rid)
+            if ev.select.get("step") is not None:
+                assert raw[rid][1] == ev.select["step"]
+        if "time_us" in ev.values:
+            assert sum(raw[r][0] for r in selected) == pytest.approx(ev.values["time_us"], rel=1e-6, abs=1e-3)
+        durs = [raw[r][0] for _, r in cited]
+        assert durs == sorted(durs, reverse=True)
+    elif src == "step_trace_time":
+        ((table, rid),) = cited
+        assert table == "STEP_TIME"
+        assert _sql(path, "SELECT id FROM STEP_TIME WHERE rowid = ?", rid)[0][0] == ev.select["step"]
+    else:
+        for table, rid in cited:
+            rows = _sql(path, f'SELECT * FROM "{table}" WHERE rowid = ?', rid)
+            assert len(rows) == 1, (finding.id, table, rid)
+        if src == "communication" and ev.select.get("step") is not None:
+            steps = {_sql(path, f'SELECT step FROM "{t}" WHERE rowid = ?', r)[0][0] for t, r in cited}
+            assert steps == {f"step{ev.select['step']}"}
+
+
 @pytest.mark.parametrize("folder", FOLDERS)
 def test_every_finding_is_backed_by_its_rows(folder):
     root = ASCEND / folder
-    report = profan.analyze(root)
+    report = analysed(root)
     assert report.findings, "every real sample yields at least one finding"
     ranks = {r["rank"]: r["path"] for r in report.source["ranks"]}
     # a group finding cites its worst member's rows; every member keeps its own, checked here too
@@ -99,12 +163,16 @@ def test_every_finding_is_backed_by_its_rows(folder):
             if f.rank is not None and ranks[f.rank] != ".":
                 assert ev.file.startswith(ranks[f.rank] + "/"), (f.id, ev.file)
             src = ev.select.get("source")
-            if src == "kernel_details":
+            if ev.file.endswith(".db"):
+                _check_db_evidence(root, ev, f)
+            elif src == "kernel_details":
                 _check_kernel_evidence(root, ev, f)
             elif src == "step_trace_time":
                 _check_step_trace_evidence(root, ev, f)
             elif src == "trace_view":
                 _check_overlap_evidence(root, ev, f)
+            elif src in ("memory_record", "operator_memory"):
+                _check_memory_evidence(root, ev, f)
             elif src == "op_statistic":
                 _, rows = raw_rows(root / ev.file)
                 assert all(n in rows for n in ev.lines)

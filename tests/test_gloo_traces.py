@@ -19,9 +19,8 @@ import statistics
 import polars as pl
 import pytest
 import tomllib
-from conftest import TORCH, run_cli
+from conftest import TORCH, analysed, run_cli
 
-import profan
 from profan.model.evidence import read_back
 from profan.rulepack.pack import load as load_pack
 from profan.rulepack.roles import defaults as default_roles
@@ -37,7 +36,7 @@ WAITS = re.compile(ROLES.kineto_peer_wait_ops)  # collective spans that include 
 
 @pytest.fixture(scope="module")
 def reports():
-    return {run: profan.analyze(GLOO / run) for run in RUNS}
+    return {run: analysed(GLOO / run) for run in RUNS}
 
 
 def truth(run: str) -> dict:

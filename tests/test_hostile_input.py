@@ -11,7 +11,7 @@ import re
 import shutil
 
 import pytest
-from conftest import FIXTURES, QWEN3, assert_one_line_error, fnum, one_rank, raw_rows, run_cli
+from conftest import FIXTURES, QWEN3, analysed, assert_one_line_error, fnum, one_rank, raw_rows, run_cli
 
 import profan
 
@@ -80,7 +80,7 @@ def test_trace_events_without_a_usable_duration_are_counted(tmp_path, field, val
     report = profan.analyze(tmp_path)
     assert report.source["ranks"][0]["rows_skipped"]["kineto_trace"] == len(bad)
     assert any(f"skipped {len(bad)} of" in w and "start or duration" in w for w in report.warnings)
-    before = profan.analyze(NCCL).breakdown["time_us"].sum()
+    before = analysed(NCCL).breakdown["time_us"].sum()
     after = report.breakdown["time_us"].sum()
     # the rest is summed as before: nothing negative or NaN comes in (a NaN fails both comparisons)
     assert before - removed_us - 1e-6 <= after <= before

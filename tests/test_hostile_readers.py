@@ -15,7 +15,7 @@ import tracemalloc
 
 import polars as pl
 import pytest
-from conftest import FIXTURES, QWEN3, assert_one_line_error, fnum, one_rank, raw_rows, run_cli
+from conftest import FIXTURES, QWEN3, analysed, assert_one_line_error, fnum, one_rank, raw_rows, run_cli
 
 import profan
 from profan.model.errors import ProfanInputError
@@ -378,7 +378,7 @@ def test_absurd_trace_event_durations_are_skipped_like_missing_ones(tmp_path, va
     report = profan.analyze(tmp_path)
     assert report.source["ranks"][0]["rows_skipped"]["kineto_trace"] == len(bad)
     assert any(f"skipped {len(bad)} of" in w and "max_duration_us" in w for w in report.warnings)
-    before = profan.analyze(NCCL_GZ.parent).breakdown["time_us"].sum()
+    before = analysed(NCCL_GZ.parent).breakdown["time_us"].sum()
     assert report.breakdown["time_us"].sum() == pytest.approx(before - removed_us, rel=1e-9)
 
 

@@ -9,7 +9,7 @@ import json
 import re
 
 import pytest
-from conftest import ASCEND, QWEN3, ROOT, raw_rows
+from conftest import ASCEND, QWEN3, ROOT, analysed, raw_rows
 
 import profan
 from profan.model.evidence import load_json_document, read_back, resolve_pointer
@@ -166,7 +166,7 @@ def test_budget_caps_evidence_rows_uniformly(qwen3_report):
 
 
 def test_alexnet_level2_renders(tmp_path):
-    report = profan.analyze(ALEXNET2)
+    report = analysed(ALEXNET2)
     out = tmp_path / "r.html"
     from profan.render import render
 

@@ -6,13 +6,11 @@ from __future__ import annotations
 import functools
 import gzip
 import json
-import os
-import subprocess
-import sys
 from pathlib import Path
 
 import polars as pl
 import pytest
+from conftest import analysed, run_cli
 
 import profan
 from profan.model.evidence import read_back
@@ -35,7 +33,7 @@ def _cache(tmp_path_factory):
 
 @pytest.fixture(scope="module")
 def reports():
-    return {s: profan.analyze(TORCH / s) for s in SETS}
+    return {s: analysed(TORCH / s) for s in SETS}
 
 
 @functools.lru_cache(maxsize=16)
@@ -80,27 +78,9 @@ def assert_select_matches(ev, cited: list[dict], fid: str) -> None:
 
 
 @pytest.mark.parametrize("name", SETS)
-def test_cli_analyses_every_set(name, tmp_path):
-    env = {**os.environ, "PROFAN_CACHE_DIR": str(tmp_path / "c")}
-    res = subprocess.run(
-        [
-            sys.executable,
-            "-m",
-            "profan",
-            "analyze",
-            str(TORCH / name),
-            "-q",
-            "-f",
-            "json",
-            "-o",
-            str(tmp_path / "r.json"),
-        ],
-        capture_output=True,
-        text=True,
-        env=env,
-        cwd=ROOT,
-        timeout=300,
-    )
+def test_cli_analyses_every_set(name, tmp_path, monkeypatch):
+    monkeypatch.setenv("PROFAN_CACHE_DIR", str(tmp_path / "c"))
+    res = run_cli("analyze", str(TORCH / name), "-q", "-f", "json", "-o", str(tmp_path / "r.json"))
     assert res.returncode == 0, res.stderr
     doc = json.loads((tmp_path / "r.json").read_text())
     assert doc["breakdown"] and doc["findings"]
@@ -182,7 +162,8 @@ def test_qwen_flash_is_attention_and_xmma_gemm_is_dense(reports):
     gemm = [n for n in names if n.startswith("sm90_xmma_gemm")]
     assert flash and gemm
     assert all(b == {"attention"} for b in _bucket_of(rd, flash).values())
-    assert all(b == {"ffn"} for b in _bucket_of(rd, gemm).values())
+    # a GEMM is an MLP or attention projection where its module says so, else of no known layer: never other
+    assert all(b <= {"ffn", "attention_proj", "gemm"} for b in _bucket_of(rd, gemm).values())
     # shares of all GPU event time, computed straight from the JSON (anchor: GEMM 28.0 %, attention 8.4 %)
     ev = device_events(TORCH / "qwen1.5-0.5b_h100_1rank" / "Qwen_Qwen1.5-0.5B-Chat__1016005.json.gz")
     total = sum(e["dur"] for _, e in ev)
@@ -190,8 +171,11 @@ def test_qwen_flash_is_attention_and_xmma_gemm_is_dense(reports):
     gemm_us = sum(e["dur"] for _, e in ev if "gemm" in e["name"])
     by_bucket = rd.groups.group_by("bucket").agg(pl.col("time_us").sum())
     got = dict(by_bucket.iter_rows())
-    assert got["attention"] == pytest.approx(flash_us) and round(100 * flash_us / total, 1) == 8.4
-    assert got["ffn"] == pytest.approx(gemm_us) and round(100 * gemm_us / total, 1) == 28.0
+    g = rd.groups
+    assert g.filter(pl.col("name").is_in(flash))["time_us"].sum() == pytest.approx(flash_us)
+    assert round(100 * flash_us / total, 1) == 8.4 and got["attention"] > flash_us  # + rotary, in the module
+    assert g.filter(pl.col("name").str.contains("gemm"))["time_us"].sum() == pytest.approx(gemm_us)
+    assert round(100 * gemm_us / total, 1) == 28.0
     assert sum(got.values()) == pytest.approx(total)
     assert "no rank id in the data: treated as rank 0" in reports["qwen1.5-0.5b_h100_1rank"].notes
 
@@ -230,8 +214,9 @@ def test_moe_routing_experts_attention_and_custom_allreduce(reports):
     got = dict(g.group_by("bucket").agg(pl.col("time_us").sum()).iter_rows())
     assert got["communication"] == pytest.approx(comm) and round(100 * comm / total, 1) == 18.4
     # MoE: routing + finalize + expert GEMMs (anchor 50.7 %) + the activation quantisation launched inside
-    # vllm::moe_forward (1.4 %), which the context rule also counts as expert-layer work
-    assert 0.50 <= got["moe"] / total <= 0.53
+    # vllm::moe_forward (1.4 %), which the context rule also counts as expert-layer work, and the output buffer
+    # fill launched inside the FusedMoE module (1.0 %, rule GPU-MOE-004)
+    assert 0.50 <= got["moe"] / total <= 0.54
     assert reports["moe_b200_rank0"].breakdown["step"].null_count() == reports["moe_b200_rank0"].breakdown.height
     assert any("1 of 8 ranks" in n for n in reports["moe_b200_rank0"].notes)
 
@@ -340,28 +325,15 @@ def test_every_finding_cites_the_events_it_describes(reports, name):
     assert checked
 
 
-def test_evidence_command_prints_the_raw_events(tmp_path):
-    env = {**os.environ, "PROFAN_CACHE_DIR": str(tmp_path / "c")}
+def test_evidence_command_prints_the_raw_events(tmp_path, monkeypatch):
+    monkeypatch.setenv("PROFAN_CACHE_DIR", str(tmp_path / "c"))
     out = tmp_path / "r.json"
     root = TORCH / "moe_b200_rank0"
-    run = [sys.executable, "-m", "profan"]
-    assert (
-        subprocess.run(
-            [*run, "analyze", str(root), "-q", "-f", "json", "-o", str(out)], env=env, cwd=ROOT, timeout=300
-        ).returncode
-        == 0
-    )
+    assert run_cli("analyze", str(root), "-q", "-f", "json", "-o", str(out)).returncode == 0
     doc = json.loads(out.read_text())
     events = raw(root / "eager_trace.json.gz")["traceEvents"]
     for f in doc["findings"]:
-        res = subprocess.run(
-            [*run, "evidence", str(out), f["id"], "-f", "json"],
-            capture_output=True,
-            text=True,
-            env=env,
-            cwd=ROOT,
-            timeout=300,
-        )
+        res = run_cli("evidence", str(out), f["id"], "-f", "json")
         assert res.returncode == 0, res.stderr
         got = json.loads(res.stdout)
         for item, ev in zip(got["evidence"], f["evidence"], strict=True):

@@ -13,11 +13,15 @@ import os
 import re
 import subprocess
 import sys
+from collections.abc import Callable
+from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import anyio
 import jsonschema
-from conftest import QWEN3, ROOT, run_cli
+import pytest
+from conftest import QWEN3, ROOT, analysed, run_cli
 from mcp import Client
 from mcp.client.stdio import StdioServerParameters
 
@@ -93,14 +97,71 @@ def call_session(steps, *roots, wire: Wire | None = None):
     return anyio.run(main)
 
 
-def calls_session(calls: list[tuple[str, dict]], wire: Wire | None = None) -> list:
-    """Each (tool, arguments) in turn in one session, after listing the tools; their results in order."""
+class _Counting:
+    """A client that counts its tool calls, so each part of a shared session knows which exchanges are its own."""
+
+    def __init__(self, client) -> None:
+        self.client, self.calls = client, 0
+
+    async def call_tool(self, name: str, arguments: dict):
+        self.calls += 1
+        return await self.client.call_tool(name, arguments)
+
+
+@dataclass
+class Part:
+    """What one test's part of the shared session returned, and its tool calls as they crossed the pipe."""
+
+    value: Any
+    wire: list[dict]
+
+
+# the tests that need only the default roots, each a part of one session (one server start, one analysis of each
+# sample for all of them): name -> async steps(client, tools listed); filled in by `_shared_part`
+PARTS: dict[str, Callable] = {}
+
+
+def _shared_part(fn: Callable) -> Callable:
+    PARTS[fn.__name__] = fn
+    return fn
+
+
+@pytest.fixture(scope="module")
+def shared(tmp_path_factory) -> tuple[dict[str, Part | BaseException], Wire]:
+    """Every part in `PARTS`, in turn, in one `profan mcp` session through the relay that records the pipe, after
+    one tool listing. A part that raises is kept as its error, raised by its own test; the others still run."""
+    wire = Wire(tmp_path_factory.mktemp("mcp") / "wire.log")
+    spans: dict[str, tuple[Any, int, int]] = {}
 
     async def steps(client):
-        await client.list_tools()
-        return [await client.call_tool(name, args) for name, args in calls]
+        listed = await client.list_tools()
+        counting = _Counting(client)
+        for name, part in PARTS.items():
+            start = counting.calls
+            try:
+                value = await part(counting, listed)
+            except Exception as exc:  # its test fails with it
+                value = exc
+            spans[name] = (value, start, counting.calls)
 
-    return call_session(steps, wire=wire)
+    call_session(steps, wire=wire)
+    sent = wire.calls()
+    parts = {
+        name: value if isinstance(value, BaseException) else Part(value, sent[start:end])
+        for name, (value, start, end) in spans.items()
+    }
+    return parts, wire
+
+
+def part_of(shared, name: str) -> Part:
+    got = shared[0][name]
+    if isinstance(got, BaseException):
+        raise got
+    return got
+
+
+async def _calls(client, calls: list[tuple[str, dict]]) -> list:
+    return [await client.call_tool(name, args) for name, args in calls]
 
 
 def clipped(short: str, full: str) -> bool:
@@ -153,23 +214,24 @@ def stated_size(doc: dict) -> int:
     return int(re.search(r"\((\d+) bytes\)", doc["note"]).group(1))
 
 
-def test_analyze_then_evidence_rows_equal_the_source_lines():
-    async def steps(client):
-        tools = await client.list_tools()
-        by_name = {t.name: t for t in tools.tools}
-        brief = await client.call_tool("analyze", {"path": str(QWEN3), "max_bytes": 16000})
-        doc = brief.structured_content
-        shown = doc["causes"] + doc["findings"]
-        # a cause or finding citing CSV lines, and one citing JSON pointers
-        f_lines = next(f for f in shown if "lines" in f["evidence"][0] and f["evidence"][0]["row_count"] > 1)
-        f_ptr = next(f for f in shown if "pointers" in f["evidence"][0])
-        big = {"source": str(QWEN3), "max_bytes": 100_000}
-        ev_lines = await client.call_tool("evidence", {**big, "finding_id": f_lines["id"]})
-        ev_ptr = await client.call_tool("evidence", {**big, "finding_id": f_ptr["id"], "limit": 2})
-        ev_cause = await client.call_tool("evidence", {**big, "finding_id": "C1"})
-        return by_name, brief, f_lines, ev_lines, f_ptr, ev_ptr, ev_cause
+@_shared_part
+async def _analyze_then_evidence(client, listed):
+    by_name = {t.name: t for t in listed.tools}
+    brief = await client.call_tool("analyze", {"path": str(QWEN3), "max_bytes": 16000})
+    doc = brief.structured_content
+    shown = doc["causes"] + doc["findings"]
+    # a cause or finding citing CSV lines, and one citing JSON pointers
+    f_lines = next(f for f in shown if "lines" in f["evidence"][0] and f["evidence"][0]["row_count"] > 1)
+    f_ptr = next(f for f in shown if "pointers" in f["evidence"][0])
+    big = {"source": str(QWEN3), "max_bytes": 100_000}
+    ev_lines = await client.call_tool("evidence", {**big, "finding_id": f_lines["id"]})
+    ev_ptr = await client.call_tool("evidence", {**big, "finding_id": f_ptr["id"], "limit": 2})
+    ev_cause = await client.call_tool("evidence", {**big, "finding_id": "C1"})
+    return by_name, brief, f_lines, ev_lines, f_ptr, ev_ptr, ev_cause
 
-    tools, brief, f_lines, ev_lines, f_ptr, ev_ptr, ev_cause = call_session(steps)
+
+def test_analyze_then_evidence_rows_equal_the_source_lines(shared):
+    tools, brief, f_lines, ev_lines, f_ptr, ev_ptr, ev_cause = part_of(shared, "_analyze_then_evidence").value
 
     assert set(tools) == {"analyze", "compare", "evidence", "rules"}
     # each output schema names its document; `profan schema` has the full JSON Schema
@@ -238,17 +300,10 @@ def test_analyze_then_evidence_rows_equal_the_source_lines():
         assert json.loads(row["text"]) == node
 
 
-def test_every_result_fits_its_cap_as_sent(tmp_path):
-    """Each tool result, counted as the whole JSON-RPC line on the pipe, is within the ``max_bytes`` it was given
-    (or the default its input schema advertises); the structured document is sent once, beside a one-line summary;
-    the server's own measure is exactly what was sent; and the tool list is under 4 KB."""
-    from mcp.types import CallToolResult, TextContent
-
-    from profan import __version__
-    from profan.app.mcp_server import wire_bytes
-
+def _every_tool_call() -> list[tuple[str, dict]]:
+    """Every tool with and without a cap, some caps below the smallest form."""
     q = str(QWEN3)
-    calls = [
+    return [
         ("analyze", {"path": q}),
         ("analyze", {"path": q, "max_bytes": 6000}),
         ("analyze", {"path": q, "max_bytes": 2500}),
@@ -265,18 +320,30 @@ def test_every_result_fits_its_cap_as_sent(tmp_path):
         ("rules", {"id": "pipeline-stage-imbalance"}),
         ("rules", {"id": "pipeline-stage-imbalance", "max_bytes": 900}),
     ]
-    wire = Wire(tmp_path / "wire.log")
 
-    async def steps(client):
-        listed = await client.list_tools()
-        return listed, [await client.call_tool(name, args) for name, args in calls]
 
-    listed, results = call_session(steps, wire=wire)
+@_shared_part
+async def _every_result(client, listed):
+    return listed, await _calls(client, _every_tool_call())
+
+
+def test_every_result_fits_its_cap_as_sent(shared):
+    """Each tool result, counted as the whole JSON-RPC line on the pipe, is within the ``max_bytes`` it was given
+    (or the default its input schema advertises); the structured document is sent once, beside a one-line summary;
+    the server's own measure is exactly what was sent; and the tool list is under 4 KB."""
+    from mcp.types import CallToolResult, TextContent
+
+    from profan import __version__
+    from profan.app.mcp_server import wire_bytes
+
+    calls = _every_tool_call()
+    part = part_of(shared, "_every_result")
+    (listed, results), wire = part.value, shared[1]
     defaults = {t.name: t.input_schema["properties"]["max_bytes"]["default"] for t in listed.tools}
-    assert defaults == {"analyze": 4000, "compare": 4000, "evidence": 3000, "rules": 8000}
+    assert defaults == {"analyze": 4000, "compare": 4000, "evidence": 3000, "rules": 10000}
     assert wire.tools_list_bytes() < 4000
 
-    sent = wire.calls()
+    sent = part.wire
     assert [(e["params"]["name"], e["params"]["arguments"]) for e in sent] == calls
     below_floor = []
     for (name, args), result, exchange in zip(calls, results, sent, strict=True):
@@ -300,14 +367,22 @@ def test_every_result_fits_its_cap_as_sent(tmp_path):
     assert below_floor == [("evidence", calls[8][1]), ("rules", calls[14][1])]
 
 
-def test_brief_degrades_step_by_step(qwen3_report, tmp_path):
+BRIEF_CAPS = list(range(1500, 16001, 250))
+
+
+@_shared_part
+async def _brief_sweep(client, listed):
+    return await _calls(client, [("analyze", {"path": str(QWEN3), "max_bytes": cap}) for cap in BRIEF_CAPS])
+
+
+def test_brief_degrades_step_by_step(qwen3_report, shared):
     """A sweep of caps on the Qwen3 sample: every brief is within its cap as sent (below the smallest form: that
     form, with a note), leads with C1, and shows nothing a larger cap does not — content only grows with the cap,
     in many small steps, up to the CLI's full brief."""
-    caps = list(range(1500, 16001, 250))
-    wire = Wire(tmp_path / "wire.log")
-    results = calls_session([("analyze", {"path": str(QWEN3), "max_bytes": cap}) for cap in caps], wire)
-    sizes = [e["bytes"] for e in wire.calls()]
+    caps = BRIEF_CAPS
+    part = part_of(shared, "_brief_sweep")
+    results = part.value
+    sizes = [e["bytes"] for e in part.wire]
     docs = [r.structured_content for r in results]
     floor = min(sizes)
     for cap, doc, n in zip(caps, docs, sizes, strict=True):
@@ -335,15 +410,22 @@ def test_brief_degrades_step_by_step(qwen3_report, tmp_path):
     assert {k: v for k, v in docs[-1].items() if k != "drill"} == {k: v for k, v in cli.items() if k != "drill"}
 
 
-def test_evidence_degrades_step_by_step(qwen3_report, tmp_path):
+EVIDENCE_CAPS = list(range(3000, 20001, 1000))
+
+
+@_shared_part
+async def _evidence_sweep(client, listed):
+    calls = [("evidence", {"source": str(QWEN3), "finding_id": "C1", "max_bytes": c}) for c in EVIDENCE_CAPS]
+    return await _calls(client, calls)
+
+
+def test_evidence_degrades_step_by_step(qwen3_report, shared):
     """The rows behind C1 (ten evidence items, 16 KB in full) under a sweep of caps: within the cap as sent, at
     least the first item's file and locator, and nothing a larger cap does not show; in full at the top."""
-    caps = list(range(3000, 20001, 1000))
-    wire = Wire(tmp_path / "wire.log")
-    results = calls_session(
-        [("evidence", {"source": str(QWEN3), "finding_id": "C1", "max_bytes": c}) for c in caps], wire
-    )
-    sizes = [e["bytes"] for e in wire.calls()]
+    caps = EVIDENCE_CAPS
+    part = part_of(shared, "_evidence_sweep")
+    results = part.value
+    sizes = [e["bytes"] for e in part.wire]
     docs = [r.structured_content for r in results]
     for cap, doc, n in zip(caps, docs, sizes, strict=True):
         assert n <= cap and "note" not in doc, (cap, n)
@@ -358,19 +440,24 @@ def test_evidence_degrades_step_by_step(qwen3_report, tmp_path):
     assert rows[0] == 0 and rows[-1] == cited == 19 and rows == sorted(rows)
 
 
-def test_findings_only_evidence(qwen3_report):
+@_shared_part
+async def _findings_only(client, listed):
+    q, member = str(QWEN3), analysed(QWEN3).findings[0].members[1]
+    calls = [
+        ("evidence", {"source": q, "finding_id": "C1", "limit": 0}),
+        ("evidence", {"source": q, "finding_id": "C1", "limit": 0, "max_bytes": 20000}),
+        ("evidence", {"source": q, "finding_id": member.id, "limit": 0, "max_bytes": 20000}),
+        ("evidence", {"source": q, "finding_id": "C1", "limit": -1}),
+    ]
+    return await _calls(client, calls)
+
+
+def test_findings_only_evidence(qwen3_report, shared):
     """limit=0: a cause's or a finding's message, metrics and locators, no rows and no header — what an agent reads
     before deciding whether it needs rows; the same claim as the CLI's full document, without its rows."""
     q = str(QWEN3)
     c1, member = qwen3_report.causes[0], qwen3_report.findings[0].members[1]
-    results = calls_session(
-        [
-            ("evidence", {"source": q, "finding_id": "C1", "limit": 0}),
-            ("evidence", {"source": q, "finding_id": "C1", "limit": 0, "max_bytes": 20000}),
-            ("evidence", {"source": q, "finding_id": member.id, "limit": 0, "max_bytes": 20000}),
-            ("evidence", {"source": q, "finding_id": "C1", "limit": -1}),
-        ]
-    )
+    results = part_of(shared, "_findings_only").value
     default, whole, of_member = (r.structured_content for r in results[:3])
     bad = results[3]
     for doc, ident in ((default, "C1"), (whole, "C1"), (of_member, member.id)):
@@ -400,20 +487,65 @@ def test_findings_only_evidence(qwen3_report):
     assert bad.is_error and bad.content[0].text == "profan: error: limit must be 0 or more (got -1)"
 
 
-def test_errors_are_the_cli_one_liners(tmp_path):
-    missing = str(tmp_path / "missing")
+@dataclass
+class Rooted:
+    """A session whose server may read the repository and ``allowed`` only; ``outside`` is beside them."""
+
+    allowed: Path
+    outside: Path
+    results: dict[str, Any]
+
+
+@pytest.fixture(scope="module")
+def rooted(tmp_path_factory) -> Rooted:
+    """One `profan mcp --root ROOT --root ALLOWED` session for the tests of errors, report files and roots: in
+    ``allowed`` a report.json the CLI wrote and a rank folder whose kernel file links to a secret ``outside``, with
+    a rules file also ``outside``. Each test's calls are its own part; a part that raises is kept as its error."""
+    base = tmp_path_factory.mktemp("mcp-roots")
+    allowed, outside = base / "allowed", base / "outside"
+    allowed.mkdir()
+    outside.mkdir()
+    report = allowed / "report.json"
+    assert run_cli("analyze", str(QWEN3), "-f", "json", "-o", str(report), "-q").returncode == 0
+    (outside / "secret.txt").write_text("TOP-SECRET-CANARY\n")
+    (allowed / "data" / "rank_0").mkdir(parents=True)
+    (allowed / "data" / "rank_0" / "kernel_details.csv").symlink_to(outside / "secret.txt")
+    (outside / "rules.toml").write_text("")
+    rooted = Rooted(allowed, outside, {})
+    parts = {"errors": _errors_calls, "report_file": _report_file_calls, "roots": _roots_calls}
 
     async def steps(client):
-        return (
-            await client.call_tool("analyze", {"path": missing}),
-            await client.call_tool("evidence", {"source": str(QWEN3), "finding_id": "F999"}),
-            await client.call_tool("rules", {"id": "NOPE-1"}),
-            await client.call_tool("rules", {"id": "device-idle"}),
-            await client.call_tool("rules", {}),
-            await client.call_tool("rules", {"max_bytes": 200_000}),
-        )
+        for name, part in parts.items():
+            try:
+                rooted.results[name] = await part(client, rooted)
+            except Exception as exc:  # its test fails with it
+                rooted.results[name] = exc
 
-    bad_path, bad_id, bad_rule, one, listing, everything = call_session(steps, ROOT, tmp_path)
+    call_session(steps, ROOT, allowed)
+    return rooted
+
+
+def results_of(rooted: Rooted, name: str):
+    got = rooted.results[name]
+    if isinstance(got, BaseException):
+        raise got
+    return got
+
+
+async def _errors_calls(client, rooted: Rooted) -> tuple:
+    return (
+        await client.call_tool("analyze", {"path": str(rooted.allowed / "missing")}),
+        await client.call_tool("evidence", {"source": str(QWEN3), "finding_id": "F999"}),
+        await client.call_tool("rules", {"id": "NOPE-1"}),
+        await client.call_tool("rules", {"id": "device-idle"}),
+        await client.call_tool("rules", {}),
+        await client.call_tool("rules", {"max_bytes": 200_000}),
+    )
+
+
+def test_errors_are_the_cli_one_liners(rooted):
+    missing = str(rooted.allowed / "missing")
+    bad_path, bad_id, bad_rule, one, listing, everything = results_of(rooted, "errors")
     for result, args in (
         (bad_path, ["analyze", missing]),
         (bad_id, ["evidence", str(QWEN3), "F999"]),
@@ -436,17 +568,18 @@ def test_errors_are_the_cli_one_liners(tmp_path):
         assert all(set(e) <= {"kind", "id", "name", "bucket", "detects"} for e in index[key])
 
 
-def test_report_file_source_and_closed_stdin(tmp_path):
+async def _report_file_calls(client, rooted: Rooted):
+    out = rooted.allowed / "report.json"
+    fid = json.loads(out.read_text())["findings"][-1]["id"]
+    return await client.call_tool("evidence", {"source": str(out), "finding_id": fid, "max_bytes": 50_000})
+
+
+def test_report_file_source_and_closed_stdin(rooted):
     """evidence also takes a report.json written by the CLI; the server exits cleanly when its stdin closes."""
-    out = tmp_path / "report.json"
-    assert run_cli("analyze", str(QWEN3), "-f", "json", "-o", str(out), "-q").returncode == 0
+    out = rooted.allowed / "report.json"
     full = json.loads(out.read_text())
     fid = full["findings"][-1]["id"]
-
-    async def steps(client):
-        return await client.call_tool("evidence", {"source": str(out), "finding_id": fid, "max_bytes": 50_000})
-
-    got = call_session(steps, ROOT, tmp_path).structured_content
+    got = results_of(rooted, "report_file").structured_content
     cli = json.loads(run_cli("evidence", str(out), fid, "--format", "json").stdout)
     assert got == cli
     res = subprocess.run(
@@ -460,20 +593,21 @@ def test_report_file_source_and_closed_stdin(tmp_path):
     assert res.returncode == 0 and res.stdout == ""
 
 
-def test_compare_then_evidence_on_both_sides():
+@_shared_part
+async def _compare_then_evidence(client, listed):
+    got = await client.call_tool("compare", {"a": str(QWEN3), "ranks": [0, 2]})
+    fid = got.structured_content["findings"][0]["id"]
+    ev = await client.call_tool(
+        "evidence", {"source": str(QWEN3), "ranks": [0, 2], "finding_id": fid, "max_bytes": 100_000}
+    )
+    bad = await client.call_tool("compare", {"a": str(QWEN3), "ranks": [0]})
+    return got, ev, bad
+
+
+def test_compare_then_evidence_on_both_sides(shared):
     """compare ranks 0 and 2 of the Qwen3 job (the two ranks with kernel rows), then evidence on its first finding:
     the rows are the raw kernel_details.csv lines of both ranks."""
-
-    async def steps(client):
-        got = await client.call_tool("compare", {"a": str(QWEN3), "ranks": [0, 2]})
-        fid = got.structured_content["findings"][0]["id"]
-        ev = await client.call_tool(
-            "evidence", {"source": str(QWEN3), "ranks": [0, 2], "finding_id": fid, "max_bytes": 100_000}
-        )
-        bad = await client.call_tool("compare", {"a": str(QWEN3), "ranks": [0]})
-        return got, ev, bad
-
-    got, ev, bad = call_session(steps)
+    got, ev, bad = part_of(shared, "_compare_then_evidence").value
     assert not got.is_error, got.content
     doc = got.structured_content
     jsonschema.validate(doc, schema("brief"), cls=jsonschema.Draft202012Validator)
@@ -515,29 +649,22 @@ def test_reports_are_reused_and_bounded(tmp_path):
     assert reports.get(vllm, None, None) is not first
 
 
-def test_the_server_reads_only_inside_its_roots(tmp_path):
+async def _roots_calls(client, rooted: Rooted) -> list:
+    rules = str(rooted.outside / "rules.toml")
+    return [
+        await client.call_tool("analyze", {"path": "/"}),
+        await client.call_tool("analyze", {"path": "/etc"}),
+        await client.call_tool("analyze", {"path": str(QWEN3), "rules": [rules]}),
+        await client.call_tool("evidence", {"source": str(QWEN3), "finding_id": "F1", "root": "/"}),
+        await client.call_tool("rules", {"rules": [rules]}),
+        await client.call_tool("analyze", {"path": str(rooted.allowed / "data")}),
+    ]
+
+
+def test_the_server_reads_only_inside_its_roots(rooted):
     """An agent steered into asking for '/', /etc, a rules file elsewhere, a root of '/', or a link out of an
     allowed folder gets one refusal line each; nothing outside the roots is read."""
-    data = tmp_path / "data"
-    data.mkdir()
-    secret = tmp_path / "secret.txt"
-    secret.write_text("TOP-SECRET-CANARY\n")
-    (data / "rank_0").mkdir()
-    (data / "rank_0" / "kernel_details.csv").symlink_to(secret)
-    rules = tmp_path / "rules.toml"
-    rules.write_text("")
-
-    async def steps(client):
-        return [
-            await client.call_tool("analyze", {"path": "/"}),
-            await client.call_tool("analyze", {"path": "/etc"}),
-            await client.call_tool("analyze", {"path": str(QWEN3), "rules": [str(rules)]}),
-            await client.call_tool("evidence", {"source": str(QWEN3), "finding_id": "F1", "root": "/"}),
-            await client.call_tool("rules", {"rules": [str(rules)]}),
-            await client.call_tool("analyze", {"path": str(data)}),
-        ]
-
-    results = call_session(steps, ROOT, data)
+    results = results_of(rooted, "roots")
     for res in results[:5]:
         assert res.is_error
         (text,) = [c.text for c in res.content]

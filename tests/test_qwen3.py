@@ -6,7 +6,7 @@ import json
 
 import polars as pl
 import pytest
-from conftest import QWEN3, fnum, raw_rows, run_cli
+from conftest import QWEN3, analysed, fnum, raw_rows, run_cli
 
 STEP_COLS = {"computing_us": "Computing", "comm_not_overlapped_us": "Communication(Not Overlapped)", "free_us": "Free"}
 
@@ -107,9 +107,7 @@ def test_exposed_communication_without_communication_json():
     """Level0 writes no communication.json: the plain step_trace finding stands."""
     from conftest import ASCEND
 
-    import profan
-
-    report = profan.analyze(ASCEND / "msinsight-alexnet-2rank-2025/level0")
+    report = analysed(ASCEND / "msinsight-alexnet-2rank-2025/level0")
     f = next(f for f in report.ungrouped() if f.check == "exposed-communication" and f.rank == 0)
     _, rows = raw_rows(ASCEND / "msinsight-alexnet-2rank-2025/level0" / f.evidence[0].file)
     row = rows[f.evidence[0].lines[0]]
@@ -168,6 +166,12 @@ def test_stage_imbalance_names_the_extra_kernels(qwen3_report):
         k: sum(fnum(r["Duration(us)"]) for r in rows.values() if r["Type"].startswith("SwiGlu"))
         for k, rows in (("r2", r2), ("r0", r0))
     }
-    ffn_delta = (mm["r2"] + swiglu["r2"]) - (mm["r0"] + swiglu["r0"])
-    assert f.metrics["bucket_delta_us"]["ffn"] == pytest.approx(ffn_delta, rel=1e-9)
+    dense_delta = (mm["r2"] + swiglu["r2"]) - (mm["r0"] + swiglu["r0"])
+    # the matmuls and the MLP activation are in the buckets of the layer they serve, or `gemm` where the
+    # pattern cannot place them (the LM head among them); a bucket that differs by under 1 ms is not listed
+    deltas = f.metrics["bucket_delta_us"]
+    dense = ("ffn", "attention_proj", "gemm")
+    unlisted = sum(b not in deltas for b in dense)
+    assert abs(sum(deltas.get(b, 0.0) for b in dense) - dense_delta) < 1000 * unlisted + 1e-6
+    assert deltas["gemm"] >= lm_ms * 1000
     assert f.metrics["compared_ranks"] == [2, 0]

@@ -9,13 +9,12 @@ import shlex
 import subprocess
 import sys
 import zipfile
-from concurrent.futures import ThreadPoolExecutor
 from itertools import pairwise
 
 import pytest
 import tomllib
 import yaml
-from conftest import QWEN3, ROOT
+from conftest import QWEN3, ROOT, run_cli
 
 SKILL = ROOT / "profan" / "skill" / "profan"
 TEXT = (SKILL / "SKILL.md").read_text(encoding="utf-8")
@@ -116,12 +115,7 @@ def workdir(tmp_path_factory):
     """A working directory with what the commands refer to: report.json of the Qwen3 sample, a rules file and a
     hardware file, and an empty skills directory."""
     wd = tmp_path_factory.mktemp("skill")
-    res = subprocess.run(
-        [sys.executable, "-m", "profan", "analyze", str(QWEN3), "-f", "json", "-o", str(wd / "report.json"), "-q"],
-        capture_output=True,
-        text=True,
-        timeout=300,
-    )
+    res = run_cli("analyze", str(QWEN3), "-f", "json", "-o", str(wd / "report.json"), "-q", cwd=wd)
     assert res.returncode == 0, res.stderr
     (wd / "my_rules.toml").write_text(
         '[pack]\napplies_to = "ascend"\n\n[[rule]]\nid = "MY-ATTN-001"\n'
@@ -141,7 +135,7 @@ def concrete(cmd: str, wd) -> list[str]:
         "CHECK_OR_RULE_ID": "device-idle",
         "CHECK": "exposed-communication",
         "RULE_ID": "ASC-ATTN-001",
-        "ID": "ASC-FFN-001",
+        "ID": "ASC-GEMM-001",
         "my_rules.toml": str(wd / "my_rules.toml"),
         "hw.toml": str(wd / "hw.toml"),
         "report.html": str(wd / "report.html"),
@@ -170,13 +164,15 @@ def test_every_mentioned_command_runs(workdir):
         if args[:2] == ["skill", "install"]:
             args.append("--force")  # the folder may be there from an earlier run
         runs.append((cmd, args))
-    # commands that write a file the others read run first, one at a time; the rest concurrently
-    writers = [r for r in runs if "-o" in r[1]]
-    readers = [r for r in runs if "-o" not in r[1]]
-    results = [(cmd, args, run(args, workdir)) for cmd, args in writers]
-    with ThreadPoolExecutor(max_workers=3) as pool:
-        outs = list(pool.map(lambda r: run(r[1], workdir), readers))
-    results += [(cmd, args, res) for (cmd, args), res in zip(readers, outs, strict=True)]
+    # `profan mcp` serves on stdin until it closes: a process of its own, with stdin closed, started first and
+    # run beside the rest; the others run through the console script's entry point in this process, the
+    # commands that write a file the others read first
+    servers = [(cmd, args, _start(args, workdir)) for cmd, args in runs if args[0] == "mcp"]
+    writers = [r for r in runs if "-o" in r[1] and r[1][0] != "mcp"]
+    readers = [r for r in runs if "-o" not in r[1] and r[1][0] != "mcp"]
+    results = [(cmd, args, run_cli(*args, cwd=workdir)) for cmd, args in [*writers, *readers]]
+    results += [(cmd, args, _finish(args, proc)) for cmd, args, proc in servers]
+    assert len(results) == len(runs)
     for cmd, args, res in results:
         expected = 1 if "--fail-on" in args else 0
         assert res.returncode == expected, (cmd, args, res.returncode, res.stderr)
@@ -185,15 +181,21 @@ def test_every_mentioned_command_runs(workdir):
             json.loads(res.stdout)  # stdout is exactly one JSON document
 
 
-def run(args: list[str], cwd) -> subprocess.CompletedProcess:
-    return subprocess.run(
+def _start(args: list[str], cwd) -> subprocess.Popen:
+    """`profan ARGS` as a process of its own, stdin closed, output captured."""
+    return subprocess.Popen(
         [sys.executable, "-m", "profan", *args],
-        capture_output=True,
-        text=True,
         stdin=subprocess.DEVNULL,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
         cwd=cwd,
-        timeout=300,
     )
+
+
+def _finish(args: list[str], proc: subprocess.Popen) -> subprocess.CompletedProcess:
+    out, err = proc.communicate(timeout=300)
+    return subprocess.CompletedProcess(["profan", *args], proc.returncode, out, err)
 
 
 def test_wheel_ships_skill_and_schemas(tmp_path):

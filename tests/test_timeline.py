@@ -1,34 +1,45 @@
 """The timeline of one step, on real data: Qwen3 (a slow pipeline stage, ranks 2 and 3), DLRM (rank 7 arrives last
-at the collectives) and a 64-rank synthetic job with a host-gap straggler on rank 37. The figure is checked
-against the report's own tables (where each block sits, what waits for whom), the cause's lanes and windows are
-marked, the page embeds the same figure, and the browser draws it (a screenshot is kept in the test's tmp dir)."""
+at the collectives) and a 64-rank synthetic job with a host-gap straggler on rank 37. The blocks in time (table
+step_blocks) are checked against the raw files read here with csv and json — kernel_details.csv rows, Kineto GPU
+events, trace_view.json Overlap Analysis lanes — by plain interval union; the figure against those and the
+report's own tables (where each block sits, what waits for whom); the cause's lanes and windows are marked, the
+page embeds the same figure, and the browser draws it (screenshots are kept in tests/_artifacts/)."""
 
 from __future__ import annotations
 
+import csv
 import dataclasses
+import itertools
 import json
 import re
+import shutil
 
 import polars as pl
 import pytest
-from conftest import QWEN3, TORCH
-from test_browser import Page, _html, browser  # noqa: F401  (browser: the Chromium fixture)
+from conftest import QWEN3, TORCH, analysed
+from test_browser import ARTIFACTS, Page, _html, browser  # noqa: F401  (browser: the Chromium fixture)
 
 import profan
 from profan import figures
+from profan.figures import step_timeline
 from profan.render.html import build_html
+from profan.sources import intervals
 
 DLRM = TORCH / "dlrm_v100_8rank"
 
 
 @pytest.fixture(scope="module")
 def qwen3():
-    return profan.analyze(QWEN3)
+    return analysed(QWEN3)
 
 
 @pytest.fixture(scope="module")
 def dlrm():
-    return profan.analyze(DLRM)
+    """DLRM with its straggler cause (rank 7 arrives last) first: the timeline draws the first cause, and these
+    tests are about the straggler, whatever else the diagnosis ranks above it."""
+    report = analysed(DLRM)
+    straggler = next(c for c in report.causes if c.check == "straggler")
+    return dataclasses.replace(report, causes=[straggler, *(c for c in report.causes if c is not straggler)])
 
 
 @pytest.fixture(scope="module")
@@ -94,26 +105,196 @@ def test_qwen3_slow_stage_lanes_are_marked(qwen3):
     assert [a.text for a in fig.layout.annotations] == ["<b>C1</b>", "<b>C1</b>"]
 
 
-def test_qwen3_split_lanes_are_the_step_cost_rows(qwen3):
-    """The upper lane of each rank holds exactly step_cost's compute, exposed transfer, exposed waiting and idle
-    time, end to end from x = 0 (communication.json has no step start), each citing its step_trace_time.csv line."""
-    bars = _bars(figures.timeline(qwen3))
+def _read_csv(path) -> list[dict]:
+    with open(path, newline="", encoding="utf-8") as fh:
+        return list(csv.DictReader(fh))
+
+
+def _length(spans: list[tuple[float, float]]) -> float:
+    return sum(b - a for a, b in _union(spans))
+
+
+def _split(events: list[tuple[float, float, bool]], w0: float, w1: float) -> dict[str, float]:
+    """Compute / exposed communication / idle of a window from (start, end, is_comm) events, by plain interval
+    union: compute is covered by a compute event, exposed communication by communication only, idle by none."""
+    clipped = [(max(a, w0), min(b, w1), c) for a, b, c in events if min(b, w1) > max(a, w0)]
+    compute = _length([(a, b) for a, b, c in clipped if not c])
+    busy = _length([(a, b) for a, b, _ in clipped])
+    return {"compute": compute, "comm": busy - compute, "idle": (w1 - w0) - busy}
+
+
+def _qwen3_kernels(rank: int) -> list[tuple[float, float, bool]]:
+    """Rank ``rank``'s step-13 kernels of kernel_details.csv, read with the csv module: (start, end, is HCCL)."""
+    path = QWEN3 / f"rank_{rank}_ascend_pt" / "ASCEND_PROFILER_OUTPUT" / "kernel_details.csv"
+    out = []
+    for row in _read_csv(path):
+        assert row["Step Id"] == "13"
+        start, dur = float(row["Start Time(us)"].strip()), float(row["Duration(us)"])
+        out.append((start, start + dur, row["Accelerator Core"] == "COMMUNICATION"))
+    return out
+
+
+def _lane(fig, lane: str) -> list[tuple[str, float, float, list]]:
+    """The upper lane's bars (compute, exposed communication, idle): (part, start ms, length ms, customdata)."""
+    parts = ("Compute", "Exposed communication", "Idle", "Exposed transfer", "Exposed waiting")
+    bars = [(name, b[1], b[2], b[3]) for name, bs in _bars(fig).items() if name in parts for b in bs if b[0] == lane]
+    return sorted(bars, key=lambda b: b[1])
+
+
+def _assert_tiles(bars: list, w0_ms: float, w1_ms: float) -> None:
+    """The bars follow each other in time with no gap and no overlap, from the window's start to its end."""
+    assert bars[0][1] == pytest.approx(w0_ms, abs=1e-6)
+    for prev, nxt in itertools.pairwise(bars):
+        assert nxt[1] == pytest.approx(prev[1] + prev[2], abs=1e-6)
+    assert bars[-1][1] + bars[-1][2] == pytest.approx(w1_ms, abs=1e-6)
+
+
+def _assert_blocks(blocks: pl.DataFrame, want: dict[str, float], w0: float, w1: float) -> None:
+    """One rank-step of table step_blocks: in time order, end to end over the window, bounded, and its parts'
+    exact times the independent split ``want``."""
+    assert 0 < blocks.height <= intervals.STEP_BLOCKS
+    starts, ends = blocks["start_us"].to_list(), blocks["end_us"].to_list()
+    assert starts == sorted(starts) and starts[0] == w0 and ends[-1] == w1
+    assert starts[1:] == ends[:-1]  # contiguous: every block starts where the previous one ends
+    lengths = blocks["compute_us"] + blocks["comm_us"] + blocks["idle_us"]
+    assert (lengths - (blocks["end_us"] - blocks["start_us"])).abs().max() < 1e-6
+    for part in ("compute", "comm", "idle"):
+        assert blocks[f"{part}_us"].sum() == pytest.approx(want[part], abs=1e-6)
+    single = blocks.filter(pl.col("pieces") == 1)  # an unmerged block is all one part
+    whole = single.select(
+        pl.max_horizontal("compute_us", "comm_us", "idle_us") - (pl.col("end_us") - pl.col("start_us"))
+    )
+    assert whole.to_series().abs().max() < 1e-6
+
+
+def test_qwen3_blocks_are_the_kernel_rows_in_time(qwen3):
+    """Without trace_view.json, rank 0's and rank 2's blocks come from kernel_details.csv: the window runs from
+    the step's first kernel to the end of its last (exactly step_trace_time.csv's Stage), and the blocks hold
+    the union of the kernel rows read here with the csv module — compute within 0.01 % of Computing."""
+    blocks = qwen3.tables["step_blocks"]
+    assert sorted(blocks["rank"].unique().to_list()) == [0, 2]  # ranks 1 and 3 have no kernel_details.csv
+    for rank in (0, 2):
+        rows = _qwen3_kernels(rank)
+        w0, w1 = min(a for a, _, _ in rows), max(b for _, b, _ in rows)
+        want = _split(rows, w0, w1)
+        mine = blocks.filter((pl.col("rank") == rank) & (pl.col("step") == 13))
+        _assert_blocks(mine, want, w0, w1)
+        assert set(mine["source"]) == {"kernel_details"}
+        stt = _read_csv(QWEN3 / f"rank_{rank}_ascend_pt" / "ASCEND_PROFILER_OUTPUT" / "step_trace_time.csv")[0]
+        assert w1 - w0 == pytest.approx(float(stt["Stage"]), abs=1e-6)
+        assert want["compute"] == pytest.approx(float(stt["Computing"]), rel=1e-4)
+        assert want["comm"] == pytest.approx(float(stt["Communication(Not Overlapped)"]), rel=1e-4)
+        assert want["idle"] == pytest.approx(float(stt["Free"]), rel=1e-3)
+        # thousands of kernels, at most STEP_BLOCKS blocks: the merged ones say how many stretches they hold
+        assert mine["pieces"].sum() > 1000
+
+
+def test_a_streamed_kernel_file_gives_the_same_blocks(qwen3, monkeypatch, tmp_path):
+    """A kernel file too big for the kernel pass to keep its rows (made so here by lowering the size from which
+    it streams and caches) gets its blocks from a pass of their own: the same table, cached for the next run."""
+    from profan.ranks import kernel_pass
+
+    monkeypatch.setattr(kernel_pass, "CACHE_BYTES", 0)
+    monkeypatch.setenv("PROFAN_CACHE_DIR", str(tmp_path / "cache"))
+    streamed = profan.analyze(QWEN3).tables["step_blocks"]
+    assert streamed.equals(qwen3.tables["step_blocks"])
+    entries = list((tmp_path / "cache" / "tables").iterdir())
+    assert len(entries) == 4  # each kernel file's groups and its blocks
+    assert profan.analyze(QWEN3).tables["step_blocks"].equals(streamed)  # from the cache
+
+
+def test_rows_without_a_start_are_left_out_of_the_blocks_and_said(tmp_path):
+    """A kernel row whose start is no number has no place in time: the blocks are the union of the other rows,
+    and a warning counts the rows left out."""
+    rank = tmp_path / "rank_0_ascend_pt"
+    shutil.copytree(QWEN3 / "rank_0_ascend_pt", rank)
+    kd = rank / "ASCEND_PROFILER_OUTPUT" / "kernel_details.csv"
+    lines = kd.read_text(encoding="utf-8").split("\n")
+    rows = _read_csv(kd)
+    for i in (100, 1000, 2000):  # data row i is line i + 2
+        start = rows[i]["Start Time(us)"]
+        assert lines[i + 1].count(start) == 1
+        lines[i + 1] = lines[i + 1].replace(start, "abc")
+    kd.write_text("\n".join(lines), encoding="utf-8")
+    report = profan.analyze(tmp_path)
+    said = [w for w in report.warnings if "no start time" in w]
+    assert said == [
+        "rank 0: rank_0_ascend_pt/ASCEND_PROFILER_OUTPUT/kernel_details.csv: 3 rows have no start time (not a "
+        "number): left out of the timeline's blocks in time, their durations still count"
+    ]
+    kept = [(float(r["Start Time(us)"].strip()), r) for r in _read_csv(kd) if r["Start Time(us)"] != "abc"]
+    events = [(s, s + float(r["Duration(us)"]), r["Accelerator Core"] == "COMMUNICATION") for s, r in kept]
+    w0, w1 = min(a for a, _, _ in events), max(b for _, b, _ in events)
+    _assert_blocks(report.tables["step_blocks"], _split(events, w0, w1), w0, w1)
+
+
+def test_blocks_stay_bounded_with_many_steps():
+    """A rank with many steps keeps fewer blocks per step (RANK_BLOCKS over all of them), never fewer than
+    MIN_STEP_BLOCKS, and always an odd number: the long stretches and the merged runs between them."""
+    assert intervals.per_step_blocks(1) == intervals.STEP_BLOCKS == 31
+    assert intervals.per_step_blocks(20) == 23  # 480 // 20 = 24, made odd
+    assert intervals.per_step_blocks(1000) == intervals.MIN_STEP_BLOCKS == 5
+    # DLRM-like: 1,000 alternating 1 µs kernels and 1 µs gaps over one step, 3 steps of one rank
+    starts = [float(2 * i) for i in range(1000)]
+    rows = pl.DataFrame(
+        {
+            "step": [s for s in (1, 2, 3) for _ in starts],
+            "start_us": [s * 10_000 + t for s in (1, 2, 3) for t in starts],
+            "dur_us": [1.0] * 3000,
+            "core": ["AI_CORE"] * 3000,
+        }
+    )
+    blocks = intervals.kernel_blocks(rows, pl.lit(False))
+    per = blocks.group_by("step").agg(pl.len(), pl.col("compute_us", "idle_us").sum(), pl.col("pieces").sum())
+    # equal stretches: the 15 "longest" are the first 15 (ties go to the earlier), the other 1,984 one block
+    assert per.sort("step").rows() == [(s, 16, 1000.0, 999.0, 1999) for s in (1, 2, 3)]
+    last = blocks.filter(pl.col("step") == 2).sort("start_us").row(-1, named=True)
+    assert (last["part"], last["pieces"], last["compute_us"], last["idle_us"]) == ("compute", 1984, 992.0, 992.0)
+    assert (last["start_us"], last["end_us"]) == (20_015.0, 21_999.0)  # after 15 stretches of 1 µs
+
+
+def test_qwen3_lanes_place_the_blocks_in_time(qwen3):
+    """Rank 0's and rank 2's upper lanes tile their step window on the common clock (x = 0 at the earliest step
+    start), each part's bars adding up to the rank's exact time in it; ranks 1 and 3, which have no kernel rows,
+    show step_cost's totals end to end from x = 0, citing their step_trace_time.csv line, and say so."""
+    fig = figures.timeline(qwen3)
+    rows = {r: _qwen3_kernels(r) for r in (0, 2)}
+    t0 = min(a for r in rows.values() for a, _, _ in r)
+    assert fig.layout.meta["in_time"] == [0, 2]
+    for rank, lane in ((0, "rank 0"), (2, "rank 2 · C1")):
+        w0, w1 = min(a for a, _, _ in rows[rank]), max(b for _, b, _ in rows[rank])
+        want = _split(rows[rank], w0, w1)
+        bars = _lane(fig, lane)
+        _assert_tiles(bars, (w0 - t0) / 1000, (w1 - t0) / 1000)
+        for part, key in (("Compute", "compute"), ("Exposed communication", "comm"), ("Idle", "idle")):
+            assert sum(b[2] for b in bars if b[0] == part) == pytest.approx(want[key] / 1000, abs=1e-6)
+        assert {b[3][3] for b in bars} == {f"rank_{rank}_ascend_pt/ASCEND_PROFILER_OUTPUT/step_trace_time.csv:2"}
+        assert all(b[3][2].endswith(f"rank_{rank}_ascend_pt/ASCEND_PROFILER_OUTPUT/kernel_details.csv") for b in bars)
+    # the longest exposed communication of rank 0: the PP send/receive where stage 0 waits for stage 1
+    longest = max((b for b in _lane(fig, "rank 0") if b[0] == "Exposed communication"), key=lambda b: b[2])
+    recv = next(
+        r
+        for r in _read_csv(QWEN3 / "rank_0_ascend_pt/ASCEND_PROFILER_OUTPUT/kernel_details.csv")
+        if r["Name"] == "hcom_batchSendRecv__128_4_1"
+    )
+    assert longest[1] == pytest.approx((float(recv["Start Time(us)"].strip()) - t0) / 1000, abs=1e-6)
+    # its end is a timestamp near 1.76e15 µs, which a float holds to 0.25 µs
+    assert longest[2] == pytest.approx(float(recv["Duration(us)"]) / 1000, abs=2.5e-4)
     cost = qwen3.tables["step_cost"].filter(pl.col("step") == 13)
     parts = {"Compute": "compute_us", "Exposed transfer": "exposed_transfer_us", "Exposed waiting": "exposed_wait_us"}
     parts["Idle"] = "idle_us"
-    for rec in cost.iter_rows(named=True):
-        lane = f"rank {rec['rank']}" + (" · C1" if rec["rank"] in (2, 3) else "")
-        segs = [(name, *b) for name in parts for b in bars[name] if b[0] == lane]
-        assert [s[0] for s in segs] == list(parts)
-        for (name, _, start, length, cd), nxt in zip(segs, [*segs[1:], None], strict=True):
+    for rank, lane in ((1, "rank 1"), (3, "rank 3 · C1")):
+        rec = cost.filter(pl.col("rank") == rank).row(0, named=True)
+        bars = _lane(fig, lane)
+        assert [b[0] for b in bars] == list(parts)
+        _assert_tiles(bars, 0.0, sum(rec[c] for c in parts.values()) / 1000)
+        for name, _, length, cd in bars:
             assert length == pytest.approx(rec[parts[name]] / 1000)
-            assert cd[1] == f"{rec['file']}:{rec['line']}"
-            if nxt:
-                assert nxt[2] == pytest.approx(start + length)
-        assert segs[0][2] == 0.0
-    # rank 2 computes 1.73x rank 0: the lane says so
-    compute = {b[0]: b[2] for b in bars["Compute"]}
-    assert compute["rank 2 · C1"] / compute["rank 0"] == pytest.approx(400448.26 / 231290.1, rel=1e-6)
+            assert cd[3] == f"{rec['file']}:{rec['line']}" and cd[2].startswith("a total, not placed in time")
+    note = fig.layout.meta["note"]
+    assert "ranks 1, 3: the step's totals end to end" in note
+    merged = qwen3.tables["step_blocks"].filter(pl.col("pieces") > 1)
+    assert f"{merged['pieces'].sum():,} short stretches are merged into {merged.height} blocks" in note
 
 
 def test_qwen3_collectives_sit_where_communication_json_puts_them(qwen3):
@@ -123,7 +304,7 @@ def test_qwen3_collectives_sit_where_communication_json_puts_them(qwen3):
     fig = figures.timeline(qwen3)
     bars = _bars(fig)
     ops = qwen3.tables["communication"].filter(pl.col("step") == 13)
-    t0 = ops["start_us"].min()
+    t0 = min(a for r in (0, 2) for a, _, _ in _qwen3_kernels(r))  # x = 0: the earliest step start
     blocks: dict[tuple[int, str], float] = {}
     for name in ("Collective: waiting for the last rank", "Collective"):
         for lane, start, length, cd in bars[name]:
@@ -154,7 +335,7 @@ def test_qwen3_windows_are_the_cited_waits(qwen3):
     one's — the time a stage waits for the other — overlapping spans merged."""
     fig = figures.timeline(qwen3)
     ops = qwen3.tables["communication"].filter(pl.col("step") == 13)
-    t0 = ops["start_us"].min()
+    t0 = min(a for r in (0, 2) for a, _, _ in _qwen3_kernels(r))
     cited = {p for ev in qwen3.causes[0].evidence if ev.file.endswith("communication.json") for p in ev.pointers}
     assert len(cited) == 6
     spans = []
@@ -231,21 +412,59 @@ def test_dlrm_straggler_lanes_and_windows(dlrm):
     shaded, its step lane starts at its trace step start, and the first window runs from the earliest arrival at
     the first SendRecv to rank 7's."""
     fig = figures.timeline(dlrm)
-    meta = fig.layout.meta
-    assert (meta["step"], meta["cause"], meta["cause_ranks"]) == (10, "C1", [7])
-    assert meta["lanes"][-2:] == ["rank 7 · C1", "rank 7 · comm"] and len(meta["lanes"]) == 16
-    (band,) = _shapes(fig, "C1 rank 7")
+    meta, cid = fig.layout.meta, dlrm.causes[0].id
+    assert (meta["step"], meta["cause"], meta["cause_ranks"]) == (10, cid, [7])
+    assert meta["lanes"][-2:] == [f"rank 7 · {cid}", "rank 7 · comm"] and len(meta["lanes"]) == 16
+    (band,) = _shapes(fig, f"{cid} rank 7")
     assert (band.y0, band.y1) == (13.5, 15.5)
     steps = dlrm.tables["trace_steps"].filter((pl.col("scope") == "step") & (pl.col("step") == 10))
     t0 = steps["start_us"].min()
     start7 = (steps.filter(pl.col("rank") == 7)["start_us"].item() - t0) / 1000
-    first = next(b for b in _bars(fig)["Compute"] if b[0] == "rank 7 · C1")
+    first = _lane(fig, f"rank 7 · {cid}")[0]
     assert first[1] == pytest.approx(start7) and start7 > 7.5
     kernels = dlrm.tables["trace_communication"].filter(pl.col("source") == "kernel")
     seq0 = kernels.sort("ts_us").group_by("rank", maintain_order=True).first()
     want = ((seq0["ts_us"].min() - t0) / 1000, (seq0.filter(pl.col("rank") == 7)["ts_us"].item() - t0) / 1000)
     assert meta["windows"][0] == pytest.approx(list(want))
-    assert len(_shapes(fig, "C1 window")) == len(meta["windows"]) == 5
+    assert len(_shapes(fig, f"{cid} window")) == len(meta["windows"]) == 5
+
+
+def _dlrm_step(rank: int, step: int) -> tuple[float, float, list[tuple[float, float, bool]]]:
+    """(window start, window end, device events) of one rank's step, read with json: the step's own events are
+    the kernels and copies whose launch (the runtime event of the same correlation) falls in its ProfilerStep;
+    the window runs from the first one's start to the last one's end, and every device event in it counts."""
+    path = next(DLRM.glob(f"worker{rank}_*.json"))
+    events = json.loads(path.read_text(encoding="utf-8"))["traceEvents"]
+    marker = next(e for e in events if e.get("cat") == "user_annotation" and e["name"] == f"ProfilerStep#{step}")
+    launches = {e["args"]["correlation"]: e["ts"] for e in events if e.get("cat") == "cuda_runtime"}
+    device = [e for e in events if e.get("cat") in ("kernel", "gpu_memcpy", "gpu_memset") and e.get("ph") == "X"]
+    own = [
+        e
+        for e in device
+        if marker["ts"] <= launches.get(e["args"].get("correlation"), -1) < marker["ts"] + marker["dur"]
+    ]
+    w0, w1 = min(e["ts"] for e in own), max(e["ts"] + e["dur"] for e in own)
+    return w0, w1, [(e["ts"], e["ts"] + e["dur"], "nccl" in e["name"].lower()) for e in device]
+
+
+def test_dlrm_blocks_are_the_union_of_the_gpu_events(dlrm):
+    """Every rank's blocks of step 10 hold the union of its GPU events read with json — compute, exposed
+    communication (NCCL kernels no compute overlaps) and idle — and its lane tiles its step window, each part's
+    bars adding up to that time; rank 7, the straggler, starts last."""
+    fig = figures.timeline(dlrm)
+    blocks = dlrm.tables["step_blocks"].filter(pl.col("step") == 10)
+    windows = {r: _dlrm_step(r, 10) for r in range(8)}
+    t0 = min(w[0] for w in windows.values())
+    for rank, (w0, w1, events) in windows.items():
+        want = _split(events, w0, w1)
+        _assert_blocks(blocks.filter(pl.col("rank") == rank), want, w0, w1)
+        bars = _lane(fig, f"rank {rank}" + (f" · {dlrm.causes[0].id}" if rank == 7 else ""))
+        _assert_tiles(bars, (w0 - t0) / 1000, (w1 - t0) / 1000)
+        for part, key in (("Compute", "compute"), ("Exposed communication", "comm"), ("Idle", "idle")):
+            assert sum(b[2] for b in bars if b[0] == part) == pytest.approx(want[key] / 1000, abs=1e-6)
+        assert all(re.fullmatch(rf"worker{rank}_step_12\.\d+\.pt\.trace\.json events \d+–\d+", b[3][3]) for b in bars)
+    assert max(windows, key=lambda r: windows[r][0]) == 7
+    assert fig.layout.meta["in_time"] == list(range(8))
 
 
 def test_dlrm_last_arrivals_agree_with_collective_arrivals(dlrm):
@@ -260,7 +479,7 @@ def test_dlrm_last_arrivals_agree_with_collective_arrivals(dlrm):
         ends.setdefault(round(start + length, 6), set()).add(last)
     assert all(len(v) == 1 for v in ends.values())
     assert sorted({next(iter(v)) for v in ends.values()}) == sorted(set(arrivals["last_rank"].to_list()))
-    rows = figures._comm_rows(dlrm, 10, figures._step_windows(dlrm, 10))
+    rows = step_timeline._comm_rows(dlrm, 10, step_timeline._step_windows(dlrm, 10))
     last = rows.group_by("seq").agg(pl.col("rank").sort_by("start_us").last()).sort("seq")
     assert last["rank"].to_list() == arrivals["last_rank"].to_list() == [7, 7, 7, 7, 7, 5, 5, 4]
     rest = _bars(fig)["Collective"]
@@ -279,7 +498,9 @@ def test_aggregated_lanes_keep_the_cause_and_representatives(dlrm):
     order = cost.sort("t", "rank")["rank"].to_list()
     assert meta["ranks"] == sorted({7, 0, order[0], order[len(order) // 2], order[-1]})
     assert meta["lanes"][0] == "all 8 ranks · arrivals" and meta["total_ranks"] == 8
-    assert [lane for lane in meta["lanes"] if lane.startswith("rank 7 · C1")] and "rank 0 · typical" in meta["lanes"]
+    assert [
+        lane for lane in meta["lanes"] if lane.startswith(f"rank 7 · {dlrm.causes[0].id}")
+    ] and "rank 0 · typical" in meta["lanes"]
     spread = _bars(fig)["Arrival spread over all ranks"]
     assert len(spread) == 8  # one bar per aligned collective
     widest = max(spread, key=lambda b: b[2])
@@ -315,6 +536,58 @@ def test_64_ranks_stay_readable(synth64):
     # bounded: a few hundred bars, not 64 ranks' worth
     assert sum(len(t.x) for t in fig.data if t.type == "bar") < 600
     assert len(fig.to_json()) < 300_000
+
+
+def _overlap_lanes(path, step: int) -> tuple[float, float, list[tuple[float, float, bool]], list[float]]:
+    """(window start, end, Computing/Communication events, Free event lengths) of one step of a trace_view.json,
+    read with json: the Overlap Analysis events whose start falls in the step's ProfilerStep span."""
+    events = json.loads(path.read_text(encoding="utf-8"))
+    events = events["traceEvents"] if isinstance(events, dict) else events
+    meta = [e for e in events if e.get("ph") == "M"]
+    pid = next(e["pid"] for e in meta if e["name"] == "process_name" and e["args"]["name"] == "Overlap Analysis")
+    lanes = {e["tid"]: e["args"]["name"] for e in meta if e["name"] == "thread_name" and e["pid"] == pid}
+    marker = next(e for e in events if e.get("ph") == "X" and e.get("name") == f"ProfilerStep#{step}")
+    s0 = float(marker["ts"])
+    s1 = s0 + float(marker["dur"])
+    mine = [
+        (lanes[e["tid"]], float(e["ts"]), float(e["ts"]) + float(e["dur"]))
+        for e in events
+        if e.get("ph") == "X" and e.get("pid") == pid and s0 <= float(e["ts"]) <= s1
+    ]
+    w0, w1 = min(a for _, a, _ in mine), max(b for _, _, b in mine)
+    busy = [(a, b, lane == "Communication") for lane, a, b in mine if lane in ("Computing", "Communication")]
+    return w0, w1, busy, [b - a for lane, a, b in mine if lane == "Free"]
+
+
+def test_64_ranks_blocks_are_the_overlap_lanes(synth64):
+    """With trace_view.json, a rank's blocks are its Overlap Analysis lanes in time: for the straggler (rank 37)
+    and a typical rank, the union of the Computing and Communication events read with json, the idle time the
+    Free lane's, and the straggler's lane tiles its window on the timeline."""
+    fig = figures.timeline(synth64)
+    root = synth64.read_root
+    files = {r["rank"]: r["files"]["trace_view"] for r in synth64.source["ranks"]}
+    blocks = synth64.tables["step_blocks"].filter(pl.col("step") == 1)
+    assert set(blocks["source"]) == {"overlap_analysis"} and blocks["rank"].n_unique() == 64
+    windows = {}
+    for rank in (0, 37):
+        w0, w1, busy, free = _overlap_lanes(root / files[rank], 1)
+        want = _split(busy, w0, w1)
+        _assert_blocks(blocks.filter(pl.col("rank") == rank), want, w0, w1)
+        # timestamps near 1.76e15 µs hold 0.25 µs as floats: each Free event's ends may round that much
+        assert want["idle"] == pytest.approx(sum(free), abs=0.5 * len(free))
+        windows[rank] = (w0, w1, want)
+    t0 = synth64.tables["step_blocks"].filter(pl.col("step") == 1)["start_us"].min()
+    assert t0 == min(s for s in synth64.tables["trace_steps"].filter(pl.col("step") == 1)["start_us"])
+    w0, w1, want = windows[37]
+    bars = _lane(fig, "rank 37 · C1")
+    _assert_tiles(bars, (w0 - t0) / 1000, (w1 - t0) / 1000)
+    for part, key in (("Compute", "compute"), ("Exposed communication", "comm"), ("Idle", "idle")):
+        assert sum(b[2] for b in bars if b[0] == part) == pytest.approx(want[key] / 1000, abs=1e-6)
+    # the 5 ms host gap: rank 37's longest idle stretch, inside the window the cause marks
+    gap = max((b for b in bars if b[0] == "Idle"), key=lambda b: b[2])
+    said = re.fullmatch(r"([\d.]+) ms from ([\d.]+) ms", gap[3][1])
+    assert 4.9 < gap[2] < 5.1 and said and float(said.group(2)) == pytest.approx(gap[1], abs=1e-3)
+    assert any(x0 - 1e-6 <= gap[1] + gap[2] <= x1 + 1e-6 for x0, x1 in fig.layout.meta["windows"])
 
 
 # ------------------------------------------------------------------------------------------ in the browser
@@ -358,9 +631,15 @@ def test_timeline_in_browser(browser, tmp_path, request, name):  # noqa: F811
     hover = chart.locator(".hoverlayer").text_content()
     cd = [t for t in fig.data if t.type == "bar"][ti].customdata[pi]
     assert html_unescape(cd[-3]) in hover and f"click: {cause}" in hover  # the block's file and line / event
-    shot = tmp_path / f"timeline-{name}.png"
+    ARTIFACTS.mkdir(parents=True, exist_ok=True)
+    shot = ARTIFACTS / f"timeline-{name}.png"  # kept for a human to look at, as the other reports' screenshots
     page.locator("#timeline").screenshot(path=str(shot))
     assert shot.stat().st_size > 20_000
+    # the screenshot may scroll the section into view: find the block again before clicking it
+    box = chart.locator("g.trace.bars").nth(ti).locator("g.point path").nth(pi).bounding_box()
+    x, y = box["x"] + box["width"] / 2, box["y"] + box["height"] / 2
+    page.mouse.move(x, y)
+    page.wait_for_timeout(200)
     page.mouse.click(x, y)
     page.wait_for_timeout(200)
     assert page.evaluate("window.location.hash") == f"#{cause}"

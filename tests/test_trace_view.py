@@ -9,8 +9,8 @@ from pathlib import Path
 
 import polars as pl
 import pytest
+from conftest import analysed
 
-import profan
 from profan.model.evidence import read_back
 from profan.sources import trace_view
 
@@ -128,7 +128,7 @@ def test_hccl_group_ops_and_plane_links(source, tmp_path):
 
 @pytest.mark.parametrize("level", ["level1", "level2"])
 def test_cross_check_finding_cites_lane_events(level):
-    rep = profan.analyze(ALEXNET / level)
+    rep = analysed(ALEXNET / level)
     tab = rep.tables["trace_vs_step_trace"]
     assert sorted(tab["rank"].unique().to_list()) == [0, 1]
     assert tab["rel_diff"].max() <= 1e-3

@@ -14,7 +14,7 @@ import anyio
 import markupsafe
 import openpyxl
 import pytest
-from conftest import FIXTURES, QWEN3, ROOT, run_cli
+from conftest import FIXTURES, QWEN3, ROOT, analysed, run_cli
 from test_hostile_outputs import _assert_inert, _outside_code, _unescape
 
 import profan
@@ -76,7 +76,7 @@ def test_markdown_of_every_sample_starts_with_the_verdict(sample):
     """After the title: the verdict, then one section per cause in the report's order (gain, action, how to verify,
     the findings it explains, its evidence), then the headline findings no cause explains — and only then what was
     read."""
-    report = profan.analyze(FIXTURES / sample)
+    report = analysed(FIXTURES / sample)
     doc = json.loads(json.dumps(report.to_dict(), default=str))
     md = render_markdown(report)
     assert md.startswith("# profan report\n\n## Verdict\n\n**The step:** ")
@@ -100,7 +100,7 @@ def test_markdown_of_every_sample_starts_with_the_verdict(sample):
 def test_qwen3_verdict_names_the_slow_stage_and_its_gain():
     """The first cause is the slow pipeline stage (ranks 2, 3) with the gain the JSON report gives; the findings it
     explains are listed under it, each group with its member table."""
-    report = profan.analyze(QWEN3)
+    report = analysed(QWEN3)
     doc = json.loads(json.dumps(report.to_dict(), default=str))
     c1 = doc["causes"][0]
     assert c1["check"] == "pipeline-stage-imbalance" and "stage 1 (ranks 2, 3)" in c1["title"]
@@ -123,7 +123,7 @@ def test_qwen3_verdict_names_the_slow_stage_and_its_gain():
 
 
 def test_dlrm_verdict_names_rank_7():
-    report = profan.analyze(DLRM)
+    report = analysed(DLRM)
     c1 = report.causes[0]
     assert c1.check == "straggler" and "Rank 7" in c1.title
     verdict = _verdict(render_markdown(report))
@@ -173,7 +173,7 @@ def _mcp_analyze(path) -> dict:
 
 @pytest.mark.parametrize("sample", [QWEN3, DLRM])
 def test_every_output_leads_with_the_same_causes(sample, tmp_path):
-    report = profan.analyze(sample)
+    report = analysed(sample)
     want = [(c.id, c.title) for c in report.causes]
     assert want
     md = _verdict(render_markdown(report))
@@ -227,7 +227,7 @@ def hostile_report(tmp_path_factory):
     extra kernel of the slow stage, so the name reaches C1's message and action."""
     data = tmp_path_factory.mktemp("hostile") / "job"
     shutil.copytree(QWEN3, data)
-    c1 = profan.analyze(QWEN3).causes[0]
+    c1 = analysed(QWEN3).causes[0]
     ev = next(e for e in c1.evidence if e.select.get("op") == "MatMulV3")
     path = data / ev.file
     lines = path.read_text(encoding="utf-8").split("\n")

@@ -190,6 +190,35 @@ def below_prior_findings(tt: pl.DataFrame, pack: RulePack) -> list[Finding]:
 # ----------------------------------------------------------------------------------------- matrix links
 
 
+# the columns of `link_table`, in order
+LINK_COLUMNS = [
+    "rank",
+    "step",
+    "kind",
+    "op_type",
+    "group_name",
+    "group_hash",
+    "src_local",
+    "dst_local",
+    "src_rank",
+    "dst_rank",
+    "transport",
+    "size_mb",
+    "time_ms",
+    "bandwidth_gbps",
+    "in_class",
+    "peers",
+    "peer_median_gbps",
+    "peer_ratio",
+    "peer_scope",
+    "in_class_g",
+    "size_bin",
+    "shape",
+    "pointers",
+    "file",
+]
+
+
 def link_table(ranks: list[RankData], pack: RulePack) -> pl.DataFrame:
     """One row per (rank, step, group, op type, src→dst, transport) from communication_matrix.json, on-chip copies
     excluded, with the median bandwidth of its peers: links of the same transport, group and op type whose size is
@@ -230,32 +259,7 @@ def link_table(ranks: list[RankData], pack: RulePack) -> pl.DataFrame:
         pl.when(use_group).then(pl.col("peers_g")).otherwise(pl.col("peers_j")).alias("peers"),
         pl.when(use_group).then(pl.col("median_g")).otherwise(pl.col("median_j")).alias("peer_median_gbps"),
     ).with_columns((pl.col("bandwidth_gbps") / pl.col("peer_median_gbps")).alias("peer_ratio"))
-    return t.select(
-        "rank",
-        "step",
-        "kind",
-        "op_type",
-        "group_name",
-        "group_hash",
-        "src_local",
-        "dst_local",
-        "src_rank",
-        "dst_rank",
-        "transport",
-        "size_mb",
-        "time_ms",
-        "bandwidth_gbps",
-        "in_class",
-        "peers",
-        "peer_median_gbps",
-        "peer_ratio",
-        "peer_scope",
-        "in_class_g",
-        "size_bin",
-        "shape",
-        "pointers",
-        "file",
-    ).sort("step", "group_hash", "op_type", "transport", "rank", "src_local", "dst_local")
+    return t.select(LINK_COLUMNS).sort("step", "group_hash", "op_type", "transport", "rank", "src_local", "dst_local")
 
 
 def _pair(row: dict) -> tuple:

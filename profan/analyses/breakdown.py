@@ -89,29 +89,48 @@ def step_share_ranges(per_step: pl.DataFrame, by: list[str]) -> pl.DataFrame:
     )
 
 
+# the kernel-group columns `top_kernels` reads, and the columns of its table, in order
+_TOP_KERNEL_INPUTS = [
+    "step",
+    "bucket",
+    "op",
+    "input_shapes",
+    "name",
+    "core",
+    "rule_id",
+    "decided_by",
+    "time_us",
+    "count",
+    "max_us",
+    "lines",
+    "line_durs",
+]
+_TOP_KERNEL_COLUMNS = [
+    "rank",
+    "step",
+    "steps",
+    "bucket",
+    "op",
+    "name",
+    "input_shapes",
+    "core",
+    "count",
+    "time_us",
+    "max_us",
+    "share_of_bucket",
+    "rule_id",
+    "decided_by",  # the context the rule matched (module=…, context=…, neighbors=…); null: the name decided
+    "lines",
+]
+
+
 def top_kernels(ranks: list[RankData], steps_max: int | None = None, per_bucket: int = 5) -> pl.DataFrame:
     """Per rank, step and bucket, the kernels (op + input shapes) with the most time.
 
     A rank with more than ``steps_max`` steps gets one list per bucket over all its steps (``step`` null,
     ``steps`` = how many): per-step lists of a long capture repeat the same kernels thousands of times, and the
     per-step time stays in the ``breakdown`` table."""
-    k = kernel_table(
-        ranks,
-        [
-            "step",
-            "bucket",
-            "op",
-            "input_shapes",
-            "name",
-            "core",
-            "rule_id",
-            "time_us",
-            "count",
-            "max_us",
-            "lines",
-            "line_durs",
-        ],
-    )
+    k = kernel_table(ranks, _TOP_KERNEL_INPUTS)
     if k is None:
         return pl.DataFrame()
     n_steps = pl.col("step").n_unique().over("rank")
@@ -125,7 +144,7 @@ def top_kernels(ranks: list[RankData], steps_max: int | None = None, per_bucket:
         pl.col("time_us").sum(),
         pl.col("count").sum(),
         pl.col("max_us").max(),
-        *first_by_time(("name", "core", "rule_id")),
+        *first_by_time(("name", "core", "rule_id", "decided_by")),
         pl.col("steps").first(),
     )
     g = g.with_columns(
@@ -144,22 +163,7 @@ def top_kernels(ranks: list[RankData], steps_max: int | None = None, per_bucket:
     # sample lines only for the kept kernels: exploding every group's lines costs more than the ranking
     lines = top_lines_frame(k.join(g.select(keys), on=keys, how="semi", nulls_equal=True), keys, 5)
     g = g.join(lines, on=keys, how="left", nulls_equal=True, maintain_order="left")
-    return g.select(
-        "rank",
-        "step",
-        "steps",
-        "bucket",
-        "op",
-        "name",
-        "input_shapes",
-        "core",
-        "count",
-        "time_us",
-        "max_us",
-        "share_of_bucket",
-        "rule_id",
-        "lines",
-    )
+    return g.select(_TOP_KERNEL_COLUMNS)
 
 
 def step_breakdown_findings(ranks: list[RankData], pack: RulePack, table: pl.DataFrame | None = None) -> list[Finding]:
@@ -186,26 +190,7 @@ def step_breakdown_findings(ranks: list[RankData], pack: RulePack, table: pl.Dat
         (r, s, b): lines
         for r, s, b, lines in top_lines_frame(k.filter(~is_long), ["rank", "step", "bucket"], MAX_CITED).iter_rows()
     }
-    over_steps: dict[int, list] = {}
-    ranges: dict[int, dict[str, tuple[float, float]]] = {}
-    all_tops: dict[tuple, list[int]] = {}
-    if long_ranks:
-        long = table.filter(is_long)
-        buckets = (
-            long.group_by("rank", "bucket")
-            .agg(pl.col("time_us").sum(), pl.col("kernels").sum())
-            .sort(["rank", "time_us", "bucket"], descending=[False, True, False])
-        )
-        for rank, b, t, n in buckets.iter_rows():
-            over_steps.setdefault(rank, []).append((b, t, n))
-        for rank, b, lo, hi in (
-            step_share_ranges(long, ["rank"]).select("rank", "bucket", "step_share_min", "step_share_max").iter_rows()
-        ):
-            ranges.setdefault(rank, {})[b] = (lo, hi)
-        all_tops = {
-            (r, b): lines
-            for r, b, lines in top_lines_frame(k.filter(is_long), ["rank", "bucket"], MAX_CITED).iter_rows()
-        }
+    over_steps, ranges, all_tops = _over_all_steps(table.filter(is_long), k.filter(is_long))
     out: list[Finding] = []
     for r in ranks:
         if r.rank in per_step:
@@ -225,6 +210,31 @@ def step_breakdown_findings(ranks: list[RankData], pack: RulePack, table: pl.Dat
             tops = {b: all_tops.get((r.rank, b), []) for b, _, _ in over_steps[r.rank]}
             out.append(_breakdown_finding(r, over_steps[r.rank], tops, chk, None, span, {}, ranges.get(r.rank)))
     return [f for f in out if f is not None]
+
+
+def _over_all_steps(
+    long: pl.DataFrame, k: pl.DataFrame
+) -> tuple[dict[int, list], dict[int, dict[str, tuple[float, float]]], dict[tuple, list[int]]]:
+    """For the ranks of a long capture (``long``: their `breakdown` rows, ``k``: their kernel groups), what the
+    all-steps finding says: rank -> [(bucket, time, kernels)] largest first, rank -> bucket -> (lowest, highest)
+    share of one step, and (rank, bucket) -> the cited lines."""
+    over_steps: dict[int, list] = {}
+    ranges: dict[int, dict[str, tuple[float, float]]] = {}
+    if long.is_empty():
+        return over_steps, ranges, {}
+    buckets = (
+        long.group_by("rank", "bucket")
+        .agg(pl.col("time_us").sum(), pl.col("kernels").sum())
+        .sort(["rank", "time_us", "bucket"], descending=[False, True, False])
+    )
+    for rank, b, t, n in buckets.iter_rows():
+        over_steps.setdefault(rank, []).append((b, t, n))
+    for rank, b, lo, hi in (
+        step_share_ranges(long, ["rank"]).select("rank", "bucket", "step_share_min", "step_share_max").iter_rows()
+    ):
+        ranges.setdefault(rank, {})[b] = (lo, hi)
+    all_tops = {(r, b): lines for r, b, lines in top_lines_frame(k, ["rank", "bucket"], MAX_CITED).iter_rows()}
+    return over_steps, ranges, all_tops
 
 
 def _breakdown_finding(
@@ -301,59 +311,68 @@ def coverage_findings(ranks: list[RankData], pack: RulePack) -> list[Finding]:
         ut, un = u_sum.get(r.rank, (0.0, 0))
         sev = graded(ut / total, unc) if un and total > 0 else None  # rows to cite, whatever the threshold
         if sev is not None:
-            ops = u_ops[r.rank]
-            out.append(
-                Finding(
-                    check=unc.id,
-                    severity=sev,
-                    rank=r.rank,
-                    title=f"Rank {r.rank}: {pct(ut / total)} of kernel time matches no bucket rule",
-                    message=(
-                        f"Rank {r.rank}: {ms(ut)} ({pct(ut / total)}) of summed kernel time in "
-                        f"{un} rows matches no bucket rule (largest: {', '.join(ops)}). "
-                        "Add rules with --rules to classify it."
-                    ),
-                    metrics={"unclassified_us": round(ut, 3), "share": round(ut / total, 4)},
-                    evidence=(
-                        cite_kernels(
-                            r,
-                            None,
-                            un,
-                            {"source": "kernel_details", "bucket": UNCLASSIFIED},
-                            locs=u_tops.get(r.rank, []),
-                            values={"time_us": round(ut, 3)},
-                        ),
-                    ),
-                )
-            )
+            out.append(_unclassified_finding(r, unc, sev, total, ut, un, u_ops[r.rank], u_tops.get(r.rank, [])))
         if total > 0 and r.rank in a_sum:
             at, an = a_sum[r.rank]
-            ops = a_ops[r.rank]
             sev = graded(at / total, aicpu) or aicpu.severity
-            out.append(
-                Finding(
-                    check=aicpu.id,
-                    severity=sev,
-                    rank=r.rank,
-                    title=f"Rank {r.rank}: {an} AI CPU kernel(s) take {at:,.2f} µs",
-                    message=(
-                        f"Rank {r.rank}: {an} kernel(s) ran on the AI CPU "
-                        f"({', '.join(ops)}), {at:,.2f} µs = {pct(at / total)} of summed kernel time."
-                    ),
-                    metrics={"ai_cpu_us": round(at, 3), "share": round(at / total, 5), "kernels": an},
-                    evidence=(
-                        cite_kernels(
-                            r,
-                            None,
-                            an,
-                            {"source": "kernel_details", "core": ai_cpu},
-                            locs=a_tops.get(r.rank, []),
-                            values={"time_us": round(at, 3)},
-                        ),
-                    ),
-                )
-            )
+            out.append(_ai_cpu_finding(r, aicpu, sev, ai_cpu, total, at, an, a_ops[r.rank], a_tops.get(r.rank, [])))
     return out
+
+
+def _unclassified_finding(
+    r: RankData, chk, sev: str, total: float, ut: float, un: int, ops: list[str], locs: list[int]
+) -> Finding:
+    """Rank ``r``'s kernel time that no bucket rule matched: ``ut`` µs in ``un`` rows of ``total``, the largest
+    ``ops`` named, ``locs`` cited."""
+    return Finding(
+        check=chk.id,
+        severity=sev,
+        rank=r.rank,
+        title=f"Rank {r.rank}: {pct(ut / total)} of kernel time matches no bucket rule",
+        message=(
+            f"Rank {r.rank}: {ms(ut)} ({pct(ut / total)}) of summed kernel time in "
+            f"{un} rows matches no bucket rule (largest: {', '.join(ops)}). "
+            "Add rules with --rules to classify it."
+        ),
+        metrics={"unclassified_us": round(ut, 3), "share": round(ut / total, 4)},
+        evidence=(
+            cite_kernels(
+                r,
+                None,
+                un,
+                {"source": "kernel_details", "bucket": UNCLASSIFIED},
+                locs=locs,
+                values={"time_us": round(ut, 3)},
+            ),
+        ),
+    )
+
+
+def _ai_cpu_finding(
+    r: RankData, chk, sev: str, core: str, total: float, at: float, an: int, ops: list[str], locs: list[int]
+) -> Finding:
+    """Rank ``r``'s kernels that fell back to the AI CPU (``core``): ``at`` µs in ``an`` rows of ``total``."""
+    return Finding(
+        check=chk.id,
+        severity=sev,
+        rank=r.rank,
+        title=f"Rank {r.rank}: {an} AI CPU kernel(s) take {at:,.2f} µs",
+        message=(
+            f"Rank {r.rank}: {an} kernel(s) ran on the AI CPU "
+            f"({', '.join(ops)}), {at:,.2f} µs = {pct(at / total)} of summed kernel time."
+        ),
+        metrics={"ai_cpu_us": round(at, 3), "share": round(at / total, 5), "kernels": an},
+        evidence=(
+            cite_kernels(
+                r,
+                None,
+                an,
+                {"source": "kernel_details", "core": core},
+                locs=locs,
+                values={"time_us": round(at, 3)},
+            ),
+        ),
+    )
 
 
 def _per_rank_sums(groups: pl.DataFrame) -> dict[int, tuple[float, int]]:

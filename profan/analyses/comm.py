@@ -134,6 +134,29 @@ def _peers(group_ranks: str | None, rank: int) -> str:
     return "peer rank(s) " + ", ".join(others) if others else "no peer"
 
 
+def _step_times(steps: pl.DataFrame) -> dict[tuple, float | None]:
+    """(rank, step) -> the step time of the first step_trace row of that step."""
+    step_times: dict[tuple, float | None] = {}
+    if not steps.is_empty():
+        for rank, step, us in steps.select("rank", "step", "step_us").iter_rows():
+            step_times.setdefault((rank, step), us)
+    return step_times
+
+
+def _waiting_ops(ops: pl.DataFrame, rank: int) -> list[str]:
+    """One phrase per op a finding names: its group and peers (whom it may have waited for) and its time split."""
+    items = []
+    for row in ops.iter_rows(named=True):
+        grp = row.get("group_name") or "group ?"
+        peers = _peers(row.get("group_ranks"), rank)
+        items.append(
+            f"{row['op_name']} ({grp}, {peers}): {row['elapse_ms']:,.2f} ms, "
+            f"transfer {row['transfer_ms']:,.2f} ({row['transfer_source']}), not transferring "
+            f"{row['waiting_ms']:,.2f} (profiler Wait Time {(row['wait_ms'] or 0):,.2f})"
+        )
+    return items
+
+
 def wait_dominated_findings(comm: pl.DataFrame, steps: pl.DataFrame, pack: RulePack) -> list[Finding]:
     """Collectives whose time inside the op is mostly not transfer: a peer arrived late."""
     chk = pack.check("comm-wait-dominated")
@@ -145,10 +168,7 @@ def wait_dominated_findings(comm: pl.DataFrame, steps: pl.DataFrame, pack: RuleP
         & pl.col("waiting_ms").is_not_null()
         & (pl.col("waiting_ms") >= chk["wait_ratio"] * pl.col("transfer_ms"))
     )
-    step_times: dict[tuple, float | None] = {}  # (rank, step) -> the first step_trace row's step time
-    if not steps.is_empty():
-        for rank, step, us in steps.select("rank", "step", "step_us").iter_rows():
-            step_times.setdefault((rank, step), us)
+    step_times = _step_times(steps)
     for (rank, step, file), g in hits.group_by(["rank", "step", "file"], maintain_order=True):
         g = g.sort("waiting_ms", descending=True)
         waiting, elapse = float(g["waiting_ms"].sum()), float(g["elapse_ms"].sum())
@@ -156,16 +176,7 @@ def wait_dominated_findings(comm: pl.DataFrame, steps: pl.DataFrame, pack: RuleP
         step_us = float(us) if us else None
         share = waiting * 1000 / step_us if step_us else None
         sev = (graded(share, chk) if share is not None else None) or chk.severity
-
-        items = []
-        for row in g.head(4).iter_rows(named=True):
-            grp = row.get("group_name") or "group ?"
-            peers = _peers(row.get("group_ranks"), rank)
-            items.append(
-                f"{row['op_name']} ({grp}, {peers}): {row['elapse_ms']:,.2f} ms, "
-                f"transfer {row['transfer_ms']:,.2f} ({row['transfer_source']}), not transferring "
-                f"{row['waiting_ms']:,.2f} (profiler Wait Time {(row['wait_ms'] or 0):,.2f})"
-            )
+        items = _waiting_ops(g.head(4), rank)
         out.append(
             Finding(
                 check=chk.id,
@@ -233,80 +244,82 @@ def exposed_findings(et: pl.DataFrame, pack: RulePack, waited: dict[int, Finding
         return out
     for row in et.filter(pl.col("exposed_share") >= chk["min_share"]).iter_rows(named=True):
         waiting_dominates = (row["waiting_share_of_comm"] or 0) >= chk["waiting_share"]
-        share = row["exposed_share"]
-        sev = graded(share, level) or chk.severity
-        short = "mostly waiting for peers, not transfer" if waiting_dominates else "mostly transfer"
-        verdict = (
-            "mostly waiting for peers, not transfer"
-            if waiting_dominates
-            else "mostly transfer: faster links, fewer bytes or more overlap would help"
-        )
+        sev = graded(row["exposed_share"], level) or chk.severity
         peer = (waited or {}).get(row["rank"]) if waiting_dominates else None
-        if peer is not None:
-            verdict += (
-                f" (HCCL Notify_Wait in trace_view.json: {ms(peer.metrics['wait_us'])} waiting for peer "
-                f"{peer.metrics['peer']})"
-            )
-        fallback = (
-            f" ({row['ops_transfer_from_bandwidth_info']} op(s) report Transit Time 0; their transfer is "
-            "read from the bandwidth info)"
-            if row["ops_transfer_from_bandwidth_info"]
-            else ""
-        )
-        exposed = row["comm_not_overlapped_us"]
-        unknown = (
-            f"; {row['unrecorded_ms']:,.2f} ms in ops that record neither transfer nor wait"
-            if row["unrecorded_ms"]
-            else ""
-        )
-        out.append(
-            Finding(
-                check=chk.id,
-                severity=sev,
-                rank=row["rank"],
-                step=row["step"],
-                title=(
-                    f"Rank {row['rank']}, step {row['step']}: {pct(row['exposed_share'])} of the step is exposed "
-                    f"communication, {short}"
-                ),
-                message=(
-                    f"Rank {row['rank']}, step {row['step']}: communication not overlapped with compute is "
-                    f"{ms(exposed)} of the {ms(row['step_us'])} step ({pct(row['exposed_share'])}). Inside its "
-                    f"{row['ops']} communication ops ({row['elapse_ms']:,.2f} ms elapsed): transfer "
-                    f"{row['transfer_ms']:,.2f} ms{fallback}; not moving data {row['waiting_ms']:,.2f} ms "
-                    f"({pct(row['waiting_share_of_comm'])}: profiler Wait Time {row['wait_ms']:,.2f} ms, the rest "
-                    f"idle{unknown}; profiler Idle Time {row['idle_ms']:,.2f} ms) — {verdict}."
-                ),
-                metrics={
-                    "comm_not_overlapped_us": exposed,
-                    "step_us": row["step_us"],
-                    "exposed_share": round(row["exposed_share"], 6),
-                    "elapse_ms": round(row["elapse_ms"], 6),
-                    "transfer_ms": round(row["transfer_ms"], 6),
-                    "wait_ms": round(row["wait_ms"], 6),
-                    "idle_ms": round(row["idle_ms"], 6),
-                    "waiting_ms": round(row["waiting_ms"], 6),
-                },
-                evidence=(
-                    cite_lines(
-                        row["step_file"],
-                        [row["src_line"]],
-                        1,
-                        {"source": "step_trace_time", "step": row["step"]},
-                        values={"Communication(Not Overlapped)": exposed, "step_us": row["step_us"]},
-                    ),
-                    cite_pointers(
-                        row["comm_file"],
-                        row["pointers"],
-                        {"source": "communication", "step": row["step"]},
-                        values={
-                            "elapse_ms": round(row["elapse_ms"], 6),
-                            "wait_ms": round(row["wait_ms"], 6),
-                            "idle_ms": round(row["idle_ms"], 6),
-                        },
-                    ),
-                    *(peer.evidence if peer is not None else ()),
-                ),
-            )
-        )
+        out.append(_exposed_finding(row, chk, sev, waiting_dominates, peer))
     return out
+
+
+def _exposed_finding(row: dict, chk, sev: str, waiting_dominates: bool, peer: Finding | None) -> Finding:
+    """One rank and step's exposed communication (a row of `exposed_table`), split into transfer and waiting, with
+    the verdict the split supports; ``peer``: the rank's comm-waited-peer finding, named and cited when given."""
+    short = "mostly waiting for peers, not transfer" if waiting_dominates else "mostly transfer"
+    verdict = (
+        "mostly waiting for peers, not transfer"
+        if waiting_dominates
+        else "mostly transfer: faster links, fewer bytes or more overlap would help"
+    )
+    if peer is not None:
+        verdict += (
+            f" (HCCL Notify_Wait in trace_view.json: {ms(peer.metrics['wait_us'])} waiting for peer "
+            f"{peer.metrics['peer']})"
+        )
+    fallback = (
+        f" ({row['ops_transfer_from_bandwidth_info']} op(s) report Transit Time 0; their transfer is "
+        "read from the bandwidth info)"
+        if row["ops_transfer_from_bandwidth_info"]
+        else ""
+    )
+    exposed = row["comm_not_overlapped_us"]
+    unknown = (
+        f"; {row['unrecorded_ms']:,.2f} ms in ops that record neither transfer nor wait" if row["unrecorded_ms"] else ""
+    )
+    return Finding(
+        check=chk.id,
+        severity=sev,
+        rank=row["rank"],
+        step=row["step"],
+        title=(
+            f"Rank {row['rank']}, step {row['step']}: {pct(row['exposed_share'])} of the step is exposed "
+            f"communication, {short}"
+        ),
+        message=(
+            f"Rank {row['rank']}, step {row['step']}: communication not overlapped with compute is "
+            f"{ms(exposed)} of the {ms(row['step_us'])} step ({pct(row['exposed_share'])}). Inside its "
+            f"{row['ops']} communication ops ({row['elapse_ms']:,.2f} ms elapsed): transfer "
+            f"{row['transfer_ms']:,.2f} ms{fallback}; not moving data {row['waiting_ms']:,.2f} ms "
+            f"({pct(row['waiting_share_of_comm'])}: profiler Wait Time {row['wait_ms']:,.2f} ms, the rest "
+            f"idle{unknown}; profiler Idle Time {row['idle_ms']:,.2f} ms) — {verdict}."
+        ),
+        metrics={
+            "comm_not_overlapped_us": exposed,
+            "step_us": row["step_us"],
+            "exposed_share": round(row["exposed_share"], 6),
+            **{k: round(row[k], 6) for k in ("elapse_ms", "transfer_ms", "wait_ms", "idle_ms", "waiting_ms")},
+        },
+        evidence=_exposed_evidence(row, peer),
+    )
+
+
+def _exposed_evidence(row: dict, peer: Finding | None) -> tuple:
+    """The step_trace row with the exposed time, the step's communication ops, and the peer wait if named."""
+    return (
+        cite_lines(
+            row["step_file"],
+            [row["src_line"]],
+            1,
+            {"source": "step_trace_time", "step": row["step"]},
+            values={"Communication(Not Overlapped)": row["comm_not_overlapped_us"], "step_us": row["step_us"]},
+        ),
+        cite_pointers(
+            row["comm_file"],
+            row["pointers"],
+            {"source": "communication", "step": row["step"]},
+            values={
+                "elapse_ms": round(row["elapse_ms"], 6),
+                "wait_ms": round(row["wait_ms"], 6),
+                "idle_ms": round(row["idle_ms"], 6),
+            },
+        ),
+        *(peer.evidence if peer is not None else ()),
+    )

@@ -172,21 +172,8 @@ def _pp_finding(step, s, stage, source, by_rank, pack) -> Finding | None:
     if sev is None:
         return None
     evidence = _step_evidence(s, by_rank)
-    waits = []
-    for rk in sorted(lo["rank"]):
-        r = by_rank[rk]
-        file, group = source[rk]
-        w, ptrs = _pp_wait(r, group, step)
-        if ptrs:
-            waits.append((rk, w))
-            evidence.append(
-                cite_pointers(
-                    r.files["communication"],
-                    ptrs,
-                    {"source": "communication", "step": step, "kind": "p2p", "group": group.hccl_name},
-                    values={"rank": rk, "wait_ms": round(w, 3)},
-                )
-            )
+    waits, wait_evidence = _pp_waits(sorted(lo["rank"]), step, source, by_rank)
+    evidence += wait_evidence
     files = sorted({source[rk][0] for rk in s["rank"].to_list()})
     for file in files[:1]:
         hccl = source[hi["rank"][0]][1].hccl_name
@@ -233,6 +220,27 @@ def _pp_finding(step, s, stage, source, by_rank, pack) -> Finding | None:
         },
         evidence=tuple(evidence),
     )
+
+
+def _pp_waits(ranks: list[int], step, source: dict, by_rank: dict) -> tuple[list[tuple[int, float]], list[Evidence]]:
+    """How long each of the fast stage's ``ranks`` waited in PP send/receive this step (ms), for the ranks whose
+    communication.json records it, each cited: the fast stage's waiting is the slow stage's cost made visible."""
+    waits, evidence = [], []
+    for rk in ranks:
+        r = by_rank[rk]
+        group = source[rk][1]
+        w, ptrs = _pp_wait(r, group, step)
+        if ptrs:
+            waits.append((rk, w))
+            evidence.append(
+                cite_pointers(
+                    r.files["communication"],
+                    ptrs,
+                    {"source": "communication", "step": step, "kind": "p2p", "group": group.hccl_name},
+                    values={"rank": rk, "wait_ms": round(w, 3)},
+                )
+            )
+    return waits, evidence
 
 
 def _stage_cause(by_rank: dict, slow: list[int], fast: list[int], step) -> tuple[str, list[Evidence], dict]:

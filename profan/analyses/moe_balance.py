@@ -18,7 +18,7 @@ from __future__ import annotations
 import polars as pl
 
 from profan.analyses.common import fmt_ranks, graded, kernel_table, ms, top_lines_frame
-from profan.model.evidence import cite_events, cite_lines
+from profan.model.evidence import Evidence, cite_events, cite_lines
 from profan.model.findings import Finding
 from profan.ranks.rankmap import RankData
 from profan.rulepack.pack import RulePack
@@ -160,24 +160,9 @@ def _finding(chk, sev, hot, med, g, members, metric, ratio, mean, hccl) -> Findi
             f"a mean of {ms(mean)} ({ratio:.2f}×); the kernel rows carry no usable GroupedMatmul shapes, so "
             "tokens are not counted"
         )
-    evidence = []
-    for row, role in ((hot, "hot"), (med, "median")):
-        if row["file"] and row["gmm_lines"]:
-            cite = cite_events if row["locator"] == "events" else cite_lines
-            evidence.append(
-                cite(
-                    row["file"],
-                    row["gmm_lines"],
-                    row["rows"],
-                    {
-                        "source": row["source"],
-                        "op": "GroupedMatmul" if row["gmm_count"] else "bucket moe",
-                        "rank": row["rank"],
-                        "role": role,
-                    },
-                    values={"tokens": row["tokens"], "gmm_us": round(row["gmm_us"], 3)},
-                )
-            )
+    evidence = [
+        _cite_rank(row, role) for row, role in ((hot, "hot"), (med, "median")) if row["file"] and row["gmm_lines"]
+    ]
     return Finding(
         check=CHECK,
         severity=sev,
@@ -200,4 +185,22 @@ def _finding(chk, sev, hot, med, g, members, metric, ratio, mean, hccl) -> Findi
             "median_rank": med["rank"],
         },
         evidence=tuple(evidence),
+    )
+
+
+def _cite_rank(row: dict, role: str) -> Evidence:
+    """The kernel rows behind one rank's load (the hot rank's or the median's, ``role``): its GroupedMatmul rows,
+    or its MoE-bucket rows when it has none, as CSV lines or trace events."""
+    cite = cite_events if row["locator"] == "events" else cite_lines
+    return cite(
+        row["file"],
+        row["gmm_lines"],
+        row["rows"],
+        {
+            "source": row["source"],
+            "op": "GroupedMatmul" if row["gmm_count"] else "bucket moe",
+            "rank": row["rank"],
+            "role": role,
+        },
+        values={"tokens": row["tokens"], "gmm_us": round(row["gmm_us"], 3)},
     )

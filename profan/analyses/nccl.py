@@ -10,7 +10,7 @@ from __future__ import annotations
 import polars as pl
 
 from profan.analyses.common import pct
-from profan.model.evidence import cite_events
+from profan.model.evidence import Evidence, cite_events
 from profan.model.findings import Finding
 from profan.ranks.rankmap import RankData
 from profan.rulepack.hardware import Hardware
@@ -127,24 +127,12 @@ def nccl_findings(
     formula = {k.kind: k.bus_factor for k in pack.roles.collectives}
     aligned = "ranks_aligned" in k.columns and (k["ranks_aligned"].fill_null(1) >= 2).any()
     suffix = "_transfer" if aligned else ""
-    basis = (
-        "Time = the last-arriving rank's kernel duration of each collective (the others include waiting)."
-        if aligned
-        else "Kernel time includes waiting for the later peer; with every rank's trace the last "
-        "arrival's duration is the transfer."
-    )
+    basis = ALIGNED_BASIS if aligned else SINGLE_BASIS
     for (kind,), g in k.group_by(["collective"], maintain_order=True):
         g = g.sort(f"busbw{suffix}_gbps", descending=True)
         bus = g[f"busbw{suffix}_gbps"]
         top = g.row(0, named=True)
-        largest = g.sort("bytes", descending=True).row(0, named=True)
-        judged = (
-            f" That is {pct(float(bus.max()) / prior)} of the prior at best ({assumed}); the largest message is "
-            f"{largest['bytes'] / 1e6:,.1f} MB, and busbw only plateaus at ≥ {chk['plateau_mb']:g} MB, so "
-            "small messages stay far below the wire rate whatever the link."
-            if prior
-            else f" Not held against a link prior ({assumed})."
-        )
+        judged = _against_prior(float(bus.max()), float(g["bytes"].max()), prior, assumed, chk["plateau_mb"])
         out.append(
             Finding(
                 check=chk.id,
@@ -171,18 +159,40 @@ def nccl_findings(
                     "link": link,
                     "prior_gbps": prior,
                 },
-                evidence=(
-                    cite_events(
-                        file,
-                        g["event_idx"].to_list(),
-                        g.height,
-                        {"source": "kineto", "collective": kind, **_category(g)},
-                        values={"bytes": float(g["bytes"].sum())},
-                    ),
-                ),
+                evidence=(_cite_collectives(file, kind, g),),
             )
         )
     return out
+
+
+ALIGNED_BASIS = "Time = the last-arriving rank's kernel duration of each collective (the others include waiting)."
+SINGLE_BASIS = (
+    "Kernel time includes waiting for the later peer; with every rank's trace the last arrival's duration is the "
+    "transfer."
+)
+
+
+def _against_prior(best_gbps: float, largest_bytes: float, prior: float | None, assumed: str, plateau_mb: float) -> str:
+    """The sentence that holds the best busbw to the link's prior — and says why small messages fall short of it —
+    or says there is no prior to hold it to."""
+    if not prior:
+        return f" Not held against a link prior ({assumed})."
+    return (
+        f" That is {pct(best_gbps / prior)} of the prior at best ({assumed}); the largest message is "
+        f"{largest_bytes / 1e6:,.1f} MB, and busbw only plateaus at ≥ {plateau_mb:g} MB, so "
+        "small messages stay far below the wire rate whatever the link."
+    )
+
+
+def _cite_collectives(file: str, kind: str, g: pl.DataFrame) -> Evidence:
+    """Every kernel event of one collective type, with the bytes they moved."""
+    return cite_events(
+        file,
+        g["event_idx"].to_list(),
+        g.height,
+        {"source": "kineto", "collective": kind, **_category(g)},
+        values={"bytes": float(g["bytes"].sum())},
+    )
 
 
 def _category(g: pl.DataFrame) -> dict[str, str]:

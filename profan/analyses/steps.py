@@ -127,17 +127,7 @@ def reconcile_findings(ranks: list[RankData], steps: pl.DataFrame, pack: RulePac
     if k is None:
         return out
     kernel_ranks = [r for r in ranks if r.groups is not None and not r.groups.is_empty()]
-    # every rank's compute (non-communication) kernel time per step in one query, not two per rank
-    compute = (
-        k.filter(pl.col("bucket") != "communication")
-        .group_by("rank", "step", maintain_order=True)
-        .agg(pl.col("time_us").sum(), pl.col("count").sum())
-    )
-    per_step = {(rank, step): (t, n) for rank, step, t, n in compute.iter_rows()}
-    whole: dict[int, tuple[float, int]] = {}  # a step_trace row without a step number: all the rank's steps
-    for (rank, _), (t, n) in per_step.items():
-        wt, wn = whole.get(rank, (0.0, 0))
-        whole[rank] = (wt + t, wn + n)
+    per_step, whole = _compute_kernel_time(k)
     step_rows: dict[int, list[dict]] = {}
     for row in steps.iter_rows(named=True):
         step_rows.setdefault(row["rank"], []).append(row)
@@ -152,43 +142,65 @@ def reconcile_findings(ranks: list[RankData], steps: pl.DataFrame, pack: RulePac
             comp = row["computing_us"] or 0.0
             if comp <= 0 or k_us / comp >= chk["min_ratio"]:
                 continue
-            out.append(
-                Finding(
-                    check=chk.id,
-                    severity=chk.severity,
-                    rank=r.rank,
-                    step=row["step"],
-                    title=f"Rank {r.rank}, step {row['step']}: kernel rows cover only {pct(k_us / comp)} of Computing",
-                    message=(
-                        f"Rank {r.rank}, step {row['step']}: the {n} compute rows of kernel_details.csv sum to "
-                        f"{ms(k_us)} but step_trace_time.csv reports Computing {ms(comp)} "
-                        f"({pct(k_us / comp)}). Kernel rows look trimmed or partial: per-kernel shares describe "
-                        "only the rows present."
-                    ),
-                    metrics={"kernel_compute_us": round(k_us, 3), "computing_us": comp, "ratio": round(k_us / comp, 4)},
-                    evidence=(
-                        cite_lines(
-                            row["file"],
-                            [row["src_line"]],
-                            1,
-                            {"source": "step_trace_time", "step": row["step"]},
-                            values={"Computing": comp},
-                        ),
-                        # no compute row at all (a file of HCCL rows only): nothing there to cite
-                        *(
-                            [
-                                cite_kernels(
-                                    r,
-                                    r.groups.filter(pl.col("bucket") != "communication"),
-                                    n,
-                                    {"source": "kernel_details", "step": row["step"], "bucket_not": "communication"},
-                                    values={"time_us": round(k_us, 3)},
-                                )
-                            ]
-                            if n
-                            else []
-                        ),
-                    ),
-                )
-            )
+            out.append(_reconcile_finding(r, row, chk, k_us, n, comp))
     return out
+
+
+def _compute_kernel_time(
+    k: pl.DataFrame,
+) -> tuple[dict[tuple[int, int], tuple[float, int]], dict[int, tuple[float, int]]]:
+    """Every rank's compute (non-communication) kernel time and rows: per (rank, step), and per rank over all its
+    steps (what a step_trace row without a step number covers) — in one query, not two per rank."""
+    compute = (
+        k.filter(pl.col("bucket") != "communication")
+        .group_by("rank", "step", maintain_order=True)
+        .agg(pl.col("time_us").sum(), pl.col("count").sum())
+    )
+    per_step = {(rank, step): (t, n) for rank, step, t, n in compute.iter_rows()}
+    whole: dict[int, tuple[float, int]] = {}
+    for (rank, _), (t, n) in per_step.items():
+        wt, wn = whole.get(rank, (0.0, 0))
+        whole[rank] = (wt + t, wn + n)
+    return per_step, whole
+
+
+def _reconcile_finding(r: RankData, row: dict, chk, k_us: float, n: int, comp: float) -> Finding:
+    """Rank ``r``'s step (a step_trace ``row``) whose ``n`` compute kernel rows sum to ``k_us``, well short of
+    the ``comp`` µs of Computing the profiler reports."""
+    return Finding(
+        check=chk.id,
+        severity=chk.severity,
+        rank=r.rank,
+        step=row["step"],
+        title=f"Rank {r.rank}, step {row['step']}: kernel rows cover only {pct(k_us / comp)} of Computing",
+        message=(
+            f"Rank {r.rank}, step {row['step']}: the {n} compute rows of kernel_details.csv sum to "
+            f"{ms(k_us)} but step_trace_time.csv reports Computing {ms(comp)} "
+            f"({pct(k_us / comp)}). Kernel rows look trimmed or partial: per-kernel shares describe "
+            "only the rows present."
+        ),
+        metrics={"kernel_compute_us": round(k_us, 3), "computing_us": comp, "ratio": round(k_us / comp, 4)},
+        evidence=(
+            cite_lines(
+                row["file"],
+                [row["src_line"]],
+                1,
+                {"source": "step_trace_time", "step": row["step"]},
+                values={"Computing": comp},
+            ),
+            # no compute row at all (a file of HCCL rows only): nothing there to cite
+            *(
+                [
+                    cite_kernels(
+                        r,
+                        r.groups.filter(pl.col("bucket") != "communication"),
+                        n,
+                        {"source": "kernel_details", "step": row["step"], "bucket_not": "communication"},
+                        values={"time_us": round(k_us, 3)},
+                    )
+                ]
+                if n
+                else []
+            ),
+        ),
+    )

@@ -16,7 +16,7 @@ from profan.model.evidence import cite_events, cite_lines
 from profan.model.findings import Finding
 from profan.ranks.rankmap import RankData
 from profan.rulepack.classify import UNCLASSIFIED
-from profan.rulepack.pack import RulePack
+from profan.rulepack.pack import Check, RulePack
 from profan.rulepack.roles import Roles
 from profan.sources.rowframe import stack
 
@@ -46,6 +46,20 @@ def trace_step_table(ranks: list[RankData]) -> pl.DataFrame:
     df = pl.concat(parts, how="diagonal_relaxed")
     first = ["rank", "source", "scope", "step", "step_us", "computing_us", "comm_not_overlapped_us", "free_us"]
     return df.select(*first, *[c for c in df.columns if c not in first]).sort("rank", "scope", "step", nulls_last=True)
+
+
+BLOCK_COLUMNS = ["rank", "step", "source", "part", "start_us", "end_us", "compute_us", "comm_us", "idle_us", "pieces"]
+
+
+def block_table(ranks: list[RankData]) -> pl.DataFrame:
+    """Every rank's step blocks in time (`profan.sources.intervals`), one table: what the report's timeline draws.
+    Bounded per rank and step by the map, so it stays small however many kernels a step runs; the file a block
+    was read from is the rank's file its ``source`` names (`intervals.SOURCE_FILES`), not repeated on every row."""
+    have = [r for r in ranks if r.step_blocks is not None and not r.step_blocks.is_empty()]
+    if not have:
+        return pl.DataFrame()
+    df = stack([r.step_blocks for r in have], {"rank": [r.rank for r in have]})
+    return df.select(BLOCK_COLUMNS).sort("rank", "step", "start_us", nulls_last=True)
 
 
 def share_findings(table: pl.DataFrame, pack: RulePack) -> list[Finding]:
@@ -113,7 +127,7 @@ def _device_cats(row: dict, roles: Roles) -> list[str]:
     thread's cpu_ops and the collective annotations of the worker threads."""
     if _device(row) == "CPU":
         return [roles.kineto_cpu_op_cat, roles.kineto_annotation_cat]
-    return list(roles.kineto_device_cats)
+    return list(roles.kineto_device_cats_all)  # as the trace names them (old writers too)
 
 
 def _split_evidence(row: dict, col: str, roles: Roles) -> tuple:
@@ -230,63 +244,67 @@ def overlap_check(ranks: list[RankData], pack: RulePack) -> tuple[pl.DataFrame, 
         t = t.filter(pl.col("source") == "overlap_analysis")
         j = t.join(r.steps, on="step", how="inner", suffix="_csv", nulls_equal=True)
         for row in j.iter_rows(named=True):
-            diffs = {}
-            for col, lane in LANES.items():
-                a, b = row[col], row.get(f"{col}_csv")
-                if b is None:
-                    continue
-                rel = abs(a - b) / abs(b) if b else abs(a - b)
-                diffs[lane] = rel
-                rows.append(
-                    {
-                        "rank": r.rank,
-                        "step": row["step"],
-                        "lane": lane,
-                        "trace_view_us": a,
-                        "step_trace_time_us": b,
-                        "rel_diff": rel,
-                    }
-                )
-            if not diffs:
-                continue
-            worst = max(diffs, key=lambda k: diffs[k])
-            ok = diffs[worst] <= chk["tolerance"]
-            lanes = ", ".join(f"{lane} {ms(row[c])}" for c, lane in LANES.items() if lane in diffs)
-            findings.append(
-                Finding(
-                    check=chk.id,
-                    severity=chk.severity_for("agreement") if ok else chk.severity,
-                    rank=r.rank,
-                    step=row["step"],
-                    title=(
-                        f"Rank {r.rank}, step {row['step']}: trace_view Overlap Analysis "
-                        f"{'agrees with' if ok else 'disagrees with'} step_trace_time.csv"
-                    ),
-                    message=(
-                        f"Rank {r.rank}, step {row['step']}: summing the Overlap Analysis lanes of trace_view.json "
-                        f"gives {lanes}; the largest difference to step_trace_time.csv is {worst} "
-                        f"({100 * diffs[worst]:.4f}%, tolerance {100 * chk['tolerance']:.2f}%)."
-                        + ("" if ok else " The two files disagree: one was trimmed or re-exported.")
-                    ),
-                    metrics={"max_rel_diff": round(diffs[worst], 8), "lane": worst},
-                    evidence=(
-                        cite_lines(
-                            r.files["step_trace_time"],
-                            [row["src_line"]],
-                            1,
-                            {"source": "step_trace_time", "step": row["step"]},
-                        ),
-                        cite_events(
-                            r.files["trace_view"],
-                            row["top_events"],
-                            row["events"],
-                            {"source": "trace_view", "process": "Overlap Analysis", "step": row["step"]},
-                            values={c: round(row[c], 3) for c in LANES},
-                        ),
-                    ),
-                )
-            )
+            diffs = _lane_diffs(row)
+            rows += [
+                {
+                    "rank": r.rank,
+                    "step": row["step"],
+                    "lane": lane,
+                    "trace_view_us": a,
+                    "step_trace_time_us": b,
+                    "rel_diff": rel,
+                }
+                for lane, (a, b, rel) in diffs.items()
+            ]
+            if diffs:
+                findings.append(_overlap_finding(r, row, {k: v[2] for k, v in diffs.items()}, chk))
     return pl.DataFrame(rows) if rows else pl.DataFrame(), findings
+
+
+def _lane_diffs(row: dict) -> dict[str, tuple[float, float, float]]:
+    """Per lane of a step both files hold: (trace_view's time, step_trace_time.csv's, their relative difference)."""
+    out = {}
+    for col, lane in LANES.items():
+        a, b = row[col], row.get(f"{col}_csv")
+        if b is not None:
+            out[lane] = (a, b, abs(a - b) / abs(b) if b else abs(a - b))
+    return out
+
+
+def _overlap_finding(r: RankData, row: dict, diffs: dict[str, float], chk: Check) -> Finding:
+    """One step's agreement (or not) of the two files, citing the step_trace_time.csv line and the lane events."""
+    worst = max(diffs, key=lambda k: diffs[k])
+    ok = diffs[worst] <= chk["tolerance"]
+    lanes = ", ".join(f"{lane} {ms(row[c])}" for c, lane in LANES.items() if lane in diffs)
+    return Finding(
+        check=chk.id,
+        severity=chk.severity_for("agreement") if ok else chk.severity,
+        rank=r.rank,
+        step=row["step"],
+        title=(
+            f"Rank {r.rank}, step {row['step']}: trace_view Overlap Analysis "
+            f"{'agrees with' if ok else 'disagrees with'} step_trace_time.csv"
+        ),
+        message=(
+            f"Rank {r.rank}, step {row['step']}: summing the Overlap Analysis lanes of trace_view.json "
+            f"gives {lanes}; the largest difference to step_trace_time.csv is {worst} "
+            f"({100 * diffs[worst]:.4f}%, tolerance {100 * chk['tolerance']:.2f}%)."
+            + ("" if ok else " The two files disagree: one was trimmed or re-exported.")
+        ),
+        metrics={"max_rel_diff": round(diffs[worst], 8), "lane": worst},
+        evidence=(
+            cite_lines(
+                r.files["step_trace_time"], [row["src_line"]], 1, {"source": "step_trace_time", "step": row["step"]}
+            ),
+            cite_events(
+                r.files["trace_view"],
+                row["top_events"],
+                row["events"],
+                {"source": "trace_view", "process": "Overlap Analysis", "step": row["step"]},
+                values={c: round(row[c], 3) for c in LANES},
+            ),
+        ),
+    )
 
 
 def comm_tables(ranks: list[RankData]) -> dict[str, pl.DataFrame]:
@@ -328,6 +346,7 @@ def section(job: Job) -> Section:
     table = trace_step_table(ranks)
     check_tab, check_findings = overlap_check(ranks, pack)
     tables = {"trace_steps": table, "trace_vs_step_trace": check_tab, **comm_tables(ranks)}
+    tables["step_blocks"] = block_table(ranks)
     findings = [*share_findings(table, pack), *lane_share_findings(ranks, table, pack), *check_findings]
     findings += imbalance_findings(job, table)
     return Section(tables=tables, findings=findings, notes=trace_notes(ranks))

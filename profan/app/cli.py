@@ -6,6 +6,8 @@ import json
 import os
 import sys
 import traceback
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Annotated, NoReturn
 
@@ -95,12 +97,65 @@ def _say(msg: str) -> None:
     typer.echo(f"profan: {_safe(msg)}", err=True)
 
 
-def _progress(quiet: bool):
-    """Progress lines go to stderr, and only to a terminal unless -v asks for them: a program reading stderr wants
-    errors, not chatter."""
+@contextmanager
+def _progress(quiet: bool) -> Iterator[Callable[[str], None] | None]:
+    """Progress goes to stderr, and only to a terminal unless -v asks for it: a program reading stderr wants
+    errors, not chatter. On a terminal the ranks read show as a bar (ranks, bytes, time left, counted in bytes as
+    a rank's read costs about its bytes); piped with -v, every message is a line."""
     if quiet or not (_RUN["verbose"] or sys.stderr.isatty()):
-        return None
-    return _say
+        yield None
+    elif not sys.stderr.isatty():
+        yield _say
+    else:
+        bar = _Bar()
+        try:
+            yield bar
+        finally:
+            bar.stop()
+
+
+class _Bar:
+    """The terminal's progress: a rich bar for `RankProgress` messages, the other messages as lines above it."""
+
+    def __init__(self) -> None:
+        from rich.console import Console
+
+        self.console = Console(stderr=True, highlight=False)
+        self.bar = None
+        self.task = None
+
+    def __call__(self, msg: str) -> None:
+        from profan.ranks.rankmap import RankProgress
+
+        if not isinstance(msg, RankProgress):
+            self.console.print(f"profan: {_safe(msg)}", markup=False, soft_wrap=True)  # a line, as piped
+            return
+        if self.bar is None:
+            self._start(msg.total, msg.total_bytes)
+        ranks = f"{msg.done}/{msg.total} ranks"
+        self.bar.update(self.task, completed=msg.done_bytes, ranks=ranks)
+        if msg.done == msg.total:
+            self.stop()
+
+    def _start(self, ranks: int, total_bytes: int) -> None:
+        from rich.progress import BarColumn, DownloadColumn, Progress, TextColumn, TimeRemainingColumn
+
+        self.bar = Progress(
+            TextColumn("profan: reading"),
+            BarColumn(),
+            TextColumn("{task.fields[ranks]}"),
+            DownloadColumn(),
+            TimeRemainingColumn(),
+            console=self.console,
+            transient=True,
+        )
+        self.task = self.bar.add_task("ranks", total=max(total_bytes, 1), ranks=f"0/{ranks} ranks")
+        self.bar.start()
+
+    def stop(self) -> None:
+        if self.bar is not None:
+            self.bar.stop()
+            self.bar = None
 
 
 def _detail(report) -> None:
@@ -166,6 +221,50 @@ Jobs = Annotated[
         "[default: PROFAN_JOBS, else 0]",
     ),
 ]
+Executor = Annotated[
+    str,
+    typer.Option(
+        "--executor",
+        help="Where the per-rank map runs: local (this machine's processes, see -j) or ray (Ray tasks; needs "
+        "'pip install profan[ray]')",
+    ),
+]
+RayAddress = Annotated[
+    str,
+    typer.Option(
+        "--ray-address",
+        help="With --executor ray: the cluster's address; auto joins the one Ray finds (RAY_ADDRESS, ray start), "
+        "else starts a local one for this run",
+    ),
+]
+
+
+def _cli_executor(executor: str, address: str, jobs: int | None):
+    """What reads the ranks: ``jobs`` for local processes, or a Ray executor. Asking for Ray without it installed
+    is refused before any work."""
+    if executor == "local":
+        return _cli_jobs(jobs)
+    if executor != "ray":
+        _bad(f"unknown executor {executor!r}; use local or ray")
+    if jobs is not None:
+        _bad("-j sets local processes; with --executor ray the cluster's CPUs read the ranks (drop -j)")
+    import importlib.util
+
+    if importlib.util.find_spec("ray") is None:
+        _bad("--executor ray needs Ray: pip install 'profan[ray]'")
+    from profan.ranks.executor import RayTasks
+
+    return RayTasks(address)
+
+
+Tables = Annotated[
+    Path | None,
+    typer.Option(
+        "--tables",
+        help="Also write every report table in full as DIR/<table>.parquet (the JSON report cuts tables over "
+        "5,000 rows to the rows its diagnosis names, plus summaries)",
+    ),
+]
 FAIL_ON_HELP = (
     "warning | critical: exit 1 when the diagnosis reaches this severity: a cause counts as the worst finding it "
     "explains, a finding no cause explains as itself; a symptom a cause explains does not count on its own "
@@ -193,6 +292,9 @@ def analyze(
         typer.Option("--hardware", help="TOML file of link-bandwidth priors / the device, on top of rules/hardware."),
     ] = None,
     jobs: Jobs = None,
+    executor: Executor = "local",
+    ray_address: RayAddress = "auto",
+    tables: Tables = None,
     brief: Annotated[
         bool,
         typer.Option(
@@ -207,17 +309,32 @@ def analyze(
 ) -> None:
     """Analyse a profiler output directory into a report."""
     from profan.pipeline import analyze as run
-    from profan.render import render
 
     _mode(verbose, quiet, debug)
     if fail_on is not None and fail_on not in ("warning", "critical"):
         _bad("--fail-on takes 'warning' or 'critical'")
     if out is not None:
         output.check_target(out)
+    if tables is not None:
+        output.check_tables_folder(tables)
     fmt = _output_format(fmt, out, "json" if brief else "md", "report")
-    report = run(path, rules=rules or [], progress=_progress(quiet), hardware=hardware, jobs=_cli_jobs(jobs))
+    reader = _cli_executor(executor, ray_address, jobs)
+    with _progress(quiet) as say:
+        report = run(path, rules=rules or [], progress=say, hardware=hardware, jobs=reader)
     _detail(report)
     read = output.read_files(report, [*(rules or []), *([hardware] if hardware else [])])
+    if tables is not None:
+        written = output.write_tables(tables, report, read)
+        if not quiet:
+            _say(f"wrote {len(written)} table(s) to {tables}")
+    _emit_report(report, fmt, out, brief, quiet, read)
+    _gate(report, fail_on)
+
+
+def _emit_report(report, fmt: str, out: Path | None, brief: bool, quiet: bool, read: list[Path]) -> None:
+    """Write and print a report as `analyze` was asked: the file with -o, the brief or the report on stdout."""
+    from profan.render import render
+
     if out is not None:
         output.write(out, read, lambda tmp: render(report, fmt, tmp))
     if brief:
@@ -226,7 +343,6 @@ def analyze(
         _print_text(render(report, fmt))
     elif not quiet:
         _say(f"wrote {out}")
-    _gate(report, fail_on)
 
 
 def _print_text(text: str) -> None:
@@ -461,6 +577,8 @@ def compare(
     jobs: Annotated[
         int | None, typer.Option("--jobs", "-j", help="Processes reading each side's ranks, as for analyze.")
     ] = None,
+    executor: Executor = "local",
+    ray_address: RayAddress = "auto",
     fail_on_regression: Annotated[
         list[str] | None,
         typer.Option(
@@ -485,7 +603,9 @@ def compare(
     pair = _rank_pair(ranks)
     pack = load(rules or [])
     step_pct, bucket_pct = regression_limits(fail_on_regression or [], pack)
-    report = run_compare(a, b, ranks=pair, pack=pack, progress=_progress(quiet), jobs=_cli_jobs(jobs))
+    reader = _cli_executor(executor, ray_address, jobs)
+    with _progress(quiet) as say:
+        report = run_compare(a, b, ranks=pair, pack=pack, progress=say, jobs=reader)
     _detail(report)
     _emit_compare(report, fmt, out, brief, quiet, rules or [])
     if fail_on_regression and (past := regressions(report, step_pct, bucket_pct)):

@@ -12,6 +12,8 @@ from profan.model.errors import TOO_DEEP, ProfanInputError
 from profan.model.evidence import read_back
 from profan.model.findings import Finding
 from profan.model.report import Report, from_dict
+from profan.ranks.kernel_pass import _with_neighbors
+from profan.sources import ascend_db_rows
 from profan.sources.discover import base_dir
 from profan.trust import report_root
 
@@ -75,8 +77,8 @@ def select_filter(select: dict[str, Any]):
 def select_kernel_rows(root: Path, file: str, select: dict[str, Any], rules: list | None = None):
     """Every row of a kernel file that a `select` covers: src_line, step, name, bucket, dur_us.
 
-    Re-reads and re-classifies the file, so it reproduces an aggregate claim from the raw rows.
-    """
+    Re-reads and re-classifies the file, so it reproduces an aggregate claim from the raw rows — with each row's
+    ``neighbors`` where the rules read it, as the kernel pass gives them (the mode over the row's group)."""
     import polars as pl
 
     from profan.rulepack.classify import classify
@@ -84,9 +86,29 @@ def select_kernel_rows(root: Path, file: str, select: dict[str, Any], rules: lis
     from profan.sources import ascend_kernels
 
     base = base_dir(root)
-    kf = ascend_kernels.inspect(base / file)
-    lf = ascend_kernels.scan(kf)
-    lf = ascend_kernels.with_exact_lines(kf, lf, lf.select(pl.len()).collect().item()).filter(~pl.col("bad"))
     pack = load(rules or [])
-    df = classify(lf, pack.rules_for("ascend")).filter(select_filter(select)).collect()
+    rules_ = pack.rules_for("ascend")
+    if ascend_db_rows.is_db(base / file):
+        df = _db_kernel_rows(base / file, pack, rules_)
+    else:
+        kf = ascend_kernels.inspect(base / file)
+        lf = ascend_kernels.scan(kf)
+        n = lf.select(pl.len()).collect().item()
+        df = ascend_kernels.with_exact_lines(kf, lf, n).filter(~pl.col("bad")).collect()
+        df = _with_neighbors(df, ascend_kernels.scan_for_groups(kf, fast=False).collect(), kf, rules_)
+    df = classify(df, rules_).filter(select_filter(select))
     return df.select("src_line", "step", "name", "op", "core", "bucket", "rule_id", "dur_us").sort("src_line")
+
+
+def _db_kernel_rows(path: Path, pack, rules: list):
+    """Every kernel row of torch_npu's DB export, one per task (``src_line`` = the TASK rowid the evidence cites),
+    keyed and sized as the reader keys them, bad rows left out."""
+    import polars as pl
+
+    from profan.sources import ascend_db
+    from profan.sources.ascend_kernels import op_expr
+
+    got = ascend_db.read(path, None, pack.roles.comm_cores[0])
+    rows = got.kernel_rows.filter(~pl.col("bad"))
+    df = rows.lazy().select("src_line", *got.keyed[1], "dur_us").with_columns(op_expr()).collect()
+    return _with_neighbors(df, got.kernel_rows, None, rules, keys=got.keyed[1])

@@ -67,3 +67,30 @@ def write(out: Path, inputs: Iterable[Path], render: Callable[[Path], object]) -
         raise ProfanInputError(out, f"cannot write: {exc.strerror or exc}") from None
     finally:
         tmp.unlink(missing_ok=True)
+
+
+def check_tables_folder(folder: Path) -> None:
+    """``--tables DIR`` before any work: DIR is a folder or can be made in one that exists, outside the cache."""
+    if folder.exists() and not folder.is_dir():
+        raise ProfanInputError(folder, "--tables takes a folder; this is a file")
+    if not folder.exists():
+        check_target(folder)  # its parent must be a folder, and not the cache
+    elif (cache := cache_dir()) is not None and cache.exists() and inside(folder, cache):
+        raise ProfanInputError(folder, "lies inside profan's cache; write the tables elsewhere")
+
+
+def write_tables(folder: Path, report: Report, inputs: Iterable[Path]) -> list[Path]:
+    """Every table of ``report``, in full, as ``folder/<name>.parquet``: what the JSON report cuts at scale.
+    Each file is written as `write` writes ``-o``: never over a file the analysis read, never half a file."""
+    check_tables_folder(folder)
+    try:
+        folder.mkdir(exist_ok=True)
+    except OSError as exc:
+        raise ProfanInputError(folder, f"cannot write: {exc.strerror or exc}") from None
+    inputs = list(inputs)
+    written = []
+    for name, df in report.tables.items():
+        target = folder / f"{name}.parquet"
+        write(target, inputs, lambda tmp, df=df: df.write_parquet(tmp))
+        written.append(target)
+    return written

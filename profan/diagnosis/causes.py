@@ -127,6 +127,7 @@ def make_cause(
     case: str | None = None,
     ranks: Iterable[int] = (),
     steps: Iterable[int] = (),
+    action_case: str | None = None,
 ) -> Cause:
     """A cause of ``check`` from its source findings, its texts filled from rules/checks.toml with ``values``."""
     rule = job.pack.check(check).cause
@@ -139,6 +140,7 @@ def make_cause(
         impact_us = min(max(impact_us, 0.0), step_us)
     fill = _filler(values)
     action = rule.get(f"{case}_action", rule["action"]) if case else rule["action"]
+    action = rule.get(f"{action_case}_action", action) if action_case else action  # a case of the action alone
     assumption = rule.get(f"{case}_assumption", rule["assumption"]) if case else rule["assumption"]
     evidence = tuple(e for f in sources for e in f.evidence)
     return Cause(
@@ -468,6 +470,7 @@ def _idle(job: Job, claims: Claims, steps_us: dict[int, float], cost: pl.DataFra
         "min_ms": min(free) / 1000,
         "host_ms": _span([v / 1000 for v in host["idle_host_us"].to_list()], "{:,.1f}") + " ms" if measured else "",
         "min_host_ms": (floor_us or 0.0) / 1000,
+        "graph_events": _graph_events(job, {r for f in found for r in f.ranks}),
     }
     claims.own(found)
     worst = max(found, key=lambda f: float(f.metrics["share"]))
@@ -487,8 +490,19 @@ def _idle(job: Job, claims: Claims, steps_us: dict[int, float], cost: pl.DataFra
             case="host" if measured else None,
             ranks=[r for f in found for r in f.ranks],
             steps=steps,
+            action_case="graph" if values["graph_events"] else None,
         )
     ]
+
+
+def _graph_events(job: Job, ranks: set[int]) -> int:
+    """Device events the ranks' traces replay from CUDA / HIP graphs (trace_steps ``graph_events``, whole-trace
+    rows): where the step already runs from a graph, capturing it in one is no advice."""
+    traced = job.tables.get("trace_steps")
+    if traced is None or traced.is_empty() or "graph_events" not in traced.columns:
+        return 0
+    rows = traced.filter((pl.col("scope") == "trace") & pl.col("rank").is_in(list(ranks)))
+    return int(rows["graph_events"].fill_null(0).sum())
 
 
 def _span(values: list[float], form: str) -> str:

@@ -5,7 +5,11 @@ file itself, never from a derived table:
 
 * ``lines``    — 1-based physical line numbers of a CSV file (header = line 1), as an editor shows them;
 * ``events``   — indexes into a chrome trace's event array (``traceEvents`` or the bare array);
-* ``pointers`` — RFC 6901 JSON pointers into a JSON document (``communication.json`` and friends).
+* ``pointers`` — RFC 6901 JSON pointers into a JSON document (``communication.json`` and friends), or, in an
+  SQLite file (torch_npu's DB export), ``/TABLE/ROWID``: the DB read as a document of tables of rows by rowid
+  (a table's integer primary key where it has one). Readers name a DB table as the file ``<db>#TABLE`` and cite
+  its rowids as lines; the evidence turns them into those pointers (`db_table`), so analyses cite a DB without
+  knowing it is one.
 
 ``lines``/``events``/``pointers`` list the cited rows (for an aggregate: the largest ones); ``row_count`` says how
 many rows the claim covers in total and ``select`` is the filter that selects all of them again.
@@ -41,6 +45,12 @@ class Evidence:
     values: dict[str, Any] = field(default_factory=dict)  # the summed/compared value(s) the rows produce
 
     def __post_init__(self) -> None:
+        file, table = db_table(self.file)
+        if table and (self.lines or self.events):  # rows of a DB table: /TABLE/ROWID pointers into the DB file
+            object.__setattr__(self, "pointers", tuple(make_pointer(table, n) for n in self.lines or self.events))
+            object.__setattr__(self, "lines", ())
+            object.__setattr__(self, "events", ())
+            object.__setattr__(self, "file", file)
         kinds = [k for k in (self.lines, self.events, self.pointers) if k]
         if len(kinds) != 1:
             raise ValueError(f"evidence for {self.file} needs exactly one kind of locator (lines/events/pointers)")
@@ -90,6 +100,16 @@ class Evidence:
 
 
 _MISSING = object()
+_DB_SUFFIXES = (".db", ".sqlite", ".sqlite3")
+
+
+def db_table(file: str) -> tuple[str, str]:
+    """(file, table) of a DB table named ``<db>#TABLE`` (a file ending in .db whose ``#`` suffix is an SQL
+    identifier); (file, "") for any other name, a file whose own name holds ``#`` included."""
+    path, sep, table = file.rpartition("#")
+    if sep and path.endswith(_DB_SUFFIXES) and table.isidentifier():
+        return path, table
+    return file, ""
 
 
 def typed(d: Any, key: str, kind: type, default: Any = _MISSING) -> Any:
@@ -226,6 +246,11 @@ def read_back(root: Path, ev: Evidence) -> list[tuple[str, str]]:
                 "was made): the file changed since; analyse it again",
             )
         return [(f"line {n}", got[n]) for n in ev.lines]
+    if ev.pointers:
+        from profan.sources import ascend_db_rows
+
+        if ascend_db_rows.is_db(path):
+            return [(p, json.dumps(row, ensure_ascii=False)) for p, row in ascend_db_rows.read_rows(path, ev.pointers)]
     try:
         doc = load_json_document(path)
     except (ValueError, RecursionError, OSError, EOFError) as exc:
@@ -251,7 +276,7 @@ def file_sizes(base: Path, files: set[str]) -> dict[str, int]:
     """Bytes of each source file (paths relative to ``base``), recorded in the report: `check_sizes` compares
     them when evidence is read back, so rows are never quoted from a file that changed since the analysis."""
     out = {}
-    for f in sorted(files):
+    for f in sorted({db_table(f)[0] for f in files}):  # a DB table's rows are the DB file's
         try:
             out[f] = (base / f).stat().st_size
         except OSError:

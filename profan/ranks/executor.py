@@ -1,8 +1,9 @@
 """Where the per-rank map runs: an `Executor` maps a function over batches of ranks and yields the small results.
 
 Processes, because a rank's read is polars work plus Python glue that holds the GIL; ``spawn``, because forking a
-process that runs polars' threads can deadlock. Another executor (a cluster's) only has to provide `Executor.map`.
-What `ProcessPool` does besides handing the batches to a pool, each thing measured: bench/README.md.
+process that runs polars' threads can deadlock. `RayTasks` runs the same map as Ray tasks on a cluster (the
+optional extra ``profan[ray]``; nothing else imports Ray). What `ProcessPool` does besides handing the batches to a
+pool, each thing measured: bench/README.md.
 """
 
 from __future__ import annotations
@@ -25,6 +26,8 @@ R = TypeVar("R")
 
 
 class Executor(Protocol):
+    width: int  # batches that run at once: the map cuts the ranks into about four batches per slot
+
     def map(self, fn: Callable[[T], R], batches: Iterable[T]) -> Iterator[R]:
         """``fn`` of each batch, yielded in the batches' order; stopping early abandons the batches not begun."""
         ...
@@ -32,6 +35,8 @@ class Executor(Protocol):
 
 class InProcess:
     """The batches one after the other, in this process."""
+
+    width = 1
 
     def map(self, fn: Callable[[T], R], batches: Iterable[T]) -> Iterator[R]:
         yield from map(fn, batches)
@@ -46,6 +51,7 @@ class ProcessPool:
 
     def __init__(self, jobs: int) -> None:
         self.workers = jobs - 1
+        self.width = jobs
 
     def map(self, fn: Callable[[T], R], batches: Iterable[T]) -> Iterator[R]:
         batches = list(batches)
@@ -108,3 +114,79 @@ def _unspool(sent: R | _File) -> R:
         got = pickle.load(fh)
     os.unlink(sent.path)
     return got
+
+
+class RayTasks:
+    """The batches as Ray tasks: one task per batch, ``fn`` shipped to the cluster once, the results (each rank's
+    small tables) fetched in order. ``address``: ``auto`` joins the cluster Ray finds (``RAY_ADDRESS``, else one
+    started on this machine by ``ray start``), else starts a local instance for this run and stops it after;
+    anything else is a cluster's address. The files are read on the nodes at the paths this process sees them
+    (a shared filesystem), and each task runs in this process's folder so relative paths name the same files."""
+
+    def __init__(self, address: str = "auto") -> None:
+        self.address = address
+        self._started = False
+
+    @property
+    def width(self) -> int:
+        """The cluster's CPUs: the map cuts the ranks into about four batches each."""
+        return max(1, int(_connect(self).cluster_resources().get("CPU", 1)))
+
+    def map(self, fn: Callable[[T], R], batches: Iterable[T]) -> Iterator[R]:
+        ray = _connect(self)
+        task = ray.remote(_in_folder)
+        fn_ref, cwd = ray.put(fn), os.getcwd()
+        refs = [task.remote(fn_ref, cwd, b) for b in batches]
+        done = 0
+        try:
+            for ref in refs:
+                yield ray.get(ref)
+                done += 1
+        except (ray.exceptions.WorkerCrashedError, ray.exceptions.NodeDiedError, ray.exceptions.OutOfMemoryError):
+            raise ProfanError(
+                "a Ray worker died while reading ranks (out of memory?); run again without --executor ray"
+            ) from None
+        finally:
+            for ref in refs[done + 1 :]:  # stopping early (an input error) abandons what has not run
+                ray.cancel(ref)
+            if self._started:
+                ray.shutdown()
+                self._started = False
+
+
+def _connect(ex: RayTasks):
+    """Ray, joined to ``ex.address`` (once per run): a one-line error without Ray or without the cluster."""
+    try:
+        import ray
+    except ImportError:
+        raise ProfanError("--executor ray needs Ray: pip install 'profan[ray]'") from None
+    if not ray.is_initialized():
+        import logging
+
+        address = None if ex.address == "auto" else ex.address
+        if address is not None:
+            _reachable(address)
+        try:
+            # stderr carries errors only (Ray's start-up notices are not)
+            ray.init(address=address, include_dashboard=False, logging_level=logging.ERROR)
+        except (ConnectionError, ValueError, RuntimeError) as exc:
+            raise ProfanError(f"--ray-address {ex.address}: cannot join the Ray cluster ({exc})") from None
+        ex._started = True
+    return ray
+
+
+def _reachable(address: str) -> None:
+    """A cluster address that does not answer is one line now: Ray itself retries for minutes, logging each try."""
+    import socket
+
+    host, _, port = address.removeprefix("ray://").rpartition(":")
+    try:
+        socket.create_connection((host or "127.0.0.1", int(port)), timeout=5).close()
+    except (OSError, ValueError) as exc:
+        raise ProfanError(f"--ray-address {address}: no Ray cluster answers there ({exc})") from None
+
+
+def _in_folder(fn: Callable[[T], R], cwd: str, batch: T) -> R:
+    """In a Ray worker: ``fn(batch)`` from the caller's folder."""
+    os.chdir(cwd)
+    return fn(batch)

@@ -15,8 +15,9 @@ import polars as pl
 
 from profan.model.errors import ProfanInputError
 from profan.rulepack import limits
-from profan.rulepack.classify import classify, rule_fields
+from profan.rulepack.classify import NEIGHBORS, classify, rule_fields, uses_neighbors, with_neighbors
 from profan.rulepack.pack import RulePack
+from profan.rulepack.roles import defaults as default_roles
 from profan.sources import ascend_kernels
 from profan.sources.csvtext import check_lines, count_lines
 
@@ -135,19 +136,21 @@ def _merge(g: pl.DataFrame, pipes: list[str], keys: list[str] = KEYS) -> pl.Data
 
 def _group_rows(
     lf: pl.LazyFrame,
-    kf: ascend_kernels.KernelFile,
+    kf: ascend_kernels.KernelFile | None,
     pipes: list[str],
     exact: bool,
     starts: bool,
     by: tuple[str, ...] = (),
+    keyed: tuple[list[str], list[pl.Expr]] | None = None,
 ) -> tuple[pl.DataFrame, pl.DataFrame]:
     """One pass over the rows: (groups, per-``by`` row counts ``rows`` and ``bad``).
 
     Grouping runs on the raw key text plus ``bad``, so bad rows are counted by the same pass and then dropped;
     the key clean-up (`key_exprs`) and the op derivation run once per distinct raw key instead of once per row.
     Big files go through polars' streaming engine: memory is bounded by the groups, never by the file. ``by``:
-    keys that lead every group (the file index of a batch)."""
-    raw = ascend_kernels.raw_key_columns(kf)
+    keys that lead every group (the file index of a batch). ``keyed``: (raw key columns, `KEYS` expressions over
+    them) of a table that is no kernel file (`reduce_table`), in place of ``kf``'s."""
+    raw, keys = keyed if keyed is not None else (ascend_kernels.raw_key_columns(kf), ascend_kernels.key_exprs(kf))
     q = lf.group_by(*by, *raw, "bad", _pmu_mask(pipes)).agg(_aggs(pipes, exact, starts))
     g = q.collect() if exact else q.collect(engine="streaming")
     counts = (
@@ -160,7 +163,7 @@ def _group_rows(
     g = _pmu_weights(g.filter(~pl.col("bad")).drop("bad"), pipes)
     if not exact:
         g = _merge_samples(g)
-    g = g.select(*by, *ascend_kernels.key_exprs(kf), pl.exclude(*raw, *by)).with_columns(ascend_kernels.op_expr())
+    g = g.select(*by, *keys, pl.exclude(*raw, *by)).with_columns(ascend_kernels.op_expr())
     return _merge(g, pipes, [*by, *KEYS]), counts
 
 
@@ -175,13 +178,44 @@ def _reduce_rows(
 def _classify_distinct(groups: pl.DataFrame, rules: list) -> pl.DataFrame:
     """`classify` on the distinct values of the fields the rules read, joined back: the same bucket and rule for
     every group, with the regex chain run over a few hundred kernels instead of one row per (step, kernel)."""
-    fields = rule_fields(rules)
+    fields = [f for f in rule_fields(rules) if f in groups.columns]  # a context column a file lacks matches nothing
     if not fields or groups.is_empty():
         return classify(groups, rules)
     kinds = groups.select(fields).unique()
     if kinds.height * 4 > groups.height:  # names nearly unique per group: a join would cost more than it saves
         return classify(groups, rules)
     return groups.join(classify(kinds, rules), on=fields, how="left", nulls_equal=True, maintain_order="left")
+
+
+def _with_neighbors(
+    groups: pl.DataFrame,
+    rows: pl.DataFrame | None,
+    kf: ascend_kernels.KernelFile | None,
+    rules: list,
+    by: tuple = (),
+    keys: list[pl.Expr] | None = None,
+) -> pl.DataFrame:
+    """``groups`` with ``neighbors``, where the rules read it and the rows were read: each row's nearest layer
+    anchors in its step (`classify.with_neighbors`, from a first verdict without it), the most common value over
+    a group's rows. The kernels of one group (one op and input shape in a step) hold one place in every layer, so
+    the mode is that place. Grouping keeps no order, so this needs the rows: files reduced by streaming or from
+    the cache go without it, and their matmuls stay `gemm`."""
+    if rows is None or not uses_neighbors(rules) or rows.is_empty():
+        return groups
+    r = (
+        rows.lazy()
+        .filter(~pl.col("bad") & pl.col("start_us").is_not_null())
+        .select(*by, *(keys or ascend_kernels.key_exprs(kf)), "start_us", "src_line")
+        .with_columns(ascend_kernels.op_expr())
+        .collect()
+    )
+    fields = [f for f in rule_fields(rules) if f in r.columns]
+    r = r.join(classify(r.select(fields).unique(), rules), on=fields, how="left", nulls_equal=True)
+    anchors = default_roles().layer_anchor_buckets
+    r = with_neighbors(r, ["start_us", "src_line"], [*by, "step"], anchors, "op")
+    group_keys = [*by, *KEYS]
+    place = r.group_by(group_keys).agg(pl.col(NEIGHBORS).drop_nulls().mode().sort().first())
+    return groups.join(place, on=group_keys, how="left", nulls_equal=True, maintain_order="left")
 
 
 CACHE_BYTES = 16 << 20  # kernel files from this size keep their reduced groups in the cache (profan.sources.cache)
@@ -284,7 +318,8 @@ def _reduce_one(f: KernelRequest, rules: list) -> KernelPass:
         kind = f"{'kernel_groups+starts' if starts else 'kernel_groups'}/dur<={limits.active().max_duration_us}"
         groups, counts, _ = cached_table(f.path, kind, lambda: _reduce_file(kf, starts)[:2])
     else:
-        groups, counts, rows = _reduce_file(kf, starts, f.timed)
+        groups, counts, rows = _reduce_file(kf, starts, f.timed or uses_neighbors(rules))
+        groups = _with_neighbors(groups, rows, kf, rules)
     # one order for the same input: a hash grouping's order varies from run to run, and with it the order of
     # every later float sum — enough to swap two kernels of equal time in a ranking
     groups = _classify_distinct(groups, rules).sort(KEYS, nulls_last=True)
@@ -293,7 +328,36 @@ def _reduce_one(f: KernelRequest, rules: list) -> KernelPass:
         {"rows": counts["rows"], "skipped": counts["skipped"]},
         kf.variant,
         kf.has_pipe_ratios,
-        None if rows is None else ascend_kernels.timed_rows(kf, rows),
+        None if rows is None or not f.timed else ascend_kernels.timed_rows(kf, rows),
+    )
+
+
+EXACT_ROWS = 1 << 20  # kernel rows of a table grouped exactly (about the rows of a kernel file of IN_MEMORY_BYTES)
+
+
+def reduce_table(
+    rows: pl.DataFrame, keyed: tuple[list[str], list[pl.Expr]], pipes: list[str], rules: list, variant: str, timed: bool
+) -> KernelPass:
+    """A kernel table that is no CSV file — torch_npu's DB export (`profan.sources.ascend_db`), rows keyed by
+    integer ids — reduced as a kernel file is: the same groups, cited lines (here the table's row ids), counts
+    and verdicts, so the analyses cannot tell the sources apart. ``keyed``: (raw key columns, `KEYS` expressions
+    over them). ``timed``: also the rows with their place in time, for the collectives' windows."""
+    exact = rows.height <= EXACT_ROWS  # as a kernel file: the largest rows per group when few, else streamed
+    groups, counts = _group_rows(rows.lazy(), None, pipes, exact, True, keyed=keyed)
+    groups = _with_neighbors(groups, rows if exact else None, None, rules, keys=keyed[1])
+    groups = _classify_distinct(groups, rules).sort(KEYS, nulls_last=True)
+    t = None
+    if timed:
+        t = (
+            rows.lazy()
+            .filter(~pl.col("bad"))
+            .select(*keyed[1][:4], "start_us", "dur_us", pl.col("src_line").alias("loc"))
+            .with_columns(ascend_kernels.op_expr())
+            .select("step", "op", "name", "type", "core", "start_us", "dur_us", "loc")
+            .collect()
+        )
+    return KernelPass(
+        groups, {"rows": int(counts["rows"][0]), "skipped": int(counts["bad"][0])}, variant, bool(pipes), t
     )
 
 
@@ -323,6 +387,7 @@ def _reduce_same_header_rows(kfs: list[ascend_kernels.KernelFile], rules: list, 
         return {}
     if len(ok) < len(kfs):
         rows = rows.filter(pl.col("_f").is_in(ok))
+    groups = _with_neighbors(groups, rows, kf, rules, by)
     groups = _classify_distinct(groups, rules).sort(["_f", *KEYS], nulls_last=True)
     parts = groups.partition_by("_f", as_dict=True, include_key=False, maintain_order=True)
     empty = groups.clear().drop("_f")

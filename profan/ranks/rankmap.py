@@ -21,8 +21,9 @@ import polars as pl
 
 from profan.model.errors import ProfanInputError
 from profan.ranks import executor as parallel
+from profan.ranks import memory_pass
 from profan.ranks.collectives import AscendRank, ascend_collectives, kineto_collectives
-from profan.ranks.kernel_pass import KernelPass, KernelRequest, reduce_kernel_files
+from profan.ranks.kernel_pass import KernelPass, KernelRequest, reduce_kernel_files, reduce_table
 from profan.rulepack import limits
 from profan.rulepack.pack import RulePack
 from profan.sources import (
@@ -33,6 +34,7 @@ from profan.sources import (
     ascend_opstat,
     ascend_packets,
     ascend_steps,
+    intervals,
 )
 from profan.sources.discover import RankSource, relpath
 
@@ -66,6 +68,12 @@ class RankData:
     trace_comm: pl.DataFrame | None = None  # Kineto communication events (NCCL kernels, c10d ops, annotations)
     trace_links: pl.DataFrame | None = None  # trace_view HCCL plane tasks per plane / transport / link type
     trace_tasks: pl.DataFrame | None = None  # trace_view HCCL plane task events (Notify_Wait per peer)
+    # each step's compute / exposed communication / idle blocks in time, at most intervals.STEP_BLOCKS per step
+    # (profan.sources.intervals), from the trace's device lanes, else the kernel file's timed rows
+    step_blocks: pl.DataFrame | None = None
+    # memory: the allocated/reserved curve (bounded), the peak row and what is live at the peak
+    # (profan.ranks.memory_pass; keys curve, peak, holders, and modules for Ascend npu_module_mem.csv)
+    memory: dict[str, pl.DataFrame] | None = None
     rows_read: dict[str, int] = field(default_factory=dict)
     rows_skipped: dict[str, int] = field(default_factory=dict)
     warnings: list[str] = field(default_factory=list)
@@ -84,33 +92,76 @@ class RankData:
 BATCH = 16  # ranks read as one batch at most: the steps that cost mostly per-query overhead run once for them
 
 
+class RankProgress(str):
+    """A progress message that also carries the counts a progress bar shows: ranks read of all, and their bytes
+    to parse (`source_bytes`). It is the message text everywhere else."""
+
+    done: int
+    total: int
+    done_bytes: int
+    total_bytes: int
+
+    def __new__(cls, text: str, done: int, total: int, done_bytes: int, total_bytes: int) -> RankProgress:
+        msg = super().__new__(cls, text)
+        msg.done, msg.total, msg.done_bytes, msg.total_bytes = done, total, done_bytes, total_bytes
+        return msg
+
+
 def load_ranks(
     sources: list[RankSource],
     root: Path,
     pack: RulePack,
-    jobs: int | None = None,
+    jobs: int | parallel.Executor | None = None,
     say: Callable[[str], None] | None = None,
 ) -> list[RankData]:
     """RankData of every rank source, in the given order: batches of ranks mapped by an executor
-    (`profan.ranks.executor`) in this process or over ``jobs`` processes (`resolve_jobs`). Either way the error
-    reported is the first failing rank's in order, as reading one rank after the other reports it."""
+    (`profan.ranks.executor`) in this process, over ``jobs`` processes (`resolve_jobs`), or by the executor
+    ``jobs`` is. Either way the error reported is the first failing rank's in order, as reading one rank after the
+    other reports it."""
     say = say or (lambda _m: None)
     n = len(sources)
-    jobs = resolve_jobs(jobs, n, work_bytes(sources))
-    if jobs > 1:
-        say(f"reading {n} ranks in {jobs} processes")
+    sizes = [source_bytes(rs) for rs in sources]
+    if isinstance(jobs, int | None):
+        jobs = resolve_jobs(jobs, n, sum(sizes))
+        ex, width = parallel.executor(jobs), jobs
+        if jobs > 1:
+            say(f"reading {n} ranks in {jobs} processes")
+    else:
+        ex, width = jobs, jobs.width
+        say(f"reading {n} ranks, {width} at a time")
     # over processes, about four batches each: enough for them to share the ranks out as they go
-    size = BATCH if jobs == 1 else max(1, min(BATCH, n // (4 * jobs)))
-    batches = [sources[i : i + size] for i in range(0, n, size)]
+    size = BATCH if width == 1 else max(1, min(BATCH, n // (4 * width)))
+    batches = _batches(sources, sizes, size)
     read = partial(read_batch, root=root, pack=pack, peers=n > 1)
     out: list[RankData] = []
-    with closing(parallel.executor(jobs).map(read, batches)) as results:
+    done_bytes, total_bytes = 0, sum(sizes)
+    say(RankProgress(f"reading {n} rank(s), {total_bytes / 1e6:,.1f} MB", 0, n, 0, total_bytes))
+    with closing(ex.map(read, batches)) as results:
         for got in results:
             for r in got:
                 if isinstance(r, Failure):
                     raise ProfanInputError(r.path, r.problem)
+                done_bytes += sizes[len(out)]
                 out.append(r)
-                say(f"[{len(out)}/{n}] read rank {r.rank}")
+                say(RankProgress(f"[{len(out)}/{n}] read rank {r.rank}", len(out), n, done_bytes, total_bytes))
+    return out
+
+
+BATCH_BYTES = 8 << 20  # … and at most this many bytes to parse (unless one rank holds more): a batch's side files
+# are decoded at once, so its working memory grows with its bytes (16 ranks of 2 MB peaked at 0.7-0.8 GB, batches
+# of 4 at 0.35 GB, and ran faster; bench/README.md)
+
+
+def _batches(sources: list[RankSource], sizes: list[int], most: int) -> list[list[RankSource]]:
+    """The ranks in order, cut into batches of at most ``most`` ranks and `BATCH_BYTES` bytes."""
+    out: list[list[RankSource]] = []
+    held = 0
+    for rs, size in zip(sources, sizes, strict=True):
+        if not out or len(out[-1]) == most or held + size > BATCH_BYTES:
+            out.append([])
+            held = 0
+        out[-1].append(rs)
+        held += size
     return out
 
 
@@ -144,14 +195,18 @@ GZ_FACTOR = 8  # a .gz trace parses as about this many bytes of JSON per byte on
 def work_bytes(sources: list[RankSource]) -> int:
     """The bytes the rank sources' files hold to parse (a .gz file counted `GZ_FACTOR` times): what the automatic
     choice of processes weighs, as a rank's read costs about its bytes."""
+    return sum(source_bytes(rs) for rs in sources)
+
+
+def source_bytes(rs: RankSource) -> int:
+    """One rank's share of `work_bytes`."""
     total = 0
-    for rs in sources:
-        for p in rs.files.values():
-            try:
-                size = os.stat(p).st_size
-            except (OSError, TypeError, ValueError):
-                continue
-            total += size * GZ_FACTOR if str(p).endswith(".gz") else size
+    for p in rs.files.values():
+        try:
+            size = os.stat(p).st_size
+        except (OSError, TypeError, ValueError):
+            continue
+        total += size * GZ_FACTOR if str(p).endswith(".gz") else size
     return total
 
 
@@ -226,15 +281,16 @@ def _kernel_passes(
     sources: list[RankSource], pack: RulePack, peers: bool
 ) -> list[KernelPass | ProfanInputError | None]:
     """The kernel pass of each rank that has a kernel file. Its timed rows are kept for an Ascend rank's
-    collectives' windows; without communication.json the collectives take the HCCL rows' starts from the
-    groups, so a streamed file keeps each group's first start."""
+    collectives' windows and its steps' blocks in time (`intervals.kernel_blocks`); without communication.json
+    the collectives take the HCCL rows' starts from the groups, so a streamed file keeps each group's first
+    start."""
     asked = [i for i, rs in enumerate(sources) if "kernel_details" in rs.files]
     made = reduce_kernel_files(
         [
             KernelRequest(
                 sources[i].files["kernel_details"],
                 starts=peers and "communication" not in sources[i].files,
-                timed=peers and sources[i].kind == "ascend",
+                timed=sources[i].kind == "ascend",  # the collectives' windows, and the steps' blocks in time
             )
             for i in asked
         ],
@@ -250,7 +306,7 @@ def _ascend_rank(rd: RankData, rs: RankSource, timed: pl.DataFrame | None) -> As
     return AscendRank(
         rd.comm_ops,
         rd.files.get("communication"),
-        rs.files.get("kernel_details"),
+        rs.files.get("kernel_details") or rs.files.get("ascend_db"),
         rd.files.get("kernel_details"),
         rd.rows_read.get("kernel_details"),
         rd.groups,
@@ -285,6 +341,8 @@ def _read_rank(
     later = _Later(
         collectives_due=peers and rs.kind == "ascend" and bool({"kernel_details", "communication"} & set(rs.files))
     )
+    if "ascend_db" in rs.files:
+        later.timed, later.collectives_due = _read_db(rd, rs, pack, peers), peers
     if isinstance(kernels, ProfanInputError):
         raise kernels
     if kernels is not None:
@@ -310,7 +368,60 @@ def _read_rank(
         # before the trace's own read: the collectives parse and cache the trace, which that read then reports
         rd.collectives, rd.windows = kineto_collectives(rs.files["kineto_trace"], rd.files["kineto_trace"], pack)
     _read_traces(rd, rs, pack)
+    memory_pass.read_rank(rd, rs, pack)
+    timed_rows = later.timed is not None or "kernel_details" in rs.files  # a kernel file, or the DB's task rows
+    if rd.step_blocks is None and rd.groups is not None and rs.kind == "ascend" and timed_rows:
+        _kernel_blocks(rd, rs, later.timed, pack)
     return rd, later
+
+
+def _kernel_blocks(rd: RankData, rs: RankSource, timed: pl.DataFrame | None, pack: RulePack) -> None:
+    """An Ascend rank's steps in time from its kernel file (no trace_view.json): from the rows the kernel pass
+    kept, or for a file it streamed from a pass of their own (cached). Rows whose start is no number have no place
+    in time: they are left out of the blocks, counted and said (their durations still count in every total)."""
+    is_comm = pack.roles.is_comm()
+    if timed is not None:
+        blocks, unplaced = intervals.kernel_blocks(timed, is_comm), intervals.unplaced(timed)
+    else:
+        variant = f"{','.join(pack.roles.comm_cores)}|{pack.roles.comm_ops}"
+        blocks, unplaced = intervals.kernel_file_blocks(rs.files["kernel_details"], is_comm, variant)
+    source = "ascend_db" if "ascend_db" in rs.files else "kernel_details"
+    rd.step_blocks = blocks.with_columns(pl.lit(source).alias("source"))
+    if unplaced:
+        rd.warnings.append(
+            f"{rd.files['kernel_details']}: {unplaced} rows have no start time (not a number): left out of the "
+            "timeline's blocks in time, their durations still count"
+        )
+
+
+def _read_db(rd: RankData, rs: RankSource, pack: RulePack, peers: bool) -> pl.DataFrame | None:
+    """torch_npu's DB export (`profan.sources.ascend_db`): the tables the text files give, reduced as they are,
+    cited as rows of the DB (``<db>#TASK``, ``<db>#STEP_TIME``, ``/TABLE/ROWID`` pointers). Returns the timed
+    kernel rows: the steps' blocks in time, and the collectives' windows when other ranks are analysed with it."""
+    from profan.sources import ascend_db
+
+    got = ascend_db.read(rs.files["ascend_db"], rs.files.get("analysis_db"), pack.roles.comm_cores[0])
+    db = rd.files["ascend_db"]
+    rd.files["kernel_details"], rd.files["step_trace_time"] = f"{db}#TASK", f"{db}#STEP_TIME"
+    rd.files["communication"] = rd.files["analysis_db"] if got.comm_file == rs.files.get("analysis_db") else db
+    # the timed rows are kept for every rank: the steps' blocks in time (and the collectives' windows) need them
+    kp = reduce_table(got.kernel_rows, got.keyed, got.pipes, pack.rules_for("ascend"), got.variant, True)
+    rd.groups, rd.kernel_variant, rd.has_pipe_ratios = kp.groups, kp.variant, kp.has_pipe_ratios
+    rd.count(
+        "kernel_details",
+        kp.counts["rows"] + got.uncited_ops,
+        kp.counts["skipped"] + got.uncited_ops,
+        "task rows whose duration is not a number from 0 to max_duration_us, or communication ops with no "
+        "device task to cite",
+        empty="holds no compute task or communication op",
+    )
+    if not got.steps.is_empty():
+        rd.steps = got.steps
+    rd.count("step_trace_time", got.steps.height, 0, "steps", empty="holds no STEP_TIME rows; no step times from it")
+    rd.comm_ops, rd.comm_bw, rd.comm_packets = got.comm_ops, got.comm_bw, got.comm_packets
+    rd.count("communication", got.comm_ops.height, 0, "communication ops")
+    rd.warnings += [f"{db}: {n}" for n in got.notes]
+    return kp.timed
 
 
 def _read_meta(rd: RankData, rs: RankSource) -> None:
@@ -371,7 +482,8 @@ def _read_traces(rd: RankData, rs: RankSource, pack: RulePack) -> None:
     if "kineto_trace" in rs.files:
         from profan.sources import kineto
 
-        kineto.load_rank_trace(rd, rs.files["kineto_trace"], pack)
+        captures = [p for k, p in rs.files.items() if k.startswith("graph_capture")]  # `discover._graph_captures`
+        kineto.load_rank_trace(rd, rs.files["kineto_trace"], pack, captures=captures)
     if "trace_view" in rs.files:
         from profan.sources import hccl_tasks, trace_view
 

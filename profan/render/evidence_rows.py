@@ -21,14 +21,37 @@ from profan.model.causes import Cause
 from profan.model.errors import ProfanInputError
 from profan.model.evidence import Evidence, load_json_document, read_lines, resolve_pointer, source_path, trace_events
 from profan.model.findings import Finding
+from profan.sources import ascend_db_rows
 from profan.sources.discover import base_dir
 
 KEY_SEP = " › "
 MAX_FLAT_DEPTH = 3  # deeper JSON values are shown as compact JSON text
 
 # Columns that name the row, tried in this order (CSV header names and chrome-trace keys).
-NAME_COLUMNS = ("Name", "name", "Op Name", "OP Name", "Kernel Name")
-TYPE_COLUMNS = ("Type", "OP Type", "Op Type", "cat", "Accelerator Core", "Task Type")
+NAME_COLUMNS = (
+    "Name",
+    "name",
+    "Op Name",
+    "OP Name",
+    "Kernel Name",
+    # rows of torch_npu's DB export (profan.sources.ascend_db_rows)
+    "COMPUTE_TASK_INFO.name",
+    "COMMUNICATION_OP.opName",
+    "opName",
+    "hccl_op_name",
+)
+TYPE_COLUMNS = (
+    "Type",
+    "OP Type",
+    "Op Type",
+    "cat",
+    "Accelerator Core",
+    "Task Type",
+    "COMPUTE_TASK_INFO.opType",
+    "COMMUNICATION_OP.opType",
+    "opType",
+    "type",
+)
 KEY_COLUMNS = (
     "Step Id",
     "Step",
@@ -48,6 +71,14 @@ KEY_COLUMNS = (
     "ph",
     "pid",
     "tid",
+    "step",
+    "startNs",
+    "endNs",
+    "COMPUTE_TASK_INFO.taskType",
+    "COMPUTE_TASK_INFO.inputShapes",
+    "elapse_time",
+    "wait_time",
+    "transit_time",
 )
 
 
@@ -127,6 +158,8 @@ class RowReader:
                 path = source_path(self.root, file)
                 if kind == "lines":
                     self._load_csv(file, path, locs)
+                elif kind == "pointers" and ascend_db_rows.is_db(path):
+                    self._load_db(file, path, locs)
                 else:
                     self._load_json(file, path, kind, locs)
             except ProfanInputError as exc:
@@ -146,6 +179,14 @@ class RowReader:
             cells = split_csv_line(text)
             cols = header[: len(cells)] + [f"column {i + 1}" for i in range(len(header), len(cells))]
             self._rows[(file, f"line {n}")] = SourceRow(f"line {n}", cols, cells, text)
+
+    def _load_db(self, file: str, path: Path, locs: set) -> None:
+        """Rows of a DB (``/TABLE/ROWID``), one query per table, shown like a JSON object's columns."""
+        for label, row in ascend_db_rows.read_rows(path, sorted(locs)):
+            pairs = flatten(row)
+            self._rows[(file, label)] = SourceRow(
+                label, [k for k, _ in pairs], [v for _, v in pairs], json.dumps(row, ensure_ascii=False)
+            )
 
     def _load_json(self, file: str, path: Path, kind: str, locs: set) -> None:
         doc = load_json_document(path)

@@ -66,6 +66,11 @@ TABLE_INFO: dict[str, tuple[str, str]] = {
     ),
     "steps": ("Step time per rank", "One row per rank and step, from step_trace_time.csv."),
     "trace_steps": ("Step time from the trace", "Per rank and step, from the device events of the trace."),
+    "step_blocks": (
+        "Step time in time",
+        "Per rank and step, the compute, exposed communication and idle blocks the timeline draws (at most 31 per "
+        "step: a block merging short stretches keeps the exact time of each part it holds).",
+    ),
     "top_kernels": (
         "Top kernels per bucket",
         "The kernels that carry each bucket, with the source rows behind "
@@ -94,6 +99,14 @@ TABLE_INFO: dict[str, tuple[str, str]] = {
     "compare_steps": ("Steps: A vs B", "Step totals on both sides and their difference (B minus A)."),
     "compare_buckets": ("Buckets: A vs B", "Summed kernel time per bucket on both sides, with the rows behind them."),
     "compare_kernels": ("Kernels: A vs B", "Kernels matched by name and shape; delta is B minus A."),
+    "memory_peaks": (
+        "Memory peaks",
+        "Per rank: peak allocated and reserved memory (MB), when it happens and what was live then "
+        "(memory_record.csv / operator_memory.csv lines, or the trace's memory events).",
+    ),
+    "memory_holders": ("Memory held at the peak", "Per rank: the ops whose allocations are live at the peak."),
+    "memory_curve": ("Memory over time", "The curve the memory chart draws: each rank's peaks kept exactly."),
+    "memory_modules": ("Device memory per CANN module", "Most memory each module reserved (npu_module_mem.csv)."),
 }
 SECTION_ORDER = ("breakdown", "steps", "trace_steps", "top_kernels", "boundness", "communication")
 
@@ -412,6 +425,7 @@ CHART_ELEMENTS = {
     "boundness": "chart-boundness",
     "comm_bandwidth": "chart-comm_bandwidth",
     "compare_buckets": "chart-compare_buckets",
+    "memory_peaks": "chart-memory",
 }
 
 

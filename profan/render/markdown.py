@@ -8,9 +8,11 @@ from pathlib import Path
 
 import jinja2
 import markupsafe
+import polars as pl
 
 from profan.analyses.common import fmt_ranks
 from profan.model.report import Report
+from profan.render.json_report import named_ranks
 from profan.render.textfmt import FILTERS, selected, visible
 from profan.render.verdict import cause_view, findings_by_cause, verdict
 from profan.rulepack.paths import templates_dir
@@ -19,6 +21,11 @@ TABLE_ROWS = 25  # rows per detail table in Markdown; the JSON report has them a
 MEMBER_ROWS = 50  # rows of a group finding's member table; the JSON report has every member
 # tables with a section of their own, listed in full; every other table shows TABLE_ROWS rows
 FULL_TABLES = ("breakdown", "steps", "top_kernels", "breakdown_all_steps")
+# A job of more ranks than this is read for its verdict and findings: the tables listed in full show the ranks the
+# diagnosis names (and the first rank, for comparison), member and detail tables their first ROWS_AT_SCALE rows; a
+# note says where every row is. Listed in full, a 64-rank job's top kernels alone were 280 KB of Markdown.
+FULL_RANKS = 8
+ROWS_AT_SCALE = 10
 
 
 _MD_PUNCT = re.compile(r"[\\`\[\]|]")  # one pass, backslashes included: one in the text cannot undo ours
@@ -112,9 +119,13 @@ def render_markdown(report: Report, out: Path | None = None) -> str | None:
     """The report as Markdown, the verdict first. Detail tables show their first TABLE_ROWS rows and say how many
     more there are, so only those rows become Python values: a 64-rank job's link tables hold tens of thousands."""
     sizes = {name: df.height for name, df in report.tables.items()}
+    at_scale = len(report.source.get("ranks") or ()) > FULL_RANKS
+    limit = ROWS_AT_SCALE if at_scale else TABLE_ROWS
     shown = replace(
-        report, tables={name: df if name in FULL_TABLES else df.head(TABLE_ROWS) for name, df in report.tables.items()}
+        report, tables={name: df if name in FULL_TABLES else df.head(limit) for name, df in report.tables.items()}
     )
+    if at_scale:
+        shown = _named_ranks_only(shown)
     doc = shown.to_dict()
     as_dict = {f["id"]: f for f in doc["findings"]}
     grouped, unexplained = findings_by_cause(report)
@@ -127,8 +138,8 @@ def render_markdown(report: Report, out: Path | None = None) -> str | None:
             groups=[(cause_view(c), [as_dict[f.id] for f in fs]) for c, fs in grouped],
             unexplained=[as_dict[f.id] for f in unexplained],
             sizes=sizes,
-            limit=TABLE_ROWS,
-            member_rows=MEMBER_ROWS,
+            limit=limit,
+            member_rows=ROWS_AT_SCALE if at_scale else MEMBER_ROWS,
             full=FULL_TABLES,
         )
     )
@@ -137,3 +148,22 @@ def render_markdown(report: Report, out: Path | None = None) -> str | None:
         out.write_text(text, encoding="utf-8")
         return None
     return text
+
+
+def _named_ranks_only(report: Report) -> Report:
+    """The tables listed in full cut to the ranks the diagnosis names and the first rank, with a note saying so
+    and where every row is (the JSON report's tables up to their size limit, the workbook, ``--tables DIR``)."""
+    ranks = report.source.get("ranks") or []
+    keep = sorted({*named_ranks(report), min(r["rank"] for r in ranks)})
+    tables = dict(report.tables)
+    for name in FULL_TABLES:
+        if name in tables and "rank" in tables[name].columns:
+            tables[name] = tables[name].filter(pl.col("rank").is_in(keep))
+    note = (
+        f"{len(ranks)} ranks: this Markdown lists the step, breakdown and top-kernel rows of rank"
+        f"{'s' if len(keep) > 1 else ''} {fmt_ranks(keep)} only (the ranks the verdict names, and the first for "
+        "comparison), the first rows of the other tables and the first members of each group finding. The JSON "
+        "report has every member, and every table row up to its size limit (meta.tables_cut); the xlsx workbook "
+        "and profan analyze DIR --tables OUT_DIR (Parquet) have every row."
+    )
+    return replace(report, tables=tables, notes=[*report.notes, note])

@@ -16,16 +16,18 @@ from __future__ import annotations
 
 import json
 import re
+from collections.abc import Iterator
+from itertools import islice
 from pathlib import Path
 from typing import Any
 
 import polars as pl
 from openpyxl import Workbook
+from openpyxl.cell import WriteOnlyCell
 from openpyxl.cell.cell import Cell
 from openpyxl.styles import Alignment, Font, PatternFill
 from openpyxl.utils import get_column_letter
 from openpyxl.worksheet.hyperlink import Hyperlink
-from openpyxl.worksheet.worksheet import Worksheet
 
 from profan.model.causes import Cause
 from profan.model.findings import SEVERITIES, Finding
@@ -37,6 +39,7 @@ from profan.render.verdict import also_worth_a_look, gain_text, span_text, step_
 
 FORMULA_START = ("=", "+", "-", "@", "\t", "\r")
 MAX_CELL = 32767  # Excel's limit on characters in a cell
+WIDTH_ROWS = 400  # rows a column's width is measured on
 
 NUMBER_FORMATS = {
     "us": '#,##0.0" µs"',
@@ -70,25 +73,91 @@ def render_xlsx(report: Report, out: Path | None = None) -> str | None:
 
 
 def build_workbook(report: Report) -> Workbook:
+    """The workbook in openpyxl's write-only mode: each sheet is a `Sheet` (cells filled in any order, rows
+    streamed out at the end), so a cluster's tables — a million cells at 64 ranks — never become a held-whole
+    worksheet of cell objects (bench/README.md has the time and memory it saves)."""
     owners: list[Cause | Finding] = [*report.causes, *report.findings]
     evidence = read_evidence(data_root(report), owners)
-    wb = Workbook()
-    summary = wb.active
-    summary.title = "Summary"
-    causes_ws = wb.create_sheet("Causes")
-    findings_ws = wb.create_sheet("Findings")
-    members_sheet(wb.create_sheet("Members"), report)
+    wb = Workbook(write_only=True)
+    summary, causes_ws, findings_ws = Sheet(wb, "Summary"), Sheet(wb, "Causes"), Sheet(wb, "Findings")
+    sheets = [summary, causes_ws, findings_ws, Sheet(wb, "Members")]
+    members_sheet(sheets[-1], report)
     for name, title in NAMED_SHEETS.items():  # the sheets the issue promises exist even when empty
-        table_sheet(wb.create_sheet(title), report.tables.get(name, pl.DataFrame()))
+        sheets.append(Sheet(wb, title))
+        table_sheet(sheets[-1], report.tables.get(name, pl.DataFrame()))
     for name, df in report.tables.items():
         if name not in NAMED_SHEETS:
-            table_sheet(wb.create_sheet(sheet_name(name, wb.sheetnames)), df)
-    ev_ws = wb.create_sheet("Evidence")
+            sheets.append(Sheet(wb, sheet_name(name, [s.title for s in sheets])))
+            table_sheet(sheets[-1], df)
+    sheets.append(ev_ws := Sheet(wb, "Evidence"))
     first_rows = evidence_sheet(ev_ws, owners, evidence)
     causes_sheet(causes_ws, report, first_rows)
     findings_sheet(findings_ws, report, first_rows)
     summary_sheet(summary, report, first_rows)
+    for sheet in sheets:
+        sheet.flush()
     return wb
+
+
+class Sheet:
+    """A write-only worksheet that is filled cell by cell, like a normal one, and streamed out in row order by
+    `flush`. The verdict and findings sheets place cells as they go; `append` adds a table's rows after them
+    without a cell object for each plain value."""
+
+    def __init__(self, wb: Workbook, title: str) -> None:
+        self.ws = wb.create_sheet(title)
+        self.title = title
+        self.column_dimensions = self.ws.column_dimensions
+        self.cells: dict[int, dict[int, Cell]] = {}
+        self.rows: list[list[Any]] = []  # appended after the placed cells
+        self.tail: Iterator[list[Any]] = iter(())  # streamed after those (`stream`)
+        self.max_row = self.max_column = 0
+        self.freeze_panes: str | None = None
+        self.filter: str | None = None
+
+    def cell(self, row: int, column: int) -> Cell:
+        line = self.cells.setdefault(row, {})
+        if column not in line:
+            line[column] = WriteOnlyCell(self.ws)
+            line[column].row, line[column].column = row, column
+            self.max_row, self.max_column = max(self.max_row, row), max(self.max_column, column)
+        return line[column]
+
+    def append(self, values: list[Any]) -> None:
+        self.rows.append(values)
+        self.max_row += 1
+        self.max_column = max(self.max_column, len(values))
+
+    def stream(self, rows: Iterator[list[Any]], n: int) -> None:
+        """``n`` more rows, made only as `flush` writes them: a table's rows are never all held as cells."""
+        self.tail = rows
+        self.max_row += n
+
+    def values(self, column: int, first: int, last: int) -> Iterator[Any]:
+        """The values of ``column`` from row ``first`` to ``last`` (placed or appended rows, not streamed ones)."""
+        placed = max(self.cells, default=0)
+        last = min(last, placed + len(self.rows))
+        for r in range(first, last + 1):
+            if r <= placed:
+                got = self.cells.get(r, {}).get(column)
+                yield None if got is None else got.value
+            else:
+                row = self.rows[r - placed - 1]
+                v = row[column - 1] if column <= len(row) else None
+                yield v.value if isinstance(v, Cell) else v
+
+    def flush(self) -> None:
+        if self.freeze_panes:
+            self.ws.freeze_panes = self.freeze_panes
+        if self.filter:
+            self.ws.auto_filter.ref = self.filter
+        for r in range(1, max(self.cells, default=0) + 1):
+            line = self.cells.get(r, {})
+            self.ws.append([line.get(c) for c in range(1, max(line, default=0) + 1)])
+        for row in self.rows:
+            self.ws.append(row)
+        for row in self.tail:
+            self.ws.append(row)
 
 
 # ------------------------------------------------------------------------------------------ cells
@@ -110,15 +179,10 @@ def link(cell: Cell, row: int | None, what: str) -> None:
         cell.font = LINK_FONT
 
 
-def put(ws: Worksheet, row: int, col: int, value: Any, number_format: str | None = None) -> Cell:
+def put(ws: Sheet, row: int, col: int, value: Any, number_format: str | None = None) -> Cell:
     """Write one cell; strings are always text, never formulas."""
-    if isinstance(value, list | tuple):
-        value = ", ".join(str(v) for v in value)
-    elif isinstance(value, dict):
-        value = json.dumps(value, ensure_ascii=False, default=str)
-    elif isinstance(value, float) and value != value:
-        value = None
     cell = ws.cell(row=row, column=col)
+    value = plain(value)
     if isinstance(value, str):
         cell.value = safe_text(value)
         cell.data_type = "s"  # openpyxl would otherwise store '=…' as a formula
@@ -131,27 +195,53 @@ def put(ws: Worksheet, row: int, col: int, value: Any, number_format: str | None
     return cell
 
 
-def header(ws: Worksheet, labels: list[str], row: int = 1) -> None:
+def plain(value: Any) -> Any:
+    """A value a cell can hold: lists joined, dicts as JSON, NaN empty."""
+    if isinstance(value, list | tuple):
+        return ", ".join(str(v) for v in value)
+    if isinstance(value, dict):
+        return json.dumps(value, ensure_ascii=False, default=str)
+    if isinstance(value, float) and value != value:
+        return None
+    return value
+
+
+def table_value(ws: Sheet, value: Any, number_format: str | None) -> Any:
+    """A table cell as `put` writes it, as a plain value where openpyxl writes that the same way: a cell object
+    only for text that could read as a formula and for numbers with a format."""
+    value = plain(value)
+    if isinstance(value, str):
+        if value.startswith(FORMULA_START):
+            cell = WriteOnlyCell(ws.ws, value=safe_text(value))
+            cell.data_type, cell.quotePrefix = "s", True
+            return cell
+        return safe_text(value)
+    if number_format and isinstance(value, int | float) and not isinstance(value, bool):
+        cell = WriteOnlyCell(ws.ws, value=value)
+        cell.number_format = number_format
+        return cell
+    return value
+
+
+def header(ws: Sheet, labels: list[str], row: int = 1) -> None:
     for i, label in enumerate(labels, start=1):
         c = put(ws, row, i, label)
         c.font, c.fill = HEADER_FONT, HEADER_FILL
         c.alignment = Alignment(vertical="center")
 
 
-def finish(ws: Worksheet, header_row: int = 1, widths: dict[int, float] | None = None) -> None:
+def finish(ws: Sheet, header_row: int = 1, widths: dict[int, float] | None = None) -> None:
     """Frozen header, autofilter, column widths from the content (capped)."""
-    ws.freeze_panes = ws.cell(row=header_row + 1, column=1).coordinate
+    ws.freeze_panes = f"A{header_row + 1}"
     if ws.max_row > header_row and ws.max_column:
-        ws.auto_filter.ref = f"A{header_row}:{get_column_letter(ws.max_column)}{ws.max_row}"
+        ws.filter = f"A{header_row}:{get_column_letter(ws.max_column)}{ws.max_row}"
     for col in range(1, ws.max_column + 1):
         letter = get_column_letter(col)
         if widths and col in widths:
             ws.column_dimensions[letter].width = widths[col]
             continue
         longest = 0
-        for (value,) in ws.iter_rows(
-            min_row=header_row, max_row=min(ws.max_row, header_row + 400), min_col=col, max_col=col, values_only=True
-        ):
+        for value in ws.values(col, header_row, header_row + WIDTH_ROWS):
             if value is not None:
                 longest = max(longest, len(str(value)) if not isinstance(value, float) else 12)
         ws.column_dimensions[letter].width = max(8, min(60, longest + 2))
@@ -169,20 +259,22 @@ def sheet_name(name: str, taken: list[str]) -> str:
 # ------------------------------------------------------------------------------------------ sheets
 
 
-def table_sheet(ws: Worksheet, df: pl.DataFrame) -> None:
+def table_sheet(ws: Sheet, df: pl.DataFrame) -> None:
     """Any report table, with number formats from the column names; values keep their source units."""
     if df is None or df.is_empty():
         put(ws, 1, 1, "(no rows in this report)")
         return
     kinds = [column_kind(c, str(dt)) for c, dt in df.schema.items()]
     header(ws, [column_label(c, k) for c, k in zip(df.columns, kinds, strict=True)])
-    for r, rec in enumerate(df.iter_rows(), start=2):
-        for c, (v, kind) in enumerate(zip(rec, kinds, strict=True), start=1):
-            put(ws, r, c, v, NUMBER_FORMATS.get(kind))
+    formats = [NUMBER_FORMATS.get(k) for k in kinds]
+    rows = ([table_value(ws, v, f) for v, f in zip(rec, formats, strict=True)] for rec in df.iter_rows())
+    for row in islice(rows, WIDTH_ROWS):  # held: `finish` sizes the columns on them
+        ws.append(row)
+    ws.stream(rows, df.height - min(df.height, WIDTH_ROWS))
     finish(ws)
 
 
-def summary_sheet(ws: Worksheet, report: Report, first_rows: dict[str, int]) -> None:
+def summary_sheet(ws: Sheet, report: Report, first_rows: dict[str, int]) -> None:
     """The verdict first (the step, the causes, the headline findings no cause explains), then what was read."""
     put(ws, 1, 1, "profan report").font = Font(bold=True, size=14)
     r = verdict_block(ws, report, first_rows, 3) + 2
@@ -235,7 +327,7 @@ VERDICT_HEADER = [
 ]
 
 
-def verdict_block(ws: Worksheet, report: Report, first_rows: dict[str, int], r: int) -> int:
+def verdict_block(ws: Sheet, report: Report, first_rows: dict[str, int], r: int) -> int:
     """The verdict from row ``r``: the step, one row per cause (largest estimated gain first), the headline
     findings no cause explains. Returns the last row written."""
     put(ws, r, 1, "Verdict").font = Font(bold=True, size=12)
@@ -282,7 +374,7 @@ def verdict_block(ws: Worksheet, report: Report, first_rows: dict[str, int], r: 
     return r
 
 
-def causes_sheet(ws: Worksheet, report: Report, first_rows: dict[str, int]) -> None:
+def causes_sheet(ws: Sheet, report: Report, first_rows: dict[str, int]) -> None:
     """Every field of every cause; values in their source units (µs)."""
     cols = ["ID", "Check", "Title", "Gain per step", "Share of step", "Step", "Assumption", "Action", "Verify"]
     header(ws, [*cols, "Competing explanations", "Explains", "Ranks", "Steps", "Message", "Rows in claim"])
@@ -309,7 +401,7 @@ def causes_sheet(ws: Worksheet, report: Report, first_rows: dict[str, int]) -> N
     )
 
 
-def members_sheet(ws: Worksheet, report: Report) -> None:
+def members_sheet(ws: Sheet, report: Report) -> None:
     """One row per member of a group finding, with the first of its own cited rows (`profan evidence` prints
     all of them by the member's id)."""
     header(ws, ["Group", "ID", "Severity", "Check", "Rank", "Step", "Title", "Message", "First source", "Locators"])
@@ -333,7 +425,7 @@ def members_sheet(ws: Worksheet, report: Report) -> None:
 
 
 def evidence_sheet(
-    ws: Worksheet, owners: list[Cause | Finding], evidence: dict[str, list[EvidenceTable]]
+    ws: Sheet, owners: list[Cause | Finding], evidence: dict[str, list[EvidenceTable]]
 ) -> dict[str, int]:
     """One row per cited source row, the causes' first; returns the first row of each cause and finding (for the
     links to it)."""
@@ -388,7 +480,7 @@ FINDING_COLUMNS = [
 ]
 
 
-def findings_sheet(ws: Worksheet, report: Report, first_rows: dict[str, int]) -> None:
+def findings_sheet(ws: Sheet, report: Report, first_rows: dict[str, int]) -> None:
     header(ws, FINDING_COLUMNS)
     for r, f in enumerate(report.findings, start=2):
         target = first_rows.get(f.id)

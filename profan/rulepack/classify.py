@@ -1,26 +1,50 @@
-"""Apply bucket rules to a kernel table: each row gets ``bucket`` and the ``rule_id`` that decided it.
+"""Apply bucket rules to a kernel table: each row gets ``bucket``, the ``rule_id`` that decided it and
+``decided_by``, the context values that rule matched.
 
 Rules become one polars ``when/then`` chain (first match wins), so classification is a vectorised expression.
-It is meant to run on the *distinct* kernels (name/type/core) rather than on every row: the per-rank pass
+It is meant to run on the *distinct* kernels (name/type/core/context…) rather than on every row: the per-rank pass
 aggregates first, then classifies the small result.
+
+A kernel's name is the weakest evidence of what it serves; the fields beside it say more where a trace has them,
+and the rule files order their rules strongest evidence first: the launching op (``context``), the forward op of
+a backward kernel (``fwd_context``), the nn.Module around the launch (``module``), the kernel's place among its
+neighbours in issue order (``neighbors``, see `with_neighbors`), and only then the name. A field a table lacks
+matches nothing, so one rule file serves traces with and without that evidence.
 """
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 import polars as pl
 
-from profan.rulepack.pack import BucketRule
+if TYPE_CHECKING:
+    from profan.rulepack.pack import BucketRule
 
 UNCLASSIFIED = "unclassified"
 
+# The fields a rule may match. The first four describe the kernel itself; the others are its context.
+KERNEL_FIELDS = ("op", "name", "type", "core")
+CONTEXT_FIELDS = ("context", "fwd_context", "module", "neighbors")
+MATCH_FIELDS = (*KERNEL_FIELDS, *CONTEXT_FIELDS)
+NEIGHBORS = "neighbors"  # "<previous anchor>|<next anchor>", each "<bucket>:<op or context>" (`with_neighbors`)
 
-def _condition(rule: BucketRule) -> pl.Expr:
+
+def _condition(rule: BucketRule, columns: set[str]) -> pl.Expr:
     cond: pl.Expr | None = None
     for fld, pattern in rule.match.items():
-        c = pl.col(fld).fill_null("").str.contains(pattern)
+        c = pl.col(fld).fill_null("").str.contains(pattern) if fld in columns else pl.lit(False)
         cond = c if cond is None else cond & c
     assert cond is not None
     return cond
+
+
+def _evidence(rule: BucketRule, columns: set[str]) -> pl.Expr:
+    """What decided a row beyond its name: ``field=value`` of each context field the rule matched."""
+    parts = [pl.lit(f"{f}=") + pl.col(f).fill_null("") for f in CONTEXT_FIELDS if f in rule.match and f in columns]
+    if not parts:
+        return pl.lit(None, pl.Utf8)
+    return pl.concat_str(parts, separator="; ")
 
 
 def rule_fields(rules: list[BucketRule]) -> list[str]:
@@ -30,20 +54,45 @@ def rule_fields(rules: list[BucketRule]) -> list[str]:
 
 
 def classify(frame: pl.DataFrame | pl.LazyFrame, rules: list[BucketRule]):
-    """Add ``bucket`` and ``rule_id``. The frame needs the columns the rules match on (op, name, type, core)."""
+    """Add ``bucket``, ``rule_id`` and ``decided_by``. The frame needs the kernel columns the rules match on
+    (op, name, type, core); a context column it lacks matches nothing."""
+    none = pl.lit(None, pl.Utf8)
     if not rules:
-        return frame.with_columns(pl.lit(UNCLASSIFIED).alias("bucket"), pl.lit(None, pl.Utf8).alias("rule_id"))
-    bucket: pl.Expr | pl.Then | None = None
-    rule_id: pl.Expr | pl.Then | None = None
+        return frame.with_columns(pl.lit(UNCLASSIFIED).alias("bucket"), none.alias("rule_id"), none.alias("decided_by"))
+    columns = set(frame.collect_schema().names())
+    chains: list[pl.Expr | pl.Then | None] = [None, None, None]
     for r in rules:
-        cond = _condition(r)
-        if bucket is None:
-            bucket = pl.when(cond).then(pl.lit(r.bucket))
-            rule_id = pl.when(cond).then(pl.lit(r.id))
-        else:
-            bucket = bucket.when(cond).then(pl.lit(r.bucket))  # type: ignore[union-attr]
-            rule_id = rule_id.when(cond).then(pl.lit(r.id))  # type: ignore[union-attr]
+        cond = _condition(r, columns)
+        values = (pl.lit(r.bucket), pl.lit(r.id), _evidence(r, columns))
+        for k, v in enumerate(values):
+            chain = chains[k]
+            chains[k] = pl.when(cond).then(v) if chain is None else chain.when(cond).then(v)  # type: ignore[union-attr]
+    bucket, rule_id, why = chains
     return frame.with_columns(
         bucket.otherwise(pl.lit(UNCLASSIFIED)).alias("bucket"),  # type: ignore[union-attr]
-        rule_id.otherwise(pl.lit(None, pl.Utf8)).alias("rule_id"),
-    )  # type: ignore[union-attr]
+        rule_id.otherwise(none).alias("rule_id"),  # type: ignore[union-attr]
+        why.otherwise(none).alias("decided_by"),  # type: ignore[union-attr]
+    )
+
+
+def uses_neighbors(rules: list[BucketRule]) -> bool:
+    return any(NEIGHBORS in r.match for r in rules)
+
+
+def with_neighbors(frame: pl.DataFrame, order: list[str], over: list[str], anchors: tuple[str, ...], label: str):
+    """``frame`` (classified once) with ``neighbors``: the nearest anchor kernels before and after each row in
+    issue order (``order`` within each ``over`` partition, e.g. a stream or a step), as ``prev|next``, each
+    ``<bucket>:<label>``.
+
+    Anchors are the rows whose first verdict is one of ``anchors`` (roles ``layer_anchor_buckets``: attention,
+    matmuls, MLP activations): the skeleton of a transformer layer, with the elementwise and copy kernels
+    between them skipped. A GEMM right before or after an attention kernel is then a QKV or output projection,
+    one beside an MLP activation an MLP matmul — what rules on ``neighbors`` say, used only where no stronger
+    evidence decided (their place in the rule files)."""
+    key = pl.col("bucket") + ":" + pl.col(label).fill_null("")
+    anchor = pl.when(pl.col("bucket").is_in(list(anchors))).then(key)
+    f = frame.with_row_index("_n").sort([*over, *order, "_n"], nulls_last=True)
+    prev = anchor.shift(1).forward_fill().over(over) if over else anchor.shift(1).forward_fill()
+    nxt = anchor.shift(-1).backward_fill().over(over) if over else anchor.shift(-1).backward_fill()
+    f = f.with_columns((prev.fill_null("") + "|" + nxt.fill_null("")).alias(NEIGHBORS))
+    return f.sort("_n").drop("_n")

@@ -15,12 +15,11 @@ import tomllib
 
 from profan.model.errors import ProfanInputError
 from profan.model.findings import SEVERITIES, Severity
+from profan.rulepack.classify import MATCH_FIELDS  # the fields a rule may match: the engine's
 from profan.rulepack.limits import Limits, defaults
 from profan.rulepack.paths import rules_dir
 from profan.rulepack.roles import Roles
 from profan.rulepack.roles import defaults as default_roles
-
-MATCH_FIELDS = ("op", "name", "type", "core", "context")  # context: the CPU op that launched a GPU kernel (traces)
 
 
 @dataclass(frozen=True)

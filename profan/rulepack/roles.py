@@ -56,6 +56,15 @@ class Roles:
     dtype_bytes: dict[str, int]
     rank_in_folder_name: str
     rank_in_trace_name: str
+    kineto_category_aliases: dict[str, str]
+    kineto_graph_launch: str
+    kineto_graph_capture: tuple[str, ...]
+    kineto_graph_node_calls: str
+    kineto_module_frame: str
+    kineto_python_cat: str
+    kineto_host_cats: tuple[str, ...]
+    graph_capture_folder: str
+    layer_anchor_buckets: tuple[str, ...]
     why: dict[str, str]  # role -> its reason, as the file gives it
     source: str  # the file(s) the values came from
 
@@ -63,14 +72,30 @@ class Roles:
 
     @property
     def kineto_keep_cats(self) -> tuple[str, ...]:
-        """Every Kineto category some reader uses: the events a trace parse keeps."""
-        return (
+        """Every Kineto category some reader uses: the events a trace parse keeps (other writers' names for the
+        same categories too: `kineto_category_aliases`)."""
+        cats = (
             self.kineto_cpu_op_cat,
             self.kineto_annotation_cat,
             self.kineto_gpu_annotation_cat,
             *self.kineto_runtime_cats,
             *self.kineto_device_cats,
+            *self.kineto_category_aliases,
         )
+        return tuple(dict.fromkeys(cats))
+
+    @property
+    def kineto_device_cats_all(self) -> tuple[str, ...]:
+        """Device activity under every name a writer gives it (`kineto_category_aliases` read as a device one)."""
+        device = set(self.kineto_device_cats)
+        old = [k for k, v in self.kineto_category_aliases.items() if v in device]
+        return tuple(dict.fromkeys((*self.kineto_device_cats, *old)))
+
+    @property
+    def kineto_detail_cats(self) -> tuple[str, ...]:
+        """Categories whose full args a trace parse reads: device activity (under any of its names) and the
+        GPU-side annotations."""
+        return (*self.kineto_device_cats_all, self.kineto_gpu_annotation_cat)
 
     @property
     def kineto_op_cats(self) -> tuple[str, ...]:
@@ -119,13 +144,39 @@ _KIND = {  # role -> what its value must be
     "dtype_bytes": "dtype_bytes",
     "rank_in_folder_name": "pyregex",
     "rank_in_trace_name": "pyregex",
+    "kineto_category_aliases": "aliases",
+    "kineto_graph_launch": "regex",
+    "kineto_graph_capture": "regexes",
+    "kineto_graph_node_calls": "regex",
+    "kineto_module_frame": "regex",
+    "kineto_python_cat": "name",
+    "kineto_host_cats": "names",
+    "layer_anchor_buckets": "names",
+    "graph_capture_folder": "name",
 }
 # Roles read where no rule pack is at hand (discovery; analyses not yet handed the pack): a user file cannot set
 # them, rather than set them for some readers only.
 BUILTIN_ONLY = frozenset(
-    {"rank_in_folder_name", "rank_in_trace_name", "expert_gemm", "expert_group", "replica_groups", "pipeline_group"}
+    {
+        "rank_in_folder_name",
+        "rank_in_trace_name",
+        "expert_gemm",
+        "expert_group",
+        "replica_groups",
+        "pipeline_group",
+        "graph_capture_folder",
+        "layer_anchor_buckets",
+    }
 )
-_GROUPED = {"hccl_group_tag", "hccl_op_sequence", "kineto_step", "rank_in_folder_name", "rank_in_trace_name"}
+_GROUPED = {
+    "hccl_group_tag",
+    "hccl_op_sequence",
+    "kineto_step",
+    "rank_in_folder_name",
+    "rank_in_trace_name",
+    "kineto_module_frame",
+}
+_PAIRS = {"kineto_graph_capture"}  # [opening, closing] patterns: exactly two
 _WANT = {
     "names": "a list of non-empty texts",
     "name": "a non-empty text",
@@ -133,6 +184,7 @@ _WANT = {
     "regexes": "a list of regular expressions",
     "pyregex": "a regular expression",
     "dtype_bytes": "a table of dtype name = bytes (a whole number above 0)",
+    "aliases": "a list of 'their category=today's category' texts",
     "collectives": "a list of {kind, match, nelems, bus_factor} tables",
 }
 
@@ -154,7 +206,7 @@ def _value(name: str, v: object, source: str | Path) -> object:
             raise bad
         return tuple(v)
     if kind == "regexes":
-        if not isinstance(v, list) or not all(_text(x) for x in v):
+        if not isinstance(v, list) or not all(_text(x) for x in v) or (name in _PAIRS and len(v) != 2):
             raise bad
         for x in v:
             _check_regex(name, x, "regex", source)
@@ -164,6 +216,11 @@ def _value(name: str, v: object, source: str | Path) -> object:
             raise bad
         _check_regex(name, str(v), kind, source)
         return v
+    if kind == "aliases":
+        pairs = [x.split("=") for x in v] if isinstance(v, list) and all(isinstance(x, str) for x in v) else []
+        if not pairs or not all(len(p) == 2 and all(q.strip() for q in p) for p in pairs):
+            raise bad
+        return {old.strip(): new.strip() for old, new in pairs}
     if kind == "dtype_bytes":
         if (
             not isinstance(v, dict)

@@ -36,7 +36,7 @@ import polars as pl
 if TYPE_CHECKING:  # kernel-file callers need no trace reader (nor pyarrow, which it imports)
     from profan.sources.chrome_trace import Trace
 
-SCHEMA_VERSION = 2  # bump when the event/detail table shape or meaning changes
+SCHEMA_VERSION = 3  # bump when the event/detail table shape or meaning changes
 TABLE_VERSION = 2  # bump when a `cached_table` producer changes the shape or meaning of its table
 EDGE_BYTES = 64 << 10  # bytes hashed at each end of an input file for its key
 

@@ -58,6 +58,7 @@ ARGS: dict[str, str] = {
     "Process Group Description": "pg_desc",
     "Process Group Ranks": "pg_ranks",
     "bytes": "bytes",
+    "kernel": "launch_kernel",  # ROCm launch calls: the kernel they launch (names a graph node under capture)
     # Ascend trace_view.json (HCCL lanes, hardware tasks)
     "Task Type": "task_type",
     "transport type": "transport_type",
@@ -87,7 +88,16 @@ FLOAT_ARGS = ("size_bytes", "bandwidth_gbps")
 
 # Pass 1 reads every event's core fields; pass 2 reads the full ``ARGS`` only for the few events that carry them
 # (device activity, metadata, communication ops, Ascend device lanes) — declared fields cost parse time.
-_CORE_ARGS = {"name": "arg_name", "External id": "ext_id", "correlation": "correlation"}
+_CORE_ARGS = {
+    "name": "arg_name",
+    "External id": "ext_id",
+    "correlation": "correlation",
+    # cpu_ops of autograd: a backward op's Sequence number is its forward op's, Fwd thread id > 0 marks it backward
+    "Sequence number": "seq",
+    "Fwd thread id": "fwd_tid",
+}
+# the 2020-21 PyTorch profiler spelled the External id of device and runtime events so: read into ext_id too
+_OLD_EXT = "external id"
 _CORE_SCHEMA = {
     "ph": pl.String,
     "cat": pl.String,
@@ -96,7 +106,7 @@ _CORE_SCHEMA = {
     "tid": pl.String,
     "ts": pl.String,
     "dur": pl.String,
-    "args": pl.Struct({k: pl.String for k in _CORE_ARGS}),
+    "args": pl.Struct({k: pl.String for k in (*_CORE_ARGS, _OLD_EXT)}),
 }
 _ASCEND_ARGS = (
     "Task Type",
@@ -125,14 +135,16 @@ DETAIL_CATS = ("kernel", "Kernel", "gpu_memcpy", "gpu_memset", "gpu_user_annotat
 COMM_NAME = r"^(c10d::|record_param_comms|nccl:|gloo:|ncclKernel|ncclDevKernel)"
 
 NOT_UTF8 = "profan:not_utf8"  # `Trace.meta` key of the invalid UTF-8 count (meta holds no field of that name)
+DROPPED = "profan:dropped_cats"  # `Trace.meta` key: complete events the row filter left out, per category
 CORE_COLUMNS = ["event_idx", "ph", "cat", "name", "pid", "tid", "ts_us", "dur_us", *_CORE_ARGS.values()]
 
 
-def needs_detail() -> pl.Expr:
-    """Events whose full args profan reads: device activity, metadata, communication, and uncategorised
-    device-lane events (Ascend trace_view: hardware tasks, HCCL ops and planes)."""
+def needs_detail(cats: tuple[str, ...] | None = None) -> pl.Expr:
+    """Events whose full args profan reads: device activity (``cats``: the caller's categories of it, by default
+    `DETAIL_CATS`), metadata, communication, and uncategorised device-lane events (Ascend trace_view: hardware
+    tasks, HCCL ops and planes)."""
     return (
-        pl.col("cat").is_in(DETAIL_CATS)
+        pl.col("cat").is_in(list(DETAIL_CATS if cats is None else cats))
         | (pl.col("ph") == "M")
         | pl.col("name").cast(pl.String).str.contains(COMM_NAME)
         | (pl.col("cat").is_null() & (pl.col("ph") == "X"))
@@ -441,23 +453,28 @@ def event_chunks(path: Path, arr: memoryview) -> Iterator[list[msgspec.Raw]]:
 
 
 def _chunk_tables(
-    raws: list[msgspec.Raw], offset: int, keep: pl.Expr, layout: str
-) -> tuple[pl.DataFrame, pl.DataFrame | None, int, int]:
+    raws: list[msgspec.Raw], offset: int, keep: pl.Expr, layout: str, detail: tuple[str, ...] | None = None
+) -> tuple[pl.DataFrame, pl.DataFrame | None, int, int, dict[str, int]]:
     """(kept core rows, details of the rows that need them, events without a phase, invalid UTF-8 sequences read
-    as U+FFFD) of one chunk; polars releases the GIL here. A ``null`` element is read as one without a phase
-    (counted and said, as any element that is no event), not as an error."""
+    as U+FFFD, complete events left out by ``keep`` per category) of one chunk; polars releases the GIL here. A
+    ``null`` element is read as one without a phase (counted and said, as any element that is no event), not as an
+    error."""
     text, raws, not_utf8 = _utf8_text(raws)
     if text.startswith(b"null") or b"\nnull" in text:  # rare: the loop over elements runs only then
         raws = [_EMPTY if bytes(r) == b"null" else r for r in raws]
         text = b"\n".join(raws)
     core = _core(_read_core(text, layout), offset)
     no_phase = core["ph"].null_count()
+    left = core.filter((pl.col("ph") == "X") & ~keep).group_by(pl.col("cat").cast(pl.String).fill_null("")).len()
+    dropped = dict(left.iter_rows())
     core = core.filter(keep)
-    want = core.filter(needs_detail())["event_idx"]
+    want = core.filter(needs_detail(detail))["event_idx"]
     if not want.len():
-        return core, None, no_phase, not_utf8
+        return core, None, no_phase, not_utf8, dropped
     sub = b"\n".join([raws[i] for i in (want - offset).to_list()])
-    return core, _details(_read_detail(sub, layout), want), no_phase, not_utf8
+    # a caller naming its device categories reads Kineto events, also from a bare array (2020-21 profiler)
+    det = _details(_read_detail(sub, "object" if detail is not None else layout), want)
+    return core, det, no_phase, not_utf8, dropped
 
 
 _EMPTY = msgspec.Raw(b"{}")
@@ -524,7 +541,19 @@ _ARROW_CORE = {
             ("tid", pa.int64()),
             ("ts", pa.string() if layout == "array" else pa.float64()),
             ("dur", pa.float64()),
-            ("args", pa.struct([("name", pa.string()), ("External id", pa.int64()), ("correlation", pa.int64())])),
+            (
+                "args",
+                pa.struct(
+                    [
+                        ("name", pa.string()),
+                        ("External id", pa.int64()),
+                        ("correlation", pa.int64()),
+                        ("Sequence number", pa.int64()),
+                        ("Fwd thread id", pa.int64()),
+                        (_OLD_EXT, pa.int64()),
+                    ]
+                ),
+            ),
         ]
     )
     for layout in ("object", "array")
@@ -624,8 +653,12 @@ def _core(df: pl.DataFrame, offset: int) -> pl.DataFrame:
         _number("ts").alias("ts_us"),
         _number("dur").alias("dur_us"),
         pl.col("args").struct.field("name").alias("arg_name"),
-        pl.col("args").struct.field("External id").cast(pl.Int64, strict=False).alias("ext_id"),
+        pl.coalesce(
+            pl.col("args").struct.field(k).cast(pl.Int64, strict=False) for k in ("External id", _OLD_EXT)
+        ).alias("ext_id"),
         pl.col("args").struct.field("correlation").cast(pl.Int64, strict=False).alias("correlation"),
+        pl.col("args").struct.field("Sequence number").cast(pl.Int64, strict=False).alias("seq"),
+        pl.col("args").struct.field("Fwd thread id").cast(pl.Int64, strict=False).alias("fwd_tid"),
     )
 
 
@@ -653,31 +686,34 @@ def _empty_details() -> pl.DataFrame:
     )
 
 
-def parse(path: Path, keep: pl.Expr | None = None) -> Trace:
+def parse(path: Path, keep: pl.Expr | None = None, detail: tuple[str, ...] | None = None) -> Trace:
     """Parse one trace file: one ``events`` row per kept element of the event array, with its ``event_idx``.
 
     ``keep`` filters rows (default: ``X`` and ``M`` events); the filter runs per chunk, so dropped events never
-    accumulate in memory.
+    accumulate in memory. ``detail``: the categories whose full args are read (`needs_detail`).
     """
     path = Path(path)
     try:
-        return _parse(path, keep)
+        return _parse(path, keep, detail)
     except RecursionError:
         raise ProfanInputError(path, TOO_DEEP) from None
 
 
-def _parse(path: Path, keep: pl.Expr | None) -> Trace:
+def _parse(path: Path, keep: pl.Expr | None, detail: tuple[str, ...] | None = None) -> Trace:
     buf = read_bytes(path)
     arr, layout, meta = split_events(path, buf)
     keep = default_keep() if keep is None else keep
     parts, details = [], []
     offset = 0
     no_phase = not_utf8 = 0
+    dropped: dict[str, int] = {}  # complete events the row filter left out, per category ("": none)
     pending: deque[Future] = deque()
 
     def collect(fut: Future) -> None:
         nonlocal no_phase, not_utf8
-        core, det, n, bad = fut.result()
+        core, det, n, bad, left = fut.result()
+        for cat, k in left.items():
+            dropped[cat] = dropped.get(cat, 0) + k
         parts.append(core)
         no_phase += n
         not_utf8 += bad
@@ -689,7 +725,7 @@ def _parse(path: Path, keep: pl.Expr | None) -> Trace:
         # it); at most WORKERS chunks are in flight, which bounds memory
         with ThreadPoolExecutor(WORKERS) as pool:
             for raws in event_chunks(path, arr):
-                pending.append(pool.submit(_chunk_tables, raws, offset, keep, layout))
+                pending.append(pool.submit(_chunk_tables, raws, offset, keep, layout, detail))
                 offset += len(raws)
                 while len(pending) >= WORKERS:
                     collect(pending.popleft())
@@ -706,4 +742,6 @@ def _parse(path: Path, keep: pl.Expr | None) -> Trace:
     detail = pl.concat(details) if details else _empty_details()
     if not_utf8:
         meta[NOT_UTF8] = not_utf8
+    if dropped:
+        meta[DROPPED] = dropped
     return Trace(path=path, events=events, details=detail, layout=layout, meta=meta, no_phase=no_phase)

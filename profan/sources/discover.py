@@ -5,9 +5,20 @@ Ascend layouts recognised (see shared reference `ascend-formats.md` §1):
 * a rank directory holds ``ASCEND_PROFILER_OUTPUT/`` and/or ``profiler_info_{rank}.json`` — whatever its name
   (``*_ascend_pt``, ``*_ascend_ms``, or renamed like ``test_rank_0``);
 * a bare ``ASCEND_PROFILER_OUTPUT/`` folder, or any folder holding ``kernel_details.csv`` directly;
-* msprof's ``PROF_*`` directory with ``mindstudio_profiler_output/op_summary_*.csv``.
+* msprof's ``PROF_*`` directory with ``mindstudio_profiler_output/op_summary_*.csv``;
+* torch_npu's DB export: ``ASCEND_PROFILER_OUTPUT/ascend_pytorch_profiler_{rank}.db`` (with ``analysis.db``), read by
+  `profan.sources.ascend_db`. A rank that holds both exports is read from one of them only, never a mix: the text
+  export when it has ``kernel_details.csv``, else the DB; the report says which.
+
+What profan cannot read is refused in one line naming the files (msprof's ``msprof_*.db``, a sample-based msprof
+collection without ``op_summary``, an export with neither text nor DB), never analysed into an empty report.
 
 Derived outputs (msprof-analyze's ``cluster_analysis_output/``) are skipped and that is said.
+
+Kineto traces: ``*.json`` / ``*.json.gz`` with a ``traceEvents`` object, or a bare event array of Kineto categories
+(the 2020-21 profiler). A ``capture_traces/`` folder (roles ``graph_capture_folder``) beside traces holds the
+traces recorded while their CUDA / HIP graphs were captured: each goes to the rank of its trace, not a rank of its
+own (`_split_captures`, `_graph_captures`).
 """
 
 from __future__ import annotations
@@ -32,6 +43,11 @@ DERIVED_DIRS = {"cluster_analysis_output"}
 _PROF_DIR = re.compile(r"^PROF_\d+_\d+_[0-9A-Za-z]+$")
 _INFO_FILE = re.compile(r"^profiler_info(?:_(\d+))?\.json$")
 _OP_SUMMARY = re.compile(r"^op_summary_.*\.csv$")
+ASCEND_DB = re.compile(r"^ascend_pytorch_profiler(?:_(\d+))?\.db$")
+ANALYSIS_DB = "analysis.db"
+_MSPROF_DB = re.compile(r"^msprof_.*\.db$")
+# msprof's sample-based collection writes these instead of op_summary: device-wide samples, no per-kernel rows
+_MSPROF_SAMPLED = re.compile(r"^(task_time|ai_core_utilization|ai_vector_core_utilization)_.*\.csv$")
 _TRACE_SUFFIXES = (".json", ".json.gz")
 
 # logical name -> file name inside ASCEND_PROFILER_OUTPUT
@@ -42,6 +58,9 @@ ASCEND_FILES = {
     "communication": "communication.json",
     "communication_matrix": "communication_matrix.json",
     "trace_view": "trace_view.json",
+    "memory_record": "memory_record.csv",
+    "operator_memory": "operator_memory.csv",
+    "npu_module_mem": "npu_module_mem.csv",
 }
 
 
@@ -56,6 +75,7 @@ class RankSource:
     rank_origin: str = ""
     device_id: int | None = None
     ignored: list[tuple[Path, str]] = field(default_factory=list)  # a profiler file's name, but (why) not read
+    unread: str = ""  # what the folder holds that profan cannot read, and what to do (msprof DB / sampled data)
 
     def rel(self, root: Path, logical: str) -> str:
         return relpath(self.files[logical], root)
@@ -116,8 +136,8 @@ def discover(path: str | Path) -> Discovery:
                 f"holds more than {walk.limits.max_ranks:,} ranks, the most one analysis "
                 "takes (max_ranks under [limits] in a rules file raises it)",
             )
-    empty = [rs for rs in found if not rs.files and not rs.ignored]
-    found = [rs for rs in found if rs not in empty]
+    empty = [rs for rs in found if not rs.files and not rs.ignored and not rs.unread]
+    found, captures = _split_captures([rs for rs in found if rs not in empty])
     if not found:
         why = f"; {rejected[0]}" if rejected else ""
         if empty:
@@ -135,6 +155,8 @@ def discover(path: str | Path) -> Discovery:
             f"file: {_names(relpath(rs.path, root) for rs in empty)}"
         )
     _resolve_ranks(disc)
+    _graph_captures(disc, captures)
+    _refuse_unreadable(disc)
     _note_missing_files(disc)
     kinds = sorted({r.kind for r in disc.ranks})
     if len(kinds) > 1:  # e.g. NPU and GPU ranks side by side: one job only if the user says so
@@ -235,6 +257,37 @@ class _Walk:
         return out
 
 
+def _split_captures(found: list[RankSource]) -> tuple[list[RankSource], list[Path]]:
+    """(the ranks, the graph-capture traces). A folder named as roles ``graph_capture_folder`` beside Kineto traces
+    holds the traces recorded while their CUDA / HIP graphs were captured (SGLang, TraceLens): the capture of those
+    traces' graphs (`_graph_captures`), not another collection."""
+    name = roles.defaults().graph_capture_folder
+    beside = {rs.path.parent for rs in found if rs.kind == "kineto"}
+    cap = [rs.kind == "kineto" and rs.path.parent.name == name and rs.path.parent.parent in beside for rs in found]
+    pairs = list(zip(found, cap, strict=True))
+    return [rs for rs, c in pairs if not c], [rs.path for rs, c in pairs if c]
+
+
+def _graph_captures(disc: Discovery, captures: list[Path]) -> None:
+    """Each capture trace goes to the rank of the trace beside its folder with the same rank (the only one, when
+    there is one); one that matches no rank is said and not read."""
+    unmatched = []
+    for cap in captures:
+        beside = [rs for rs in disc.ranks if rs.kind == "kineto" and rs.path.parent == cap.parent.parent]
+        rank, _ = _kineto_rank_of(RankSource(path=cap, kind="kineto", files={"kineto_trace": cap}))
+        to = [rs for rs in beside if rank is not None and rs.rank == rank] or (beside if len(beside) == 1 else [])
+        if not to:
+            unmatched.append(relpath(cap, disc.root))
+            continue
+        n = sum(k.startswith("graph_capture") for k in to[0].files)
+        to[0].files[f"graph_capture_{n}"] = cap
+    if unmatched:
+        disc.warnings.append(
+            f"skipped {len(unmatched)} graph-capture trace(s) whose rank matches no trace beside their folder: "
+            + _names(unmatched)
+        )
+
+
 def _discover_file(path: Path) -> Discovery:
     name = path.name
     if not stat.S_ISREG(path.stat().st_mode):
@@ -248,6 +301,11 @@ def _discover_file(path: Path) -> Discovery:
         disc = Discovery(root=path, ranks=[rs])
         _resolve_ranks(disc)
         return disc
+    if ASCEND_DB.match(name):
+        # the DB alone: its analysis.db beside it is not read (only the named file is)
+        disc = Discovery(root=path, ranks=[RankSource(path=path.parent, kind="ascend", files={"ascend_db": path})])
+        _resolve_ranks(disc)
+        return disc
     if name.endswith(_TRACE_SUFFIXES):
         # named explicitly: treat it as a trace and let the reader say precisely what is wrong with it
         disc = Discovery(root=path, ranks=[RankSource(path=path, kind="kineto", files={"kineto_trace": path})])
@@ -255,8 +313,8 @@ def _discover_file(path: Path) -> Discovery:
         return disc
     raise ProfanInputError(
         path,
-        "not a profiler output file profan can read (expected a directory, "
-        "kernel_details.csv, op_summary_*.csv or a Kineto *.json / *.json.gz trace)",
+        "not a profiler output file profan can read (expected a directory, kernel_details.csv, "
+        "ascend_pytorch_profiler_*.db, op_summary_*.csv or a Kineto *.json / *.json.gz trace)",
     )
 
 
@@ -278,12 +336,16 @@ def _rank_dir(d: Path, dirnames: list[str], filenames: list[str], walk: _Walk) -
         rs = _ascend_rank(d, out if out.is_dir() and trust.inside(out, walk.real) else None, infos, walk)
         rs.ignored += [(d / f, "is a folder, not a file") for f in sorted(dirnames) if _INFO_FILE.match(f)]
         return rs
-    if _PROF_DIR.match(d.name) and "mindstudio_profiler_output" in dirnames:
+    if _PROF_DIR.match(d.name) and (
+        "mindstudio_profiler_output" in dirnames or any(_MSPROF_DB.match(f) for f in filenames)
+    ):
         return _msprof_rank(d, walk)
     if d.name == "mindstudio_profiler_output" and any(_OP_SUMMARY.match(f) for f in filenames):
         # the msprof output folder itself (passed directly, or its PROF_* parent was renamed)
         return _msprof_rank(d.parent, walk)
-    if {"kernel_details.csv", "trace_view.json", "step_trace_time.csv"} & set(filenames):
+    if {"kernel_details.csv", "trace_view.json", "step_trace_time.csv"} & set(filenames) or any(
+        ASCEND_DB.match(f) for f in filenames
+    ):
         # the integrated files copied out of ASCEND_PROFILER_OUTPUT into a folder of their own
         return _ascend_rank(d, d, [], walk)
     return None
@@ -295,12 +357,42 @@ def _ascend_rank(d: Path, out: Path | None, infos: list[str], walk: _Walk) -> Ra
         for logical, fname in ASCEND_FILES.items():
             if _is_file(out / fname, rs, walk):
                 rs.files[logical] = out / fname
+        _ascend_db_files(rs, out, walk)
     for f in sorted(infos):
         if _is_file(d / f, rs, walk):
             rs.files["profiler_info"] = d / f
     if _is_file(d / "profiler_metadata.json", rs, walk):
         rs.files["profiler_metadata"] = d / "profiler_metadata.json"
     return rs
+
+
+def _ascend_db_files(rs: RankSource, out: Path, walk: _Walk) -> None:
+    """torch_npu's DB export of the rank, when its text export has no ``kernel_details.csv``: one source per rank,
+    never kernels from one export and steps from the other (two captures of a job differ). Which one is read is
+    said (a note naming both)."""
+    try:
+        dbs = sorted(p for p in out.iterdir() if ASCEND_DB.match(p.name) and _is_file(p, rs, walk))
+    except OSError:
+        return
+    if not dbs:
+        return
+    where = relpath(out, walk.root) or "."
+    if "kernel_details" in rs.files:
+        walk.notes.append(
+            f"{where}: holds both the text export and {dbs[-1].name}; read the text export "
+            "(kernel_details.csv, …), the DB not read"
+        )
+        return
+    text = sorted(p.name for k, p in rs.files.items() if k in ASCEND_FILES)
+    if text:
+        walk.notes.append(f"{where}: read {dbs[-1].name}; its text files ({', '.join(text)}) not read")
+        for k in [k for k in rs.files if k in ASCEND_FILES]:
+            del rs.files[k]
+    rs.files["ascend_db"] = dbs[-1]
+    if len(dbs) > 1:
+        walk.notes.append(f"{where}: holds {len(dbs)} DB files; read the last by name, {dbs[-1].name}")
+    if _is_file(out / ANALYSIS_DB, rs, walk):
+        rs.files["analysis_db"] = out / ANALYSIS_DB
 
 
 def _is_file(p: Path, rs: RankSource, walk: _Walk) -> bool:
@@ -315,6 +407,24 @@ def _is_file(p: Path, rs: RankSource, walk: _Walk) -> bool:
     return walk.readable(p)
 
 
+def _msprof_unread(d: Path, out: Path) -> str:
+    """What an msprof collection without ``op_summary_*.csv`` holds instead, and why profan cannot read it; empty
+    when it holds neither of the known cases."""
+    dbs = sorted(p.name for p in [*d.glob("msprof_*.db"), *out.glob("msprof_*.db")] if _MSPROF_DB.match(p.name))
+    sampled = sorted(p.name for p in out.glob("*.csv") if _MSPROF_SAMPLED.match(p.name))
+    if dbs:
+        return (
+            f"{_names(dbs, 2)} (msprof's DB export) but no mindstudio_profiler_output/op_summary_*.csv: "
+            "export the text summaries too (msprof --export=on) and analyse again"
+        )
+    if sampled:
+        return (
+            f"{_names(sampled, 3)} (a sample-based collection: device-wide samples, no per-kernel rows) but no "
+            "op_summary_*.csv: collect task-based (msprof --task-time=on) to get per-kernel rows"
+        )
+    return ""
+
+
 def _msprof_rank(d: Path, walk: _Walk) -> RankSource:
     out = d / "mindstudio_profiler_output"
     rs = RankSource(path=d, kind="msprof")
@@ -324,6 +434,8 @@ def _msprof_rank(d: Path, walk: _Walk) -> RankSource:
     stats = sorted(p for p in out.glob("op_statistic_*.csv") if _is_file(p, rs, walk))
     if stats:
         rs.files["op_statistic"] = stats[-1]
+    if not summaries:
+        rs.unread = _msprof_unread(d, out)
     infos = sorted(d.glob("device_*/info.json.*"))
     if infos and not trust.inside(d, walk.real):  # mindstudio_profiler_output given: its PROF_* is outside
         walk.notes.append(
@@ -360,6 +472,13 @@ def _trace_head(path: Path) -> bytes:
         return fh.read(_SNIFF_BYTES)
 
 
+def _kineto_array(head: bytes) -> bool:
+    """A bare event array (the 2020-21 PyTorch profiler wrote no top-level object) is Kineto's when its head holds
+    an event of a Kineto category (roles ``kineto_keep_cats``, other writers' names included)."""
+    cats = b"|".join(re.escape(c.encode()) for c in roles.defaults().kineto_keep_cats)
+    return re.search(rb'"cat"\s*:\s*"(?:' + cats + rb')"', head) is not None
+
+
 def sniff_kineto(path: Path) -> tuple[bool, int | None, str]:
     """(is a Kineto chrome trace, distributedInfo.rank if it is in the head, why not a trace).
 
@@ -373,6 +492,8 @@ def sniff_kineto(path: Path) -> tuple[bool, int | None, str]:
             return True, None, ""
         return False, None, f"{path.name}: unreadable"
     body = head.lstrip(b" \t\r\n\xef\xbb\xbf")
+    if body.startswith(b"[") and _kineto_array(head):
+        return True, None, ""
     if not body.startswith(b"{") or not any(k in head for k in _KINETO_KEYS):
         return False, None, f"{path.name} is not a PyTorch/Kineto trace (no traceEvents)"
     m = _DIST_RANK.search(head)
@@ -442,6 +563,10 @@ def _rank_of(rs: RankSource) -> tuple[int | None, str]:
         rid = _rank_id((_read_json_quiet(info) or {}).get("rank_id"))
         if rid is not None:
             return rid, f"rank_id in {info.name}"
+    db = rs.files.get("ascend_db")
+    m = ASCEND_DB.match(db.name) if db is not None else None
+    if m and m.group(1) and _rank_id(m.group(1)) is not None:
+        return int(m.group(1)), f"file name {db.name}"
     dev = rs.files.get("device_info")
     if dev is not None:
         rid = _rank_id((_read_json_quiet(dev) or {}).get("rank_id"))
@@ -522,12 +647,50 @@ def _refuse_mixed_collections(disc: Discovery) -> None:
         )
 
 
+# a rank is analysed when it holds one of these (op_statistic only cross-checks kernel rows: not enough alone)
+READ_KINDS = (*(k for k in ASCEND_FILES if k != "op_statistic"), "ascend_db", "kineto_trace")
+
+
+def _unreadable(rs: RankSource, root: Path) -> str:
+    """Why a rank holds nothing profan reads (one clause naming its files); empty when it holds something."""
+    if any(k in rs.files for k in READ_KINDS):
+        return ""
+    where = relpath(rs.path, root) or "."
+    if rs.unread:
+        return f"{where} holds {rs.unread}"
+    out = rs.path / OUTPUT_DIR if (rs.path / OUTPUT_DIR).is_dir() else rs.path
+    try:
+        held = sorted(p.name for p in out.iterdir() if p.is_file())
+    except OSError:
+        held = []
+    return (
+        f"{where} holds {_names(held, 4) if held else 'no file'} but none of "
+        f"{', '.join(ASCEND_FILES.values())} nor ascend_pytorch_profiler_*.db (the text or DB export)"
+    )
+
+
+def _refuse_unreadable(disc: Discovery) -> None:
+    """Ranks with nothing profan reads: all of them is one input error naming the files and what is missing (never
+    an empty report); some of them are skipped with a warning that names them."""
+    why = {id(rs): _unreadable(rs, disc.root) for rs in disc.ranks}
+    bad = [rs for rs in disc.ranks if why[id(rs)]]
+    if not bad:
+        return
+    if len(bad) == len(disc.ranks):
+        more = f" (and {len(bad) - 1} more folder(s) alike)" if len(bad) > 1 else ""
+        raise ProfanInputError(disc.root, f"nothing profan can read: {why[id(bad[0])]}{more}")
+    disc.ranks = [rs for rs in disc.ranks if not why[id(rs)]]
+    disc.warnings.append(
+        f"skipped {len(bad)} rank(s) with nothing profan reads: " + "; ".join(why[id(rs)] for rs in bad[:3])
+    )
+
+
 def _note_missing_files(disc: Discovery) -> None:
     wanted = ("kernel_details", "step_trace_time")
     for rs in disc.ranks:
         for p, why in rs.ignored:
             disc.warnings.append(f"rank {rs.rank}: {relpath(p, disc.root)} {why}; ignored")
-        if rs.kind != "ascend":
+        if rs.kind != "ascend" or "ascend_db" in rs.files:
             continue
         missing = [ASCEND_FILES[w] for w in wanted if w not in rs.files]
         if missing and rs.files:

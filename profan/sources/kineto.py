@@ -14,6 +14,13 @@ What a Kineto trace means for profan (format reference kineto-traces.md §3):
   so rules can decide ambiguous names (an expert GEMM launched from ``vllm::moe_forward`` is MoE).
 * **collectives**: NCCL/RCCL kernels, ``c10d::*`` / ``record_param_comms`` cpu_ops and ``nccl:*`` / ``gloo:*``
   annotations (gloo ones run on a worker thread and include waiting for peers).
+* **other writers**: the categories another writer gives the same events are read as today's (roles
+  ``kineto_category_aliases``: the 2020-21 profiler's ``Operator`` / ``Kernel`` / ``Runtime`` / ``Memcpy`` /
+  ``Memset``, whose ``ProfilerStep#N`` is an operator; MTIA's on-device and runtime events), and the report counts
+  them. A bare event array (no top-level object) is read the same way.
+* **graph replay**: a kernel whose launch is a graph launch (roles ``kineto_graph_launch``) was not launched by the
+  op around that call: its context comes from the graph's capture trace (`profan.sources.graph_replay`), and the
+  step split counts such events (``graph_events``).
 """
 
 from __future__ import annotations
@@ -26,10 +33,12 @@ from pathlib import Path
 import polars as pl
 
 from profan.rulepack import limits
-from profan.rulepack.classify import classify
+from profan.rulepack.classify import MATCH_FIELDS, NEIGHBORS, classify, uses_neighbors, with_neighbors
 from profan.rulepack.roles import Roles
 from profan.rulepack.roles import defaults as default_roles
+from profan.sources import intervals, kineto_context
 from profan.sources.chrome_trace import (
+    DROPPED,
     Trace,
     bad_steps_warning,
     no_phase_warning,
@@ -69,14 +78,43 @@ class KinetoTrace:
 
 
 def keep_expr(roles: Roles | None = None) -> pl.Expr:
-    cats = (roles or default_roles()).kineto_keep_cats
-    return (pl.col("ph") == "M") | ((pl.col("ph") == "X") & pl.col("cat").is_in(cats))
+    roles = roles or default_roles()
+    x = pl.col("ph") == "X"
+    # of the Python frames, only the nn.Module ones: the module context of launches (`kineto_context`)
+    modules = (pl.col("cat") == roles.kineto_python_cat) & pl.col("name").cast(pl.String).str.contains(
+        roles.kineto_module_frame
+    )
+    return (pl.col("ph") == "M") | (x & (pl.col("cat").is_in(roles.kineto_keep_cats) | modules))
 
 
 def parse_variant(roles: Roles | None = None) -> str:
-    """The cache variant of a parse with `keep_expr`: the kept categories shape the table."""
-    cats = (roles or default_roles()).kineto_keep_cats
-    return "kineto" if cats == default_roles().kineto_keep_cats else f"kineto/keep={','.join(sorted(set(cats)))}"
+    """The cache variant of a parse with `keep_expr`: the kept categories and those whose args are read shape the
+    table."""
+    r, base = roles or default_roles(), default_roles()
+    if (r.kineto_keep_cats, r.kineto_detail_cats) == (base.kineto_keep_cats, base.kineto_detail_cats):
+        return "kineto/2"
+    return f"kineto/2/keep={','.join(sorted(set(r.kineto_keep_cats)))}/detail={','.join(sorted(r.kineto_detail_cats))}"
+
+
+def parse_trace(path: Path, roles: Roles | None = None) -> Trace:
+    """The chrome-trace parse a Kineto reading needs: the roles' categories kept, device activity's args read."""
+    roles = roles or default_roles()
+    return parse(path, keep=keep_expr(roles), detail=roles.kineto_detail_cats)
+
+
+def normalised(ev: pl.DataFrame, roles: Roles) -> tuple[pl.DataFrame, dict[str, int]]:
+    """The events with other writers' categories read as today's (roles ``kineto_category_aliases``: the
+    2020-21 profiler's Operator / Kernel / Memcpy…, MTIA's mtia_ccp_events…), and how many of each were. Such a
+    writer records ProfilerStep#N as an operator: that one is the step annotation, not an op."""
+    aliases = roles.kineto_category_aliases
+    cat = pl.col("cat").cast(pl.String)
+    counts = ev.filter(cat.is_in(list(aliases))).group_by(cat).len().sort("cat")
+    if counts.is_empty():
+        return ev, {}
+    as_op = [k for k, v in aliases.items() if v == roles.kineto_cpu_op_cat]
+    step = cat.is_in(as_op) & pl.col("name").cast(pl.String).str.contains(roles.kineto_step)
+    new = pl.when(step).then(pl.lit(roles.kineto_annotation_cat)).otherwise(cat.replace(aliases))
+    return ev.with_columns(new.cast(pl.Categorical).alias("cat")), dict(counts.iter_rows())
 
 
 def rank_of(meta: dict, path: Path, roles: Roles | None = None) -> tuple[int, str, str | None]:
@@ -211,17 +249,26 @@ def _device_events(tr: Trace, ev: pl.DataFrame, steps: pl.DataFrame, roles: Role
             pl.col("ts_us").alias("launch_us"),
             pl.col("ext_id").alias("launch_ext"),
             pl.col("tid").cast(pl.String).alias("launch_tid"),
+            pl.col("name").cast(pl.String).str.contains(roles.kineto_graph_launch).alias("graph"),
         )
         .unique("correlation", keep="first")
     )
-    dev = dev.join(runtime, on="correlation", how="left")
+    # a kernel replayed from a graph was launched by the graph launch, not by the op around it: it has no context
+    # here (`profan.sources.graph_replay` gives it the op that launched it at capture)
+    dev = dev.join(runtime, on="correlation", how="left").with_columns(pl.col("graph").fill_null(False))
+    dev = dev.with_columns(
+        pl.when(~pl.col("graph")).then(pl.col("launch_ext")).alias("launch_ext"),
+        pl.when(~pl.col("graph")).then(pl.col("launch_tid")).alias("launch_tid"),
+    )
     ops = (
         ev.filter(pl.col("cat").is_in(list(roles.kineto_op_cats)) & pl.col("ext_id").is_not_null())
         .sort(pl.col("cat").cast(pl.String))  # cpu_op before user_annotation
         .select("ext_id", pl.col("name").cast(pl.String).alias("context"))
         .unique("ext_id", keep="first")
     )
-    dev = dev.with_columns(pl.coalesce("ext_id", "launch_ext").alias("link_ext")).join(
+    # a replayed kernel's own External id is the graph launch's op too (CUDA): not its context either
+    link = pl.when(~pl.col("graph")).then(pl.coalesce("ext_id", "launch_ext"))
+    dev = dev.with_columns(link.alias("link_ext")).join(
         ops, left_on="link_ext", right_on="ext_id", how="left", suffix="_op"
     )
     if dev["context"].null_count():
@@ -232,6 +279,7 @@ def _device_events(tr: Trace, ev: pl.DataFrame, steps: pl.DataFrame, roles: Role
             pl.col("name").cast(pl.String),
         )
         dev = dev.with_columns(pl.coalesce(pl.col("context"), _enclosing_op(dev, cpu)).alias("context"))
+    dev = kineto_context.add_context(ev, dev, roles)  # fwd_context and module: more for the rules to match
     cpu_spans = steps.filter(pl.col("cat") == roles.kineto_annotation_cat)
     gpu_spans = steps.filter(pl.col("cat") == roles.kineto_gpu_annotation_cat)
     dev = _in_span(dev, cpu_spans, "launch_us").rename({"step": "_cpu_step"})
@@ -337,15 +385,15 @@ def load(path: Path, trace: Trace | None = None, roles: Roles | None = None) -> 
     """Read one Kineto trace (or interpret an already parsed one). ``roles``: the rule pack's (the built-in ones
     when None)."""
     roles = roles or default_roles()
-    tr = trace if trace is not None else parse(path, keep=keep_expr(roles))
-    ev = tr.events
+    tr = trace if trace is not None else parse_trace(path, roles)
+    ev, aliased = normalised(tr.events, roles)
     rank, origin, rank_problem = rank_of(tr.meta, tr.path, roles)
     steps = step_table(ev, roles)
     bad_steps = steps["step"].null_count()
     steps = steps.filter(pl.col("step").is_not_null())
     dev = _device_events(tr, ev, steps, roles)
     cpu_only = dev.is_empty()
-    notes = []
+    notes = [_aliases_note(aliased, roles)] if aliased else []
     if cpu_only:
         dev = _cpu_activity(ev, steps, roles)
         waits = int((dev["cat"] != roles.kineto_cpu_op_cat).sum())
@@ -358,6 +406,7 @@ def load(path: Path, trace: Trace | None = None, roles: Roles | None = None) -> 
                 else ""
             )
         )
+        notes += _unread_note(tr.meta.get(DROPPED) or {}, roles)
     # an event without a duration, or a duration that is not a number of 0 up to max_duration_us, cannot be
     # sized, and one without a start cannot be placed in its step: left out and counted (the caller says how
     # many), never summed as nothing, as a negative time or as 1e300 µs
@@ -387,6 +436,27 @@ def load(path: Path, trace: Trace | None = None, roles: Roles | None = None) -> 
     )
 
 
+def _unread_note(dropped: dict[str, int], roles: Roles) -> list[str]:
+    """Where a trace shows no device activity, the categories of complete events it holds that no reader reads
+    (host-side ones aside: roles ``kineto_host_cats``): one of them may be an accelerator's activity under a name
+    profan does not know, never analysed silently as CPU time."""
+    dropped = {c: n for c, n in dropped.items() if c not in roles.kineto_host_cats}
+    if not dropped:
+        return []
+    top = sorted(dropped.items(), key=lambda kv: (-kv[1], kv[0]))
+    shown = ", ".join(f"{c or '(no category)'}: {n:,}" for c, n in top[:6]) + (", …" if len(top) > 6 else "")
+    return [
+        f"the trace also holds {sum(dropped.values()):,} complete events of categories profan does not read "
+        f"({shown}); if one of them is the device's activity, map it to today's category in roles "
+        "kineto_category_aliases (a rules file: 'theirs=kernel')"
+    ]
+
+
+def _aliases_note(aliased: dict[str, int], roles: Roles) -> str:
+    read = ", ".join(f"{n:,} {c} as {roles.kineto_category_aliases[c]}" for c, n in aliased.items())
+    return f"categories another writer gives these events, read as today's: {read} (roles kineto_category_aliases)"
+
+
 def _whole_number(raw: object) -> int | None:
     """A header value that should be a whole number ≥ 0 (distributedInfo.rank, world_size), as a number or its
     text; None for anything else — a trace written by hand or by another tool may hold a list, a fraction, a
@@ -403,9 +473,21 @@ GROUP_KEYS = ["step", "op", "name", "type", "core", "input_shapes", "bucket", "r
 TOP_EVENTS = 20  # largest events kept per group, for evidence
 
 
-def classify_events(dev: pl.DataFrame, rules: list) -> pl.DataFrame:
-    """Bucket and rule id per device event, decided once per distinct (op, name, type, core, context)."""
-    keys = ["op", "name", "type", "core", "context"]
+def classify_events(dev: pl.DataFrame, rules: list, roles: Roles | None = None) -> pl.DataFrame:
+    """Bucket, rule id and deciding context per device event, decided once per distinct value of the fields the
+    rules read. Where rules read ``neighbors`` (a kernel's place among the layer's anchor kernels on its stream,
+    `classify.with_neighbors`), a second pass decides with it."""
+    keys = [c for c in MATCH_FIELDS if c in dev.columns and c != NEIGHBORS]
+    out = _classify_distinct(dev, keys, rules)
+    if uses_neighbors(rules) and not out.is_empty():
+        over = ["stream"] if "stream" in out.columns else []
+        anchors = (roles or default_roles()).layer_anchor_buckets
+        out = with_neighbors(out, ["ts_us", "event_idx"], over, anchors, "context")
+        out = _classify_distinct(out.drop("bucket", "rule_id", "decided_by"), [*keys, NEIGHBORS], rules)
+    return out
+
+
+def _classify_distinct(dev: pl.DataFrame, keys: list[str], rules: list) -> pl.DataFrame:
     distinct = classify(dev.select(keys).unique(), rules)
     return dev.join(distinct, on=keys, how="left", nulls_equal=True)
 
@@ -427,6 +509,8 @@ def kernel_groups(dev: pl.DataFrame) -> pl.DataFrame:
             .top_k_by(["dur_us", "event_idx"], TOP_EVENTS, reverse=[False, True])
             .alias("_top"),
             pl.col("context").drop_nulls().mode().sort().first().alias("context"),
+            # what decided the group's bucket beyond the name (rule's context fields), its most common value
+            pl.col("decided_by").drop_nulls().mode().sort().first().alias("decided_by"),
         )
         .with_columns(
             pl.col("_top").list.eval(pl.element().struct.field("event_idx")).alias("lines"),
@@ -441,23 +525,23 @@ def kernel_groups(dev: pl.DataFrame) -> pl.DataFrame:
     )
 
 
-def _union_us(frame: pl.DataFrame, by: list[str], name: str) -> pl.DataFrame:
-    """Length of the union of [ts, end) intervals per group — overlapping events count once."""
-    s = frame.select(*by, "ts_us", "end_us").sort(*by, "ts_us")
-    s = s.with_columns(pl.col("end_us").cum_max().shift(1).over(by).alias("_prev"))
-    s = s.with_columns(
-        (pl.col("_prev").is_null() | (pl.col("ts_us") > pl.col("_prev")))
-        .cast(pl.Int64)
-        .cum_sum()
-        .over(by)
-        .alias("_run")
-    )
-    runs = s.group_by(*by, "_run").agg(pl.col("ts_us").min(), pl.col("end_us").max())
-    return runs.group_by(by).agg((pl.col("end_us") - pl.col("ts_us")).sum().alias(name))
+def _union_us(runs: pl.DataFrame, by: list[str], name: str) -> pl.DataFrame:
+    """Length of the union of [ts, end) intervals per group — overlapping events count once (``runs``:
+    `intervals.union_runs`, which the step's blocks in time are cut from too)."""
+    return intervals.union_length(runs, by, name)
 
 
 def device_split(dev: pl.DataFrame, steps: pl.DataFrame, roles: Roles | None = None) -> pl.DataFrame:
-    """Computing / Communication(Not Overlapped) / Free per step, from the device lanes themselves.
+    """Computing / Communication(Not Overlapped) / Free per step (`device_split_blocks`, without the blocks)."""
+    return device_split_blocks(dev, steps, roles)[0]
+
+
+def device_split_blocks(
+    dev: pl.DataFrame, steps: pl.DataFrame, roles: Roles | None = None
+) -> tuple[pl.DataFrame, pl.DataFrame]:
+    """Computing / Communication(Not Overlapped) / Free per step, from the device lanes themselves, and the same
+    time placed in time: each step's blocks of compute, exposed communication and idle (`intervals.step_blocks`;
+    the whole trace's when it has no ProfilerStep), cut from the very runs the totals are the lengths of.
 
     The same split the Ascend profiler writes to step_trace_time.csv, computed by interval union so overlapping
     events count once and no timestamp is rounded: Computing = union of non-communication device events,
@@ -469,31 +553,28 @@ def device_split(dev: pl.DataFrame, steps: pl.DataFrame, roles: Roles | None = N
     was measured (GPU, or CPU for a CPU-only trace).
     """
     if dev.is_empty():
-        return pl.DataFrame()
+        return pl.DataFrame(), pl.DataFrame()
     launch = pl.col("launch_us") if "launch_us" in dev.columns else pl.lit(None, pl.Float64).alias("launch_us")
-    d = dev.select("step", "event_idx", "ts_us", "end_us", launch, (pl.col("bucket") == "communication").alias("_comm"))
+    graph = pl.col("graph") if "graph" in dev.columns else pl.lit(False).alias("graph")
+    d = dev.select(
+        "step", "event_idx", "ts_us", "end_us", launch, (pl.col("bucket") == "communication").alias("_comm"), graph
+    )
     own = d.filter(pl.col("step").is_not_null()).with_columns(pl.lit("step").alias("scope"))
     whole = d.with_columns(pl.lit(None, pl.Int64).alias("step"), pl.lit("trace").alias("scope"))
     by = ["scope", "step"]
-    span = (
-        pl.concat([own, whole])
-        .group_by(by)
-        .agg(
-            pl.col("ts_us").min().alias("start_us"),
-            pl.col("end_us").max().alias("end_us"),
-            pl.len().alias("events"),
-            pl.col("event_idx").sort_by("ts_us").first().alias("first_event"),
-            pl.col("event_idx").sort_by("end_us").last().alias("last_event"),
-        )
-    )
+    span = _spans(pl.concat([own, whole]), by)
     foreign = _foreign_events(d, span.filter(pl.col("scope") == "step"))
     scoped = pl.concat([own, foreign.drop("_own"), whole])
-    out = (
-        span.join(foreign.group_by(by).agg(pl.len().alias("other_events")), on=by, how="left", nulls_equal=True)
-        .join(_union_us(scoped, by, "busy_us"), on=by, how="left", nulls_equal=True)
-        .join(_union_us(scoped.filter(~pl.col("_comm")), by, "computing_us"), on=by, how="left", nulls_equal=True)
-        .join(_union_us(scoped.filter(pl.col("_comm")), by, "communication_us"), on=by, how="left", nulls_equal=True)
-        .with_columns(pl.col("computing_us", "communication_us").fill_null(0.0), pl.col("other_events").fill_null(0))
+    runs = {
+        "busy_us": intervals.union_runs(scoped, by),
+        "computing_us": intervals.union_runs(scoped.filter(~pl.col("_comm")), by),
+        "communication_us": intervals.union_runs(scoped.filter(pl.col("_comm")), by),
+    }
+    out = span.join(foreign.group_by(by).agg(pl.len().alias("other_events")), on=by, how="left", nulls_equal=True)
+    for name, r in runs.items():
+        out = out.join(_union_us(r, by, name), on=by, how="left", nulls_equal=True)
+    out = out.with_columns(
+        pl.col("computing_us", "communication_us").fill_null(0.0), pl.col("other_events").fill_null(0)
     )
     out = out.with_columns(
         (pl.col("end_us") - pl.col("start_us")).alias("step_us"),
@@ -506,7 +587,28 @@ def device_split(dev: pl.DataFrame, steps: pl.DataFrame, roles: Roles | None = N
     )
     out = out.join(_step_events(steps, roles or default_roles()), on="step", how="left")
     out = _idle_split(out.join(_longest_gap(scoped, by), on=by, how="left", nulls_equal=True), scoped, by)
-    return out.select(*SPLIT_COLUMNS).sort("scope", "step", nulls_last=True)
+    return out.select(*SPLIT_COLUMNS).sort("scope", "step", nulls_last=True), _blocks(span, runs, by)
+
+
+def _spans(events: pl.DataFrame, by: list[str]) -> pl.DataFrame:
+    """Each step's window (and the whole trace's): from its first event's start to its last event's end."""
+    return events.group_by(by).agg(
+        pl.col("ts_us").min().alias("start_us"),
+        pl.col("end_us").max().alias("end_us"),
+        pl.len().alias("events"),
+        pl.col("event_idx").sort_by("ts_us").first().alias("first_event"),
+        pl.col("event_idx").sort_by("end_us").last().alias("last_event"),
+        pl.col("graph").sum().alias("graph_events"),  # replayed from a CUDA / HIP graph (roles kineto_graph_launch)
+    )
+
+
+def _blocks(span: pl.DataFrame, runs: dict[str, pl.DataFrame], by: list[str]) -> pl.DataFrame:
+    """The steps' blocks in time; the whole trace's only when it has no step (its blocks would repeat theirs)."""
+    windows = span.filter(pl.col("scope") == "step")
+    if windows.is_empty():
+        windows = span.filter(pl.col("scope") == "trace")
+    blocks = intervals.step_blocks(windows, runs["computing_us"], runs["communication_us"], by)
+    return blocks.drop("scope").with_columns(pl.lit("device_lanes").alias("source"))
 
 
 SPLIT_COLUMNS = (
@@ -520,6 +622,7 @@ SPLIT_COLUMNS = (
     "last_event",
     "events",
     "other_events",
+    "graph_events",
     "start_us",
     "end_us",
     "step_us",
@@ -551,6 +654,7 @@ def _foreign_events(d: pl.DataFrame, windows: pl.DataFrame) -> pl.DataFrame:
         pl.min_horizontal("end_us", "_w1").alias("end_us"),
         "launch_us",
         "_comm",
+        "graph",
         pl.lit("step").alias("scope"),
         "_own",
     )
@@ -628,11 +732,11 @@ def load_cached(path: Path, roles: Roles | None = None) -> tuple[KinetoTrace, bo
     from profan.sources.cache import cached_parse
 
     roles = roles or default_roles()
-    tr, hit = cached_parse(path, parse_variant(roles), lambda p: parse(p, keep=keep_expr(roles)))
+    tr, hit = cached_parse(path, parse_variant(roles), lambda p: parse_trace(p, roles))
     return load(path, tr, roles), hit
 
 
-def load_rank_trace(rd, path: Path, pack) -> None:
+def load_rank_trace(rd, path: Path, pack, captures: list[Path] = ()) -> None:
     """Fill a ``RankData`` from one Kineto trace: kernel groups (event-index locators), device split per step,
     communication events. Raises ProfanInputError when the trace holds nothing to analyse."""
     from profan.model.errors import ProfanInputError
@@ -644,12 +748,16 @@ def load_rank_trace(rd, path: Path, pack) -> None:
         raise ProfanInputError(
             path, f"no device activity ({device}) and no {roles.kineto_cpu_op_cat} events: nothing to analyse"
         )
+    if "graph" in kt.device.columns:  # kernels replayed from a graph take their op from its capture
+        from profan.sources import graph_replay
+
+        graph_replay.fill(rd, kt, list(captures), roles)
     rules = pack.rules_for("cpu" if kt.cpu_only else "gpu")
-    dev = classify_events(kt.device, rules)
+    dev = classify_events(kt.device, rules, roles)
     rd.groups = kernel_groups(dev)
     rd.kernel_locator, rd.kernel_file = "events", "kineto_trace"
     rd.kernel_variant = "Kineto trace, CPU-only (top-level cpu_ops)" if kt.cpu_only else "Kineto trace (GPU)"
-    rd.trace_steps = device_split(dev, kt.steps, roles)
+    rd.trace_steps, rd.step_blocks = device_split_blocks(dev, kt.steps, roles)
     rd.trace_comm = kt.collectives
     rd.count(
         "kineto_trace",

@@ -19,6 +19,7 @@ from pathlib import Path
 import polars as pl
 
 from profan.rulepack import limits
+from profan.sources import intervals
 from profan.sources.chrome_trace import (
     Trace,
     bad_steps_warning,
@@ -79,19 +80,9 @@ def steps(x: pl.DataFrame) -> pl.DataFrame:
 def overlap_split(x: pl.DataFrame, step_spans: pl.DataFrame) -> pl.DataFrame:
     """Per step: the Overlap Analysis lane totals, summed as torch_npu does (an event counts in the step its
     start falls in, with its whole duration); one row with null step when the trace has no ProfilerStep."""
-    ov = (
-        x.filter(pl.col("process_name") == "Overlap Analysis")
-        .with_columns(pl.coalesce("thread_name", "name").alias("lane"))
-        .filter(pl.col("lane").is_in(list(LANES)))
-    )
+    ov = _overlap_events(x, step_spans)
     if ov.is_empty():
         return pl.DataFrame()
-    if step_spans.is_empty():
-        ov = ov.with_columns(pl.lit(None, pl.Int64).alias("step"), pl.lit(None, pl.Int64).alias("step_event"))
-    else:
-        sp = step_spans.select("step", "step_event", pl.col("start_us").alias("_s0"), pl.col("end_us").alias("_s1"))
-        ov = ov.sort("ts_us").join_asof(sp.sort("_s0"), left_on="ts_us", right_on="_s0", strategy="backward")
-        ov = ov.filter(pl.col("ts_us") <= pl.col("_s1"))
     totals = ov.group_by("step", "step_event").agg(
         *[pl.col("dur_us").filter(pl.col("lane") == lane).sum().alias(col) for lane, col in LANES.items()],
         pl.len().alias("events"),
@@ -107,6 +98,41 @@ def overlap_split(x: pl.DataFrame, step_spans: pl.DataFrame) -> pl.DataFrame:
         (pl.col("communication_us") - pl.col("comm_not_overlapped_us")).alias("overlapped_us"),
         (pl.col("computing_us") + pl.col("comm_not_overlapped_us") + pl.col("free_us")).alias("step_us"),
     ).sort("step")
+
+
+def overlap_blocks(x: pl.DataFrame, step_spans: pl.DataFrame) -> pl.DataFrame:
+    """Each step's blocks in time (`intervals.step_blocks`) from the Overlap Analysis lanes: the Computing lane's
+    events are the compute, the Communication lane's the communication (exposed where no Computing event covers
+    it), the rest of the step's window — from its first lane event's start to its last one's end, the events
+    `overlap_split` sums — idle, which is what the Free lane holds."""
+    ov = _overlap_events(x, step_spans)
+    if ov.is_empty():
+        return pl.DataFrame()
+    by = ["step"]
+    windows = ov.group_by(by).agg(pl.col("ts_us").min().alias("start_us"), pl.col("end_us").max())
+    lane = pl.col("lane")
+    compute = intervals.union_runs(ov.filter(lane == "Computing"), by)
+    comm = intervals.union_runs(ov.filter(lane == "Communication"), by)
+    blocks = intervals.step_blocks(windows, compute, comm, by)
+    return blocks.with_columns(pl.lit("overlap_analysis").alias("source"))
+
+
+def _overlap_events(x: pl.DataFrame, step_spans: pl.DataFrame) -> pl.DataFrame:
+    """The Overlap Analysis lane events (``lane``) with the step whose span holds their start."""
+    ov = (
+        x.filter(pl.col("process_name") == "Overlap Analysis")
+        .with_columns(pl.coalesce("thread_name", "name").alias("lane"))
+        .filter(pl.col("lane").is_in(list(LANES)))
+    )
+    if ov.is_empty():
+        return ov
+    if step_spans.is_empty():
+        ov = ov.with_columns(pl.lit(None, pl.Int64).alias("step"), pl.lit(None, pl.Int64).alias("step_event"))
+    else:
+        sp = step_spans.select("step", "step_event", pl.col("start_us").alias("_s0"), pl.col("end_us").alias("_s1"))
+        ov = ov.sort("ts_us").join_asof(sp.sort("_s0"), left_on="ts_us", right_on="_s0", strategy="backward")
+        ov = ov.filter(pl.col("ts_us") <= pl.col("_s1"))
+    return ov
 
 
 def hccl(x: pl.DataFrame, tr: Trace) -> tuple[pl.DataFrame, pl.DataFrame]:
@@ -140,8 +166,9 @@ def load(path: Path) -> tuple[Trace, pl.DataFrame, pl.DataFrame, pl.DataFrame, p
     return _load(path)[:5]
 
 
-def _load(path: Path) -> tuple[Trace, pl.DataFrame, pl.DataFrame, pl.DataFrame, pl.DataFrame, int]:
-    """`load`, and how many ProfilerSteps were left out for a number that is no int64."""
+def _load(path: Path) -> tuple[Trace, pl.DataFrame, pl.DataFrame, pl.DataFrame, pl.DataFrame, int, pl.DataFrame]:
+    """`load`, how many ProfilerSteps were left out for a number that is no int64, and the steps' blocks in
+    time (`overlap_blocks`)."""
     from profan.sources.cache import cached_parse
 
     tr, _ = cached_parse(path, "trace_view", parse)
@@ -150,13 +177,13 @@ def _load(path: Path) -> tuple[Trace, pl.DataFrame, pl.DataFrame, pl.DataFrame, 
     bad_steps = st["step"].null_count()
     st = st.filter(pl.col("step").is_not_null())
     ops, links = hccl(x, tr)
-    return tr, st, overlap_split(x, st), ops, links, bad_steps
+    return tr, st, overlap_split(x, st), ops, links, bad_steps, overlap_blocks(x, st)
 
 
 def load_rank_trace(rd, path: Path) -> None:
     """Add the trace_view-derived step split and HCCL lanes to an Ascend ``RankData``, and say what was left out:
     events without a usable duration or start, steps of no usable number, invalid UTF-8 read as U+FFFD."""
-    tr, _st, split, ops, links, bad_steps = _load(path)
+    tr, _st, split, ops, links, bad_steps, blocks = _load(path)
     file = rd.files["trace_view"]
     skipped = tr.events.select(((pl.col("ph") == "X") & ~usable()).sum()).item()
     rd.count(
@@ -174,6 +201,8 @@ def load_rank_trace(rd, path: Path) -> None:
         rd.warnings.append(no_phase_warning(file, tr.no_phase))
     if not split.is_empty():
         rd.trace_steps = split.with_columns(pl.lit("overlap_analysis").alias("source"))
+    if not blocks.is_empty():
+        rd.step_blocks = blocks
     if not ops.is_empty():
         rd.trace_comm = ops.with_columns(pl.lit("hccl_op").alias("source"))
     if not links.is_empty():

@@ -252,31 +252,22 @@ class _Sim:
         return {p.straggler_op: {p.straggler_rank: p.straggler_extra_us / n}}
 
     def _forward_layer(self, s, layer, T, H, F, E, straggle) -> None:
+        """Attention, then (after a host gap on a host-gap straggler's chosen layer) the MoE block."""
         p = self.p
-        k = self.kernel
-        k(
-            s,
-            "RmsNorm",
-            "RmsNorm",
-            "AI_VECTOR_CORE",
-            T * H * 4 / VEC_BYTES_PER_US,
-            f'"{T},{H};{H}"',
-            "DT_BF16;DT_BF16",
-            f'"{T},{H};{T},1"',
-            straggle.get("RmsNorm"),
-        )
-        k(
-            s,
-            "MatMulV3",
-            "aclnnMatmul_MatMulV3Common_MatMulV3",
-            "AI_CORE",
-            2 * T * H * 3 * H / CUBE_FLOP_PER_US,
-            f'"{T},{H};{3 * H},{H}"',
-            "DT_BF16;DT_BF16",
-            f'"{T},{3 * H}"',
-            straggle.get("MatMulV3"),
-        )
-        k(
+        self._attention_forward(s, T, H, straggle)
+        if (
+            p.straggler_rank is not None
+            and p.straggler_kind == "host_gap"
+            and layer == (p.straggler_layer if p.straggler_layer is not None else p.layers // 2)
+        ):
+            self.gap(p.straggler_rank, p.straggler_extra_us)
+        self._moe_forward(s, layer, T, H, F, E, straggle)
+
+    def _attention_forward(self, s, T, H, straggle) -> None:
+        """Norm, QKV projection, flash attention, output projection, and the TP all-reduce when TP > 1."""
+        self._rms_norm(s, T, H, straggle)
+        self._matmul(s, 2 * T * H * 3 * H / CUBE_FLOP_PER_US, f'"{T},{H};{3 * H},{H}"', f'"{T},{3 * H}"', straggle)
+        self.kernel(
             s,
             "FlashAttentionScore",
             "aclnnFlashAttentionScore_FlashAttentionScore_FlashAttentionScore",
@@ -287,46 +278,17 @@ class _Sim:
             f'"1,{T},{H}"',
             straggle.get("FlashAttentionScore"),
         )
-        k(
-            s,
-            "MatMulV3",
-            "aclnnMatmul_MatMulV3Common_MatMulV3",
-            "AI_CORE",
-            2 * T * H * H / CUBE_FLOP_PER_US,
-            f'"{T},{H};{H},{H}"',
-            "DT_BF16;DT_BF16",
-            f'"{T},{H}"',
-            straggle.get("MatMulV3"),
-        )
-        if p.tp > 1:
+        self._matmul(s, 2 * T * H * H / CUBE_FLOP_PER_US, f'"{T},{H};{H},{H}"', f'"{T},{H}"', straggle)
+        if self.p.tp > 1:
             self.collective(s, "allReduce", "tp", T * H * 2 / 1e6)
-        if (
-            p.straggler_rank is not None
-            and p.straggler_kind == "host_gap"
-            and layer == (p.straggler_layer if p.straggler_layer is not None else p.layers // 2)
-        ):
-            self.gap(p.straggler_rank, p.straggler_extra_us)
-        k(
-            s,
-            "RmsNorm",
-            "RmsNorm",
-            "AI_VECTOR_CORE",
-            T * H * 4 / VEC_BYTES_PER_US,
-            f'"{T},{H};{H}"',
-            "DT_BF16;DT_BF16",
-            f'"{T},{H};{T},1"',
-            straggle.get("RmsNorm"),
-        )
-        k(
-            s,
-            "MatMulV3",
-            "aclnnMatmul_MatMulV3Common_MatMulV3",
-            "AI_CORE",
-            max(8.0, 2 * T * H * p.experts / CUBE_FLOP_PER_US),
-            f'"{T},{H};{p.experts},{H}"',
-            "DT_BF16;DT_BF16",
-            f'"{T},{p.experts}"',
-        )
+
+    def _moe_forward(self, s, layer, T, H, F, E, straggle) -> None:
+        """Norm, router and gating, routing, dispatch, the experts, combine and finalize routing."""
+        p = self.p
+        k = self.kernel
+        self._rms_norm(s, T, H, straggle)
+        router_us = max(8.0, 2 * T * H * p.experts / CUBE_FLOP_PER_US)
+        self._matmul(s, router_us, f'"{T},{H};{p.experts},{H}"', f'"{T},{p.experts}"', None)
         k(
             s,
             "MoeGatingTopKSoftmax",
@@ -360,6 +322,46 @@ class _Sim:
             f'"{T * p.topk},{H};{T},{H};{T},{p.topk};{T},{p.topk}"',
             "DT_BF16;DT_BF16;DT_BF16;INT32",
             f'"{T},{H}"',
+        )
+
+    def _rms_norm(self, s, T, H, straggle) -> None:
+        self.kernel(
+            s,
+            "RmsNorm",
+            "RmsNorm",
+            "AI_VECTOR_CORE",
+            T * H * 4 / VEC_BYTES_PER_US,
+            f'"{T},{H};{H}"',
+            "DT_BF16;DT_BF16",
+            f'"{T},{H};{T},1"',
+            straggle.get("RmsNorm"),
+        )
+
+    def _rms_norm_grad(self, s, T, H, straggle) -> None:
+        self.kernel(
+            s,
+            "RmsNormGrad",
+            "RmsNormGrad",
+            "AI_VECTOR_CORE",
+            T * H * 6 / VEC_BYTES_PER_US,
+            f'"{T},{H};{T},{H};{T},1;{H}"',
+            "DT_BF16;DT_BF16;FLOAT;DT_BF16",
+            f'"{T},{H};{H}"',
+            straggle.get("RmsNormGrad"),
+        )
+
+    def _matmul(self, s, us: float, shapes: str, out_shapes: str, straggle: dict | None) -> None:
+        """A dense MatMulV3 of ``us`` µs; ``straggle`` None: never slowed by a compute straggler (the router)."""
+        self.kernel(
+            s,
+            "MatMulV3",
+            "aclnnMatmul_MatMulV3Common_MatMulV3",
+            "AI_CORE",
+            us,
+            shapes,
+            "DT_BF16;DT_BF16",
+            out_shapes,
+            straggle.get("MatMulV3") if straggle is not None else None,
         )
 
     def _dispatch(self, s, recv, T, H, counts: bool) -> None:
@@ -473,10 +475,10 @@ class _Sim:
         )
 
     def _backward_layer(self, s, layer, T, H, F, E, straggle) -> None:
+        """The forward layer in reverse: the MoE block's gradients, then attention's."""
         p = self.p
-        k = self.kernel
         recv = self._recv_tokens(layer)
-        k(
+        self.kernel(
             s,
             "MoeFinalizeRoutingV2Grad",
             "aclnnMoeFinalizeRoutingV2Grad_MoeFinalizeRoutingV2Grad_MoeFinalizeRoutingV2Grad",
@@ -489,32 +491,18 @@ class _Sim:
         self._dispatch(s, recv, T, H, counts=False)
         self._experts(s, recv, H, F, E, straggle, grad=True)
         self._combine(s, recv, T, H)
-        k(
-            s,
-            "RmsNormGrad",
-            "RmsNormGrad",
-            "AI_VECTOR_CORE",
-            T * H * 6 / VEC_BYTES_PER_US,
-            f'"{T},{H};{T},{H};{T},1;{H}"',
-            "DT_BF16;DT_BF16;FLOAT;DT_BF16",
-            f'"{T},{H};{H}"',
-            straggle.get("RmsNormGrad"),
-        )
-        if p.tp > 1:
+        self._rms_norm_grad(s, T, H, straggle)
+        self._attention_backward(s, T, H, straggle)
+        self._rms_norm_grad(s, T, H, straggle)
+
+    def _attention_backward(self, s, T, H, straggle) -> None:
+        """TP all-reduce when TP > 1, output projection's two gradient matmuls, flash attention's gradient, and
+        the QKV projection's two."""
+        if self.p.tp > 1:
             self.collective(s, "allReduce", "tp", T * H * 2 / 1e6)
         for _ in range(2):
-            k(
-                s,
-                "MatMulV3",
-                "aclnnMatmul_MatMulV3Common_MatMulV3",
-                "AI_CORE",
-                2 * T * H * H / CUBE_FLOP_PER_US,
-                f'"{T},{H};{H},{H}"',
-                "DT_BF16;DT_BF16",
-                f'"{T},{H}"',
-                straggle.get("MatMulV3"),
-            )
-        k(
+            self._matmul(s, 2 * T * H * H / CUBE_FLOP_PER_US, f'"{T},{H};{H},{H}"', f'"{T},{H}"', straggle)
+        self.kernel(
             s,
             "FlashAttentionScoreGrad",
             "aclnnFlashAttentionScoreGrad_FlashAttentionScoreGrad_FlashAttentionScoreGrad",
@@ -526,28 +514,7 @@ class _Sim:
             straggle.get("FlashAttentionScoreGrad"),
         )
         for _ in range(2):
-            k(
-                s,
-                "MatMulV3",
-                "aclnnMatmul_MatMulV3Common_MatMulV3",
-                "AI_CORE",
-                2 * T * H * 3 * H / CUBE_FLOP_PER_US,
-                f'"{T},{3 * H};{3 * H},{H}"',
-                "DT_BF16;DT_BF16",
-                f'"{T},{H}"',
-                straggle.get("MatMulV3"),
-            )
-        k(
-            s,
-            "RmsNormGrad",
-            "RmsNormGrad",
-            "AI_VECTOR_CORE",
-            T * H * 6 / VEC_BYTES_PER_US,
-            f'"{T},{H};{T},{H};{T},1;{H}"',
-            "DT_BF16;DT_BF16;FLOAT;DT_BF16",
-            f'"{T},{H};{H}"',
-            straggle.get("RmsNormGrad"),
-        )
+            self._matmul(s, 2 * T * H * 3 * H / CUBE_FLOP_PER_US, f'"{T},{3 * H};{3 * H},{H}"', f'"{T},{H}"', straggle)
 
 
 # instances per layer of the ops a compute straggler can slow (router MatMulV3 excluded)

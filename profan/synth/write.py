@@ -11,7 +11,7 @@ import re
 from dataclasses import asdict
 from pathlib import Path
 
-from profan.synth.model import RANKS_PER_NODE, Row, _Sim, group_of
+from profan.synth.model import RANKS_PER_NODE, Group, Row, _Sim, group_of
 
 EPOCH_US = 1_764_246_877_000_000.0  # a plausible epoch-µs origin (2025-11)
 HOST_PID = 41000
@@ -147,6 +147,93 @@ def _block_dim(core: str) -> tuple[str, str]:
     }.get(core, ("48", "0"))
 
 
+def _comm_kernel_row(row: Row, dev: str, start: str, wait: float) -> list:
+    """An HCCL op's kernel_details row: no task id, shapes or PMU counters (N/A, as torch_npu writes them)."""
+    return [
+        row.step,
+        dev,
+        4294967295,
+        "N/A",
+        "N/A",
+        row.name,
+        row.type,
+        "N/A",
+        row.core,
+        start,
+        f"{row.dur:.3f}",
+        f"{wait:.6f}",
+        0,
+        *["N/A"] * 34,
+    ]
+
+
+def _compute_kernel_row(row: Row, r: int, dev: str, start: str, wait: float, task: int, rng: random.Random) -> list:
+    """A compute kernel's kernel_details row on rank ``r``: its shapes, block dims and PMU counters."""
+    bd, mbd = _block_dim(row.core)
+    shapes = _pick(row.shapes, r)
+    out_shapes = _pick(row.out_shapes, r)
+    nin = shapes.count(";") + 1
+    return [
+        row.step,
+        dev,
+        4294967295,
+        task,
+        2,
+        row.name,
+        row.type,
+        "dynamic",
+        row.core,
+        start,
+        f"{row.dur:.3f}",
+        f"{wait:.6f}",
+        bd,
+        mbd,
+        "NO",
+        shapes,
+        row.dtypes,
+        ";".join(["ND"] * nin),
+        out_shapes,
+        "DT_BF16",
+        "ND",
+        "N/A",
+        *_pipes(row.core, rng, row.dur),
+    ]
+
+
+def _trace_metadata(pid: int, hw: int, hccl: int, ov: int, groups: list[Group], gtid: dict[str, int]) -> list[dict]:
+    """The process and lane names of a rank's trace: host, Ascend Hardware (stream 2), HCCL (a lane per group and
+    up to 8 plane lanes after it) and Overlap Analysis (its four lanes)."""
+    ev: list[dict] = [
+        {"ph": "M", "name": "process_name", "pid": pid, "tid": 0, "args": {"name": "Python"}},
+        {"ph": "M", "name": "process_labels", "pid": pid, "tid": 0, "args": {"labels": "CPU"}},
+        {"name": "process_name", "pid": hw, "tid": 0, "args": {"name": "Ascend Hardware"}, "ph": "M"},
+        {"name": "process_labels", "pid": hw, "tid": 0, "args": {"labels": "NPU"}, "ph": "M"},
+        {"name": "thread_name", "pid": hw, "tid": 2, "args": {"name": "Stream 2"}, "ph": "M"},
+        {"name": "process_name", "pid": hccl, "tid": 0, "args": {"name": "HCCL"}, "ph": "M"},
+        {"name": "process_labels", "pid": hccl, "tid": 0, "args": {"labels": "NPU"}, "ph": "M"},
+        {"name": "process_name", "pid": ov, "tid": 0, "args": {"name": "Overlap Analysis"}, "ph": "M"},
+        {"name": "process_labels", "pid": ov, "tid": 0, "args": {"labels": "NPU"}, "ph": "M"},
+    ]
+    lanes = ["Computing", "Communication", "Communication(Not Overlapped)", "Free"]
+    ev += [{"name": "thread_name", "pid": ov, "tid": i, "args": {"name": n}, "ph": "M"} for i, n in enumerate(lanes)]
+    for g in groups:
+        tid = gtid[g.hccl_name]
+        ev.append(
+            {
+                "name": "thread_name",
+                "pid": hccl,
+                "tid": tid,
+                "args": {"name": f"Group {g.hash} Communication"},
+                "ph": "M",
+            }
+        )
+        for pl_ in range(min(8, len(g.ranks) - 1)):
+            ev.append(
+                {"name": "thread_name", "pid": hccl, "tid": tid + 1 + pl_, "args": {"name": f"Plane {pl_}"}, "ph": "M"}
+            )
+    return ev
+
+
 class _Writer:
     def __init__(self, sim: _Sim, out: Path):
         self.sim, self.p, self.out = sim, sim.p, out
@@ -190,56 +277,9 @@ class _Writer:
                 start = _fmt_ts(self.clock(r, row.start)) + "\t"
                 dev = str(r % RANKS_PER_NODE)
                 if row.core == "COMMUNICATION":
-                    w.writerow(
-                        [
-                            row.step,
-                            dev,
-                            4294967295,
-                            "N/A",
-                            "N/A",
-                            row.name,
-                            row.type,
-                            "N/A",
-                            row.core,
-                            start,
-                            f"{row.dur:.3f}",
-                            f"{wait:.6f}",
-                            0,
-                            *["N/A"] * 34,
-                        ]
-                    )
-                    continue
-                bd, mbd = _block_dim(row.core)
-                shapes = _pick(row.shapes, r)
-                out_shapes = _pick(row.out_shapes, r)
-                nin = shapes.count(";") + 1
-                w.writerow(
-                    [
-                        row.step,
-                        dev,
-                        4294967295,
-                        task,
-                        2,
-                        row.name,
-                        row.type,
-                        "dynamic",
-                        row.core,
-                        start,
-                        f"{row.dur:.3f}",
-                        f"{wait:.6f}",
-                        bd,
-                        mbd,
-                        "NO",
-                        shapes,
-                        row.dtypes,
-                        ";".join(["ND"] * nin),
-                        out_shapes,
-                        "DT_BF16",
-                        "ND",
-                        "N/A",
-                        *_pipes(row.core, rng, row.dur),
-                    ]
-                )
+                    w.writerow(_comm_kernel_row(row, dev, start, wait))
+                else:
+                    w.writerow(_compute_kernel_row(row, r, dev, start, wait, task, rng))
 
     def _step_rows(self, r: int, step: int) -> list[Row]:
         return [x for x in self.sim.rows[r] if x.step == step]
@@ -381,6 +421,8 @@ class _Writer:
         return link
 
     def trace_view(self, r: int, d: Path) -> None:
+        """The rank's trace_view.json: process and lane names, ProfilerStep spans, device tasks (compute on the
+        hardware stream, HCCL ops and their per-peer copies on group lanes) and the Overlap Analysis lanes."""
         dev = r % RANKS_PER_NODE
         pid = HOST_PID + r
 
@@ -388,46 +430,11 @@ class _Writer:
             return (pid << 10) | (sort_index << 5) | dev
 
         hw, hccl, ov = fpid(13), fpid(15), fpid(23)
-        ev: list[dict] = [
-            {"ph": "M", "name": "process_name", "pid": pid, "tid": 0, "args": {"name": "Python"}},
-            {"ph": "M", "name": "process_labels", "pid": pid, "tid": 0, "args": {"labels": "CPU"}},
-            {"name": "process_name", "pid": hw, "tid": 0, "args": {"name": "Ascend Hardware"}, "ph": "M"},
-            {"name": "process_labels", "pid": hw, "tid": 0, "args": {"labels": "NPU"}, "ph": "M"},
-            {"name": "thread_name", "pid": hw, "tid": 2, "args": {"name": "Stream 2"}, "ph": "M"},
-            {"name": "process_name", "pid": hccl, "tid": 0, "args": {"name": "HCCL"}, "ph": "M"},
-            {"name": "process_labels", "pid": hccl, "tid": 0, "args": {"labels": "NPU"}, "ph": "M"},
-            {"name": "process_name", "pid": ov, "tid": 0, "args": {"name": "Overlap Analysis"}, "ph": "M"},
-            {"name": "process_labels", "pid": ov, "tid": 0, "args": {"labels": "NPU"}, "ph": "M"},
-        ]
-        lanes = ["Computing", "Communication", "Communication(Not Overlapped)", "Free"]
-        ev += [
-            {"name": "thread_name", "pid": ov, "tid": i, "args": {"name": n}, "ph": "M"} for i, n in enumerate(lanes)
-        ]
         groups = sorted(
             {x.group.hccl_name: x.group for x in self.sim.rows[r] if x.group}.values(), key=lambda g: g.hccl_name
         )
         gtid = {g.hccl_name: i * 16 for i, g in enumerate(groups)}
-        for g in groups:
-            ev.append(
-                {
-                    "name": "thread_name",
-                    "pid": hccl,
-                    "tid": gtid[g.hccl_name],
-                    "args": {"name": f"Group {g.hash} Communication"},
-                    "ph": "M",
-                }
-            )
-            for pl_ in range(min(8, len(g.ranks) - 1)):
-                ev.append(
-                    {
-                        "name": "thread_name",
-                        "pid": hccl,
-                        "tid": gtid[g.hccl_name] + 1 + pl_,
-                        "args": {"name": f"Plane {pl_}"},
-                        "ph": "M",
-                    }
-                )
-        conn = 1000
+        ev = _trace_metadata(pid, hw, hccl, ov, groups, gtid)
         for step, (s0, s1) in self.sim.step_bounds.items():
             ev.append(
                 {
@@ -441,79 +448,93 @@ class _Writer:
                     "args": {},
                 }
             )
+        conn = 1000
         for x in self.sim.rows[r]:
             conn += 1
-            ts = _fmt_ts(self.clock(r, x.start))
             if x.core != "COMMUNICATION":
-                ev.append(
-                    {
-                        "name": x.name,
-                        "pid": hw,
-                        "tid": 2,
-                        "ts": ts,
-                        "dur": round(x.dur, 6),
-                        "args": {
-                            "Model Id": 4294967295,
-                            "Task Type": "AI_CORE" if "AIC" in x.core or x.core == "AI_CORE" else "AI_VECTOR_CORE",
-                            "Physic Stream Id": 2,
-                            "Task Id": conn,
-                            "Batch Id": 0,
-                            "Subtask Id": 4294967295,
-                            "connection_id": conn,
-                        },
-                        "ph": "X",
-                    }
-                )
-                continue
-            tid = gtid[x.group.hccl_name]
+                ev.append(self._compute_event(r, x, hw, conn))
+            else:
+                ev += self._hccl_events(r, x, hccl, gtid[x.group.hccl_name], conn)
+        ev += self._overlap_events(r, ov)
+        with open(d / "ASCEND_PROFILER_OUTPUT" / "trace_view.json", "w", encoding="utf-8") as fh:
+            json.dump(ev, fh, separators=(",", ":"))
+
+    def _compute_event(self, r: int, x: Row, hw: int, conn: int) -> dict:
+        """A compute kernel on the Ascend Hardware stream."""
+        return {
+            "name": x.name,
+            "pid": hw,
+            "tid": 2,
+            "ts": _fmt_ts(self.clock(r, x.start)),
+            "dur": round(x.dur, 6),
+            "args": {
+                "Model Id": 4294967295,
+                "Task Type": "AI_CORE" if "AIC" in x.core or x.core == "AI_CORE" else "AI_VECTOR_CORE",
+                "Physic Stream Id": 2,
+                "Task Id": conn,
+                "Batch Id": 0,
+                "Subtask Id": 4294967295,
+                "connection_id": conn,
+            },
+            "ph": "X",
+        }
+
+    def _hccl_events(self, r: int, x: Row, hccl: int, tid: int, conn: int) -> list[dict]:
+        """An HCCL op on its group's lane, then one Memcpy per peer (at most 8) on the group's plane lanes, all
+        ending with the op: the transfer is its last ``transit_ms``."""
+        ev = [
+            {
+                "name": x.name,
+                "pid": hccl,
+                "tid": tid,
+                "ts": _fmt_ts(self.clock(r, x.start)),
+                "dur": round(x.dur, 6),
+                "args": {
+                    "connection_id": conn,
+                    "model id": 4294967295,
+                    "data_type": "BF16",
+                    "alg_type": "MESH",
+                    "count": x.count,
+                },
+                "ph": "X",
+            }
+        ]
+        t0 = x.start + x.dur - x.transit_ms * 1000
+        for i, q in enumerate(sorted(x.links)[:8]):
+            same_node = q // RANKS_PER_NODE == r // RANKS_PER_NODE
             ev.append(
                 {
-                    "name": x.name,
+                    "name": "Memcpy",
                     "pid": hccl,
-                    "tid": tid,
-                    "ts": ts,
-                    "dur": round(x.dur, 6),
+                    "tid": tid + 1 + i,
+                    "ts": _fmt_ts(self.clock(r, t0)),
+                    "dur": round(x.links[q] * 1000, 6),
                     "args": {
-                        "connection_id": conn,
+                        "notify_id": "4294967295",
+                        "duration estimated(us)": round(x.links[q] * 1000, 3),
+                        "stream id": 3,
+                        "task id": conn,
+                        "context id": i,
+                        "task type": "Memcpy",
+                        "src rank": x.group.ranks.index(r),
+                        "dst rank": x.group.ranks.index(q),
+                        "transport type": "SDMA" if same_node else "RDMA",
+                        "size(Byte)": int(x.size_mb * 1e6 / max(1, len(x.links))),
+                        "data type": "BF16",
+                        "link type": "HCCS" if same_node else "ROCE",
+                        "bandwidth(GB/s)": round(x.size_mb / max(1, len(x.links)) / x.links[q], 4)
+                        if x.links[q]
+                        else 0.0,
                         "model id": 4294967295,
-                        "data_type": "BF16",
-                        "alg_type": "MESH",
-                        "count": x.count,
                     },
                     "ph": "X",
                 }
             )
-            peers = sorted(x.links)[:8]
-            t0 = x.start + x.dur - x.transit_ms * 1000
-            for i, q in enumerate(peers):
-                ev.append(
-                    {
-                        "name": "Memcpy",
-                        "pid": hccl,
-                        "tid": tid + 1 + i,
-                        "ts": _fmt_ts(self.clock(r, t0)),
-                        "dur": round(x.links[q] * 1000, 6),
-                        "args": {
-                            "notify_id": "4294967295",
-                            "duration estimated(us)": round(x.links[q] * 1000, 3),
-                            "stream id": 3,
-                            "task id": conn,
-                            "context id": i,
-                            "task type": "Memcpy",
-                            "src rank": x.group.ranks.index(r),
-                            "dst rank": x.group.ranks.index(q),
-                            "transport type": "SDMA" if q // RANKS_PER_NODE == r // RANKS_PER_NODE else "RDMA",
-                            "size(Byte)": int(x.size_mb * 1e6 / max(1, len(x.links))),
-                            "data type": "BF16",
-                            "link type": "HCCS" if q // RANKS_PER_NODE == r // RANKS_PER_NODE else "ROCE",
-                            "bandwidth(GB/s)": round(x.size_mb / max(1, len(x.links)) / x.links[q], 4)
-                            if x.links[q]
-                            else 0.0,
-                            "model id": 4294967295,
-                        },
-                        "ph": "X",
-                    }
-                )
+        return ev
+
+    def _overlap_events(self, r: int, ov: int) -> list[dict]:
+        """The Overlap Analysis lanes per step: Computing, Communication, Communication(Not Overlapped), Free."""
+        ev: list[dict] = []
         for step, (s0, s1) in self.sim.step_bounds.items():
             rows = self._step_rows(r, step)
             comp = _union([(x.start, x.start + x.dur) for x in rows if x.core != "COMMUNICATION"])
@@ -536,8 +557,7 @@ class _Writer:
                     }
                     for a, b in spans
                 ]
-        with open(d / "ASCEND_PROFILER_OUTPUT" / "trace_view.json", "w", encoding="utf-8") as fh:
-            json.dump(ev, fh, separators=(",", ":"))
+        return ev
 
     def info(self, r: int, d: Path) -> None:
         doc = {

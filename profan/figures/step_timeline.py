@@ -1,428 +1,39 @@
-"""Plotly figures of a Report, for a notebook and for the HTML report alike.
+"""The timeline of one step: one pair of lanes per rank on the common clock.
 
-One function per chart: it takes the Report and returns a ``plotly.graph_objects.Figure``, or None when the report
-has nothing for it (a comparison has no timeline, a GPU trace no boundness heatmap). The HTML report embeds exactly
-these figures, so a chart reads the same in a notebook as on the page, and a fix to one is a fix to both.
-
-Plotly reads a few HTML tags in strings, so text taken from a trace (kernel names, files, JSON pointers) is
-entity-escaped before it becomes a label: a kernel called ``<b>x</b>`` is drawn as exactly that text. Control
-characters are shown as visible escapes (``textfmt.visible``), as everywhere else in the reports.
-
->>> import profan
->>> report = profan.analyze("fixtures/ascend/msinsight-qwen3-4rank-2025q4")
->>> profan.figures.timeline(report).show()
+The upper lane of a rank is its device time in time — compute, exposed communication and idle blocks where they
+happened (the report's ``step_blocks`` table, cut per step from the trace's device lanes or the kernel file's
+timed rows); the lower lane is its collectives where they happened, the part before the last rank arrives drawn
+as waiting. A rank whose data places nothing in time (no trace, no kernel file) shows its step's totals end to
+end instead, and says so. The first cause's ranks are shaded and its cited collectives outlined as windows.
 """
 
 from __future__ import annotations
 
-import html
-from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from typing import Any
 
 import plotly.graph_objects as go
 import polars as pl
 
-from profan.model.causes import Cause
-from profan.model.findings import Finding
-from profan.model.report import Report
-from profan.render.textfmt import PIPE_COLUMNS, fmt_cell, visible
-from profan.sources.kineto import SOURCE_ANNOTATION, SOURCE_KERNEL
-
-__all__ = [
-    "FIGURES",
-    "bandwidth",
-    "boundness",
-    "breakdown",
-    "compare_buckets",
-    "rank_comparison",
-    "timeline",
-]
-
-BUCKET_COLORS = {
-    "attention": "#3b6fb6",
-    "ffn": "#5aa469",
-    "moe": "#8e6cc0",
-    "communication": "#d9534f",
-    "conv": "#2fa3a8",
-    "optimizer": "#e0a030",
-    "memory": "#b07a4f",
-    "vector": "#9aa5b1",
-    "ai_cpu": "#c76fa8",
-    "other": "#c4c9cf",
-    "idle": "#e8eaed",
-    "free": "#e8eaed",
-}
-PALETTE = ("#3b6fb6", "#5aa469", "#8e6cc0", "#e0a030", "#2fa3a8", "#c76fa8", "#b07a4f", "#6b8e23", "#708090")
-COMPUTE, TRANSFER, WAITING, IDLE = "#3b6fb6", "#d9534f", "#f0ad4e", "#c4c9cf"
-STEP_PARTS = (
-    ("computing_us", "Computing", COMPUTE),
-    ("comm_not_overlapped_us", "Communication (not overlapped)", TRANSFER),
-    ("free_us", "Free (device idle)", IDLE),
+from profan.figures.style import (
+    COMPUTE,
+    HIGHLIGHT,
+    IDLE,
+    TRANSFER,
+    WAITING,
+    _citers,
+    _esc,
+    _esc_col,
+    _figure,
+    _layout,
+    _num,
+    _table,
+    step_table,
 )
-STEP_TABLES = ("steps", "trace_steps")  # the first with computing/communication/free columns feeds the rank chart
-HIGHLIGHT = "#7a0019"
-HEATMAP_ROWS = 40
-
-# metrics keys through which a finding names the rank(s) that hold the others back
-_SLOW_RANK_KEYS = ("straggler_ranks", "slow_ranks", "late_ranks", "straggler_rank", "slow_rank", "late_rank")
-_TEMPLATE = go.layout.Template()  # no theme: each layout sets its colours, the same in a notebook and on the page
-
-
-# ------------------------------------------------------------------------------------------ shared
-
-
-def _esc(s: Any) -> str:
-    """Text for Plotly labels: Plotly reads a few HTML tags in strings, so untrusted text is entity-escaped."""
-    return html.escape(visible(str(s)), quote=False)
-
-
-def _esc_col(df: pl.DataFrame, name: str) -> pl.Expr:
-    """``_esc`` over a column, computed once per distinct value (names and files repeat across many rows)."""
-    values = df.get_column(name).cast(pl.Utf8).fill_null("").unique().to_list()
-    return pl.col(name).cast(pl.Utf8).fill_null("").replace_strict({v: _esc(v) for v in values}, return_dtype=pl.Utf8)
-
-
-def _num(name: str, dtype: pl.DataType) -> pl.Expr:
-    """A column as a number, null where it is not one: a report read back from JSON is untrusted input."""
-    return pl.col(name).cast(dtype, strict=False)
-
-
-def _ms(us: Any) -> float | None:
-    return None if us is None else us / 1000.0
-
-
-def bucket_color(bucket: str, i: int) -> str:
-    return BUCKET_COLORS.get(bucket.lower(), PALETTE[i % len(PALETTE)])
-
-
-def _label(rank: Any, step: Any, many_steps: bool, many_ranks: bool = False) -> str:
-    if many_steps:
-        return f"r{rank} · s{step}" if step is not None else f"r{rank} · no step"
-    return f"r{rank}" if many_ranks else f"rank {rank}"
-
-
-def _many_steps(df: pl.DataFrame) -> bool:
-    """Label bars with their step when a rank has more than one (kernels outside any step count as one)."""
-    return "step" in df.columns and df.get_column("step").n_unique() > 1
-
-
-def _many_ranks(df: pl.DataFrame) -> bool:
-    return "rank" in df.columns and df.get_column("rank").n_unique() > 16
-
-
-def _layout(ytitle: str, **kw: Any) -> dict[str, Any]:
-    base = {
-        "barmode": "stack",
-        "height": 380,
-        "margin": {"l": 64, "r": 16, "t": 24, "b": 64},
-        "yaxis": {"title": {"text": ytitle}, "gridcolor": "#eceff3", "zeroline": False},
-        "xaxis": {"type": "category", "automargin": True, "tickangle": -40},
-        "legend": {"orientation": "h", "y": 1.12, "x": 0, "traceorder": "normal"},
-        "hovermode": "closest",
-        "font": {"family": "system-ui, -apple-system, Segoe UI, Roboto, sans-serif", "size": 12},
-        "paper_bgcolor": "#ffffff",
-        "plot_bgcolor": "#ffffff",
-        "bargap": 0.25,
-    }
-    base.update(kw)
-    return base
-
-
-def _figure(traces: list, layout: dict[str, Any]) -> go.Figure:
-    return go.Figure(data=traces, layout=go.Layout(template=_TEMPLATE, **layout))
-
-
-def _table(report: Report, name: str) -> pl.DataFrame:
-    df = report.tables.get(name)
-    return pl.DataFrame() if df is None else df
-
-
-def highlighted_ranks(findings: list[Finding]) -> dict[int, list[dict[str, str]]]:
-    """Ranks a finding names as holding the job back (straggler, slow pipeline stage), with those findings."""
-    out: dict[int, list[dict[str, str]]] = {}
-    for f in findings:
-        ranks: list[int] = []
-        for key in _SLOW_RANK_KEYS:
-            v = f.metrics.get(key)
-            if isinstance(v, list | tuple):
-                ranks += [int(x) for x in v if isinstance(x, int)]
-            elif isinstance(v, int) and not isinstance(v, bool):
-                ranks.append(v)
-        if not ranks and "straggler" in f.check and f.rank is not None:
-            ranks = [f.rank]
-        for r in dict.fromkeys(ranks):
-            out.setdefault(r, []).append({"id": f.id, "check": f.check, "title": f.title})
-    return out
-
-
-def step_table(report: Report) -> tuple[str, pl.DataFrame]:
-    """The table the rank comparison draws: step_trace_time rows (Ascend) or per-step rows of a trace; when a
-    table also holds whole-trace rows (``scope``), the per-step ones are drawn if there are any."""
-    for name in STEP_TABLES:
-        df = report.tables.get(name)
-        if df is None or df.is_empty() or not {"rank", "computing_us"} <= set(df.columns):
-            continue
-        if "scope" in df.columns and (df.get_column("scope") == "step").any():
-            df = df.filter(pl.col("scope") == "step")
-        return name, df
-    return "", pl.DataFrame()
-
-
-def _citers(items: Iterable[Cause | Finding]) -> dict[tuple[str, str], str]:
-    """(file, locator as text) -> the id of the first cause or finding citing that row; a member's rows lead to
-    its group, whose block on the page holds the member table."""
-    out: dict[tuple[str, str], str] = {}
-    for item in items:
-        for m in (item, *getattr(item, "members", ())):
-            for ev in m.evidence:
-                for loc in ev.locators:
-                    out.setdefault((ev.file, str(loc)), item.id)
-    return out
-
-
-# ------------------------------------------------------------------------------------------ bar charts
-
-
-def breakdown(report: Report) -> go.Figure | None:
-    """Summed kernel time per rank (and step) by bucket, stacked. A bar leads (click, on the page) to the
-    step-breakdown finding that holds its rank and step: a group finding stands for its members."""
-    df = _table(report, "breakdown")
-    if df.is_empty() or not {"rank", "bucket", "time_us"} <= set(df.columns):
-        return None
-    links = {
-        (m.rank, m.step): f.id
-        for f in reversed(report.findings)
-        if f.check == "step-breakdown"
-        for m in (f.members or (f,))
-    }
-    many, many_ranks = _many_steps(df), _many_ranks(df)
-    xs: list[str] = []
-    traces: dict[str, dict[str, Any]] = {}
-    for rec in df.iter_rows(named=True):
-        x = _label(rec["rank"], rec.get("step"), many, many_ranks)
-        if x not in xs:
-            xs.append(x)
-        b = str(rec["bucket"])
-        t = traces.setdefault(b, {"name": b, "x": [], "y": [], "customdata": [], "color": bucket_color(b, len(traces))})
-        t["x"].append(x)
-        t["y"].append(_ms(rec["time_us"]))
-        fid = links.get((rec["rank"], rec.get("step")), "")
-        t["customdata"].append(
-            [fmt_cell(rec.get("share"), "pct"), rec.get("kernels", ""), f"click: rows in {fid}" if fid else "", fid]
-        )
-    bars = [
-        go.Bar(
-            name=_esc(t["name"]),
-            x=t["x"],
-            y=t["y"],
-            customdata=t["customdata"],
-            marker={"color": t["color"]},
-            hovertemplate="%{x}<br>" + _esc(t["name"]) + ": %{y:,.2f} ms"
-            "<br>share %{customdata[0]}<br>%{customdata[1]} kernels<br>%{customdata[2]}<extra></extra>",
-        )
-        for t in traces.values()
-    ]
-    layout = _layout("summed kernel time (ms)")
-    layout["xaxis"].update(categoryorder="array", categoryarray=xs)
-    return _figure(bars, layout)
-
-
-def _rank_annotations(recs: list[dict], xs: list[str], highlights: dict, parts: list) -> list[dict[str, Any]]:
-    out = []
-    for r, x in zip(recs, xs, strict=True):
-        fs = highlights.get(r["rank"])
-        if not fs:
-            continue
-        top = _ms(r.get("step_us")) if r.get("step_us") is not None else sum(_ms(r[c]) or 0 for c, _, _ in parts)
-        out.append(
-            {
-                "x": x,
-                "y": top,
-                "text": "<b>" + " ".join(f["id"] for f in fs) + "</b>",
-                "showarrow": True,
-                "arrowhead": 0,
-                "ay": -22,
-                "ax": 0,
-                "font": {"color": HIGHLIGHT},
-                "captureevents": True,
-                "hovertext": _esc("; ".join(f["title"] for f in fs)),
-                "name": fs[0]["id"],
-            }
-        )
-    return out
-
-
-def rank_comparison(report: Report) -> go.Figure | None:
-    """Computing / communication not overlapped / free per rank (and step). Ranks a finding names as holding the
-    job back are outlined and tagged with it; a bar leads to the first finding citing its step row."""
-    df = step_table(report)[1]
-    parts = [p for p in STEP_PARTS if p[0] in df.columns]
-    if df.is_empty() or "rank" not in df.columns or not parts:
-        return None
-    highlights = highlighted_ranks(report.findings)
-    cites = _citers(report.findings)
-    many, many_ranks = _many_steps(df), _many_ranks(df)
-    recs = list(df.iter_rows(named=True))
-    xs = [_label(r["rank"], r.get("step"), many, many_ranks) for r in recs]
-    hot = [r["rank"] in highlights for r in recs]
-    src = []
-    for r in recs:
-        fid = cites.get((str(r.get("file")), str(r.get("src_line"))), "")
-        src.append([_esc(f"{r.get('file', '')}:{r.get('src_line', '')}"), f"click: {fid}" if fid else "", fid])
-    outline = {"color": [HIGHLIGHT if h else "rgba(0,0,0,0)" for h in hot], "width": [2.5 if h else 0 for h in hot]}
-    bars = [
-        go.Bar(
-            name=name,
-            x=xs,
-            y=[_ms(r[col]) for r in recs],
-            customdata=src,
-            marker={"color": color, "line": outline},
-            hovertemplate="%{x}<br>" + name + ": %{y:,.2f} ms<br>%{customdata[0]}<br>%{customdata[1]}<extra></extra>",
-        )
-        for col, name, color in parts
-    ]
-    layout = _layout("time in step (ms)", annotations=_rank_annotations(recs, xs, highlights, parts))
-    return _figure(bars, layout)
-
-
-def boundness(report: Report) -> go.Figure | None:
-    """What bounds the hot kernels: their pipe utilisation ratios (PipeUtilization columns), as a heatmap of the
-    first HEATMAP_ROWS rows of the boundness table."""
-    df = _table(report, "boundness")
-    pipes = [p for p in PIPE_COLUMNS if p in df.columns]
-    if df.is_empty() or not pipes:
-        return None
-    recs = list(df.head(HEATMAP_ROWS).iter_rows(named=True))
-    labels, hover = [], []
-    for i, r in enumerate(recs):
-        name = str(r.get("op") or r.get("name") or i)
-        short = name if len(name) <= 36 else name[:35] + "…"
-        labels.append(_esc(f"{i + 1}. r{r.get('rank', '?')} {short}"))
-        hover.append(_esc(f"{name} ({r.get('input_shapes') or ''})"[:200]))
-    heat = go.Heatmap(
-        x=list(pipes),
-        y=labels,
-        z=[[r.get(p) for p in pipes] for r in recs],
-        zmin=0,
-        zmax=1,
-        colorscale=[[0, "#f4f7fb"], [0.5, "#7fa7d6"], [1, "#173f7a"]],
-        customdata=[[h] * len(pipes) for h in hover],
-        hovertemplate="%{y}<br>%{customdata}<br>%{x}: %{z:.0%}<extra></extra>",
-        texttemplate="%{z:.0%}",
-        textfont={"size": 11},
-        colorbar={"title": {"text": "ratio"}, "tickformat": ".0%"},
-    )
-    note = (
-        f"heatmap of the first {len(recs)} of {df.height} rows; the table has them all" if df.height > len(recs) else ""
-    )
-    layout = _layout(
-        "",
-        height=max(260, 26 * len(recs) + 90),
-        barmode=None,
-        yaxis={"autorange": "reversed", "automargin": True, "type": "category"},
-        xaxis={"side": "top", "type": "category"},
-        margin={"l": 16, "r": 16, "t": 40, "b": 16},
-        meta={"note": note},
-    )
-    return _figure([heat], layout)
-
-
-def _prior_marks(transport: str, prior: float, color: str) -> tuple[dict[str, Any], dict[str, Any]]:
-    line = {
-        "type": "line",
-        "xref": "paper",
-        "x0": 0,
-        "x1": 1,
-        "y0": prior,
-        "y1": prior,
-        "line": {"color": color, "dash": "dash", "width": 1.5},
-    }
-    label = {
-        "xref": "paper",
-        "x": 1,
-        "xanchor": "right",
-        "y": prior,
-        "yanchor": "bottom",
-        "text": _esc(f"{transport} prior {prior:,.0f} GB/s"),
-        "showarrow": False,
-        "font": {"color": color, "size": 11},
-    }
-    return line, label
-
-
-def bandwidth(report: Report) -> go.Figure | None:
-    """Measured bandwidth per transfer against its size, one colour per transport, with the prior (the link's
-    expected bandwidth from rules/hardware) as a dashed line where one applies."""
-    df = _table(report, "comm_bandwidth")
-    if df.is_empty() or not {"bandwidth_gbps", "size_mb", "transport"} <= set(df.columns):
-        return None
-    rows = df.filter(pl.col("bandwidth_gbps").is_not_null() & (pl.col("size_mb") > 0))
-    if "is_link" in rows.columns:
-        rows = rows.filter(pl.col("is_link").fill_null(True))
-    if rows.is_empty():
-        return None
-    what = pl.format(
-        "rank {} · {}",
-        pl.col("rank").cast(pl.Utf8).fill_null("?") if "rank" in rows.columns else pl.lit("?"),
-        pl.coalesce([pl.col(c).cast(pl.Utf8) for c in ("op_name", "op") if c in rows.columns] + [pl.lit("")]),
-    )
-    rows = rows.with_columns(what.alias("_what"))
-    rows = rows.with_columns(_esc_col(rows, "_what"))
-    points, shapes, annotations = [], [], []
-    for i, ((transport,), part) in enumerate(rows.group_by("transport", maintain_order=True)):
-        color = PALETTE[i % len(PALETTE)]
-        points.append(
-            go.Scatter(
-                mode="markers",
-                name=_esc(transport),
-                x=part.get_column("size_mb").to_list(),
-                y=part.get_column("bandwidth_gbps").to_list(),
-                marker={"color": color, "size": 8, "opacity": 0.8, "line": {"width": 0.5, "color": "#fff"}},
-                customdata=part.get_column("_what").to_list(),
-                hovertemplate="%{customdata}<br>"
-                + _esc(transport)
-                + ": %{y:,.1f} GB/s for %{x:,.2f} MB<extra></extra>",
-            )
-        )
-        priors = part.get_column("prior_gbps").drop_nulls() if "prior_gbps" in part.columns else pl.Series([])
-        if len(priors):
-            line, label = _prior_marks(str(transport), float(priors[0]), color)
-            shapes.append(line)
-            annotations.append(label)
-    note = "" if shapes else "no bandwidth prior applies to these links (see the notes above)"
-    layout = _layout(
-        "bandwidth (GB/s)",
-        barmode=None,
-        shapes=shapes,
-        annotations=annotations,
-        showlegend=True,
-        xaxis={"type": "log", "title": {"text": "transfer size (MB)"}, "gridcolor": "#eceff3"},
-        meta={"note": note},
-    )
-    return _figure(points, layout)
-
-
-def compare_buckets(report: Report) -> go.Figure | None:
-    """`profan compare`: summed time per bucket on side A and side B, side by side."""
-    df = _table(report, "compare_buckets")
-    if df.is_empty() or not {"bucket", "a_time_us", "b_time_us"} <= set(df.columns):
-        return None
-    xs = [_esc(b) for b in df.get_column("bucket").to_list()]
-    bars = [
-        go.Bar(
-            name=name,
-            x=xs,
-            y=(df.get_column(col) / 1000.0).to_list(),
-            marker={"color": color},
-            hovertemplate="%{x}<br>" + name + ": %{y:,.2f} ms<extra></extra>",
-        )
-        for col, name, color in (("a_time_us", "A", "#9aa5b1"), ("b_time_us", "B", "#3b6fb6"))
-    ]
-    return _figure(bars, _layout("summed kernel time (ms)", barmode="group"))
-
-
-# ------------------------------------------------------------------------------------------ timeline
+from profan.model.causes import Cause
+from profan.model.report import Report
+from profan.sources.intervals import SOURCE_FILES
+from profan.sources.kineto import SOURCE_ANNOTATION, SOURCE_KERNEL
 
 TIMELINE_RANKS = 16  # up to this many ranks, every rank has lanes; beyond, the cause's ranks and representatives
 CAUSE_LANES = 8  # lanes kept for the cause's ranks when the ranks are aggregated
@@ -444,7 +55,24 @@ TABLE_PARTS = (
     ("comm_not_overlapped_us", "Exposed communication", TRANSFER),
     ("free_us", "Idle", IDLE),
 )
+# The blocks in time (table step_blocks): its parts, their names on the lane, colours and order.
+BLOCK_PARTS = (
+    ("compute", "Compute", COMPUTE),
+    ("comm", "Exposed communication", TRANSFER),
+    ("idle", "Idle", IDLE),
+)
 SPLIT_SCHEMA = {"rank": pl.Int64, "part": pl.Utf8, "order": pl.Int64, "dur_us": pl.Float64, "file": pl.Utf8}
+BLOCK_SCHEMA = {
+    "rank": pl.Int64,
+    "part": pl.Utf8,
+    "start_us": pl.Float64,
+    "end_us": pl.Float64,
+    "compute_us": pl.Float64,
+    "comm_us": pl.Float64,
+    "idle_us": pl.Float64,
+    "pieces": pl.Int64,
+    "file": pl.Utf8,
+}
 COMM_SCHEMA = {
     "rank": pl.Int64,
     "name": pl.Utf8,
@@ -469,12 +97,13 @@ class _Timeline:
     ranks: list[int]  # ranks with lanes, in lane order
     tags: dict[int, list[str]]  # why an aggregated rank has lanes (C1, slowest step, …)
     total: int  # ranks in the step
-    split: pl.DataFrame  # the lanes' ranks: rank, part, dur_us, start_ms, dur_ms, evidence, owner
+    split: pl.DataFrame  # the lanes' ranks: rank, part, start_ms, dur_ms, when, detail, evidence, owner, pieces
     every: pl.DataFrame  # every rank's collectives of the step, aligned: group, seq, first_us, last_us, wait_us, …
     cited: pl.DataFrame  # (file, loc) of the rows the cause cites
     blocks: pl.DataFrame = field(default_factory=pl.DataFrame)  # the collectives drawn on the lanes, in ms
     windows: list[tuple[float, float]] = field(default_factory=list)  # ms
     dropped: int = 0  # blocks not drawn (LANE_BLOCKS)
+    placed: list[int] = field(default_factory=list)  # lane ranks whose upper lane is in time (step_blocks)
 
     @property
     def aggregated(self) -> bool:
@@ -524,17 +153,55 @@ def _split_rows(report: Report, step: Any) -> pl.DataFrame:
     )
 
 
-def _step_windows(report: Report, step: Any) -> pl.DataFrame:
-    """Each rank's start and end of ``step`` on the trace's clock, where a trace gives them."""
+def _block_rows(report: Report, step: Any) -> pl.DataFrame:
+    """The blocks in time of ``step`` (table step_blocks): per rank, compute, exposed communication and idle where
+    they happened, each with the exact time of each part it holds (a block may merge short stretches)."""
+    df = _table(report, "step_blocks")
+    if df.is_empty() or not {"rank", "step", "part", "start_us", "end_us"} <= set(df.columns):
+        return pl.DataFrame(schema=BLOCK_SCHEMA)
+    df = df.filter(pl.col("step").eq_missing(step))
+    cols = [
+        _num(c, pl.Float64) if c in df.columns else pl.lit(None, pl.Float64).alias(c)
+        for c in ("start_us", "end_us", "compute_us", "comm_us", "idle_us")
+    ]
+    out = df.select(
+        _num("rank", pl.Int64),
+        pl.col("part").cast(pl.Utf8),
+        *cols,
+        (_num("pieces", pl.Int64) if "pieces" in df.columns else pl.lit(1, pl.Int64)).fill_null(1).alias("pieces"),
+        (pl.col("source").cast(pl.Utf8) if "source" in df.columns else pl.lit(None, pl.Utf8)).alias("source"),
+    )
+    out = out.join(_block_files(report), on=["rank", "source"], how="left").with_columns(pl.col("file").fill_null(""))
+    known = pl.col("part").is_in([p for p, _, _ in BLOCK_PARTS])
+    return out.filter(known & pl.col("rank").is_not_null() & (pl.col("end_us") >= pl.col("start_us"))).drop("source")
+
+
+def _block_files(report: Report) -> pl.DataFrame:
+    """(rank, source, file): the file each rank's blocks were read from, by their source (`SOURCE_FILES`)."""
+    found = []
+    for r in report.source.get("ranks") or []:
+        files = r.get("files") if isinstance(r, dict) else None
+        if isinstance(files, dict) and isinstance(r.get("rank"), int):
+            found += [(r["rank"], src, str(files[f])) for src, f in SOURCE_FILES.items() if f in files]
+    return pl.DataFrame(found, schema={"rank": pl.Int64, "source": pl.Utf8, "file": pl.Utf8}, orient="row")
+
+
+def _step_windows(report: Report, step: Any, blocks: pl.DataFrame | None = None) -> pl.DataFrame:
+    """Each rank's start and end of ``step`` on the trace's clock: its blocks' span where it has blocks in time,
+    else the trace's step window (table trace_steps)."""
+    schema = {"rank": pl.Int64, "start_us": pl.Float64, "end_us": pl.Float64}
+    blocks = _block_rows(report, step) if blocks is None else blocks
+    spans = blocks.group_by("rank").agg(pl.col("start_us").min(), pl.col("end_us").max()).select(*schema)
     ts = _table(report, "trace_steps")
     if ts.is_empty() or not {"rank", "step", "start_us", "end_us"} <= set(ts.columns):
-        return pl.DataFrame(schema={"rank": pl.Int64, "start_us": pl.Float64, "end_us": pl.Float64})
+        return spans.sort("rank")
     if "scope" in ts.columns:
         ts = ts.filter(pl.col("scope") == "step")
     ts = ts.filter(pl.col("step").eq_missing(step) & pl.col("start_us").is_not_null())
-    return ts.unique("rank", keep="first", maintain_order=True).select(
+    traced = ts.unique("rank", keep="first", maintain_order=True).select(
         _num("rank", pl.Int64), _num("start_us", pl.Float64), _num("end_us", pl.Float64)
     )
+    return pl.concat([spans, traced.filter(~pl.col("rank").is_in(spans.get_column("rank").implode()))]).sort("rank")
 
 
 def _ops_rows(c: pl.DataFrame, step: Any) -> pl.DataFrame:
@@ -671,46 +338,61 @@ def _lane_ranks(
 
 
 def _first_with_rows(report: Report, step: Any) -> tuple[Any, str, pl.DataFrame, pl.DataFrame, pl.DataFrame] | None:
-    """(step, why, split rows, step windows, collectives) of the first step choice the report has rows for."""
+    """(step, why, split rows, blocks in time, collectives) of the first step choice the report has rows for."""
     for choice, why in _step_choices(report, step):
         split = _split_rows(report, choice)
-        windows = _step_windows(report, choice)
-        blocks = _comm_rows(report, choice, windows)
-        if not (split.is_empty() and blocks.is_empty()):
-            return choice, why, split, windows, blocks
+        placed = _block_rows(report, choice)
+        comm = _comm_rows(report, choice, _step_windows(report, choice, placed))
+        if not (split.is_empty() and placed.is_empty() and comm.is_empty()):
+            return choice, why, split, placed, comm
     if step is not None:
         raise ValueError(f"step {step} has no step or communication rows in this report")
     return None
 
 
 def _timeline_data(report: Report, step: Any, max_ranks: int) -> _Timeline | None:
+    """The step's content laid out before it is drawn: which ranks get lanes, the common clock (x = 0 at the
+    earliest step start, so blocks in time and collectives line up), the upper lanes and the collectives."""
     cause = report.causes[0] if report.causes else None
     found = _first_with_rows(report, step)
     if found is None:
         return None
-    step, why, split, windows, blocks = found
-    all_ranks = sorted(set(split.get_column("rank").to_list()) | set(blocks.get_column("rank").to_list()))
-    totals = split.group_by("rank").agg(pl.col("dur_us").sum().alias("total"))
-    ranks, tags = _lane_ranks(all_ranks, totals, cause, max_ranks)
-    starts = [s for s in (windows.get_column("start_us").min(), blocks.get_column("start_us").min()) if s is not None]
-    t0 = float(starts[0]) if starts else 0.0
-    which = f"step {step}" if step is not None else "the capture"
-    clock = (
-        f"ms from the start of {which} on its earliest rank"
-        if not windows.is_empty()
-        else f"ms from the first collective of {which} (the data has no step start)"
-        if not blocks.is_empty()
-        else f"ms into {which}"
+    step, why, split, placed, comm = found
+    windows = _step_windows(report, step, placed)
+    all_ranks = sorted(
+        set(split.get_column("rank").to_list())
+        | set(placed.get_column("rank").to_list())
+        | set(comm.get_column("rank").to_list())
     )
+    totals = pl.concat(
+        [
+            split.group_by("rank").agg(pl.col("dur_us").sum().alias("total")),
+            windows.select("rank", (pl.col("end_us") - pl.col("start_us")).alias("total")),
+        ]
+    ).unique("rank", keep="first", maintain_order=True)
+    ranks, tags = _lane_ranks(all_ranks, totals, cause, max_ranks)
+    starts = [s for s in (windows.get_column("start_us").min(), comm.get_column("start_us").min()) if s is not None]
+    t0 = float(starts[0]) if starts else 0.0
     owners = _citers([*report.causes, *report.findings])
     cited = pl.DataFrame(
         sorted(_citers([cause]) if cause else []), schema={"file": pl.Utf8, "loc": pl.Utf8}, orient="row"
     )
-    split = _place_split(split.filter(pl.col("rank").is_in(ranks)), windows, t0, owners)
-    tl = _Timeline(step, why, cause, t0, clock, ranks, tags, len(all_ranks), split, blocks, cited)
+    lanes = _lane_split(split, placed.filter(pl.col("rank").is_in(ranks)), ranks, windows, t0, owners)
+    tl = _Timeline(step, why, cause, t0, _clock(step, windows, comm), ranks, tags, len(all_ranks), lanes, comm, cited)
+    tl.placed = sorted(set(placed.get_column("rank").to_list()) & set(ranks))
     tl.windows = _cause_windows(tl)
     tl.blocks, tl.dropped = _lane_blocks(tl, owners)
     return tl
+
+
+def _clock(step: Any, windows: pl.DataFrame, comm: pl.DataFrame) -> str:
+    """What x = 0 is: the step's start on its earliest rank, else the step's first collective."""
+    which = f"step {step}" if step is not None else "the capture"
+    if not windows.is_empty():
+        return f"ms from the start of {which} on its earliest rank"
+    if not comm.is_empty():
+        return f"ms from the first collective of {which} (the data has no step start)"
+    return f"ms into {which}"
 
 
 def _owner_col(df: pl.DataFrame, owners: dict[tuple[str, str], str]) -> pl.DataFrame:
@@ -721,18 +403,87 @@ def _owner_col(df: pl.DataFrame, owners: dict[tuple[str, str], str]) -> pl.DataF
     return df.join(table, on=["file", "loc"], how="left").with_columns(pl.col("owner").fill_null(""))
 
 
-def _place_split(split: pl.DataFrame, windows: pl.DataFrame, t0: float, owners: dict) -> pl.DataFrame:
-    """Each rank's split laid end to end from its step start (or from x = 0 where no trace gives it)."""
-    split = split.join(windows.select("rank", "start_us"), on="rank", how="left")
-    origin = ((pl.col("start_us") - t0) / 1000.0).fill_null(0.0)
-    split = split.with_columns(
-        (origin + pl.col("dur_us").cum_sum().over("rank", order_by="order") / 1000.0 - pl.col("dur_us") / 1000.0).alias(
-            "start_ms"
+def _lane_split(
+    split: pl.DataFrame, placed: pl.DataFrame, ranks: list[int], windows: pl.DataFrame, t0: float, owners: dict
+) -> pl.DataFrame:
+    """The upper lanes: each rank's blocks in time where the report has them, else its step totals laid end to
+    end. Either way a block leads to the rank's step row (step_trace_time.csv line, or the trace events that
+    bound the step) and to the cause or finding citing it."""
+    rows = _owner_col(split.filter(pl.col("rank").is_in(ranks)), owners)
+    rows = rows.with_columns(pl.concat_str(_esc_col(rows, "file"), pl.col("at")).alias("evidence"))
+    step_row = rows.unique("rank", keep="first", maintain_order=True).select("rank", "evidence", "owner")
+    totals = _place_totals(rows.filter(~pl.col("rank").is_in(placed.get_column("rank").implode())), windows, t0)
+    return pl.concat([_place_blocks(placed, step_row, t0), totals], how="vertical_relaxed").sort("rank", "start_ms")
+
+
+def _place_blocks(placed: pl.DataFrame, step_row: pl.DataFrame, t0: float) -> pl.DataFrame:
+    """Blocks in time, in ms on the common clock. A block that merges short stretches is drawn as its exact
+    compute, exposed communication and idle time side by side within its span (paler: their order inside it is
+    not kept), so each part's bars on a lane add up to exactly the rank's time in that part."""
+    names = {p: name for p, name, _ in BLOCK_PARTS}
+    amounts = [f"{p}_us" for p, _, _ in BLOCK_PARTS]
+    b = placed.with_row_index("_b").join(step_row, on="rank", how="left")
+    b = b.with_columns(
+        pl.col("evidence", "owner").fill_null(""),
+        pl.format("{} ms from {} ms", _ms3(pl.col("end_us") - pl.col("start_us")), _ms3(pl.col("start_us") - t0)).alias(
+            "_span"
         ),
-        (pl.col("dur_us") / 1000.0).alias("dur_ms"),
+        pl.concat_str(pl.lit("in time from "), _esc_col(b, "file")).alias("_from"),
     )
-    split = _owner_col(split, owners)
-    return split.with_columns(pl.concat_str(_esc_col(split, "file"), pl.col("at")).alias("evidence"))
+    long = b.drop("part").unpivot(
+        index=["_b", "rank", "start_us", "pieces", "evidence", "owner", "_from", "_span"],
+        on=amounts,
+        variable_name="part",
+        value_name="us",
+    )
+    order = {f"{p}_us": i for i, p in enumerate(names)}
+    long = long.with_columns(pl.col("part").replace_strict(order, return_dtype=pl.Int64).alias("_o"))
+    long = long.with_columns(pl.col("part").str.strip_suffix("_us").replace_strict(names, return_dtype=pl.Utf8))
+    long = (
+        long.filter(pl.col("us") > 0)
+        .sort("_b", "_o")
+        .with_columns((pl.col("us").cum_sum().over("_b") - pl.col("us")).alias("_before"))
+    )
+    merged = pl.format("{} ms of a block of {} that merges {} short stretches", _ms3(pl.col("us")), "_span", "pieces")
+    return long.select(
+        "rank",
+        "part",
+        ((pl.col("start_us") + pl.col("_before") - t0) / 1000.0).alias("start_ms"),
+        (pl.col("us") / 1000.0).alias("dur_ms"),
+        pl.when(pl.col("pieces") > 1).then(merged).otherwise(pl.col("_span")).alias("when"),
+        pl.col("_from").alias("detail"),
+        "evidence",
+        "owner",
+        "pieces",
+        pl.col("_b").cast(pl.Int64).alias("block_id"),
+    )
+
+
+def _ms3(us: pl.Expr) -> pl.Expr:
+    return (us / 1000.0).round(3)
+
+
+def _place_totals(rows: pl.DataFrame, windows: pl.DataFrame, t0: float) -> pl.DataFrame:
+    """Step totals laid end to end from the rank's step start (or from x = 0 where nothing gives it): for a rank
+    whose data places nothing in time (no trace, no timed kernel rows)."""
+    rows = rows.join(windows.select("rank", "start_us"), on="rank", how="left")
+    origin = ((pl.col("start_us") - t0) / 1000.0).fill_null(0.0)
+    ends = pl.col("dur_us").cum_sum().over("rank", order_by="order") / 1000.0
+    rows = rows.with_columns(
+        (origin + ends - pl.col("dur_us") / 1000.0).alias("start_ms"), (pl.col("dur_us") / 1000.0).alias("dur_ms")
+    )
+    return rows.select(
+        "rank",
+        "part",
+        "start_ms",
+        "dur_ms",
+        pl.format("{} ms in the step", pl.col("dur_ms").round(3)).alias("when"),
+        pl.lit("a total, not placed in time: this rank has no trace or timed kernel rows").alias("detail"),
+        "evidence",
+        "owner",
+        pl.lit(1, pl.Int64).alias("pieces"),
+        pl.lit(None, pl.Int64).alias("block_id"),
+    )
 
 
 def _cause_windows(tl: _Timeline) -> list[tuple[float, float]]:
@@ -794,6 +545,9 @@ def _bars(name: str, color: str, df: pl.DataFrame, y: pl.Expr, base: str, x: str
     if df.is_empty():
         return None
     cols = df.select(y.alias("y"), pl.col(base), pl.col(x), pl.concat_list(custom).alias("cd"))
+    marker: dict[str, Any] = {"color": color, "line": {"width": 0}}
+    if "pieces" in df.columns and (df.get_column("pieces") > 1).any():  # merged blocks paler
+        marker["opacity"] = df.select(pl.when(pl.col("pieces") > 1).then(0.55).otherwise(1.0)).to_series().to_list()
     return go.Bar(
         name=name,
         orientation="h",
@@ -802,7 +556,7 @@ def _bars(name: str, color: str, df: pl.DataFrame, y: pl.Expr, base: str, x: str
         x=cols.get_column(x).to_list(),
         customdata=cols.get_column("cd").to_list(),
         width=0.62,
-        marker={"color": color, "line": {"width": 0}},
+        marker=marker,
         hovertemplate=hover,
     )
 
@@ -812,17 +566,19 @@ def _click(owner: pl.Expr) -> pl.Expr:
 
 
 def _split_traces(tl: _Timeline, lane_of: dict[int, tuple[str, str]]) -> list:
-    """One bar trace per part of the split: compute, exposed communication, idle."""
+    """One bar trace per part: compute, exposed communication, idle (in time, or a rank's totals)."""
     y = pl.col("rank").replace_strict({r: v[0] for r, v in lane_of.items()}, return_dtype=pl.Utf8)
     hover = (
-        "%{y}<br><b>%{customdata[0]}</b>: %{x:,.3f} ms in the step (a total; the report does not place it in time)"
-        "<br>%{customdata[1]}<br>%{customdata[2]}<extra></extra>"
+        "%{y}<br><b>%{customdata[0]}</b>: %{customdata[1]}<br>%{customdata[2]}<br>%{customdata[3]}"
+        "<br>%{customdata[4]}<extra></extra>"
     )
+    colors = {name: color for _, name, color in (*BLOCK_PARTS, *COST_PARTS, *TABLE_PARTS)}
+    order = {name: i for i, name in enumerate(colors)}
     out = []
-    colors = {name: color for _, name, color in (*COST_PARTS, *TABLE_PARTS)}
-    for (part,), df in tl.split.group_by("part", maintain_order=True):
-        custom = [pl.col("part"), pl.col("evidence"), _click(pl.col("owner")), pl.col("owner")]
-        out.append(_bars(str(part), colors[str(part)], df, y, "start_ms", "dur_ms", custom, hover))
+    split = tl.split.with_columns(pl.col("part").replace_strict(order, return_dtype=pl.Int64).alias("_o"))
+    for (part,), df in split.sort("_o", "rank", "start_ms").group_by("part", maintain_order=True):
+        custom = [pl.col("part"), pl.col("when"), pl.col("detail"), pl.col("evidence"), _click(pl.col("owner"))]
+        out.append(_bars(str(part), colors[str(part)], df, y, "start_ms", "dur_ms", [*custom, pl.col("owner")], hover))
     return [t for t in out if t is not None]
 
 
@@ -1050,9 +806,32 @@ def _note(tl: _Timeline) -> str:
         parts.append(f"{tl.cause.id}'s ranks ({hot}) are shaded")
         if tl.windows:
             parts.append(f"dotted windows: where ranks wait at the collectives {tl.cause.id} cites")
+    parts += _placement_note(tl)
     if tl.dropped:
         parts.append(f"{tl.dropped:,} shorter collectives are not drawn (at most {LANE_BLOCKS} per lane)")
     return "; ".join(parts)
+
+
+def _placement_note(tl: _Timeline) -> list[str]:
+    """Which upper lanes are in time, how many short stretches their blocks merge, and which show totals."""
+    out = []
+    if tl.placed:
+        many = tl.split.filter((pl.col("pieces") > 1) & pl.col("rank").is_in(tl.placed)).unique("block_id")
+        n, blocks = int(many.get_column("pieces").sum() or 0), many.height
+        merged = (
+            f"; {n:,} short stretches are merged into {blocks} blocks (each block's hover gives the exact compute, "
+            "exposed communication and idle time in it)"
+            if n
+            else ""
+        )
+        out.append(f"upper lanes: compute, exposed communication and idle where they happened{merged}")
+    totals = [r for r in tl.ranks if r not in tl.placed and r in set(tl.split.get_column("rank").to_list())]
+    if totals:
+        out.append(
+            f"rank{'s' if len(totals) > 1 else ''} {', '.join(map(str, totals))}: the step's totals end to end "
+            "(no trace or timed kernel rows place them in time)"
+        )
+    return out
 
 
 def _timeline_meta(tl: _Timeline, lanes: list[str]) -> dict[str, Any]:
@@ -1066,15 +845,17 @@ def _timeline_meta(tl: _Timeline, lanes: list[str]) -> dict[str, Any]:
         "lanes": lanes,
         "windows": [list(w) for w in tl.windows],
         "clock": tl.clock,
+        "in_time": tl.placed,
         "note": _note(tl),
     }
 
 
 def timeline(report: Report, step: Any = None, *, max_ranks: int = TIMELINE_RANKS) -> go.Figure | None:
-    """One step on the common clock, one pair of lanes per rank: the step's compute, exposed communication and
-    idle time (totals, laid end to end from the rank's step start: the report keeps them per step, not per
-    kernel), and the rank's collectives where they happened — the part before the last rank arrives drawn as
-    waiting, a line joining each collective across ranks. The first cause's ranks are shaded and the collectives
+    """One step on the common clock, one pair of lanes per rank: the rank's compute, exposed communication and
+    idle time where they happened (table step_blocks; a rank whose data places nothing in time shows its step's
+    totals end to end, and the note says which), and the rank's collectives where they happened — the part
+    before the last rank arrives drawn as waiting, a line joining each collective across ranks. The first cause's
+    ranks are shaded and the collectives
     it cites outlined as windows; every block leads (hover, click on the page) to its source row and to the
     cause or finding citing it.
 
@@ -1114,14 +895,3 @@ def timeline(report: Report, step: Any = None, *, max_ranks: int = TIMELINE_RANK
         meta=_timeline_meta(tl, lanes),
     )
     return _figure(traces, layout)
-
-
-# The figures the HTML report draws, by the key its page uses.
-FIGURES: dict[str, Callable[[Report], go.Figure | None]] = {
-    "timeline": timeline,
-    "breakdown": breakdown,
-    "rank_comparison": rank_comparison,
-    "boundness": boundness,
-    "comm_bandwidth": bandwidth,
-    "compare_buckets": compare_buckets,
-}

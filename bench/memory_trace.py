@@ -1,0 +1,145 @@
+"""Real multi-rank Kineto traces with memory events: N processes train a small MLP over gloo with
+``profile_memory=True``.
+
+Why: profan's memory analysis must find each rank's peak, what holds memory at the peak and the imbalance of peaks
+across ranks on traces a real profiler wrote. ``profile_memory=True`` makes Kineto write one ``[memory]`` instant
+event per allocation and free (args ``Addr``, ``Bytes``, ``Total Allocated``, ``Total Reserved``, ``Device Type``,
+``Device Id``); CPU-only training over gloo is the one setting every machine can run.
+
+The model: ``--layers`` blocks of Linear(dim, hidden) → GELU → Linear(hidden, dim), a squared-output loss,
+backward, gradients averaged by ``DistributedDataParallel`` (gloo), Adam (whose state is allocated in the first
+step). Rank R trains on ``--tokens × (1 + R × --skew)`` tokens per step, so the ranks' activation peaks differ on
+purpose (an uneven micro-batch). torch.profiler records CPU activity with a schedule (1 wait, 1 warm-up,
+``--steps`` active steps: ``ProfilerStep#2`` …), ``record_shapes=True``, ``with_stack=False``, and writes one trace
+per rank: ``OUT/rank{R}.pt.trace.json.gz``. ``OUT/ground_truth.toml`` records the settings.
+
+    python bench/memory_trace.py --out fixtures/torch/memory_gloo_2rank
+
+It needs PyTorch, which profan does not depend on: run it with a Python that has torch (a CPU build is enough).
+"""
+
+from __future__ import annotations
+
+import argparse
+import gzip
+import json
+import os
+import shutil
+import socket
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+import torch
+import torch.distributed as dist
+import torch.multiprocessing as mp
+import torch.nn.functional as F
+from torch import nn
+from torch.nn.parallel import DistributedDataParallel
+from torch.profiler import ProfilerActivity, profile, schedule
+
+
+def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
+    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    p.add_argument("--ranks", type=int, default=2, help="processes (ranks), gloo backend (2)")
+    p.add_argument("--steps", type=int, default=3, help="profiled steps, after 1 wait and 1 warm-up step (3)")
+    p.add_argument("--tokens", type=int, default=4096, help="tokens of rank 0 per step (4096)")
+    p.add_argument("--skew", type=float, default=1.0, help="rank R trains on tokens × (1 + R × skew) (1.0)")
+    p.add_argument("--dim", type=int, default=256, help="model width (256)")
+    p.add_argument("--hidden", type=int, default=1024, help="MLP width (1024)")
+    p.add_argument("--layers", type=int, default=3, help="MLP blocks (3)")
+    p.add_argument("--seed", type=int, default=0, help="seed of weights and data (0)")
+    p.add_argument("--out", type=Path, required=True, help="folder for the traces (created; old traces replaced)")
+    return p.parse_args(argv)
+
+
+class Block(nn.Module):
+    def __init__(self, dim: int, hidden: int):
+        super().__init__()
+        self.up, self.down = nn.Linear(dim, hidden), nn.Linear(hidden, dim)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return x + self.down(F.gelu(self.up(x)))
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def tokens_of(args: argparse.Namespace, rank: int) -> int:
+    return int(args.tokens * (1 + rank * args.skew))
+
+
+def worker(rank: int, args: argparse.Namespace, port: int, tmp: str) -> None:
+    os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port))
+    torch.set_num_threads(1)
+    dist.init_process_group("gloo", rank=rank, world_size=args.ranks)
+    torch.manual_seed(args.seed)
+    model = DistributedDataParallel(nn.Sequential(*(Block(args.dim, args.hidden) for _ in range(args.layers))))
+    opt = torch.optim.Adam(model.parameters(), lr=1e-3)
+    data = torch.Generator().manual_seed(args.seed + rank)
+    path = Path(tmp) / f"rank{rank}.pt.trace.json"
+    with profile(
+        activities=[ProfilerActivity.CPU],
+        schedule=schedule(wait=1, warmup=1, active=args.steps, repeat=1),
+        record_shapes=True,
+        profile_memory=True,
+        with_stack=False,
+        on_trace_ready=lambda p: p.export_chrome_trace(str(path)),
+    ) as prof:
+        for _ in range(2 + args.steps):
+            x = torch.randn(tokens_of(args, rank), args.dim, generator=data)
+            opt.zero_grad(set_to_none=True)
+            loss = model(x).pow(2).mean()
+            loss.backward()
+            opt.step()
+            del x, loss
+            prof.step()
+    dist.barrier()
+    dist.destroy_process_group()
+
+
+def _write(src: Path, out: Path) -> Path:
+    dst = out / (src.name + ".gz")
+    with open(src, "rb") as fh, gzip.GzipFile(dst, "wb", compresslevel=9, mtime=0) as gz:
+        shutil.copyfileobj(fh, gz)
+    return dst
+
+
+def _ground_truth(args: argparse.Namespace) -> str:
+    """The settings, as TOML beside the traces (not .json: a folder's *.json files are read as traces)."""
+    fields = {
+        "ranks": args.ranks,
+        "profiled_steps": args.steps,
+        "tokens_per_rank": [tokens_of(args, r) for r in range(args.ranks)],
+        "dim": args.dim,
+        "hidden": args.hidden,
+        "layers": args.layers,
+        "optimizer": "Adam",
+        "torch": torch.__version__,
+    }
+    return "".join(f"{k} = {json.dumps(v)}\n" for k, v in fields.items())
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = parse_args(argv)
+    args.out.mkdir(parents=True, exist_ok=True)
+    for old in args.out.glob("rank*.pt.trace.json*"):
+        old.unlink()
+    t0 = time.perf_counter()
+    with tempfile.TemporaryDirectory() as tmp:
+        mp.spawn(worker, args=(args, _free_port(), tmp), nprocs=args.ranks, join=True)
+        written = [_write(p, args.out) for p in sorted(Path(tmp).glob("rank*.pt.trace.json"))]
+    truth = args.out / "ground_truth.toml"
+    truth.write_text(_ground_truth(args), encoding="utf-8")
+    for p in [*written, truth]:
+        print(f"{p}  {p.stat().st_size:,} bytes")
+    print(json.dumps({"seconds": round(time.perf_counter() - t0, 1)}))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

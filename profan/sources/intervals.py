@@ -1,0 +1,210 @@
+"""A device's busy and idle time placed in time: per step, the blocks of compute, exposed communication and idle
+that the report's timeline draws, and the interval union the step totals are summed from.
+
+Every source of device time ends here the same way: its events (Kineto device lanes, the Overlap Analysis lanes of
+``trace_view.json``, the timed rows of ``kernel_details.csv``) become the union of the compute events and the union
+of the communication events of each step (`union_runs`; the step totals are the lengths of these same runs), and
+`step_blocks` cuts the step's window into the stretches where the device computes, only communicates (exposed
+communication), or does nothing. A point in time is compute when any compute event covers it, exposed
+communication when only communication does, idle otherwise — the split step_trace_time.csv writes.
+
+The result travels from the per-rank map to the report, so it is bounded: a step keeps at most `STEP_BLOCKS`
+blocks (fewer when a rank has many steps, `RANK_BLOCKS` over all of them). When a step has more stretches than
+that, the longest stand alone and each run of shorter ones between them becomes one block, labelled by the part
+that fills most of it. A block keeps the exact compute, exposed communication and idle time it holds and how many
+stretches it merged (``pieces``), so the totals stay exact: the blocks' ``compute_us`` add up to the step's
+compute, their ``comm_us`` to its exposed communication, their ``idle_us`` to its idle time, and their lengths
+to its window.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import polars as pl
+
+from profan.rulepack import limits
+
+STEP_BLOCKS = 31  # blocks kept per (rank, step) at most: 15 long stretches and the merged runs between them
+RANK_BLOCKS = 480  # blocks kept per rank over all its steps: a rank with many steps keeps fewer per step
+MIN_STEP_BLOCKS = 5  # … but never fewer than this per step
+PARTS = ("compute", "comm", "idle")
+# where a rank's blocks come from (their ``source``) -> the logical file of the rank they were read from
+SOURCE_FILES = {
+    "device_lanes": "kineto_trace",
+    "overlap_analysis": "trace_view",
+    "kernel_details": "kernel_details",
+    "ascend_db": "kernel_details",  # the DB's task rows, which the rank cites as its kernel file (<db>#TASK)
+}
+BLOCK_SCHEMA = {
+    "step": pl.Int64,
+    "part": pl.Utf8,
+    "start_us": pl.Float64,
+    "end_us": pl.Float64,
+    "compute_us": pl.Float64,
+    "comm_us": pl.Float64,
+    "idle_us": pl.Float64,
+    "pieces": pl.UInt32,
+}
+
+
+def union_runs(frame: pl.DataFrame, by: list[str]) -> pl.DataFrame:
+    """The union of the [ts_us, end_us) intervals of each group as disjoint runs (columns ``*by, ts_us,
+    end_us``): overlapping or touching events become one run."""
+    s = frame.select(*by, "ts_us", "end_us").sort(*by, "ts_us")
+    s = s.with_columns(pl.col("end_us").cum_max().shift(1).over(by).alias("_prev"))
+    s = s.with_columns(
+        (pl.col("_prev").is_null() | (pl.col("ts_us") > pl.col("_prev")))
+        .cast(pl.Int64)
+        .cum_sum()
+        .over(by)
+        .alias("_run")
+    )
+    runs = s.group_by(*by, "_run").agg(pl.col("ts_us").min(), pl.col("end_us").max())
+    return runs.drop("_run").sort(*by, "ts_us", nulls_last=True)
+
+
+def union_length(runs: pl.DataFrame, by: list[str], name: str) -> pl.DataFrame:
+    """Per group, the length of its runs (`union_runs`): the time at least one event covers."""
+    return runs.group_by(by).agg((pl.col("end_us") - pl.col("ts_us")).sum().alias(name))
+
+
+def per_step_blocks(steps: int) -> int:
+    """Blocks one step may keep when its rank has ``steps`` steps (odd: the long stretches and the runs between)."""
+    n = max(MIN_STEP_BLOCKS, min(STEP_BLOCKS, RANK_BLOCKS // max(steps, 1)))
+    return n if n % 2 else n - 1
+
+
+def step_blocks(windows: pl.DataFrame, compute: pl.DataFrame, comm: pl.DataFrame, by: list[str]) -> pl.DataFrame:
+    """The blocks of each window (columns ``*by, start_us, end_us``), from the compute and communication intervals
+    of the same groups (``ts_us, end_us``: the runs of `union_runs` where the caller has them for its totals, or the
+    events themselves — overlaps are counted, not summed; anything outside a window is clipped to it): ``*by, part,
+    start_us, end_us, compute_us, comm_us, idle_us, pieces``, in time order, covering the window end to end. One
+    rank's windows: the bound per step depends on how many steps the rank has (`per_step_blocks`)."""
+    w = windows.select(*by, "start_us", "end_us").filter(pl.col("end_us") > pl.col("start_us")).with_row_index("_g")
+    if w.is_empty():
+        return pl.DataFrame(schema={**{b: windows.schema[b] for b in by}, **BLOCK_SCHEMA})
+    segs = _stretches(w, _clipped(compute, w, by), _clipped(comm, w, by))
+    blocks = _merge_short(segs, per_step_blocks(w.height))
+    keys = w.select("_g", *by)
+    return keys.join(blocks, on="_g").drop("_g").sort(*by, "start_us", nulls_last=True)
+
+
+def _clipped(runs: pl.DataFrame, w: pl.DataFrame, by: list[str]) -> pl.DataFrame:
+    """Intervals joined to their window (``_g``) and clipped to it."""
+    win = w.select("_g", *by, pl.col("start_us").alias("_w0"), pl.col("end_us").alias("_w1"))
+    j = runs.join(win, on=by, nulls_equal=True)
+    ts, end = pl.max_horizontal("ts_us", "_w0"), pl.min_horizontal("end_us", "_w1")
+    return j.select("_g", ts.alias("ts_us"), end.alias("end_us")).filter(pl.col("end_us") > pl.col("ts_us"))
+
+
+def _stretches(w: pl.DataFrame, compute: pl.DataFrame, comm: pl.DataFrame) -> pl.DataFrame:
+    """The exact stretches of each window (``_g, part, a, b``): a sweep over the interval boundaries — a compute
+    interval opens (+1) at its start and closes (-1) at its end, a communication one alike — so the count of open
+    intervals says what covers the stretch up to the next boundary; neighbours of one part are then joined.
+    Intervals are clipped to their window, so every window's counts are back at 0 at its end, and one pass over
+    all windows, sorted, does for them all: a rank with hundreds of steps costs one sort, no expression per
+    window."""
+
+    def edges(f: pl.DataFrame, start: str, end: str, dc: int, dm: int) -> list[pl.DataFrame]:
+        return [
+            f.select(
+                "_g",
+                pl.col(col).alias("a"),
+                pl.lit(sign * dc, pl.Int32).alias("dc"),
+                pl.lit(sign * dm, pl.Int32).alias("dm"),
+            )
+            for col, sign in ((start, 1), (end, -1))
+        ]
+
+    ev = pl.concat(
+        [
+            *edges(w, "start_us", "end_us", 0, 0),
+            *edges(compute, "ts_us", "end_us", 1, 0),
+            *edges(comm, "ts_us", "end_us", 0, 1),
+        ]
+    )
+    segs = ev.group_by("_g", "a").agg(pl.col("dc", "dm").sum()).sort("_g", "a")
+    same = pl.col("_g").shift(-1) == pl.col("_g")
+    segs = segs.with_columns(
+        pl.col("dc").cum_sum().alias("_c"), pl.col("dm").cum_sum().alias("_m"), pl.col("a").shift(-1).alias("b")
+    ).filter(same & (pl.col("b") > pl.col("a")))
+    part = pl.when(pl.col("_c") > 0).then(pl.lit("compute")).when(pl.col("_m") > 0).then(pl.lit("comm"))
+    segs = segs.with_columns(part.otherwise(pl.lit("idle")).alias("part"))
+    fresh = ((pl.col("part") != pl.col("part").shift(1)) | (pl.col("_g") != pl.col("_g").shift(1))).fill_null(True)
+    segs = segs.with_columns(fresh.cum_sum().alias("_run"))
+    runs = segs.group_by("_run").agg(pl.col("_g", "part").first(), pl.col("a").min(), pl.col("b").max())
+    return runs.drop("_run").sort("_g", "a")
+
+
+def _merge_short(segs: pl.DataFrame, keep: int) -> pl.DataFrame:
+    """At most ``keep`` blocks per window: with more stretches, the ``keep // 2`` longest stand alone and each run
+    of shorter ones between them is one block, its part the one that fills most of it."""
+    length = pl.col("b") - pl.col("a")
+    longest = length.rank("ordinal", descending=True).over("_g") <= keep // 2
+    alone = (pl.len().over("_g") <= keep) | longest
+    segs = segs.with_columns(length.alias("_len"), alone.alias("_alone"))
+    fresh = pl.col("_alone") | pl.col("_alone").shift(1).fill_null(True).over("_g")
+    segs = segs.with_columns(fresh.cast(pl.Int64).cum_sum().over("_g").alias("_block"))
+    blocks = segs.group_by("_g", "_block").agg(
+        pl.col("a").min().alias("start_us"),
+        pl.col("b").max().alias("end_us"),
+        *[pl.col("_len").filter(pl.col("part") == p).sum().alias(f"{p}_us") for p in PARTS],
+        pl.len().alias("pieces"),
+    )
+    c, m, i = pl.col("compute_us"), pl.col("comm_us"), pl.col("idle_us")
+    part = (
+        pl.when((c >= m) & (c >= i)).then(pl.lit("compute")).when(m >= i).then(pl.lit("comm")).otherwise(pl.lit("idle"))
+    )
+    return blocks.select("_g", part.alias("part"), "start_us", "end_us", "compute_us", "comm_us", "idle_us", "pieces")
+
+
+def placed() -> pl.Expr:
+    """Whether a timed kernel row has a place in time: a start that is a number."""
+    return pl.col("start_us").is_not_null() & pl.col("start_us").is_finite() & pl.col("dur_us").is_not_null()
+
+
+def unplaced(rows: pl.DataFrame) -> int:
+    """Timed kernel rows without a place in time (`placed`), which `kernel_blocks` leaves out: said as a warning."""
+    return int(rows.select((~placed()).sum()).item())
+
+
+def kernel_blocks(rows: pl.DataFrame, is_comm: pl.Expr) -> pl.DataFrame:
+    """Blocks of a kernel file's timed rows (``step, op, core, start_us, dur_us``; Ascend ``kernel_details.csv``
+    read without ``trace_view.json``). The file gives no step start: a step's window runs from the start of its
+    first kernel to the end of its last one, by ``Step Id`` — on the Qwen3 sample exactly step_trace_time.csv's
+    Stage. A row without a start (not a number) has no place in time and is left out here, as the README says;
+    its duration still counts in the step's totals elsewhere."""
+    r = rows.filter(placed())
+    r = r.select("step", "start_us", (pl.col("start_us") + pl.col("dur_us")).alias("end_us"), is_comm.alias("_comm"))
+    r = r.rename({"start_us": "ts_us"})
+    if r.is_empty():
+        return pl.DataFrame(schema=BLOCK_SCHEMA)
+    windows = r.group_by("step").agg(pl.col("ts_us").min().alias("start_us"), pl.col("end_us").max())
+    by = ["step"]
+    return step_blocks(windows, r.filter(~pl.col("_comm")), r.filter("_comm"), by)  # no totals: no runs needed
+
+
+def kernel_file_blocks(path: Path, is_comm: pl.Expr, variant: str) -> tuple[pl.DataFrame, int]:
+    """`kernel_blocks` of a kernel file too big for the kernel pass to keep its rows (it streams them): the rows'
+    step, start, end and whether they communicate, streamed in a pass of their own, then cut into blocks. The
+    blocks are cached (`cache.cached_table`) like the pass's groups, so analysing the file again skips the pass;
+    ``variant`` names what decides communication (the roles), which the cached blocks depend on. With the blocks,
+    how many rows had no place in time (`unplaced`)."""
+    from profan.sources import ascend_kernels
+    from profan.sources.cache import cached_table
+
+    def build() -> tuple[pl.DataFrame, dict]:
+        kf = ascend_kernels.inspect(path)
+        rows = (
+            ascend_kernels.scan(kf)
+            .filter(~pl.col("bad") & pl.col("dur_us").is_not_null())
+            .select("step", "op", "core", "start_us", "dur_us")
+            .with_columns(is_comm.alias("_comm"))
+            .select("step", "start_us", "dur_us", "_comm")
+            .collect(engine="streaming")
+        )
+        return kernel_blocks(rows, pl.col("_comm")), {"unplaced": unplaced(rows)}
+
+    blocks, facts, _ = cached_table(path, f"step_blocks/{variant}/dur<={limits.active().max_duration_us}", build)
+    return blocks, int(facts.get("unplaced", 0))
