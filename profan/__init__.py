@@ -15,13 +15,13 @@ from __future__ import annotations
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from profan.compare import compare
 from profan.model.errors import ProfanError, ProfanInputError
-from profan.model.report import Report
-from profan.pipeline import analyze
 
 if TYPE_CHECKING:
     from profan import figures
+    from profan.comparison import compare
+    from profan.model.report import Report
+    from profan.pipeline import analyze
 
 __version__ = "0.1.0"
 __all__ = [
@@ -52,10 +52,21 @@ def evidence(
     return evidence_doc(report, data_root, item_id, limit=limit)
 
 
-def __getattr__(name: str) -> Any:
-    # the figures import Plotly's figure classes: loaded on first use, not with every `import profan`
-    if name == "figures":
-        import importlib
+# loaded on first use, not with every `import profan`: the pipeline brings polars, the figures Plotly, and a
+# command that stops at its arguments (`profan --help`, a bad option) needs neither
+_LAZY = {
+    "analyze": ("profan.pipeline", "analyze"),
+    "compare": ("profan.comparison", "compare"),
+    "Report": ("profan.model.report", "Report"),
+    "figures": ("profan.figures", None),
+}
 
-        return importlib.import_module("profan.figures")
-    raise AttributeError(f"module 'profan' has no attribute {name!r}")
+
+def __getattr__(name: str) -> Any:
+    if name not in _LAZY:
+        raise AttributeError(f"module 'profan' has no attribute {name!r}")
+    import importlib
+
+    module, attr = _LAZY[name]
+    value = importlib.import_module(module)
+    return value if attr is None else getattr(value, attr)

@@ -13,7 +13,6 @@ from typing import Annotated, NoReturn
 
 import typer
 
-from profan.app import output
 from profan.model.errors import EXIT_BAD_INPUT, EXIT_FINDINGS, EXIT_INTERNAL, EXIT_OK, ProfanError, ProfanInputError
 from profan.render.textfmt import visible
 
@@ -308,6 +307,7 @@ def analyze(
     debug: Debug = False,
 ) -> None:
     """Analyse a profiler output directory into a report."""
+    from profan.app import output
     from profan.pipeline import analyze as run
 
     _mode(verbose, quiet, debug)
@@ -333,6 +333,7 @@ def analyze(
 
 def _emit_report(report, fmt: str, out: Path | None, brief: bool, quiet: bool, read: list[Path]) -> None:
     """Write and print a report as `analyze` was asked: the file with -o, the brief or the report on stdout."""
+    from profan.app import output
     from profan.render import render
 
     if out is not None:
@@ -592,8 +593,9 @@ def compare(
     debug: Debug = False,
 ) -> None:
     """Compare two ranks of one job or two runs: step totals, bucket and kernel deltas (B minus A), with rows."""
-    from profan.compare import compare as run_compare
-    from profan.compare import regression_limits, regressions
+    from profan.app import output
+    from profan.comparison import compare as run_compare
+    from profan.comparison import regression_limits, regressions
     from profan.rulepack.pack import load
 
     _mode(verbose, quiet, debug)
@@ -628,6 +630,7 @@ def _rank_pair(ranks: str | None) -> tuple[int, ...] | None:
 
 def _emit_compare(report, fmt: str, out: Path | None, brief: bool, quiet: bool, rules: list[Path]) -> None:
     """Write and print a comparison as `compare` was asked: the file with -o, the brief or the report on stdout."""
+    from profan.app import output
     from profan.render import render
     from profan.render.compare_markdown import render_compare_markdown
 

@@ -15,12 +15,15 @@ from __future__ import annotations
 import os
 from collections.abc import Callable, Iterable
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from profan.model.errors import ProfanInputError
-from profan.model.report import Report
 from profan.sources.cache import cache_dir
 from profan.sources.discover import base_dir
 from profan.trust import inside
+
+if TYPE_CHECKING:
+    from profan.model.report import Report
 
 
 def check_target(out: Path) -> None:

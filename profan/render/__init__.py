@@ -4,8 +4,10 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from pathlib import Path
+from typing import TYPE_CHECKING
 
-from profan.model.report import Report
+if TYPE_CHECKING:
+    from profan.model.report import Report
 
 FORMATS = ("md", "json", "html", "xlsx")
 

@@ -35,6 +35,8 @@ def step_summary(report: Report) -> dict[str, Any] | None:
         per = df.drop_nulls(["step", "step_us"]).group_by("step").agg(pl.col("step_us").max()).sort("step")
         if per.is_empty():
             continue
+        if name == "steps" and "file" in df.columns and df["file"].str.ends_with("#STEP_TIME").all():
+            source = "the DB export's STEP_TIME table"
         return {"step_us": per["step_us"].mean(), "steps": per["step"].to_list(), "source": source}
     measured = [c.step_us for c in report.causes if c.step_us]
     if measured:

@@ -14,6 +14,7 @@ number formats show the unit (µs, ms, %).
 
 from __future__ import annotations
 
+import io
 import json
 import re
 from collections.abc import Iterator
@@ -68,7 +69,11 @@ NAMED_SHEETS = {"breakdown": "Breakdown", "top_kernels": "Top kernels", "communi
 def render_xlsx(report: Report, out: Path | None = None) -> str | None:
     if out is None:
         raise ValueError("the xlsx format needs an output file (-o report.xlsx)")
-    build_workbook(report).save(out)
+    # saved in memory first: a write-only workbook whose save fails half way leaves its sheets' row writers open,
+    # and they complain on stderr when collected; a target that cannot be written then fails on plain bytes
+    buf = io.BytesIO()
+    build_workbook(report).save(buf)
+    Path(out).write_bytes(buf.getvalue())
     return None
 
 
