@@ -526,3 +526,37 @@ def test_steps_in_time_from_the_db_task_rows(db_report):
         assert b["idle_us"].sum() == pytest.approx(row["free_us"], abs=2)
         b = b.sort("start_us")
         assert (b["start_us"].shift(-1).head(b.height - 1) == b["end_us"].head(b.height - 1)).all()
+
+
+@pytest.mark.parametrize("rank", [0, 1])
+def test_waited_peer_from_the_db_hccl_tasks(db_report, rank):
+    """COMMUNICATION_TASK_INFO gives what trace_view.json's HCCL planes give: the peer this rank's Notify_Wait
+    tasks wait for longest (SQL here, summed per group-local dstRank), and how long."""
+    rows = _sql(
+        _db(DB_SET, rank),
+        "SELECT c.dstRank, SUM(t.endNs - t.startNs), COUNT(*) FROM COMMUNICATION_TASK_INFO c "
+        "JOIN TASK t ON t.globalTaskId = c.globalTaskId JOIN STRING_IDS s ON s.id = c.taskType "
+        "WHERE s.value = 'Notify_Wait' GROUP BY c.dstRank ORDER BY 2 DESC",
+    )
+    peer, wait_ns, waits = rows[0]
+    found = next(f for f in db_report.findings if f.check == "comm-waited-peer")
+    member = next(m for m in (found, *found.members) if m.rank == rank)
+    assert member.metrics["peer"] == peer
+    assert member.metrics["wait_us"] == pytest.approx(wait_ns / 1000, abs=1e-3)
+    assert member.metrics["share"] == pytest.approx(wait_ns / sum(r[1] for r in rows), abs=1e-4)
+    (ev,) = member.evidence
+    assert ev.row_count == waits and ev.file.endswith(f"ascend_pytorch_profiler_{rank}.db")
+    assert db_report.causes[0].check == "comm-waited-peer"
+
+
+def test_a_bad_hccl_task_table_is_a_warning_and_the_rest_is_analysed(tmp_path):
+    """Text where COMMUNICATION_TASK_INFO writes an integer: the waited-for peer is left out for that rank and the
+    warning names the DB and the table; the rank's kernels, steps and communication are read as before."""
+    root = _copy(tmp_path)
+    _edit(_db(root, 0), "UPDATE COMMUNICATION_TASK_INFO SET dstRank = 'x' WHERE rowid = 3")
+    report = profan.analyze(root)
+    (warning,) = [w for w in report.warnings if "COMMUNICATION_TASK_INFO" in w]
+    assert "ascend_pytorch_profiler_0.db" in warning and "not analysed" in warning
+    waited = next(f for f in report.findings if f.check == "comm-waited-peer")
+    assert {m.rank for m in (waited, *waited.members)} == {1}
+    assert set(report.breakdown["rank"]) == {0, 1}

@@ -118,6 +118,10 @@ _TASK_NS = """SELECT t.rowid, coalesce(
    AND s.endNs) FROM TASK t"""
 
 
+_NOTIFY_WAIT = """SELECT s.value, c.dstRank, t.endNs - t.startNs FROM COMMUNICATION_TASK_INFO c
+  JOIN TASK t ON t.globalTaskId = c.globalTaskId JOIN STRING_IDS s ON s.id = c.taskType WHERE c.rowid = ?"""
+
+
 def _check_db_evidence(root, ev, finding):
     """torch_npu DB export: /TABLE/ROWID pointers, checked with SQL of their own against the raw tables."""
     path = root / ev.file
@@ -136,6 +140,16 @@ def _check_db_evidence(root, ev, finding):
             assert sum(raw[r][0] for r in selected) == pytest.approx(ev.values["time_us"], rel=1e-6, abs=1e-3)
         durs = [raw[r][0] for _, r in cited]
         assert durs == sorted(durs, reverse=True)
+    elif src == "hccl_tasks":  # Notify_Wait tasks towards one peer, longest first
+        assert {t for t, _ in cited} == {"COMMUNICATION_TASK_INFO"}
+        durs = []
+        for _, rid in cited:
+            ((kind, dst, ns),) = _sql(path, _NOTIFY_WAIT, rid)
+            assert (kind, dst) == ("Notify_Wait", ev.select["dst_rank"]), (finding.id, rid)
+            durs.append(ns)
+        assert durs == sorted(durs, reverse=True)
+        if ev.row_count == len(cited):
+            assert sum(durs) / 1000 == pytest.approx(ev.values["wait_us"], abs=1e-3)
     elif src == "step_trace_time":
         ((table, rid),) = cited
         assert table == "STEP_TIME"

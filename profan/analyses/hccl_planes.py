@@ -74,7 +74,8 @@ def waited_peer_findings(ranks: list[RankData], pack: RulePack) -> list[Finding]
     captured = sorted(r.rank for r in ranks)
     for r in ranks:
         tasks = getattr(r, "trace_tasks", None)
-        if tasks is None or tasks.is_empty() or "trace_view" not in r.files:
+        source = "trace_view" if "trace_view" in r.files else "hccl_tasks"  # trace_view.json, or the DB's table
+        if tasks is None or tasks.is_empty() or source not in r.files:
             continue
         w = hccl_wait_table(tasks)
         if w.is_empty():
@@ -104,10 +105,10 @@ def waited_peer_findings(ranks: list[RankData], pack: RulePack) -> list[Finding]
                 metrics={"peer": peer, "wait_us": round(top["wait_us"], 3), "share": round(top["share"], 4)},
                 evidence=(
                     cite_events(
-                        r.files["trace_view"],
+                        r.files[source],
                         top["events"],
                         top["waits"],
-                        {"source": "trace_view", "process": top["process"], "task": "Notify_Wait", "dst_rank": peer},
+                        {"source": source, "process": top["process"], "task": "Notify_Wait", "dst_rank": peer},
                         values={"wait_us": round(top["wait_us"], 3)},
                     ),
                 ),

@@ -398,7 +398,7 @@ def _read_db(rd: RankData, rs: RankSource, pack: RulePack, peers: bool) -> pl.Da
     """torch_npu's DB export (`profan.sources.ascend_db`): the tables the text files give, reduced as they are,
     cited as rows of the DB (``<db>#TASK``, ``<db>#STEP_TIME``, ``/TABLE/ROWID`` pointers). Returns the timed
     kernel rows: the steps' blocks in time, and the collectives' windows when other ranks are analysed with it."""
-    from profan.sources import ascend_db
+    from profan.sources import ascend_db, ascend_db_tasks
 
     got = ascend_db.read(rs.files["ascend_db"], rs.files.get("analysis_db"), pack.roles.comm_cores[0])
     db = rd.files["ascend_db"]
@@ -421,6 +421,13 @@ def _read_db(rd: RankData, rs: RankSource, pack: RulePack, peers: bool) -> pl.Da
     rd.comm_ops, rd.comm_bw, rd.comm_packets = got.comm_ops, got.comm_bw, got.comm_packets
     rd.count("communication", got.comm_ops.height, 0, "communication ops")
     rd.warnings += [f"{db}: {n}" for n in got.notes]
+    try:  # trace_view's HCCL plane tasks, from the DB: what the waited-for peer is read from
+        tasks = ascend_db_tasks.plane_tasks(rs.files["ascend_db"])
+    except ProfanInputError as exc:
+        tasks = pl.DataFrame()
+        rd.warnings.append(f"{db}: {exc.problem}; the peers the collectives wait for are not analysed")
+    if not tasks.is_empty():
+        rd.trace_tasks, rd.files["hccl_tasks"] = tasks, f"{db}#{ascend_db_tasks.TABLE}"
     return kp.timed
 
 

@@ -1,0 +1,76 @@
+"""HCCL plane tasks from torch_npu's DB export: what `profan.sources.hccl_tasks` reads from trace_view.json.
+
+COMMUNICATION_TASK_INFO holds one row per HCCL task (Memcpy, Reduce_Inline, Notify_Wait, …) with its plane, its
+group-local source and destination rank, transport, link type and size; its times are those of the TASK row with
+the same ``globalTaskId``. The rows come out in `hccl_tasks.COLUMNS`, so the waited-for-peer analysis reads a DB
+export as it reads a trace; ``event_idx`` is the COMMUNICATION_TASK_INFO rowid, cited as
+``/COMMUNICATION_TASK_INFO/ROWID`` in the DB file. Names (task type, transport, link type) are STRING_IDS ids.
+"""
+
+from __future__ import annotations
+
+import sqlite3
+from pathlib import Path
+
+import polars as pl
+
+from profan.model.errors import ProfanInputError
+from profan.sources import ascend_db
+from profan.sources.hccl_tasks import COLUMNS
+
+TABLE = "COMMUNICATION_TASK_INFO"
+NEEDED = ("globalTaskId", "taskType", "planeId", "srcRank", "dstRank")
+NAMED = ("taskType", "transportType", "linkType")  # STRING_IDS ids, resolved for the distinct values only
+
+
+def plane_tasks(path: Path) -> pl.DataFrame:
+    """The DB's HCCL tasks as plane task rows (`hccl_tasks.COLUMNS`); empty when the DB holds no such table (a
+    capture without communication, or a profiler level that does not record HCCL tasks)."""
+    db = ascend_db.open_db(path)
+    try:
+        return _read(db)
+    except sqlite3.Error as exc:
+        raise ProfanInputError(path, f"{TABLE} cannot be read ({exc})") from None
+    except (pl.exceptions.PolarsError, TypeError, ValueError, OverflowError) as exc:
+        first = (str(exc).strip().splitlines() or [type(exc).__name__])[0][:160]
+        problem = f"{TABLE} holds a value of another type than the export writes ({first})"
+        raise ProfanInputError(path, problem) from None
+    finally:
+        db.conn.close()
+
+
+def _read(db: ascend_db.Db) -> pl.DataFrame:
+    if not db.has(TABLE, *NEEDED) or not db.has("TASK", "globalTaskId", "startNs", "endNs"):
+        return pl.DataFrame()
+    optional = [c for c in ("transportType", "linkType", "size") if db.has(TABLE, c)]
+    cols = ", ".join(f"c.{ascend_db.quote(c)}" for c in (*NEEDED[1:], *optional))
+    sql = (
+        f"SELECT c.rowid, {cols}, t.startNs, t.endNs FROM {ascend_db.quote(TABLE)} c "
+        "JOIN TASK t ON t.globalTaskId = c.globalTaskId"
+    )
+    names = ["event_idx", *NEEDED[1:], *optional, "start_ns", "end_ns"]
+    raw = ascend_db.frame(db.conn, sql, dict.fromkeys(names, pl.Int64))
+    text = ascend_db.strings(db, pl.concat([raw[c] for c in NAMED if c in raw.columns]))
+    return _as_plane_tasks(raw, text)
+
+
+def _as_plane_tasks(raw: pl.DataFrame, text: dict[int, str]) -> pl.DataFrame:
+    def named(col: str) -> pl.Expr:
+        if col not in raw.columns:
+            return pl.lit(None, pl.String)
+        return pl.col(col).replace_strict(text, default=None, return_dtype=pl.String)
+
+    return raw.select(
+        "event_idx",
+        pl.lit("HCCL").alias("process"),
+        pl.format("Plane {}", pl.col("planeId")).alias("plane"),
+        named("taskType").alias("name"),
+        named("taskType").alias("task_type"),
+        pl.col("srcRank").alias("src_rank"),
+        pl.col("dstRank").alias("dst_rank"),
+        named("transportType").alias("transport_type"),
+        named("linkType").alias("link_type"),
+        (pl.col("size") if "size" in raw.columns else pl.lit(None, pl.Int64)).alias("size_bytes"),
+        (pl.col("start_ns") / 1000).alias("ts_us"),
+        ((pl.col("end_ns") - pl.col("start_ns")) / 1000).alias("dur_us"),
+    ).select(COLUMNS)
