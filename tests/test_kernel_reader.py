@@ -155,7 +155,12 @@ def test_streaming_reduction_of_big_files_on_real_rows(variant, monkeypatch):
     for c in [c for c in exact.columns if c.endswith(("_wsum", "_wden"))] + ["time_us", "max_us"]:
         assert both[c].to_list() == pytest.approx(both[f"{c}_s"].to_list(), rel=1e-12, abs=1e-9), c
     assert both["count"].to_list() == both["count_s"].to_list()
-    assert both["bucket"].to_list() == both["bucket_s"].to_list()
+    # a streamed file's rows are not held, so no matmul gets its place in the layer (`neighbors`): those the
+    # in-memory pass placed by their neighbours stay the name's `gemm` (README: position rules need the rows)
+    placed = both["decided_by"].fill_null("").str.starts_with("neighbors=")
+    assert both.filter(~placed)["bucket"].to_list() == both.filter(~placed)["bucket_s"].to_list()
+    by_name = both.filter(placed)
+    assert set(by_name["bucket_s"]) <= {"gemm"} and by_name["decided_by_s"].null_count() == by_name.height
 
     header, rows = raw_rows(path)
     dur_col = "Duration(us)" if "Duration(us)" in header else "Task Duration(us)"

@@ -62,7 +62,7 @@ def _as_plane_tasks(raw: pl.DataFrame, text: dict[int, str]) -> pl.DataFrame:
 
     return raw.select(
         "event_idx",
-        pl.lit("HCCL").alias("process"),
+        pl.lit(TABLE).alias("process"),  # where the tasks come from: the DB has no trace process to name
         pl.format("Plane {}", pl.col("planeId")).alias("plane"),
         named("taskType").alias("name"),
         named("taskType").alias("task_type"),
