@@ -560,3 +560,20 @@ def test_a_bad_hccl_task_table_is_a_warning_and_the_rest_is_analysed(tmp_path):
     waited = next(f for f in report.findings if f.check == "comm-waited-peer")
     assert {m.rank for m in (waited, *waited.members)} == {1}
     assert set(report.breakdown["rank"]) == {0, 1}
+
+
+def test_exposed_communication_without_a_transfer_split_claims_no_transfer(tmp_path):
+    """Without analysis.db the ops come from COMMUNICATION_OP, which records only their elapsed time: the exposed
+    communication is said to be unsplit (not "mostly transfer"), and no cause offers to overlap a transfer of 0 ms."""
+    root = _copy(tmp_path)
+    for adb in root.rglob("analysis.db"):
+        adb.unlink()
+    report = profan.analyze(root)
+    split = next(f for f in report.findings if f.check == "comm-exposed-split")
+    unsplit = [f for f in split.members or (split,) if "unrecorded_ms" in f.metrics]
+    assert unsplit  # a rank whose ops record no wait: all of its communication time is unsplit
+    for f in unsplit:
+        elapse = sum(r[0] for r in _sql(_db(root, f.rank), "SELECT endNs - startNs FROM COMMUNICATION_OP")) / 1e6
+        assert f.metrics["unrecorded_ms"] == pytest.approx(elapse, abs=1e-3)
+        assert f.metrics["split_recorded"] is False and "not split into transfer and waiting" in f.title
+    assert "comm-exposed-split" not in {c.check for c in report.causes}

@@ -250,15 +250,25 @@ def exposed_findings(et: pl.DataFrame, pack: RulePack, waited: dict[int, Finding
     return out
 
 
+def _unsplit(row: dict) -> bool:
+    """Most of the exposed communication's ops record neither transfer nor wait: no split to judge by."""
+    return (row["unrecorded_ms"] or 0) > row["transfer_ms"] + row["waiting_ms"]
+
+
 def _exposed_finding(row: dict, chk, sev: str, waiting_dominates: bool, peer: Finding | None) -> Finding:
     """One rank and step's exposed communication (a row of `exposed_table`), split into transfer and waiting, with
     the verdict the split supports; ``peer``: the rank's comm-waited-peer finding, named and cited when given."""
-    short = "mostly waiting for peers, not transfer" if waiting_dominates else "mostly transfer"
-    verdict = (
-        "mostly waiting for peers, not transfer"
-        if waiting_dominates
-        else "mostly transfer: faster links, fewer bytes or more overlap would help"
-    )
+    if _unsplit(row):  # e.g. ops read from the DB's COMMUNICATION_OP, which records only their elapsed time
+        short = "not split into transfer and waiting"
+        verdict = (
+            "most of it is in ops that record neither transfer nor wait, so whether overlap or a late peer "
+            "would help cannot be told from them"
+        )
+    elif waiting_dominates:
+        short = verdict = "mostly waiting for peers, not transfer"
+    else:
+        short = "mostly transfer"
+        verdict = "mostly transfer: faster links, fewer bytes or more overlap would help"
     if peer is not None:
         verdict += (
             f" (HCCL Notify_Wait in trace_view.json: {ms(peer.metrics['wait_us'])} waiting for peer "
@@ -296,6 +306,7 @@ def _exposed_finding(row: dict, chk, sev: str, waiting_dominates: bool, peer: Fi
             "step_us": row["step_us"],
             "exposed_share": round(row["exposed_share"], 6),
             **{k: round(row[k], 6) for k in ("elapse_ms", "transfer_ms", "wait_ms", "idle_ms", "waiting_ms")},
+            **({"unrecorded_ms": round(row["unrecorded_ms"], 6), "split_recorded": False} if _unsplit(row) else {}),
         },
         evidence=_exposed_evidence(row, peer),
     )

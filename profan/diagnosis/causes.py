@@ -412,7 +412,8 @@ def _exposed_transfer(job: Job, claims: Claims, steps_us: dict[int, float]) -> l
     """Exposed communication that is transfer, not waiting, and no other cause explains. Gain: the least exposed
     transfer of any rank in those steps — what overlapping would give every rank at least."""
     check = "comm-exposed-split"
-    found = claims.unclaimed(check)
+    # a finding whose ops record no transfer/wait split claims no transfer to overlap: it stays a symptom
+    found = [f for f in claims.unclaimed(check) if f.metrics.get("split_recorded", True)]
     if not found:
         return []
     steps = sorted({s for f in found for s in f.steps})
