@@ -34,19 +34,15 @@ fixtures/torch/gloo_moe_cpu_4rank was written with torch 2.13.0+cpu).
 from __future__ import annotations
 
 import argparse
-import gzip
 import json
 import os
-import shutil
-import socket
 import sys
-import tempfile
 import time
 from pathlib import Path
 
+import gloo_run
 import torch
 import torch.distributed as dist
-import torch.multiprocessing as mp
 import torch.nn.functional as F
 from torch import nn
 from torch.profiler import ProfilerActivity, profile, record_function, schedule
@@ -183,12 +179,6 @@ class Model(nn.Module):
         return h
 
 
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
 def _step(model: Model, opt: torch.optim.Optimizer, x: torch.Tensor, args: argparse.Namespace, rank: int, pending):
     """One training step; returns the gradient all_reduce still in flight (``--async-grad``), else None."""
     opt.zero_grad(set_to_none=False)
@@ -249,15 +239,6 @@ def worker(rank: int, args: argparse.Namespace, port: int, tmp: str) -> None:
     dist.destroy_process_group()
 
 
-def _write(src: Path, out: Path, plain: bool) -> Path:
-    if plain:
-        return Path(shutil.copyfile(src, out / src.name))
-    dst = out / (src.name + ".gz")
-    with open(src, "rb") as fh, gzip.GzipFile(dst, "wb", compresslevel=9, mtime=0) as gz:
-        shutil.copyfileobj(fh, gz)
-    return dst
-
-
 def _ground_truth(args: argparse.Namespace) -> str:
     """What was planted, as TOML beside the traces (not .json: a folder's *.json files are read as traces)."""
     hot = args.fault_rank * 2 if args.fault == "hot-expert" else None
@@ -279,20 +260,8 @@ def _ground_truth(args: argparse.Namespace) -> str:
 
 def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
-    args.out.mkdir(parents=True, exist_ok=True)
-    for old in args.out.glob("rank*.pt.trace.json*"):
-        old.unlink()
-    t0 = time.perf_counter()
-    with tempfile.TemporaryDirectory() as tmp:
-        mp.spawn(worker, args=(args, _free_port(), tmp), nprocs=args.ranks, join=True)
-        written = [_write(p, args.out, args.no_gzip) for p in sorted(Path(tmp).glob("rank*.pt.trace.json"))]
-    truth = args.out / "ground_truth.toml"
-    truth.write_text(_ground_truth(args), encoding="utf-8")
-    for p in [*written, truth]:
-        print(f"{p}  {p.stat().st_size:,} bytes")
-    print(
-        json.dumps({"fault": args.fault, "fault_rank": args.fault_rank, "seconds": round(time.perf_counter() - t0, 1)})
-    )
+    seconds = gloo_run.run(worker, args, _ground_truth(args), plain=args.no_gzip)
+    print(json.dumps({"fault": args.fault, "fault_rank": args.fault_rank, "seconds": seconds}))
     return 0
 
 

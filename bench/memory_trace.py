@@ -21,19 +21,14 @@ It needs PyTorch, which profan does not depend on: run it with a Python that has
 from __future__ import annotations
 
 import argparse
-import gzip
 import json
 import os
-import shutil
-import socket
 import sys
-import tempfile
-import time
 from pathlib import Path
 
+import gloo_run
 import torch
 import torch.distributed as dist
-import torch.multiprocessing as mp
 import torch.nn.functional as F
 from torch import nn
 from torch.nn.parallel import DistributedDataParallel
@@ -61,12 +56,6 @@ class Block(nn.Module):
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         return x + self.down(F.gelu(self.up(x)))
-
-
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 def tokens_of(args: argparse.Namespace, rank: int) -> int:
@@ -102,13 +91,6 @@ def worker(rank: int, args: argparse.Namespace, port: int, tmp: str) -> None:
     dist.destroy_process_group()
 
 
-def _write(src: Path, out: Path) -> Path:
-    dst = out / (src.name + ".gz")
-    with open(src, "rb") as fh, gzip.GzipFile(dst, "wb", compresslevel=9, mtime=0) as gz:
-        shutil.copyfileobj(fh, gz)
-    return dst
-
-
 def _ground_truth(args: argparse.Namespace) -> str:
     """The settings, as TOML beside the traces (not .json: a folder's *.json files are read as traces)."""
     fields = {
@@ -126,18 +108,8 @@ def _ground_truth(args: argparse.Namespace) -> str:
 
 def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
-    args.out.mkdir(parents=True, exist_ok=True)
-    for old in args.out.glob("rank*.pt.trace.json*"):
-        old.unlink()
-    t0 = time.perf_counter()
-    with tempfile.TemporaryDirectory() as tmp:
-        mp.spawn(worker, args=(args, _free_port(), tmp), nprocs=args.ranks, join=True)
-        written = [_write(p, args.out) for p in sorted(Path(tmp).glob("rank*.pt.trace.json"))]
-    truth = args.out / "ground_truth.toml"
-    truth.write_text(_ground_truth(args), encoding="utf-8")
-    for p in [*written, truth]:
-        print(f"{p}  {p.stat().st_size:,} bytes")
-    print(json.dumps({"seconds": round(time.perf_counter() - t0, 1)}))
+    seconds = gloo_run.run(worker, args, _ground_truth(args))
+    print(json.dumps({"seconds": seconds}))
     return 0
 
 

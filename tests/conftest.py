@@ -154,3 +154,17 @@ def qwen3_report():
 def measured(doc: dict) -> list[dict]:
     """The findings of a JSON report as measured, one per rank and step: singles and the members of groups."""
     return [m for f in doc["findings"] for m in (f.get("members") or [f])]
+
+
+def union_us(intervals: list[tuple[float, float]]) -> float:
+    """Total length of the union of (start, end) intervals: a test's own interval union, ground truth for the
+    readers' idle and busy time."""
+    total, cur_s, cur_e = 0.0, None, None
+    for s, e in sorted(intervals):
+        if cur_e is None or s > cur_e:
+            if cur_e is not None:
+                total += cur_e - cur_s
+            cur_s, cur_e = s, e
+        else:
+            cur_e = max(cur_e, e)
+    return total + (cur_e - cur_s if cur_e is not None else 0.0)

@@ -19,7 +19,7 @@ import statistics
 import polars as pl
 import pytest
 import tomllib
-from conftest import TORCH, analysed, run_cli
+from conftest import TORCH, analysed, run_cli, union_us
 
 from profan.model.evidence import read_back
 from profan.rulepack.pack import load as load_pack
@@ -51,18 +51,6 @@ def events(run: str, rank: int) -> list[dict]:
 
 def named(report, check: str) -> list:
     return [f for f in report.findings if f.check == check and f.severity in ("warning", "critical")]
-
-
-def union_us(intervals: list[tuple[float, float]]) -> float:
-    total, cur_s, cur_e = 0.0, None, None
-    for s, e in sorted(intervals):
-        if cur_e is None or s > cur_e:
-            if cur_e is not None:
-                total += cur_e - cur_s
-            cur_s, cur_e = s, e
-        else:
-            cur_e = max(cur_e, e)
-    return total + (cur_e - cur_s if cur_e is not None else 0.0)
 
 
 @functools.lru_cache(maxsize=32)

@@ -10,7 +10,7 @@ from pathlib import Path
 
 import polars as pl
 import pytest
-from conftest import analysed, run_cli
+from conftest import analysed, run_cli, union_us
 
 import profan
 from profan.model.evidence import read_back
@@ -52,18 +52,6 @@ def rank_data(set_name: str, rank: int = 0):
     rs = next(r for r in disc.ranks if r.rank == rank)
     (rd,) = read_ranks([rs], disc.root, load_pack())
     return rd
-
-
-def union_us(intervals: list[tuple[float, float]]) -> float:
-    total, cur_s, cur_e = 0.0, None, None
-    for s, e in sorted(intervals):
-        if cur_e is None or s > cur_e:
-            if cur_e is not None:
-                total += cur_e - cur_s
-            cur_s, cur_e = s, e
-        else:
-            cur_e = max(cur_e, e)
-    return total + (cur_e - cur_s if cur_e is not None else 0.0)
 
 
 def assert_select_matches(ev, cited: list[dict], fid: str) -> None:
