@@ -68,7 +68,10 @@ def _peak_mib() -> float:
 
 
 def measure(data: Path, jobs: int, formats: list[str], out_dir: Path) -> dict:
-    env = {**os.environ, "PROFAN_NO_CACHE": "1"}
+    from profan.app.cli import JEMALLOC_ENV, JEMALLOC_SETTINGS
+
+    # the allocator settings the command line sets for itself (profan.app.cli.main)
+    env = {**os.environ, "PROFAN_NO_CACHE": "1", JEMALLOC_ENV: os.environ.get(JEMALLOC_ENV, JEMALLOC_SETTINGS)}
     cmd = [sys.executable, __file__, "--child", str(data), "--jobs", str(jobs), "--out", str(out_dir), "--formats"]
     done = subprocess.run([*cmd, *formats], env=env, capture_output=True, text=True, check=True)
     return json.loads(done.stdout.strip().splitlines()[-1])

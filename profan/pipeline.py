@@ -57,7 +57,7 @@ def analyze(
 
     ``hardware``: a TOML file of link-bandwidth priors (or a loaded Hardware) on top of ``rules/hardware``.
     ``jobs``: processes reading ranks: 1 sequential, N processes, 0 one per core for 4+ ranks of 32+ MB; None takes
-    ``PROFAN_JOBS`` from the environment, else 1; or an executor (`profan.ranks.executor.RayTasks`) to map the
+    ``PROFAN_JOBS`` from the environment, else 1; or an executor (`profan.ranks.ray_tasks.RayTasks`) to map the
     ranks on.
     """
     t0 = time.perf_counter()

@@ -121,10 +121,13 @@ def test_group_members_keep_their_evidence(qwen3_report, tmp_path):
     group = next(f for f in qwen3_report.findings if f.check == "comm-exposed-split")
     assert group.ranks == (0, 1, 2, 3) and group.steps == (13,) and len(group.members) == 4
     assert [m.id for m in group.members] == [f"{group.id}.{i}" for i in range(1, 5)]
-    assert [m.rank for m in group.members] == [0, 1, 2, 3]
+    # worst first: the severest, then the most communication not overlapped (the check's `worst_by`)
+    order = {"critical": 0, "warning": 1, "info": 2}
+    exposed = {m.rank: (order[m.severity], -m.metrics["comm_not_overlapped_us"]) for m in group.members}
+    assert [m.rank for m in group.members] == sorted(exposed, key=exposed.get) == [1, 0, 2, 3]
     for m in group.members:
         assert m.evidence[0].file == f"rank_{m.rank}_ascend_pt/ASCEND_PROFILER_OUTPUT/step_trace_time.csv"
-    assert qwen3_report.finding(f"{group.id}.3").rank == 2
+    assert qwen3_report.finding(f"{group.id}.3").rank == 2 and qwen3_report.finding(f"{group.id}.1").rank == 1
     from profan.model.report import from_dict
 
     doc = json.loads(json.dumps(qwen3_report.to_dict()))

@@ -47,34 +47,6 @@ def test_process_pool_matches_sequential(tmp_path):
     assert [f.rank for f in par.findings if f.check == "straggler" and f.severity != "info"] == [6]
 
 
-@pytest.mark.parametrize("spool", ["made", "none", "unwritable"])
-def test_worker_results_come_back_through_a_file_or_else_the_pipe(tmp_path, monkeypatch, spool):
-    """Workers write their results to a temporary folder, which is gone afterwards; without one (none can be
-    made, or it cannot be written) the results come through the pool's pipe. The report is the same."""
-    import tempfile
-    from contextlib import nullcontext
-
-    from profan.ranks import executor as parallel
-
-    generate(tmp_path / "c", ranks=8, layers=1, steps=1, seed=3, trace=False)
-    temp = tmp_path / "tmp"
-    temp.mkdir()
-    monkeypatch.setattr(tempfile, "tempdir", str(temp))
-    if spool == "none":
-        monkeypatch.setattr(parallel, "_spool", lambda: nullcontext(None))
-    elif spool == "unwritable":
-        monkeypatch.setattr(parallel, "_spool", lambda: nullcontext(str(tmp_path / "no-such-folder")))
-    sent = []
-    unspool = parallel._unspool
-    monkeypatch.setattr(parallel, "_unspool", lambda x: sent.append(type(x).__name__) or unspool(x))
-    seq, par = profan.analyze(tmp_path / "c", jobs=1), profan.analyze(tmp_path / "c", jobs=2)
-    assert [_canon(f) for f in par.findings] == [_canon(f) for f in seq.findings]
-    # the worker's batches (the first two at least; the rest depends on how fast each process goes): each through
-    # a file, or the pipe
-    assert len(sent) >= 2 and set(sent) == ({"_File"} if spool == "made" else {"list"})
-    assert list(temp.iterdir()) == []
-
-
 def test_worker_input_error_is_one_profan_error(tmp_path):
     generate(tmp_path / "c", ranks=4, layers=1, steps=1, seed=2, trace=False)
     bad = next((tmp_path / "c").glob("*41002*")) / "ASCEND_PROFILER_OUTPUT" / "kernel_details.csv"
@@ -85,8 +57,8 @@ def test_worker_input_error_is_one_profan_error(tmp_path):
 
 @pytest.mark.parametrize("bad_ranks", [(3,), (1, 3)])
 def test_input_error_of_this_process_or_a_worker_names_the_first_bad_rank(tmp_path, bad_ranks):
-    """With two jobs the worker reads from the front and this process from the back: whichever side meets a bad
-    rank, the error is the one a sequential read gives (the first bad rank in order)."""
+    """With two jobs, whichever worker meets a bad rank first, the error is the one a sequential read gives (the
+    first bad rank in order)."""
     generate(tmp_path / "c", ranks=4, layers=1, steps=1, seed=2, trace=False)
     for r in bad_ranks:
         bad = next((tmp_path / "c").glob(f"*4100{r}*")) / "ASCEND_PROFILER_OUTPUT" / "kernel_details.csv"
@@ -213,9 +185,24 @@ def test_every_process_gets_a_share_of_the_ranks(n, jobs, monkeypatch):
 
 
 def test_a_process_pool_yields_every_batch_once_in_order():
-    """The workers take batches from the front and this process from the back; the results come in order."""
+    """Whichever worker finishes first, the results come in the batches' order."""
     from profan.ranks import executor as parallel
 
     batches = [[0] * i for i in range(40)]
     assert list(parallel.ProcessPool(3).map(len, batches)) == list(range(40))
     assert list(parallel.InProcess().map(len, batches)) == list(range(40))
+
+
+def test_the_command_line_sets_the_allocator_to_return_freed_memory_unless_the_user_did(monkeypatch):
+    """polars' jemalloc reads its settings from the environment once: the command line sets them (inherited by
+    its workers) before polars is imported, and leaves a user's own settings alone."""
+    from conftest import run_cli
+
+    from profan.app.cli import JEMALLOC_ENV, JEMALLOC_SETTINGS
+
+    monkeypatch.delenv(JEMALLOC_ENV, raising=False)
+    assert run_cli("--version").returncode == 0
+    assert os.environ[JEMALLOC_ENV] == JEMALLOC_SETTINGS == "background_thread:true,dirty_decay_ms:0,muzzy_decay_ms:0"
+    monkeypatch.setenv(JEMALLOC_ENV, "narenas:2")
+    assert run_cli("--version").returncode == 0
+    assert os.environ[JEMALLOC_ENV] == "narenas:2"

@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import polars as pl
 
-from profan.analyses.common import pct
+from profan.analyses.common import fmt_ranks, pct
 from profan.model.evidence import cite_pointers
 from profan.model.findings import Finding
 from profan.ranks.rankmap import RankData
@@ -76,7 +76,7 @@ def device_notes(devices: pl.DataFrame) -> list[str]:
     if unknown:
         notes.append(
             "communication: no absolute link-bandwidth prior applied on rank(s) "
-            f"{', '.join(str(r) for r in sorted(unknown))}: the profile does not record the NPU model "
+            f"{fmt_ranks(unknown)}: the profile does not record the NPU model "
             "(torch_npu text exports carry no chip id), so links are only compared with their peers. "
             'Name the device with --hardware FILE ([assume] device = "ascend_910b") to hold each link '
             "against rules/hardware (e.g. 910B HCCS 28 GB/s, RDMA 25 GB/s; 910A HCCS 18 GB/s)."
@@ -214,7 +214,7 @@ LINK_COLUMNS = [
     "in_class_g",
     "size_bin",
     "shape",
-    "pointers",
+    "link_row",  # the row in its rank's `comm_links`, whose matrix pointers `LinkPointers` looks up
     "file",
 ]
 
@@ -231,10 +231,16 @@ def link_table(ranks: list[RankData], pack: RulePack) -> pl.DataFrame:
     have = [r for r in ranks if r.comm_links is not None and not r.comm_links.is_empty()]
     if not have:
         return pl.DataFrame()
+    # ranks² rows at scale: each rank's matrix pointers stay with the rank (`LinkPointers`), its file name is kept
+    # once as a category
     t = stack(
-        [r.comm_links for r in have],
+        [r.comm_links.drop("pointers") for r in have],
         {"rank": [r.rank for r in have], "file": [r.files["communication_matrix"] for r in have]},
-    ).with_columns((pl.col("size_mb") / pl.col("time_ms")).alias("bandwidth_gbps"))
+    ).with_columns(
+        (pl.col("size_mb") / pl.col("time_ms")).alias("bandwidth_gbps"),
+        pl.col("file").cast(pl.Categorical),
+        pl.int_range(pl.len(), dtype=pl.UInt32).over("rank").alias("link_row"),
+    )
     ratio = float(chk["size_ratio"])
 
     # peers within the communication group: size within `ratio` of the group's median size
@@ -254,7 +260,7 @@ def link_table(ranks: list[RankData], pack: RulePack) -> pl.DataFrame:
     )
     use_group = pl.col("peers_g") >= chk["min_peers"]
     t = t.with_columns(
-        pl.when(use_group).then(pl.lit("group")).otherwise(pl.lit("job")).alias("peer_scope"),
+        pl.when(use_group).then(pl.lit("group")).otherwise(pl.lit("job")).cast(pl.Categorical).alias("peer_scope"),
         pl.when(use_group).then(pl.col("in_class_g")).otherwise(pl.col("in_class_j")).alias("in_class"),
         pl.when(use_group).then(pl.col("peers_g")).otherwise(pl.col("peers_j")).alias("peers"),
         pl.when(use_group).then(pl.col("median_g")).otherwise(pl.col("median_j")).alias("peer_median_gbps"),
@@ -276,7 +282,17 @@ def _pair_name(key: tuple) -> str:
     return f"group-local {a} ↔ {b} of group @{group}"
 
 
-def slow_link_findings(links: pl.DataFrame, pack: RulePack) -> list[Finding]:
+class LinkPointers:
+    """The matrix pointers of `link_table` rows, read from their ranks' `comm_links` only for the rows cited."""
+
+    def __init__(self, ranks: list[RankData]) -> None:
+        self.by_rank = {r.rank: r.comm_links["pointers"] for r in ranks if r.comm_links is not None}
+
+    def of(self, rows: list[dict]) -> list[str]:
+        return [p for r in rows for p in self.by_rank[r["rank"]][r["link_row"]]]
+
+
+def slow_link_findings(links: pl.DataFrame, pointers: LinkPointers, pack: RulePack) -> list[Finding]:
     """One finding per slow link (both directions, all op types and steps it is slow in)."""
     chk = pack.check("comm-slow-link")
     out: list[Finding] = []
@@ -297,7 +313,7 @@ def slow_link_findings(links: pl.DataFrame, pack: RulePack) -> list[Finding]:
         where = sorted({f"{r['group_name'] or 'group @' + str(r['group_hash'])} {r['op_type']}" for r in rows})
         steps_ = sorted({r["step"] for r in rows if r["step"] is not None})
         scope_group = worst["peer_scope"] == "group"
-        ev = _slow_link_evidence(key, rows, links)
+        ev = _slow_link_evidence(key, rows, links, pointers)
         bw = size / t
         out.append(
             Finding(
@@ -340,7 +356,7 @@ def _lost_us(rows: list[dict], steps: int) -> float:
     return round(1000 * lost_ms / max(steps, 1), 3)
 
 
-def _slow_link_evidence(key: tuple, rows: list[dict], links: pl.DataFrame) -> tuple:
+def _slow_link_evidence(key: tuple, rows: list[dict], links: pl.DataFrame, pointers: LinkPointers) -> tuple:
     """The slow link's matrix entries (per file), and the entries of the links of its class where it is slowest."""
     worst = rows[0]
     ev = []
@@ -349,7 +365,7 @@ def _slow_link_evidence(key: tuple, rows: list[dict], links: pl.DataFrame) -> tu
         ev.append(
             cite_pointers(
                 file,
-                [p for r in mine for p in r["pointers"]],
+                pointers.of(mine),
                 {
                     "source": "communication_matrix",
                     "link": _pair_name(key),
@@ -378,7 +394,7 @@ def _slow_link_evidence(key: tuple, rows: list[dict], links: pl.DataFrame) -> tu
         ev.append(
             cite_pointers(
                 file,
-                [p for ps in g["pointers"].to_list() for p in ps],
+                pointers.of(g.select("rank", "link_row").to_dicts()),
                 {
                     "source": "communication_matrix",
                     "step": worst["step"],

@@ -27,7 +27,7 @@ def section(job: Job) -> Section:
     exposed = comm.exposed_table(comm_tab, step_tab)
     findings = [
         *bw.below_prior_findings(tt, pack),
-        *bw.slow_link_findings(links, pack),
+        *bw.slow_link_findings(links, bw.LinkPointers(ranks), pack),
         *bw.small_packet_findings(packets, pack),
         *comm.wait_dominated_findings(comm_tab, step_tab, pack),
     ]
@@ -62,7 +62,7 @@ def section(job: Job) -> Section:
         "comm_hccl_links": hccl_links.drop("events") if not hccl_links.is_empty() else hccl_links,
         "comm_devices": devices,
         "comm_bandwidth": tt.drop("group_ranks") if not tt.is_empty() else tt,
-        "comm_links": links.drop("pointers", "in_class_g") if not links.is_empty() else links,
+        "comm_links": links.drop("link_row", "in_class_g") if not links.is_empty() else links,
         "comm_packets": packets.drop("small_pointers") if not packets.is_empty() else packets,
         "comm_exposed": exposed.drop("pointers") if not exposed.is_empty() else exposed,
     }

@@ -353,6 +353,13 @@ def find_item(report: Report, ident: str, where: str | Path | None) -> Cause | F
     try:
         return report.cause(ident) if ident.startswith("C") else report.finding(ident)
     except KeyError:
+        group = (report.meta.get("members_cut") or {}).get(ident.partition(".")[0])
+        if group is not None and "." in ident:
+            raise ProfanInputError(
+                where,
+                f"{ident} is one of the members this JSON report left out (it keeps {group['kept']} of "
+                f"{group['members']}); run profan evidence on the data directory to read it back",
+            ) from None
         ids = ", ".join(f.id for f in report.findings[:12]) or "none"
         more = "…" if len(report.findings) > 12 else ""
         causes = f"; causes {', '.join(c.id for c in report.causes)}" if report.causes else ""

@@ -48,8 +48,10 @@ def _number(fid: str) -> int:
 
 
 def _group(members: list[Finding], pack: RulePack) -> Finding:
-    """One finding for the members: the worst member's claim and evidence, the span they cover, and the members."""
-    members = sorted(members, key=Finding.sort_key)
+    """One finding for the members: the worst member's claim and evidence, the span they cover, and the members,
+    worst first (`_worst_first`)."""
+    by = pack.check(members[0].check).params.get("worst_by")
+    members = sorted(members, key=lambda m: _worst_first(m, by))
     worst = members[0]
     ranks = sorted({r for m in members for r in m.ranks})
     steps = sorted({s for m in members for s in m.steps})
@@ -78,6 +80,15 @@ def _group(members: list[Finding], pack: RulePack) -> Finding:
         members=tuple(members),
         explained_by=worst.explained_by,
     )
+
+
+def _worst_first(f: Finding, by: str | None) -> tuple:
+    """Most severe first; within a severity, the largest value of the check's ``worst_by`` metric (members
+    without it after), then rank and step order."""
+    value = f.metrics.get(by) if by else None
+    measured = isinstance(value, int | float) and not isinstance(value, bool)
+    severity, *rest = f.sort_key()
+    return (severity, not measured, -value if measured else 0.0, *rest)
 
 
 def _capped(causes: list[Cause]) -> list[Cause]:

@@ -12,10 +12,11 @@ characters are shown as visible escapes (``textfmt.visible``), as everywhere els
 >>> report = profan.analyze("fixtures/ascend/msinsight-qwen3-4rank-2025q4")
 >>> profan.figures.timeline(report).show()
 
-The figures live in four modules: `profan.figures.style` (colours, layout, escaping), `profan.figures.charts`
-(the bar charts, heatmap and scatter), `profan.figures.memory` (allocated and reserved memory over time) and
-`profan.figures.step_timeline` (the timeline). A new figure is a
-function of a Report and one entry in `FIGURES`.
+The figures live in five modules: `profan.figures.style` (colours, layout, escaping), `profan.figures.charts`
+(the bar charts, heatmap and scatter), `profan.figures.rank_heatmap` (the per-rank charts of a job of many ranks:
+a heatmap column per rank instead of a bar per rank and step), `profan.figures.memory` (allocated and reserved
+memory over time) and `profan.figures.step_timeline` (the timeline). A new figure is a function of a Report and
+one entry in `FIGURES`.
 """
 
 from __future__ import annotations

@@ -8,6 +8,7 @@ from typing import Any
 import plotly.graph_objects as go
 import polars as pl
 
+from profan.figures.rank_heatmap import breakdown_heatmap, many_ranks, marked_ranks, rank_comparison_heatmap
 from profan.figures.style import (
     HEATMAP_ROWS,
     HIGHLIGHT,
@@ -30,6 +31,8 @@ from profan.figures.style import (
 from profan.model.report import Report
 from profan.render.textfmt import PIPE_COLUMNS, fmt_cell
 
+SCATTER_POINTS = 1500  # transfers the bandwidth chart draws; beyond, the slowest and a sample (`_drawn_transfers`)
+
 
 def breakdown(report: Report) -> go.Figure | None:
     """Summed kernel time per rank (and step) by bucket, stacked. A bar leads (click, on the page) to the
@@ -43,11 +46,13 @@ def breakdown(report: Report) -> go.Figure | None:
         if f.check == "step-breakdown"
         for m in (f.members or (f,))
     }
-    many, many_ranks = _many_steps(df), _many_ranks(df)
+    if many_ranks(df):
+        return breakdown_heatmap(report, df, links)
+    many, by_r = _many_steps(df), _many_ranks(df)
     xs: list[str] = []
     traces: dict[str, dict[str, Any]] = {}
     for rec in df.iter_rows(named=True):
-        x = _label(rec["rank"], rec.get("step"), many, many_ranks)
+        x = _label(rec["rank"], rec.get("step"), many, by_r)
         if x not in xs:
             xs.append(x)
         b = str(rec["bucket"])
@@ -109,9 +114,11 @@ def rank_comparison(report: Report) -> go.Figure | None:
         return None
     highlights = highlighted_ranks(report.findings)
     cites = _citers(report.findings)
-    many, many_ranks = _many_steps(df), _many_ranks(df)
+    if many_ranks(df):
+        return rank_comparison_heatmap(report, df, parts, cites)
+    many, by_r = _many_steps(df), _many_ranks(df)
     recs = list(df.iter_rows(named=True))
-    xs = [_label(r["rank"], r.get("step"), many, many_ranks) for r in recs]
+    xs = [_label(r["rank"], r.get("step"), many, by_r) for r in recs]
     hot = [r["rank"] in highlights for r in recs]
     src = []
     for r in recs:
@@ -198,6 +205,34 @@ def _prior_marks(transport: str, prior: float, color: str) -> tuple[dict[str, An
     return line, label
 
 
+def _drawn_transfers(rows: pl.DataFrame, named: list[int]) -> tuple[pl.DataFrame, str]:
+    """The transfers the bandwidth chart draws: all up to SCATTER_POINTS; beyond (a cluster's ranks × ops ×
+    transports), per transport its slowest, an even sample across its range of bandwidths, and every transfer
+    of the ranks the verdict names — with a note saying so. The chart stays a picture of the spread and its
+    outliers, not 16,000 markers."""
+    if rows.height <= SCATTER_POINTS:
+        return rows, ""
+    per = max(SCATTER_POINTS // max(rows.get_column("transport").n_unique(), 1), 8)
+    at = pl.int_range(pl.len()).over("transport")
+    ranked = (
+        rows.with_row_index("_i")
+        .sort("bandwidth_gbps", "_i")
+        .with_columns(at.alias("_at"), pl.len().over("transport").alias("_n"))
+    )
+    slowest = pl.col("_at") < per // 4
+    step = (pl.col("_n") // (per - per // 4)).clip(1, None)
+    sample = (pl.col("_at") % step) == 0
+    named_rank = pl.col("rank").is_in(named) if "rank" in rows.columns and named else pl.lit(False)
+    kept = ranked.filter(slowest | sample | named_rank).sort("_i").drop("_i", "_at", "_n")
+    note = (
+        f"{kept.height:,} of {rows.height:,} transfers drawn: per transport the {per // 4} slowest and an even "
+        "sample across the range of bandwidths"
+        + (", and every transfer of the ranks the verdict names" if named and "rank" in rows.columns else "")
+        + "; every transfer is in the comm_bandwidth table"
+    )
+    return kept, note
+
+
 def bandwidth(report: Report) -> go.Figure | None:
     """Measured bandwidth per transfer against its size, one colour per transport, with the prior (the link's
     expected bandwidth from rules/hardware) as a dashed line where one applies."""
@@ -214,6 +249,7 @@ def bandwidth(report: Report) -> go.Figure | None:
         pl.col("rank").cast(pl.Utf8).fill_null("?") if "rank" in rows.columns else pl.lit("?"),
         pl.coalesce([pl.col(c).cast(pl.Utf8) for c in ("op_name", "op") if c in rows.columns] + [pl.lit("")]),
     )
+    rows, drawn = _drawn_transfers(rows, list(marked_ranks(report)))
     rows = rows.with_columns(what.alias("_what"))
     rows = rows.with_columns(_esc_col(rows, "_what"))
     points, shapes, annotations = [], [], []
@@ -237,7 +273,8 @@ def bandwidth(report: Report) -> go.Figure | None:
             line, label = _prior_marks(str(transport), float(priors[0]), color)
             shapes.append(line)
             annotations.append(label)
-    note = "" if shapes else "no bandwidth prior applies to these links (see the notes above)"
+    notes = [drawn, "" if shapes else "no bandwidth prior applies to these links (see the notes above)"]
+    note = "; ".join(n for n in notes if n)
     layout = _layout(
         "bandwidth (GB/s)",
         barmode=None,

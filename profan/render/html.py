@@ -1,7 +1,13 @@
 """HTML renderer: one self-contained file (Plotly inlined, no network request) with charts and evidence drill-down.
 
-Profiling happens on air-gapped clusters, so the page carries everything it needs: the Plotly library, the CSS,
-the script and the data. A Content-Security-Policy forbids every fetch, so a regression cannot quietly reach out.
+Profiling happens on air-gapped clusters, so the page carries everything it needs: the Plotly library (packed:
+gzip and base64, unpacked by the page's script once it has loaded), the CSS, the script and the data. A
+Content-Security-Policy forbids every fetch, so a regression cannot quietly reach out.
+
+A job of many ranks is shown as its verdict needs (`SCALE_RANKS`): per-rank charts become heatmaps (one column per
+rank), and per-rank tables list the rows of the ranks the verdict names under a summary across all ranks, each
+saying where every row is (the JSON report, the workbook, ``--tables DIR``). So a 1,000-rank page stays a few MB
+and opens as fast as a 4-rank one.
 
 Every string taken from the traces (kernel names, shapes, paths, args) goes through Jinja2 autoescaping; the chart
 data is embedded as JSON with ``<``, ``>`` and ``&`` escaped. The charts are the figures of `profan.figures` (the
@@ -15,6 +21,9 @@ source rows, to show them (see ``evidence_rows``).
 
 from __future__ import annotations
 
+import base64
+import functools
+import gzip
 import json
 from collections.abc import Sequence
 from pathlib import Path
@@ -25,12 +34,14 @@ import polars as pl
 from markupsafe import Markup
 
 from profan import figures
+from profan.analyses.common import fmt_ranks
 from profan.figures import highlighted_ranks, step_table
 from profan.model.causes import Cause
 from profan.model.errors import ProfanInputError
 from profan.model.findings import SEVERITIES, Finding
 from profan.model.report import Report
 from profan.render.evidence_rows import EvidenceTable, read_evidence
+from profan.render.json_report import CLASSES, ROW_LIMIT, by_class, named_ranks
 from profan.render.textfmt import (
     FILTERS,
     column_kind,
@@ -51,7 +62,19 @@ ITEM_CAPS = (20, 10, 5, 3, 2, 1)  # rows shown per evidence item: the largest ca
 CELL_CHARS = 240  # longer cells are cut (the full text is in the cell's tooltip up to TITLE_CHARS)
 TITLE_CHARS = 600
 TABLE_ROWS = 300  # rows of a summary table shown in the page; the JSON/Excel reports have them all
+SCALE_TABLE_ROWS = 100  # at scale (SCALE_RANKS), rows of a table listed, and of a summary across ranks
 MEMBER_ROWS = 200  # rows of a group finding's member table in the page; the JSON report has every member
+# A job of more ranks than this is shown as the Markdown report shows it: each per-rank table as the rows of the
+# ranks the verdict names (and the first rank, for comparison) under a summary across all ranks, each group
+# finding's worst members and those of the named ranks. Listed in full, 64 ranks made a page of 144,000 elements
+# and 1,000 ranks one of 14 MB; the rest is in the JSON report, the workbook and `--tables DIR`.
+SCALE_RANKS = 8
+SCALE_MEMBERS = 20  # members listed per group finding at scale, besides those of the named ranks
+SCALE_ITEMS = 6  # evidence items shown per cause or finding at scale, besides those read from a named rank's files
+SCALE_ROW_BUDGET = 400  # evidence rows embedded at scale (a cluster's kernel rows are 40-odd cells wide)
+SCALE_READ = 24  # ranks listed in "What was read" at scale, besides the named ranks (those with skipped rows first)
+# identifier columns a summary across ranks leaves out: they number things, they do not measure them
+ID_COLUMNS = {"rank", "step", "steps", "device_id", "src_rank", "dst_rank", "src_local", "dst_local", "size_bin"}
 
 TABLE_INFO: dict[str, tuple[str, str]] = {
     "breakdown": (
@@ -124,8 +147,12 @@ def build_html(report: Report, *, row_budget: int = ROW_BUDGET) -> str:
     thousands); the causes' rows are embedded first."""
     root = data_root(report)
     owners = [*report.causes, *report.findings]
-    caps = item_caps(owners, row_budget)
+    scale = scale_view(report)
+    shown = shown_items(report, owners, scale)
+    caps = item_caps(owners, row_budget if scale is None else min(row_budget, SCALE_ROW_BUDGET), shown)
     tables = read_evidence(root, owners, caps)
+    if shown is not None:
+        tables = {fid: [t for t in ts if t.index in shown[fid]] for fid, ts in tables.items()}
     highlights = highlighted_ranks(report.findings)
     is_compare = report.source.get("kind") == "compare"
     ctx = {
@@ -141,36 +168,45 @@ def build_html(report: Report, *, row_budget: int = ROW_BUDGET) -> str:
         ],
         "source": report.source,
         "ranks": [rank_view(r) for r in report.source.get("ranks", [])],
+        "read": read_view(report, scale),
+        "scale": scale,
         "steps": steps_seen(report),
         "warnings": report.warnings,
         "notes": report.notes,
         "meta": report.meta,
         "counts": {s: sum(f.severity == s for f in report.findings) for s in SEVERITIES},
-        **findings_context(report, tables),
+        **findings_context(report, tables, scale),
         "highlights": highlights,
-        "sections": table_sections(report),
+        "sections": table_sections(report, scale),
         "rank_table": step_table(report)[0],
         "charts": chart_specs(report),
         "row_budget": row_budget,
         "embedded_rows": sum(t.shown for ts in tables.values() for t in ts),
         "css": Markup(_asset("report.css")),
         "js": Markup(_asset("report.js")),
-        "plotly_js": Markup(plotly_js()),
+        "plotly_packed": plotly_packed(),
     }
     return environment().get_template("report.html.j2").render(**ctx)
 
 
-def findings_context(report: Report, tables: dict[str, list[EvidenceTable]]) -> dict[str, Any]:
+def findings_context(
+    report: Report, tables: dict[str, list[EvidenceTable]], scale: dict[str, Any] | None = None
+) -> dict[str, Any]:
     """The verdict (causes with their evidence tables) and the findings: those a cause explains under it, the
     rest by severity."""
     grouped, unexplained = findings_by_cause(report)
     titles = {c.id: c.title for c in report.causes}
-    groups = [(s, [finding_view(f, tables[f.id], titles) for f in unexplained if f.severity == s]) for s in SEVERITIES]
+    keep = set(scale["keep"]) if scale else None
+
+    def view_of(f: Finding) -> dict[str, Any]:
+        return finding_view(f, tables[f.id], titles, keep)
+
+    groups = [(s, [view_of(f) for f in unexplained if f.severity == s]) for s in SEVERITIES]
     view = verdict(report)
     view["causes"] = [html_cause_view(c, tables[c.id]) for c in report.causes]
     return {
         "verdict": view,
-        "cause_groups": [(cause_view(c), [finding_view(f, tables[f.id], titles) for f in fs]) for c, fs in grouped],
+        "cause_groups": [(cause_view(c), [view_of(f) for f in fs]) for c, fs in grouped],
         "groups": groups,
         "unexplained_count": len(unexplained),
         "sev_anchors": {s for s, items in groups if items},
@@ -185,7 +221,13 @@ def html_cause_view(c: Cause, tables: list[EvidenceTable]) -> dict[str, Any]:
         if c.impact_us is None
         else f"{fmt_ms(c.impact_us)} ms per step" + (f" · {fmt_pct(share)}" if share is not None else "")
     )
-    return {**cause_view(c), "gain_short": short, "evidence": [evidence_view(t, c.id) for t in tables]}
+    return {
+        **cause_view(c),
+        "gain_short": short,
+        "evidence": [evidence_view(t, c.id) for t in tables],
+        "sources": len(c.evidence),
+        "sources_note": sources_note(c, tables),
+    }
 
 
 def _shown(value: Any) -> Any:
@@ -206,11 +248,15 @@ def environment() -> jinja2.Environment:
     return env
 
 
-def plotly_js() -> str:
-    """The bundled plotly.min.js of the installed plotly package, safe to inline in a <script> element."""
+@functools.cache
+def plotly_packed() -> str:
+    """plotly.min.js gzipped and base64-encoded, for the page to unpack (report.js) and run after it has loaded.
+    Inlined as text, the 4.6 MB library was most of the file and most of the time the browser took to read it;
+    packed it is a third of the size and one text node the parser skips over. Made once per process (mtime 0:
+    the same bytes every time)."""
     from plotly.offline import get_plotlyjs
 
-    return get_plotlyjs().replace("</script", "<\\/script")
+    return base64.b64encode(gzip.compress(get_plotlyjs().encode("utf-8"), compresslevel=6, mtime=0)).decode("ascii")
 
 
 def _asset(name: str) -> str:
@@ -229,20 +275,65 @@ def data_root(report: Report) -> Path | None:
 # ------------------------------------------------------------------------------------------ evidence
 
 
-def item_caps(owners: Sequence[Cause | Finding], budget: int) -> dict[tuple[str, int], int]:
+def item_caps(
+    owners: Sequence[Cause | Finding], budget: int, shown: dict[str, set[int]] | None = None
+) -> dict[tuple[str, int], int]:
     """Rows shown per evidence item of the causes and findings: the same cap for every item, the largest that
     keeps the page within budget (each table's header row counts as a row: a kernel_details.csv header is as wide
     as a row); if even one row each is too many, the first items (the causes, then the most severe findings) keep
-    one row and the rest show their locators only."""
-    items = [(f.id, i, len(ev.locators)) for f in owners for i, ev in enumerate(f.evidence, start=1)]
+    one row and the rest show their locators only. Items ``shown`` leaves out (at scale) get no rows."""
+    every = [(f.id, i, len(ev.locators)) for f in owners for i, ev in enumerate(f.evidence, start=1)]
+    items = [(fid, i, n) for fid, i, n in every if shown is None or i in shown[fid]]
+    out = {(fid, i): 0 for fid, i, _ in every}
     for cap in ITEM_CAPS:
         if sum(min(n, cap) + 1 for _, _, n in items if n) <= budget:
-            return {(fid, i): min(n, cap) for fid, i, n in items}
-    out, left = {}, budget
+            return out | {(fid, i): min(n, cap) for fid, i, n in items}
+    left = budget
     for fid, i, n in items:
         out[(fid, i)] = 1 if left >= 2 and n else 0
         left -= 2 * out[(fid, i)]
     return out
+
+
+def shown_items(
+    report: Report, owners: Sequence[Cause | Finding], scale: dict[str, Any] | None
+) -> dict[str, set[int]] | None:
+    """At scale, the evidence items each cause and finding shows: its first SCALE_ITEMS and those read from the
+    files of the ranks the page keeps (a finding measured on every rank cites one item per rank); None: all."""
+    if scale is None:
+        return None
+    keep = set(scale["keep"])
+    folders = tuple(
+        str(r.get("path", "")).rstrip("/") + "/"
+        for r in report.source.get("ranks") or []
+        if r.get("rank") in keep and r.get("path")
+    )
+    return {
+        f.id: {
+            i
+            for i, ev in enumerate(f.evidence, start=1)
+            if i <= SCALE_ITEMS or (folders and str(ev.file).startswith(folders))
+        }
+        for f in owners
+    }
+
+
+def sources_note(owner: Cause | Finding, tables: list[EvidenceTable]) -> str:
+    """The evidence items not shown at scale: how many, from which files, and how to print them."""
+    left = len(owner.evidence) - len(tables)
+    if left <= 0:
+        return ""
+    shown = {t.index for t in tables}
+    files: dict[str, int] = {}
+    for i, ev in enumerate(owner.evidence, start=1):
+        if i not in shown:
+            name = Path(str(ev.file)).name
+            files[name] = files.get(name, 0) + 1
+    which = ", ".join(f"{name} ×{n:,}" for name, n in sorted(files.items(), key=lambda kv: -kv[1])[:4])
+    return (
+        f"{left:,} more source{'s' if left > 1 else ''} ({which}, one per rank or file) not shown; "
+        f"profan evidence report.json {owner.id} prints every cited row."
+    )
 
 
 def _cut(text: str, limit: int = CELL_CHARS) -> dict[str, str]:
@@ -291,7 +382,20 @@ def fmt_value(v: Any) -> str:
     return str(v)
 
 
-def finding_view(f: Finding, tables: list[EvidenceTable], cause_titles: dict[str, str] | None = None) -> dict[str, Any]:
+def shown_members(f: Finding, keep: set[int] | None) -> list[Finding]:
+    """The members of a group listed on the page: the first MEMBER_ROWS; at scale (``keep``: the ranks the
+    verdict names) the first SCALE_MEMBERS — they come worst first — and those of the named ranks."""
+    if keep is None:
+        return list(f.members[:MEMBER_ROWS])
+    return [m for i, m in enumerate(f.members) if i < SCALE_MEMBERS or keep.intersection(m.ranks or ())]
+
+
+def finding_view(
+    f: Finding,
+    tables: list[EvidenceTable],
+    cause_titles: dict[str, str] | None = None,
+    keep: set[int] | None = None,
+) -> dict[str, Any]:
     members = [
         {
             "id": m.id,
@@ -302,7 +406,7 @@ def finding_view(f: Finding, tables: list[EvidenceTable], cause_titles: dict[str
             "evidence": locators(m.evidence[0].to_dict(), limit=3),
             "more": len(m.evidence) - 1,
         }
-        for m in f.members[:MEMBER_ROWS]
+        for m in shown_members(f, keep)
     ]
     return {
         "id": f.id,
@@ -317,10 +421,30 @@ def finding_view(f: Finding, tables: list[EvidenceTable], cause_titles: dict[str
         "cause_title": (cause_titles or {}).get(f.explained_by or "", ""),
         "metrics": [(k, fmt_value(v)) for k, v in f.metrics.items()],
         "evidence": [evidence_view(t, f.id) for t in tables],
+        "sources": len(f.evidence),
+        "sources_note": sources_note(f, tables),
         "rows_total": sum(ev.row_count for ev in f.evidence),
         "members": members,
         "members_total": len(f.members),
+        "members_note": members_note(f, len(members), keep),
     }
+
+
+def members_note(f: Finding, shown: int, keep: set[int] | None) -> str:
+    """Which members the page lists, and where the rest are."""
+    total = len(f.members)
+    if shown >= total:
+        return ""
+    which = f"the first {shown}"
+    if keep is not None:
+        which = f"the {SCALE_MEMBERS} worst and those of rank{'s' if len(keep) > 1 else ''} {fmt_ranks(keep)}"
+    where = f"all are in the JSON report (members of {f.id})"
+    if keep is not None:
+        where = (
+            f"the JSON report has them, a group of thousands cut to its worst members and those of the named ranks "
+            f"(meta.members_cut); profan evidence DATA_DIR {f.id}.N reads any member back from the data"
+        )
+    return f"Showing {shown:,} of {total:,} members: {which}; {where}."
 
 
 # ------------------------------------------------------------------------------------------ summary
@@ -337,6 +461,43 @@ def rank_view(r: dict[str, Any]) -> dict[str, Any]:
         "skipped": ", ".join(f"{k} {fmt_value(v)}" for k, v in (r.get("rows_skipped") or {}).items() if v) or "none",
         "info": ", ".join(f"{k} {v}" for k, v in info.items() if v not in (None, "")),
     }
+
+
+def scale_view(report: Report) -> dict[str, Any] | None:
+    """None for a job of SCALE_RANKS ranks or fewer (the page lists everything); else the ranks whose rows the
+    page lists (``keep``: those the verdict names, the ranks the causes compare them with, and the first rank)
+    and how many ranks there are."""
+    ranks = sorted(r["rank"] for r in report.source.get("ranks") or [] if isinstance(r.get("rank"), int))
+    if len(ranks) <= SCALE_RANKS or report.source.get("kind") == "compare":
+        return None
+    typical = [c.metrics.get("typical_rank") for c in report.causes]
+    keep = sorted({*named_ranks(report), ranks[0], *(r for r in typical if isinstance(r, int) and r in ranks)})
+    return {"keep": keep, "keep_text": fmt_ranks(keep), "ranks": len(ranks)}
+
+
+def read_view(report: Report, scale: dict[str, Any] | None) -> dict[str, Any]:
+    """The rows of "What was read": every rank, or at scale the named ranks and up to SCALE_READ others (those
+    with skipped rows first), with a line counting the ranks that hold each file."""
+    ranks = report.source.get("ranks") or []
+    if scale is None:
+        return {"rows": [rank_view(r) for r in ranks], "note": ""}
+    keep = set(scale["keep"])
+    skipped = [r for r in ranks if r.get("rank") not in keep and any((r.get("rows_skipped") or {}).values())]
+    rest = [r for r in ranks if r.get("rank") not in keep and r not in skipped]
+    listed = {id(r) for r in [*skipped, *rest][:SCALE_READ]}
+    rows = [rank_view(r) for r in ranks if r.get("rank") in keep or id(r) in listed]
+    files: dict[str, int] = {}
+    for r in ranks:
+        for name in r.get("files") or {}:
+            files[name] = files.get(name, 0) + 1
+    held = ", ".join(f"{name} {n:,}" for name, n in sorted(files.items()))
+    note = (
+        f"{len(rows)} of {len(ranks):,} ranks listed: rank{'s' if len(keep) > 1 else ''} {scale['keep_text']} "
+        "(the ranks the verdict names, those it compares them with, and the first rank)"
+        f"{' and ranks with skipped rows' if skipped else ''}, then the "
+        f"first others. Ranks holding each file: {held}. The JSON report lists every rank (source.ranks)."
+    )
+    return {"rows": rows, "note": note}
 
 
 def side_view(side: dict[str, Any]) -> dict[str, str]:
@@ -359,7 +520,9 @@ def steps_seen(report: Report) -> list[Any]:
 # ------------------------------------------------------------------------------------------ tables
 
 
-def table_view(name: str, df: pl.DataFrame, max_rows: int = TABLE_ROWS) -> dict[str, Any]:
+def table_view(name: str, df: pl.DataFrame, max_rows: int = TABLE_ROWS, rows_in_report: int = 0) -> dict[str, Any]:
+    """A table as the page lists it: its first ``max_rows`` rows, formatted, with a note on where the rest is
+    (``rows_in_report``: the rows of the whole report table, when ``df`` is a part of it)."""
     cols = []
     for c, dt in df.schema.items():
         kind = column_kind(c, str(dt))
@@ -392,26 +555,39 @@ def table_view(name: str, df: pl.DataFrame, max_rows: int = TABLE_ROWS) -> dict[
         "rows": rows,
         "total": df.height,
         "shown": min(df.height, max_rows),
+        "full_rows": (
+            "all rows are in the JSON and Excel reports"
+            if max(df.height, rows_in_report) <= ROW_LIMIT
+            else "all rows are in the Excel report and --tables DIR"
+        ),
     }
 
 
-def table_sections(report: Report) -> list[dict[str, Any]]:
+def table_sections(report: Report, scale: dict[str, Any] | None = None) -> list[dict[str, Any]]:
     """A section per report table, known ones first; tables added later get a generic section."""
     names = [n for n in SECTION_ORDER if n in report.tables]
     names += [n for n in report.tables if n not in names]
-    out = []
-    for n in names:
-        df = report.tables[n]
-        if df is None or df.is_empty():
-            continue
-        sec = {"name": n, **table_view(n, df), "groups": []}
-        if n == "top_kernels" and "bucket" in df.columns:
-            sec["groups"] = [
-                (str(b), table_view(n, part.drop("bucket")))
-                for (b,), part in df.group_by("bucket", maintain_order=True)
-            ]
-        out.append(sec)
-    return out
+    return [section_view(n, df, scale) for n in names if (df := report.tables[n]) is not None and not df.is_empty()]
+
+
+def section_view(name: str, df: pl.DataFrame, scale: dict[str, Any] | None) -> dict[str, Any]:
+    """One table's section: its rows (the first TABLE_ROWS), the top kernels per bucket. At scale a per-rank
+    table lists the rows of the ranks ``scale`` keeps, under a summary across all ranks (``cut``), and every
+    table its first SCALE_TABLE_ROWS rows."""
+    rows = TABLE_ROWS if scale is None else SCALE_TABLE_ROWS
+    full = df
+    cut = scale is not None and "rank" in df.columns and df.get_column("rank").n_unique() > SCALE_RANKS
+    if cut:
+        df = df.filter(pl.col("rank").is_in(scale["keep"]))  # type: ignore[index]
+    sec = {"name": name, **table_view(name, df, rows, full.height), "groups": [], "cut": None}
+    if cut:
+        sec["cut"] = cut_view(name, full, df, scale)  # type: ignore[arg-type]
+    if name == "top_kernels" and "bucket" in df.columns:
+        sec["groups"] = [
+            (str(b), table_view(name, part.drop("bucket"), rows, full.height))
+            for (b,), part in df.group_by("bucket", maintain_order=True)
+        ]
+    return sec
 
 
 # ------------------------------------------------------------------------------------------ charts
@@ -441,3 +617,89 @@ def chart_specs(report: Report) -> dict[str, dict[str, Any]]:
         meta = d["layout"].get("meta") or {}
         out[key] = {"id": CHART_ELEMENTS[key], "data": d["data"], "layout": d["layout"], "note": meta.get("note", "")}
     return out
+
+
+# ------------------------------------------------------------------------------------------ tables at scale
+
+
+def cut_view(name: str, full: pl.DataFrame, shown: pl.DataFrame, scale: dict[str, Any]) -> dict[str, Any]:
+    """What a per-rank table at scale shows, where the rest is, and its summary across all ranks: per class of
+    row (the same kernel, op or link on every rank) where the JSON report defines classes, else per column."""
+    ranks = full.get_column("rank").n_unique()
+    json_has = (
+        "the JSON report has every row"
+        if full.height <= ROW_LIMIT
+        else "the JSON report keeps the named ranks' rows and a summary per class (meta.tables_cut)"
+    )
+    note = (
+        f"{full.height:,} rows over {ranks:,} ranks; listed: the {shown.height:,} rows of rank"
+        f"{'s' if len(scale['keep']) > 1 else ''} {scale['keep_text']} (the ranks the verdict names, those it "
+        "compares them with, and the first rank). Every row: profan analyze DIR --tables OUT_DIR "
+        f"(OUT_DIR/{name}.parquet) and the xlsx workbook; {json_has}."
+    )
+    if name in CLASSES:
+        keys, values = CLASSES[name]
+        summary = class_summary(full, keys, values)
+        heavy = next((f"max_{v}" for v in values if f"max_{v}" in summary.columns), None)
+        if heavy is not None:  # the kinds of row with the largest values first: those a reader looks for
+            summary = summary.sort(heavy, descending=True, nulls_last=True)
+        across = table_view(name, summary, SCALE_TABLE_ROWS)
+        what = "each kind of row across all ranks (how many rows and ranks; min, median and max, and their ranks)"
+        if summary.height > SCALE_TABLE_ROWS:
+            what += f"; the {SCALE_TABLE_ROWS} with the largest {heavy.removeprefix('max_')} of {summary.height:,}"
+    else:
+        across = column_summary(full)
+        what = "each column across all rows: min, median and max, and the rank (and step) holding them"
+    return {"note": note, "across": across, "across_what": what}
+
+
+def class_summary(df: pl.DataFrame, keys: list[str], values: list[str]) -> pl.DataFrame:
+    """`by_class` (the JSON report's summary per class) with columns named for the page: ``min_time_us`` keeps
+    the unit suffix that says how to show it, ``rank_of_min_time`` is a rank number."""
+    out = by_class(df, keys, values)
+    names = {}
+    for v in values:
+        stem = v.rsplit("_", 1)[0] if v.endswith(("_us", "_ms", "_mb")) else v
+        names |= {f"{v}_{s}": f"{s}_{v}" for s in ("min", "median", "max")}
+        names |= {f"{v}_min_rank": f"rank_of_min_{stem}", f"{v}_max_rank": f"rank_of_max_{stem}"}
+    out = out.rename({k: x for k, x in names.items() if k in out.columns})
+    return out.with_columns(pl.col(c).cast(pl.Utf8) for c in out.columns if c.startswith("rank_of_"))
+
+
+def column_summary(df: pl.DataFrame) -> dict[str, Any]:
+    """A table view with one row per measuring column of ``df``: its min, median and max over all rows, and
+    the rank (and step) of the rows holding the min and the max."""
+    cols = [
+        (c, kind)
+        for c, dt in df.schema.items()
+        if c not in ID_COLUMNS and (kind := column_kind(c, str(dt))) not in ("text", "file", "list", "id", "timestamp")
+    ]
+    where = pl.format("rank {} · step {}", "rank", "step") if "step" in df.columns else pl.format("rank {}", "rank")
+    at = df.select(where.alias("at")).get_column("at")
+    rows = []
+    for c, kind in cols:
+        s = df.get_column(c)
+        if s.null_count() == s.len():
+            continue
+        lo, hi = s.arg_min(), s.arg_max()
+        cells = [column_label(c, kind, ms_for_us=True), s.min(), at[lo], s.median(), s.max(), at[hi]]
+        rows.append(
+            [
+                {"t": fmt_cell(v, kind) if i in (1, 3, 4) else str(v), "title": "", "wrap": False}
+                for i, v in enumerate(cells)
+            ]
+        )
+    heads = [("measure", False), ("min", True), ("at", False), ("median", True), ("max", True), ("at", False)]
+    columns = [
+        {"name": h, "label": h, "kind": "float" if num else "text", "num": num, "cls": "num" if num else ""}
+        for h, num in heads
+    ]
+    return {
+        "name": "across",
+        "title": "",
+        "intro": "",
+        "columns": columns,
+        "rows": rows,
+        "total": len(rows),
+        "shown": len(rows),
+    }

@@ -6,6 +6,12 @@ is therefore cut (`cut_tables`) to the rows the diagnosis names — the ranks of
 that point at a place, the links a finding names — plus a summary per class (`<table>_by_class`: min, median and
 max of its values across ranks, with the ranks holding the extremes). ``meta.tables_cut`` says what was cut;
 ``profan analyze --tables DIR`` writes every table in full as Parquet.
+
+The same holds for a group finding's members: one per rank and step of a check measured everywhere (2,000 at
+1,000 ranks and 2 steps, each with its own evidence) would be most of the document. A group over `MEMBER_LIMIT`
+members keeps its worst members (they come worst first) and those of the ranks the diagnosis names
+(`cut_members`); ``meta.members_cut`` says how many of how many, and ``profan evidence DATA_DIR F3.1500`` reads any
+member back from a fresh analysis of the data.
 """
 
 from __future__ import annotations
@@ -19,6 +25,7 @@ import polars as pl
 from profan.model.report import Report, records_json
 
 ROW_LIMIT = 5000  # a table with more rows than this is cut in the JSON report
+MEMBER_LIMIT = 256  # a group finding keeps at most this many members besides those of the named ranks
 PLACE_RANKS = 8  # a cause or headline finding naming this many ranks or fewer points at a place; more is a kind
 # of time measured on every rank, which names no rank in particular
 # table -> (the columns of a class: the same op or link kind across ranks, the values summarised over it)
@@ -40,7 +47,8 @@ def render_json(report: Report, out: Path | None = None) -> str | None:
     """The report as indented JSON, big tables cut (`cut_tables`). The tables are encoded by polars
     (`records_json`) and spliced in as raw JSON; the rest by msgspec, ~10x faster than the stdlib. The bytes equal
     the cut report's ``to_dict()`` encoded whole. Written as bytes: a cluster's report is tens of MB."""
-    doc = cut_tables(report).to_dict(rows=lambda df: msgspec.Raw(records_json(df)))
+    bounded = cut_members(cut_tables(report, ROW_LIMIT), MEMBER_LIMIT)
+    doc = bounded.to_dict(rows=lambda df: msgspec.Raw(records_json(df)))
     data = msgspec.json.format(msgspec.json.encode(doc), indent=1)
     if out is not None:
         out.write_bytes(data + b"\n")
@@ -72,6 +80,28 @@ def cut_tables(report: Report, limit: int = ROW_LIMIT) -> Report:
             cut[name]["summary"] = f"{name}_by_class"
         cut[name]["full"] = f"profan analyze DIR --tables OUT_DIR writes it as OUT_DIR/{name}.parquet"
     return replace(report, tables=tables, meta={**report.meta, "tables_cut": cut})
+
+
+def cut_members(report: Report, limit: int = MEMBER_LIMIT) -> Report:
+    """``report`` with each group finding of more than ``limit`` members cut to its first ``limit`` members (the
+    worst) and those naming a rank of `named_ranks`, their ids unchanged, and ``meta.members_cut`` saying what
+    was left out; the report itself is unchanged."""
+    big = [f for f in report.findings if len(f.members) > limit]
+    if not big:
+        return report
+    ranks = set(named_ranks(report))
+    findings, cut = [], {}
+    for f in report.findings:
+        if len(f.members) > limit:
+            kept = tuple(m for i, m in enumerate(f.members) if i < limit or ranks.intersection(m.ranks))
+            cut[f.id] = {
+                "members": len(f.members),
+                "kept": len(kept),
+                "full": f"profan evidence DATA_DIR {f.id}.N reads any member back from the data",
+            }
+            f = replace(f, members=kept)
+        findings.append(f)
+    return replace(report, findings=findings, meta={**report.meta, "members_cut": cut})
 
 
 def named_ranks(report: Report) -> list[int]:

@@ -1,8 +1,16 @@
-"""Markdown renderer: the plain-text twin of the HTML report, also what an agent reads."""
+"""Markdown renderer: the plain-text twin of the HTML report, also what an agent reads.
+
+A job of more than `FULL_RANKS` ranks is rendered for its verdict and findings, so the document stays a few tens of
+KB at 64 and at 1,000 ranks: what was read is summarised per file kind (with the ranks the verdict names and the
+ranks with skipped rows in full), the per-rank tables show the rows of the ranks the diagnosis names plus a summary
+per class of every row (`json_report.cut_tables`), a finding lists the sources and members of those ranks first,
+and long rank lists in notes read as runs. One note says what was cut and where every row is.
+"""
 
 from __future__ import annotations
 
 import re
+from collections.abc import Callable
 from dataclasses import replace
 from pathlib import Path
 
@@ -12,8 +20,8 @@ import polars as pl
 
 from profan.analyses.common import fmt_ranks
 from profan.model.report import Report
-from profan.render.json_report import named_ranks
-from profan.render.textfmt import FILTERS, selected, visible
+from profan.render.json_report import CLASSES, cut_tables, named_ranks
+from profan.render.textfmt import FILTERS, column_kind, fmt_cell, selected, visible
 from profan.render.verdict import cause_view, findings_by_cause, verdict
 from profan.rulepack.paths import templates_dir
 
@@ -26,6 +34,11 @@ FULL_TABLES = ("breakdown", "steps", "top_kernels", "breakdown_all_steps")
 # note says where every row is. Listed in full, a 64-rank job's top kernels alone were 280 KB of Markdown.
 FULL_RANKS = 8
 ROWS_AT_SCALE = 10
+RANKS_AT_SCALE = 4  # named ranks whose rows of the tables listed in full are shown at scale
+SOURCES_AT_SCALE = 4  # evidence lines of a finding at scale (those of the named ranks first)
+CLASSES_AT_SCALE = 6  # rows of a class summary at scale (the classes whose extremes are named ranks, then others)
+NONE_NAMED = "no cause or headline finding names a few ranks"
+RANK_LIST = re.compile(r"\b\d+(?:, \d+){7,}\b")  # eight or more numbers in a row: a list of ranks in a note
 
 
 _MD_PUNCT = re.compile(r"[\\`\[\]|]")  # one pass, backslashes included: one in the text cannot undo ours
@@ -117,17 +130,13 @@ def environment() -> jinja2.Environment:
 
 def render_markdown(report: Report, out: Path | None = None) -> str | None:
     """The report as Markdown, the verdict first. Detail tables show their first TABLE_ROWS rows and say how many
-    more there are, so only those rows become Python values: a 64-rank job's link tables hold tens of thousands."""
-    sizes = {name: df.height for name, df in report.tables.items()}
+    more there are, so only those rows become Python values: a 64-rank job's link tables hold tens of thousands.
+    A job of more than FULL_RANKS ranks is cut further (`scale_context`)."""
     at_scale = len(report.source.get("ranks") or ()) > FULL_RANKS
-    limit = ROWS_AT_SCALE if at_scale else TABLE_ROWS
-    shown = replace(
-        report, tables={name: df if name in FULL_TABLES else df.head(limit) for name, df in report.tables.items()}
-    )
-    if at_scale:
-        shown = _named_ranks_only(shown)
+    context = scale_context(report) if at_scale else small_context(report)
+    shown, extra = trim_findings(context.pop("report")) if at_scale else (context.pop("report"), {})
     doc = shown.to_dict()
-    as_dict = {f["id"]: f for f in doc["findings"]}
+    as_dict = {f["id"]: {**f, **extra.get(f["id"], {})} for f in doc["findings"]}
     grouped, unexplained = findings_by_cause(report)
     text = (
         environment()
@@ -137,10 +146,9 @@ def render_markdown(report: Report, out: Path | None = None) -> str | None:
             v=verdict(report),
             groups=[(cause_view(c), [as_dict[f.id] for f in fs]) for c, fs in grouped],
             unexplained=[as_dict[f.id] for f in unexplained],
-            sizes=sizes,
-            limit=limit,
-            member_rows=ROWS_AT_SCALE if at_scale else MEMBER_ROWS,
+            sizes={name: df.height for name, df in report.tables.items()},
             full=FULL_TABLES,
+            **context,
         )
     )
     text = re.sub(r"\n{3,}", "\n\n", text)  # the templates' blocks meet with blank lines of their own
@@ -150,20 +158,199 @@ def render_markdown(report: Report, out: Path | None = None) -> str | None:
     return text
 
 
-def _named_ranks_only(report: Report) -> Report:
-    """The tables listed in full cut to the ranks the diagnosis names and the first rank, with a note saying so
-    and where every row is (the JSON report's tables up to their size limit, the workbook, ``--tables DIR``)."""
+def small_context(report: Report) -> dict:
+    """A job of a few ranks: every rank read, the tables with a section of their own in full, the first TABLE_ROWS
+    rows of the others, the first MEMBER_ROWS members of a group."""
+    tables = {name: df if name in FULL_TABLES else df.head(TABLE_ROWS) for name, df in report.tables.items()}
+    return {
+        "report": replace(report, tables=tables),
+        "limit": TABLE_ROWS,
+        "member_rows": MEMBER_ROWS,
+        "read": None,
+        "cuts": {},
+        "summaries": {},
+    }
+
+
+def scale_context(report: Report) -> dict:
+    """A job of many ranks: the tables cut (`scale_tables`), what was read summarised (`read_summary`), rank lists
+    in notes as runs, and one note saying what was cut and where every row is."""
     ranks = report.source.get("ranks") or []
-    keep = sorted({*named_ranks(report), min(r["rank"] for r in ranks)})
-    tables = dict(report.tables)
-    for name in FULL_TABLES:
-        if name in tables and "rank" in tables[name].columns:
-            tables[name] = tables[name].filter(pl.col("rank").is_in(keep))
-    note = (
-        f"{len(ranks)} ranks: this Markdown lists the step, breakdown and top-kernel rows of rank"
-        f"{'s' if len(keep) > 1 else ''} {fmt_ranks(keep)} only (the ranks the verdict names, and the first for "
-        "comparison), the first rows of the other tables and the first members of each group finding. The JSON "
-        "report has every member, and every table row up to its size limit (meta.tables_cut); the xlsx workbook "
-        "and profan analyze DIR --tables OUT_DIR (Parquet) have every row."
+    keep = listed_ranks(report)
+    tables, cuts, summaries = scale_tables(report, keep)
+    notes = [RANK_LIST.sub(_as_runs, n) for n in report.notes] + [scale_note(len(ranks), keep)]
+    warnings = [RANK_LIST.sub(_as_runs, w) for w in report.warnings]
+    return {
+        "report": replace(report, tables=tables, notes=notes, warnings=warnings),
+        "limit": ROWS_AT_SCALE,
+        "member_rows": ROWS_AT_SCALE,
+        "read": read_summary(report, set(keep)),
+        "cuts": cuts,
+        "summaries": summaries,
+    }
+
+
+def scale_tables(report: Report, keep: list[int]) -> tuple[dict[str, pl.DataFrame], dict[str, dict], dict[str, dict]]:
+    """The tables with a section of their own cut to the ranks in ``keep`` (the named ranks and the first rank);
+    every other per-rank table of more than ROWS_AT_SCALE rows to its first rows among those `json_report.cut_tables`
+    keeps (the named ranks, the links findings name; the first rows of all when no rank is named), with a summary
+    per class of every row. Returns the tables, what was cut of each, and the summaries."""
+    named = named_ranks(report)
+    cut = cut_tables(report, limit=0)
+    tables: dict[str, pl.DataFrame] = {}
+    cuts: dict[str, dict] = {}
+    for name, df in report.tables.items():
+        if name in FULL_TABLES and "rank" in df.columns:
+            tables[name] = df.filter(pl.col("rank").is_in(keep))
+            continue
+        if name not in cut.meta.get("tables_cut", {}) or df.height <= ROWS_AT_SCALE:
+            tables[name] = df.head(ROWS_AT_SCALE)
+            continue
+        rows = cut.tables[name]
+        if rows.is_empty():  # no rank named, or none of its rows is of one: its first rows, for the columns
+            tables[name] = df.head(ROWS_AT_SCALE)
+            why = f"rank{'s' if len(named) > 1 else ''} {fmt_ranks(named)}: no rows" if named else NONE_NAMED
+            cuts[name] = {"kept": 0, "ranks": "", "links": False, "why": why}
+            continue
+        tables[name] = rows.head(ROWS_AT_SCALE)
+        links = rows.filter(~pl.col("rank").is_in(named)).height > 0  # rows of the links findings name
+        cuts[name] = {"kept": rows.height, "ranks": fmt_ranks(named), "links": links, "why": ""}
+    summaries = {
+        name: class_rows(cut.tables[f"{name}_by_class"], CLASSES[name], set(named))
+        for name in cuts
+        if f"{name}_by_class" in cut.tables
+    }
+    return tables, cuts, summaries
+
+
+def listed_ranks(report: Report) -> list[int]:
+    """The ranks whose step, breakdown and top-kernel rows are listed at scale: the first rank, for comparison,
+    and the ranks the diagnosis names (`json_report.named_ranks`) in the order of the verdict, RANKS_AT_SCALE of
+    them — several causes each naming a few ranks would otherwise list forty rows of top kernels per rank."""
+    named = set(named_ranks(report))
+    ordered: list[int] = []
+    for item in report.headline:
+        ordered += [r for r in item.ranks or () if r in named and r not in ordered]
+    return sorted({min(r["rank"] for r in report.source["ranks"]), *ordered[:RANKS_AT_SCALE]})
+
+
+def scale_note(n_ranks: int, keep: list[int]) -> str:
+    """The one note that says what this Markdown leaves out and where every row is."""
+    return (
+        f"{n_ranks} ranks: this Markdown lists the step, breakdown and top-kernel rows of rank"
+        f"{'s' if len(keep) > 1 else ''} {fmt_ranks(keep)} only (the first rank, for comparison, and up to "
+        f"{RANKS_AT_SCALE} ranks the verdict names), the other per-rank tables' rows of the named ranks with a "
+        "summary per class of every row, what was read per file kind, and a finding's first sources and members. "
+        "The JSON report and the xlsx workbook keep more (meta.tables_cut and the sheet Tables cut say what they "
+        "cut); profan analyze DIR --tables OUT_DIR writes every table in full as Parquet."
     )
-    return replace(report, tables=tables, notes=[*report.notes, note])
+
+
+def _as_runs(match: re.Match) -> str:
+    """A list of ascending numbers as runs (0–255, 300); any other list as it was."""
+    values = [int(v) for v in match[0].split(", ")]
+    return fmt_ranks(values) if values == sorted(set(values)) else match[0]
+
+
+def class_rows(summary: pl.DataFrame, classes: tuple[list[str], list[str]], named: set[int]) -> dict:
+    """A `json_report.by_class` summary as Markdown rows: the class's columns, its rows and ranks, and per value
+    one cell 'min (rank) · median · max (rank)'. The classes whose extremes are named ranks are picked first,
+    then the first of the others, CLASSES_AT_SCALE in all, shown in the summary's order."""
+    keys = [k for k in classes[0] if k in summary.columns]
+    values = [v for v in classes[1] if f"{v}_min" in summary.columns]
+    rank_cols = [f"{v}_{end}_rank" for v in values for end in ("min", "max")]
+    records = summary.to_dicts()
+    first = [i for i, rec in enumerate(records) if named.intersection(rec[c] for c in rank_cols)]
+    picked = _first(first, len(records), CLASSES_AT_SCALE)
+    rows = []
+    for rec in (records[i] for i in picked):
+        row = {k: rec[k] for k in keys} | {"rows": rec["rows"], "ranks": rec["ranks"]}
+        for v in values:
+            kind = column_kind(v, str(summary.schema[f"{v}_min"]))
+            low, mid, high = (fmt_cell(rec[f"{v}_{s}"], kind) for s in ("min", "median", "max"))
+            row[v] = f"{low} (rank {rec[f'{v}_min_rank']}) · {mid} · {high} (rank {rec[f'{v}_max_rank']})"
+        rows.append(row)
+    return {"rows": rows, "total": summary.height}
+
+
+def read_summary(report: Report, keep: set[int]) -> dict:
+    """What was read, for many ranks: per file kind the ranks, rows read (all, and the least and most of a rank)
+    and rows skipped; the ranks grouped by where their rank id came from and by profiler; in full only the ranks
+    in ``keep`` and those with skipped rows (ROWS_AT_SCALE of them)."""
+    ranks = report.source.get("ranks") or []
+    per_file: dict[str, list] = {}
+    for rk in ranks:
+        for kind, n in (rk.get("rows_read") or {}).items():
+            per_file.setdefault(kind, []).append((rk["rank"], n, (rk.get("rows_skipped") or {}).get(kind, 0)))
+    files = [
+        {
+            "file": kind,
+            "ranks": len(got),
+            "rows": sum(n for _r, n, _s in got),
+            "least": min(n for _r, n, _s in got),
+            "most": max(n for _r, n, _s in got),
+            "skipped": sum(s for _r, _n, s in got),
+        }
+        for kind, got in per_file.items()
+    ]
+    skipped = [rk["rank"] for rk in ranks if sum((rk.get("rows_skipped") or {}).values())]
+    shown = [rk for rk in ranks if rk["rank"] in keep or rk["rank"] in skipped[:ROWS_AT_SCALE]]
+    return {
+        "files": files,
+        "origins": _groups(ranks, lambda rk: re.sub(r"\d+", "N", str(rk.get("rank_origin") or "unknown"))),
+        "profilers": _groups(ranks, _profiler),
+        "skipped": fmt_ranks(skipped),
+        "shown": shown,
+    }
+
+
+def _profiler(rank: dict) -> str:
+    """The profiler a rank was captured with (its info without the rank id): ranks captured alike group."""
+    info = {k: v for k, v in (rank.get("info") or {}).items() if v not in (None, "") and k != "rank_id"}
+    return ", ".join(f"{k} {v}" for k, v in info.items()) or "not recorded"
+
+
+def _groups(ranks: list[dict], key: Callable[[dict], str]) -> list[tuple[str, str, int]]:
+    """Ranks grouped by ``key``: (the key, its ranks as runs, how many), the largest group first."""
+    by: dict[str, list[int]] = {}
+    for rk in ranks:
+        by.setdefault(key(rk), []).append(rk["rank"])
+    return sorted(((k, fmt_ranks(v), len(v)) for k, v in by.items()), key=lambda g: -g[2])
+
+
+def trim_findings(report: Report) -> tuple[Report, dict[str, dict]]:
+    """At scale, each finding's evidence and members cut to a few, those of the named ranks first (the others in
+    the report's order), before the report becomes a document: a 1,000-rank job's groups hold thousands of members,
+    each with its own evidence. Returns the trimmed report and, per finding, how many sources were left out and
+    how many members it has (``profan evidence`` and the workbook have them all)."""
+    named = set(named_ranks(report))
+    folders = {rk["path"]: rk["rank"] for rk in report.source.get("ranks") or []}
+    findings, extra = [], {}
+    for f in report.findings:
+        on_named = [i for i, e in enumerate(f.evidence) if _rank_of(e.file, folders) in named]
+        evidence = tuple(f.evidence[i] for i in _first(on_named, len(f.evidence), SOURCES_AT_SCALE))
+        on_named = [i for i, m in enumerate(f.members) if m.rank in named]
+        members = tuple(f.members[i] for i in _first(on_named, len(f.members), ROWS_AT_SCALE))
+        extra[f.id] = {"evidence_more": len(f.evidence) - len(evidence), "members_total": len(f.members)}
+        findings.append(replace(f, evidence=evidence, members=members))
+    return replace(report, findings=findings), extra
+
+
+def _first(preferred: list[int], n: int, limit: int) -> list[int]:
+    """Up to ``limit`` of the indexes 0..n-1, in order: the ``preferred`` ones first, then the lowest."""
+    picked = set(preferred[:limit])
+    for i in range(n):
+        if len(picked) >= limit:
+            break
+        picked.add(i)
+    return sorted(picked)
+
+
+def _rank_of(file: str, folders: dict[str, int]) -> int | None:
+    """The rank whose folder holds ``file`` (a path relative to the analysed root)."""
+    parts = file.split("/")
+    for i in range(len(parts) - 1, 0, -1):
+        got = folders.get("/".join(parts[:i]))
+        if got is not None:
+            return got
+    return None

@@ -5,6 +5,14 @@ findings no cause explains), Causes, Findings, Members (one row per member of a 
 step × bucket), Top kernels, Communication, one sheet per other report table, and Evidence — one row per cited
 source row, read back from the files. Each cause's and finding's id links to its first evidence row.
 
+A cluster's per-rank tables grow with ranks × ops × links, and a workbook costs time per cell however it is
+written (openpyxl serialises each cell). Tables over `ROW_LIMIT` rows are therefore cut as the JSON report cuts its
+own (`json_report.cut_tables`): the rows of the ranks the diagnosis names and the links findings name, plus a
+``<table>_by_class`` sheet summarising every row. The limit is lower than the JSON's because a cell costs far more
+to write than a JSON value, so a 64-rank cluster's link and kernel tables are cut here and not yet in the JSON.
+The sheet "Tables cut" says what was cut, and the Summary says where the full tables are (``profan analyze DIR
+--tables OUT_DIR`` writes them as Parquet).
+
 Every string cell is written as text: a kernel name such as ``=HYPERLINK(...)`` or ``-1+2`` coming from a trace
 must never become a formula, so cells starting with ``= + - @``, tab or CR are stored as strings with Excel's
 quote prefix (the cell shows the text, and editing it keeps it text). Control characters are written as visible
@@ -30,17 +38,26 @@ from openpyxl.styles import Alignment, Font, PatternFill
 from openpyxl.utils import get_column_letter
 from openpyxl.worksheet.hyperlink import Hyperlink
 
+from profan.analyses.common import fmt_ranks
 from profan.model.causes import Cause
 from profan.model.findings import SEVERITIES, Finding
 from profan.model.report import Report
 from profan.render.evidence_rows import NAME_COLUMNS, TYPE_COLUMNS, EvidenceTable, key_values, pick, read_evidence
 from profan.render.html import data_root
+from profan.render.json_report import MEMBER_LIMIT, cut_members, cut_tables, named_ranks
 from profan.render.textfmt import column_kind, column_label, locators, visible
 from profan.render.verdict import also_worth_a_look, gain_text, span_text, step_summary, step_text
 
 FORMULA_START = ("=", "+", "-", "@", "\t", "\r")
 MAX_CELL = 32767  # Excel's limit on characters in a cell
 WIDTH_ROWS = 400  # rows a column's width is measured on
+ROW_LIMIT = 2000  # a per-rank table over this many rows is cut in the workbook (`json_report.cut_tables`)
+CUT_SHEET = "Tables cut"
+NO_ROWS = "(no rows in this report)"
+NONE_KEPT = (
+    f"(cut: none of this table's rows is of a rank the verdict names; see the sheet {CUT_SHEET} for its summary "
+    "per class, and profan analyze DIR --tables OUT_DIR for every row)"
+)
 
 NUMBER_FORMATS = {
     "us": '#,##0.0" µs"',
@@ -79,26 +96,35 @@ def render_xlsx(report: Report, out: Path | None = None) -> str | None:
 
 def build_workbook(report: Report) -> Workbook:
     """The workbook in openpyxl's write-only mode: each sheet is a `Sheet` (cells filled in any order, rows
-    streamed out at the end), so a cluster's tables — a million cells at 64 ranks — never become a held-whole
-    worksheet of cell objects (bench/README.md has the time and memory it saves)."""
+    streamed out at the end), so a cluster's tables never become a held-whole worksheet of cell objects
+    (bench/README.md has the time and memory it saves). Tables over `ROW_LIMIT` rows are cut first."""
     owners: list[Cause | Finding] = [*report.causes, *report.findings]
     evidence = read_evidence(data_root(report), owners)
+    tables = cut_tables(report, limit=ROW_LIMIT)
+    cut: dict[str, dict] = tables.meta.get("tables_cut") or {}
     wb = Workbook(write_only=True)
     summary, causes_ws, findings_ws = Sheet(wb, "Summary"), Sheet(wb, "Causes"), Sheet(wb, "Findings")
     sheets = [summary, causes_ws, findings_ws, Sheet(wb, "Members")]
-    members_sheet(sheets[-1], report)
+    members_cut = members_sheet(sheets[-1], report)
+    titles: dict[str, str] = dict.fromkeys(members_cut, "Members")  # table (or group's members) -> its sheet
     for name, title in NAMED_SHEETS.items():  # the sheets the issue promises exist even when empty
         sheets.append(Sheet(wb, title))
-        table_sheet(sheets[-1], report.tables.get(name, pl.DataFrame()))
-    for name, df in report.tables.items():
+        titles[name] = title
+        table_sheet(sheets[-1], tables.tables.get(name, pl.DataFrame()), NONE_KEPT if name in cut else NO_ROWS)
+    for name, df in tables.tables.items():
         if name not in NAMED_SHEETS:
             sheets.append(Sheet(wb, sheet_name(name, [s.title for s in sheets])))
-            table_sheet(sheets[-1], df)
+            titles[name] = sheets[-1].title
+            table_sheet(sheets[-1], df, NONE_KEPT if name in cut else NO_ROWS)
+    cut = {**cut, **members_cut}
+    if cut:
+        sheets.append(Sheet(wb, CUT_SHEET))
+        cut_sheet(sheets[-1], cut, titles)
     sheets.append(ev_ws := Sheet(wb, "Evidence"))
     first_rows = evidence_sheet(ev_ws, owners, evidence)
     causes_sheet(causes_ws, report, first_rows)
     findings_sheet(findings_ws, report, first_rows)
-    summary_sheet(summary, report, first_rows)
+    summary_sheet(summary, report, first_rows, cut)
     for sheet in sheets:
         sheet.flush()
     return wb
@@ -264,14 +290,15 @@ def sheet_name(name: str, taken: list[str]) -> str:
 # ------------------------------------------------------------------------------------------ sheets
 
 
-def table_sheet(ws: Sheet, df: pl.DataFrame) -> None:
-    """Any report table, with number formats from the column names; values keep their source units."""
+def table_sheet(ws: Sheet, df: pl.DataFrame, empty: str = NO_ROWS) -> None:
+    """Any report table, with number formats from the column names; values keep their source units. ``empty``:
+    what the sheet says when it has no rows."""
     if df is None or df.is_empty():
-        put(ws, 1, 1, "(no rows in this report)")
+        put(ws, 1, 1, empty)
         return
-    kinds = [column_kind(c, str(dt)) for c, dt in df.schema.items()]
-    header(ws, [column_label(c, k) for c, k in zip(df.columns, kinds, strict=True)])
-    formats = [NUMBER_FORMATS.get(k) for k in kinds]
+    columns = [table_column(c, str(dt), ws.title) for c, dt in df.schema.items()]
+    header(ws, [label for _kind, label in columns])
+    formats = [NUMBER_FORMATS.get(kind) for kind, _label in columns]
     rows = ([table_value(ws, v, f) for v, f in zip(rec, formats, strict=True)] for rec in df.iter_rows())
     for row in islice(rows, WIDTH_ROWS):  # held: `finish` sizes the columns on them
         ws.append(row)
@@ -279,8 +306,78 @@ def table_sheet(ws: Sheet, df: pl.DataFrame) -> None:
     finish(ws)
 
 
-def summary_sheet(ws: Sheet, report: Report, first_rows: dict[str, int]) -> None:
-    """The verdict first (the step, the causes, the headline findings no cause explains), then what was read."""
+SUMMARY_STATS = ("_min_rank", "_max_rank", "_median", "_min", "_max")  # the columns of `json_report.by_class`
+
+
+def table_column(name: str, dtype: str, title: str) -> tuple[str, str]:
+    """How a column is shown: its kind (number format) and header. A summary per class (``time_us_min``,
+    ``time_us_min_rank``) is shown as the column it summarises (µs, %), the ranks as ids: "time min (µs)"."""
+    stat = next((s for s in SUMMARY_STATS if name.endswith(s) and len(name) > len(s)), None)
+    if stat is None or not title.endswith(" by class"):
+        kind = column_kind(name, dtype)
+        return kind, column_label(name, kind)
+    base = name[: -len(stat)]
+    kind = column_kind(base, dtype)
+    label = column_label(base, kind)
+    words = stat[1:].replace("_", " ")
+    head, unit = (label[: label.rindex(" (")], label[label.rindex(" (") :]) if label.endswith(")") else (label, "")
+    if stat.endswith("_rank"):
+        return "id", f"{head} {words}"
+    return kind, f"{head} {words}{unit}"
+
+
+def cut_sheet(ws: Sheet, cut: dict[str, dict], titles: dict[str, str]) -> None:
+    """What the workbook left out of each cut table, the sheet holding what it kept and the summary of every
+    row, and the command that writes the whole table."""
+    header(ws, ["Table", "Sheet", "Rows in the analysis", "Rows here", "Ranks kept", "Summary per class", "Full table"])
+    for r, (name, what) in enumerate(cut.items(), start=2):
+        put(ws, r, 1, name)
+        sheet_link(put(ws, r, 2, titles.get(name, "")), titles.get(name))
+        put(ws, r, 3, what["rows"], NUMBER_FORMATS["int"])
+        put(ws, r, 4, what["kept"], NUMBER_FORMATS["int"])
+        ranks = what.get("ranks_kept") or []
+        put(ws, r, 5, fmt_ranks(ranks) if ranks else "none: no cause or headline finding names a few ranks")
+        summary = titles.get(what.get("summary") or "")
+        sheet_link(put(ws, r, 6, summary or "(none)"), summary)
+        put(ws, r, 7, what.get("full", ""))
+    finish(ws, widths={1: 18, 2: 22, 3: 12, 4: 12, 5: 40, 6: 24, 7: 80})
+
+
+def sheet_link(cell: Cell, title: str | None) -> None:
+    """Make ``cell`` a link to the top of the sheet ``title``."""
+    if title:
+        location = "'" + title.replace("'", "''") + "'!A1"
+        cell.hyperlink = Hyperlink(ref=cell.coordinate, location=location, tooltip=f"Sheet {title}")
+        cell.font = LINK_FONT
+
+
+def cut_text(cut: dict[str, dict]) -> str:
+    """One line for the Summary: which tables and groups' members were cut, to what, and where they are in full."""
+    ranks = next(iter(cut.values())).get("ranks_kept") or []
+    which = fmt_ranks(ranks) if ranks else "none: no cause or headline finding names a few ranks"
+    tables = [name for name in cut if not name.startswith("members of ")]
+    groups = [name.removeprefix("members of ") for name in cut if name.startswith("members of ")]
+    parts = []
+    if tables:
+        parts.append(
+            f"{len(tables)} table{'s' if len(tables) > 1 else ''} over {ROW_LIMIT:,} rows ({', '.join(tables)}) keep "
+            "the rows of the ranks the verdict names and of the links findings name, with a summary per class of "
+            "every row; profan analyze DIR --tables OUT_DIR writes every table in full as Parquet"
+        )
+    if groups:
+        parts.append(
+            f"The group finding{'s' if len(groups) > 1 else ''} {', '.join(groups)} list their first "
+            f"{MEMBER_LIMIT} members (the worst) and those of the named ranks; profan evidence DATA_DIR "
+            f"{groups[0]}.N reads any member back"
+        )
+    return " ".join(
+        [f"Ranks the verdict names: {which}.", *(f"{part}." for part in parts), f"See the sheet {CUT_SHEET}."]
+    )
+
+
+def summary_sheet(ws: Sheet, report: Report, first_rows: dict[str, int], cut: dict[str, dict] | None = None) -> None:
+    """The verdict first (the step, the causes, the headline findings no cause explains), then what was read and,
+    when tables were cut (``cut``: `json_report.cut_tables`'s ``meta.tables_cut``), what and where they are whole."""
     put(ws, 1, 1, "profan report").font = Font(bold=True, size=14)
     r = verdict_block(ws, report, first_rows, 3) + 2
     src = report.source
@@ -292,10 +389,15 @@ def summary_sheet(ws: Sheet, report: Report, first_rows: dict[str, int]) -> None
         ("profan", report.meta.get("profan", "")),
         ("Rule files", report.meta.get("rule_files", [])),
     ]
+    if cut:
+        rows.append((CUT_SHEET, cut_text(cut)))
     for k, v in rows:
         put(ws, r, 1, k).font = Font(bold=True)
         put(ws, r, 2, v)
         r += 1
+    if cut:
+        sheet_link(ws.cell(row=r - 1, column=2), CUT_SHEET)
+        ws.cell(row=r - 1, column=2).alignment = Alignment(wrap_text=True, vertical="top")
     r += 1
     header(ws, ["Rank", "Folder", "Rank from", "Files", "Rows read", "Rows skipped", "Profiler"], row=r)
     for rk in src.get("ranks", []):
@@ -406,12 +508,26 @@ def causes_sheet(ws: Sheet, report: Report, first_rows: dict[str, int]) -> None:
     )
 
 
-def members_sheet(ws: Sheet, report: Report) -> None:
+def members_sheet(ws: Sheet, report: Report) -> dict[str, dict]:
     """One row per member of a group finding, with the first of its own cited rows (`profan evidence` prints
-    all of them by the member's id)."""
+    all of them by the member's id). A group of more than MEMBER_LIMIT members (one per rank and step of a check
+    measured everywhere) lists its first MEMBER_LIMIT, the worst, and those of the ranks the verdict names, as the
+    JSON report does (`json_report.cut_members`); returns what was left out of each group, for the sheet Tables
+    cut."""
     header(ws, ["Group", "ID", "Severity", "Check", "Rank", "Step", "Title", "Message", "First source", "Locators"])
+    bounded = cut_members(report, MEMBER_LIMIT)
+    cut = {
+        f"members of {group}": {
+            "rows": left["members"],
+            "kept": left["kept"],
+            "ranks_kept": named_ranks(report),
+            "summary": None,
+            "full": left["full"],
+        }
+        for group, left in (bounded.meta.get("members_cut") or {}).items()
+    }
     r = 1
-    for f in report.findings:
+    for f in bounded.findings:
         for m in f.members:
             r += 1
             put(ws, r, 1, f.id)
@@ -427,6 +543,7 @@ def members_sheet(ws: Sheet, report: Report) -> None:
     if r == 1:
         put(ws, 2, 1, "(no group findings in this report)")
     finish(ws, widths={1: 8, 2: 8, 3: 10, 4: 26, 5: 6, 6: 6, 7: 60, 8: 90, 9: 60, 10: 60})
+    return cut
 
 
 def evidence_sheet(

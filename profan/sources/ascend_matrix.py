@@ -271,6 +271,7 @@ def _with_global_ranks(links: pl.DataFrame, groups: pl.DataFrame, on: list[str])
     )
 
 
+TEXT_KEYS = ["kind", "op_type", "group_hash", "group_name", "shape"]  # categories in `link_totals`
 NOT_LINKS = ("LOCAL", "", "N/A", "INVALID_TYPE")  # matrix entries that are on-chip copies, not links
 LINK_KEYS = [
     "step",
@@ -300,9 +301,11 @@ def link_totals(links: pl.DataFrame, by: tuple[str, ...] = ()) -> pl.DataFrame:
         & (pl.col("time_ms").fill_null(0) > 0)
     )
     m = m.filter((pl.col("shape") == "per-op") | (pl.col("rank_class") == "total"))
-    return m.group_by([*by, *LINK_KEYS], maintain_order=True).agg(
+    totals = m.group_by([*by, *LINK_KEYS], maintain_order=True).agg(
         pl.col("size_mb").sum(), pl.col("time_ms").sum(), pl.col("pointer").alias("pointers"), pl.col("shape").first()
     )
+    # a cluster's ranks hold ranks² of these rows, their text a few values repeated: as categories, 4 bytes a value
+    return totals.with_columns(pl.col(TEXT_KEYS).cast(pl.Categorical))
 
 
 def rank_link_totals(parts: list[tuple[pl.DataFrame, Metadata | None]]) -> list[pl.DataFrame]:
