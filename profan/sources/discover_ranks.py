@@ -13,11 +13,13 @@ from profan.model.errors import ProfanInputError
 from profan.sources.discover_names import ASCEND_DB, INFO_FILE
 from profan.sources.discover_sniff import rank_id, rank_in_name, read_json_quiet, trace_rank
 
-if TYPE_CHECKING:  # the values discovery fills in: only their types, never a runtime import of the entry
+if TYPE_CHECKING:  # discover.py defines them and imports this module: types only, so run time imports point one way
     from profan.sources.discover import Discovery, RankSource
 
 
 def rank_of(rs: RankSource) -> tuple[int | None, str]:
+    """(the rank id, where it was read), first found of: a trace's own, profiler_info's name or body, the DB's
+    name, msprof's info.json, the folder's name; (None, '') when none holds one."""
     if rs.kind == "kineto":
         return trace_rank(rs.files["kineto_trace"])
     info = rs.files.get("profiler_info")

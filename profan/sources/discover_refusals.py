@@ -11,7 +11,7 @@ from typing import TYPE_CHECKING
 from profan.model.errors import ProfanInputError
 from profan.sources.discover_names import ASCEND_FILES, OUTPUT_DIR, READ_KINDS, short_list
 
-if TYPE_CHECKING:  # the values discovery fills in: only their types, never a runtime import of the entry
+if TYPE_CHECKING:  # discover.py defines them and imports this module: types only, so run time imports point one way
     from profan.sources.discover import Discovery, RankSource
 
 
