@@ -36,7 +36,7 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parent.parent
 SOURCE = REPO / "fixtures/ascend/msinsight-alexnet-2rank-2025-db/level1/rank0_ascend_pt"
 DB_NAME = "ascend_pytorch_profiler_0.db"
-QUERY = (  # the columns profan reads (`ascend_db.compute_rows`)
+QUERY = (  # the columns profan reads (`ascend_db_kernels.compute_rows`)
     "SELECT t.rowid, t.globalTaskId, t.startNs, t.endNs, c.name, c.opType, c.taskType, c.inputShapes "
     "FROM TASK t JOIN COMPUTE_TASK_INFO c ON c.globalTaskId = t.globalTaskId"
 )
@@ -53,16 +53,18 @@ print(df.height)
     "sqlite3 fetchmany(2^18) -> pl.DataFrame chunks (profan without ADBC)": """
 import sys, polars as pl
 from pathlib import Path
-from profan.sources import ascend_db
-ascend_db.NO_ADBC = True
-df = ascend_db.compute_rows(ascend_db.open_db(Path(sys.argv[1])))
+from profan.sources import ascend_db_sqlite
+from profan.sources.ascend_db_kernels import compute_rows
+ascend_db_sqlite.NO_ADBC = True
+df = compute_rows(ascend_db_sqlite.open_db(Path(sys.argv[1])))
 print(df.height)
 """,
-    "profan ascend_db.compute_rows (ADBC, its lean columns)": """
+    "profan ascend_db_kernels.compute_rows (ADBC, its lean columns)": """
 import sys, polars as pl
 from pathlib import Path
-from profan.sources import ascend_db
-df = ascend_db.compute_rows(ascend_db.open_db(Path(sys.argv[1])))
+from profan.sources import ascend_db_sqlite
+from profan.sources.ascend_db_kernels import compute_rows
+df = compute_rows(ascend_db_sqlite.open_db(Path(sys.argv[1])))
 print(df.height)
 """,
     "pl.read_database(sqlite3 connection)": """

@@ -19,7 +19,7 @@ from profan.model.errors import ProfanError, ProfanInputError
 
 if TYPE_CHECKING:
     from profan import figures
-    from profan.comparison import compare
+    from profan.comparison.compare import compare
     from profan.model.report import Report
     from profan.pipeline import analyze
 
@@ -56,7 +56,7 @@ def evidence(
 # command that stops at its arguments (`profan --help`, a bad option) needs neither
 _LAZY = {
     "analyze": ("profan.pipeline", "analyze"),
-    "compare": ("profan.comparison", "compare"),
+    "compare": ("profan.comparison.compare", "compare"),
     "Report": ("profan.model.report", "Report"),
     "figures": ("profan.figures", None),
 }

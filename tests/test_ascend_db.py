@@ -429,17 +429,18 @@ def test_memory_tables_match_sql_and_the_text_schema():
 
 def test_stdlib_cursor_and_adbc_read_the_same_rows(monkeypatch):
     """The kernel rows are the same whichever way they reach polars (ADBC when installed, else sqlite3)."""
-    from profan.sources import ascend_db
+    from profan.sources import ascend_db_sqlite
+    from profan.sources.ascend_db_kernels import compute_rows
 
     path = _db(DB_SET, 1)
-    monkeypatch.setattr(ascend_db, "NO_ADBC", True)
-    stdlib = ascend_db.compute_rows(ascend_db.open_db(path))
+    monkeypatch.setattr(ascend_db_sqlite, "NO_ADBC", True)
+    stdlib = compute_rows(ascend_db_sqlite.open_db(path))
     ((n,),) = _sql(path, "SELECT count(*) FROM TASK t JOIN COMPUTE_TASK_INFO c USING (globalTaskId)")
     assert stdlib.height == n
-    monkeypatch.setattr(ascend_db, "NO_ADBC", False)
-    if ascend_db._adbc() is None:
+    monkeypatch.setattr(ascend_db_sqlite, "NO_ADBC", False)
+    if ascend_db_sqlite._adbc() is None:
         pytest.fail("adbc-driver-sqlite is not installed (pip install -e '.[test]' installs it)")
-    fast = ascend_db.compute_rows(ascend_db.open_db(path))
+    fast = compute_rows(ascend_db_sqlite.open_db(path))
     assert fast.equals(stdlib)
 
 

@@ -10,7 +10,7 @@ from conftest import QWEN3, assert_one_line_error, fnum, one_rank, raw_rows, run
 
 import profan
 from profan.analyses.common import ms
-from profan.comparison import compare
+from profan.comparison.compare import compare
 from profan.model.evidence import read_back
 from profan.synth import generate
 

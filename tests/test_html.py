@@ -227,7 +227,7 @@ def test_trace_event_evidence_shows_the_cited_events(tmp_path):
 
 def test_compare_report_renders_both_sides(tmp_path):
     """`profan compare` results are a Report too: the same renderer shows both sides and the bucket deltas."""
-    from profan.comparison import compare
+    from profan.comparison.compare import compare
 
     report = compare(QWEN3, None, ranks=(0, 2))
     doc = build_html(report)

@@ -469,9 +469,9 @@ def test_lccl_and_lcoc_rows_are_collectives():
 
 
 def test_the_trace_name_rank_pattern_is_the_roles_one():
-    from profan.sources.discover import _rank_in_name
+    from profan.sources.discover_sniff import rank_in_name
     from profan.sources.kineto import rank_of
 
-    assert _rank_in_name("trace").pattern == default_roles().rank_in_trace_name
-    assert _rank_in_name("folder").search("test_rank_3").group(1) == "3"
+    assert rank_in_name("trace").pattern == default_roles().rank_in_trace_name
+    assert rank_in_name("folder").search("test_rank_3").group(1) == "3"
     assert rank_of({}, Path("worker7.pt.trace.json"))[0] == 7

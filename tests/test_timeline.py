@@ -399,7 +399,7 @@ def test_step_choice_and_missing_steps(qwen3):
     assert figures.timeline(qwen3, step=13).layout.meta["why"] == "step 13"
     with pytest.raises(ValueError, match="step 99"):
         figures.timeline(qwen3, step=99)
-    from profan.comparison import compare
+    from profan.comparison.compare import compare
 
     assert figures.timeline(compare(QWEN3, None, ranks=(0, 2))) is None
 

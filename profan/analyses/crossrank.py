@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import polars as pl
 
-from profan.analyses import align, moe_balance, stragglers
+from profan.analyses import align, moe_balance, straggler_arrivals, stragglers
 from profan.analyses.contract import Job, Section
 from profan.model.findings import Finding
 from profan.ranks.rankmap import RankData
@@ -27,7 +27,7 @@ def section(job: Job) -> Section:
         tables.update(s_tables)
         findings += s_findings
         if not s_tables:
-            need = pack.check(stragglers.CHECK)["min_ranks"]
+            need = pack.check(straggler_arrivals.CHECK)["min_ranks"]
             notes.append(
                 f"stragglers: at most {int(aligned['present'].max())} ranks share a collective; naming an "
                 f"outlier needs at least {need}"

@@ -1,17 +1,21 @@
 """Per-step time split (Computing / Communication not overlapped / Free) and the findings it supports.
 
 Numbers come straight from ``step_trace_time.csv``, which the profiler computes from its Overlap Analysis lanes;
-each finding cites the row it read.
+each finding cites the row it read. The rules of the exposed-communication and device-idle findings
+(`graded_share_findings`, `share_finding`) serve the traces' step splits too (`profan.analyses.trace_steps`), so
+every source of a split is judged by the same thresholds and worded alike.
 """
 
 from __future__ import annotations
+
+from collections.abc import Callable, Iterable
 
 import polars as pl
 
 from profan.analyses import imbalance
 from profan.analyses.common import cite_kernels, graded, kernel_table, ms, pct
 from profan.analyses.contract import Job, Section
-from profan.model.evidence import cite_lines
+from profan.model.evidence import Evidence, cite_lines
 from profan.model.findings import Finding
 from profan.ranks.rankmap import RankData
 from profan.rulepack.pack import RulePack
@@ -61,60 +65,96 @@ def section(job: Job) -> Section:
     )
 
 
-def share_findings(steps: pl.DataFrame, pack: RulePack) -> list[Finding]:
-    """Exposed communication and device idle per rank and step."""
+LANES = {
+    "computing_us": "Computing",
+    "comm_not_overlapped_us": "Communication(Not Overlapped)",
+    "free_us": "Free",
+    "communication_us": "Communication",
+}
+# the checks a step split supports, the column each judges, and what a share of that column means
+SHARE_CHECKS = (("exposed-communication", "comm_not_overlapped_us"), ("device-idle", "free_us"))
+SHARE_WHAT = {
+    "comm_not_overlapped_us": "communication not overlapped with compute",
+    "free_us": "the device is idle (Free)",
+}
+# (row, check id, column, share of the step, severity) -> the finding, in its source's words and rows
+ShareWording = Callable[[dict, str, str, float, str], Finding]
+
+
+def graded_share_findings(rows: Iterable[dict], pack: RulePack, word: ShareWording) -> list[Finding]:
+    """Exposed communication and idle time as shares of each row's step, graded by their checks: one finding per
+    row and check past its threshold. Every step split (step_trace_time.csv, trace_view.json's Overlap Analysis
+    lanes, a trace's device lanes) is judged by these same rules; ``word`` says where its numbers come from and
+    cites its own rows."""
     out: list[Finding] = []
-    if steps.is_empty():
-        return out
-    specs = (
-        (
-            "exposed-communication",
-            "comm_not_overlapped_us",
-            "Communication(Not Overlapped)",
-            "communication not overlapped with compute",
-        ),
-        ("device-idle", "free_us", "Free", "the device is idle (Free)"),
-    )
-    for row in steps.iter_rows(named=True):
-        step_us = row["step_us"]
-        if not step_us:
+    for row in rows:
+        if not row["step_us"]:
             continue
-        for check_id, col, label, what in specs:
-            chk = pack.check(check_id)
-            v = row[col]
-            if v is None:
+        for check_id, col in SHARE_CHECKS:
+            if row[col] is None:
                 continue
-            share = v / step_us
-            sev = graded(share, chk)
-            if sev is None:
-                continue
-            step_txt = f"step {row['step']}" if row["step"] is not None else "the profile"
-            out.append(
-                Finding(
-                    check=check_id,
-                    severity=sev,
-                    rank=row["rank"],
-                    step=row["step"],
-                    title=f"Rank {row['rank']}, {step_txt}: {pct(share)} of the step {what}",
-                    message=(
-                        f"Rank {row['rank']}, {step_txt}: {label} is {ms(v)} of the {ms(step_us)} step "
-                        f"({pct(share)}); Computing {ms(row['computing_us'])}, "
-                        f"Communication(Not Overlapped) {ms(row['comm_not_overlapped_us'])}, "
-                        f"Free {ms(row['free_us'])}."
-                    ),
-                    metrics={col: v, "step_us": step_us, "share": round(share, 4)},
-                    evidence=(
-                        cite_lines(
-                            row["file"],
-                            [row["src_line"]],
-                            1,
-                            {"source": "step_trace_time", "step": row["step"]},
-                            values={label: v, "step_us": step_us},
-                        ),
-                    ),
-                )
-            )
+            share = row[col] / row["step_us"]
+            sev = graded(share, pack.check(check_id))
+            if sev is not None:
+                out.append(word(row, check_id, col, share, sev))
     return out
+
+
+def split_text(row: dict) -> str:
+    """The step split of a row, as every share finding quotes it."""
+    return (
+        f"Computing {ms(row['computing_us'])}, Communication(Not Overlapped) {ms(row['comm_not_overlapped_us'])}, "
+        f"Free {ms(row['free_us'])}"
+    )
+
+
+def share_finding(
+    row: dict,
+    check_id: str,
+    col: str,
+    share: float,
+    sev: str,
+    where: str,
+    *,
+    source: str,
+    metrics: dict,
+    cited: Evidence,
+) -> Finding:
+    """A share finding of a step split with per-step rows (step_trace_time.csv, trace_view.json's lanes): the lane's
+    time against the step's, then the whole split; ``source`` ends the message with where the numbers come from."""
+    return Finding(
+        check=check_id,
+        severity=sev,
+        rank=row["rank"],
+        step=row["step"],
+        title=f"Rank {row['rank']}, {where}: {pct(share)} of the step {SHARE_WHAT[col]}",
+        message=(
+            f"Rank {row['rank']}, {where}: {LANES[col]} is {ms(row[col])} of the {ms(row['step_us'])} step "
+            f"({pct(share)}); {split_text(row)}{source}."
+        ),
+        metrics=metrics,
+        evidence=(cited,),
+    )
+
+
+def share_findings(steps: pl.DataFrame, pack: RulePack) -> list[Finding]:
+    """Exposed communication and device idle per rank and step of step_trace_time.csv, each citing its row."""
+    if steps.is_empty():
+        return []
+    return graded_share_findings(steps.iter_rows(named=True), pack, _step_trace_share)
+
+
+def _step_trace_share(row: dict, check_id: str, col: str, share: float, sev: str) -> Finding:
+    cited = cite_lines(
+        row["file"],
+        [row["src_line"]],
+        1,
+        {"source": "step_trace_time", "step": row["step"]},
+        values={LANES[col]: row[col], "step_us": row["step_us"]},
+    )
+    where = f"step {row['step']}" if row["step"] is not None else "the profile"
+    metrics = {col: row[col], "step_us": row["step_us"], "share": round(share, 4)}
+    return share_finding(row, check_id, col, share, sev, where, source="", metrics=metrics, cited=cited)
 
 
 def reconcile_findings(ranks: list[RankData], steps: pl.DataFrame, pack: RulePack) -> list[Finding]:

@@ -7,11 +7,14 @@ GPU (Kineto) ranks have no step_trace_time.csv; their split is computed from the
 
 from __future__ import annotations
 
+import functools
+
 import polars as pl
 
 from profan.analyses import imbalance
-from profan.analyses.common import graded, ms, pct
+from profan.analyses.common import ms, pct
 from profan.analyses.contract import Job, Section
+from profan.analyses.steps import LANES, graded_share_findings, share_finding, split_text
 from profan.model.evidence import cite_events, cite_lines
 from profan.model.findings import Finding
 from profan.ranks.rankmap import RankData
@@ -19,13 +22,6 @@ from profan.rulepack.classify import UNCLASSIFIED
 from profan.rulepack.pack import Check, RulePack
 from profan.rulepack.roles import Roles
 from profan.sources.rowframe import stack
-
-LANES = {
-    "computing_us": "Computing",
-    "comm_not_overlapped_us": "Communication(Not Overlapped)",
-    "free_us": "Free",
-    "communication_us": "Communication",
-}
 
 
 def _trace_file(r: RankData) -> str | None:
@@ -62,37 +58,24 @@ def block_table(ranks: list[RankData]) -> pl.DataFrame:
     return df.select(BLOCK_COLUMNS).sort("rank", "step", "start_us", nulls_last=True)
 
 
-def share_findings(table: pl.DataFrame, pack: RulePack) -> list[Finding]:
+def device_share_findings(table: pl.DataFrame, pack: RulePack) -> list[Finding]:
     """Device idle and exposed communication per step of Kineto ranks (whole trace when it has no ProfilerStep),
     worded for the device the trace measured: GPU, or CPU for a CPU-only trace."""
-    out: list[Finding] = []
     if table.is_empty():
-        return out
-    dev = table.filter(pl.col("source") == "device_lanes")
-    for (rank,), g in dev.group_by(["rank"], maintain_order=True):
-        rows = g.filter(pl.col("scope") == "step")
-        if rows.is_empty():
-            rows = g.filter(pl.col("scope") == "trace")
-        for row in rows.iter_rows(named=True):
-            if not row["step_us"]:
-                continue
-            for check_id, col in (("exposed-communication", "comm_not_overlapped_us"), ("device-idle", "free_us")):
-                f = _share_finding(rank, row, check_id, col, pack)
-                if f is not None:
-                    out.append(f)
-    return out
+        return []
+    rows: list[dict] = []
+    for _, g in table.filter(pl.col("source") == "device_lanes").group_by(["rank"], maintain_order=True):
+        spans = g.filter(pl.col("scope") == "step")
+        rows += (spans if not spans.is_empty() else g.filter(pl.col("scope") == "trace")).iter_rows(named=True)
+    return graded_share_findings(rows, pack, functools.partial(_device_share, pack.roles))
 
 
 def _device(row: dict) -> str:
     return row.get("device") or "GPU"
 
 
-def _share_finding(rank: int, row: dict, check_id: str, col: str, pack: RulePack) -> Finding | None:
-    share = row[col] / row["step_us"]
-    sev = graded(share, pack.check(check_id))
-    if sev is None:
-        return None
-    device = _device(row)
+def _device_share(roles: Roles, row: dict, check_id: str, col: str, share: float, sev: str) -> Finding:
+    rank, device = row["rank"], _device(row)
     what = f"{device} idle" if col == "free_us" else "communication not overlapped with compute"
     where = f"step {row['step']}" if row["scope"] == "step" else "the whole trace (no ProfilerStep)"
     units = "top-level CPU ops and collective spans" if device == "CPU" else "kernel/memcpy/memset events"
@@ -106,10 +89,8 @@ def _share_finding(rank: int, row: dict, check_id: str, col: str, pack: RulePack
         title=f"Rank {rank}, {where}: {what} for {pct(share)} of the {device} span",
         message=(
             f"Rank {rank}, {where}: {LANES[col]} is {ms(row[col])} of the {ms(row['step_us'])} "
-            f"span from the first to the last {'CPU' if device == 'CPU' else 'device'} event ({pct(share)}); Computing "
-            f"{ms(row['computing_us'])}, Communication(Not Overlapped) "
-            f"{ms(row['comm_not_overlapped_us'])}, Free {ms(row['free_us'])} — computed by "
-            f"interval union over {row['events'] + others} {units}{also}."
+            f"span from the first to the last {'CPU' if device == 'CPU' else 'device'} event ({pct(share)}); "
+            f"{split_text(row)} — computed by interval union over {row['events'] + others} {units}{also}."
         ),
         metrics={
             col: round(row[col], 3),
@@ -118,7 +99,7 @@ def _share_finding(rank: int, row: dict, check_id: str, col: str, pack: RulePack
             "events": row["events"],
             "device": device,
         },
-        evidence=_split_evidence(row, col, pack.roles),
+        evidence=_split_evidence(row, col, roles),
     )
 
 
@@ -187,50 +168,29 @@ def _split_evidence(row: dict, col: str, roles: Roles) -> tuple:
 def lane_share_findings(ranks: list[RankData], table: pl.DataFrame, pack: RulePack) -> list[Finding]:
     """Exposed communication and idle per step from trace_view.json's Overlap Analysis lanes, for Ascend ranks
     without step_trace_time.csv (the profiler writes that file by summing these same lanes)."""
-    out: list[Finding] = []
     if table.is_empty() or "source" not in table.columns:
-        return out
+        return []
     covered = [r.rank for r in ranks if r.steps is not None and not r.steps.is_empty()]
     rows = table.filter((pl.col("source") == "overlap_analysis") & ~pl.col("rank").is_in(covered))
-    specs = (
-        ("exposed-communication", "comm_not_overlapped_us", "communication not overlapped with compute"),
-        ("device-idle", "free_us", "the device is idle (Free)"),
+    return graded_share_findings(rows.iter_rows(named=True), pack, _lane_share)
+
+
+def _lane_share(row: dict, check_id: str, col: str, share: float, sev: str) -> Finding:
+    cited = cite_events(
+        row["file"],
+        row["top_events"],
+        row["events"],
+        {"source": "trace_view", "process": "Overlap Analysis", "step": row["step"]},
+        values={LANES[col]: round(row[col], 3)},
     )
-    for row in rows.iter_rows(named=True):
-        if not row["step_us"]:
-            continue
-        for check_id, col, what in specs:
-            share = row[col] / row["step_us"]
-            sev = graded(share, pack.check(check_id))
-            if sev is None:
-                continue
-            out.append(
-                Finding(
-                    check=check_id,
-                    severity=sev,
-                    rank=row["rank"],
-                    step=row["step"],
-                    title=f"Rank {row['rank']}, step {row['step']}: {pct(share)} of the step {what}",
-                    message=(
-                        f"Rank {row['rank']}, step {row['step']}: {LANES[col]} is {ms(row[col])} of the "
-                        f"{ms(row['step_us'])} step ({pct(share)}); Computing {ms(row['computing_us'])}, "
-                        f"Communication(Not Overlapped) {ms(row['comm_not_overlapped_us'])}, Free "
-                        f"{ms(row['free_us'])} — from the Overlap Analysis lanes of trace_view.json (this rank "
-                        "has no step_trace_time.csv, which the profiler sums from the same lanes)."
-                    ),
-                    metrics={col: round(row[col], 3), "step_us": round(row["step_us"], 3), "share": round(share, 4)},
-                    evidence=(
-                        cite_events(
-                            row["file"],
-                            row["top_events"],
-                            row["events"],
-                            {"source": "trace_view", "process": "Overlap Analysis", "step": row["step"]},
-                            values={LANES[col]: round(row[col], 3)},
-                        ),
-                    ),
-                )
-            )
-    return out
+    source = (
+        " — from the Overlap Analysis lanes of trace_view.json (this rank has no step_trace_time.csv, which the "
+        "profiler sums from the same lanes)"
+    )
+    metrics = {col: round(row[col], 3), "step_us": round(row["step_us"], 3), "share": round(share, 4)}
+    return share_finding(
+        row, check_id, col, share, sev, f"step {row['step']}", source=source, metrics=metrics, cited=cited
+    )
 
 
 def overlap_check(ranks: list[RankData], pack: RulePack) -> tuple[pl.DataFrame, list[Finding]]:
@@ -347,7 +307,7 @@ def section(job: Job) -> Section:
     check_tab, check_findings = overlap_check(ranks, pack)
     tables = {"trace_steps": table, "trace_vs_step_trace": check_tab, **comm_tables(ranks)}
     tables["step_blocks"] = block_table(ranks)
-    findings = [*share_findings(table, pack), *lane_share_findings(ranks, table, pack), *check_findings]
+    findings = [*device_share_findings(table, pack), *lane_share_findings(ranks, table, pack), *check_findings]
     findings += imbalance_findings(job, table)
     return Section(tables=tables, findings=findings, notes=trace_notes(ranks))
 

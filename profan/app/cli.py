@@ -596,8 +596,8 @@ def compare(
 ) -> None:
     """Compare two ranks of one job or two runs: step totals, bucket and kernel deltas (B minus A), with rows."""
     from profan.app import output
-    from profan.comparison import compare as run_compare
-    from profan.comparison import regression_limits, regressions
+    from profan.comparison.compare import compare as run_compare
+    from profan.comparison.regression_limits import regression_limits, regressions
     from profan.rulepack.pack import load
 
     _mode(verbose, quiet, debug)

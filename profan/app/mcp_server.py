@@ -173,7 +173,7 @@ class Reports:
         )
 
     def compared(self, a: str, b: str | None, ranks: list[int] | None, rules: list[str] | None) -> Report:
-        from profan.comparison import compare
+        from profan.comparison.compare import compare
 
         if ranks is not None and len(ranks) != 2:
             raise ProfanInputError(None, f"ranks takes two rank numbers, e.g. [0, 1] (got {ranks})")

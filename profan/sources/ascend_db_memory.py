@@ -15,7 +15,7 @@ from pathlib import Path
 
 import polars as pl
 
-from profan.sources import ascend_db
+from profan.sources import ascend_db_sqlite
 from profan.sources.ascend_memory import COLUMNS, TEXT, Read
 
 MB = float(1 << 20)
@@ -54,18 +54,18 @@ MUST = {"records": ("ts_us",), "ops": ("size_kb", "alloc_us"), "modules": ("ts_u
 def memory_tables(path: Path) -> dict[str, Read]:
     """{"records" | "ops" | "modules": `ascend_memory.Read`} of the tables the DB has (an absent table is left
     out: the profile was taken without ``profile_memory``)."""
-    db = ascend_db.open_db(path)
+    db = ascend_db_sqlite.open_db(path)
     try:
         return {kind: _read(db, kind) for kind, (table, _) in TABLES.items() if table in db.tables}
     finally:
         db.conn.close()
 
 
-def _read(db: ascend_db.Db, kind: str) -> Read:
+def _read(db: ascend_db_sqlite.Db, kind: str) -> Read:
     table, cols = TABLES[kind]
     present = {src: dst for src, dst in cols.items() if db.has(table, src)}
-    sql = f"SELECT rowid, {', '.join(ascend_db.quote(c) for c in present)} FROM {ascend_db.quote(table)}"
-    raw = ascend_db.frame(db.conn, sql, {"src_line": pl.Int64, **{d: pl.Float64 for d in present.values()}})
+    sql = f"SELECT rowid, {', '.join(ascend_db_sqlite.quote(c) for c in present)} FROM {ascend_db_sqlite.quote(table)}"
+    raw = ascend_db_sqlite.frame(db.conn, sql, {"src_line": pl.Int64, **{d: pl.Float64 for d in present.values()}})
     names = _names(db, kind, raw)
     exprs = []
     for dst, dtype in {k: pl.Utf8 if k in TEXT else pl.Float64 for k in COLUMNS[kind]}.items():
@@ -88,7 +88,7 @@ def _read(db: ascend_db.Db, kind: str) -> Read:
     return Read(good, typed.height - good.height, 0)
 
 
-def _names(db: ascend_db.Db, kind: str, raw: pl.DataFrame) -> dict[int, str]:
+def _names(db: ascend_db_sqlite.Db, kind: str, raw: pl.DataFrame) -> dict[int, str]:
     """The text of the rows' name ids: CANN modules through ENUM_MODULE, the rest through STRING_IDS."""
     col = "name" if kind == "ops" else "component"
     if col not in raw.columns:
@@ -97,4 +97,4 @@ def _names(db: ascend_db.Db, kind: str, raw: pl.DataFrame) -> dict[int, str]:
         if not db.has("ENUM_MODULE", "id", "name"):
             return {}
         return {int(i): str(n) for i, n in db.conn.execute("SELECT id, name FROM ENUM_MODULE")}
-    return ascend_db.strings(db, raw[col].cast(pl.Int64))
+    return ascend_db_sqlite.strings(db, raw[col].cast(pl.Int64))

@@ -15,7 +15,7 @@ from pathlib import Path
 from typing import Any
 
 from profan.model.errors import ProfanInputError
-from profan.sources.ascend_db import connect, is_sqlite, quote, schema
+from profan.sources.ascend_db_sqlite import connect, is_sqlite, quote, schema
 
 # columns that hold ids into STRING_IDS, per table of torch_npu's DB export (its schema, not kernel knowledge)
 STRING_COLUMNS: dict[str, tuple[str, ...]] = {

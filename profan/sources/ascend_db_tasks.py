@@ -15,7 +15,7 @@ from pathlib import Path
 import polars as pl
 
 from profan.model.errors import ProfanInputError
-from profan.sources import ascend_db
+from profan.sources import ascend_db_sqlite
 from profan.sources.hccl_tasks import COLUMNS
 
 TABLE = "COMMUNICATION_TASK_INFO"
@@ -26,7 +26,7 @@ NAMED = ("taskType", "transportType", "linkType")  # STRING_IDS ids, resolved fo
 def plane_tasks(path: Path) -> pl.DataFrame:
     """The DB's HCCL tasks as plane task rows (`hccl_tasks.COLUMNS`); empty when the DB holds no such table (a
     capture without communication, or a profiler level that does not record HCCL tasks)."""
-    db = ascend_db.open_db(path)
+    db = ascend_db_sqlite.open_db(path)
     try:
         return _read(db)
     except sqlite3.Error as exc:
@@ -39,18 +39,18 @@ def plane_tasks(path: Path) -> pl.DataFrame:
         db.conn.close()
 
 
-def _read(db: ascend_db.Db) -> pl.DataFrame:
+def _read(db: ascend_db_sqlite.Db) -> pl.DataFrame:
     if not db.has(TABLE, *NEEDED) or not db.has("TASK", "globalTaskId", "startNs", "endNs"):
         return pl.DataFrame()
     optional = [c for c in ("transportType", "linkType", "size") if db.has(TABLE, c)]
-    cols = ", ".join(f"c.{ascend_db.quote(c)}" for c in (*NEEDED[1:], *optional))
+    cols = ", ".join(f"c.{ascend_db_sqlite.quote(c)}" for c in (*NEEDED[1:], *optional))
     sql = (
-        f"SELECT c.rowid, {cols}, t.startNs, t.endNs FROM {ascend_db.quote(TABLE)} c "
+        f"SELECT c.rowid, {cols}, t.startNs, t.endNs FROM {ascend_db_sqlite.quote(TABLE)} c "
         "JOIN TASK t ON t.globalTaskId = c.globalTaskId"
     )
     names = ["event_idx", *NEEDED[1:], *optional, "start_ns", "end_ns"]
-    raw = ascend_db.frame(db.conn, sql, dict.fromkeys(names, pl.Int64))
-    text = ascend_db.strings(db, pl.concat([raw[c] for c in NAMED if c in raw.columns]))
+    raw = ascend_db_sqlite.frame(db.conn, sql, dict.fromkeys(names, pl.Int64))
+    text = ascend_db_sqlite.strings(db, pl.concat([raw[c] for c in NAMED if c in raw.columns]))
     return _as_plane_tasks(raw, text)
 
 

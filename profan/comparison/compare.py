@@ -1,0 +1,158 @@
+"""``profan compare A B``: what got slower between two ranks of one job, or between two runs of the same job.
+
+Sides: two rank files or folders (one rank each), two run directories (every rank of each run, averaged per rank),
+or one directory with ``ranks=(a, b)``. Both sides are read with the same per-rank map as ``analyze``; steps are
+matched by step number (by order when the numbers differ, e.g. two runs profiled at different steps). Everything
+is a per-step, per-rank average so sides with different step or rank counts compare fairly.
+
+Every delta cites rows on both sides: kernel rows (CSV lines or trace events) per bucket and per kernel, and the
+step rows (step_trace_time.csv) for step totals. Evidence paths are relative to the directory that holds both
+sides, so ``profan evidence`` reads them back from one root."""
+
+from __future__ import annotations
+
+import time
+from pathlib import Path
+
+from profan import trust
+from profan.analyses import steps as steps_mod
+from profan.comparison.coverage import left_out, left_out_warnings, one_sided_pairs, step_rows_one_side
+from profan.comparison.findings import new_missing_findings, regression_findings, total_finding
+from profan.comparison.sides import (
+    Side,
+    align_steps,
+    common_root,
+    kept,
+    load_side,
+    side_kernels,
+    side_prefix,
+    step_totals,
+)
+from profan.comparison.tables import KEY, fold_shapes, pair, pair_steps, per_key, shown
+from profan.model.errors import ProfanInputError
+from profan.model.evidence import file_sizes
+from profan.model.findings import number_findings
+from profan.model.report import Report
+from profan.rulepack import limits
+from profan.rulepack.pack import RulePack, load
+
+
+def compare(
+    a: str | Path,
+    b: str | Path | None = None,
+    *,
+    ranks: tuple[int, int] | None = None,
+    rules: list[str | Path] | None = None,
+    pack: RulePack | None = None,
+    progress=None,
+    jobs: int | None = None,
+) -> Report:
+    """Compare side A with side B (B minus A: positive deltas are regressions of B). ``jobs``: processes reading
+    each side's ranks, as for `profan.analyze`."""
+    t0 = time.perf_counter()
+    say = progress or (lambda _m: None)
+    pack = pack or load([Path(p) for p in rules or []])
+    limits.use(pack.limits)
+    pa = Path(a)
+    if ranks is not None:
+        if b is not None:
+            raise ProfanInputError(Path(b), "give either two paths or one directory with --ranks, not both")
+        root, rd = load_side(pa, pack, list(ranks), say, jobs)
+        by = {r.rank: r for r in rd}
+        common = root.resolve()
+        sa = Side("A", pa, "", [by[ranks[0]]])
+        sb = Side("B", pa, "", [by[ranks[1]]])
+        mode = f"ranks {ranks[0]} and {ranks[1]} of one job"
+    else:
+        if b is None:
+            raise ProfanInputError(pa, "compare needs two paths, or one directory and --ranks A,B")
+        pb = Path(b)
+        ra, rda = load_side(pa, pack, None, say, jobs)
+        rb, rdb = load_side(pb, pack, None, say, jobs)
+        common = common_root(ra, rb)
+        sa, sb = Side("A", pa, side_prefix(ra, common), rda), Side("B", pb, side_prefix(rb, common), rdb)
+        mode = "two runs" if len(rda) > 1 or len(rdb) > 1 else "two ranks (one file or folder each)"
+    return build_compare(sa, sb, pack, common, mode, t0)
+
+
+def build_compare(sa: Side, sb: Side, pack: RulePack, common: Path, mode: str, t0: float) -> Report:
+    from profan import __version__
+
+    ka, kb = side_kernels(sa, pack), side_kernels(sb, pack)
+    if ka.is_empty() or kb.is_empty():
+        side = sa if ka.is_empty() else sb
+        raise ProfanInputError(
+            side.path,
+            "no kernel rows to compare (kernel_details.csv or a trace with device events is needed on both sides)",
+        )
+    st_a, st_b = steps_mod.step_table(sa.ranks), steps_mod.step_table(sb.ranks)
+    sa.steps, sb.steps, how = align_steps(ka, kb, st_a, st_b)
+    notes = [
+        f"compare: {mode}; B minus A, per step and per rank; steps matched {how}: "
+        + ", ".join(f"{x}↔{y}" for x, y in zip(sa.steps, sb.steps, strict=True))
+    ]
+    if len(sa.ranks) != len(sb.ranks):
+        notes.append(f"compare: A has {len(sa.ranks)} rank(s), B has {len(sb.ranks)}; totals are per-rank averages")
+    buckets = pair(per_key(ka, sa, ["bucket"]), per_key(kb, sb, ["bucket"]), ["bucket"])
+    kernels = pair(per_key(ka, sa, [*KEY, "bucket"]), per_key(kb, sb, [*KEY, "bucket"]), [*KEY, "bucket"])
+    kernels = fold_shapes(kernels, ka, kb, sa, sb)
+    tot_a, tot_b = step_totals(sa, st_a), step_totals(sb, st_b)
+    steps_t = pair_steps(tot_a, tot_b)
+    total_a, total_b = (
+        float(k.filter(kept(s))["time_us"].sum()) / max(1, len(s.steps)) / max(1, len(s.ranks))
+        for k, s in ((ka, sa), (kb, sb))
+    )
+    left = {s.label: left_out(k, t, s) for k, t, s in ((ka, st_a, sa), (kb, st_b, sb))}
+    findings = [total_finding(total_a, total_b, steps_t, buckets, sa, sb, pack, left)]
+    findings += regression_findings(buckets, kernels, total_a, pack)
+    findings += new_missing_findings(kernels, total_a, pack)
+    tables = {
+        "compare_steps": steps_t,
+        "compare_buckets": shown(buckets, ["bucket"]),
+        "compare_kernels": shown(kernels, ["op", "name", "input_shapes", "bucket"]),
+    }
+    tables = {k: v for k, v in tables.items() if not v.is_empty()}
+    source = source_block(sa, sb, common, mode)
+    warnings = [f"{s.label} rank {r.rank}: {w}" for s in (sa, sb) for r in s.ranks for w in r.warnings]
+    warnings += left_out_warnings(left, sa, sb) + one_sided_pairs(ka, kb, sa, sb)
+    warnings += step_rows_one_side(tot_a, tot_b, sa, sb)
+    return Report(
+        source=source,
+        findings=number_findings([f for f in findings if f is not None]),
+        tables=tables,
+        warnings=warnings,
+        notes=notes,
+        meta={
+            "profan": __version__,
+            "rule_files": pack.files,
+            "timings_s": {"total": round(time.perf_counter() - t0, 3)},
+        },
+        read_root=common,
+    )
+
+
+def source_block(sa: Side, sb: Side, common: Path, mode: str) -> dict:
+    """The report's source block: both sides' paths, ranks, aligned steps and files, sealed with the sizes of
+    the files read, so `profan evidence` reads the cited rows back from the one root."""
+
+    def side(s: Side) -> dict:
+        return {
+            "path": str(s.path),
+            "ranks": [r.rank for r in s.ranks],
+            "steps": s.steps,
+            "files": [{k: s.file(v) for k, v in r.files.items()} for r in s.ranks],
+        }
+
+    source = {
+        "kind": "compare",
+        "mode": mode,
+        "root": str(common),
+        "root_abs": str(common),
+        "format": "compare",
+        "a": side(sa),
+        "b": side(sb),
+        "ranks": [],
+    }
+    source["file_bytes"] = file_sizes(common, {s.file(v) for s in (sa, sb) for r in s.ranks for v in r.files.values()})
+    source["root_seal"] = trust.seal(source["root_abs"], source["file_bytes"])
+    return source

@@ -1,0 +1,281 @@
+"""The findings of a comparison (check ``compare-regression``): B against A in total (summed kernel time per step
+and rank, and the step time where both sides have step rows), each bucket that moved past the floor with the
+kernels that moved most, and the kernels that run on one side only. Every finding cites rows on both sides."""
+
+from __future__ import annotations
+
+import polars as pl
+
+from profan.analyses.common import graded, ms, pct
+from profan.comparison.coverage import left_out_text
+from profan.comparison.sides import Side
+from profan.model.evidence import Evidence, cite_events, cite_lines
+from profan.model.findings import Finding
+from profan.rulepack.pack import RulePack
+
+CHECK = "compare-regression"
+
+
+def cite_side(row: dict, p: str, select: dict, values: dict) -> Evidence | None:
+    locs = row.get(f"{p}_locs")
+    if not locs:
+        return None
+    cite = cite_events if row[f"{p}_loc_kind"] == "events" else cite_lines
+    return cite(
+        row[f"{p}_file"], locs, int(row[f"{p}_rows"]), {**select, "cited_rank": row[f"{p}_rank"]}, values=values
+    )
+
+
+def _step_evidence(steps_t: pl.DataFrame, sa: Side, sb: Side) -> list[Evidence]:
+    """The step_trace_time.csv row of the median rank, for every paired step, on both sides."""
+    return [
+        cite_lines(
+            row[f"{p}_file"],
+            [row[f"{p}_src_line"]],
+            1,
+            {"source": "step_trace_time", "side": side.label, "step": row[f"{p}_step"], "rank": row[f"{p}_cited_rank"]},
+            values={
+                "step_us": round(row[f"{p}_cited_step_us"], 3),
+                "mean_step_us_over_ranks": round(row[f"{p}_step_us"], 3),
+                "ranks": row[f"{p}_ranks"],
+            },
+        )
+        for row in steps_t.iter_rows(named=True)
+        for p, side in (("a", sa), ("b", sb))
+    ]
+
+
+def _bucket_evidence(buckets: pl.DataFrame) -> list[Evidence]:
+    """Without step rows: the kernel rows of the bucket that moved most, on both sides."""
+    if "delta_us" not in buckets.columns:
+        return []
+    top = buckets.sort(pl.col("delta_us").abs(), descending=True, maintain_order=True).head(1)
+    return [
+        ev
+        for row in top.iter_rows(named=True)
+        for p in ("a", "b")
+        if (
+            ev := cite_side(
+                row,
+                p,
+                {"source": "kernels", "bucket": row["bucket"], "side": p.upper()},
+                {"time_us": round(row[f"{p}_time_us"], 3)},
+            )
+        )
+        is not None
+    ]
+
+
+def total_finding(total_a, total_b, steps_t, buckets, sa: Side, sb: Side, pack: RulePack, left) -> Finding | None:
+    """B against A in one finding: summed kernel time per step and rank, the step time where both sides have
+    step rows (the figure `--fail-on-regression` reads), and what the comparison leaves out."""
+    delta = total_b - total_a
+    metrics = {"a_kernel_us": round(total_a, 3), "b_kernel_us": round(total_b, 3), "delta_us": round(delta, 3)}
+    step_txt = ""
+    if not steps_t.is_empty():
+        evidence = _step_evidence(steps_t, sa, sb)
+        sa_us, sb_us = float(steps_t["a_step_us"].mean()), float(steps_t["b_step_us"].mean())
+        metrics |= {"a_step_us": round(sa_us, 3), "b_step_us": round(sb_us, 3), "steps_compared": steps_t.height}
+        step_txt = (
+            f" Step time (step_trace_time.csv) {ms(sa_us)} → {ms(sb_us)} "
+            f"({'+' if sb_us >= sa_us else ''}{ms(sb_us - sa_us)})."
+        )
+    else:
+        evidence = _bucket_evidence(buckets)
+    if not evidence:
+        return None
+    left_txt, left_metrics = left_out_text(left)
+    if left_metrics:
+        metrics["left_out"] = left_metrics
+    return Finding(
+        check=CHECK,
+        severity=pack.check(CHECK).severity_for("total"),
+        title=(
+            f"B vs A: summed kernel time per step {ms(total_a)} → {ms(total_b)} "
+            f"({pct(delta / total_a if total_a else None)})"
+        ),
+        message=(
+            f"A = {sa.desc}; B = {sb.desc}. Summed kernel time per step and rank goes from {ms(total_a)} to "
+            f"{ms(total_b)} ({'+' if delta >= 0 else ''}{ms(delta)}, "
+            f"{pct(delta / total_a if total_a else None)}).{step_txt}{left_txt}"
+        ),
+        metrics=metrics,
+        evidence=tuple(evidence),
+    )
+
+
+def regression_findings(buckets: pl.DataFrame, kernels: pl.DataFrame, total_a: float, pack: RulePack) -> list[Finding]:
+    """Buckets whose per-step time changed by at least the floor: growth is a regression of B (severity by share),
+    shrinkage an improvement (info). With two ranks of one job the direction only says which rank spends more."""
+    chk = pack.check(CHECK)
+    out: list[Finding] = []
+    if "delta_us" not in buckets.columns:
+        return out
+    floor = max(chk["min_delta_us"], chk["min_share"] * total_a)
+    moved = buckets.filter(pl.col("delta_us").abs() >= floor).sort(
+        pl.col("delta_us").abs(), descending=True, maintain_order=True
+    )
+    for row in moved.head(chk["max_findings"]).iter_rows(named=True):
+        up = row["delta_us"] > 0
+        share = abs(row["delta_us"]) / total_a if total_a else None
+        graded_up = graded(share, chk) if up and share is not None else None
+        sev = graded_up or chk.severity_for("regression" if up else "improvement")
+        ks = _moved_kernels(kernels, row["bucket"], up)
+        out.append(_bucket_change_finding(row, ks, up, share, sev))
+    return out
+
+
+def _moved_kernels(kernels: pl.DataFrame, bucket: str, up: bool) -> pl.DataFrame:
+    """The (at most 3) kernels of ``bucket`` present on both sides that moved most in the bucket's direction."""
+    ks = kernels.filter(
+        (pl.col("bucket") == bucket)
+        & ((pl.col("delta_us") > 0) if up else (pl.col("delta_us") < 0))
+        & pl.col("status").is_in(["both", "shape changed"])
+    )
+    return ks.sort("delta_us", descending=up, maintain_order=True).head(3)
+
+
+def _bucket_change_finding(row: dict, ks: pl.DataFrame, up: bool, share: float | None, sev: str) -> Finding:
+    """A bucket's per-step change from A to B (``row`` of the bucket comparison), explained by the kernels that
+    moved most (``ks``)."""
+    k_txt = "; ".join(
+        f"{k['op']}{' [' + k['input_shapes'] + ']' if k['input_shapes'] else ''} "
+        f"{'+' if up else ''}{ms(k['delta_us'])} ({k['a_count']:g}→{k['b_count']:g} launches, "
+        f"{k['a_time_us'] / max(k['a_count'], 1):,.1f}→{k['b_time_us'] / max(k['b_count'], 1):,.1f} µs each)"
+        for k in ks.iter_rows(named=True)
+    )
+    top = ks.row(0, named=True) if ks.height else None
+    word = "Regression" if up else "Improvement"
+    sign = "+" if up else ""
+    return Finding(
+        check=CHECK,
+        severity=sev,
+        title=f"{word}: {row['bucket']} {sign}{ms(row['delta_us'])} per step in B"
+        + (f", mostly {top['op']}" if top else ""),
+        message=(
+            f"The {row['bucket']} bucket takes {ms(row['a_time_us'])} per step in A and "
+            f"{ms(row['b_time_us'])} in B ({sign}{ms(row['delta_us'])}"
+            + (f", {pct(share)} of A's summed kernel time" if share is not None else "")
+            + "). "
+            + (
+                f"Largest changes: {k_txt}."
+                if k_txt
+                else "No kernel present on both sides moved that way; "
+                "the change is in kernels present on one side only (see new/missing)."
+            )
+            + (
+                ""
+                if up or row["bucket"] != "communication"
+                else " Less communication time on B with the same launches usually means B arrived later and "
+                "waited less: A waits inside these kernels for B."
+            )
+        ),
+        metrics={
+            "bucket": row["bucket"],
+            "a_us": round(row["a_time_us"], 3),
+            "b_us": round(row["b_time_us"], 3),
+            "delta_us": round(row["delta_us"], 3),
+            "share_of_a": round(share, 4) if share else None,
+            "direction": "regression" if up else "improvement",
+            "kernels": [
+                {
+                    "op": k["op"],
+                    "name": k["name"],
+                    "input_shapes": k["input_shapes"],
+                    "delta_us": round(k["delta_us"], 3),
+                    "a_count": k["a_count"],
+                    "b_count": k["b_count"],
+                }
+                for k in ks.iter_rows(named=True)
+            ],
+        },
+        evidence=_bucket_change_evidence(row, ks),
+    )
+
+
+def _bucket_change_evidence(row: dict, ks: pl.DataFrame) -> tuple:
+    """The bucket's kernel rows on each side, then the rows of the kernel that moved most on each side."""
+    evidence = []
+    for p in ("a", "b"):
+        ev = cite_side(
+            row,
+            p,
+            {"source": "kernels", "bucket": row["bucket"], "side": p.upper()},
+            {"time_us_per_step": round(row[f"{p}_time_us"], 3)},
+        )
+        if ev is not None:
+            evidence.append(ev)
+    for k in ks.head(1).iter_rows(named=True):
+        for p in ("a", "b"):
+            ev = cite_side(
+                k,
+                p,
+                {
+                    "source": "kernels",
+                    "op": k["op"],
+                    "name": k["name"],
+                    "input_shapes": k["input_shapes"],
+                    "side": p.upper(),
+                },
+                {"time_us_per_step": round(k[f"{p}_time_us"], 3), "launches_per_step": k[f"{p}_count"]},
+            )
+            if ev is not None:
+                evidence.append(ev)
+    return tuple(evidence)
+
+
+def new_missing_findings(kernels: pl.DataFrame, total_a: float, pack: RulePack) -> list[Finding]:
+    chk = pack.check(CHECK)
+    out: list[Finding] = []
+    if "status" not in kernels.columns:
+        return out
+    floor = max(chk["min_delta_us"], chk["min_share"] * total_a)
+    for status, p, word in (("new", "b", "only in B"), ("missing", "a", "only in A")):
+        rows = (
+            kernels.filter((pl.col("status") == status) & (pl.col(f"{p}_time_us") >= floor))
+            .sort(f"{p}_time_us", descending=True, maintain_order=True)
+            .head(5)
+        )
+        if rows.is_empty():
+            continue
+        evidence = [
+            e
+            for r in rows.iter_rows(named=True)
+            if (
+                e := cite_side(
+                    r,
+                    p,
+                    {
+                        "source": "kernels",
+                        "op": r["op"],
+                        "name": r["name"],
+                        "input_shapes": r["input_shapes"],
+                        "status": status,
+                    },
+                    {"time_us_per_step": round(r[f"{p}_time_us"], 3)},
+                )
+            )
+            is not None
+        ]
+        if not evidence:
+            continue
+        txt = "; ".join(
+            f"{r['op']}{' [' + r['input_shapes'] + ']' if r['input_shapes'] else ''} "
+            f"{ms(r[f'{p}_time_us'])}"
+            + (" (same name, other shape on the other side)" if r["same_name_other_shape"] else "")
+            for r in rows.iter_rows(named=True)
+        )
+        out.append(
+            Finding(
+                check=CHECK,
+                severity=pack.check(CHECK).severity_for("one_side"),
+                title=f"{rows.height} kernel(s) {word}, {ms(float(rows[f'{p}_time_us'].sum()))} per step",
+                message=f"Kernels {word} (per step and rank): {txt}.",
+                metrics={
+                    "status": status,
+                    "kernels": rows.select("op", "name", "input_shapes", f"{p}_time_us").to_dicts(),
+                },
+                evidence=tuple(evidence),
+            )
+        )
+    return out

@@ -1,0 +1,78 @@
+"""``profan compare --fail-on-regression``: the limits, checked before any file is read, and what regressed past
+them, read from the comparison's own figures (the total finding and the bucket table)."""
+
+from __future__ import annotations
+
+import polars as pl
+
+from profan.analyses.common import ms
+from profan.comparison.findings import CHECK
+from profan.model.errors import ProfanInputError
+from profan.model.report import Report
+from profan.rulepack.pack import RulePack
+
+
+def regression_limits(values: list[str], pack: RulePack) -> tuple[float | None, dict[str, float]]:
+    """``--fail-on-regression`` values: ``PCT`` (the step time) or ``BUCKET=PCT`` (a bucket's time per step),
+    percent of A that B may grow by. Checked before any file is read, so a typo fails at once instead of after
+    the comparison (or, worse, never fails the build)."""
+    known = {b for order in pack.buckets.values() for b in order} | {r.bucket for r in pack.rules}
+    step: float | None = None
+    buckets: dict[str, float] = {}
+    for v in values:
+        name, _, num = v.rpartition("=")
+        name = name.strip()
+        try:
+            limit = float(num.strip().removesuffix("%"))
+        except ValueError:
+            limit = float("nan")
+        if not limit >= 0 or limit == float("inf"):
+            raise ProfanInputError(None, f"--fail-on-regression takes PCT or BUCKET=PCT, PCT a number ≥ 0 (got {v!r})")
+        if "=" not in v:
+            if step is not None:
+                raise ProfanInputError(None, f"--fail-on-regression: the step-time limit is given twice ({v!r})")
+            step = limit
+        elif name not in known:
+            raise ProfanInputError(
+                None, f"--fail-on-regression: unknown bucket {name!r}; buckets: {', '.join(sorted(known))}"
+            )
+        else:
+            buckets[name] = limit
+    return step, buckets
+
+
+def regressions(report: Report, step_pct: float | None, bucket_pct: dict[str, float]) -> list[str]:
+    """What regressed past its limit, one phrase each, read from the comparison's own figures: the step time of
+    the total finding (step_trace_time.csv where both sides have it, else the summed kernel time per step and
+    rank) and the bucket table's time per step. B growing from nothing exceeds any limit."""
+    out = []
+    if step_pct is not None:
+        total = next((f for f in report.findings if f.check == CHECK and "a_kernel_us" in f.metrics), None)
+        if total is not None:
+            m = total.metrics
+            kind = (
+                "step time (step_trace_time.csv)"
+                if "a_step_us" in m
+                else "step time (summed kernel time per step and rank; no step_trace_time.csv rows on both sides)"
+            )
+            a, b = (m["a_step_us"], m["b_step_us"]) if "a_step_us" in m else (m["a_kernel_us"], m["b_kernel_us"])
+            out += _past(kind, a, b, step_pct)
+    t = report.tables.get("compare_buckets", pl.DataFrame())
+    for bucket, limit in bucket_pct.items():
+        row = t.filter(pl.col("bucket") == bucket) if "bucket" in t.columns else t.head(0)
+        a, b = (float(row["a_time_us"][0]), float(row["b_time_us"][0])) if row.height else (0.0, 0.0)
+        out += _past(f"{bucket} per step", a, b, limit)
+    return out
+
+
+def _past(what: str, a: float, b: float, limit: float) -> list[str]:
+    if b <= a or (a > 0 and 100 * (b - a) / a <= limit):
+        return []
+    grew = f"+{_pct(100 * (b - a) / a)}%" if a > 0 else "new in B"
+    return [f"{what} {ms(a)} → {ms(b)} ({grew}, more than the {limit:g}% allowed)"]
+
+
+def _pct(x: float) -> str:
+    """A percentage for the CI line: one decimal, but a growth under 0.1 % keeps two significant digits (a
+    0.027 % regression past a 0.02 % limit must not read +0.0 %)."""
+    return f"{x:.1f}" if abs(x) >= 0.1 else f"{x:.2g}"

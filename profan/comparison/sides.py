@@ -1,0 +1,137 @@
+"""The two sides of a comparison: each side's ranks read with the same per-rank map as ``analyze``, its kernel
+groups and step rows, and the steps of A paired with the steps of B — by step number, else by order (two runs
+profiled at different steps). Per side, everything is a per-step, per-rank average, so sides with different step
+or rank counts compare fairly; a side's file paths are relative to the folder that holds both sides."""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import polars as pl
+
+from profan.analyses.common import kernel_table
+from profan.model.errors import ProfanInputError
+from profan.ranks.rankmap import RankData, load_ranks
+from profan.rulepack.pack import RulePack
+from profan.sources.discover import base_dir, discover
+
+
+@dataclass
+class Side:
+    label: str  # "A" | "B"
+    path: Path
+    prefix: str  # the side's data root relative to the common root ('' when equal)
+    ranks: list[RankData]
+    steps: list = field(default_factory=list)  # aligned step ids of this side
+
+    def file(self, rel: str) -> str:
+        return f"{self.prefix}/{rel}" if self.prefix else rel
+
+    @property
+    def desc(self) -> str:
+        rk = ", ".join(str(r.rank) for r in self.ranks)
+        return f"{self.path} (rank{'s' if len(self.ranks) != 1 else ''} {rk})"
+
+
+def load_side(
+    path: Path, pack: RulePack, only: list[int] | None, say, jobs: int | None = None
+) -> tuple[Path, list[RankData]]:
+    disc = discover(path)
+    ranks = disc.ranks
+    if only is not None:
+        ranks = [rs for rs in ranks if rs.rank in only]
+        missing = sorted(set(only) - {rs.rank for rs in ranks})
+        if missing:
+            raise ProfanInputError(
+                path,
+                f"no rank {', '.join(map(str, missing))} here (ranks: {', '.join(str(r.rank) for r in disc.ranks)})",
+            )
+    say(f"reading {len(ranks)} rank(s) of {path}")
+    return base_dir(disc.root), load_ranks(ranks, disc.root, pack, jobs, say)
+
+
+def common_root(a: Path, b: Path) -> Path:
+    return Path(os.path.commonpath([str(a.resolve()), str(b.resolve())]))
+
+
+def side_prefix(side_root: Path, common: Path) -> str:
+    rel = side_root.resolve().relative_to(common).as_posix()
+    return "" if rel == "." else rel
+
+
+def side_kernels(side: Side, pack: RulePack) -> pl.DataFrame:
+    """Kernel groups of every rank of the side, with file, locator kind and the aligned step index. ``kname``: the
+    name without an HCCL op's per-group sequence number (roles ``hccl_op_sequence``): the same collective in
+    another step or run has another number, so kernels are matched on the name without it."""
+
+    def where(r: RankData) -> dict[str, str]:
+        kfile = getattr(r, "kernel_file", "kernel_details")
+        return {
+            "file": side.file(r.files[kfile]),
+            "loc_kind": "events" if getattr(r, "kernel_locator", "lines") == "events" else "lines",
+        }
+
+    kname = pl.col("name").str.replace(pack.roles.hccl_op_sequence, "$1").alias("kname")
+    k = kernel_table(
+        side.ranks,
+        ["step", "op", "name", kname, "input_shapes", "bucket", "count", "time_us", "lines", "line_durs"],
+        per_rank=where,
+    )
+    return pl.DataFrame() if k is None else k
+
+
+def align_steps(ka: pl.DataFrame, kb: pl.DataFrame, sa: pl.DataFrame, sb: pl.DataFrame) -> tuple[list, list, str]:
+    def ids(k: pl.DataFrame, s: pl.DataFrame) -> list:
+        vals = set()
+        for f in (k, s):
+            if not f.is_empty() and "step" in f.columns:
+                vals |= set(f["step"].to_list())
+        real = sorted(v for v in vals if v is not None)
+        return real or [None]
+
+    a, b = ids(ka, sa), ids(kb, sb)
+    common = [x for x in a if x in b]
+    if common:
+        return common, common, "by step number"
+    n = min(len(a), len(b))
+    return a[:n], b[:n], "by order (the two sides profiled different step numbers)"
+
+
+def kept(side: Side) -> pl.Expr:
+    """Rows inside the side's aligned steps. A side without step numbers keeps every row; a row without a step
+    (outside any profiled step) is kept only there, never counted as an aligned step's."""
+    real = [s for s in side.steps if s is not None]
+    return pl.col("step").is_in(real).fill_null(False) if real else pl.lit(True)
+
+
+def step_totals(side: Side, steps_tab: pl.DataFrame) -> pl.DataFrame:
+    """Per aligned step (index), mean over ranks of the step split, with the step rows as locators."""
+    if steps_tab.is_empty():
+        return pl.DataFrame()
+    idx = {s: i for i, s in enumerate(side.steps)}
+    t = steps_tab.filter(kept(side))
+    if t.is_empty():
+        return pl.DataFrame()
+    t = t.with_columns(
+        pl.col("step").replace_strict(idx, default=None, return_dtype=pl.Int64).alias("pair"),
+        ((pl.lit(f"{side.prefix}/") + pl.col("file")) if side.prefix else pl.col("file")).alias("file"),
+    )
+    mid = pl.len() // 2  # the median rank's row is the one cited; the values are means over ranks
+    return (
+        t.group_by("pair")
+        .agg(
+            pl.col("step").first(),
+            pl.col("step_us").mean(),
+            pl.col("computing_us").mean(),
+            pl.col("comm_not_overlapped_us").mean(),
+            pl.col("free_us").mean(),
+            pl.col("file").sort_by("step_us").get(mid),
+            pl.col("src_line").sort_by("step_us").get(mid),
+            pl.col("rank").sort_by("step_us").get(mid).alias("cited_rank"),
+            pl.col("step_us").sort_by("step_us").get(mid).alias("cited_step_us"),
+            pl.len().alias("ranks"),
+        )
+        .sort("pair")
+    )

@@ -1,0 +1,150 @@
+"""SQLite access to torch_npu's DB export (`profan.sources.ascend_db`): a read-only connection that writes nothing
+beside the file, the schema read by name, quoted identifiers, queries fetched in bounded batches (or as Arrow
+columns through the ADBC driver when it is installed), and ``STRING_IDS`` looked up for the distinct ids only.
+A file that is no SQLite database, or lacks the tables the kernel rows need, is one line naming it.
+"""
+
+from __future__ import annotations
+
+import sqlite3
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import polars as pl
+
+from profan.model.errors import ProfanInputError
+
+SQLITE_MAGIC = b"SQLite format 3\x00"
+
+
+FETCH_ROWS = 1 << 18  # rows fetched per batch: memory holds one batch of Python tuples, never the table
+
+
+KERNEL_TABLES = ("TASK", "COMPUTE_TASK_INFO", "STRING_IDS")
+
+
+def is_sqlite(path: Path) -> bool:
+    """Whether a file starts with SQLite's magic header (a report may cite any file; only a DB is read by SQL)."""
+    try:
+        with open(path, "rb") as fh:
+            return fh.read(len(SQLITE_MAGIC)) == SQLITE_MAGIC
+    except OSError:
+        return False
+
+
+def connect(path: Path) -> sqlite3.Connection:
+    """A read-only connection that never writes beside the file (``immutable``: no lock, journal or WAL files
+    in the user's folder, which may be read-only). A file that is no SQLite database is one line naming it."""
+    if not is_sqlite(path):
+        raise ProfanInputError(path, "is not an SQLite database (no SQLite header); refused")
+    try:
+        conn = sqlite3.connect(f"{path.resolve().as_uri()}?mode=ro&immutable=1", uri=True, check_same_thread=False)
+        conn.execute("SELECT count(*) FROM sqlite_master").fetchone()
+    except sqlite3.Error as exc:
+        raise ProfanInputError(path, f"cannot be read as an SQLite database ({exc})") from None
+    return conn
+
+
+def schema(conn: sqlite3.Connection) -> dict[str, list[str]]:
+    """Table name -> column names, as the DB declares them (extra columns are kept, never required)."""
+    tables = [r[0] for r in conn.execute("SELECT name FROM sqlite_master WHERE type = 'table'")]
+    return {t: [r[1] for r in conn.execute(f"PRAGMA table_info({quote(t)})")] for t in tables}
+
+
+def quote(name: str) -> str:
+    """An SQL identifier, quoted (table names come from the DB or from a report: never pasted raw)."""
+    return '"' + name.replace('"', '""') + '"'
+
+
+def frame(conn: sqlite3.Connection, sql: str, schema_: dict[str, pl.DataType], params: tuple = ()) -> pl.DataFrame:
+    """A query's rows as a DataFrame of ``schema_`` (column order = the query's), fetched in batches of
+    `FETCH_ROWS` so the Python tuples alive at once stay bounded."""
+    cur = conn.execute(sql, params)
+    parts = []
+    while rows := cur.fetchmany(FETCH_ROWS):
+        parts.append(pl.DataFrame(rows, schema=schema_, orient="row"))
+    return pl.concat(parts) if parts else pl.DataFrame(schema=schema_)
+
+
+def _adbc():  # -> the ADBC SQLite DB-API module, or None
+    try:
+        import adbc_driver_sqlite.dbapi as adbc
+    except ImportError:
+        return None
+    return adbc
+
+
+def big_frame(db: Db, sql: str, schema_: dict[str, pl.DataType]) -> pl.DataFrame:
+    """A query of millions of rows as a DataFrame of ``schema_``: through the ADBC SQLite driver when it is
+    installed (the rows reach polars as Arrow columns, never as Python tuples: half the CPU time of the stdlib
+    cursor on the 1 GB DB of bench/bench_db.py), else through `frame`. The same rows and types either way
+    (tests/test_ascend_db.py compares them)."""
+    adbc = _adbc() if not NO_ADBC else None
+    if adbc is None:
+        return frame(db.conn, sql, schema_)
+    try:
+        with adbc.connect(f"{db.path.resolve().as_uri()}?mode=ro&immutable=1") as conn, conn.cursor() as cur:
+            cur.execute(sql)
+            table = cur.fetch_arrow_table()
+    except adbc.Error as exc:
+        raise ProfanInputError(db.path, f"cannot be read as an SQLite database ({exc})") from None
+    got = pl.from_arrow(table)
+    assert isinstance(got, pl.DataFrame)
+    return got.rename(dict(zip(got.columns, schema_, strict=True))).cast(schema_)
+
+
+NO_ADBC = False  # tests set it to read through the stdlib cursor
+
+
+@dataclass
+class Db:
+    """One DB export file, opened: its path, connection, schema and what was skipped (said as warnings)."""
+
+    path: Path
+    conn: sqlite3.Connection
+    tables: dict[str, list[str]]
+    version: str = ""
+    notes: list[str] = field(default_factory=list)
+
+    def has(self, table: str, *cols: str) -> bool:
+        return table in self.tables and all(c in self.tables[table] for c in cols)
+
+    def col(self, table: str, column: str, alias: str, prefix: str = "") -> str:
+        """``prefix.column AS alias``, or NULL when the column is not in this version of the table."""
+        return f"{prefix}{quote(column)} AS {alias}" if self.has(table, column) else f"NULL AS {alias}"
+
+
+def open_db(path: Path) -> Db:
+    """The DB with the tables the kernel rows need checked (names in the error); the schema version noted."""
+    conn = connect(path)
+    try:
+        tables = schema(conn)
+    except sqlite3.Error as exc:
+        raise ProfanInputError(path, f"cannot be read as an SQLite database ({exc})") from None
+    db = Db(path, conn, tables)
+    missing = [t for t in KERNEL_TABLES if t not in tables]
+    if missing:
+        raise ProfanInputError(
+            path,
+            f"has no {', '.join(missing)} table (is it torch_npu's ascend_pytorch_profiler_*.db?); "
+            f"it holds {', '.join(sorted(tables)[:8]) or 'no table'}",
+        )
+    for table, cols in (("TASK", ("startNs", "endNs", "globalTaskId")), ("COMPUTE_TASK_INFO", ("globalTaskId",))):
+        lacking = [c for c in cols if not db.has(table, c)]
+        if lacking:
+            raise ProfanInputError(path, f"table {table} has no column {', '.join(lacking)}")
+    if db.has("META_DATA", "name", "value"):
+        got = conn.execute("SELECT value FROM META_DATA WHERE name = 'SCHEMA_VERSION'").fetchone()
+        db.version = str(got[0]) if got else ""
+    return db
+
+
+def strings(db: Db, ids: pl.Series) -> dict[int, str]:
+    """STRING_IDS values of the given ids (the distinct ids of the groups: never the whole table)."""
+    want = [int(i) for i in ids.drop_nulls().unique().to_list()]
+    out: dict[int, str] = {}
+    for k in range(0, len(want), 30_000):  # below SQLite's bound on bound parameters
+        part = want[k : k + 30_000]
+        sql = f"SELECT id, value FROM STRING_IDS WHERE id IN ({','.join('?' * len(part))})"
+        out.update((int(i), "" if v is None else str(v)) for i, v in db.conn.execute(sql, part))
+    return out
