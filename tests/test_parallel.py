@@ -206,3 +206,19 @@ def test_the_command_line_sets_the_allocator_to_return_freed_memory_unless_the_u
     monkeypatch.setenv(JEMALLOC_ENV, "narenas:2")
     assert run_cli("--version").returncode == 0
     assert os.environ[JEMALLOC_ENV] == "narenas:2"
+
+
+def test_a_ranks_link_rows_carry_only_their_own_text(tmp_path):
+    """A rank's result crosses to the reduce pickled (and is held there, a rank among thousands): its link rows'
+    pointers must not keep the text of the whole batch's matrix entries they were cut from."""
+    import pickle
+
+    from profan.ranks import rankmap
+
+    generate(tmp_path / "c", ranks=16, layers=1, steps=1, seed=3, trace=False, tp=8)
+    got = rankmap.read_ranks(discover(tmp_path / "c").ranks, tmp_path / "c", load())
+    assert len(got) == 16
+    for r in got:
+        links = r.comm_links
+        assert links.height > 0 and links["pointers"].list.len().min() >= 1
+        assert len(pickle.dumps(links)) < 2 * links.estimated_size() + 8192, r.rank

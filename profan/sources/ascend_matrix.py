@@ -313,10 +313,18 @@ def rank_link_totals(parts: list[tuple[pl.DataFrame, Metadata | None]]) -> list[
     rank: one query per step for the batch, instead of one per rank (a polars query's fixed cost is most of the
     work on a rank's few thousand links). Each result equals the rank's computed alone."""
     if len(parts) <= 1 or len({tuple(lk.schema.items()) for lk, _ in parts}) > 1:
-        return [link_totals(map_ranks(lk, meta)) for lk, meta in parts]
+        return [_own_pointers(link_totals(map_ranks(lk, meta))) for lk, meta in parts]
     links = stack([lk for lk, _ in parts], {"_f": list(range(len(parts)))}, how="vertical")
     groups = rank_group_table([(i, meta) for i, (_, meta) in enumerate(parts)]).rename({"rank": "_f"})
     totals = link_totals(_with_global_ranks(links, groups, ["_f", "group_hash"]), by=("_f",))
     out = totals.partition_by("_f", as_dict=True, include_key=False, maintain_order=True)
     empty = totals.clear().drop("_f")
-    return [out.get((i,), empty) for i in range(len(parts))]
+    return [_own_pointers(out.get((i,), empty)) for i in range(len(parts))]
+
+
+def _own_pointers(totals: pl.DataFrame) -> pl.DataFrame:
+    """The pointers as strings of their own. polars keeps a string cut from a column as a view into that column's
+    buffer — here every matrix entry of the batch, most of them dropped — so a rank's few hundred link rows would
+    keep the whole batch's pointer text alive and pickle it with them (26x their size). A new string is made for
+    each (appending nothing)."""
+    return totals.with_columns(pl.col("pointers").list.eval(pl.element() + pl.lit("")))
