@@ -1,4 +1,4 @@
-"""Run the hostile corpus (``tests/hostile_corpus.py``) through the real CLI, one subprocess per command.
+"""Run the hostile corpus (``tests/hostile_corpus.py``) through the real CLI, one process per command.
 
 Every class must give exit 0 (a report; its warnings say what was skipped) or exit 2 (exactly one non-empty line
 on stderr, starting ``profan: error: ``) — never exit 3, never a traceback, never a hang (60 s timeout per
@@ -8,29 +8,32 @@ but the named outputs: the case folder's entries (path, type, size, mtime_ns) ar
 each command, and the canary folder must not change at all. Then each class's own checks run (the error names the
 file, the warning counts the skipped rows exactly, …).
 
-Peak RSS: each command runs under a tiny launcher (`_LAUNCHER`, ``python -c``) that forks, execs the command in
-the child and reaps it with ``os.wait4``; the child's ``ru_maxrss`` is the peak RSS of the command and of every
-process it waited for (its workers), in kB, and the launcher writes it to a file. Why not simpler ways:
-``getrusage(RUSAGE_CHILDREN)`` is a max over every child this test process ever reaped, so it cannot measure one
-command among many; and ``os.wait4`` on a child started straight from this process is no better, because Linux
-carries the high-water RSS of the address space a process had *before* ``exec`` into its ``ru_maxrss`` — for a
-child of pytest that is pytest's own peak (hundreds of MB after building the big cases). The launcher's own
-address space is ~10 MB, so that floor is what every figure carries. It is a measurement, not a cap: a command
-that goes past 1 GB is reported with the figure it reached.
-A command past the timeout is killed with its whole process group (it runs in a session of its own).
+Each command is a process of its own, forked from a server that has imported profan once (``tests/prefork.py``:
+a fresh ``python -m profan`` spends ~0.7 s of CPU on start-up and imports, more than most commands here spend on
+their input, and the corpus runs ~150 of them). It runs with its own exit code, stdout and stderr files, stdin
+on /dev/null, the case's folder and environment, in a session of its own; a class that needs a wrapper (setpriv)
+``exec``-s ``WRAPPER python -m profan ARGS`` from that fork instead.
 
-The classes run in a pool of 3 threads (each waiting on a subprocess; the heavy classes and likely hangs first),
+Peak RSS: the server forks a launcher per command, which forks the command and reaps it with ``os.wait4``; the
+command's ``ru_maxrss`` is its peak RSS and that of every process it waited for (its workers), in kB. Why not
+simpler ways: ``getrusage(RUSAGE_CHILDREN)`` is a max over every child this test process ever reaped, so it cannot
+measure one command among many; and ``os.wait4`` on a child started straight from this process is no better,
+because the child starts from pytest's address space (hundreds of MB after building the big cases). A forked
+command starts from the server's (~70 MB: the interpreter and the imports every ``python -m profan`` analysis
+makes itself), so that floor is what every figure carries. It is a measurement, not a cap: a command that goes
+past 1 GB is reported with the figure it reached.
+A command past the timeout is killed with its whole process group (it runs in a session of its own); its figure
+is then the larger of its VmHWM read just before and what ``wait4`` reports.
+
+The classes run in a pool of 3 threads (each waiting on a command's process; the heavy classes and likely hangs first),
 once per session; each class is then one test, so a failure names its class. Running a subset (``-k``) builds and
 runs only the selected classes.
 """
 
 from __future__ import annotations
 
-import contextlib
 import os
 import shutil
-import signal
-import subprocess
 import sys
 import time
 import zipfile
@@ -40,6 +43,7 @@ from pathlib import Path
 
 import hostile_corpus as hc
 import pytest
+from prefork import ForkServer
 
 TIMEOUT_S = 60
 MAX_RSS_KB = 1 << 20  # 1 GiB
@@ -64,50 +68,16 @@ def _env(cache: Path) -> dict[str, str]:
     return env
 
 
-_LAUNCHER = """
-import os, sys
-pid = os.fork()
-if pid == 0:
-    try:
-        os.execvp(sys.argv[2], sys.argv[2:])
-    finally:
-        os._exit(127)
-_, status, usage = os.wait4(pid, 0)
-with open(sys.argv[1], "w") as fh:
-    fh.write(str(usage.ru_maxrss))
-code = os.waitstatus_to_exitcode(status)
-sys.exit(code if code >= 0 else 128 - code)
-"""
-
-
-def _run(cmd: list[str], cwd: Path, env: dict[str, str], log: Path) -> tuple[int | None, str, str, float, int]:
-    """(exit code or None on timeout, stdout, stderr, seconds, peak RSS in kB) of one command."""
-    out_path, err_path, rss_path = log.with_suffix(".out"), log.with_suffix(".err"), log.with_suffix(".rss")
-    t0 = time.monotonic()
-    with open(out_path, "wb") as out, open(err_path, "wb") as err:
-        proc = subprocess.Popen(
-            [sys.executable, "-c", _LAUNCHER, str(rss_path), *cmd],
-            stdin=subprocess.DEVNULL,
-            stdout=out,
-            stderr=err,
-            cwd=cwd,
-            env=env,
-            start_new_session=True,
-        )
-    timed_out, hwm = False, 0
-    try:
-        proc.wait(timeout=TIMEOUT_S)
-    except subprocess.TimeoutExpired:
-        timed_out, hwm = True, _peak_of_children(proc.pid)
-        with contextlib.suppress(ProcessLookupError):  # its own session: launcher, command, its workers
-            os.killpg(proc.pid, signal.SIGKILL)
-        proc.wait()
-    seconds = time.monotonic() - t0
-    try:
-        rss = int(rss_path.read_text())
-    except (OSError, ValueError):
-        rss = hwm  # killed at the timeout: the high-water mark read from /proc just before
-    rc = None if timed_out else proc.returncode
+def _run(
+    server: ForkServer, args: list[str], wrapper: tuple[str, ...], cwd: Path, env: dict[str, str], log: Path
+) -> tuple[int | None, str, str, float, int]:
+    """(exit code or None on timeout, stdout, stderr, seconds, peak RSS in kB) of ``profan ARGS``: forked from the
+    preloaded server, or with a ``wrapper`` (setpriv) ``exec``-ed as ``WRAPPER python -m profan ARGS``."""
+    out_path, err_path = log.with_suffix(".out"), log.with_suffix(".err")
+    request = {"args": args, "cwd": str(cwd), "env": env, "stdout": str(out_path), "stderr": str(err_path)}
+    if wrapper:
+        request.update(args=[*wrapper, sys.executable, "-m", "profan", *args], exec=True)
+    rc, seconds, rss = server.run(request, timeout=TIMEOUT_S)
     return (
         rc,
         out_path.read_bytes().decode("utf-8", "replace"),
@@ -115,23 +85,6 @@ def _run(cmd: list[str], cwd: Path, env: dict[str, str], log: Path) -> tuple[int
         seconds,
         rss,
     )
-
-
-def _peak_of_children(pid: int) -> int:
-    """VmHWM (kB) of the launcher's children, read from /proc while they still run."""
-    try:
-        kids = Path(f"/proc/{pid}/task/{pid}/children").read_text().split()
-        return max(
-            (
-                int(line.split()[1])
-                for k in kids
-                for line in Path(f"/proc/{k}/status").read_text().splitlines()
-                if line.startswith("VmHWM:")
-            ),
-            default=0,
-        )
-    except (OSError, ValueError, IndexError):
-        return 0
 
 
 def _snapshot(root: Path, skip: Path | None = None) -> dict[str, tuple]:
@@ -183,7 +136,7 @@ def _allowed(rel: str, outputs: set[str]) -> bool:
     return rel in outputs or any(o.startswith(rel + os.sep) for o in outputs)
 
 
-def _run_case(name: str, base: Path) -> Outcome:
+def _run_case(server: ForkServer, name: str, base: Path) -> Outcome:
     oc = Outcome()
     t0 = time.monotonic()
     folder = base / name
@@ -211,8 +164,7 @@ def _run_case(name: str, base: Path) -> Outcome:
                 oc.failures.append(f"{where}: setting up the step failed: {type(exc).__name__}: {exc}")
                 break
             before = _snapshot(case.root, skip=case.cache_dir)
-            cmd = [*case.wrapper, sys.executable, "-m", "profan", *args]
-            rc, out, err, secs, rss = _run(cmd, case.root, env, folder / f"step{i + 1}")
+            rc, out, err, secs, rss = _run(server, args, case.wrapper, case.root, env, folder / f"step{i + 1}")
             res = hc.Result(case=case, step=step, args=args, rc=rc, stdout=out, stderr=err, seconds=secs, maxrss_kb=rss)
             oc.results.append(res)
             where = f"step {i + 1} (profan {' '.join(a if len(a) < 120 else a[:60] + '…' for a in args)})"
@@ -286,8 +238,8 @@ def corpus(request, tmp_path_factory) -> dict[str, Outcome]:
     # heavy classes (big inputs, likely hangs) go first, so the pool is not left waiting on them at the end
     order = sorted(wanted, key=lambda n: (not _is_heavy(n), n))
     t0 = time.monotonic()
-    with ThreadPoolExecutor(max_workers=WORKERS) as pool:
-        outcomes = dict(zip(order, pool.map(lambda n: _run_case(n, base), order), strict=True))
+    with ForkServer() as server, ThreadPoolExecutor(max_workers=WORKERS) as pool:
+        outcomes = dict(zip(order, pool.map(lambda n: _run_case(server, n, base), order), strict=True))
     wall = time.monotonic() - t0
     _summary(outcomes, wall, base)
     return outcomes
