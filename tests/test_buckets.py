@@ -19,7 +19,7 @@ from conftest import FIXTURES, ROOT
 
 from profan.rulepack.classify import MATCH_FIELDS, classify
 from profan.rulepack.pack import load
-from profan.sources import kineto
+from profan.sources import kineto, kineto_rank
 from profan.sources.kineto_context import module_paths
 
 RULES = ROOT / "rules" / "buckets"
@@ -122,7 +122,7 @@ def _loaded(rel: str) -> kineto.KinetoTrace:
 
 def _profan_buckets(rel: str, pack) -> dict[int, str]:
     kt = _loaded(rel)
-    dev = kineto.classify_events(kt.device, pack.rules_for("gpu"), pack.roles)
+    dev = kineto_rank.classify_events(kt.device, pack.rules_for("gpu"), pack.roles)
     return dict(zip(dev["event_idx"].to_list(), dev["bucket"].to_list(), strict=True))
 
 
@@ -213,7 +213,7 @@ def test_a_trace_leaves_under_5_percent_unclassified(pack, rel):
     kt = _loaded(rel)
     if kt.cpu_only:  # its top-level ops are classified by the cpu pack
         assert not dev
-        d = kineto.classify_events(kt.device, pack.rules_for("cpu"))
+        d = kineto_rank.classify_events(kt.device, pack.rules_for("cpu"))
         share = d.filter(pl.col("bucket") == "unclassified")["dur_us"].sum() / d["dur_us"].sum()
     else:
         got = _profan_buckets(rel, pack)
@@ -290,7 +290,7 @@ def test_eager_attention_is_attention_by_its_module(pack):
     top-kernel evidence names the module. Before, by name alone, they were 'other' and 'ffn'."""
     rel = "torch/timesformer_h100_1rank/facebook_timesformer-base-finetuned-k400__1016002.json.gz"
     kt = _loaded(rel)
-    dev = kineto.classify_events(kt.device, pack.rules_for("gpu"), pack.roles)
+    dev = kineto_rank.classify_events(kt.device, pack.rules_for("gpu"), pack.roles)
     events = _trace(rel)
     softmax = [(i, e) for i, e, op in _device_events(events) if op and op["name"] == "aten::_softmax"]
     assert softmax
@@ -307,7 +307,9 @@ def test_eager_attention_without_modules_is_told_by_its_pattern(pack):
     pair stay dense GEMMs."""
     rel = "torch/timesformer_h100_1rank/facebook_timesformer-base-finetuned-k400__1016002.json.gz"
     kt = _loaded(rel)
-    dev = kineto.classify_events(kt.device.with_columns(pl.lit(None, pl.String).alias("module")), pack.rules_for("gpu"))
+    dev = kineto_rank.classify_events(
+        kt.device.with_columns(pl.lit(None, pl.String).alias("module")), pack.rules_for("gpu")
+    )
     eager = {
         i: op["name"]
         for i, e, op in _device_events(_trace(rel))
@@ -318,7 +320,7 @@ def test_eager_attention_without_modules_is_told_by_its_pattern(pack):
     assert set(rows["bucket"]) == {"attention"} and set(rows["rule_id"]) == {"GPU-ATTN-006", "GPU-ATTN-007"}
     rel = "torch/dlrm_v100_8rank/worker0_step_12.1694128201545.pt.trace.json"
     kt = _loaded(rel)
-    dlrm = kineto.classify_events(kt.device, pack.rules_for("gpu"))
+    dlrm = kineto_rank.classify_events(kt.device, pack.rules_for("gpu"))
     bmm = dlrm.filter(pl.col("context") == "aten::bmm")
     assert bmm.height > 0 and set(bmm["bucket"]) == {"gemm"}
 

@@ -222,3 +222,32 @@ def test_events_array_found_among_decoys(tmp_path):
     tr = parse(out)
     assert tr.meta["distributedInfo"] == {"rank": 5} and tr.meta["traceName"] == "t.json"
     assert tr.events["event_idx"].to_list() == [i for i, e in enumerate(events) if e.get("ph") in ("X", "M")]
+
+
+@pytest.mark.parametrize("path", [DLRM0, TRACE_VIEW], ids=lambda p: p.parent.name)
+def test_a_mapped_file_reads_as_a_read_one(monkeypatch, path, tmp_path):
+    """A big file is mapped (`chrome_trace.MAP_FROM`) and its raw line breaks flattened piece by piece: the same
+    table as reading it into a flattened buffer, also for pretty-printed JSON and tiny chunks (pages handed back
+    as they go)."""
+    read = parse(path)
+    pretty = tmp_path / "pretty.json"
+    pretty.write_text(json.dumps(raw_events(path)[:400], indent=2).replace("\n", "\r\n"))
+    read_pretty = parse(pretty)
+    monkeypatch.setattr("profan.sources.chrome_trace.MAP_FROM", 0)
+    monkeypatch.setattr("profan.sources.chrome_trace.CHUNK_BYTES", 1 << 14)
+    for whole, file in ((read, path), (read_pretty, pretty)):
+        mapped = parse(file)
+        assert mapped.events.equals(whole.events) and mapped.details.equals(whole.details)
+        assert (mapped.meta, mapped.layout, mapped.no_phase) == (whole.meta, whole.layout, whole.no_phase)
+
+
+def test_ascend_core_reads_no_args_but_the_metadata_names():
+    """trace_view.json's core pass reads no args (`_LEAN_CORE_SCHEMA`); the process and thread names the lanes are
+    found by still come from the metadata events."""
+    raw = raw_events(TRACE_VIEW)
+    ev = parse(TRACE_VIEW).events
+    meta = ev.filter(pl.col("ph").cast(pl.String) == "M")
+    assert meta.height and meta.select("event_idx", "arg_name").rows() == [
+        (i, raw[i].get("args", {}).get("name")) for i in meta["event_idx"].to_list()
+    ]
+    assert ev.select(pl.col("seq", "fwd_tid", "ext_id", "correlation").null_count()).row(0) == (ev.height,) * 4

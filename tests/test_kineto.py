@@ -327,3 +327,21 @@ def test_evidence_command_prints_the_raw_events(tmp_path, monkeypatch):
         for item, ev in zip(got["evidence"], f["evidence"], strict=True):
             assert [json.loads(r["text"]) for r in item["rows"]] == [events[i] for i in ev["events"]]
             assert [r["locator"] for r in item["rows"]] == [f"event {i}" for i in ev["events"]]
+
+
+def test_each_ranks_trace_is_parsed_and_classified_once(monkeypatch):
+    """The collectives pass and the rank's tables are made from one parse and one classification of its trace
+    (the per-rank map hands both on), with the cache off: a GB trace is not read twice."""
+    from profan.ranks import rankmap
+    from profan.sources import kineto_rank
+
+    parsed, classified = [], []
+    parse, classify = kineto_rank.parse_trace, kineto_rank.classify_events
+    monkeypatch.setattr(kineto_rank, "parse_trace", lambda p, roles: parsed.append(p.name) or parse(p, roles))
+    monkeypatch.setattr(kineto_rank, "classify_events", lambda *a: classified.append(1) or classify(*a))
+    monkeypatch.setenv("PROFAN_NO_CACHE", "1")
+    root = TORCH / "dlrm_v100_8rank"
+    sources = discover(root).ranks[:2]
+    got = rankmap.read_ranks(sources, root, load_pack(), peers=True)
+    assert all(r.collectives is not None and r.groups is not None for r in got)
+    assert sorted(parsed) == sorted(Path(s.files["kineto_trace"]).name for s in sources) and len(classified) == 2

@@ -203,6 +203,16 @@ def test_a_streamed_kernel_file_gives_the_same_blocks(qwen3, monkeypatch, tmp_pa
     assert profan.analyze(QWEN3).tables["step_blocks"].equals(streamed)  # from the cache
 
 
+def test_blocks_swept_a_few_windows_at_a_time_are_the_same(monkeypatch):
+    """A kernel file's millions of intervals go through the sweep in chunks of windows (`intervals.SWEEP_ROWS`):
+    with every window a chunk of its own, each rank's blocks of every step are those of one sweep."""
+    root = TORCH / "memory_gloo_2rank"
+    whole = analysed(root).tables["step_blocks"]
+    assert whole.group_by("rank").agg(pl.col("step").n_unique())["step"].min() >= 3
+    monkeypatch.setattr(intervals, "SWEEP_ROWS", 1)
+    assert profan.analyze(root).tables["step_blocks"].equals(whole)
+
+
 def test_rows_without_a_start_are_left_out_of_the_blocks_and_said(tmp_path):
     """A kernel row whose start is no number has no place in time: the blocks are the union of the other rows,
     and a warning counts the rows left out."""

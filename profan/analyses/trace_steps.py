@@ -2,7 +2,7 @@
 Ascend ``trace_view.json`` Overlap Analysis lanes against ``step_trace_time.csv``.
 
 GPU (Kineto) ranks have no step_trace_time.csv; their split is computed from the device lanes by interval union
-(``sources.kineto.device_split``) and judged with the same checks and thresholds as the Ascend file's.
+(``sources.kineto_rank.device_split``) and judged with the same checks and thresholds as the Ascend file's.
 """
 
 from __future__ import annotations

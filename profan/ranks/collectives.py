@@ -28,7 +28,8 @@ from profan.rulepack.classify import classify, rule_fields
 from profan.rulepack.pack import RulePack
 from profan.rulepack.roles import Roles
 from profan.rulepack.roles import defaults as default_roles
-from profan.sources import ascend_kernels
+from profan.sources import ascend_kernels, kineto
+from profan.sources.kineto import KinetoTrace
 from profan.sources.rowframe import stack
 
 WINDOW_LOCS = 5  # locators kept per (window, kernel)
@@ -543,7 +544,9 @@ def _from_hccl_rows(r: AscendRank, pack: RulePack) -> tuple[pl.DataFrame | None,
     return colls, (windows if not windows.is_empty() else None)
 
 
-def kineto_collectives(path: Path, trace_file: str, pack: RulePack) -> tuple[pl.DataFrame | None, pl.DataFrame | None]:
+def kineto_collectives(
+    kt: KinetoTrace, dev: pl.DataFrame, trace_file: str, pack: RulePack
+) -> tuple[pl.DataFrame | None, pl.DataFrame | None]:
     """(collectives, windows) of one Kineto rank: NCCL/RCCL kernels in order, per process group when the trace
     names it (``Process Group Name``), else as one group; the GPU kernels before each as its window.
 
@@ -551,9 +554,6 @@ def kineto_collectives(path: Path, trace_file: str, pack: RulePack) -> tuple[pl.
     for peers (roles ``kineto_peer_wait_ops``: gloo's worker-thread annotations), which end together on every
     rank as kernels do. They carry no process group, so the k-th op of the same name in a step is the same
     collective on every rank; the main thread's top-level ops before each are its window."""
-    from profan.sources import kineto
-
-    kt, _ = kineto.load_cached(path, pack.roles)
     if kt.collectives.is_empty():
         return None, None
     source = pl.col("includes_peer_wait") if kt.cpu_only else pl.col("source") == kineto.SOURCE_KERNEL
@@ -577,7 +577,6 @@ def kineto_collectives(path: Path, trace_file: str, pack: RulePack) -> tuple[pl.
     )
     colls = _finish(colls)
     kind = "cpu" if kt.cpu_only else "gpu"
-    dev = kineto.classify_events(kt.device, pack.rules_for(kind))
     work = ~pl.col("event_idx").is_in(k["event_idx"].implode())
     if kt.cpu_only:  # the main thread's own collective ops only enqueue the collectives: no work before them
         work = work & (pl.col("bucket") != "communication")

@@ -364,10 +364,7 @@ def _read_rank(
             skipped,
             "entries of unexpected shape or holding NaN/Infinity or a time past max_duration_us",
         )
-    if peers and rs.kind == "kineto" and "kineto_trace" in rs.files:
-        # before the trace's own read: the collectives parse and cache the trace, which that read then reports
-        rd.collectives, rd.windows = kineto_collectives(rs.files["kineto_trace"], rd.files["kineto_trace"], pack)
-    _read_traces(rd, rs, pack)
+    _read_traces(rd, rs, pack, peers)
     memory_pass.read_rank(rd, rs, pack)
     timed_rows = later.timed is not None or "kernel_details" in rs.files  # a kernel file, or the DB's task rows
     if rd.step_blocks is None and rd.groups is not None and rs.kind == "ascend" and timed_rows:
@@ -484,18 +481,24 @@ def _read_tables(rd: RankData, rs: RankSource) -> None:
             )
 
 
-def _read_traces(rd: RankData, rs: RankSource, pack: RulePack) -> None:
-    """A Kineto trace, or an Ascend trace_view.json with its HCCL plane tasks; and the device's platform."""
+def _read_traces(rd: RankData, rs: RankSource, pack: RulePack, peers: bool) -> None:
+    """A Kineto trace (with its collectives when other ranks are analysed with it: they serve cross-rank alignment
+    alone), or an Ascend trace_view.json with its HCCL plane tasks; and the device's platform. Each trace is
+    parsed once and its device events classified once, for all of these."""
     if "kineto_trace" in rs.files:
-        from profan.sources import kineto
+        from profan.sources import kineto_rank
 
+        path = rs.files["kineto_trace"]
+        kt, hit = kineto_rank.load_cached(path, pack.roles)
         captures = [p for k, p in rs.files.items() if k.startswith("graph_capture")]  # `discover._graph_captures`
-        kineto.load_rank_trace(rd, rs.files["kineto_trace"], pack, captures=captures)
+        dev = kineto_rank.device_events(rd, kt, path, pack, captures)
+        if peers:
+            rd.collectives, rd.windows = kineto_collectives(kt, dev, rd.files["kineto_trace"], pack)
+        kineto_rank.load_rank_trace(rd, kt, hit, dev, pack)
     if "trace_view" in rs.files:
         from profan.sources import hccl_tasks, trace_view
 
-        trace_view.load_rank_trace(rd, rs.files["trace_view"])
-        rd.trace_tasks = hccl_tasks.plane_tasks(rs.files["trace_view"])
+        rd.trace_tasks = hccl_tasks.plane_tasks(trace_view.load_rank_trace(rd, rs.files["trace_view"]))
     platform = ascend_device.platform_version(rs.path)
     if platform is not None:
         rd.info["platform_version"] = platform

@@ -2,11 +2,12 @@
 
 Why this shape: the stdlib ``json`` + one Python dict per event costs ~1 KB and several µs per event, which does
 not scale to GB traces. Here the file is read once into one buffer (line breaks flattened, so any run of events
-can become NDJSON); msgspec validates the document and then splits the event array chunk by chunk (~24 MB) into
-raw byte spans, without a Python object per event (``list[msgspec.Raw]``); each chunk of spans becomes
-newline-delimited JSON that polars parses natively, keeping only the fields profan uses. Only one chunk of spans
-is alive at a time, so peak memory stays below twice the file size (``bench/bench_trace.py``). Every event keeps
-``event_idx``, its position in the event array — the evidence locator.
+can become NDJSON) or, from `MAP_FROM` bytes, mapped into memory; msgspec validates the document and then splits
+the event array chunk by chunk into raw byte spans, without a Python object per event (``list[msgspec.Raw]``);
+each chunk of spans becomes newline-delimited JSON that pyarrow (or polars) parses, keeping only the fields profan
+uses. Only a few chunks of spans are alive at a time, and a mapped file's pages are handed back once split, so a
+big trace's peak memory is its event table plus those chunks, not the file (``bench/bench_trace.py``). Every
+event keeps ``event_idx``, its position in the event array — the evidence locator.
 
 Tolerated variants (format reference kineto-traces.md §3, ascend-formats.md §3): compact or pretty-printed JSON,
 ``.json.gz``, ``ts`` as string/int/float, ``pid``/``tid`` as int or string, unsorted events, integers beyond int64
@@ -19,8 +20,10 @@ from __future__ import annotations
 
 import gzip
 import json
+import mmap
 import os
 import re
+import stat
 import zlib
 from collections import deque
 from collections.abc import Iterator
@@ -40,6 +43,7 @@ from profan.rulepack import limits
 CHUNK_BYTES = 8 << 20  # event-array text per chunk: bounds the per-chunk spans, NDJSON copy and parse
 WORKERS = 3  # chunks in flight (each reader call is single-threaded; the main thread splits the next chunk)
 BLOCK = 16 << 20  # read/decompress block
+MAP_FROM = 64 << 20  # an uncompressed trace from this size is mapped, not read into a buffer of its own
 _FLATTEN = bytes.maketrans(b"\r\n", b"  ")  # raw line breaks are only whitespace in valid JSON
 
 # event args profan reads: JSON key -> column name. Everything else in args is skipped unparsed.
@@ -131,6 +135,11 @@ _DETAIL_SCHEMA = {
     }
     for layout in ("object", "array")
 }
+# An Ascend trace_view.json (a bare array read without device categories) needs of the args only the metadata
+# events' names, and metadata events are detail rows anyway: its core pass reads no args at all (its "Call stack"
+# strings are a quarter of the text) and takes ``arg_name`` from the detail pass (`_lean_names`).
+_DETAIL_SCHEMA["lean"] = {"args": pl.Struct({**_DETAIL_SCHEMA["array"]["args"].to_schema(), "name": pl.String})}
+_LEAN_CORE_SCHEMA = {k: v for k, v in _CORE_SCHEMA.items() if k != "args"}
 DETAIL_CATS = ("kernel", "Kernel", "gpu_memcpy", "gpu_memset", "gpu_user_annotation")
 COMM_NAME = r"^(c10d::|record_param_comms|nccl:|gloo:|ncclKernel|ncclDevKernel)"
 
@@ -270,6 +279,36 @@ def read_bytes(path: Path) -> bytearray:
         raise ProfanInputError(path, f"cannot read: {exc.strerror or exc}") from None
 
 
+def trace_text(path: Path) -> bytearray | mmap.mmap:
+    """The trace's JSON text: `read_bytes`, or for an uncompressed regular file from `MAP_FROM` bytes the file
+    mapped read-only. A mapped file costs no copy, and the pages already split are handed back as the parse goes
+    (`_release`), where a buffer would hold the whole file to the end. Its line breaks are not flattened; every
+    piece cut from it is (`_exact_chunk`, `split_events`)."""
+    if path.name.endswith(".gz"):
+        return read_bytes(path)
+    try:
+        with open(path, "rb") as fh:
+            st = os.fstat(fh.fileno())
+            if st.st_size < max(MAP_FROM, 1) or not stat.S_ISREG(st.st_mode):
+                return read_bytes(path)
+            mapped = mmap.mmap(fh.fileno(), 0, access=mmap.ACCESS_READ)
+    except OSError as exc:
+        raise ProfanInputError(path, f"cannot read: {exc.strerror or exc}") from None
+    mapped.madvise(mmap.MADV_SEQUENTIAL)
+    return mapped
+
+
+def _release(text: bytearray | mmap.mmap | None, upto: int) -> None:
+    """Hand back the mapped pages before ``upto`` (the process stops counting them; the page cache keeps them)."""
+    if isinstance(text, mmap.mmap) and upto >= mmap.PAGESIZE:
+        text.madvise(mmap.MADV_DONTNEED, 0, upto - upto % mmap.PAGESIZE)
+
+
+def _flat(piece: bytes) -> bytes:
+    """A piece of mapped text with its raw line breaks as spaces (a read buffer has them flattened already)."""
+    return piece.translate(_FLATTEN) if piece.find(b"\n") != -1 or piece.find(b"\r") != -1 else piece
+
+
 def _fill(src, size: int, bound: _Inflation | None = None) -> bytearray:
     buf = bytearray(max(size, 1) + 1)
     n = 0
@@ -293,7 +332,7 @@ def _fill(src, size: int, bound: _Inflation | None = None) -> bytearray:
 _NON_WS = re.compile(rb"[^ \t\r\n]")
 
 
-def _first_index(buf: bytes | bytearray) -> int:
+def _first_index(buf: bytes | bytearray | mmap.mmap) -> int:
     """Index of the first character that is not whitespace or a UTF-8 byte-order mark (-1 when there is none)."""
     start = 3 if buf[:3] == b"\xef\xbb\xbf" else 0
     m = _NON_WS.search(buf, start)
@@ -314,7 +353,7 @@ def _decode_error(path: Path, exc: msgspec.DecodeError) -> ProfanInputError:
     return ProfanInputError(path, f"invalid JSON trace: {msg}")
 
 
-def split_events(path: Path, buf: bytes | bytearray) -> tuple[memoryview, str, dict[str, Any]]:
+def split_events(path: Path, buf: bytes | bytearray | mmap.mmap) -> tuple[memoryview, str, dict[str, Any]]:
     """The event array's text (a zero-copy view from '[' to ']'), the layout, and the small top-level fields.
 
     For a ``{"traceEvents": …}`` document msgspec validates the whole document once while keeping the array as one
@@ -337,7 +376,7 @@ def split_events(path: Path, buf: bytes | bytearray) -> tuple[memoryview, str, d
     if quick is not None:
         return quick
     try:
-        top = _OBJECT.decode(buf)
+        top = _OBJECT.decode(buf if isinstance(buf, bytearray) else _flat(buf[:]))
     except msgspec.DecodeError as exc:
         raise _decode_error(path, exc) from None
     except msgspec.ValidationError as exc:
@@ -357,7 +396,7 @@ _EVENTS_KEY = re.compile(rb'"traceEvents"\s*:\s*\[')
 _TAIL = 1 << 16  # a top-level tail after traceEvents (traceName, …) is small
 
 
-def _locate_events(buf: bytes | bytearray, start: int) -> tuple[memoryview, str, dict[str, Any]] | None:
+def _locate_events(buf: bytes | bytearray | mmap.mmap, start: int) -> tuple[memoryview, str, dict[str, Any]] | None:
     """Find the traceEvents array without a pass over it: the text before it must decode as the start of the
     top-level object and the text after its closing ']' as the rest of it (then the key is at depth 1, not
     inside a string or a nested value), and ``event_chunks`` validates the array itself. None when unsure: the
@@ -366,7 +405,7 @@ def _locate_events(buf: bytes | bytearray, start: int) -> tuple[memoryview, str,
     if m is None:
         return None
     try:
-        head = _OBJECT.decode(bytes(buf[start : m.start()]) + b'"traceEvents": null}')
+        head = _OBJECT.decode(_flat(bytes(buf[start : m.start()])) + b'"traceEvents": null}')
     except (msgspec.DecodeError, msgspec.ValidationError):
         return None
     end = len(buf)
@@ -377,7 +416,7 @@ def _locate_events(buf: bytes | bytearray, start: int) -> tuple[memoryview, str,
         if j < 0:
             return None
         try:
-            tail = _OBJECT.decode(b'{"traceEvents": null' + bytes(buf[j + 1 : end]))
+            tail = _OBJECT.decode(b'{"traceEvents": null' + _flat(bytes(buf[j + 1 : end])))
         except (msgspec.DecodeError, msgspec.ValidationError):
             continue
         if _closes_array(buf, m.end() - 1, j):
@@ -392,7 +431,7 @@ def _locate_events(buf: bytes | bytearray, start: int) -> tuple[memoryview, str,
     return memoryview(buf)[m.end() - 1 : j + 1], "object", meta
 
 
-def _closes_array(buf: bytes | bytearray, open_at: int, j: int) -> bool:
+def _closes_array(buf: bytes | bytearray | mmap.mmap, open_at: int, j: int) -> bool:
     """Whether the ']' at ``j`` closes the array opened at ``open_at``: the text from the last element separator
     before it (or from the '[' itself) to ``j`` must decode as the array's last element(s)."""
     lo = max(open_at, j - _TAIL)
@@ -400,9 +439,9 @@ def _closes_array(buf: bytes | bytearray, open_at: int, j: int) -> bool:
     for last in _SEP.finditer(buf, lo, j):  # noqa: B007 — only the last match is needed
         pass
     if last is not None:
-        piece = b"[" + bytes(buf[last.end() - 1 : j + 1])
+        piece = b"[" + _flat(bytes(buf[last.end() - 1 : j + 1]))
     elif lo == open_at:
-        piece = bytes(buf[open_at : j + 1])
+        piece = _flat(bytes(buf[open_at : j + 1]))
     else:
         return False
     try:
@@ -435,18 +474,21 @@ def _exact_chunk(path: Path, arr: memoryview, pos: int, hi: int) -> tuple[list[m
         m = _SEP.search(arr, search, hi) if search < hi else None
         cut, nxt = (m.start() + 1, m.end() - 1) if m is not None else (hi, hi)
         try:
-            return _ARRAY.decode(b"[" + arr[pos:cut] + b"]"), nxt
+            return _ARRAY.decode(_flat(b"[" + arr[pos:cut] + b"]")), nxt
         except msgspec.DecodeError as exc:
             if m is None:  # the piece runs to the end of the array: the JSON itself is bad
                 raise _decode_error(path, exc) from None
             search = m.end()
 
 
-def event_chunks(path: Path, arr: memoryview) -> Iterator[list[msgspec.Raw]]:
-    """The element spans of the event array, one chunk at a time, in order."""
+def event_chunks(path: Path, arr: memoryview, text: mmap.mmap | None = None) -> Iterator[list[msgspec.Raw]]:
+    """The element spans of the event array, one chunk at a time, in order; ``text``, the mapped file ``arr`` is a
+    view of, gets its pages handed back as they are split (`_release`: the array starts at or after the file's
+    start, so what lies before a position in ``arr`` lies before the same offset in the file)."""
     pos, hi = 1, _array_end(arr)  # arr starts at '['
     while pos < hi:
         raws, nxt = _exact_chunk(path, arr, pos, hi)
+        _release(text, nxt)
         if raws:
             yield raws
         pos = nxt
@@ -463,7 +505,8 @@ def _chunk_tables(
     if text.startswith(b"null") or b"\nnull" in text:  # rare: the loop over elements runs only then
         raws = [_EMPTY if bytes(r) == b"null" else r for r in raws]
         text = b"\n".join(raws)
-    core = _core(_read_core(text, layout), offset)
+    lean = layout == "array" and detail is None
+    core = _core(_read_core(text, "lean" if lean else layout), offset)
     no_phase = core["ph"].null_count()
     left = core.filter((pl.col("ph") == "X") & ~keep).group_by(pl.col("cat").cast(pl.String).fill_null("")).len()
     dropped = dict(left.iter_rows())
@@ -473,8 +516,19 @@ def _chunk_tables(
         return core, None, no_phase, not_utf8, dropped
     sub = b"\n".join([raws[i] for i in (want - offset).to_list()])
     # a caller naming its device categories reads Kineto events, also from a bare array (2020-21 profiler)
-    det = _details(_read_detail(sub, "object" if detail is not None else layout), want)
-    return core, det, no_phase, not_utf8, dropped
+    det = _read_detail(sub, "lean" if lean else "object" if detail is not None else layout)
+    if lean:
+        core = _lean_names(core, det, want)
+    return core, _details(det, want), no_phase, not_utf8, dropped
+
+
+def _lean_names(core: pl.DataFrame, det: pl.DataFrame, want: pl.Series) -> pl.DataFrame:
+    """``arg_name`` of a lean core (`_LEAN_CORE_SCHEMA`) from its detail rows: the metadata events' process and
+    thread names, and the name argument of any other detail event."""
+    names = det.get_column("args").struct.field("name")
+    return core.with_columns(
+        pl.col("event_idx").replace_strict(want, names, default=None, return_dtype=pl.String).alias("arg_name")
+    )
 
 
 _EMPTY = msgspec.Raw(b"{}")
@@ -558,6 +612,7 @@ _ARROW_CORE = {
     )
     for layout in ("object", "array")
 }
+_ARROW_CORE["lean"] = pa.schema([f for f in _ARROW_CORE["array"] if f.name != "args"])
 
 
 _ARROW_TYPES = {
@@ -583,7 +638,7 @@ _ARROW_DETAIL = {
             )
         ]
     )
-    for layout in ("object", "array")
+    for layout in ("object", "array", "lean")
 }
 
 
@@ -605,7 +660,9 @@ def _arrow(text: bytes, schema: pa.Schema) -> pl.DataFrame | None:
 
 def _read_core(text: bytes, layout: str) -> pl.DataFrame:
     df = _arrow(text, _ARROW_CORE[layout])
-    return df if df is not None else _ndjson_text(text, _CORE_SCHEMA)
+    if df is None:
+        df = _ndjson_text(text, _LEAN_CORE_SCHEMA if layout == "lean" else _CORE_SCHEMA)
+    return df if layout != "lean" else df.with_columns(pl.lit(None, _CORE_SCHEMA["args"]).alias("args"))
 
 
 def _read_detail(text: bytes, layout: str) -> pl.DataFrame:
@@ -700,7 +757,7 @@ def parse(path: Path, keep: pl.Expr | None = None, detail: tuple[str, ...] | Non
 
 
 def _parse(path: Path, keep: pl.Expr | None, detail: tuple[str, ...] | None = None) -> Trace:
-    buf = read_bytes(path)
+    buf = trace_text(path)
     arr, layout, meta = split_events(path, buf)
     keep = default_keep() if keep is None else keep
     parts, details = [], []
@@ -724,7 +781,7 @@ def _parse(path: Path, keep: pl.Expr | None, detail: tuple[str, ...] | None = No
         # msgspec splits the next chunk (holding the GIL) while polars parses earlier ones on the pool (without
         # it); at most WORKERS chunks are in flight, which bounds memory
         with ThreadPoolExecutor(WORKERS) as pool:
-            for raws in event_chunks(path, arr):
+            for raws in event_chunks(path, arr, buf if isinstance(buf, mmap.mmap) else None):
                 pending.append(pool.submit(_chunk_tables, raws, offset, keep, layout, detail))
                 offset += len(raws)
                 while len(pending) >= WORKERS:

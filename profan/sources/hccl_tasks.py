@@ -8,13 +8,10 @@ peer need the tasks themselves. ``src_rank``/``dst_rank`` are group-local, as HC
 
 from __future__ import annotations
 
-from pathlib import Path
-
 import polars as pl
 
 from profan.sources import trace_view
-from profan.sources.cache import cached_parse
-from profan.sources.chrome_trace import parse
+from profan.sources.chrome_trace import Trace
 
 COLUMNS = [
     "event_idx",
@@ -32,9 +29,9 @@ COLUMNS = [
 ]
 
 
-def plane_tasks(path: Path) -> pl.DataFrame:
-    """Task events on Plane threads (the parse is shared with the trace_view reader through the cache)."""
-    tr, _ = cached_parse(path, "trace_view", parse)
+def plane_tasks(tr: Trace) -> pl.DataFrame:
+    """Task events on Plane threads of a parsed trace_view.json (the trace the trace_view reader parsed: a GB
+    trace is parsed once)."""
     x = trace_view.lanes(tr.events)
     planes = x.filter(
         pl.col("process_name").is_in(trace_view.HCCL_PROCESSES)

@@ -180,9 +180,10 @@ def _load(path: Path) -> tuple[Trace, pl.DataFrame, pl.DataFrame, pl.DataFrame, 
     return tr, st, overlap_split(x, st), ops, links, bad_steps, overlap_blocks(x, st)
 
 
-def load_rank_trace(rd, path: Path) -> None:
+def load_rank_trace(rd, path: Path) -> Trace:
     """Add the trace_view-derived step split and HCCL lanes to an Ascend ``RankData``, and say what was left out:
-    events without a usable duration or start, steps of no usable number, invalid UTF-8 read as U+FFFD."""
+    events without a usable duration or start, steps of no usable number, invalid UTF-8 read as U+FFFD. Returns the
+    parsed trace, for the HCCL plane tasks (`hccl_tasks.plane_tasks`)."""
     tr, _st, split, ops, links, bad_steps, blocks = _load(path)
     file = rd.files["trace_view"]
     skipped = tr.events.select(((pl.col("ph") == "X") & ~usable()).sum()).item()
@@ -208,3 +209,4 @@ def load_rank_trace(rd, path: Path) -> None:
     if not links.is_empty():
         rd.info["hccl_planes"] = int(links["plane"].n_unique())
         rd.trace_links = links
+    return tr

@@ -1,0 +1,353 @@
+"""What the per-rank map takes from a Kineto trace: the device events classified into kernel groups, the step
+split and blocks in time, the collectives, all on the `KinetoTrace` that `profan.sources.kineto` reads.
+
+Why a module of its own: `profan.sources.kineto` says what a trace means (steps, device events, collectives);
+this one reduces that to a rank's tables. The per-rank map loads a rank's trace once (`load_cached`) and classifies
+its device events once (`device_events`), then hands both to the collectives pass
+(`profan.ranks.collectives.kineto_collectives`) and to `load_rank_trace`.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import polars as pl
+
+from profan.rulepack import limits
+from profan.rulepack.classify import MATCH_FIELDS, NEIGHBORS, classify, uses_neighbors, with_neighbors
+from profan.rulepack.roles import Roles
+from profan.rulepack.roles import defaults as default_roles
+from profan.sources import intervals
+from profan.sources.chrome_trace import bad_steps_warning, no_phase_warning, not_utf8_warning
+from profan.sources.kineto import KinetoTrace, load, parse_trace, parse_variant
+
+GROUP_KEYS = ["step", "op", "name", "type", "core", "input_shapes", "bucket", "rule_id"]
+TOP_EVENTS = 20  # largest events kept per group, for evidence
+
+
+def classify_events(dev: pl.DataFrame, rules: list, roles: Roles | None = None) -> pl.DataFrame:
+    """Bucket, rule id and deciding context per device event, decided once per distinct value of the fields the
+    rules read. Where rules read ``neighbors`` (a kernel's place among the layer's anchor kernels on its stream,
+    `classify.with_neighbors`), a second pass decides with it."""
+    anchors = (roles or default_roles()).layer_anchor_buckets
+    keys = [c for c in MATCH_FIELDS if c in dev.columns and c != NEIGHBORS]
+    out = _classify_distinct(dev, keys, rules)
+    if uses_neighbors(rules) and not out.is_empty():
+        over = ["stream"] if "stream" in out.columns else []
+        out = with_neighbors(out, ["ts_us", "event_idx"], over, anchors, "context")
+        out = _classify_distinct(out.drop("bucket", "rule_id", "decided_by"), [*keys, NEIGHBORS], rules)
+    return out
+
+
+def _classify_distinct(dev: pl.DataFrame, keys: list[str], rules: list) -> pl.DataFrame:
+    distinct = classify(dev.select(keys).unique(), rules)
+    return dev.join(distinct, on=keys, how="left", nulls_equal=True)
+
+
+def kernel_groups(dev: pl.DataFrame) -> pl.DataFrame:
+    """The same shape as the kernel_details groups, with event indexes in ``lines`` (the locator column)."""
+    d = dev.with_columns(pl.lit(None, pl.String).alias("input_shapes"))
+    return (
+        d.group_by(GROUP_KEYS)
+        .agg(
+            pl.len().alias("count"),
+            pl.col("dur_us").sum().alias("time_us"),
+            pl.col("dur_us").max().alias("max_us"),
+            pl.lit(None, pl.Float64).alias("wait_us"),
+            pl.col("ts_us").min().alias("first_start_us"),
+            pl.col("end_us").max().alias("last_end_us"),
+            # one top-k of (event, duration) pairs, ties broken by the earlier event so the choice is reproducible
+            pl.struct("event_idx", "dur_us")
+            .top_k_by(["dur_us", "event_idx"], TOP_EVENTS, reverse=[False, True])
+            .alias("_top"),
+            pl.col("context").drop_nulls().mode().sort().first().alias("context"),
+            # what decided the group's bucket beyond the name (rule's context fields), its most common value
+            pl.col("decided_by").drop_nulls().mode().sort().first().alias("decided_by"),
+        )
+        .with_columns(
+            pl.col("_top").list.eval(pl.element().struct.field("event_idx")).alias("lines"),
+            pl.col("_top").list.eval(pl.element().struct.field("dur_us")).alias("line_durs"),
+        )
+        .drop("_top")
+        .sort(  # every key breaks ties: one order for the same trace
+            ["step", "time_us", *GROUP_KEYS[1:]],
+            descending=[False, True, *[False] * (len(GROUP_KEYS) - 1)],
+            nulls_last=True,
+        )
+    )
+
+
+def _union_us(runs: pl.DataFrame, by: list[str], name: str) -> pl.DataFrame:
+    """Length of the union of [ts, end) intervals per group — overlapping events count once (``runs``:
+    `intervals.union_runs`, which the step's blocks in time are cut from too)."""
+    return intervals.union_length(runs, by, name)
+
+
+def device_split(dev: pl.DataFrame, steps: pl.DataFrame, roles: Roles | None = None) -> pl.DataFrame:
+    """Computing / Communication(Not Overlapped) / Free per step (`device_split_blocks`, without the blocks)."""
+    return device_split_blocks(dev, steps, roles)[0]
+
+
+def device_split_blocks(
+    dev: pl.DataFrame, steps: pl.DataFrame, roles: Roles | None = None
+) -> tuple[pl.DataFrame, pl.DataFrame]:
+    """Computing / Communication(Not Overlapped) / Free per step, from the device lanes themselves, and the same
+    time placed in time: each step's blocks of compute, exposed communication and idle (`intervals.step_blocks`;
+    the whole trace's when it has no ProfilerStep), cut from the very runs the totals are the lengths of.
+
+    The same split the Ascend profiler writes to step_trace_time.csv, computed by interval union so overlapping
+    events count once and no timestamp is rounded: Computing = union of non-communication device events,
+    Communication = union of communication events, Free = span minus the union of all. A step's span (window)
+    runs from the first start to the last end of its own events, and every device event inside it counts,
+    whichever step launched it: when the host runs ahead, the previous step's kernels still occupy the device in
+    this step's window, and counting only the step's own events would call that time idle. One row per
+    ProfilerStep with device events, and one row (``scope`` = trace) for the whole trace; ``device`` says what
+    was measured (GPU, or CPU for a CPU-only trace).
+    """
+    if dev.is_empty():
+        return pl.DataFrame(), pl.DataFrame()
+    launch = pl.col("launch_us") if "launch_us" in dev.columns else pl.lit(None, pl.Float64).alias("launch_us")
+    graph = pl.col("graph") if "graph" in dev.columns else pl.lit(False).alias("graph")
+    d = dev.select(
+        "step", "event_idx", "ts_us", "end_us", launch, (pl.col("bucket") == "communication").alias("_comm"), graph
+    )
+    own = d.filter(pl.col("step").is_not_null()).with_columns(pl.lit("step").alias("scope"))
+    whole = d.with_columns(pl.lit(None, pl.Int64).alias("step"), pl.lit("trace").alias("scope"))
+    by = ["scope", "step"]
+    span = _spans(pl.concat([own, whole]), by)
+    foreign = _foreign_events(d, span.filter(pl.col("scope") == "step"))
+    scoped = pl.concat([own, foreign.drop("_own"), whole])
+    runs = {
+        "busy_us": intervals.union_runs(scoped, by),
+        "computing_us": intervals.union_runs(scoped.filter(~pl.col("_comm")), by),
+        "communication_us": intervals.union_runs(scoped.filter(pl.col("_comm")), by),
+    }
+    out = span.join(foreign.group_by(by).agg(pl.len().alias("other_events")), on=by, how="left", nulls_equal=True)
+    for name, r in runs.items():
+        out = out.join(_union_us(r, by, name), on=by, how="left", nulls_equal=True)
+    out = out.with_columns(
+        pl.col("computing_us", "communication_us").fill_null(0.0), pl.col("other_events").fill_null(0)
+    )
+    out = out.with_columns(
+        (pl.col("end_us") - pl.col("start_us")).alias("step_us"),
+        (pl.col("computing_us") + pl.col("communication_us") - pl.col("busy_us")).alias("overlapped_us"),
+    )
+    out = out.with_columns(
+        (pl.col("communication_us") - pl.col("overlapped_us")).alias("comm_not_overlapped_us"),
+        (pl.col("step_us") - pl.col("busy_us")).alias("free_us"),
+        pl.lit("CPU" if (dev["core"] == "CPU").all() else "GPU").alias("device"),
+    )
+    out = out.join(_step_events(steps, roles or default_roles()), on="step", how="left")
+    out = _idle_split(out.join(_longest_gap(scoped, by), on=by, how="left", nulls_equal=True), scoped, by)
+    return out.select(*SPLIT_COLUMNS).sort("scope", "step", nulls_last=True), _blocks(span, runs, by)
+
+
+def _spans(events: pl.DataFrame, by: list[str]) -> pl.DataFrame:
+    """Each step's window (and the whole trace's): from its first event's start to its last event's end."""
+    return events.group_by(by).agg(
+        pl.col("ts_us").min().alias("start_us"),
+        pl.col("end_us").max().alias("end_us"),
+        pl.len().alias("events"),
+        pl.col("event_idx").sort_by("ts_us").first().alias("first_event"),
+        pl.col("event_idx").sort_by("end_us").last().alias("last_event"),
+        pl.col("graph").sum().alias("graph_events"),  # replayed from a CUDA / HIP graph (roles kineto_graph_launch)
+    )
+
+
+def _blocks(span: pl.DataFrame, runs: dict[str, pl.DataFrame], by: list[str]) -> pl.DataFrame:
+    """The steps' blocks in time; the whole trace's only when it has no step (its blocks would repeat theirs)."""
+    windows = span.filter(pl.col("scope") == "step")
+    if windows.is_empty():
+        windows = span.filter(pl.col("scope") == "trace")
+    blocks = intervals.step_blocks(windows, runs["computing_us"], runs["communication_us"], by)
+    return blocks.drop("scope").with_columns(pl.lit("device_lanes").alias("source"))
+
+
+SPLIT_COLUMNS = (
+    "scope",
+    "step",
+    "device",
+    "step_event",
+    "gpu_step_event",
+    "step_name",
+    "first_event",
+    "last_event",
+    "events",
+    "other_events",
+    "graph_events",
+    "start_us",
+    "end_us",
+    "step_us",
+    "computing_us",
+    "communication_us",
+    "overlapped_us",
+    "comm_not_overlapped_us",
+    "free_us",
+    "idle_host_us",
+    "idle_other_us",
+    "idle_unknown_us",
+    "busy_us",
+    "gap_us",
+    "gap_before_event",
+    "gap_after_event",
+)
+
+
+def _foreign_events(d: pl.DataFrame, windows: pl.DataFrame) -> pl.DataFrame:
+    """Device events of another step (or of none) that overlap a step's window, clipped to it: one row per
+    (window, event). An inequality join, so an event is paired only with the few windows it overlaps."""
+    w = windows.select("step", pl.col("start_us").alias("_w0"), pl.col("end_us").alias("_w1"))
+    j = d.rename({"step": "_own"}).join_where(w, pl.col("ts_us") < pl.col("_w1"), pl.col("end_us") > pl.col("_w0"))
+    j = j.filter(pl.col("_own").ne_missing(pl.col("step")))
+    return j.select(
+        "step",
+        "event_idx",
+        pl.max_horizontal("ts_us", "_w0").alias("ts_us"),
+        pl.min_horizontal("end_us", "_w1").alias("end_us"),
+        "launch_us",
+        "_comm",
+        "graph",
+        pl.lit("step").alias("scope"),
+        "_own",
+    )
+
+
+def _step_events(steps: pl.DataFrame, roles: Roles) -> pl.DataFrame:
+    """Per step, its ProfilerStep annotation on the CPU and on the GPU (event indexes) and its name."""
+    cpu = steps.filter(pl.col("cat") == roles.kineto_annotation_cat).unique("step", keep="first")
+    gpu = steps.filter(pl.col("cat") == roles.kineto_gpu_annotation_cat).unique("step", keep="first")
+    names = steps.sort("cat").unique("step", keep="first").select("step", pl.col("name").alias("step_name"))
+    return names.join(cpu.select("step", pl.col("event_idx").alias("step_event")), on="step", how="left").join(
+        gpu.select("step", pl.col("event_idx").alias("gpu_step_event")), on="step", how="left"
+    )
+
+
+def _idle_split(out: pl.DataFrame, frame: pl.DataFrame, by: list[str]) -> pl.DataFrame:
+    """``out`` with, per group, the idle time the device spent waiting for the host, apart from the rest. In each
+    gap between device events, the part before the launch call of the event that ends it (its runtime event, same
+    ``correlation``) is host-bound: the device had nothing queued and waited for the host to issue work (launch
+    overhead, Python between ops, data loading). The rest of a gap the work was already issued: the device waited
+    on something else (a synchronisation, another stream, a peer). A gap whose next event has no launch record
+    cannot be split (``idle_unknown_us``). The launch latency itself is left out of the host's part, so it is a
+    lower bound."""
+    s = frame.select(*by, "ts_us", "end_us", "launch_us").sort(*by, "ts_us")
+    s = s.with_columns(pl.col("end_us").cum_max().shift(1).over(by).alias("_prev_end"))
+    s = s.with_columns((pl.col("ts_us") - pl.col("_prev_end")).alias("_gap")).filter(pl.col("_gap") > 0)
+    host = pl.min_horizontal((pl.col("launch_us") - pl.col("_prev_end")).clip(0.0), pl.col("_gap"))
+    split = s.group_by(by).agg(
+        host.filter(pl.col("launch_us").is_not_null()).sum().alias("idle_host_us"),
+        pl.col("_gap").filter(pl.col("launch_us").is_null()).sum().alias("idle_unknown_us"),
+    )
+    known = pl.col("device") == "GPU"  # a CPU-only trace launches nothing: its idle is not split
+    return (
+        out.join(split, on=by, how="left", nulls_equal=True)
+        .with_columns(
+            pl.when(known).then(pl.col("idle_host_us").fill_null(0.0)).alias("idle_host_us"),
+            pl.when(known).then(pl.col("idle_unknown_us").fill_null(0.0)).alias("idle_unknown_us"),
+        )
+        .with_columns(
+            (pl.col("free_us") - pl.col("idle_host_us") - pl.col("idle_unknown_us")).clip(0.0).alias("idle_other_us")
+        )
+    )
+
+
+def _longest_gap(frame: pl.DataFrame, by: list[str]) -> pl.DataFrame:
+    """Per group, the longest stretch with no device event: its length and the two events around it — the one
+    whose end it starts at (the latest end so far) and the next one to start. Evidence for idle time that a
+    reader can check: the gap is the second event's ts minus the first's ts + dur."""
+    s = frame.select(*by, "event_idx", "ts_us", "end_us").sort(*by, "ts_us", "event_idx")
+    s = s.with_columns(pl.col("end_us").cum_max().over(by).alias("_max_end"))
+    s = s.with_columns(
+        pl.when(pl.col("end_us") == pl.col("_max_end"))
+        .then(pl.col("event_idx"))
+        .forward_fill()
+        .over(by)
+        .alias("_holder")
+    )
+    s = s.with_columns(
+        pl.col("_max_end").shift(1).over(by).alias("_prev_end"),
+        pl.col("_holder").shift(1).over(by).alias("gap_before_event"),
+    )
+    s = s.with_columns((pl.col("ts_us") - pl.col("_prev_end")).alias("gap_us")).filter(pl.col("gap_us") > 0)
+    return (
+        s.sort("gap_us", "event_idx", descending=[True, False])
+        .group_by(by, maintain_order=True)
+        .first()
+        .select(*by, "gap_us", "gap_before_event", pl.col("event_idx").alias("gap_after_event"))
+    )
+
+
+# --------------------------------------------------------------------------- the per-rank map entry point
+
+
+def load_cached(path: Path, roles: Roles | None = None) -> tuple[KinetoTrace, bool]:
+    """The rank's `KinetoTrace` (its parse through the Parquet cache) and whether the cache served the parse."""
+    from profan.sources.cache import cached_parse
+
+    roles = roles or default_roles()
+    tr, hit = cached_parse(path, parse_variant(roles), lambda p: parse_trace(p, roles))
+    return load(path, tr, roles), hit
+
+
+def device_events(rd, kt: KinetoTrace, path: Path, pack, captures: list[Path] = ()) -> pl.DataFrame:
+    """The trace's device events, replayed graph kernels given their captured op, classified: what the kernel
+    groups and the collectives' windows are made of. Raises ProfanInputError when the trace holds nothing to
+    analyse."""
+    from profan.model.errors import ProfanInputError
+
+    roles: Roles = pack.roles
+    if kt.device.is_empty():
+        device = ", ".join(dict.fromkeys(c.lower() for c in roles.kineto_device_cats))
+        raise ProfanInputError(
+            path, f"no device activity ({device}) and no {roles.kineto_cpu_op_cat} events: nothing to analyse"
+        )
+    if "graph" in kt.device.columns:  # kernels replayed from a graph take their op from its capture
+        from profan.sources import graph_replay
+
+        graph_replay.fill(rd, kt, list(captures), roles)
+    return classify_events(kt.device, pack.rules_for("cpu" if kt.cpu_only else "gpu"), roles)
+
+
+def load_rank_trace(rd, kt: KinetoTrace, hit: bool, dev: pl.DataFrame, pack) -> None:
+    """Fill a ``RankData`` from one Kineto trace and its classified device events (`device_events`): kernel
+    groups (event-index locators), device split per step, communication events."""
+    roles: Roles = pack.roles
+    rd.groups = kernel_groups(dev)
+    rd.kernel_locator, rd.kernel_file = "events", "kineto_trace"
+    rd.kernel_variant = "Kineto trace, CPU-only (top-level cpu_ops)" if kt.cpu_only else "Kineto trace (GPU)"
+    rd.trace_steps, rd.step_blocks = device_split_blocks(dev, kt.steps, roles)
+    rd.trace_comm = kt.collectives
+    rd.count(
+        "kineto_trace",
+        kt.events_read,
+        kt.device_skipped,
+        "trace events (device events whose start or duration is missing or not a number, or whose "
+        f"duration is negative or longer than {limits.active().max_duration_us:,} µs, max_duration_us)",
+    )
+    rd.info.update(
+        {
+            k: v
+            for k, v in {
+                "device": kt.device_name,
+                "world_size": kt.world_size,
+                "rank_in_trace": kt.rank if kt.rank_origin == "distributedInfo.rank" else None,
+                "steps": sorted(set(kt.steps["step"].to_list())) or None,
+                "cache": "hit" if hit else None,
+            }.items()
+            if v is not None
+        }
+    )
+    if kt.notes:
+        rd.info["trace_notes"] = kt.notes
+    if kt.no_phase:
+        rd.warnings.append(no_phase_warning(rd.files["kineto_trace"], kt.no_phase))
+    if kt.bad_steps:
+        rd.warnings.append(bad_steps_warning(rd.files["kineto_trace"], kt.bad_steps))
+    if kt.not_utf8:
+        rd.warnings.append(not_utf8_warning(rd.files["kineto_trace"], kt.not_utf8))
+    if kt.rank_problem:
+        rd.warnings.append(
+            f"{rd.files['kineto_trace']}: {kt.rank_problem}; the rank was taken as {rd.rank} ({rd.rank_origin})"
+        )
+    if kt.rank_origin == "distributedInfo.rank" and kt.rank != rd.rank:
+        rd.warnings.append(f"distributedInfo.rank is {kt.rank} but the rank was taken as {rd.rank} ({rd.rank_origin})")
