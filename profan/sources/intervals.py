@@ -151,7 +151,9 @@ def _stretches(w: pl.DataFrame, compute: pl.DataFrame, comm: pl.DataFrame) -> pl
             *edges(comm, "ts_us", "end_us", 0, 1),
         ]
     )
-    segs = ev.group_by("_g", "a").agg(pl.col("dc", "dm").sum()).sort("_g", "a")
+    # in boundary order, the running counts at the last of the boundaries at one time are those after all of
+    # them: that row starts the stretch to the next time (the others, of length 0, are dropped)
+    segs = ev.sort("_g", "a")
     same = pl.col("_g").shift(-1) == pl.col("_g")
     segs = segs.with_columns(
         pl.col("dc").cum_sum().alias("_c"), pl.col("dm").cum_sum().alias("_m"), pl.col("a").shift(-1).alias("b")
