@@ -33,6 +33,7 @@ from profan.model.errors import ProfanInputError
 from profan.model.evidence import file_sizes
 from profan.model.findings import number_findings
 from profan.model.report import Report
+from profan.ranks.executor import Executor
 from profan.rulepack import limits
 from profan.rulepack.pack import RulePack, load
 
@@ -45,10 +46,10 @@ def compare(
     rules: list[str | Path] | None = None,
     pack: RulePack | None = None,
     progress=None,
-    jobs: int | None = None,
+    jobs: int | Executor | None = None,
 ) -> Report:
     """Compare side A with side B (B minus A: positive deltas are regressions of B). ``jobs``: processes reading
-    each side's ranks, as for `profan.analyze`."""
+    each side's ranks (or the executor that reads them), as for `profan.analyze`."""
     t0 = time.perf_counter()
     say = progress or (lambda _m: None)
     pack = pack or load([Path(p) for p in rules or []])

@@ -13,6 +13,7 @@ import polars as pl
 
 from profan.analyses.common import kernel_table
 from profan.model.errors import ProfanInputError
+from profan.ranks.executor import Executor
 from profan.ranks.rankmap import RankData, load_ranks
 from profan.rulepack.pack import RulePack
 from profan.sources.discover import base_dir, discover
@@ -36,7 +37,7 @@ class Side:
 
 
 def load_side(
-    path: Path, pack: RulePack, only: list[int] | None, say, jobs: int | None = None
+    path: Path, pack: RulePack, only: list[int] | None, say, jobs: int | Executor | None = None
 ) -> tuple[Path, list[RankData]]:
     disc = discover(path)
     ranks = disc.ranks
