@@ -41,7 +41,7 @@ from profan.model.errors import ProfanInputError
 from profan.model.findings import SEVERITIES, Finding
 from profan.model.report import Report
 from profan.render.evidence_rows import EvidenceTable, read_evidence
-from profan.render.json_report import CLASSES, ROW_LIMIT, by_class, named_ranks
+from profan.render.json_report import CLASSES, ROW_LIMIT, by_class, kept_members, named_ranks
 from profan.render.textfmt import (
     FILTERS,
     column_kind,
@@ -387,7 +387,7 @@ def shown_members(f: Finding, keep: set[int] | None) -> list[Finding]:
     verdict names) the first SCALE_MEMBERS — they come worst first — and those of the named ranks."""
     if keep is None:
         return list(f.members[:MEMBER_ROWS])
-    return [m for i, m in enumerate(f.members) if i < SCALE_MEMBERS or keep.intersection(m.ranks or ())]
+    return list(kept_members(f, SCALE_MEMBERS, keep))
 
 
 def finding_view(

@@ -22,6 +22,7 @@ from pathlib import Path
 import msgspec
 import polars as pl
 
+from profan.model.findings import Finding
 from profan.model.report import Report, records_json
 
 ROW_LIMIT = 5000  # a table with more rows than this is cut in the JSON report
@@ -93,7 +94,7 @@ def cut_members(report: Report, limit: int = MEMBER_LIMIT) -> Report:
     findings, cut = [], {}
     for f in report.findings:
         if len(f.members) > limit:
-            kept = tuple(m for i, m in enumerate(f.members) if i < limit or ranks.intersection(m.ranks))
+            kept = kept_members(f, limit, ranks)
             cut[f.id] = {
                 "members": len(f.members),
                 "kept": len(kept),
@@ -102,6 +103,11 @@ def cut_members(report: Report, limit: int = MEMBER_LIMIT) -> Report:
             f = replace(f, members=kept)
         findings.append(f)
     return replace(report, findings=findings, meta={**report.meta, "members_cut": cut})
+
+
+def kept_members(f: Finding, limit: int, ranks: set[int]) -> tuple[Finding, ...]:
+    """A group's first ``limit`` members (they come worst first) and every member naming one of ``ranks``."""
+    return tuple(m for i, m in enumerate(f.members) if i < limit or ranks.intersection(m.ranks or ()))
 
 
 def named_ranks(report: Report) -> list[int]:
