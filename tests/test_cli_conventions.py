@@ -148,8 +148,14 @@ def test_shell_completion_installs_and_completes(tmp_path):
     """`--install-completion bash` writes a script under $HOME and sources it from .bashrc; that script, run by
     bash, completes subcommands and options by asking profan itself."""
     env = {**os.environ, "HOME": str(tmp_path), "PATH": _bin_path()}
-    shown = run_cli("--show-completion", "bash")
-    assert shown.returncode == 0 and "_PROFAN_COMPLETE=complete_bash" in shown.stdout
+    bash = shutil.which("bash")
+    assert bash
+    # run from bash, as a user does: the shell is detected from the parent process, which in a test worker
+    # (pytest-xdist) is no shell
+    shown = subprocess.run(
+        [bash, "--norc", "-c", "profan --show-completion"], capture_output=True, text=True, env=env, timeout=120
+    )
+    assert shown.returncode == 0 and "_PROFAN_COMPLETE=complete_bash" in shown.stdout, shown.stderr
     res = subprocess.run(
         ["profan", "--install-completion", "bash"], capture_output=True, text=True, env=env, timeout=120
     )
@@ -157,8 +163,6 @@ def test_shell_completion_installs_and_completes(tmp_path):
     script = tmp_path / ".bash_completions" / "profan.sh"
     assert script.read_text().strip() == shown.stdout.strip()
     assert f"source '{script}'" in (tmp_path / ".bashrc").read_text()
-    bash = shutil.which("bash")
-    assert bash
     for words, cword, want in (("profan ana", 1, "analyze"), ("profan analyze --fo", 2, "--format")):
         done = subprocess.run(
             [

@@ -110,7 +110,7 @@ def test_big_kernel_file_groups_are_cached_and_invalidated(tmp_path, monkeypatch
     monkeypatch.setattr(kernel_pass, "CACHE_BYTES", 0)  # the real file is small; treat it as big
     reads = []
     real = kernel_pass._reduce_file
-    monkeypatch.setattr(kernel_pass, "_reduce_file", lambda kf, *a: reads.append(kf.path) or real(kf, *a))
+    monkeypatch.setattr(kernel_pass, "_reduce_file", lambda kf, *a, **k: reads.append(kf.path) or real(kf, *a, **k))
 
     def doc() -> dict:
         d = profan.analyze(f).to_dict()

@@ -22,6 +22,7 @@ from test_browser import ARTIFACTS, Page, _html, browser  # noqa: F401  (browser
 import profan
 from profan import figures
 from profan.figures import step_timeline
+from profan.ranks import rankmap
 from profan.render.html import build_html
 from profan.sources import intervals
 
@@ -190,17 +191,43 @@ def test_qwen3_blocks_are_the_kernel_rows_in_time(qwen3):
 
 
 def test_a_streamed_kernel_file_gives_the_same_blocks(qwen3, monkeypatch, tmp_path):
-    """A kernel file too big for the kernel pass to keep its rows (made so here by lowering the size from which
-    it streams and caches) gets its blocks from a pass of their own: the same table, cached for the next run."""
+    """A kernel file too big for the kernel pass to keep its rows (made so here by lowering the sizes from which
+    it streams and caches) gets its blocks from the rows the scan that groups it reads: the same table, each file
+    scanned once, and cached for the next run, which scans nothing."""
     from profan.ranks import kernel_pass
+    from profan.sources import ascend_kernels
 
     monkeypatch.setattr(kernel_pass, "CACHE_BYTES", 0)
+    monkeypatch.setattr(ascend_kernels, "IN_MEMORY_BYTES", 0)
     monkeypatch.setenv("PROFAN_CACHE_DIR", str(tmp_path / "cache"))
+    scans = []
+    real = ascend_kernels.scan_for_groups
+    monkeypatch.setattr(
+        ascend_kernels, "scan_for_groups", lambda kf, **k: scans.append(kf.path.parent) or real(kf, **k)
+    )
     streamed = profan.analyze(QWEN3).tables["step_blocks"]
     assert streamed.equals(qwen3.tables["step_blocks"])
+    assert sorted(p.parent.name for p in scans) == ["rank_0_ascend_pt", "rank_2_ascend_pt"]
     entries = list((tmp_path / "cache" / "tables").iterdir())
     assert len(entries) == 4  # each kernel file's groups and its blocks
+    scans.clear()
     assert profan.analyze(QWEN3).tables["step_blocks"].equals(streamed)  # from the cache
+    assert scans == []
+
+
+def test_blocks_of_a_streamed_file_its_pass_did_not_cut(qwen3, monkeypatch, tmp_path):
+    """A streamed kernel file whose pass was not asked for blocks (its rank was to take them from trace_view.json,
+    which gave none) gets them from a scan of their own: the same table."""
+    from profan.ranks import kernel_pass
+    from profan.sources import ascend_kernels
+
+    monkeypatch.setattr(kernel_pass, "CACHE_BYTES", 0)
+    monkeypatch.setattr(ascend_kernels, "IN_MEMORY_BYTES", 0)
+    monkeypatch.setenv("PROFAN_NO_CACHE", "1")
+    real = kernel_pass.reduce_kernel_files
+    unasked = lambda files, pack: real([dataclasses.replace(f, blocks=False) for f in files], pack)  # noqa: E731
+    monkeypatch.setattr(rankmap, "reduce_kernel_files", unasked)
+    assert profan.analyze(QWEN3).tables["step_blocks"].equals(qwen3.tables["step_blocks"])
 
 
 def test_blocks_swept_a_few_windows_at_a_time_are_the_same(monkeypatch):

@@ -25,7 +25,7 @@ app = typer.Typer(
 
 SEVERITY_RANK = {"info": 0, "warning": 1, "critical": 2}
 JEMALLOC_ENV = "_RJEM_MALLOC_CONF"  # the allocator settings of the jemalloc built into polars
-JEMALLOC_SETTINGS = "background_thread:true,dirty_decay_ms:0,muzzy_decay_ms:0"  # freed pages returned at once
+JEMALLOC_SETTINGS = "background_thread:true,dirty_decay_ms:250,muzzy_decay_ms:0"  # freed pages returned within 250 ms
 # the format an -o file's extension names; -f may only agree with it
 EXTENSIONS = {".md": "md", ".markdown": "md", ".json": "json", ".html": "html", ".htm": "html", ".xlsx": "xlsx"}
 # what this run was asked for beyond its command: progress detail, tracebacks (read by `main` on an error)
@@ -665,8 +665,10 @@ def main(argv: list[str] | None = None) -> None:
     prints its traceback instead). ``argv``: the arguments (default the command line's)."""
     _RUN.update(verbose=False, debug=False)  # one process may run several commands (tests, embedding)
     # polars' allocator keeps freed pages for seconds, and a cluster's read frees its batches' working memory one
-    # after the other: returned at once, a 1,000-rank analysis peaks ~10% lower (bench/README.md). Set before
-    # polars is imported (it reads this once), and inherited by worker processes.
+    # after the other: returned within a quarter second, a 1,000-rank analysis peaks lower. Returned at once (a
+    # decay of 0) it peaks lower still, but every buffer a streaming scan frees is then handed back and faulted in
+    # again, which slows the scan of a GB kernel file by half (the trade-off measured in bench/README.md). Set
+    # before polars is imported (it reads this once), and inherited by worker processes.
     os.environ.setdefault(JEMALLOC_ENV, JEMALLOC_SETTINGS)
     try:
         # With standalone_mode=False click *returns* the code of a typer.Exit instead of raising it.

@@ -9,6 +9,7 @@ polars query has a fixed cost that dominates files of a few hundred kB, and any 
 from __future__ import annotations
 
 from dataclasses import dataclass
+from functools import cache
 from pathlib import Path
 
 import polars as pl
@@ -17,8 +18,9 @@ from profan.model.errors import ProfanInputError
 from profan.rulepack import limits
 from profan.rulepack.classify import NEIGHBORS, classify, rule_fields, uses_neighbors, with_neighbors
 from profan.rulepack.pack import RulePack
+from profan.rulepack.roles import Roles
 from profan.rulepack.roles import defaults as default_roles
-from profan.sources import ascend_kernels
+from profan.sources import ascend_kernels, intervals
 from profan.sources.csvtext import check_lines, count_lines
 
 TOP_LINES = 20  # largest rows kept per kernel group, for evidence
@@ -142,8 +144,10 @@ def _group_rows(
     starts: bool,
     by: tuple[str, ...] = (),
     keyed: tuple[list[str], list[pl.Expr]] | None = None,
-) -> tuple[pl.DataFrame, pl.DataFrame]:
-    """One pass over the rows: (groups, per-``by`` row counts ``rows`` and ``bad``).
+    also: list[pl.LazyFrame] | None = None,
+) -> tuple[pl.DataFrame, pl.DataFrame, list[pl.DataFrame]]:
+    """One pass over the rows: (groups, per-``by`` row counts ``rows`` and ``bad``, the ``also`` queries over the
+    same rows collected with the groups, sharing their scan).
 
     Grouping runs on the raw key text plus ``bad``, so bad rows are counted by the same pass and then dropped;
     the key clean-up (`key_exprs`) and the op derivation run once per distinct raw key instead of once per row.
@@ -152,7 +156,7 @@ def _group_rows(
     them) of a table that is no kernel file (`reduce_table`), in place of ``kf``'s."""
     raw, keys = keyed if keyed is not None else (ascend_kernels.raw_key_columns(kf), ascend_kernels.key_exprs(kf))
     q = lf.group_by(*by, *raw, "bad", _pmu_mask(pipes)).agg(_aggs(pipes, exact, starts))
-    g = q.collect() if exact else q.collect(engine="streaming")
+    g, *more = pl.collect_all([q, *(also or [])], engine="auto" if exact else "streaming")
     counts = (
         g.group_by(*by).agg(
             pl.col("count").sum().alias("rows"), pl.col("count").filter(pl.col("bad")).sum().alias("bad")
@@ -164,14 +168,14 @@ def _group_rows(
     if not exact:
         g = _merge_samples(g)
     g = g.select(*by, *keys, pl.exclude(*raw, *by)).with_columns(ascend_kernels.op_expr())
-    return _merge(g, pipes, [*by, *KEYS]), counts
+    return _merge(g, pipes, [*by, *KEYS]), counts, more
 
 
 def _reduce_rows(
     lf: pl.LazyFrame, kf: ascend_kernels.KernelFile, pipes: list[str], exact: bool, starts: bool
 ) -> tuple[pl.DataFrame, int, int]:
     """One file's pass (`_group_rows`): (groups, rows, bad rows)."""
-    groups, counts = _group_rows(lf, kf, pipes, exact, starts)
+    groups, counts, _ = _group_rows(lf, kf, pipes, exact, starts)
     return groups, int(counts["rows"][0]), int(counts["bad"][0])
 
 
@@ -226,23 +230,29 @@ BATCH_BYTES = 64 << 20  # kernel text one query over several files holds in memo
 class KernelPass:
     """One kernel file, read: its classified groups, row counts, header variant, whether it has pipe ratios, and
     — for a small file when asked — ``timed``, its usable rows with their place in time (step, op, name, type,
-    core, start_us, dur_us, loc), which the collectives' windows need (they read the file themselves otherwise)."""
+    core, start_us, dur_us, loc), which the collectives' windows need (they read the file themselves otherwise);
+    and for a file it streams when asked, ``blocks``: its steps' blocks in time (`intervals.kernel_blocks`) and how
+    many rows had no place in time, cut from rows the same scan as the groups read."""
 
     groups: pl.DataFrame
     counts: dict[str, int]
     variant: str
     has_pipe_ratios: bool
     timed: pl.DataFrame | None = None
+    blocks: tuple[pl.DataFrame, int] | None = None
 
 
 @dataclass(frozen=True)
 class KernelRequest:
     """A kernel file to reduce and what its rank needs besides the groups. ``starts``: each group's first start
-    even when the file is streamed (see `_aggs`). ``timed``: its timed rows, when it is read in memory."""
+    even when the file is streamed (see `_aggs`). ``timed``: its timed rows, when it is read in memory.
+    ``blocks``: its steps' blocks in time, when it is streamed (an Ascend rank with no trace_view.json to give
+    them): the scan that groups the rows also keeps their place in time, so the file is parsed once."""
 
     path: Path
     starts: bool = False
     timed: bool = False
+    blocks: bool = False
 
 
 def reduce_kernel_files(files: list[KernelRequest], pack: RulePack) -> list[KernelPass | ProfanInputError]:
@@ -259,7 +269,7 @@ def reduce_kernel_files(files: list[KernelRequest], pack: RulePack) -> list[Kern
     for part in _together(files):
         for k, kp in _reduce_same_header([kf for _, kf, _ in part], rules, files[part[0][0]].timed).items():
             out[part[k][0]] = kp
-    return [kp if kp is not None else _reduce_alone(f, rules) for f, kp in zip(files, out, strict=True)]
+    return [kp if kp is not None else _reduce_alone(f, rules, pack.roles) for f, kp in zip(files, out, strict=True)]
 
 
 _Member = tuple[int, ascend_kernels.KernelFile, int]  # (index in the request list, file, bytes)
@@ -292,10 +302,10 @@ def _together(files: list[KernelRequest]) -> list[list[_Member]]:
     return parts
 
 
-def _reduce_alone(f: KernelRequest, rules: list) -> KernelPass | ProfanInputError:
+def _reduce_alone(f: KernelRequest, rules: list, roles: Roles) -> KernelPass | ProfanInputError:
     """`_reduce_one`, its input error as the value; a file polars cannot parse at all is one too."""
     try:
-        return _reduce_one(f, rules)
+        return _reduce_one(f, rules, roles)
     except ProfanInputError as exc:
         return exc
     except pl.exceptions.PolarsError as exc:  # malformed beyond what the tolerant reader accepts
@@ -303,22 +313,27 @@ def _reduce_alone(f: KernelRequest, rules: list) -> KernelPass | ProfanInputErro
         return ProfanInputError(f.path, f"cannot be parsed as CSV ({first})")
 
 
-def _reduce_one(f: KernelRequest, rules: list) -> KernelPass:
+def _reduce_one(f: KernelRequest, rules: list, roles: Roles) -> KernelPass:
     """One file read on its own, as any file can be. The groups of a big file are cached (before classification,
-    so a changed rule pack never meets a stale verdict): analysing it again — ``profan evidence DIR F3``, an
-    agent's follow-up question — skips the pass."""
+    so a changed rule pack never meets a stale verdict), and so are a streamed file's blocks in time: analysing it
+    again — ``profan evidence DIR F3``, an agent's follow-up question — skips the pass."""
     kf = ascend_kernels.inspect(f.path)
     size = f.path.stat().st_size
     starts = f.starts or size <= ascend_kernels.IN_MEMORY_BYTES  # in memory the starts cost next to nothing
-    rows = None
+    streamed_blocks = f.blocks and size > ascend_kernels.IN_MEMORY_BYTES
+    rows, blocks = None, None
     if size >= CACHE_BYTES:
         from profan.sources.cache import cached_table
 
+        # one pass for the groups and the timed rows, run only for what the cache does not hold
+        scan = cache(lambda: _reduce_file(kf, starts, place_in_time=roles if streamed_blocks else None))
         # the rows a group sums depend on the duration bound: a changed bound is another table
         kind = f"{'kernel_groups+starts' if starts else 'kernel_groups'}/dur<={limits.active().max_duration_us}"
-        groups, counts, _ = cached_table(f.path, kind, lambda: _reduce_file(kf, starts)[:2])
+        groups, counts, _ = cached_table(f.path, kind, lambda: scan()[:2])
+        if streamed_blocks:
+            blocks = intervals.kernel_file_blocks(f.path, roles.comm_variant(), lambda: scan()[3])
     else:
-        groups, counts, rows = _reduce_file(kf, starts, f.timed or uses_neighbors(rules))
+        groups, counts, rows, _ = _reduce_file(kf, starts, f.timed or uses_neighbors(rules))
         groups = _with_neighbors(groups, rows, kf, rules)
     # one order for the same input: a hash grouping's order varies from run to run, and with it the order of
     # every later float sum — enough to swap two kernels of equal time in a ranking
@@ -329,7 +344,51 @@ def _reduce_one(f: KernelRequest, rules: list) -> KernelPass:
         kf.variant,
         kf.has_pipe_ratios,
         None if rows is None or not f.timed else ascend_kernels.timed_rows(kf, rows),
+        blocks,
     )
+
+
+def streamed_blocks(path: Path, roles: Roles) -> tuple[pl.DataFrame, int]:
+    """A streamed kernel file's blocks in time (cached) when its kernel pass did not cut them (its rank was to
+    take them from trace_view.json, which gave none): the timed rows read by a scan of their own."""
+    kf = ascend_kernels.inspect(path)
+
+    def rows() -> pl.DataFrame:
+        try:
+            timed = _timed_rows(kf, ascend_kernels.scan_for_groups(kf)).collect(engine="streaming")
+        except pl.exceptions.PolarsError:  # a number cell the fast reader refuses: read those columns as text
+            timed = _timed_rows(kf, ascend_kernels.scan_for_groups(kf, fast=False)).collect(engine="streaming")
+        return _with_comm(kf, timed, roles)
+
+    return intervals.kernel_file_blocks(path, roles.comm_variant(), rows)
+
+
+def _timed_rows(kf: ascend_kernels.KernelFile, lf: pl.LazyFrame) -> pl.LazyFrame:
+    """The usable rows of a `scan_for_groups` scan with their place in time: the raw step, name, type and core
+    (Categorical: a few bytes a row) and start_us, dur_us — what a streamed file's blocks in time are cut from."""
+    raw = [kf.columns[k] for k in ("step", "name", "type", "core") if k in kf.columns]
+    return lf.filter(~pl.col("bad") & pl.col("dur_us").is_not_null()).select(*raw, "start_us", "dur_us")
+
+
+def _with_comm(kf: ascend_kernels.KernelFile, timed: pl.DataFrame, roles: Roles) -> pl.DataFrame:
+    """`_timed_rows` as ``step, start_us, dur_us, _comm`` (whether the row is communication, `Roles.is_comm`):
+    the key clean-up, the op derivation and the roles' test run once per distinct raw value, not per row."""
+    c, keys = kf.columns, ascend_kernels.key_exprs(kf)
+    kind = [c[k] for k in ("name", "type", "core") if k in c]
+    kinds = (
+        timed.select(kind)
+        .unique()
+        .with_columns(*keys[1:4])
+        .with_columns(ascend_kernels.op_expr())
+        .select(*kind, roles.is_comm().alias("_comm"))
+    )
+    out = timed.join(kinds, on=kind, how="left", nulls_equal=True)
+    if "step" in c:
+        steps = timed.select(c["step"]).unique().with_columns(keys[0])
+        out = out.join(steps, on=c["step"], how="left", nulls_equal=True)
+    else:
+        out = out.with_columns(keys[0])
+    return out.select("step", "start_us", "dur_us", "_comm")
 
 
 EXACT_ROWS = 1 << 20  # kernel rows of a table grouped exactly (about the rows of a kernel file of IN_MEMORY_BYTES)
@@ -343,7 +402,7 @@ def reduce_table(
     and verdicts, so the analyses cannot tell the sources apart. ``keyed``: (raw key columns, `KEYS` expressions
     over them). ``timed``: also the rows with their place in time, for the collectives' windows."""
     exact = rows.height <= EXACT_ROWS  # as a kernel file: the largest rows per group when few, else streamed
-    groups, counts = _group_rows(rows.lazy(), None, pipes, exact, True, keyed=keyed)
+    groups, counts, _ = _group_rows(rows.lazy(), None, pipes, exact, True, keyed=keyed)
     groups = _with_neighbors(groups, rows if exact else None, None, rules, keys=keyed[1])
     groups = _classify_distinct(groups, rules).sort(KEYS, nulls_last=True)
     t = None
@@ -377,7 +436,7 @@ def _reduce_same_header_rows(kfs: list[ascend_kernels.KernelFile], rules: list, 
     rows = pl.concat(
         [ascend_kernels.scan_for_groups(k).with_columns(pl.lit(i, pl.Int64).alias("_f")) for i, k in enumerate(kfs)]
     ).collect()
-    groups, counts = _group_rows(rows.lazy(), kf, pipes, exact=True, starts=True, by=by)
+    groups, counts, _ = _group_rows(rows.lazy(), kf, pipes, exact=True, starts=True, by=by)
     n_rows = dict(zip(counts["_f"].to_list(), counts["rows"].to_list(), strict=True))
     bad = dict(zip(counts["_f"].to_list(), counts["bad"].to_list(), strict=True))
     # one line per record (else src_line is not the physical line) and at least one row: what reading files
@@ -409,27 +468,33 @@ def _reduce_same_header_rows(kfs: list[ascend_kernels.KernelFile], rules: list, 
 
 
 def _reduce_file(
-    kf: ascend_kernels.KernelFile, starts: bool, keep_rows: bool = False
-) -> tuple[pl.DataFrame, dict[str, int], pl.DataFrame | None]:
+    kf: ascend_kernels.KernelFile, starts: bool, keep_rows: bool = False, place_in_time: Roles | None = None
+) -> tuple[pl.DataFrame, dict[str, int], pl.DataFrame | None, pl.DataFrame | None]:
     """(unclassified groups, {"rows", "skipped"}, the per-row table when ``keep_rows`` and the file is read in
-    memory) of one kernel file.
+    memory, the timed rows of a streamed file when ``place_in_time`` (`_with_comm`, by those roles)) of one
+    kernel file.
 
-    The physical line count that proves one line per record comes from the pass `csvtext.check_lines` makes
-    before polars may read the file (it refuses a line past ``max_line_bytes`` and a lone CR first, which the
-    CSV parser must never see), so it costs no second read."""
+    A streamed file's timed rows come from the scan that groups it (`pl.collect_all` shares one parse between the
+    two queries), so placing its kernels in time costs no second parse. The physical line count that proves one
+    line per record comes from the pass `csvtext.check_lines` makes before polars may read the file (it refuses a
+    line past ``max_line_bytes`` and a lone CR first, which the CSV parser must never see), so it costs no second
+    read."""
     path = kf.path
     pipes = list(kf.pipe_columns)
     exact = path.stat().st_size <= ascend_kernels.IN_MEMORY_BYTES  # in memory: the TOP_LINES largest rows
     keep = keep_rows and exact
-    rows = None
+    rows = timed = None
 
     def reduce(fast: bool) -> tuple[pl.LazyFrame, pl.DataFrame, int, int]:
-        nonlocal rows
+        nonlocal rows, timed
         lf = ascend_kernels.scan_for_groups(kf, fast=fast)
         if keep:
             rows = lf.collect()
             lf = rows.lazy()
-        return lf, *_reduce_rows(lf, kf, pipes, exact, starts)
+        also = [_timed_rows(kf, lf)] if place_in_time is not None and not exact else []
+        groups, counts, also = _group_rows(lf, kf, pipes, exact, starts, also=also)
+        timed = also[0] if also else None
+        return lf, groups, int(counts["rows"][0]), int(counts["bad"][0])
 
     try:
         lf, groups, n_rows, n_bad = reduce(fast=True)
@@ -444,4 +509,6 @@ def _reduce_file(
         groups, _, _ = _reduce_rows(lf, kf, pipes, exact, starts)
         if keep:
             rows = lf.collect()
-    return groups, {"rows": n_rows, "skipped": n_bad}, rows
+    if timed is not None and place_in_time is not None:
+        timed = _with_comm(kf, timed, place_in_time)
+    return groups, {"rows": n_rows, "skipped": n_bad}, rows, timed

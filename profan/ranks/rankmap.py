@@ -23,7 +23,7 @@ from profan.model.errors import ProfanInputError
 from profan.ranks import executor as parallel
 from profan.ranks import memory_pass
 from profan.ranks.collectives import AscendRank, ascend_collectives, kineto_collectives
-from profan.ranks.kernel_pass import KernelPass, KernelRequest, reduce_kernel_files, reduce_table
+from profan.ranks.kernel_pass import KernelPass, KernelRequest, reduce_kernel_files, reduce_table, streamed_blocks
 from profan.rulepack import limits
 from profan.rulepack.pack import RulePack
 from profan.sources import (
@@ -291,6 +291,7 @@ def _kernel_passes(
                 sources[i].files["kernel_details"],
                 starts=peers and "communication" not in sources[i].files,
                 timed=sources[i].kind == "ascend",  # the collectives' windows, and the steps' blocks in time
+                blocks=sources[i].kind == "ascend" and "trace_view" not in sources[i].files,
             )
             for i in asked
         ],
@@ -368,20 +369,23 @@ def _read_rank(
     memory_pass.read_rank(rd, rs, pack)
     timed_rows = later.timed is not None or "kernel_details" in rs.files  # a kernel file, or the DB's task rows
     if rd.step_blocks is None and rd.groups is not None and rs.kind == "ascend" and timed_rows:
-        _kernel_blocks(rd, rs, later.timed, pack)
+        _kernel_blocks(rd, rs, kernels, later.timed, pack)
     return rd, later
 
 
-def _kernel_blocks(rd: RankData, rs: RankSource, timed: pl.DataFrame | None, pack: RulePack) -> None:
+def _kernel_blocks(
+    rd: RankData, rs: RankSource, kernels: KernelPass | None, timed: pl.DataFrame | None, pack: RulePack
+) -> None:
     """An Ascend rank's steps in time from its kernel file (no trace_view.json): from the rows the kernel pass
-    kept, or for a file it streamed from a pass of their own (cached). Rows whose start is no number have no place
-    in time: they are left out of the blocks, counted and said (their durations still count in every total)."""
-    is_comm = pack.roles.is_comm()
+    kept, the blocks it cut from a file it streamed, or (a streamed file whose rank was to take them from
+    trace_view.json) a pass of their own (cached). Rows whose start is no number have no place in time: they are
+    left out of the blocks, counted and said (their durations still count in every total)."""
     if timed is not None:
-        blocks, unplaced = intervals.kernel_blocks(timed, is_comm), intervals.unplaced(timed)
+        blocks, unplaced = intervals.kernel_blocks(timed, pack.roles.is_comm()), intervals.unplaced(timed)
+    elif kernels is not None and kernels.blocks is not None:
+        blocks, unplaced = kernels.blocks
     else:
-        variant = f"{','.join(pack.roles.comm_cores)}|{pack.roles.comm_ops}"
-        blocks, unplaced = intervals.kernel_file_blocks(rs.files["kernel_details"], is_comm, variant)
+        blocks, unplaced = streamed_blocks(rs.files["kernel_details"], pack.roles)
     source = "ascend_db" if "ascend_db" in rs.files else "kernel_details"
     rd.step_blocks = blocks.with_columns(pl.lit(source).alias("source"))
     if unplaced:

@@ -112,6 +112,10 @@ class Roles:
 
         return pl.col("core").is_in(list(self.comm_cores)) | pl.col("op").fill_null("").str.contains(self.comm_ops)
 
+    def comm_variant(self) -> str:
+        """The roles `is_comm` reads, as text: what a cached result that depends on them is keyed by."""
+        return f"{','.join(self.comm_cores)}|{self.comm_ops}"
+
     def override(self, table: Any, source: str | Path) -> Roles:
         """These roles with a rules file's ``[roles]`` on top (each ``[roles.<name>]`` replaces that value)."""
         values = _read(table, source, partial=True)

@@ -19,6 +19,7 @@ to its window.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from pathlib import Path
 
 import polars as pl
@@ -153,17 +154,20 @@ def _stretches(w: pl.DataFrame, compute: pl.DataFrame, comm: pl.DataFrame) -> pl
     )
     # in boundary order, the running counts at the last of the boundaries at one time are those after all of
     # them: that row starts the stretch to the next time (the others, of length 0, are dropped)
-    segs = ev.sort("_g", "a")
-    same = pl.col("_g").shift(-1) == pl.col("_g")
-    segs = segs.with_columns(
-        pl.col("dc").cum_sum().alias("_c"), pl.col("dm").cum_sum().alias("_m"), pl.col("a").shift(-1).alias("b")
-    ).filter(same & (pl.col("b") > pl.col("a")))
-    part = pl.when(pl.col("_c") > 0).then(pl.lit("compute")).when(pl.col("_m") > 0).then(pl.lit("comm"))
-    segs = segs.with_columns(part.otherwise(pl.lit("idle")).alias("part"))
-    fresh = ((pl.col("part") != pl.col("part").shift(1)) | (pl.col("_g") != pl.col("_g").shift(1))).fill_null(True)
-    segs = segs.with_columns(fresh.cum_sum().alias("_run"))
-    runs = segs.group_by("_run").agg(pl.col("_g", "part").first(), pl.col("a").min(), pl.col("b").max())
-    return runs.drop("_run").sort("_g", "a")
+    g, a, b, code = pl.col("_g"), pl.col("a"), pl.col("b"), pl.col("_p")
+    segs = ev.sort("_g", "a").with_columns(
+        pl.col("dc").cum_sum().alias("_c"), pl.col("dm").cum_sum().alias("_m"), a.shift(-1).alias("b")
+    )
+    segs = segs.filter((g.shift(-1) == g) & (b > a))
+    part = pl.when(pl.col("_c") > 0).then(0).when(pl.col("_m") > 0).then(1).otherwise(2).cast(pl.UInt8)
+    segs = segs.select("_g", "a", "b", part.alias("_p"))
+    # a window's stretches are contiguous (each ends where the next begins), so a run of one part starts at its
+    # first stretch and ends where its last one does: no grouping over millions of stretches
+    first = ((code != code.shift(1)) | (g != g.shift(1))).fill_null(True)
+    last = ((code != code.shift(-1)) | (g != g.shift(-1))).fill_null(True)
+    runs = segs.with_columns(pl.when(last).then(b).backward_fill().alias("b")).filter(first)
+    part = code.replace_strict(list(range(len(PARTS))), list(PARTS), return_dtype=pl.Utf8)
+    return runs.select("_g", part.alias("part"), "a", "b")
 
 
 def _merge_short(segs: pl.DataFrame, keep: int) -> pl.DataFrame:
@@ -214,26 +218,16 @@ def kernel_blocks(rows: pl.DataFrame, is_comm: pl.Expr) -> pl.DataFrame:
     return step_blocks(windows, r.filter(~pl.col("_comm")), r.filter("_comm"), by)  # no totals: no runs needed
 
 
-def kernel_file_blocks(path: Path, is_comm: pl.Expr, variant: str) -> tuple[pl.DataFrame, int]:
-    """`kernel_blocks` of a kernel file too big for the kernel pass to keep its rows (it streams them): the rows'
-    step, start, end and whether they communicate, streamed in a pass of their own, then cut into blocks. The
-    blocks are cached (`cache.cached_table`) like the pass's groups, so analysing the file again skips the pass;
-    ``variant`` names what decides communication (the roles), which the cached blocks depend on. With the blocks,
-    how many rows had no place in time (`unplaced`)."""
-    from profan.sources import ascend_kernels
+def kernel_file_blocks(path: Path, variant: str, rows: Callable[[], pl.DataFrame]) -> tuple[pl.DataFrame, int]:
+    """`kernel_blocks` of a kernel file too big for the kernel pass to keep its rows (it streams them), and how
+    many rows had no place in time (`unplaced`). ``rows``: the file's usable rows as ``step, start_us, dur_us,
+    _comm``, read only when the cache (`cache.cached_table`) does not hold the blocks, so analysing the file
+    again skips the pass; ``variant`` names what decides communication (the roles), which the blocks depend on."""
     from profan.sources.cache import cached_table
 
     def build() -> tuple[pl.DataFrame, dict]:
-        kf = ascend_kernels.inspect(path)
-        rows = (
-            ascend_kernels.scan(kf)
-            .filter(~pl.col("bad") & pl.col("dur_us").is_not_null())
-            .select("step", "op", "core", "start_us", "dur_us")
-            .with_columns(is_comm.alias("_comm"))
-            .select("step", "start_us", "dur_us", "_comm")
-            .collect(engine="streaming")
-        )
-        return kernel_blocks(rows, pl.col("_comm")), {"unplaced": unplaced(rows)}
+        timed = rows()
+        return kernel_blocks(timed, pl.col("_comm")), {"unplaced": unplaced(timed)}
 
     blocks, facts, _ = cached_table(path, f"step_blocks/{variant}/dur<={limits.active().max_duration_us}", build)
     return blocks, int(facts.get("unplaced", 0))
