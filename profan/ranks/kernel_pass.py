@@ -232,7 +232,7 @@ class KernelPass:
     — for a small file when asked — ``timed``, its usable rows with their place in time (step, op, name, type,
     core, start_us, dur_us, loc), which the collectives' windows need (they read the file themselves otherwise);
     and for a file it streams when asked, ``blocks``: its steps' blocks in time (`intervals.kernel_blocks`) and how
-    many rows had no place in time, cut from rows the same scan as the groups read."""
+    many rows had no place in time, cut from the rows of the scan that groups the file."""
 
     groups: pl.DataFrame
     counts: dict[str, int]

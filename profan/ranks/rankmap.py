@@ -281,9 +281,10 @@ def _kernel_passes(
     sources: list[RankSource], pack: RulePack, peers: bool
 ) -> list[KernelPass | ProfanInputError | None]:
     """The kernel pass of each rank that has a kernel file. Its timed rows are kept for an Ascend rank's
-    collectives' windows and its steps' blocks in time (`intervals.kernel_blocks`); without communication.json
-    the collectives take the HCCL rows' starts from the groups, so a streamed file keeps each group's first
-    start."""
+    collectives' windows and its steps' blocks in time (`intervals.kernel_blocks`); a file too big to keep its
+    rows has its blocks cut by the pass itself when no trace_view.json is to give them. Without
+    communication.json the collectives take the HCCL rows' starts from the groups, so a streamed file keeps each
+    group's first start."""
     asked = [i for i, rs in enumerate(sources) if "kernel_details" in rs.files]
     made = reduce_kernel_files(
         [
