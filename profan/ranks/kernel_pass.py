@@ -8,9 +8,11 @@ polars query has a fixed cost that dominates files of a few hundred kB, and any 
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
 from functools import cache
 from pathlib import Path
+from typing import TypeVar
 
 import polars as pl
 
@@ -26,6 +28,7 @@ from profan.sources.csvtext import check_lines, count_lines
 TOP_LINES = 20  # largest rows kept per kernel group, for evidence
 
 KEYS = ["step", "op", "name", "type", "core", "input_shapes"]
+T = TypeVar("T")
 
 
 def _aggs(pipes: list[str], exact: bool, starts: bool) -> list[pl.Expr]:
@@ -354,13 +357,18 @@ def streamed_blocks(path: Path, roles: Roles) -> tuple[pl.DataFrame, int]:
     kf = ascend_kernels.inspect(path)
 
     def rows() -> pl.DataFrame:
-        try:
-            timed = _timed_rows(kf, ascend_kernels.scan_for_groups(kf)).collect(engine="streaming")
-        except pl.exceptions.PolarsError:  # a number cell the fast reader refuses: read those columns as text
-            timed = _timed_rows(kf, ascend_kernels.scan_for_groups(kf, fast=False)).collect(engine="streaming")
-        return _with_comm(kf, timed, roles)
+        return _with_comm(kf, _scanned(kf, lambda lf: _timed_rows(kf, lf).collect(engine="streaming")), roles)
 
     return intervals.kernel_file_blocks(path, roles.comm_variant(), rows)
+
+
+def _scanned(kf: ascend_kernels.KernelFile, query: Callable[[pl.LazyFrame], T]) -> T:
+    """``query`` over the file's `scan_for_groups` scan with its number columns parsed by the CSV reader, or, when
+    a cell is one that fast reader refuses, over the scan that reads those columns as text."""
+    try:
+        return query(ascend_kernels.scan_for_groups(kf, fast=True))
+    except pl.exceptions.PolarsError:
+        return query(ascend_kernels.scan_for_groups(kf, fast=False))
 
 
 def _timed_rows(kf: ascend_kernels.KernelFile, lf: pl.LazyFrame) -> pl.LazyFrame:
@@ -485,9 +493,8 @@ def _reduce_file(
     keep = keep_rows and exact
     rows = timed = None
 
-    def reduce(fast: bool) -> tuple[pl.LazyFrame, pl.DataFrame, int, int]:
+    def reduce(lf: pl.LazyFrame) -> tuple[pl.LazyFrame, pl.DataFrame, int, int]:
         nonlocal rows, timed
-        lf = ascend_kernels.scan_for_groups(kf, fast=fast)
         if keep:
             rows = lf.collect()
             lf = rows.lazy()
@@ -496,10 +503,7 @@ def _reduce_file(
         timed = also[0] if also else None
         return lf, groups, int(counts["rows"][0]), int(counts["bad"][0])
 
-    try:
-        lf, groups, n_rows, n_bad = reduce(fast=True)
-    except pl.exceptions.PolarsError:  # a number cell the fast reader refuses: read those columns as text
-        lf, groups, n_rows, n_bad = reduce(fast=False)
+    lf, groups, n_rows, n_bad = _scanned(kf, reduce)
     one_line_per_record = count_lines(path) == n_rows + 1
     if n_rows == 0:
         raise ProfanInputError(path, "no data rows (header only)")
