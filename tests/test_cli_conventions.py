@@ -145,19 +145,27 @@ def _bin_path() -> str:
 
 
 def test_shell_completion_installs_and_completes(tmp_path):
-    """`--install-completion bash` writes a script under $HOME and sources it from .bashrc; that script, run by
-    bash, completes subcommands and options by asking profan itself."""
+    """`--install-completion`, run from bash, writes a script under $HOME and sources it from .bashrc; that script,
+    run by bash, completes subcommands and options by asking profan itself."""
     env = {**os.environ, "HOME": str(tmp_path), "PATH": _bin_path()}
     bash = shutil.which("bash")
     assert bash
     # run from bash, as a user does: the shell is detected from the parent process, which in a test worker
-    # (pytest-xdist) is no shell
+    # (pytest-xdist) or a suite started from no shell is none; a command after it keeps bash from exec-ing profan
     shown = subprocess.run(
-        [bash, "--norc", "-c", "profan --show-completion"], capture_output=True, text=True, env=env, timeout=120
+        [bash, "--norc", "-c", "profan --show-completion; exit $?"],
+        capture_output=True,
+        text=True,
+        env=env,
+        timeout=120,
     )
     assert shown.returncode == 0 and "_PROFAN_COMPLETE=complete_bash" in shown.stdout, shown.stderr
     res = subprocess.run(
-        ["profan", "--install-completion", "bash"], capture_output=True, text=True, env=env, timeout=120
+        [bash, "--norc", "-c", "profan --install-completion; exit $?"],
+        capture_output=True,
+        text=True,
+        env=env,
+        timeout=120,
     )
     assert res.returncode == 0, res.stderr
     script = tmp_path / ".bash_completions" / "profan.sh"
