@@ -192,27 +192,40 @@ def test_qwen3_blocks_are_the_kernel_rows_in_time(qwen3):
 
 def test_a_streamed_kernel_file_gives_the_same_blocks(qwen3, monkeypatch, tmp_path):
     """A kernel file too big for the kernel pass to keep its rows (made so here by lowering the sizes from which
-    it streams and caches) gets its blocks from the rows the scan that groups it reads: the same table, each file
-    scanned once, and cached for the next run, which scans nothing."""
+    it streams and caches) gets its blocks, and its collectives' windows their rows, from the scan that groups it:
+    the same blocks, the same windows as a second read of the file gives, and each file read once. The groups and
+    blocks are cached for the next run, which reads each file once more, for the windows' rows alone."""
     from profan.ranks import kernel_pass
+    from profan.rulepack.pack import load
     from profan.sources import ascend_kernels
+    from profan.sources.discover import discover
 
     monkeypatch.setattr(kernel_pass, "CACHE_BYTES", 0)
     monkeypatch.setattr(ascend_kernels, "IN_MEMORY_BYTES", 0)
     monkeypatch.setenv("PROFAN_CACHE_DIR", str(tmp_path / "cache"))
     scans = []
-    real = ascend_kernels.scan_for_groups
-    monkeypatch.setattr(
-        ascend_kernels, "scan_for_groups", lambda kf, **k: scans.append(kf.path.parent) or real(kf, **k)
-    )
+    for name in ("scan_for_groups", "scan"):  # every read of a kernel file goes through one of the two
+        real = getattr(ascend_kernels, name)
+        monkeypatch.setattr(
+            ascend_kernels, name, lambda kf, _real=real, **k: scans.append(kf.path.parent) or _real(kf, **k)
+        )
+    disc, pack = discover(QWEN3), load()
+    ranks = rankmap.read_ranks(disc.ranks, disc.root, pack)
+    assert sorted(p.parent.name for p in scans) == ["rank_0_ascend_pt", "rank_2_ascend_pt"]
+    assert [r.windows is not None for r in ranks] == [True, False, True, False]
     streamed = profan.analyze(QWEN3).tables["step_blocks"]
     assert streamed.equals(qwen3.tables["step_blocks"])
-    assert sorted(p.parent.name for p in scans) == ["rank_0_ascend_pt", "rank_2_ascend_pt"]
     entries = list((tmp_path / "cache" / "tables").iterdir())
     assert len(entries) == 4  # each kernel file's groups and its blocks
     scans.clear()
     assert profan.analyze(QWEN3).tables["step_blocks"].equals(streamed)  # from the cache
-    assert scans == []
+    assert sorted(p.parent.name for p in scans) == ["rank_0_ascend_pt", "rank_2_ascend_pt"]
+    # the windows of the rows the pass kept are those of the rows read again
+    monkeypatch.setattr(kernel_pass, "_for_windows", lambda placed: None)
+    again = rankmap.read_ranks(disc.ranks, disc.root, pack)
+    for held, read in zip(ranks, again, strict=True):
+        assert (held.windows is None and read.windows is None) or held.windows.equals(read.windows)
+        assert held.collectives.equals(read.collectives)
 
 
 def test_blocks_of_a_streamed_file_its_pass_did_not_cut(qwen3, monkeypatch, tmp_path):

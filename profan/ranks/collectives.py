@@ -24,6 +24,7 @@ from pathlib import Path
 
 import polars as pl
 
+from profan.ranks.kernel_pass import is_comm_row
 from profan.rulepack.classify import classify, rule_fields
 from profan.rulepack.pack import RulePack
 from profan.rulepack.roles import Roles
@@ -235,6 +236,7 @@ def _stream_windows(
     seen: list[pl.DataFrame] = []
 
     def take(batch: pl.DataFrame) -> None:
+        batch = batch.with_columns(pl.col(pl.Categorical).cast(pl.String))  # rows a kernel pass kept (`timed_rows`)
         comp = batch.filter(~also) if also is not None else batch
         if also is not None:
             extra.append(batch.filter(also))
@@ -452,7 +454,8 @@ def _from_ops(ranks: list[AscendRank], pack: RulePack) -> list[tuple[pl.DataFram
     rows = _rows_of(ranks)
     windows = None
     if rows is not None:
-        win, first, krows, gaps = _stream_windows(rows, colls, ["op", "name", "type", "core"], by, pack.roles.is_comm())
+        comm = is_comm_row(rows, pack.roles)
+        win, first, krows, gaps = _stream_windows(rows, colls, ["op", "name", "type", "core"], by, comm)
         if krows is not None:  # ranks without HCCL rows keep kline null
             lines = krows.group_by(*by, "step", "name").agg(pl.col("loc").min().alias("kline"))
             colls = (
@@ -513,11 +516,14 @@ def _from_hccl_rows(r: AscendRank, pack: RulePack) -> tuple[pl.DataFrame | None,
     if r.kernel_path is None:
         return None, None
     lf = r.timed if r.timed is not None else _read_kernel_rows(r)
-    is_comm = pack.roles.is_comm()
+    is_comm = is_comm_row(lf, pack.roles)
     krows = _hccl_rows_from_groups(r.groups, pack.roles)
     if krows is None:
         krows = (
-            lf.lazy().filter(is_comm).select("step", "name", "start_us", "dur_us", "loc").collect(engine="streaming")
+            lf.lazy()
+            .filter(is_comm)
+            .select("step", pl.col("name").cast(pl.String), "start_us", "dur_us", "loc")
+            .collect(engine="streaming")
         )
     if krows.is_empty():
         return None, None

@@ -248,14 +248,21 @@ class KernelPass:
 @dataclass(frozen=True)
 class KernelRequest:
     """A kernel file to reduce and what its rank needs besides the groups. ``starts``: each group's first start
-    even when the file is streamed (see `_aggs`). ``timed``: its timed rows, when it is read in memory.
-    ``blocks``: its steps' blocks in time, when it is streamed (an Ascend rank with no trace_view.json to give
-    them): the scan that groups the rows also keeps their place in time, so the file is parsed once."""
+    even when the file is streamed (see `_aggs`). ``timed``: its timed rows, for the collectives' windows (other
+    ranks are analysed with it). ``blocks``: its steps' blocks in time (an Ascend rank with no trace_view.json to
+    give them): a file read in memory keeps its timed rows, which they are cut from; a streamed one has them cut
+    from the rows of the scan that groups it. Either way a streamed file is parsed once: its timed rows, when
+    asked, come from that scan too."""
 
     path: Path
     starts: bool = False
     timed: bool = False
     blocks: bool = False
+
+    @property
+    def rows_in_time(self) -> bool:
+        """Whether a file read in memory keeps its timed rows."""
+        return self.timed or self.blocks
 
 
 def reduce_kernel_files(files: list[KernelRequest], pack: RulePack) -> list[KernelPass | ProfanInputError]:
@@ -270,7 +277,7 @@ def reduce_kernel_files(files: list[KernelRequest], pack: RulePack) -> list[Kern
     rules = pack.rules_for("ascend")
     out: list[KernelPass | ProfanInputError | None] = [None] * len(files)
     for part in _together(files):
-        for k, kp in _reduce_same_header([kf for _, kf, _ in part], rules, files[part[0][0]].timed).items():
+        for k, kp in _reduce_same_header([kf for _, kf, _ in part], rules, files[part[0][0]].rows_in_time).items():
             out[part[k][0]] = kp
     return [kp if kp is not None else _reduce_alone(f, rules, pack.roles) for f, kp in zip(files, out, strict=True)]
 
@@ -279,7 +286,7 @@ _Member = tuple[int, ascend_kernels.KernelFile, int]  # (index in the request li
 
 
 def _together(files: list[KernelRequest]) -> list[list[_Member]]:
-    """The small files that may be read together: of one header and one ``timed``, in runs of at most
+    """The small files that may be read together: of one header and one `rows_in_time`, in runs of at most
     `BATCH_BYTES` of text (a run of files just under `CACHE_BYTES` stays bounded by the cap, not the count)."""
     same: dict[tuple, list[_Member]] = {}
     for i, f in enumerate(files):
@@ -291,7 +298,7 @@ def _together(files: list[KernelRequest]) -> list[list[_Member]]:
             check_lines(f.path)  # a file the CSV reader must not see is refused by `_reduce_alone`
         except (OSError, ProfanInputError):
             continue
-        same.setdefault((tuple(kf.header), f.timed), []).append((i, kf, size))
+        same.setdefault((tuple(kf.header), f.rows_in_time), []).append((i, kf, size))
     parts: list[list[_Member]] = []
     for members in same.values():
         parts.append([])
@@ -319,35 +326,35 @@ def _reduce_alone(f: KernelRequest, rules: list, roles: Roles) -> KernelPass | P
 def _reduce_one(f: KernelRequest, rules: list, roles: Roles) -> KernelPass:
     """One file read on its own, as any file can be. The groups of a big file are cached (before classification,
     so a changed rule pack never meets a stale verdict), and so are a streamed file's blocks in time: analysing it
-    again — ``profan evidence DIR F3``, an agent's follow-up question — skips the pass."""
+    again — ``profan evidence DIR F3``, an agent's follow-up question — skips the pass (but for the timed rows,
+    when asked: they are too big to cache)."""
     kf = ascend_kernels.inspect(f.path)
     size = f.path.stat().st_size
     starts = f.starts or size <= ascend_kernels.IN_MEMORY_BYTES  # in memory the starts cost next to nothing
-    streamed_blocks = f.blocks and size > ascend_kernels.IN_MEMORY_BYTES
-    rows, blocks = None, None
+    streamed = size > ascend_kernels.IN_MEMORY_BYTES
+    rows = timed = blocks = None
     if size >= CACHE_BYTES:
         from profan.sources.cache import cached_table
 
         # one pass for the groups and the timed rows, run only for what the cache does not hold
-        scan = cache(lambda: _reduce_file(kf, starts, place_in_time=roles if streamed_blocks else None))
+        placed = f.timed or f.blocks
+        scan = cache(lambda: _reduce_file(kf, starts, placed=roles if streamed and placed else None, loc=f.timed))
         # the rows a group sums depend on the duration bound: a changed bound is another table
         kind = f"{'kernel_groups+starts' if starts else 'kernel_groups'}/dur<={limits.active().max_duration_us}"
         groups, counts, _ = cached_table(f.path, kind, lambda: scan()[:2])
-        if streamed_blocks:
-            blocks = intervals.kernel_file_blocks(f.path, roles.comm_variant(), lambda: scan()[3])
+        if streamed and f.timed:
+            timed = _for_windows(scan()[3])
+        if streamed and f.blocks:
+            blocks = intervals.kernel_file_blocks(f.path, roles.comm_variant(), lambda: _for_blocks(scan()[3]))
     else:
-        groups, counts, rows, _ = _reduce_file(kf, starts, f.timed or uses_neighbors(rules))
+        groups, counts, rows, _ = _reduce_file(kf, starts, f.rows_in_time or uses_neighbors(rules))
         groups = _with_neighbors(groups, rows, kf, rules)
+        timed = None if rows is None or not f.rows_in_time else ascend_kernels.timed_rows(kf, rows)
     # one order for the same input: a hash grouping's order varies from run to run, and with it the order of
     # every later float sum — enough to swap two kernels of equal time in a ranking
     groups = _classify_distinct(groups, rules).sort(KEYS, nulls_last=True)
     return KernelPass(
-        groups,
-        {"rows": counts["rows"], "skipped": counts["skipped"]},
-        kf.variant,
-        kf.has_pipe_ratios,
-        None if rows is None or not f.timed else ascend_kernels.timed_rows(kf, rows),
-        blocks,
+        groups, {"rows": counts["rows"], "skipped": counts["skipped"]}, kf.variant, kf.has_pipe_ratios, timed, blocks
     )
 
 
@@ -357,7 +364,7 @@ def streamed_blocks(path: Path, roles: Roles) -> tuple[pl.DataFrame, int]:
     kf = ascend_kernels.inspect(path)
 
     def rows() -> pl.DataFrame:
-        return _with_comm(kf, _scanned(kf, lambda lf: _timed_rows(kf, lf).collect(engine="streaming")), roles)
+        return _for_blocks(_placed(kf, _scanned(kf, lambda lf: _timed_rows(kf, lf).collect(engine="streaming")), roles))
 
     return intervals.kernel_file_blocks(path, roles.comm_variant(), rows)
 
@@ -371,32 +378,56 @@ def _scanned(kf: ascend_kernels.KernelFile, query: Callable[[pl.LazyFrame], T]) 
         return query(ascend_kernels.scan_for_groups(kf, fast=False))
 
 
-def _timed_rows(kf: ascend_kernels.KernelFile, lf: pl.LazyFrame) -> pl.LazyFrame:
+def _timed_rows(kf: ascend_kernels.KernelFile, lf: pl.LazyFrame, loc: bool = False) -> pl.LazyFrame:
     """The usable rows of a `scan_for_groups` scan with their place in time: the raw step, name, type and core
-    (Categorical: a few bytes a row) and start_us, dur_us — what a streamed file's blocks in time are cut from."""
+    (Categorical: a few bytes a row) and start_us, dur_us — what a streamed file's blocks in time are cut from —
+    and, with ``loc``, each row's line, which the collectives' windows cite."""
     raw = [kf.columns[k] for k in ("step", "name", "type", "core") if k in kf.columns]
-    return lf.filter(~pl.col("bad") & pl.col("dur_us").is_not_null()).select(*raw, "start_us", "dur_us")
+    line = [pl.col("src_line").alias("loc")] if loc else []
+    return lf.filter(~pl.col("bad") & pl.col("dur_us").is_not_null()).select(*raw, "start_us", "dur_us", *line)
 
 
-def _with_comm(kf: ascend_kernels.KernelFile, timed: pl.DataFrame, roles: Roles) -> pl.DataFrame:
-    """`_timed_rows` as ``step, start_us, dur_us, _comm`` (whether the row is communication, `Roles.is_comm`):
-    the key clean-up, the op derivation and the roles' test run once per distinct raw value, not per row."""
+def _placed(kf: ascend_kernels.KernelFile, timed: pl.DataFrame, roles: Roles) -> pl.LazyFrame:
+    """`_timed_rows` with their kernel's keys (step, and op, name, type, core as Categorical: a few bytes a row)
+    and ``_comm``, whether the row is communication (`Roles.is_comm`): the key clean-up, the op derivation and
+    the roles' test run once per distinct raw value, not per row, and joined back only for the columns a caller
+    selects (`_for_blocks`, `_for_windows`)."""
     c, keys = kf.columns, ascend_kernels.key_exprs(kf)
     kind = [c[k] for k in ("name", "type", "core") if k in c]
     kinds = (
-        timed.select(kind)
+        timed.lazy()
+        .select(kind)
         .unique()
         .with_columns(*keys[1:4])
         .with_columns(ascend_kernels.op_expr())
-        .select(*kind, roles.is_comm().alias("_comm"))
+        .with_columns(roles.is_comm().alias("_comm"), pl.col("op", "name", "type", "core").cast(pl.Categorical))
     )
-    out = timed.join(kinds, on=kind, how="left", nulls_equal=True)
+    out = timed.lazy().join(kinds, on=kind, how="left", nulls_equal=True, maintain_order="left")
     if "step" in c:
-        steps = timed.select(c["step"]).unique().with_columns(keys[0])
-        out = out.join(steps, on=c["step"], how="left", nulls_equal=True)
-    else:
-        out = out.with_columns(keys[0])
-    return out.select("step", "start_us", "dur_us", "_comm")
+        steps = timed.lazy().select(c["step"]).unique().with_columns(keys[0])
+        return out.join(steps, on=c["step"], how="left", nulls_equal=True, maintain_order="left")
+    return out.with_columns(keys[0])
+
+
+def is_comm_row(rows: pl.DataFrame | pl.LazyFrame | list[pl.DataFrame], roles: Roles) -> pl.Expr:
+    """Whether a kernel row communicates: the kernel pass's verdict where its rows carry one (``_comm``, decided
+    once per distinct kernel by `Roles.is_comm`, `_placed`), else the roles' test on each row."""
+    if isinstance(rows, list):
+        rows = rows[0] if rows else pl.DataFrame()
+    return pl.col("_comm") if "_comm" in rows.collect_schema().names() else roles.is_comm()
+
+
+def _for_blocks(placed: pl.LazyFrame) -> pl.DataFrame:
+    return placed.select("step", "start_us", "dur_us", "_comm").collect()
+
+
+def _for_windows(placed: pl.LazyFrame) -> pl.DataFrame | None:
+    """The timed rows as the collectives' windows take them (`ascend_kernels.timed_rows`, with ``_comm``), or None
+    when the rows' lines are not known (a quoted line break: the windows read the file again, mapping records to
+    lines)."""
+    if "loc" not in placed.collect_schema().names():
+        return None
+    return placed.select("step", "op", "name", "type", "core", "start_us", "dur_us", "loc", "_comm").collect()
 
 
 EXACT_ROWS = 1 << 20  # kernel rows of a table grouped exactly (about the rows of a kernel file of IN_MEMORY_BYTES)
@@ -476,11 +507,15 @@ def _reduce_same_header_rows(kfs: list[ascend_kernels.KernelFile], rules: list, 
 
 
 def _reduce_file(
-    kf: ascend_kernels.KernelFile, starts: bool, keep_rows: bool = False, place_in_time: Roles | None = None
-) -> tuple[pl.DataFrame, dict[str, int], pl.DataFrame | None, pl.DataFrame | None]:
+    kf: ascend_kernels.KernelFile,
+    starts: bool,
+    keep_rows: bool = False,
+    placed: Roles | None = None,
+    loc: bool = False,
+) -> tuple[pl.DataFrame, dict[str, int], pl.DataFrame | None, pl.LazyFrame | None]:
     """(unclassified groups, {"rows", "skipped"}, the per-row table when ``keep_rows`` and the file is read in
-    memory, the timed rows of a streamed file when ``place_in_time`` (`_with_comm`, by those roles)) of one
-    kernel file.
+    memory, the timed rows of a streamed file when ``placed`` (`_placed`, by those roles; with ``loc``, their
+    lines) of one kernel file.
 
     A streamed file's timed rows come from the scan that groups it (`pl.collect_all` shares one parse between the
     two queries), so placing its kernels in time costs no second parse. The physical line count that proves one
@@ -498,7 +533,7 @@ def _reduce_file(
         if keep:
             rows = lf.collect()
             lf = rows.lazy()
-        also = [_timed_rows(kf, lf)] if place_in_time is not None and not exact else []
+        also = [_timed_rows(kf, lf, loc)] if placed is not None and not exact else []
         groups, counts, also = _group_rows(lf, kf, pipes, exact, starts, also=also)
         timed = also[0] if also else None
         return lf, groups, int(counts["rows"][0]), int(counts["bad"][0])
@@ -513,6 +548,8 @@ def _reduce_file(
         groups, _, _ = _reduce_rows(lf, kf, pipes, exact, starts)
         if keep:
             rows = lf.collect()
-    if timed is not None and place_in_time is not None:
-        timed = _with_comm(kf, timed, place_in_time)
+        if timed is not None:  # its lines are records, not lines: left out (`_for_windows`)
+            timed = timed.drop("loc", strict=False)
+    if timed is not None and placed is not None:
+        timed = _placed(kf, timed, placed)
     return groups, {"rows": n_rows, "skipped": n_bad}, rows, timed

@@ -23,7 +23,14 @@ from profan.model.errors import ProfanInputError
 from profan.ranks import executor as parallel
 from profan.ranks import memory_pass
 from profan.ranks.collectives import AscendRank, ascend_collectives, kineto_collectives
-from profan.ranks.kernel_pass import KernelPass, KernelRequest, reduce_kernel_files, reduce_table, streamed_blocks
+from profan.ranks.kernel_pass import (
+    KernelPass,
+    KernelRequest,
+    is_comm_row,
+    reduce_kernel_files,
+    reduce_table,
+    streamed_blocks,
+)
 from profan.rulepack import limits
 from profan.rulepack.pack import RulePack
 from profan.sources import (
@@ -281,8 +288,9 @@ def _kernel_passes(
     sources: list[RankSource], pack: RulePack, peers: bool
 ) -> list[KernelPass | ProfanInputError | None]:
     """The kernel pass of each rank that has a kernel file. Its timed rows are kept for an Ascend rank's
-    collectives' windows and its steps' blocks in time (`intervals.kernel_blocks`); a file too big to keep its
-    rows has its blocks cut by the pass itself when no trace_view.json is to give them. Without
+    collectives' windows (when other ranks are analysed with it) and, in memory, for its steps' blocks in time
+    (`intervals.kernel_blocks`); a streamed file has its blocks cut by the pass itself when no trace_view.json is
+    to give them. Without
     communication.json the collectives take the HCCL rows' starts from the groups, so a streamed file keeps each
     group's first start."""
     asked = [i for i, rs in enumerate(sources) if "kernel_details" in rs.files]
@@ -291,7 +299,7 @@ def _kernel_passes(
             KernelRequest(
                 sources[i].files["kernel_details"],
                 starts=peers and "communication" not in sources[i].files,
-                timed=sources[i].kind == "ascend",  # the collectives' windows, and the steps' blocks in time
+                timed=peers and sources[i].kind == "ascend",  # the collectives' windows
                 blocks=sources[i].kind == "ascend" and "trace_view" not in sources[i].files,
             )
             for i in asked
@@ -377,14 +385,14 @@ def _read_rank(
 def _kernel_blocks(
     rd: RankData, rs: RankSource, kernels: KernelPass | None, timed: pl.DataFrame | None, pack: RulePack
 ) -> None:
-    """An Ascend rank's steps in time from its kernel file (no trace_view.json): from the rows the kernel pass
-    kept, the blocks it cut from a file it streamed, or (a streamed file whose rank was to take them from
+    """An Ascend rank's steps in time from its kernel file (no trace_view.json): the blocks the kernel pass cut
+    from a file it streamed, else from the rows it kept, or (a file whose rank was to take them from
     trace_view.json) a pass of their own (cached). Rows whose start is no number have no place in time: they are
     left out of the blocks, counted and said (their durations still count in every total)."""
-    if timed is not None:
-        blocks, unplaced = intervals.kernel_blocks(timed, pack.roles.is_comm()), intervals.unplaced(timed)
-    elif kernels is not None and kernels.blocks is not None:
+    if kernels is not None and kernels.blocks is not None:
         blocks, unplaced = kernels.blocks
+    elif timed is not None:
+        blocks, unplaced = intervals.kernel_blocks(timed, is_comm_row(timed, pack.roles)), intervals.unplaced(timed)
     else:
         blocks, unplaced = streamed_blocks(rs.files["kernel_details"], pack.roles)
     source = "ascend_db" if "ascend_db" in rs.files else "kernel_details"
