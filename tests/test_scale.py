@@ -84,6 +84,20 @@ def test_by_class_takes_the_lowest_rank_on_ties():
     assert (got["v_min"], got["v_min_rank"], got["v_max"], got["v_max_rank"]) == (1.0, 1, 5.0, 2)
 
 
+def test_by_class_ties_ranks_whose_sums_differ_in_their_last_bits(qwen3_report):
+    """Two ranks of the same rows (a rank's profile copied) sum to values that differ in their last bits when a
+    parallel grouping adds the rows in another order: they tie, to the lower rank, run after run."""
+    real = qwen3_report.breakdown.filter(pl.col("rank") == 0)
+    noisy = real.with_columns(
+        pl.lit(1, real.schema["rank"]).alias("rank"), pl.col("time_us") * (1 + 2e-16), pl.col("share") * (1 - 2e-16)
+    )
+    assert (noisy["time_us"] != real["time_us"]).any()  # the noise is there
+    got = by_class(pl.concat([noisy, real]), ["step", "bucket"], ["time_us", "share"])
+    assert got.height == real.height
+    for col in ("time_us_min_rank", "time_us_max_rank", "share_min_rank", "share_max_rank"):
+        assert got[col].to_list() == [0] * got.height
+
+
 def test_tables_option_writes_every_table_in_full(slow16, tmp_path):
     root, rep = slow16
     out = tmp_path / "tables"

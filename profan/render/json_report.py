@@ -144,13 +144,16 @@ def by_class(df: pl.DataFrame, keys: list[str], values: list[str]) -> pl.DataFra
     aggs: list[pl.Expr] = [pl.len().alias("rows"), pl.col("rank").n_unique().alias("ranks")]
     for v in (v for v in values if v in df.columns):
         col = pl.col(v)
+        # ranks of equal values tie to the lower rank: a sum's last bits depend on the order a parallel grouping
+        # added its rows in, so two ranks of the same rows would otherwise swap from run to run
+        level = col.round_sig_figs(12) if df.schema[v].is_float() else col
         aggs += [
             col.min().alias(f"{v}_min"),
             col.median().alias(f"{v}_median"),
             col.max().alias(f"{v}_max"),
-            pl.col("rank").sort_by([col, "rank"], nulls_last=True).first().alias(f"{v}_min_rank"),
+            pl.col("rank").sort_by([level, "rank"], nulls_last=True).first().alias(f"{v}_min_rank"),
             pl.col("rank")
-            .sort_by([col, "rank"], descending=[True, False], nulls_last=True)
+            .sort_by([level, "rank"], descending=[True, False], nulls_last=True)
             .first()
             .alias(f"{v}_max_rank"),
         ]
