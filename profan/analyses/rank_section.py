@@ -13,6 +13,7 @@ from __future__ import annotations
 from profan.analyses import boundness as bound
 from profan.analyses import breakdown as bd
 from profan.analyses import comm
+from profan.analyses.attention import unfused_findings
 from profan.analyses.contract import Analysis, Job, Section, run_analyses
 from profan.ranks.rankmap import RankData
 from profan.rulepack.pack import RulePack
@@ -29,12 +30,12 @@ def breakdown_section(job: Job) -> Section:
 
 
 def kernel_section(job: Job) -> Section:
-    """The top kernels of each bucket, and what bounds the hottest ones."""
+    """The top kernels of each bucket, what bounds the hottest ones, and attention run unfused."""
     bound_tab = bound.boundness(job.ranks, job.pack)
     steps_max = job.pack.check("step-breakdown")["table_steps_max"]
     return Section(
         tables={"top_kernels": bd.top_kernels(job.ranks, steps_max), "boundness": bound_tab},
-        findings=bound.boundness_findings(job.ranks, bound_tab, job.pack),
+        findings=[*bound.boundness_findings(job.ranks, bound_tab, job.pack), *unfused_findings(job.ranks, job.pack)],
     )
 
 

@@ -46,6 +46,7 @@ def section(job: Job) -> Section:
         _slow_link,
         _waited_peer,
         _exposed_transfer,
+        _unfused_attention,
         _boundness,
         _ai_cpu,
     )
@@ -522,6 +523,28 @@ def _device(job: Job) -> str:
     )
     words = {"NPU"} if kinds == {"ascend"} else {str(d) for d in devices} or {"GPU"}
     return words.pop() if len(words) == 1 else "device"
+
+
+def _unfused_attention(job: Job, claims: Claims, steps_us: dict[int, float]) -> list[Cause]:
+    """Attention run as separate matmul, softmax and matmul kernels, that no other cause explains: what a fused
+    kernel saves per step is the score work (softmax, masking, scaling) of the rank that has least of it."""
+    check = "unfused-attention"
+    found = claims.unclaimed(check)
+    if not found:
+        return []
+    per_rank: dict[int, list[float]] = {}
+    for f in found:
+        for r in f.ranks:
+            per_rank.setdefault(r, []).append(float(f.metrics["score_us"]))
+    least = min(statistics.fmean(v) for v in per_rank.values())
+    worst = max(found, key=lambda f: float(f.metrics["score_us"]))
+    values = {
+        "ranks": fmt_ranks(sorted(per_rank)),
+        "score_ms": least / 1000,
+        "kernels": worst.message.rsplit("Largest: ", 1)[-1].rstrip("."),
+    }
+    claims.own(found)
+    return [make_cause(job, check, values, sources=found, explained=[], impact_us=least, steps_us=steps_us)]
 
 
 def _boundness(job: Job, claims: Claims, steps_us: dict[int, float]) -> list[Cause]:

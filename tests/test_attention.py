@@ -1,0 +1,80 @@
+"""Attention run unfused (check unfused-attention): on the real TimeSformer trace (eager attention on an H100,
+a compute-bound step no idle or waiting check explains) the verdict is its cause, with the saving, the action and
+the rows; the same trace with its softmax kernels renamed to a FlashAttention kernel, and the real traces that run
+no eager attention, get no such finding."""
+
+from __future__ import annotations
+
+import gzip
+import json
+
+import pytest
+from conftest import TORCH, analysed
+
+import profan
+from profan.analyses.common import ms
+
+TIMESFORMER = TORCH / "timesformer_h100_1rank"
+TRACE = TIMESFORMER / "facebook_timesformer-base-finetuned-k400__1016002.json.gz"
+
+
+def _events() -> list[dict]:
+    return json.loads(gzip.decompress(TRACE.read_bytes()))["traceEvents"]
+
+
+def _step_window(events: list[dict], step: int) -> tuple[float, float]:
+    (mark,) = [e for e in events if e.get("name") == f"ProfilerStep#{step}" and e.get("cat") == "user_annotation"]
+    return mark["ts"], mark["ts"] + mark["dur"]
+
+
+def test_eager_attention_is_the_cause_with_its_saving_and_rows():
+    report = analysed(TIMESFORMER)
+    (f,) = [f for f in report.findings if f.check == "unfused-attention"]
+    assert (f.rank, f.step, f.severity) == (0, 6, "critical")
+    # the softmax kernels of the step, summed from the raw trace (attention's score work includes them all)
+    events = _events()
+    lo, hi = _step_window(events, 6)
+    kernels = [e for e in events if e.get("cat") == "kernel" and e.get("ph") == "X"]
+    softmax = sum(e["dur"] for e in kernels if "softmax" in e["name"].lower() and lo <= e["ts"] < hi)
+    assert softmax == pytest.approx(68_781.297, abs=1e-3)
+    m = f.metrics
+    assert m["score_us"] >= softmax
+    assert m["attention_us"] == pytest.approx(m["score_us"] + m["matmul_us"], abs=1e-2)
+    # the step's summed kernel time is TraceLens's busy time for this trace (tracelens_gpu_timeline.csv)
+    assert m["device_time_us"] == pytest.approx(158_433.174, abs=1e-3)
+    assert m["share"] == pytest.approx(m["score_us"] / m["device_time_us"], abs=1e-4)
+    # the attention bucket of the breakdown is the finding's attention
+    bd = report.breakdown.filter((report.breakdown["step"] == 6) & (report.breakdown["bucket"] == "attention"))
+    assert bd["time_us"].item() == pytest.approx(m["attention_us"], abs=1e-2)
+    assert bd["kernels"].item() == m["kernels"] == f.evidence[0].row_count
+    # the cited events are attention kernels of step 6, the longest first
+    cited = [events[i] for i in f.evidence[0].events]
+    assert all(e["cat"] == "kernel" and lo <= e["ts"] < hi for e in cited)
+    assert [e["dur"] for e in cited] == sorted((e["dur"] for e in cited), reverse=True)
+    assert "cunn_SoftMaxForward" in cited[0]["name"]
+    # the verdict: one cause, the finding under it, its saving the score work, and what to change
+    (cause,) = report.causes
+    assert cause.check == "unfused-attention" and f.key in cause.explains_keys
+    assert cause.impact_us == pytest.approx(m["score_us"])
+    assert ms(cause.impact_us) in f.message
+    assert "scaled_dot_product_attention" in cause.action and "cunn_SoftMaxForward" in cause.action
+    assert cause.evidence == f.evidence
+
+
+def test_a_fused_attention_kernel_means_no_finding(tmp_path):
+    doc = json.loads(gzip.decompress(TRACE.read_bytes()))
+    renamed = 0
+    for e in doc["traceEvents"]:
+        if e.get("cat") == "kernel" and "cunn_SoftMaxForward" in e.get("name", ""):
+            e["name"] = "void pytorch_flash::flash_fwd_kernel<Flash_fwd_kernel_traits<64, 128, 128, 4> >"
+            renamed += 1
+    assert renamed
+    (tmp_path / TRACE.name.removesuffix(".gz")).write_text(json.dumps(doc))
+    report = profan.analyze(tmp_path)
+    assert not [f for f in report.findings if f.check == "unfused-attention"]
+    assert report.breakdown.filter(report.breakdown["bucket"] == "attention")["time_us"].sum() > 0
+
+
+@pytest.mark.parametrize("sample", ["qwen1.5-0.5b_h100_1rank", "moe_b200_rank0", "dlrm_v100_8rank"])
+def test_traces_without_eager_attention_have_no_finding(sample):
+    assert not [f for f in analysed(TORCH / sample).findings if f.check == "unfused-attention"]
