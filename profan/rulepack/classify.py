@@ -55,23 +55,34 @@ def rule_fields(rules: list[BucketRule]) -> list[str]:
 
 def classify(frame: pl.DataFrame | pl.LazyFrame, rules: list[BucketRule]):
     """Add ``bucket``, ``rule_id`` and ``decided_by``. The frame needs the kernel columns the rules match on
-    (op, name, type, core); a context column it lacks matches nothing."""
+    (op, name, type, core); a context column it lacks matches nothing.
+
+    Each rule's condition is evaluated once: one chain gives the index of the first rule that matches, and the
+    three columns are read from it (its regexes, not the lookups, are what a classification costs)."""
     none = pl.lit(None, pl.Utf8)
     if not rules:
         return frame.with_columns(pl.lit(UNCLASSIFIED).alias("bucket"), none.alias("rule_id"), none.alias("decided_by"))
     columns = set(frame.collect_schema().names())
-    chains: list[pl.Expr | pl.Then | None] = [None, None, None]
-    for r in rules:
-        cond = _condition(r, columns)
-        values = (pl.lit(r.bucket), pl.lit(r.id), _evidence(r, columns))
-        for k, v in enumerate(values):
-            chain = chains[k]
-            chains[k] = pl.when(cond).then(v) if chain is None else chain.when(cond).then(v)  # type: ignore[union-attr]
-    bucket, rule_id, why = chains
-    return frame.with_columns(
-        bucket.otherwise(pl.lit(UNCLASSIFIED)).alias("bucket"),  # type: ignore[union-attr]
-        rule_id.otherwise(none).alias("rule_id"),  # type: ignore[union-attr]
-        why.otherwise(none).alias("decided_by"),  # type: ignore[union-attr]
+    first: pl.Expr | pl.Then | None = None
+    why: pl.Expr | pl.Then | None = None
+    rule = pl.col("_rule")
+    for i, r in enumerate(rules):
+        cond, n = _condition(r, columns), pl.lit(i, pl.Int32)
+        first = pl.when(cond).then(n) if first is None else first.when(cond).then(n)  # type: ignore[union-attr]
+        if any(f in r.match and f in columns for f in CONTEXT_FIELDS):
+            ev = _evidence(r, columns)
+            why = pl.when(rule == i).then(ev) if why is None else why.when(rule == i).then(ev)  # type: ignore[union-attr]
+    index = list(range(len(rules)))
+    return (
+        frame.with_columns(first.otherwise(pl.lit(None, pl.Int32)).alias("_rule"))  # type: ignore[union-attr]
+        .with_columns(
+            rule.replace_strict(index, [r.bucket for r in rules], default=UNCLASSIFIED, return_dtype=pl.Utf8).alias(
+                "bucket"
+            ),
+            rule.replace_strict(index, [r.id for r in rules], default=None, return_dtype=pl.Utf8).alias("rule_id"),
+            (why.otherwise(none) if why is not None else none).alias("decided_by"),  # type: ignore[union-attr]
+        )
+        .drop("_rule")
     )
 
 
