@@ -150,17 +150,7 @@ def test_a_truncated_gzip_stays_one_line_with_bounded_memory(tmp_path):
 
 
 @pytest.mark.parametrize("line", [1, 501])
-@pytest.mark.parametrize("window", ["one", "many"])
-def test_a_csv_line_past_max_line_bytes_is_one_line(tmp_path, monkeypatch, line, window):
-    """Whether the file is mapped in one window (longer than the bound: every line measured) or in windows
-    shorter than the bound (the long line runs across several of them), the line named is the long one."""
-    import mmap
-
-    from profan.sources import csvtext
-
-    if window == "many":
-        monkeypatch.setattr(csvtext, "WINDOW_BYTES", 4 * mmap.ALLOCATIONGRANULARITY)
-    csvtext._count_lines.cache_clear()
+def test_a_csv_line_past_max_line_bytes_is_one_line(tmp_path, line):
     rank = one_rank(tmp_path)
     lines = (rank / KD).read_bytes().split(b"\n")
     lines[line - 1] += b"x" * 200_000

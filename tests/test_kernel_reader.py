@@ -225,11 +225,8 @@ def test_streamed_ranks_without_communication_json_keep_hccl_starts(tmp_path, mo
 
 @pytest.mark.parametrize("tail", ["", "\n", "\r\n"])
 def test_line_count_is_the_same_read_whole_or_in_blocks(tmp_path, monkeypatch, tail):
-    """Files up to csvtext.WINDOW_BYTES are counted in one window, bigger ones window by window (here the
-    smallest a mapping can be, so lines run across windows); both count a last line without a newline. Checked
-    against the csv module's count of the real file."""
-    import mmap
-
+    """Files up to csvtext.SMALL_COUNT_BYTES are counted in one read, bigger ones block by block; both count a
+    last line without a newline. Checked against the csv module's count of the real file."""
     from profan.sources import csvtext
 
     src = ASCEND / FILES["K3 alexnet level1 CRLF"]
@@ -238,6 +235,5 @@ def test_line_count_is_the_same_read_whole_or_in_blocks(tmp_path, monkeypatch, t
     f.write_bytes(src.read_bytes().rstrip(b"\r\n") + tail.encode())
     whole = csvtext.count_lines(f)
     csvtext._count_lines.cache_clear()
-    monkeypatch.setattr(csvtext, "WINDOW_BYTES", mmap.ALLOCATIONGRANULARITY)
-    assert f.stat().st_size > 4 * mmap.ALLOCATIONGRANULARITY
+    monkeypatch.setattr(csvtext, "SMALL_COUNT_BYTES", 0)
     assert csvtext.count_lines(f) == whole == len(rows) + 1
