@@ -96,6 +96,10 @@ def test_by_class_ties_ranks_whose_sums_differ_in_their_last_bits(qwen3_report):
     assert got.height == real.height
     for col in ("time_us_min_rank", "time_us_max_rank", "share_min_rank", "share_max_rank"):
         assert got[col].to_list() == [0] * got.height
+    # two values one ulp apart on either side of a rounding boundary tie too, whichever rank holds which
+    for low, high in ((0, 1), (1, 0)):
+        pair = pl.DataFrame({"rank": [low, high], "k": ["a", "a"], "v": [1.0000000000149998, 1.000000000015]})
+        assert by_class(pair, ["k"], ["v"]).row(0, named=True)["v_max_rank"] == 0
 
 
 def test_tables_option_writes_every_table_in_full(slow16, tmp_path):

@@ -137,6 +137,17 @@ def _named_links(report: Report) -> pl.Expr:
     return expr
 
 
+TIE_TOLERANCE = 1e-12  # relative to a class's largest value: floats this close hold the same value
+
+
+def _rank_at(col: pl.Expr, value: pl.Expr, is_float: bool) -> pl.Expr:
+    """The lowest rank whose ``col`` is ``value`` (the class's min or max), or the lowest rank when no row has a
+    value. Floats within `TIE_TOLERANCE` of it tie: a sum's last bits depend on the order a parallel grouping
+    added its rows in, so two ranks of the same rows would otherwise swap from run to run."""
+    near = (col - value).abs() <= TIE_TOLERANCE * col.abs().max() if is_float else col == value
+    return pl.col("rank").filter(near).min().fill_null(pl.col("rank").min())
+
+
 def by_class(df: pl.DataFrame, keys: list[str], values: list[str]) -> pl.DataFrame:
     """One row per class of ``df`` (``keys``): how many rows and ranks, and per value its min, median and max,
     with the rank holding the min and the max (the slowest link, the rank that waited least)."""
@@ -144,17 +155,11 @@ def by_class(df: pl.DataFrame, keys: list[str], values: list[str]) -> pl.DataFra
     aggs: list[pl.Expr] = [pl.len().alias("rows"), pl.col("rank").n_unique().alias("ranks")]
     for v in (v for v in values if v in df.columns):
         col = pl.col(v)
-        # ranks of equal values tie to the lower rank: a sum's last bits depend on the order a parallel grouping
-        # added its rows in, so two ranks of the same rows would otherwise swap from run to run
-        level = col.round_sig_figs(12) if df.schema[v].is_float() else col
         aggs += [
             col.min().alias(f"{v}_min"),
             col.median().alias(f"{v}_median"),
             col.max().alias(f"{v}_max"),
-            pl.col("rank").sort_by([level, "rank"], nulls_last=True).first().alias(f"{v}_min_rank"),
-            pl.col("rank")
-            .sort_by([level, "rank"], descending=[True, False], nulls_last=True)
-            .first()
-            .alias(f"{v}_max_rank"),
+            _rank_at(col, col.min(), df.schema[v].is_float()).alias(f"{v}_min_rank"),
+            _rank_at(col, col.max(), df.schema[v].is_float()).alias(f"{v}_max_rank"),
         ]
     return df.group_by(keys, maintain_order=True).agg(aggs).sort(keys, nulls_last=True, maintain_order=True)
