@@ -152,21 +152,15 @@ def test_shell_completion_installs_and_completes(tmp_path):
     assert bash
     # run from bash, as a user does: the shell is detected from the parent process, which in a test worker
     # (pytest-xdist) or a suite started from no shell is none; a command after it keeps bash from exec-ing profan
-    shown = subprocess.run(
-        [bash, "--norc", "-c", "profan --show-completion; exit $?"],
-        capture_output=True,
-        text=True,
-        env=env,
-        timeout=120,
-    )
+
+    def in_bash(command: str) -> subprocess.CompletedProcess:
+        return subprocess.run(
+            [bash, "--norc", "-c", f"{command}; exit $?"], capture_output=True, text=True, env=env, timeout=120
+        )
+
+    shown = in_bash("profan --show-completion")
     assert shown.returncode == 0 and "_PROFAN_COMPLETE=complete_bash" in shown.stdout, shown.stderr
-    res = subprocess.run(
-        [bash, "--norc", "-c", "profan --install-completion; exit $?"],
-        capture_output=True,
-        text=True,
-        env=env,
-        timeout=120,
-    )
+    res = in_bash("profan --install-completion")
     assert res.returncode == 0, res.stderr
     script = tmp_path / ".bash_completions" / "profan.sh"
     assert script.read_text().strip() == shown.stdout.strip()

@@ -121,8 +121,3 @@ def _finding(r: RankData, chk, sev: str, row: dict, share: float, named: list[st
             ),
         ),
     )
-
-
-def _key() -> pl.Expr:
-    """rank|step as one text, the key the cited rows are picked by (a step may be null)."""
-    return pl.concat_str([pl.col("rank").cast(pl.String), pl.col("step").cast(pl.String).fill_null("")], separator="|")

@@ -418,6 +418,7 @@ def is_comm_row(rows: pl.DataFrame | pl.LazyFrame | list[pl.DataFrame], roles: R
 
 
 def _for_blocks(placed: pl.LazyFrame) -> pl.DataFrame:
+    """The timed rows as a streamed file's blocks in time are cut from (`intervals.kernel_file_blocks`)."""
     return placed.select("step", "start_us", "dur_us", "_comm").collect()
 
 

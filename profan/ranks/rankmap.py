@@ -290,9 +290,8 @@ def _kernel_passes(
     """The kernel pass of each rank that has a kernel file. Its timed rows are kept for an Ascend rank's
     collectives' windows (when other ranks are analysed with it) and, in memory, for its steps' blocks in time
     (`intervals.kernel_blocks`); a streamed file has its blocks cut by the pass itself when no trace_view.json is
-    to give them. Without
-    communication.json the collectives take the HCCL rows' starts from the groups, so a streamed file keeps each
-    group's first start."""
+    to give them. Without communication.json the collectives take the HCCL rows' starts from the groups, so a
+    streamed file keeps each group's first start."""
     asked = [i for i, rs in enumerate(sources) if "kernel_details" in rs.files]
     made = reduce_kernel_files(
         [
