@@ -3,7 +3,9 @@
 A group is one (step, op, name, type, core, input_shapes) with its count, time, longest row and the lines to cite;
 this is what every kernel analysis reads, and it is small however big the file. `reduce_kernel_files` reads the
 kernel files of a batch of ranks (one rank is a batch of one): small files of one header as one table, since a
-polars query has a fixed cost that dominates files of a few hundred kB, and any other file on its own.
+polars query has a fixed cost that dominates files of a few hundred kB, and any other file on its own. The same
+read also gives what the rank needs of its rows' place in time — the timed rows for the collectives' windows, a
+streamed file's steps' blocks — so no file is parsed twice.
 """
 
 from __future__ import annotations
