@@ -114,3 +114,20 @@ def test_a_rank_without_eager_attention_leaves_the_saving_unestimated(tmp_path):
     (cause,) = [c for c in report.causes if c.check == "unfused-attention"]
     assert cause.impact_us is None and cause.ranks == (0,)
     assert cause.assumption.startswith("No estimate: rank(s) 1 do not run attention this way")
+
+
+def test_a_fused_rule_id_the_pack_lacks_is_refused(tmp_path):
+    """``fused_rules`` names bucket rules: an id no rule has (a typo, or a rule a team's file renamed) would make
+    every fused kernel look unfused, so the rules file is refused in one line naming it and the id."""
+    from profan.model.errors import ProfanInputError
+    from profan.rulepack import pack
+
+    rules = tmp_path / "team.toml"
+    rules.write_text('[[check]]\nid = "unfused-attention"\nfused_rules = ["GPU-ATTN-001", "GPU-ATTN-01"]\n')
+    with pytest.raises(ProfanInputError) as err:
+        pack.load([rules])
+    assert str(err.value) == (
+        f"{rules}: check unfused-attention: fused_rules must list bucket rule ids, and 'GPU-ATTN-01' is none"
+    )
+    rules.write_text('[[check]]\nid = "unfused-attention"\nfused_rules = ["GPU-ATTN-001"]\n')
+    assert pack.load([rules]).check("unfused-attention")["fused_rules"] == ["GPU-ATTN-001"]

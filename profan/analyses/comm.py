@@ -134,6 +134,14 @@ def _peers(group_ranks: str | None, rank: int) -> str:
     return "peer rank(s) " + ", ".join(others) if others else "no peer"
 
 
+def _group_peers(group_ranks: pl.Series | None, rank: int) -> list[int] | None:
+    """The global ranks the ops of one rank synchronise with (their groups' ranks but its own), or None when an
+    op's group is not recorded (no parallel_group_info): whom the rank may have waited for."""
+    if group_ranks is None or group_ranks.is_null().any() or (group_ranks == "").any():
+        return None
+    return sorted({int(x) for ranks in group_ranks for x in ranks.split(",") if x.strip().isdigit()} - {rank})
+
+
 def _step_times(steps: pl.DataFrame) -> dict[tuple, float | None]:
     """(rank, step) -> the step time of the first step_trace row of that step."""
     step_times: dict[tuple, float | None] = {}
@@ -195,7 +203,13 @@ def wait_dominated_findings(comm: pl.DataFrame, steps: pl.DataFrame, pack: RuleP
                     + f". The link is not the bottleneck: a peer arrives late — see the straggler findings "
                     f"({STRAGGLER_CHECKS})."
                 ),
-                metrics={"waiting_ms": round(waiting, 6), "elapse_ms": round(elapse, 6), "ops": g.height},
+                metrics={
+                    "waiting_ms": round(waiting, 6),
+                    "elapse_ms": round(elapse, 6),
+                    "ops": g.height,
+                    "peers": _group_peers(g["group_ranks"] if "group_ranks" in g.columns else None, rank),
+                    "largest": [f"{n} {w:,.1f} ms" for n, w in g.head(3).select("op_name", "waiting_ms").iter_rows()],
+                },
                 evidence=(
                     cite_pointers(
                         file,

@@ -15,6 +15,7 @@ from profan.analyses import breakdown as bd
 from profan.analyses import comm
 from profan.analyses.attention import unfused_findings
 from profan.analyses.contract import Analysis, Job, Section, run_analyses
+from profan.analyses.elementwise import chain_findings
 from profan.ranks.rankmap import RankData
 from profan.rulepack.pack import RulePack
 
@@ -30,12 +31,16 @@ def breakdown_section(job: Job) -> Section:
 
 
 def kernel_section(job: Job) -> Section:
-    """The top kernels of each bucket, what bounds the hottest ones, and attention run unfused."""
+    """The top kernels of each bucket, what bounds the hottest ones, attention and elementwise chains run unfused."""
     bound_tab = bound.boundness(job.ranks, job.pack)
     steps_max = job.pack.check("step-breakdown")["table_steps_max"]
     return Section(
         tables={"top_kernels": bd.top_kernels(job.ranks, steps_max), "boundness": bound_tab},
-        findings=[*bound.boundness_findings(job.ranks, bound_tab, job.pack), *unfused_findings(job.ranks, job.pack)],
+        findings=[
+            *bound.boundness_findings(job.ranks, bound_tab, job.pack),
+            *unfused_findings(job.ranks, job.pack),
+            *chain_findings(job.ranks, job.pack),
+        ],
     )
 
 

@@ -45,8 +45,10 @@ def section(job: Job) -> Section:
         _compute,
         _slow_link,
         _waited_peer,
+        _late_peers,
         _exposed_transfer,
         _unfused_attention,
+        _unfused_elementwise,
         _boundness,
         _ai_cpu,
     )
@@ -140,19 +142,22 @@ def make_cause(
     if impact_us is not None and step_us:
         impact_us = min(max(impact_us, 0.0), step_us)
     fill = _filler(values)
-    action = rule.get(f"{case}_action", rule["action"]) if case else rule["action"]
-    action = rule.get(f"{action_case}_action", action) if action_case else action  # a case of the action alone
-    assumption = rule.get(f"{case}_assumption", rule["assumption"]) if case else rule["assumption"]
+
+    def text(key: str) -> str:  # a case's own text where the rule has one (``<case>_<key>``), else the rule's
+        return rule.get(f"{case}_{key}", rule[key]) if case else rule[key]
+
+    action = rule.get(f"{action_case}_action", text("action")) if action_case else text("action")
+    assumption = text("assumption")
     evidence = tuple(e for f in sources for e in f.evidence)
     return Cause(
         check=check,
-        title=fill(rule["title"]),
+        title=fill(text("title")),
         message=message if message is not None else " ".join(f.message for f in sources[:1]),
         evidence=evidence,
         impact_us=impact_us,
         assumption=fill(assumption),
         action=fill(action),
-        verify=fill(rule["verify"]),
+        verify=fill(text("verify")),
         alternatives=tuple(fill(a) for a in rule.get("alternatives", [])),
         ranks=tuple(ranks),
         steps=tuple(steps),
@@ -409,6 +414,55 @@ def _waited_peer(job: Job, claims: Claims, steps_us: dict[int, float]) -> list[C
     return out
 
 
+def _late_peers(job: Job, claims: Claims, steps_us: dict[int, float]) -> list[Cause]:
+    """Collectives that wait rather than transfer, where no cause names whom for (no straggler among the captured
+    ranks, no Notify_Wait peer): the ranks they wait for are outside the capture, unrecorded, or take turns. No
+    estimate: the least waiting rank's wait is an upper bound — how much of the late ranks' time is removable is
+    not in the capture (on the Qwen3 sample, the stage-0 ranks alone wait 316 ms a step, where the whole job shows
+    85 ms of removable stage imbalance)."""
+    check = "comm-wait-dominated"
+    found = claims.unclaimed(check)
+    if not found:
+        return []
+    waits: dict[int, float] = {}
+    for f in found:
+        for r in f.ranks:
+            waits[r] = waits.get(r, 0.0) + float(f.metrics["waiting_ms"])
+    per_step = {r: w / max(len(steps_us), 1) for r, w in waits.items()}
+    captured = {r.rank for r in job.ranks}
+    peer_lists = [f.metrics.get("peers") for f in found]
+    peers = {p for ps in peer_lists if ps is not None for p in ps}
+    late = sorted((peers & captured) - set(waits))
+    outside = sorted(peers - captured)
+    case = "unknown" if None in peer_lists else "outside" if outside else "late" if late else "mutual"
+    worst = max(found, key=lambda f: float(f.metrics["waiting_ms"]))
+    values = {
+        "ranks": fmt_ranks(sorted(waits)),
+        "n_ranks": len(waits),
+        "wait": _span([w for w in per_step.values()], "{:,.1f}") + " ms",
+        "min_wait_ms": min(per_step.values()),
+        "ops": "; ".join(worst.metrics.get("largest") or []),
+        "outside": fmt_ranks(outside),
+        "late": fmt_ranks(late),
+        "first_rank": min(waits),
+        "late_rank": late[0] if late else min(waits),
+        "captured": len(captured),
+    }
+    claims.own(found)
+    cause = make_cause(
+        job,
+        check,
+        values,
+        sources=found,
+        explained=[],
+        impact_us=None,
+        steps_us=steps_us,
+        case=case,
+        ranks=late,
+    )
+    return [cause]
+
+
 def _exposed_transfer(job: Job, claims: Claims, steps_us: dict[int, float]) -> list[Cause]:
     """Exposed communication that is transfer, not waiting, and no other cause explains. Gain: the least exposed
     transfer of any rank in those steps — what overlapping would give every rank at least."""
@@ -546,6 +600,38 @@ def _unfused_attention(job: Job, claims: Claims, steps_us: dict[int, float]) -> 
         "softmax_ms": least / 1000,
         "other_ms": float(worst.metrics["other_us"]) / 1000,
         "kernels": "; ".join(worst.metrics["largest"]),
+    }
+    claims.own(found)
+    case = "partial" if others else None
+    impact = None if others else least
+    return [make_cause(job, check, values, sources=found, explained=[], impact_us=impact, steps_us=steps_us, case=case)]
+
+
+def _unfused_elementwise(job: Job, claims: Claims, steps_us: dict[int, float]) -> list[Cause]:
+    """Chains of elementwise kernels run one op at a time, that no other cause explains: fusing them saves at least
+    the least affected rank's saving per step, when every rank runs them so (the step shortens only as much as its
+    slowest rank)."""
+    check = "unfused-elementwise"
+    found = claims.unclaimed(check)
+    if not found:
+        return []
+    # per step of the job: a saving in some steps only is spread over the job's steps; one outside any step
+    # shortens no step (it counts only for a capture without steps)
+    in_steps = [f for f in found if f.step in steps_us] if steps_us else found
+    per_rank: dict[int, list[float]] = {}
+    for f in in_steps or found:
+        for r in f.ranks:
+            per_rank.setdefault(r, []).append(float(f.metrics["saving_us"]))
+    least = min(sum(v) / max(len(steps_us), 1) for v in per_rank.values())
+    others = sorted({r.rank for r in job.ranks if r.fusible is not None} - set(per_rank))
+    worst = max(found, key=lambda f: float(f.metrics["saving_us"]))
+    values = {
+        "ranks": fmt_ranks(sorted(per_rank)),
+        "others": fmt_ranks(others),
+        "saving_ms": least / 1000,
+        "runs": int(worst.metrics["runs"]),
+        "kernels": int(worst.metrics["kernels"]),
+        "runs_named": "; ".join(worst.metrics["largest"]),
     }
     claims.own(found)
     case = "partial" if others else None

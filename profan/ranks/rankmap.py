@@ -75,6 +75,7 @@ class RankData:
     trace_comm: pl.DataFrame | None = None  # Kineto communication events (NCCL kernels, c10d ops, annotations)
     trace_links: pl.DataFrame | None = None  # trace_view HCCL plane tasks per plane / transport / link type
     trace_tasks: pl.DataFrame | None = None  # trace_view HCCL plane task events (Notify_Wait per peer)
+    fusible: pl.DataFrame | None = None  # per step, the runs of elementwise kernels one kernel would do
     # each step's compute / exposed communication / idle blocks in time, at most intervals.STEP_BLOCKS per step
     # (profan.sources.intervals), from the trace's device lanes, else the kernel file's timed rows
     step_blocks: pl.DataFrame | None = None

@@ -209,6 +209,7 @@ def load(extra: list[Path] | None = None) -> RulePack:
     _check_supersedes(pack)
     pack.files.append("rules/checks.toml")
     pack.rules = user_rules + builtin
+    _check_rule_ids(pack)
     return pack
 
 
@@ -267,6 +268,21 @@ def _check_supersedes(pack: RulePack) -> None:
                 c.source,
                 f"check {c.id}: supersedes must list check ids, not {str(wrong or c.params['supersedes'])[:60]}",
             )
+
+
+def _check_rule_ids(pack: RulePack) -> None:
+    """A check's ``<kind>_rules`` setting lists ids of bucket rules of the pack (``fused_rules``: a misspelt id, or
+    one a team's file renamed, would make every fused attention kernel look unfused)."""
+    ids = {r.id for r in pack.rules}
+    for c in pack.checks.values():
+        for key, value in c.params.items():
+            if not key.endswith("_rules"):
+                continue
+            wrong = [x for x in value if x not in ids] if isinstance(value, list) else [value]
+            if wrong:
+                raise ProfanInputError(
+                    c.source, f"check {c.id}: {key} must list bucket rule ids, and {str(wrong[0])[:40]!r} is none"
+                )
 
 
 def _add_check(pack: RulePack, path: Path, c: dict[str, Any], *, override: bool) -> None:

@@ -280,6 +280,87 @@ def _longest_gap(frame: pl.DataFrame, by: list[str]) -> pl.DataFrame:
 # --------------------------------------------------------------------------- the per-rank map entry point
 
 
+RUNS_NAMED = 3  # runs described in a step's row: the ones whose fusing saves most
+OPS_NAMED = 6  # the ops of a run its description names, in order of their first kernel
+
+
+def elementwise_runs(dev: pl.DataFrame, chk) -> pl.DataFrame:
+    """Per step (null: outside any step), the runs of consecutive elementwise kernels on one stream, nothing
+    else between them (check unfused-elementwise: which kernels are elementwise, the shortest run): ``total_us``
+    the step's summed kernel time, ``runs``, ``kernels`` and ``run_us`` of the runs, ``saving_us`` what one kernel
+    per run would save (each run's time beyond its longest kernel), ``named`` the largest runs in words and
+    ``events`` their kernels' event indexes, longest first (the evidence). Decided in the map, where the events
+    are in order; the reduce gets a row per step."""
+    elementwise = pl.col("name").str.contains(chk["elementwise_kernel"]) & (pl.col("bucket") != "communication")
+    words = [pl.col(c).fill_null("") if c in dev.columns else pl.lit("").alias(c) for c in ("module", "context")]
+    lane = pl.col("stream") if "stream" in dev.columns else pl.col("tid")  # a CPU-only trace's ops: their thread
+    d = dev.select(
+        "step", lane.alias("_lane"), "ts_us", "event_idx", "dur_us", *words, elementwise.fill_null(False).alias("_ew")
+    )
+    d = d.sort("step", "_lane", "ts_us", "event_idx", nulls_last=True)
+    moved = pl.lit(False)
+    for col in ("_ew", "step", "_lane"):
+        moved = moved | pl.col(col).ne_missing(pl.col(col).shift(1))
+    d = d.with_columns(moved.fill_null(True).cum_sum().alias("_run"))
+    totals = d.group_by("step").agg(pl.col("dur_us").sum().alias("total_us"))
+    runs = (
+        d.filter("_ew")
+        .group_by("step", "_run")
+        .agg(
+            pl.len().alias("kernels"),
+            pl.col("dur_us").sum().alias("run_us"),
+            (pl.col("dur_us").sum() - pl.col("dur_us").max()).alias("saving_us"),
+            pl.col("event_idx"),
+            pl.col("dur_us").alias("_durs"),
+            pl.col("ts_us").min().alias("_first"),
+            pl.col("module").first().str.split("/").list.last().alias("_module"),
+            pl.col("context").filter(pl.col("context") != "").unique(maintain_order=True).alias("_ops"),
+        )
+        .filter(pl.col("kernels") >= chk["min_run"])
+        .sort("step", "saving_us", "_first", descending=[False, True, False], nulls_last=True)
+    )
+    per_step = runs.group_by("step", maintain_order=True).agg(
+        pl.len().alias("runs"),
+        pl.col("kernels").sum(),
+        pl.col("run_us").sum(),
+        pl.col("saving_us").sum(),
+        *(
+            pl.col(c).head(RUNS_NAMED).list.explode(keep_nulls=False, empty_as_null=False)
+            for c in ("event_idx", "_durs")
+        ),
+    )
+    # the largest runs' kernels, longest first (as every kernel citation lists its rows)
+    longest_first = pl.col("_durs").list.eval(pl.element().arg_sort(descending=True))
+    per_step = per_step.select(
+        pl.exclude("event_idx", "_durs"), pl.col("event_idx").list.gather(longest_first).alias("events")
+    )
+    per_step = per_step.join(_run_kinds(runs), on="step", nulls_equal=True, maintain_order="left")
+    return totals.join(per_step, on="step", how="inner", nulls_equal=True).sort("step", nulls_last=True)
+
+
+def _run_kinds(runs: pl.DataFrame) -> pl.DataFrame:
+    """Per step, the largest kinds of run in words — its kernels, module and ops — runs alike (one per layer)
+    said once with how many there are, the kinds that save most first."""
+    more = pl.when(pl.col("_ops").list.len() > OPS_NAMED).then(pl.lit(", …")).otherwise(pl.lit(""))
+    ops = pl.col("_ops").list.head(OPS_NAMED).list.join(", ") + more
+    where = pl.when(pl.col("_module") != "").then(pl.format(" in {}", "_module")).otherwise(pl.lit(""))
+    named = pl.format("{} kernels{} ({}), {} ms", "kernels", where, ops, (pl.col("run_us") / 1000).round(2))
+    return (
+        runs.with_columns(named.alias("_named"))
+        .group_by("step", "_named")
+        .agg(pl.len().alias("_n"), pl.col("saving_us").sum().alias("_saving"), pl.col("_first").min())
+        .sort("step", "_saving", "_first", descending=[False, True, False], nulls_last=True)
+        .group_by("step", maintain_order=True)
+        .agg(
+            pl.when(pl.col("_n") > 1)
+            .then(pl.format("{} (×{})", "_named", "_n"))
+            .otherwise(pl.col("_named"))
+            .head(RUNS_NAMED)
+            .alias("named")
+        )
+    )
+
+
 def load_cached(path: Path, roles: Roles | None = None) -> tuple[KinetoTrace, bool]:
     """The rank's `KinetoTrace` (its parse through the Parquet cache) and whether the cache served the parse."""
     from profan.sources.cache import cached_parse
@@ -317,6 +398,7 @@ def load_rank_trace(rd, kt: KinetoTrace, hit: bool, dev: pl.DataFrame, pack) -> 
     rd.kernel_variant = "Kineto trace, CPU-only (top-level cpu_ops)" if kt.cpu_only else "Kineto trace (GPU)"
     rd.trace_steps, rd.step_blocks = device_split_blocks(dev, kt.steps, roles)
     rd.trace_comm = kt.collectives
+    rd.fusible = elementwise_runs(dev, pack.check("unfused-elementwise"))
     rd.count(
         "kineto_trace",
         kt.events_read,
