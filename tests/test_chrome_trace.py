@@ -197,7 +197,7 @@ def test_cache_serves_the_same_table_and_follows_the_file(tmp_path, monkeypatch)
 def test_chunked_split_is_exact(monkeypatch, tmp_path):
     """Tiny chunks on a real trace, plus '},{' inside names and nested args: the rows do not change."""
     whole = parse(DLRM0).events
-    monkeypatch.setattr("profan.sources.chrome_trace.CHUNK_BYTES", 4096)
+    monkeypatch.setattr("profan.sources.trace_json.CHUNK_BYTES", 4096)
     assert parse(DLRM0).events.equals(whole)
     events = raw_events(DLRM0)[:300]
     for e in events[::7]:
@@ -226,15 +226,15 @@ def test_events_array_found_among_decoys(tmp_path):
 
 @pytest.mark.parametrize("path", [DLRM0, TRACE_VIEW], ids=lambda p: p.parent.name)
 def test_a_mapped_file_reads_as_a_read_one(monkeypatch, path, tmp_path):
-    """A big file is mapped (`chrome_trace.MAP_FROM`) and its raw line breaks flattened piece by piece: the same
+    """A big file is mapped (`trace_json.MAP_FROM`) and its raw line breaks flattened piece by piece: the same
     table as reading it into a flattened buffer, also for pretty-printed JSON and tiny chunks (pages handed back
     as they go)."""
     read = parse(path)
     pretty = tmp_path / "pretty.json"
     pretty.write_text(json.dumps(raw_events(path)[:400], indent=2).replace("\n", "\r\n"))
     read_pretty = parse(pretty)
-    monkeypatch.setattr("profan.sources.chrome_trace.MAP_FROM", 0)
-    monkeypatch.setattr("profan.sources.chrome_trace.CHUNK_BYTES", 1 << 14)
+    monkeypatch.setattr("profan.sources.trace_json.MAP_FROM", 0)
+    monkeypatch.setattr("profan.sources.trace_json.CHUNK_BYTES", 1 << 14)
     for whole, file in ((read, path), (read_pretty, pretty)):
         mapped = parse(file)
         assert mapped.events.equals(whole.events) and mapped.details.equals(whole.details)

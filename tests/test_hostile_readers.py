@@ -20,7 +20,7 @@ from conftest import FIXTURES, QWEN3, analysed, assert_one_line_error, fnum, one
 import profan
 from profan.model.errors import ProfanInputError
 from profan.rulepack import limits
-from profan.sources import ascend_comm, ascend_matrix, chrome_trace
+from profan.sources import ascend_comm, ascend_matrix, trace_json
 
 KD = "ASCEND_PROFILER_OUTPUT/kernel_details.csv"
 COMM = "ASCEND_PROFILER_OUTPUT/communication.json"
@@ -118,7 +118,7 @@ def _peak_reading(path) -> tuple[str, int]:
     tracemalloc.start()
     try:
         with pytest.raises(ProfanInputError) as err:
-            chrome_trace.read_bytes(path)
+            trace_json.read_bytes(path)
         return err.value.problem, tracemalloc.get_traced_memory()[1]
     finally:
         tracemalloc.stop()

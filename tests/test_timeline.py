@@ -21,7 +21,7 @@ from test_browser import ARTIFACTS, Page, _html, browser  # noqa: F401  (browser
 
 import profan
 from profan import figures
-from profan.figures import step_timeline
+from profan.figures import timeline_layout
 from profan.ranks import rankmap
 from profan.render.html import build_html
 from profan.sources import intervals
@@ -529,7 +529,7 @@ def test_dlrm_last_arrivals_agree_with_collective_arrivals(dlrm):
         ends.setdefault(round(start + length, 6), set()).add(last)
     assert all(len(v) == 1 for v in ends.values())
     assert sorted({next(iter(v)) for v in ends.values()}) == sorted(set(arrivals["last_rank"].to_list()))
-    rows = step_timeline._comm_rows(dlrm, 10, step_timeline._step_windows(dlrm, 10))
+    rows = timeline_layout._comm_rows(dlrm, 10, timeline_layout._step_windows(dlrm, 10))
     last = rows.group_by("seq").agg(pl.col("rank").sort_by("start_us").last()).sort("seq")
     assert last["rank"].to_list() == arrivals["last_rank"].to_list() == [7, 7, 7, 7, 7, 5, 5, 4]
     rest = _bars(fig)["Collective"]

@@ -439,7 +439,7 @@ def _late_peers(job: Job, claims: Claims, steps_us: dict[int, float]) -> list[Ca
     values = {
         "ranks": fmt_ranks(sorted(waits)),
         "n_ranks": len(waits),
-        "wait": _span([w for w in per_step.values()], "{:,.1f}") + " ms",
+        "wait": _span(list(per_step.values()), "{:,.1f}") + " ms",
         "min_wait_ms": min(per_step.values()),
         "ops": "; ".join(worst.metrics.get("largest") or []),
         "outside": fmt_ranks(outside),
@@ -581,8 +581,7 @@ def _device(job: Job) -> str:
 
 def _unfused_attention(job: Job, claims: Claims, steps_us: dict[int, float]) -> list[Cause]:
     """Attention run as separate matmul, softmax and matmul kernels, that no other cause explains: a fused kernel
-    saves at least the softmax kernels' time of the rank that has least of it, when every rank runs it so (the
-    ranks synchronise: the step shortens only as much as its slowest rank)."""
+    saves at least the softmax kernels' time of the rank that has least of it."""
     check = "unfused-attention"
     found = claims.unclaimed(check)
     if not found:
@@ -591,26 +590,15 @@ def _unfused_attention(job: Job, claims: Claims, steps_us: dict[int, float]) -> 
     for f in found:
         for r in f.ranks:
             per_rank.setdefault(r, []).append(float(f.metrics["softmax_us"]))
-    least = min(statistics.fmean(v) for v in per_rank.values())
-    others = sorted({r.rank for r in job.ranks if r.groups is not None} - set(per_rank))
     worst = max(found, key=lambda f: float(f.metrics["softmax_us"]))
-    values = {
-        "ranks": fmt_ranks(sorted(per_rank)),
-        "others": fmt_ranks(others),
-        "softmax_ms": least / 1000,
-        "other_ms": float(worst.metrics["other_us"]) / 1000,
-        "kernels": "; ".join(worst.metrics["largest"]),
-    }
-    claims.own(found)
-    case = "partial" if others else None
-    impact = None if others else least
-    return [make_cause(job, check, values, sources=found, explained=[], impact_us=impact, steps_us=steps_us, case=case)]
+    values = {"other_ms": float(worst.metrics["other_us"]) / 1000, "kernels": "; ".join(worst.metrics["largest"])}
+    saving = {r: statistics.fmean(v) for r, v in per_rank.items()}
+    return _kernel_change(job, claims, steps_us, check, found, saving, "softmax_ms", values, lambda r: r.groups)
 
 
 def _unfused_elementwise(job: Job, claims: Claims, steps_us: dict[int, float]) -> list[Cause]:
     """Chains of elementwise kernels run one op at a time, that no other cause explains: fusing them saves at least
-    the least affected rank's saving per step, when every rank runs them so (the step shortens only as much as its
-    slowest rank)."""
+    the least affected rank's saving per step."""
     check = "unfused-elementwise"
     found = claims.unclaimed(check)
     if not found:
@@ -618,24 +606,40 @@ def _unfused_elementwise(job: Job, claims: Claims, steps_us: dict[int, float]) -
     # per step of the job: a saving in some steps only is spread over the job's steps; one outside any step
     # shortens no step (it counts only for a capture without steps)
     in_steps = [f for f in found if f.step in steps_us] if steps_us else found
-    per_rank: dict[int, list[float]] = {}
+    per_rank: dict[int, float] = {}
     for f in in_steps or found:
         for r in f.ranks:
-            per_rank.setdefault(r, []).append(float(f.metrics["saving_us"]))
-    least = min(sum(v) / max(len(steps_us), 1) for v in per_rank.values())
-    others = sorted({r.rank for r in job.ranks if r.fusible is not None} - set(per_rank))
+            per_rank[r] = per_rank.get(r, 0.0) + float(f.metrics["saving_us"])
     worst = max(found, key=lambda f: float(f.metrics["saving_us"]))
     values = {
-        "ranks": fmt_ranks(sorted(per_rank)),
-        "others": fmt_ranks(others),
-        "saving_ms": least / 1000,
         "runs": int(worst.metrics["runs"]),
         "kernels": int(worst.metrics["kernels"]),
         "runs_named": "; ".join(worst.metrics["largest"]),
     }
+    saving = {r: total / max(len(steps_us), 1) for r, total in per_rank.items()}
+    return _kernel_change(job, claims, steps_us, check, found, saving, "saving_ms", values, lambda r: r.fusible)
+
+
+def _kernel_change(
+    job: Job,
+    claims: Claims,
+    steps_us: dict[int, float],
+    check: str,
+    found: list[Finding],
+    saving_us: dict[int, float],
+    saving_name: str,
+    values: dict[str, Any],
+    measured: Callable[[Any], object],
+) -> list[Cause]:
+    """The cause of a change to some kernels (fusing them) that saves ``saving_us`` per step on each rank the
+    findings name: the least of those savings, filled in as ``saving_name`` (ms), when every rank the check could
+    measure (``measured`` of its RankData is not None) has them — the ranks synchronise, so the step shortens only
+    as much as its slowest rank; otherwise no estimate (the ``partial`` case names the ranks without them)."""
+    others = sorted({r.rank for r in job.ranks if measured(r) is not None} - set(saving_us))
+    least = min(saving_us.values())
+    values = {**values, "ranks": fmt_ranks(sorted(saving_us)), "others": fmt_ranks(others), saving_name: least / 1000}
     claims.own(found)
-    case = "partial" if others else None
-    impact = None if others else least
+    case, impact = ("partial", None) if others else (None, least)
     return [make_cause(job, check, values, sources=found, explained=[], impact_us=impact, steps_us=steps_us, case=case)]
 
 

@@ -12,11 +12,12 @@ characters are shown as visible escapes (``textfmt.visible``), as everywhere els
 >>> report = profan.analyze("fixtures/ascend/msinsight-qwen3-4rank-2025q4")
 >>> profan.figures.timeline(report).show()
 
-The figures live in five modules: `profan.figures.style` (colours, layout, escaping), `profan.figures.charts`
+The figures live in six modules: `profan.figures.style` (colours, layout, escaping), `profan.figures.charts`
 (the bar charts, heatmap and scatter), `profan.figures.rank_heatmap` (the per-rank charts of a job of many ranks:
 a heatmap column per rank instead of a bar per rank and step), `profan.figures.memory` (allocated and reserved
-memory over time) and `profan.figures.step_timeline` (the timeline). A new figure is a function of a Report and
-one entry in `FIGURES`.
+memory over time), `profan.figures.timeline_layout` (one step's timeline laid out) and
+`profan.figures.step_timeline` (the timeline drawn). A new figure is a function of a Report and one entry in
+`FIGURES`.
 """
 
 from __future__ import annotations
@@ -27,8 +28,9 @@ import plotly.graph_objects as go
 
 from profan.figures.charts import bandwidth, boundness, breakdown, compare_buckets, rank_comparison
 from profan.figures.memory import memory
-from profan.figures.step_timeline import CAUSE_LANES, TIMELINE_RANKS, timeline
+from profan.figures.step_timeline import timeline
 from profan.figures.style import HIGHLIGHT, highlighted_ranks, step_table
+from profan.figures.timeline_layout import CAUSE_LANES, TIMELINE_RANKS
 from profan.model.report import Report
 
 __all__ = [

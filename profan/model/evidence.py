@@ -198,7 +198,7 @@ def _escape_token(part: str | int) -> str:
 def load_json_document(path: Path) -> Any:
     """A cited JSON file, whole. A ``.gz`` inflates under the same bounds as the trace reader's (a report may
     cite a file that turned into a decompression bomb of the recorded size)."""
-    from profan.sources.chrome_trace import read_bytes
+    from profan.sources.trace_json import read_bytes
 
     return json.loads(read_bytes(path))
 

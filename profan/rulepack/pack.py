@@ -21,6 +21,9 @@ from profan.rulepack.paths import rules_dir
 from profan.rulepack.roles import Roles
 from profan.rulepack.roles import defaults as default_roles
 
+# the texts of a [check.cause] a case may have its own of, ``<case>_<text>`` (`profan.diagnosis.causes.make_cause`)
+CASE_TEXTS = ("_title", "_assumption", "_action", "_verify")
+
 
 @dataclass(frozen=True)
 class BucketRule:
@@ -234,7 +237,7 @@ def _check_overrides(user: Check, builtin: dict[str, Any]) -> None:
                 f"check {user.id}: {key} must be a {type(want).__name__} like {want!r}, not {str(value)[:40]!r}",
             )
         if key == "cause":
-            unknown = sorted(k for k in value if k not in want and not k.endswith("_action"))
+            unknown = sorted(k for k in value if k not in want and not k.endswith(CASE_TEXTS))
             if unknown:
                 raise ProfanInputError(
                     user.source, f"check {user.id}: [check.cause] has no {unknown[0]!r}; it has {', '.join(want)}"

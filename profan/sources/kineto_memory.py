@@ -5,7 +5,7 @@ the rule pack's ``memory-peak`` check says (``event_name``), with args ``Addr``,
 ``Total Allocated``, ``Total Reserved`` (bytes, running totals of the device's allocator after the event),
 ``Device Type`` (c10 device type: 0 CPU, 1 CUDA, …) and ``Device Id`` (format reference kineto-traces.md §3).
 
-Why a pass of its own over the trace's chunks (`chrome_trace.event_chunks`, the same bounded chunking): the main
+Why a pass of its own over the trace's chunks (`trace_json.event_chunks`, the same bounded chunking): the main
 parse keeps complete and metadata events only, and every field it declares costs every event parse time. Here each
 chunk's elements are split on their line breaks into one Arrow binary column, a byte search keeps the memory
 events and the CPU op / annotation spans (what names the op around an allocation and the step and phase of the
@@ -24,7 +24,8 @@ import pyarrow as pa
 import pyarrow.json as pa_json
 
 from profan.model.errors import TOO_DEEP, ProfanInputError
-from profan.sources.chrome_trace import _utf8_text, event_chunks, read_bytes, split_events
+from profan.sources.chrome_trace import _utf8_text
+from profan.sources.trace_json import event_chunks, read_bytes, split_events
 
 MEMORY_ARGS = {
     "Addr": "addr",

@@ -13,6 +13,7 @@ from pathlib import Path
 
 import polars as pl
 
+from profan.model.evidence import MAX_CITED
 from profan.rulepack import limits
 from profan.rulepack.classify import MATCH_FIELDS, NEIGHBORS, classify, uses_neighbors, with_neighbors
 from profan.rulepack.roles import Roles
@@ -291,7 +292,9 @@ def elementwise_runs(dev: pl.DataFrame, chk) -> pl.DataFrame:
     per run would save (each run's time beyond its longest kernel), ``named`` the largest runs in words and
     ``events`` their kernels' event indexes, longest first (the evidence). Decided in the map, where the events
     are in order; the reduce gets a row per step."""
-    elementwise = pl.col("name").str.contains(chk["elementwise_kernel"]) & (pl.col("bucket") != "communication")
+    elementwise = pl.col("name").str.contains(chk["elementwise_kernel"]) & (
+        pl.col("bucket") != "communication"
+    ).fill_null(True)
     words = [pl.col(c).fill_null("") if c in dev.columns else pl.lit("").alias(c) for c in ("module", "context")]
     lane = pl.col("stream") if "stream" in dev.columns else pl.col("tid")  # a CPU-only trace's ops: their thread
     d = dev.select(
@@ -330,7 +333,8 @@ def elementwise_runs(dev: pl.DataFrame, chk) -> pl.DataFrame:
         ),
     )
     # the largest runs' kernels, longest first (as every kernel citation lists its rows)
-    longest_first = pl.col("_durs").list.eval(pl.element().arg_sort(descending=True))
+    # (an evidence item lists MAX_CITED: a run of a million kernels ships no more than that to the reduce)
+    longest_first = pl.col("_durs").list.eval(pl.element().arg_sort(descending=True).head(MAX_CITED))
     per_step = per_step.select(
         pl.exclude("event_idx", "_durs"), pl.col("event_idx").list.gather(longest_first).alias("events")
     )
