@@ -4,7 +4,7 @@ are counted and reported, not dropped silently."""
 from __future__ import annotations
 
 import pytest
-from conftest import QWEN3, assert_one_line_error, one_rank, run_cli
+from conftest import QWEN3, TORCH, assert_one_line_error, one_rank, run_cli
 
 import profan
 
@@ -90,6 +90,26 @@ def test_invalid_user_rules(tmp_path):
     assert_one_line_error(
         run_cli("analyze", str(QWEN3), "--rules", str(rules), "-q"), "mine.toml", "rule X1: invalid regular expression"
     )
+
+
+@pytest.mark.parametrize(
+    ("setting", "said"),
+    [
+        (
+            'id = "unfused-elementwise"\nelementwise_kernel = "(unclosed"',
+            "check unfused-elementwise: elementwise_kernel",
+        ),
+        ('id = "unfused-attention"\nscore_kernel = "(unclosed"', "check unfused-attention: score_kernel"),
+        ('id = "memory-peak"\nphases = { optimizer = "(unclosed" }', "check memory-peak: phases.optimizer"),
+    ],
+)
+def test_invalid_pattern_in_a_check_setting(tmp_path, setting, said):
+    """A check's pattern settings are refused at load, naming the file and the setting (they used to surface as an
+    internal error from deep inside the analysis that first used them)."""
+    rules = tmp_path / "mine.toml"
+    rules.write_text(f"[[check]]\n{setting}\n")
+    res = run_cli("analyze", str(TORCH / "qwen1.5-0.5b_h100_1rank"), "--rules", str(rules), "-q")
+    assert_one_line_error(res, "mine.toml", f"{said}: invalid regular expression '(unclosed'")
 
 
 def test_bandwidth_info_of_another_json_type_is_no_crash(tmp_path):

@@ -23,6 +23,8 @@ from profan.rulepack.roles import defaults as default_roles
 
 # the texts of a [check.cause] a case may have its own of, ``<case>_<text>`` (`profan.diagnosis.causes.make_cause`)
 CASE_TEXTS = ("_title", "_assumption", "_action", "_verify")
+# check settings that hold regular expressions: a name ending so, or a table of them by that name
+PATTERN_SETTINGS = ("_kernel", "phases")
 
 
 @dataclass(frozen=True)
@@ -105,12 +107,13 @@ class RulePack:
         return next((r for r in self.rules if r.id == ident), None)
 
 
-def _validate_regex(path: Path, rule_id: str, pattern: str) -> None:
+def _validate_regex(path: Path | str, what: str, pattern: str) -> None:
+    """``what`` (``rule ID``, ``check ID: setting``) holds a regular expression polars can compile."""
     try:
         pl.Series([""]).str.contains(pattern)
     except Exception as exc:  # polars raises ComputeError with the regex parser's message
         raise ProfanInputError(
-            path, f"rule {rule_id}: invalid regular expression {pattern!r}: {str(exc).splitlines()[0]}"
+            path, f"{what}: invalid regular expression {pattern!r}: {str(exc).splitlines()[0]}"
         ) from None
 
 
@@ -150,7 +153,7 @@ def _read_rules(path: Path, doc: dict[str, Any], seen: set[str]) -> tuple[list[B
                 path, f"rule {rid}: unknown match field(s) {', '.join(bad)} (use {', '.join(MATCH_FIELDS)})"
             )
         for pattern in r["match"].values():
-            _validate_regex(path, rid, str(pattern))
+            _validate_regex(path, f"rule {rid}", str(pattern))
         seen.add(rid)
         rules.append(
             BucketRule(
@@ -213,6 +216,7 @@ def load(extra: list[Path] | None = None) -> RulePack:
     pack.files.append("rules/checks.toml")
     pack.rules = user_rules + builtin
     _check_rule_ids(pack)
+    _check_patterns(pack)
     return pack
 
 
@@ -271,6 +275,17 @@ def _check_supersedes(pack: RulePack) -> None:
                 c.source,
                 f"check {c.id}: supersedes must list check ids, not {str(wrong or c.params['supersedes'])[:60]}",
             )
+
+
+def _check_patterns(pack: RulePack) -> None:
+    """A check's `PATTERN_SETTINGS` hold regular expressions (``score_kernel``, ``phases``' values): one a rules
+    file got wrong is refused in one line naming it, not met deep inside an analysis."""
+    for c in pack.checks.values():
+        for key, value in c.params.items():
+            if key.endswith(PATTERN_SETTINGS):
+                for name, pattern in value.items() if isinstance(value, dict) else [(None, value)]:
+                    where = f"{key}.{name}" if name is not None else key
+                    _validate_regex(c.source, f"check {c.id}: {where}", str(pattern))
 
 
 def _check_rule_ids(pack: RulePack) -> None:
