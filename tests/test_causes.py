@@ -7,6 +7,7 @@ or link, and the headline stays short however many ranks the job has)."""
 from __future__ import annotations
 
 import csv
+import gzip
 import json
 import statistics
 
@@ -390,3 +391,36 @@ def test_with_stages_unjudged_the_ranks_that_do_not_wait_are_named_late(tmp_path
     c = _late_peer_cause(report)
     assert c.ranks == (3,) and "Rank(s) 0–2 wait in their collectives for rank(s) 3" in c.title
     assert "--ranks 0,3" in c.action
+
+
+def test_idle_split_of_a_capture_without_steps_is_said_by_the_cause():
+    """The vLLM MoE decode capture has no ProfilerStep: its idle time is judged over the whole trace, and the cause
+    says how much of it the device waited for the host (each gap's part before the next event's launch call,
+    recomputed here over the whole trace) — as it does for a stepped trace."""
+    from profan.rulepack.roles import defaults as roles
+
+    moe = TORCH / "moe_b200_rank0"
+    report = analysed(moe)
+    row = report.tables["trace_steps"].filter(rank=0, scope="trace").row(0, named=True)
+    events = json.loads(gzip.decompress((moe / row["file"]).read_bytes()))["traceEvents"]
+    launch = {
+        e["args"]["correlation"]: e["ts"]
+        for e in events
+        if e.get("cat") in roles().kineto_runtime_cats and "correlation" in e.get("args", {})
+    }
+    device = sorted(
+        (e["ts"], e["ts"] + e["dur"], launch.get(e["args"].get("correlation")))
+        for e in events
+        if e.get("cat") in roles().kineto_device_cats and e.get("ph") == "X"
+    )
+    host, reach = 0.0, device[0][1]
+    for start, end, launched in device[1:]:
+        if start > reach and launched is not None:
+            host += min(max(launched - reach, 0.0), start - reach)
+        reach = max(reach, end)
+    assert row["idle_host_us"] == pytest.approx(host, abs=0.01) and 60_000 < host < 65_000
+    idle_cause = next(c for c in report.causes if c.check == "device-idle")
+    assert idle_cause.impact_us is None
+    assert f"{host / 1000:,.1f} ms per rank in the traced span (no steps) the device waited for the host" in (
+        idle_cause.assumption
+    )

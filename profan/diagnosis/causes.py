@@ -513,7 +513,7 @@ def _idle(job: Job, claims: Claims, steps_us: dict[int, float], cost: pl.DataFra
     shares = [float(f.metrics["share"]) for f in found]
     free = [float(f.metrics["free_us"]) for f in found]
     steps = sorted({s for f in found for s in f.steps})
-    host = cost.filter(pl.col("step").is_in(steps)) if not cost.is_empty() and steps else pl.DataFrame()
+    host = _host_waits(job, cost, steps, {r for f in found for r in f.ranks})
     measured = not host.is_empty() and host["idle_host_us"].null_count() == 0
     floor_us = (
         float(host.group_by("step").agg(pl.col("idle_host_us").min())["idle_host_us"].mean()) if measured else None
@@ -549,6 +549,19 @@ def _idle(job: Job, claims: Claims, steps_us: dict[int, float], cost: pl.DataFra
             action_case="graph" if values["graph_events"] else None,
         )
     ]
+
+
+def _host_waits(job: Job, cost: pl.DataFrame, steps: list[int], ranks: set[int]) -> pl.DataFrame:
+    """The idle time the device waited for the host (``step, idle_host_us``): per rank and step from the step cost,
+    or, for a capture without steps, over each rank's whole trace (trace_steps' ``trace`` rows)."""
+    if steps:
+        return cost.filter(pl.col("step").is_in(steps)) if not cost.is_empty() else pl.DataFrame()
+    traced = job.tables.get("trace_steps")
+    if traced is None or traced.is_empty() or "idle_host_us" not in traced.columns:
+        return pl.DataFrame()
+    return traced.filter((pl.col("scope") == "trace") & pl.col("rank").is_in(list(ranks))).select(
+        "step", "idle_host_us"
+    )
 
 
 def _graph_events(job: Job, ranks: set[int]) -> int:
