@@ -56,9 +56,9 @@ def analyze(
     """Analyse a profiler output directory (or one kernel file) into a Report.
 
     ``hardware``: a TOML file of link-bandwidth priors (or a loaded Hardware) on top of ``rules/hardware``.
-    ``jobs``: processes reading ranks: 1 sequential, N processes, 0 one per core for 4+ ranks of 32+ MB; None takes
-    ``PROFAN_JOBS`` from the environment, else 1; or an executor (`profan.ranks.ray_tasks.RayTasks`) to map the
-    ranks on.
+    ``jobs``: processes reading ranks: 1 sequential, N processes, 0 one per core for 4+ ranks of 32+ MB (else
+    this process's threads); None takes ``PROFAN_JOBS`` from the environment, else 1; or an executor
+    (`profan.ranks.ray_tasks.RayTasks`) to map the ranks on.
     """
     t0 = time.perf_counter()
     say = progress or (lambda _msg: None)

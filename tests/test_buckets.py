@@ -6,6 +6,7 @@ forward op, place in the layer) — eager attention is attention, convolutions a
 from __future__ import annotations
 
 import csv
+import dataclasses
 import functools
 import gzip
 import json
@@ -17,7 +18,7 @@ import pytest
 import tomllib
 from conftest import FIXTURES, ROOT
 
-from profan.rulepack.classify import MATCH_FIELDS, classify
+from profan.rulepack.classify import MATCH_FIELDS, classify, classify_distinct
 from profan.rulepack.pack import load
 from profan.sources import kineto, kineto_rank
 from profan.sources.kineto_context import module_paths
@@ -72,6 +73,29 @@ def test_a_context_field_a_table_lacks_matches_nothing(pack):
     frame = pl.DataFrame({"op": ["MatMulV3"], "name": ["MatMulV3"], "type": ["MatMulV3"], "core": ["AI_CORE"]})
     got = classify(frame, pack.rules_for("gpu")).row(0, named=True)
     assert got["rule_id"] == "GPU-GEMM-001" and got["decided_by"] is None
+
+
+def test_verdicts_remembered_across_ranks_are_those_of_a_fresh_classification(pack):
+    """`classify_distinct` remembers the verdicts of the kernels it has seen (a job's ranks share most of them):
+    every rank of the real DLRM job gets, row for row, what classifying its events afresh gives, whatever was
+    classified before it; and a rule list that differs is never answered from another's verdicts."""
+    from profan.rulepack import classify as classifying
+
+    classifying._verdicts.clear()
+    rules = pack.rules_for("gpu")
+    ranks = [kineto.load(p).device for p in sorted((FIXTURES / "torch" / "dlrm_v100_8rank").glob("*.json"))]
+    assert len(ranks) == 8
+    for dev in ranks:  # rank 0 fills the memo, the others mostly read it
+        assert classify_distinct(dev, rules).equals(classify(dev, rules), null_equal=True)
+    (remembered,) = classifying._verdicts.values()
+    fresh = pl.concat([r.select(remembered.columns[:-3]) for r in ranks]).unique()
+    assert remembered.height == fresh.height  # each distinct kernel of the job classified once
+    # the same kernels under a pack where GEMMs are "other": a verdict of its own
+    other = [dataclasses.replace(r, bucket="other") if r.bucket == "gemm" else r for r in rules]
+    got = classify_distinct(ranks[0], other)
+    assert set(got.filter(pl.col("rule_id") == "GPU-GEMM-001")["bucket"]) == {"other"}
+    assert set(classify_distinct(ranks[0], rules).filter(pl.col("rule_id") == "GPU-GEMM-001")["bucket"]) == {"gemm"}
+    assert len(classifying._verdicts) == 2
 
 
 # ------------------------------------------------------------------------------------- the raw traces, read here

@@ -225,3 +225,80 @@ def test_a_ranks_link_rows_carry_only_their_own_text(tmp_path):
         links = r.comm_links
         assert links.height > 0 and links["pointers"].list.len().min() >= 1
         assert len(pickle.dumps(links)) < 2 * links.estimated_size() + 8192, r.rank
+
+
+def _same_rank(a, b) -> list[str]:
+    """The fields in which two reads of one rank differ (frames compared row by row, in order)."""
+    import dataclasses
+
+    differ = []
+    for f in dataclasses.fields(a):
+        x, y = getattr(a, f.name), getattr(b, f.name)
+        if f.name == "info":  # but whether the parse cache served it: the first read fills the cache
+            x, y = ({k: v for k, v in d.items() if k != "cache"} for d in (x, y))
+        if f.name == "windows" and x is not None and y is not None:  # a set: its order varies in one thread too
+            x, y = x.sort(x.columns), y.sort(y.columns)
+        if x is None or y is None:
+            same = x is y
+        elif isinstance(x, pl.DataFrame):
+            same = x.equals(y, null_equal=True)
+        elif isinstance(x, dict) and any(isinstance(v, pl.DataFrame) for v in x.values()):
+            same = x.keys() == y.keys() and all(x[k].equals(y[k], null_equal=True) for k in x)
+        else:
+            same = x == y
+        if not same:
+            differ.append(f.name)
+    return differ
+
+
+@pytest.mark.parametrize(
+    "sample", ["ascend/msinsight-qwen3-4rank-2025q4", "torch/dlrm_v100_8rank", "torch/memory_gloo_2rank"]
+)
+def test_ranks_read_over_threads_are_the_ranks_read_one_after_the_other(sample):
+    """This process reads a batch's ranks over its cores as threads: each rank's every table, in order, is what
+    one thread reads (the real samples: Ascend with its batch-wide collectives, Kineto, memory)."""
+    from profan.ranks.rankmap import read_ranks
+
+    disc = discover(FIXTURES / sample)
+    pack = load()
+    one = read_ranks(disc.ranks, disc.root, pack, threads=1)
+    two = read_ranks(disc.ranks, disc.root, pack, threads=2)
+    assert len(one) == len(two) == len(disc.ranks) > 1
+    assert [r.rank for r in two] == [r.rank for r in one]
+    assert [(r.rank, _same_rank(a, r)) for a, r in zip(one, two, strict=True)] == [(r.rank, []) for r in one]
+    assert sum(r.groups.height for r in two if r.groups is not None) > 0
+
+
+def test_threads_report_the_first_bad_rank_in_order(tmp_path):
+    """Two bad ranks read by two threads at once: the error kept is the first one in order, as one thread
+    reading them one after the other reports it."""
+    from profan.ranks.rankmap import read_ranks
+
+    generate(tmp_path / "c", ranks=4, layers=1, steps=1, seed=2, trace=False)
+    for r in (1, 2):
+        bad = next((tmp_path / "c").glob(f"*4100{r}*")) / "ASCEND_PROFILER_OUTPUT" / "kernel_details.csv"
+        bad.write_text(bad.read_text().splitlines()[0] + "\n")  # header only
+    disc = discover(tmp_path / "c")
+    got = read_ranks(disc.ranks, disc.root, load(), threads=2)
+    errors = [(i, g.path) for i, g in enumerate(got) if isinstance(g, ProfanInputError)]
+    assert [i for i, _ in errors] == [1, 2] and "41001" in errors[0][1]
+    with pytest.raises(ProfanInputError, match="no data rows") as first:
+        load_ranks(disc.ranks, disc.root, load(), jobs=1)
+    assert "41001" in first.value.path
+
+
+@pytest.mark.parametrize(("jobs", "threads"), [(0, 2), (1, 1), (None, 1)])
+def test_only_the_automatic_choice_reads_a_small_job_over_threads(monkeypatch, jobs, threads):
+    """``-j 0`` (the command line's default) reads a job too small for processes (DLRM: 8 ranks, 7.4 MB) over this
+    process's cores as threads; ``-j 1`` and a library call that asks for nothing stay on one thread."""
+    from profan.ranks import rankmap
+
+    monkeypatch.delenv("PROFAN_JOBS", raising=False)
+    monkeypatch.setattr(rankmap, "_cores", lambda: 2)
+    asked = []
+    read = rankmap.read_ranks
+    monkeypatch.setattr(rankmap, "read_ranks", lambda *a, **kw: asked.append(kw["threads"]) or read(*a, **kw))
+    disc = discover(FIXTURES / "torch" / "dlrm_v100_8rank")
+    got = load_ranks(disc.ranks, disc.root, load(), jobs=jobs)
+    assert [r.rank for r in got] == list(range(8))
+    assert asked == [threads]

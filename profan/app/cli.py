@@ -204,8 +204,8 @@ def _output_format(fmt: str | None, out: Path | None, default: str, what: str) -
 
 
 def _cli_jobs(jobs: int | None) -> int | None:
-    """The command line reads big clusters in parallel by default (0: one process per core for 4 ranks or more
-    holding 32 MB or more).
+    """The command line reads ranks in parallel by default (0: one process per core for 4 ranks or more holding
+    32 MB or more, else this process's threads).
     The library keeps 1 unless asked: its spawned workers re-import the caller's main module, which the console
     script guards and an arbitrary user script may not."""
     if jobs is not None or os.environ.get("PROFAN_JOBS", "").strip():
@@ -218,7 +218,7 @@ Jobs = Annotated[
     typer.Option(
         "--jobs",
         "-j",
-        help="Processes reading ranks (1 = sequential, 0 = one per core for 4+ ranks of 32+ MB)  "
+        help="Processes reading ranks (1 = sequential, 0 = one per core for 4+ ranks of 32+ MB, else threads)  "
         "[default: PROFAN_JOBS, else 0]",
     ),
 ]

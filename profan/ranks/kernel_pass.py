@@ -20,7 +20,7 @@ import polars as pl
 
 from profan.model.errors import ProfanInputError
 from profan.rulepack import limits
-from profan.rulepack.classify import NEIGHBORS, classify, rule_fields, uses_neighbors, with_neighbors
+from profan.rulepack.classify import NEIGHBORS, classify_distinct, uses_neighbors, with_neighbors
 from profan.rulepack.pack import RulePack
 from profan.rulepack.roles import Roles
 from profan.rulepack.roles import defaults as default_roles
@@ -184,18 +184,6 @@ def _reduce_rows(
     return groups, int(counts["rows"][0]), int(counts["bad"][0])
 
 
-def _classify_distinct(groups: pl.DataFrame, rules: list) -> pl.DataFrame:
-    """`classify` on the distinct values of the fields the rules read, joined back: the same bucket and rule for
-    every group, with the regex chain run over a few hundred kernels instead of one row per (step, kernel)."""
-    fields = [f for f in rule_fields(rules) if f in groups.columns]  # a context column a file lacks matches nothing
-    if not fields or groups.is_empty():
-        return classify(groups, rules)
-    kinds = groups.select(fields).unique()
-    if kinds.height * 4 > groups.height:  # names nearly unique per group: a join would cost more than it saves
-        return classify(groups, rules)
-    return groups.join(classify(kinds, rules), on=fields, how="left", nulls_equal=True, maintain_order="left")
-
-
 def _with_neighbors(
     groups: pl.DataFrame,
     rows: pl.DataFrame | None,
@@ -218,8 +206,7 @@ def _with_neighbors(
         .with_columns(ascend_kernels.op_expr())
         .collect()
     )
-    fields = [f for f in rule_fields(rules) if f in r.columns]
-    r = r.join(classify(r.select(fields).unique(), rules), on=fields, how="left", nulls_equal=True)
+    r = classify_distinct(r, rules)
     anchors = default_roles().layer_anchor_buckets
     r = with_neighbors(r, ["start_us", "src_line"], [*by, "step"], anchors, "op")
     group_keys = [*by, *KEYS]
@@ -354,7 +341,7 @@ def _reduce_one(f: KernelRequest, rules: list, roles: Roles) -> KernelPass:
         timed = None if rows is None or not f.rows_in_time else ascend_kernels.timed_rows(kf, rows)
     # one order for the same input: a hash grouping's order varies from run to run, and with it the order of
     # every later float sum — enough to swap two kernels of equal time in a ranking
-    groups = _classify_distinct(groups, rules).sort(KEYS, nulls_last=True)
+    groups = classify_distinct(groups, rules).sort(KEYS, nulls_last=True)
     return KernelPass(
         groups, {"rows": counts["rows"], "skipped": counts["skipped"]}, kf.variant, kf.has_pipe_ratios, timed, blocks
     )
@@ -446,7 +433,7 @@ def reduce_table(
     exact = rows.height <= EXACT_ROWS  # as a kernel file: the largest rows per group when few, else streamed
     groups, counts, _ = _group_rows(rows.lazy(), None, pipes, exact, True, keyed=keyed)
     groups = _with_neighbors(groups, rows if exact else None, None, rules, keys=keyed[1])
-    groups = _classify_distinct(groups, rules).sort(KEYS, nulls_last=True)
+    groups = classify_distinct(groups, rules).sort(KEYS, nulls_last=True)
     t = None
     if timed:
         t = (
@@ -489,7 +476,7 @@ def _reduce_same_header_rows(kfs: list[ascend_kernels.KernelFile], rules: list, 
     if len(ok) < len(kfs):
         rows = rows.filter(pl.col("_f").is_in(ok))
     groups = _with_neighbors(groups, rows, kf, rules, by)
-    groups = _classify_distinct(groups, rules).sort(["_f", *KEYS], nulls_last=True)
+    groups = classify_distinct(groups, rules).sort(["_f", *KEYS], nulls_last=True)
     parts = groups.partition_by("_f", as_dict=True, include_key=False, maintain_order=True)
     empty = groups.clear().drop("_f")
     times: dict = {}

@@ -12,10 +12,12 @@ from __future__ import annotations
 
 import os
 from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
 from contextlib import closing
 from dataclasses import dataclass, field
 from functools import partial
 from pathlib import Path
+from typing import TypeVar
 
 import polars as pl
 
@@ -97,6 +99,8 @@ class RankData:
             self.warnings.append(f"{self.files[logical]}: {empty}")
 
 
+R = TypeVar("R")
+
 BATCH = 16  # ranks read as one batch at most: the steps that cost mostly per-query overhead run once for them
 
 
@@ -129,18 +133,22 @@ def load_ranks(
     say = say or (lambda _m: None)
     n = len(sources)
     sizes = [source_bytes(rs) for rs in sources]
+    threads = 1
     if isinstance(jobs, int | None):
-        jobs = resolve_jobs(jobs, n, sum(sizes))
+        asked = _asked_jobs(jobs)
+        jobs = resolve_jobs(asked, n, sum(sizes))
         ex, width = parallel.executor(jobs), jobs
         if jobs > 1:
             say(f"reading {n} ranks in {jobs} processes")
+        elif asked <= 0:  # automatic, and too small a job for processes: this process's cores, as threads
+            threads = _cores()
     else:
         ex, width = jobs, jobs.width
         say(f"reading {n} ranks, {width} at a time")
     # over processes, about four batches each: enough for them to share the ranks out as they go
     size = BATCH if width == 1 else max(1, min(BATCH, n // (4 * width)))
     batches = _batches(sources, sizes, size)
-    read = partial(read_batch, root=root, pack=pack, peers=n > 1)
+    read = partial(read_batch, root=root, pack=pack, peers=n > 1, threads=threads)
     out: list[RankData] = []
     done_bytes, total_bytes = 0, sum(sizes)
     say(RankProgress(f"reading {n} rank(s), {total_bytes / 1e6:,.1f} MB", 0, n, 0, total_bytes))
@@ -179,18 +187,25 @@ AUTO_MIN_BYTES = 32 << 20  # … holding at least this much to parse: below, a w
 
 def resolve_jobs(jobs: int | None, n_ranks: int, n_bytes: int = 0) -> int:
     """``jobs``: 1 = in this process, N = N processes, 0 = automatic: one per core for `AUTO_MIN_RANKS` ranks or
-    more holding `AUTO_MIN_BYTES` (``n_bytes``, `work_bytes`) or more (bench/README.md has the measurements).
+    more holding `AUTO_MIN_BYTES` (``n_bytes``, `work_bytes`) or more (bench/README.md has the measurements);
+    below that, one process (`load_ranks` then reads a batch's ranks over the cores as threads)
     ``None`` takes ``PROFAN_JOBS`` from the environment, else 1: spawned workers re-import the caller's main
     module, so a library call must not start processes unless asked (a script without a ``__main__`` guard
     would run its analysis again in every worker)."""
-    if jobs is None:
-        try:
-            jobs = int(os.environ.get("PROFAN_JOBS", "1"))
-        except ValueError:
-            jobs = 1
+    jobs = _asked_jobs(jobs)
     if jobs <= 0:
         jobs = _cores() if n_ranks >= AUTO_MIN_RANKS and n_bytes >= AUTO_MIN_BYTES else 1
     return max(1, min(jobs, n_ranks))
+
+
+def _asked_jobs(jobs: int | None) -> int:
+    """``jobs``, or for None ``PROFAN_JOBS`` from the environment, else 1."""
+    if jobs is not None:
+        return jobs
+    try:
+        return int(os.environ.get("PROFAN_JOBS", "1"))
+    except ValueError:
+        return 1
 
 
 def _cores() -> int:
@@ -226,7 +241,9 @@ class Failure:
     problem: str
 
 
-def read_batch(sources: list[RankSource], root: Path, pack: RulePack, peers: bool) -> list[RankData | Failure]:
+def read_batch(
+    sources: list[RankSource], root: Path, pack: RulePack, peers: bool, threads: int = 1
+) -> list[RankData | Failure]:
     """The executor's task: `read_ranks` of a batch, input errors as `Failure`, up to the first failing rank.
 
     Should the batch fail as a whole — a fault a step computed for the batch did not expect, in some rank — its
@@ -234,7 +251,7 @@ def read_batch(sources: list[RankSource], root: Path, pack: RulePack, peers: boo
     reported, as reading one rank after the other reports it."""
     limits.use(pack.limits)  # a spawned worker starts with the defaults
     try:
-        got = read_ranks(sources, root, pack, peers=peers)
+        got = read_ranks(sources, root, pack, peers=peers, threads=threads)
     except Exception:
         if len(sources) == 1:
             raise
@@ -255,7 +272,7 @@ def read_batch(sources: list[RankSource], root: Path, pack: RulePack, peers: boo
 
 
 def read_ranks(
-    sources: list[RankSource], root: Path, pack: RulePack, *, peers: bool = True
+    sources: list[RankSource], root: Path, pack: RulePack, *, peers: bool = True, threads: int = 1
 ) -> list[RankData | ProfanInputError]:
     """Read everything profan uses from each rank (one rank is a batch of one). A rank's input error is its
     entry in the list: the other ranks are still read, and the caller decides which error to report.
@@ -264,16 +281,26 @@ def read_ranks(
     (`reduce_kernel_files`), the link totals (`ascend_matrix.rank_link_totals`) and the Ascend collectives with
     their windows (`ascend_collectives`). ``peers``: other ranks are analysed with these. Only then are the
     collectives and their pre-collective windows read — they serve cross-rank alignment alone, and on a big
-    kernel file the windows cost a second pass."""
+    kernel file the windows cost a second pass.
+
+    ``threads``: the ranks' own reads at once. A small rank's read is hundreds of short polars queries, which
+    release the GIL while they run, so two threads keep two cores busy without a second process's start-up."""
     kernels = _kernel_passes(sources, pack, peers)
+
+    def one(i: int) -> tuple[RankData, _Later] | ProfanInputError:
+        try:
+            return _read_rank(sources[i], root, pack, peers, kernels[i])
+        except ProfanInputError as exc:
+            return exc
+
     out: list[RankData | ProfanInputError] = []
     later: dict[int, _Later] = {}
-    for i, rs in enumerate(sources):
-        try:
-            rd, later[i] = _read_rank(rs, root, pack, peers, kernels[i])
-            out.append(rd)
-        except ProfanInputError as exc:
-            out.append(exc)
+    for i, got in enumerate(_each(one, range(len(sources)), threads)):
+        if isinstance(got, ProfanInputError):
+            out.append(got)
+        else:
+            out.append(got[0])
+            later[i] = got[1]
     with_links = [i for i in later if later[i].links is not None]
     totals = ascend_matrix.rank_link_totals([(later[i].links, out[i].metadata) for i in with_links])
     for i, t in zip(with_links, totals, strict=True):
@@ -283,6 +310,14 @@ def read_ranks(
     for i, (colls, windows) in zip(due, found, strict=True):
         out[i].collectives, out[i].windows = colls, windows
     return out
+
+
+def _each(fn: Callable[[int], R], items: range, threads: int) -> list[R]:
+    """``fn`` of each item in order, over ``threads`` threads when there are several items."""
+    if threads <= 1 or len(items) <= 1:
+        return [fn(i) for i in items]
+    with ThreadPoolExecutor(min(threads, len(items))) as pool:
+        return list(pool.map(fn, items))
 
 
 def _kernel_passes(

@@ -86,6 +86,40 @@ def classify(frame: pl.DataFrame | pl.LazyFrame, rules: list[BucketRule]):
     )
 
 
+MEMO_ROWS = 20_000  # distinct kernels remembered per rule list: a job's kernels, not a file's renamed copies
+_verdicts: dict[tuple, pl.DataFrame] = {}
+
+
+def classify_distinct(frame: pl.DataFrame, rules: list[BucketRule]) -> pl.DataFrame:
+    """`classify` of ``frame``, decided once per distinct value of the fields the rules read (a verdict depends on
+    those alone) and joined back in the frame's order.
+
+    The verdicts are remembered in this process by rule list and fields: the ranks of one job share most of
+    their kernels, and a classification costs its rules' regexes, which polars compiles at every call (about
+    10 ms for 30 rules on 100 kernels), not its rows. Threads may read ranks at once: two that miss together
+    both classify, and either's verdicts are the same."""
+    fields = [f for f in rule_fields(rules) if f in frame.columns]  # a context column a frame lacks matches nothing
+    if not fields or frame.is_empty():
+        return classify(frame, rules)
+    kinds = frame.select(fields).unique()
+    if kinds.height > MEMO_ROWS:  # names made unique (suffixed per row or step): nothing to share
+        if kinds.height * 4 > frame.height:  # … nor to save by joining
+            return classify(frame, rules)
+        return frame.join(classify(kinds, rules), on=fields, how="left", nulls_equal=True, maintain_order="left")
+    key = (_rules_key(rules), *((f, str(frame.schema[f])) for f in fields))
+    known = _verdicts.get(key)
+    new = kinds if known is None else kinds.join(known, on=fields, how="anti", nulls_equal=True)
+    if not new.is_empty():
+        known = classify(new, rules) if known is None else pl.concat([known, classify(new, rules)])
+        if known.height <= MEMO_ROWS:
+            _verdicts[key] = known
+    return frame.join(known, on=fields, how="left", nulls_equal=True, maintain_order="left")
+
+
+def _rules_key(rules: list[BucketRule]) -> tuple:
+    return tuple((r.id, r.bucket, tuple(r.match.items())) for r in rules)
+
+
 def uses_neighbors(rules: list[BucketRule]) -> bool:
     return any(NEIGHBORS in r.match for r in rules)
 

@@ -15,7 +15,7 @@ import polars as pl
 
 from profan.model.evidence import MAX_CITED
 from profan.rulepack import limits
-from profan.rulepack.classify import MATCH_FIELDS, NEIGHBORS, classify, uses_neighbors, with_neighbors
+from profan.rulepack.classify import classify_distinct, uses_neighbors, with_neighbors
 from profan.rulepack.roles import Roles
 from profan.rulepack.roles import defaults as default_roles
 from profan.sources import intervals
@@ -31,18 +31,12 @@ def classify_events(dev: pl.DataFrame, rules: list, roles: Roles | None = None) 
     rules read. Where rules read ``neighbors`` (a kernel's place among the layer's anchor kernels on its stream,
     `classify.with_neighbors`), a second pass decides with it."""
     anchors = (roles or default_roles()).layer_anchor_buckets
-    keys = [c for c in MATCH_FIELDS if c in dev.columns and c != NEIGHBORS]
-    out = _classify_distinct(dev, keys, rules)
+    out = classify_distinct(dev, rules)
     if uses_neighbors(rules) and not out.is_empty():
         over = ["stream"] if "stream" in out.columns else []
         out = with_neighbors(out, ["ts_us", "event_idx"], over, anchors, "context")
-        out = _classify_distinct(out.drop("bucket", "rule_id", "decided_by"), [*keys, NEIGHBORS], rules)
+        out = classify_distinct(out.drop("bucket", "rule_id", "decided_by"), rules)
     return out
-
-
-def _classify_distinct(dev: pl.DataFrame, keys: list[str], rules: list) -> pl.DataFrame:
-    distinct = classify(dev.select(keys).unique(), rules)
-    return dev.join(distinct, on=keys, how="left", nulls_equal=True)
 
 
 def kernel_groups(dev: pl.DataFrame) -> pl.DataFrame:
