@@ -13,6 +13,9 @@ from conftest import TORCH, analysed
 
 import profan
 from profan.analyses.common import ms
+from profan.ranks.rankmap import read_ranks
+from profan.rulepack.pack import load
+from profan.sources.discover import discover
 
 TIMESFORMER = TORCH / "timesformer_h100_1rank"
 TRACE = TIMESFORMER / "facebook_timesformer-base-finetuned-k400__1016002.json.gz"
@@ -74,6 +77,31 @@ def test_a_fused_attention_kernel_means_no_finding(tmp_path):
     report = profan.analyze(tmp_path)
     assert not [f for f in report.findings if f.check == "unfused-attention"]
     assert report.breakdown.filter(report.breakdown["bucket"] == "attention")["time_us"].sum() > 0
+
+
+def test_a_kv_cache_write_beside_eager_attention_is_not_fused_attention(tmp_path):
+    """A serving engine writes its KV cache with a kernel of its own (vLLM's reshape_and_cache, SGLang's
+    store_kvcache) whether its attention is fused or eager: such a kernel is attention's time, but no sign that
+    the scores were fused. Step 6's first copy kernel of the real eager trace renamed to vLLM's: still unfused."""
+    doc = json.loads(gzip.decompress(TRACE.read_bytes()))
+    lo, hi = _step_window(doc["traceEvents"], 6)
+    (copy, *_) = [
+        e
+        for e in doc["traceEvents"]
+        if e.get("cat") == "kernel" and lo <= e["ts"] < hi and "copy" in e.get("name", "").lower()
+    ]
+    copy["name"] = (
+        "void vllm::reshape_and_cache_flash_kernel<__nv_bfloat16, __nv_bfloat16, (vllm::Fp8KVCacheDataType)0>"
+    )
+    (tmp_path / TRACE.name.removesuffix(".gz")).write_text(json.dumps(doc))
+    report = profan.analyze(tmp_path)
+    (f,) = [f for f in report.findings if f.check == "unfused-attention"]
+    assert (f.step, f.severity) == (6, "critical")
+    assert f.metrics["softmax_us"] == pytest.approx(68_781.297, abs=1e-2)
+    disc = discover(tmp_path)
+    (rank,) = read_ranks(disc.ranks, disc.root, load())
+    cache = rank.groups.filter(rank.groups["name"].str.contains("reshape_and_cache"))
+    assert cache.select("step", "bucket", "rule_id", "count").rows() == [(6, "attention", "GPU-ATTN-008", 1)]
 
 
 @pytest.mark.parametrize("sample", ["qwen1.5-0.5b_h100_1rank", "moe_b200_rank0", "dlrm_v100_8rank"])
