@@ -393,6 +393,25 @@ def test_with_stages_unjudged_the_ranks_that_do_not_wait_are_named_late(tmp_path
     assert "--ranks 0,3" in c.action
 
 
+def test_when_every_peer_waits_too_the_cause_says_the_late_one_changes(tmp_path):
+    """The whole Qwen3 job, stages unjudged and shorter waits counted (a team's rules file): rank 3 now waits too,
+    so every member of the groups is captured and waiting — the ranks wait for one another, and the action is
+    about the late rank changing from collective to collective, not about capturing more ranks."""
+    rules = tmp_path / "rules.toml"
+    rules.write_text(
+        '[[check]]\nid = "pipeline-stage-imbalance"\nwarning_ratio = 100.0\ncritical_ratio = 200.0\n\n'
+        '[[check]]\nid = "comm-wait-dominated"\nwait_ratio = 0.2\nmin_elapse_ms = 0.1\n'
+    )
+    report = profan.analyze(QWEN3, rules=[rules])
+    c = _late_peer_cause(report)
+    waiting = sorted({r for f in report.findings if f.explained_by == c.id for r in f.ranks})
+    assert waiting == [0, 1, 2, 3] and c.ranks == (0, 1, 2, 3)
+    assert c.title.startswith("Rank(s) 0–3 wait in their collectives for one another: ")
+    assert "(every peer is captured and waits too)" in c.title
+    assert "the late one changes from collective to collective" in c.action and "--ranks 0,1" in c.action
+    assert "Profile every rank" not in c.action and "{" not in c.action + c.title + c.verify
+
+
 def test_idle_split_of_a_capture_without_steps_is_said_by_the_cause():
     """The vLLM MoE decode capture has no ProfilerStep: its idle time is judged over the whole trace, and the cause
     says how much of it the device waited for the host (each gap's part before the next event's launch call,

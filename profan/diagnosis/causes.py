@@ -445,6 +445,7 @@ def _late_peers(job: Job, claims: Claims, steps_us: dict[int, float]) -> list[Ca
         "outside": fmt_ranks(outside),
         "late": fmt_ranks(late),
         "first_rank": min(waits),
+        "second_rank": sorted(waits)[1] if len(waits) > 1 else min(waits),
         "late_rank": late[0] if late else min(waits),
         "captured": len(captured),
     }
