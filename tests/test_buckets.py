@@ -96,6 +96,10 @@ def test_verdicts_remembered_across_ranks_are_those_of_a_fresh_classification(pa
     assert set(got.filter(pl.col("rule_id") == "GPU-GEMM-001")["bucket"]) == {"other"}
     assert set(classify_distinct(ranks[0], rules).filter(pl.col("rule_id") == "GPU-GEMM-001")["bucket"]) == {"gemm"}
     assert len(classifying._verdicts) == 2
+    # a long-lived process given many rules files keeps the verdicts of a few rule lists at a time
+    for n in range(classifying.MEMO_LISTS + 1):
+        classify_distinct(ranks[0], [dataclasses.replace(rules[0], id=f"X-{n}"), *rules[1:]])
+        assert len(classifying._verdicts) <= classifying.MEMO_LISTS
 
 
 # ------------------------------------------------------------------------------------- the raw traces, read here

@@ -55,8 +55,8 @@ def _aggs(pipes: list[str], exact: bool, starts: bool) -> list[pl.Expr]:
     ]
     if exact:
         aggs += [
-            pl.col("src_line")
-            .sort_by("dur_us", descending=True, nulls_last=True, maintain_order=True)
+            pl.col("src_line")  # ties by line: rows may reach a group in any order (a DB's, a parallel read's)
+            .sort_by(["dur_us", "src_line"], descending=[True, False], nulls_last=True)
             .head(TOP_LINES)
             .alias("lines"),
             dur.sort(descending=True, nulls_last=True).head(TOP_LINES).alias("line_durs"),

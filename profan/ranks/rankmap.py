@@ -313,11 +313,15 @@ def read_ranks(
 
 
 def _each(fn: Callable[[int], R], items: range, threads: int) -> list[R]:
-    """``fn`` of each item in order, over ``threads`` threads when there are several items."""
+    """``fn`` of each item in order, over ``threads`` threads when there are several items. Interrupted or
+    failed, the items not begun are dropped: only those in flight finish."""
     if threads <= 1 or len(items) <= 1:
         return [fn(i) for i in items]
-    with ThreadPoolExecutor(min(threads, len(items))) as pool:
+    pool = ThreadPoolExecutor(min(threads, len(items)))
+    try:
         return list(pool.map(fn, items))
+    finally:
+        pool.shutdown(wait=False, cancel_futures=True)
 
 
 def _kernel_passes(

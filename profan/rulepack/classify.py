@@ -87,6 +87,7 @@ def classify(frame: pl.DataFrame | pl.LazyFrame, rules: list[BucketRule]):
 
 
 MEMO_ROWS = 20_000  # distinct kernels remembered per rule list: a job's kernels, not a file's renamed copies
+MEMO_LISTS = 8  # rule lists remembered at once (a long-lived process may be given many rules files)
 _verdicts: dict[tuple, pl.DataFrame] = {}
 
 
@@ -112,6 +113,8 @@ def classify_distinct(frame: pl.DataFrame, rules: list[BucketRule]) -> pl.DataFr
     if not new.is_empty():
         known = classify(new, rules) if known is None else pl.concat([known, classify(new, rules)])
         if known.height <= MEMO_ROWS:
+            if key not in _verdicts and len(_verdicts) >= MEMO_LISTS:
+                _verdicts.clear()
             _verdicts[key] = known
     return frame.join(known, on=fields, how="left", nulls_equal=True, maintain_order="left")
 
