@@ -80,3 +80,19 @@ def test_chains_that_are_a_small_part_of_the_step_make_no_finding(sample):
     report = analysed(TORCH / sample)
     assert not [f for f in report.ungrouped() if f.check == "unfused-elementwise"]
     assert not [c for c in report.causes if c.check == "unfused-elementwise"]
+
+
+def test_ranks_read_from_kernel_files_say_the_chains_were_not_assessed():
+    """An Ascend kernel file is reduced to groups, not kept in issue order, so its chains are not looked for: the
+    report says so for the ranks that have kernel rows (Qwen3: ranks 0 and 2 write kernel_details.csv), rather
+    than let the missing finding read as "no chains"; a Kineto job has no such note."""
+    from conftest import ASCEND
+
+    qwen3 = analysed(ASCEND / "msinsight-qwen3-4rank-2025q4")
+    with_kernels = sorted(r["rank"] for r in qwen3.source["ranks"] if "kernel_details" in r["files"])
+    assert with_kernels == [0, 2]
+    (note,) = [n for n in qwen3.notes if "unfused-elementwise" in n]
+    assert note.startswith("chains of elementwise kernels (unfused-elementwise) not assessed") and note.endswith(
+        ": 0, 2"
+    )
+    assert not [n for n in analysed(TORCH / "dlrm_v100_8rank").notes if "unfused-elementwise" in n]

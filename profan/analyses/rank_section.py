@@ -14,6 +14,7 @@ from profan.analyses import boundness as bound
 from profan.analyses import breakdown as bd
 from profan.analyses import comm
 from profan.analyses.attention import unfused_findings
+from profan.analyses.common import fmt_ranks
 from profan.analyses.contract import Analysis, Job, Section, run_analyses
 from profan.analyses.elementwise import chain_findings
 from profan.ranks.rankmap import RankData
@@ -62,6 +63,13 @@ def unassessed_section(job: Job) -> Section:
         )
     if not any(r.groups is not None for r in ranks):
         notes.append("no kernel_details.csv / op_summary found: no per-kernel breakdown")
+    unordered = [r for r in ranks if r.groups is not None and r.fusible is None]
+    if unordered:
+        notes.append(
+            "chains of elementwise kernels (unfused-elementwise) not assessed for ranks without a Kineto trace "
+            "of their device events (a kernel file is read as groups, not in issue order): "
+            + fmt_ranks(r.rank for r in unordered)
+        )
     return Section(notes=notes)
 
 

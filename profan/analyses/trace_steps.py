@@ -12,7 +12,7 @@ import functools
 import polars as pl
 
 from profan.analyses import imbalance
-from profan.analyses.common import ms, pct
+from profan.analyses.common import graded, ms, pct
 from profan.analyses.contract import Job, Section
 from profan.analyses.steps import LANES, graded_share_findings, share_finding, split_text
 from profan.model.evidence import cite_events, cite_lines
@@ -165,6 +165,84 @@ def _split_evidence(row: dict, col: str, roles: Roles) -> tuple:
     return tuple(items)
 
 
+IDLE_BETWEEN = "idle-between-steps"
+
+
+def idle_between_findings(table: pl.DataFrame, pack: RulePack) -> list[Finding]:
+    """Per Kineto rank and step, the device's idle time before the step's window since the previous step's (which
+    no window holds), graded by its share of the step period: the window and that time."""
+    if table.is_empty() or "idle_before_us" not in table.columns:
+        return []
+    chk = pack.check(IDLE_BETWEEN)
+    rows = table.filter(
+        (pl.col("source") == "device_lanes") & (pl.col("scope") == "step") & (pl.col("idle_before_us") > 0)
+    )
+    out = []
+    for row in rows.iter_rows(named=True):
+        period = row["step_us"] + row["idle_before_us"]
+        share = row["idle_before_us"] / period
+        sev = graded(share, chk)
+        if sev is not None:
+            out.append(_idle_between(row, chk, sev, share, period, pack.roles))
+    return out
+
+
+def _idle_between(row: dict, chk: Check, sev: str, share: float, period: float, roles: Roles) -> Finding:
+    rank, device, idle = row["rank"], _device(row), row["idle_before_us"]
+    loading = row.get("loading_before_us") or 0.0
+    where = f"Rank {rank}, step {row['step']}"
+    inside = (
+        f"; {ms(loading)} of it ({pct(loading / idle)}) the host was inside its data loader"
+        if loading
+        else "; the host was not in its data loader then"
+    )
+    base = {"source": "kineto_trace", "scope": "step", "step": row["step"], "cat": _device_cats(row, roles)}
+    evidence = [
+        cite_events(
+            row["file"],
+            [row["before_event"], row["first_event"]],
+            2,
+            {**base, "role": "idle before the step"},
+            values={"idle_before_us": round(idle, 3)},
+            note="the previous step's last device event and this step's first: the idle time runs from the first "
+            "one's end to the second one's start",
+        )
+    ]
+    if row.get("loading_event") is not None:
+        evidence.append(
+            cite_events(
+                row["file"],
+                [row["loading_event"]],
+                1,
+                {"source": "kineto_trace", "name": roles.kineto_data_loading},
+                values={"loading_before_us": round(loading, 3)},
+                note="the data loader's span (roles kineto_data_loading) that overlaps that idle time most",
+            )
+        )
+    return Finding(
+        check=chk.id,
+        severity=sev,
+        rank=rank,
+        step=row["step"],
+        title=f"{where}: the {device} is idle {ms(idle)} before the step's first event, {pct(share)} of its period",
+        message=(
+            f"{where}: the {device} runs nothing for {ms(idle)} between the previous step's last device event and "
+            f"this step's first{inside}. No step's window (first to last device event, {ms(row['step_us'])} here) "
+            f"holds that time: with it the step period is {ms(period)}, {pct(share)} of it idle before the step."
+        ),
+        metrics={
+            "idle_before_us": round(idle, 3),
+            "loading_before_us": round(loading, 3),
+            "step_us": round(row["step_us"], 3),
+            "period_us": round(period, 3),
+            "share": round(share, 4),
+            "loading_share": round(loading / idle, 4),
+            "device": device,
+        },
+        evidence=tuple(evidence),
+    )
+
+
 def lane_share_findings(ranks: list[RankData], table: pl.DataFrame, pack: RulePack) -> list[Finding]:
     """Exposed communication and idle per step from trace_view.json's Overlap Analysis lanes, for Ascend ranks
     without step_trace_time.csv (the profiler writes that file by summing these same lanes)."""
@@ -307,7 +385,8 @@ def section(job: Job) -> Section:
     check_tab, check_findings = overlap_check(ranks, pack)
     tables = {"trace_steps": table, "trace_vs_step_trace": check_tab, **comm_tables(ranks)}
     tables["step_blocks"] = block_table(ranks)
-    findings = [*device_share_findings(table, pack), *lane_share_findings(ranks, table, pack), *check_findings]
+    findings = [*device_share_findings(table, pack), *idle_between_findings(table, pack)]
+    findings += [*lane_share_findings(ranks, table, pack), *check_findings]
     findings += imbalance_findings(job, table)
     return Section(tables=tables, findings=findings, notes=trace_notes(ranks))
 

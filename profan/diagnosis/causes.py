@@ -19,7 +19,7 @@ from typing import Any
 
 import polars as pl
 
-from profan.analyses.common import fmt_ranks
+from profan.analyses.common import fmt_ranks, ms
 from profan.analyses.contract import Job, Section
 from profan.analyses.imbalance import pp_stages
 from profan.diagnosis.cost import step_cost
@@ -51,6 +51,7 @@ def section(job: Job) -> Section:
         _unfused_elementwise,
         _boundness,
         _ai_cpu,
+        _idle_between,
     )
     for build in builders:
         causes += build(job, claims, steps_us)
@@ -655,6 +656,49 @@ def _kernel_change(
     claims.own(found)
     case, impact = ("partial", None) if others else (None, least)
     return [make_cause(job, check, values, sources=found, explained=[], impact_us=impact, steps_us=steps_us, case=case)]
+
+
+def _idle_between(job: Job, claims: Claims, steps_us: dict[int, float]) -> list[Cause]:
+    """The device idle between steps, before each step's first event (time no step's window holds). Gain: per
+    rank the mean of that idle time over its steps — in the ``loading`` case (the data loader holds at least
+    ``loading_share`` of it on every rank) only the part inside the loader, which prefetching workers hide —
+    and of the ranks the least, as they synchronise."""
+    check = "idle-between-steps"
+    found = claims.unclaimed(check)
+    traced = job.tables.get("trace_steps")
+    if not found or traced is None or "idle_before_us" not in traced.columns:
+        return []
+    per_rank = (
+        traced.filter((pl.col("scope") == "step") & pl.col("idle_before_us").is_not_null())
+        .group_by("rank")
+        .agg(
+            pl.col("idle_before_us").mean().alias("idle"),
+            pl.col("loading_before_us").mean().alias("loading"),
+            (pl.col("idle_before_us") / (pl.col("idle_before_us") + pl.col("step_us"))).mean().alias("share"),
+        )
+        .sort("rank")
+    )
+    named = {r for f in found for r in f.ranks}
+    mine = per_rank.filter(pl.col("rank").is_in(list(named)))
+    loading = bool((mine["loading"] >= job.pack.check(check)["loading_share"] * mine["idle"]).all())
+    estimate = float(per_rank["loading" if loading else "idle"].min())
+    worst = max(found, key=lambda f: float(f.metrics["idle_before_us"]))
+    w = worst.metrics
+    values = {
+        "device": w["device"],
+        "ranks": fmt_ranks(sorted(named)),
+        "idle": _span([x / 1000 for x in mine["idle"]], "{:,.1f}") + " ms",
+        "share": _span(list(mine["share"]), "{:.1%}"),
+        "loading": _span([x / 1000 for x in mine["loading"]], "{:,.1f}") + " ms",
+        "estimate_ms": estimate / 1000,
+        "longest": f"rank {worst.rank}, step {worst.step}: {ms(w['idle_before_us'])} idle, "
+        f"{ms(w['loading_before_us'])} of it in the data loader",
+    }
+    claims.own(found)
+    case = "loading" if loading else None
+    return [
+        make_cause(job, check, values, sources=found, explained=[], impact_us=estimate, steps_us=steps_us, case=case)
+    ]
 
 
 def _boundness(job: Job, claims: Claims, steps_us: dict[int, float]) -> list[Cause]:

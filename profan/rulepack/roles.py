@@ -61,6 +61,7 @@ class Roles:
     kineto_graph_capture: tuple[str, ...]
     kineto_graph_node_calls: str
     kineto_module_frame: str
+    kineto_data_loading: str
     kineto_python_cat: str
     kineto_host_cats: tuple[str, ...]
     graph_capture_folder: str
@@ -153,6 +154,7 @@ _KIND = {  # role -> what its value must be
     "kineto_graph_capture": "regexes",
     "kineto_graph_node_calls": "regex",
     "kineto_module_frame": "regex",
+    "kineto_data_loading": "regex",
     "kineto_python_cat": "name",
     "kineto_host_cats": "names",
     "layer_anchor_buckets": "names",

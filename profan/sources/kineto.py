@@ -70,6 +70,8 @@ class KinetoTrace:
     world_size: int | None = None
     device_name: str | None = None
     notes: list[str] = field(default_factory=list)
+    # the host's data-loading spans (roles kineto_data_loading): event_idx, start_us, end_us
+    loading: pl.DataFrame = field(default_factory=pl.DataFrame)
 
 
 def keep_expr(roles: Roles | None = None) -> pl.Expr:
@@ -428,7 +430,22 @@ def load(path: Path, trace: Trace | None = None, roles: Roles | None = None) -> 
         world_size=_whole_number(info.get("world_size")) or None,
         device_name=dev_name if isinstance(dev_name, str) else None,
         notes=notes,
+        loading=_loading(ev, roles),
     )
+
+
+def _loading(ev: pl.DataFrame, roles: Roles) -> pl.DataFrame:
+    """The host's data-loading spans (roles ``kineto_data_loading``, on a CPU op or annotation): what the device
+    may wait for between steps. A span without a usable duration or start is left out (as device events are)."""
+    ts = pl.col("ts_us")
+    s = ev.filter(
+        pl.col("cat").is_in([roles.kineto_cpu_op_cat, roles.kineto_annotation_cat])
+        & pl.col("name").cast(pl.String).str.contains(roles.kineto_data_loading)
+        & usable_duration()
+        & ts.is_not_null()
+        & ts.is_finite()
+    )
+    return s.select("event_idx", ts.alias("start_us"), (ts + pl.col("dur_us")).alias("end_us")).sort("start_us")
 
 
 def _unread_note(dropped: dict[str, int], roles: Roles) -> list[str]:

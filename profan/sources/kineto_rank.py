@@ -78,13 +78,15 @@ def _union_us(runs: pl.DataFrame, by: list[str], name: str) -> pl.DataFrame:
     return intervals.union_length(runs, by, name)
 
 
-def device_split(dev: pl.DataFrame, steps: pl.DataFrame, roles: Roles | None = None) -> pl.DataFrame:
+def device_split(
+    dev: pl.DataFrame, steps: pl.DataFrame, roles: Roles | None = None, loading: pl.DataFrame | None = None
+) -> pl.DataFrame:
     """Computing / Communication(Not Overlapped) / Free per step (`device_split_blocks`, without the blocks)."""
-    return device_split_blocks(dev, steps, roles)[0]
+    return device_split_blocks(dev, steps, roles, loading)[0]
 
 
 def device_split_blocks(
-    dev: pl.DataFrame, steps: pl.DataFrame, roles: Roles | None = None
+    dev: pl.DataFrame, steps: pl.DataFrame, roles: Roles | None = None, loading: pl.DataFrame | None = None
 ) -> tuple[pl.DataFrame, pl.DataFrame]:
     """Computing / Communication(Not Overlapped) / Free per step, from the device lanes themselves, and the same
     time placed in time: each step's blocks of compute, exposed communication and idle (`intervals.step_blocks`;
@@ -98,6 +100,10 @@ def device_split_blocks(
     this step's window, and counting only the step's own events would call that time idle. One row per
     ProfilerStep with device events, and one row (``scope`` = trace) for the whole trace; ``device`` says what
     was measured (GPU, or CPU for a CPU-only trace).
+
+    A step's window leaves out the time before its first event, when the device may sit idle waiting for the
+    step's input: ``idle_before_us`` is that time since the previous window ended (`_idle_before`; ``loading``:
+    the host's data-loading spans, which say how much of it the host spent fetching the batch).
     """
     if dev.is_empty():
         return pl.DataFrame(), pl.DataFrame()
@@ -134,7 +140,54 @@ def device_split_blocks(
     )
     out = out.join(_step_events(steps, roles or default_roles()), on="step", how="left")
     out = _idle_split(out.join(_longest_gap(scoped, by), on=by, how="left", nulls_equal=True), scoped, by)
+    out = _idle_before(out, loading)
     return out.select(*SPLIT_COLUMNS).sort("scope", "step", nulls_last=True), _blocks(span, runs, by)
+
+
+def _idle_before(out: pl.DataFrame, loading: pl.DataFrame | None) -> pl.DataFrame:
+    """``out`` with, per step window, the device's idle time since the previous step's window ended
+    (``idle_before_us``; null for the first step and the whole trace's row; windows that overlap leave none),
+    ``before_event`` the previous window's last event (where the idle time starts), and of that time what the
+    host spent in its data loader (``loading_before_us``: overlap with the ``loading`` spans, with
+    ``loading_event`` the span that overlaps it most)."""
+    w = (
+        out.filter(pl.col("scope") == "step")
+        .sort("start_us", "step")
+        .select("scope", "step", "start_us", "end_us", "last_event")
+    )
+    w = w.with_columns(
+        pl.col("end_us").cum_max().shift(1).alias("_prev_end"), pl.col("last_event").shift(1).alias("before_event")
+    )
+    w = w.with_columns((pl.col("start_us") - pl.col("_prev_end")).clip(0.0).alias("idle_before_us"))
+    if loading is not None and not loading.is_empty():
+        hit = (
+            w.filter(pl.col("idle_before_us") > 0)
+            .join_where(
+                loading.rename({"event_idx": "loading_event", "start_us": "_ls", "end_us": "_le"}),
+                pl.col("_ls") < pl.col("start_us"),
+                pl.col("_le") > pl.col("_prev_end"),
+            )
+            .with_columns(
+                (pl.min_horizontal("_le", "start_us") - pl.max_horizontal("_ls", "_prev_end")).alias("_overlap")
+            )
+            .group_by("step")
+            .agg(
+                pl.col("_overlap").sum().alias("loading_before_us"),
+                pl.col("loading_event").sort_by("_overlap", "loading_event", descending=[True, False]).first(),
+            )
+        )
+        w = w.join(hit, on="step", how="left").with_columns(
+            pl.when(pl.col("idle_before_us").is_not_null())
+            .then(pl.min_horizontal("loading_before_us", "idle_before_us").fill_null(0.0))
+            .alias("loading_before_us")
+        )
+    else:
+        w = w.with_columns(
+            pl.when(pl.col("idle_before_us").is_not_null()).then(0.0).alias("loading_before_us"),
+            pl.lit(None, pl.Int64).alias("loading_event"),
+        )
+    cols = ["idle_before_us", "before_event", "loading_before_us", "loading_event"]
+    return out.join(w.select("scope", "step", *cols), on=["scope", "step"], how="left", nulls_equal=True)
 
 
 def _spans(events: pl.DataFrame, by: list[str]) -> pl.DataFrame:
@@ -181,6 +234,10 @@ SPLIT_COLUMNS = (
     "idle_host_us",
     "idle_other_us",
     "idle_unknown_us",
+    "idle_before_us",
+    "before_event",
+    "loading_before_us",
+    "loading_event",
     "busy_us",
     "gap_us",
     "gap_before_event",
@@ -394,7 +451,7 @@ def load_rank_trace(rd, kt: KinetoTrace, hit: bool, dev: pl.DataFrame, pack) -> 
     rd.groups = kernel_groups(dev)
     rd.kernel_locator, rd.kernel_file = "events", "kineto_trace"
     rd.kernel_variant = "Kineto trace, CPU-only (top-level cpu_ops)" if kt.cpu_only else "Kineto trace (GPU)"
-    rd.trace_steps, rd.step_blocks = device_split_blocks(dev, kt.steps, roles)
+    rd.trace_steps, rd.step_blocks = device_split_blocks(dev, kt.steps, roles, kt.loading)
     rd.trace_comm = kt.collectives
     rd.fusible = elementwise_runs(dev, pack.check("unfused-elementwise"))
     rd.count(

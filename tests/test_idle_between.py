@@ -1,0 +1,83 @@
+"""The device idle between steps (check idle-between-steps): time no step's window holds — a window runs from the
+step's first device event to its last — yet every step pays. On the real ResNet-50 trace (PyTorch 1.8, one
+process loading its own batches) the GPU waits 25–50 ms before each step while the host is inside
+``enumerate(DataLoader)``: the verdict's first cause, recomputed here from the raw events the findings cite."""
+
+from __future__ import annotations
+
+import gzip
+import json
+
+import pytest
+from conftest import TORCH, analysed
+
+RESNET = TORCH / "resnet50_gpu_2021_1rank"
+
+
+def _events() -> list[dict]:
+    return json.loads(gzip.decompress((RESNET / "worker0.pt.trace.json.gz").read_bytes()))["traceEvents"]
+
+
+def test_the_gpu_waits_for_the_data_loader_between_steps():
+    report = analysed(RESNET)
+    (group,) = [f for f in report.findings if f.check == "idle-between-steps"]  # one group of per-step findings
+    found = sorted(group.members, key=lambda f: f.step)
+    assert [f.step for f in found] == [6, 7, 8, 9, 10]  # step 5 is the capture's first: nothing before it
+    events = _events()
+    idle, loading = {}, {}
+    for f in found:
+        gap, loader = f.evidence
+        before, first = (events[i] for i in gap.events)
+        start, end = before["ts"] + before["dur"], first["ts"]  # the previous step's last end, this step's start
+        (span,) = (events[i] for i in loader.events)
+        assert span["name"] == "enumerate(DataLoader)#_SingleProcessDataLoaderIter.__next__"
+        idle[f.step] = end - start
+        loading[f.step] = min(end, span["ts"] + span["dur"]) - max(start, span["ts"])
+        assert f.metrics["idle_before_us"] == pytest.approx(idle[f.step], abs=1e-3)
+        assert f.metrics["loading_before_us"] == pytest.approx(loading[f.step], abs=1e-3)
+        # no device event runs in that time
+        device = [e for e in events if e.get("cat") in ("Kernel", "Memcpy", "Memset") and e.get("ph") == "X"]
+        assert not [e for e in device if e["ts"] < end and e["ts"] + e["dur"] > start]
+    assert idle == pytest.approx({6: 37181, 7: 28597, 8: 49651, 9: 25047, 10: 35955}, abs=1)
+    assert loading == pytest.approx({6: 36769, 7: 28203, 8: 49219, 9: 24632, 10: 35514}, abs=1)
+    worst = max(found, key=lambda f: f.metrics["share"])
+    assert (worst.step, worst.severity) == (8, "critical")
+    assert worst.metrics["share"] == pytest.approx(49651 / (49651 + 113475), abs=1e-4)
+    assert {f.severity for f in found if f.step != 8} == {"warning"}
+    # the verdict: first, the data loader's case, its gain the mean time inside the loader over the steps
+    cause = report.causes[0]
+    assert cause.check == "idle-between-steps" and group.explained_by == cause.id
+    assert cause.title.startswith("The GPU waits for the data loader between steps on rank(s) 0: 35.3 ms per step")
+    assert cause.impact_us == pytest.approx(sum(loading.values()) / 5, abs=1e-3)
+    assert "num_workers" in cause.action and "rank 0, step 8: 49.7 ms idle" in cause.action
+
+
+@pytest.mark.parametrize(
+    "sample", ["dlrm_v100_8rank", "nccl_a100_1rank", "qwen1.5-0.5b_h100_1rank", "timesformer_h100_1rank"]
+)
+def test_steps_that_follow_each_other_make_no_finding(sample):
+    """Where a step's first kernel follows the last one of the step before within a few ms (or the capture
+    holds one step), nothing is found; the time is still in the step table."""
+    report = analysed(TORCH / sample)
+    assert not [f for f in report.findings if f.check == "idle-between-steps"]
+    assert "idle_before_us" in report.tables["trace_steps"].columns
+
+
+def test_without_a_data_loader_the_cause_is_the_hosts_other_work(tmp_path):
+    """The same trace with the loader's annotations renamed (a job that loads its input some other way): the
+    idle time is the same, but no longer the loader's — the general case, its gain the whole idle time."""
+    doc = json.loads(gzip.decompress((RESNET / "worker0.pt.trace.json.gz").read_bytes()))
+    renamed = 0
+    for e in doc["traceEvents"]:
+        if str(e.get("name", "")).startswith("enumerate(DataLoader)#"):
+            e["name"] = "my_input_pipeline"
+            renamed += 1
+    assert renamed == 6
+    (tmp_path / "worker0.pt.trace.json").write_text(json.dumps(doc))
+    import profan
+
+    report = profan.analyze(tmp_path)
+    cause = next(c for c in report.causes if c.check == "idle-between-steps")
+    assert "while the host works on something else" in cause.title and "data loader" not in cause.title
+    assert cause.impact_us == pytest.approx((37181 + 28597 + 49651 + 25047 + 35955) / 5, abs=1)
+    assert "asynchronous checkpointing" in cause.action
