@@ -50,6 +50,15 @@ def test_the_gpu_waits_for_the_data_loader_between_steps():
     assert cause.title.startswith("The GPU waits for the data loader between steps on rank(s) 0: 35.3 ms per step")
     assert cause.impact_us == pytest.approx(sum(loading.values()) / 5, abs=1e-3)
     assert "num_workers" in cause.action and "rank 0, step 8: 49.7 ms idle" in cause.action
+    # the verdict's step says the period too: each window and the idle time before it
+    from profan.render.verdict import step_summary, step_text
+
+    windows = {6: 121318, 7: 111737, 8: 113475, 9: 116360, 10: 122446}
+    period = sum(windows[s] + idle[s] for s in windows) / 5
+    assert step_summary(report)["period_us"] == pytest.approx(period, abs=1e-3)
+    assert step_text(step_summary(report)).endswith(
+        "; 152.35 ms from one step's start to the next's, with the idle time between"
+    )
 
 
 @pytest.mark.parametrize(

@@ -37,12 +37,28 @@ def step_summary(report: Report) -> dict[str, Any] | None:
             continue
         if name == "steps" and "file" in df.columns and df["file"].str.ends_with("#STEP_TIME").all():
             source = "the DB export's STEP_TIME table"
-        return {"step_us": per["step_us"].mean(), "steps": per["step"].to_list(), "source": source}
+        return {"step_us": per["step_us"].mean(), "steps": per["step"].to_list(), "source": source, **_period(df)}
     measured = [c.step_us for c in report.causes if c.step_us]
     if measured:
         steps = sorted({s for c in report.causes for s in c.steps})
         return {"step_us": max(measured), "steps": steps, "source": "the causes' steps"}
     return None
+
+
+def _period(windows: pl.DataFrame) -> dict[str, float]:
+    """``period_us``: a trace's steps from one's start to the next's — its window and the device's idle time
+    before it (``idle_before_us``), per step the slowest rank's, averaged — where that idle time is at least 1%
+    of the step (else nothing: the windows are the period)."""
+    if "idle_before_us" not in windows.columns:
+        return {}
+    per = (
+        windows.drop_nulls(["step", "step_us", "idle_before_us"])
+        .group_by("step")
+        .agg((pl.col("step_us") + pl.col("idle_before_us")).max().alias("period_us"), pl.col("step_us").max())
+    )
+    if per.is_empty() or per["period_us"].mean() < 1.01 * per["step_us"].mean():
+        return {}
+    return {"period_us": per["period_us"].mean()}
 
 
 def step_text(step: dict[str, Any] | None) -> str:
@@ -57,7 +73,10 @@ def step_text(step: dict[str, Any] | None) -> str:
         if steps
         else "the slowest rank's step"
     )
-    return f"{fmt_ms(step['step_us'])} ms ({which}, from {step['source']})"
+    text = f"{fmt_ms(step['step_us'])} ms ({which}, from {step['source']})"
+    if step.get("period_us"):  # the windows leave out the device's idle time before each step
+        text += f"; {fmt_ms(step['period_us'])} ms from one step's start to the next's, with the idle time between"
+    return text
 
 
 def no_estimate_reason(assumption: str) -> str:
