@@ -349,3 +349,42 @@ def test_a_failed_read_over_threads_drops_the_ranks_not_begun():
     time.sleep(0.1)  # the one in flight beside it ends
     assert 0 in ran and len(ran) < 16
     assert _each(lambda i: i * i, range(5), threads=2) == [0, 1, 4, 9, 16]
+
+
+def test_a_ctrl_c_while_threads_read_stops_at_once():
+    """The user interrupts while two threads read: the interrupt reaches the waiting thread within a slice of the
+    wait, not once the ranks in flight are read, and the ranks not begun never start. The signal is delivered to
+    a reading thread, as the OS may deliver a Ctrl-C to any thread (SIGALRM, with a handler that raises
+    KeyboardInterrupt as Python's SIGINT handler does: Python runs it in the main thread)."""
+    import signal
+    import threading
+    import time
+
+    from profan.ranks.rankmap import _each
+
+    started = []
+    lock = threading.Lock()
+
+    def read(i: int) -> int:
+        with lock:
+            started.append(i)
+        if i == 0:
+            time.sleep(0.2)
+            signal.pthread_kill(threading.get_ident(), signal.SIGALRM)
+        time.sleep(1.0)
+        return i
+
+    def interrupt(signum, frame):
+        raise KeyboardInterrupt
+
+    old = signal.signal(signal.SIGALRM, interrupt)
+    try:
+        t0 = time.perf_counter()
+        with pytest.raises(KeyboardInterrupt):
+            _each(read, range(8), threads=2)
+        waited = time.perf_counter() - t0
+    finally:
+        signal.signal(signal.SIGALRM, old)
+    assert waited < 0.8  # the two in flight take 1 s: the interrupt did not wait for them
+    time.sleep(1.0)  # they end; nothing else begins
+    assert sorted(started) == [0, 1]

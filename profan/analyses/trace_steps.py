@@ -174,8 +174,12 @@ def idle_between_findings(table: pl.DataFrame, pack: RulePack) -> list[Finding]:
     if table.is_empty() or "idle_before_us" not in table.columns:
         return []
     chk = pack.check(IDLE_BETWEEN)
+    # a CPU-only trace's "device" is the host's own top-level ops: no device waits for it
     rows = table.filter(
-        (pl.col("source") == "device_lanes") & (pl.col("scope") == "step") & (pl.col("idle_before_us") > 0)
+        (pl.col("source") == "device_lanes")
+        & (pl.col("scope") == "step")
+        & (pl.col("idle_before_us") > 0)
+        & (pl.col("device") != "CPU")
     )
     out = []
     for row in rows.iter_rows(named=True):
@@ -194,7 +198,7 @@ def _idle_between(row: dict, chk: Check, sev: str, share: float, period: float, 
     inside = (
         f"; {ms(loading)} of it ({pct(loading / idle)}) the host was inside its data loader"
         if loading
-        else "; the host was not in its data loader then"
+        else "; no data-loading span of the host (roles kineto_data_loading) overlaps it"
     )
     base = {"source": "kineto_trace", "scope": "step", "step": row["step"], "cat": _device_cats(row, roles)}
     evidence = [

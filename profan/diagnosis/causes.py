@@ -435,7 +435,8 @@ def _late_peers(job: Job, claims: Claims, steps_us: dict[int, float]) -> list[Ca
     peers = {p for ps in peer_lists if ps is not None for p in ps}
     late = sorted((peers & captured) - set(waits))
     outside = sorted(peers - captured)
-    case = "unknown" if None in peer_lists else "outside" if outside else "late" if late else "mutual"
+    # no group names a peer (each holds the rank alone): whom they wait for is as unknown as unrecorded
+    case = "unknown" if None in peer_lists or not peers else "outside" if outside else "late" if late else "mutual"
     worst = max(found, key=lambda f: float(f.metrics["waiting_ms"]))
     values = {
         "ranks": fmt_ranks(sorted(waits)),
@@ -681,7 +682,11 @@ def _idle_between(job: Job, claims: Claims, steps_us: dict[int, float]) -> list[
     named = {r for f in found for r in f.ranks}
     mine = per_rank.filter(pl.col("rank").is_in(list(named)))
     loading = bool((mine["loading"] >= job.pack.check(check)["loading_share"] * mine["idle"]).all())
-    estimate = float(per_rank["loading" if loading else "idle"].min())
+    # of the ranks that wait so (a rank whose loader is slow holds the others up inside their collectives, not
+    # before their steps: their own idle time here says nothing of what it costs them)
+    estimate = float(mine["loading" if loading else "idle"].min())
+    # the gain is of the step period (window and the idle time before it), the time this idle time is part of
+    periods = {**steps_us, **_periods(traced)}
     worst = max(found, key=lambda f: float(f.metrics["idle_before_us"]))
     w = worst.metrics
     values = {
@@ -697,8 +702,15 @@ def _idle_between(job: Job, claims: Claims, steps_us: dict[int, float]) -> list[
     claims.own(found)
     case = "loading" if loading else None
     return [
-        make_cause(job, check, values, sources=found, explained=[], impact_us=estimate, steps_us=steps_us, case=case)
+        make_cause(job, check, values, sources=found, explained=[], impact_us=estimate, steps_us=periods, case=case)
     ]
+
+
+def _periods(traced: pl.DataFrame) -> dict[int, float]:
+    """Per step with idle time before its window, the slowest rank's window and that time."""
+    rows = traced.filter((pl.col("scope") == "step") & pl.col("idle_before_us").is_not_null())
+    per = rows.group_by("step").agg((pl.col("step_us") + pl.col("idle_before_us")).max())
+    return dict(per.iter_rows())
 
 
 def _boundness(job: Job, claims: Claims, steps_us: dict[int, float]) -> list[Cause]:

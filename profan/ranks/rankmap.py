@@ -12,7 +12,8 @@ from __future__ import annotations
 
 import os
 from collections.abc import Callable
-from concurrent.futures import ThreadPoolExecutor
+from concurrent.futures import Future, ThreadPoolExecutor
+from concurrent.futures import TimeoutError as FutureTimeout
 from contextlib import closing
 from dataclasses import dataclass, field
 from functools import partial
@@ -314,14 +315,24 @@ def read_ranks(
 
 def _each(fn: Callable[[int], R], items: range, threads: int) -> list[R]:
     """``fn`` of each item in order, over ``threads`` threads when there are several items. Interrupted or
-    failed, the items not begun are dropped: only those in flight finish."""
+    failed, the items not begun are dropped: only those in flight finish (a thread cannot be stopped)."""
     if threads <= 1 or len(items) <= 1:
         return [fn(i) for i in items]
     pool = ThreadPoolExecutor(min(threads, len(items)))
     try:
-        return list(pool.map(fn, items))
+        return [_result(f) for f in [pool.submit(fn, i) for i in items]]
     finally:
         pool.shutdown(wait=False, cancel_futures=True)
+
+
+def _result(fut: Future[R]) -> R:
+    """A future's result, waited for in slices: a Ctrl-C reaches the waiting thread between two of them, where a
+    wait without a timeout takes it only once the item is done."""
+    while True:
+        try:
+            return fut.result(timeout=0.1)
+        except FutureTimeout:
+            continue
 
 
 def _kernel_passes(

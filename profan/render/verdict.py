@@ -45,20 +45,22 @@ def step_summary(report: Report) -> dict[str, Any] | None:
     return None
 
 
-def _period(windows: pl.DataFrame) -> dict[str, float]:
+def _period(windows: pl.DataFrame) -> dict[str, Any]:
     """``period_us``: a trace's steps from one's start to the next's — its window and the device's idle time
-    before it (``idle_before_us``), per step the slowest rank's, averaged — where that idle time is at least 1%
-    of the step (else nothing: the windows are the period)."""
+    before it (``idle_before_us``), per step the slowest rank's, averaged over the steps that have a step before
+    them (``period_steps``) — where that is at least 1% more than their windows (else nothing: the windows are
+    the period)."""
     if "idle_before_us" not in windows.columns:
         return {}
     per = (
         windows.drop_nulls(["step", "step_us", "idle_before_us"])
         .group_by("step")
         .agg((pl.col("step_us") + pl.col("idle_before_us")).max().alias("period_us"), pl.col("step_us").max())
+        .sort("step")
     )
     if per.is_empty() or per["period_us"].mean() < 1.01 * per["step_us"].mean():
         return {}
-    return {"period_us": per["period_us"].mean()}
+    return {"period_us": per["period_us"].mean(), "period_steps": per["step"].to_list()}
 
 
 def step_text(step: dict[str, Any] | None) -> str:
@@ -75,7 +77,10 @@ def step_text(step: dict[str, Any] | None) -> str:
     )
     text = f"{fmt_ms(step['step_us'])} ms ({which}, from {step['source']})"
     if step.get("period_us"):  # the windows leave out the device's idle time before each step
-        text += f"; {fmt_ms(step['period_us'])} ms from one step's start to the next's, with the idle time between"
+        text += (
+            f"; {fmt_ms(step['period_us'])} ms from one step's start to the next's (steps "
+            f"{id_list(step['period_steps'])}), with the idle time between"
+        )
     return text
 
 

@@ -87,7 +87,8 @@ def classify(frame: pl.DataFrame | pl.LazyFrame, rules: list[BucketRule]):
 
 
 MEMO_ROWS = 20_000  # distinct kernels remembered per rule list: a job's kernels, not a file's renamed copies
-MEMO_LISTS = 8  # rule lists remembered at once (a long-lived process may be given many rules files)
+MEMO_LISTS = 32  # (rule list, fields) keys remembered at once: a job uses a few (a pass with neighbours and one
+# without, Ascend's rows and groups), and a long-lived process may be given many rules files
 _verdicts: dict[tuple, pl.DataFrame] = {}
 
 

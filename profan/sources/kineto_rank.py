@@ -147,7 +147,7 @@ def device_split_blocks(
 def _idle_before(out: pl.DataFrame, loading: pl.DataFrame | None) -> pl.DataFrame:
     """``out`` with, per step window, the device's idle time since the previous step's window ended
     (``idle_before_us``; null for the first step and the whole trace's row; windows that overlap leave none),
-    ``before_event`` the previous window's last event (where the idle time starts), and of that time what the
+    ``before_event`` the event it starts at (the latest end of the earlier windows), and of that time what the
     host spent in its data loader (``loading_before_us``: overlap with the ``loading`` spans, with
     ``loading_event`` the span that overlaps it most)."""
     w = (
@@ -155,8 +155,9 @@ def _idle_before(out: pl.DataFrame, loading: pl.DataFrame | None) -> pl.DataFram
         .sort("start_us", "step")
         .select("scope", "step", "start_us", "end_us", "last_event")
     )
-    w = w.with_columns(
-        pl.col("end_us").cum_max().shift(1).alias("_prev_end"), pl.col("last_event").shift(1).alias("before_event")
+    latest = pl.when(pl.col("end_us") == pl.col("end_us").cum_max()).then(pl.col("last_event")).forward_fill()
+    w = w.with_columns(  # the end the idle time starts at is the latest so far: a window inside another ends earlier
+        pl.col("end_us").cum_max().shift(1).alias("_prev_end"), latest.shift(1).alias("before_event")
     )
     w = w.with_columns((pl.col("start_us") - pl.col("_prev_end")).clip(0.0).alias("idle_before_us"))
     if loading is not None and not loading.is_empty():
