@@ -443,3 +443,27 @@ def test_idle_split_of_a_capture_without_steps_is_said_by_the_cause():
     assert f"{host / 1000:,.1f} ms per rank in the traced span (no steps) the device waited for the host" in (
         idle_cause.assumption
     )
+
+
+def test_idle_before_the_steps_first_task_is_the_host_preparing_the_step():
+    """AlexNet on two NPUs (level1): step_trace_time.csv's Preparing — from the step's start to its first device
+    task — is 70–77% of each rank's Free, so the idle cause says the host is preparing the step and what to do
+    about it (read back from the raw CSVs). Qwen3's Preparing is 0.2 ms of 130–160 ms idle: the general case."""
+    import csv
+
+    root = ASCEND / "msinsight-alexnet-2rank-2025" / "level1"
+    report = analysed(root)
+    c = next(c for c in report.causes if c.check == "device-idle")
+    preparing, free = {}, {}
+    for r in (0, 1):
+        with open(root / f"rank{r}_ascend_pt" / "ASCEND_PROFILER_OUTPUT" / "step_trace_time.csv", newline="") as fh:
+            (row,) = list(csv.DictReader(fh))
+        preparing[r], free[r] = float(row["Preparing"]), float(row["Free"])
+    assert all(preparing[r] >= 0.5 * free[r] for r in (0, 1))
+    assert preparing == pytest.approx({0: 17902.5, 1: 20433.25})
+    assert "most of it before each step's first task: the host is preparing the step" in c.title
+    assert "17.9–20.4 ms per rank" in c.action and "num_workers" in c.action
+    assert c.metrics["min_preparing_ms"] == pytest.approx(17.9025)
+    assert c.impact_us is None
+    general = next(c for c in analysed(QWEN3).causes if c.check == "device-idle")
+    assert "preparing" not in general.title and "Preparing" not in general.action

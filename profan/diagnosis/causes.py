@@ -531,6 +531,10 @@ def _idle(job: Job, claims: Claims, steps_us: dict[int, float], cost: pl.DataFra
         "min_host_ms": (floor_us or 0.0) / 1000,
         "graph_events": _graph_events(job, {r for f in found for r in f.ranks}),
     }
+    preparing = _preparing(job, found)
+    if preparing is not None:
+        values["preparing"] = _span([v / 1000 for v in preparing["preparing_us"]], "{:,.1f}") + " ms"
+        values["min_preparing_ms"] = float(preparing["preparing_us"].min()) / 1000
     claims.own(found)
     worst = max(found, key=lambda f: float(f.metrics["share"]))
     least = min(found, key=lambda f: float(f.metrics["share"]))
@@ -546,12 +550,30 @@ def _idle(job: Job, claims: Claims, steps_us: dict[int, float], cost: pl.DataFra
             impact_us=None,
             steps_us=steps_us,
             message=message,
-            case="host" if measured else None,
+            case="host" if measured else "preparing" if preparing is not None else None,
             ranks=[r for f in found for r in f.ranks],
             steps=steps,
             action_case="graph" if values["graph_events"] else None,
         )
     ]
+
+
+STEP_KEYS = {"rank": pl.Int64, "step": pl.Int64}
+
+
+def _preparing(job: Job, found: list[Finding]) -> pl.DataFrame | None:
+    """Per rank, the mean time before its steps' first device task (step_trace_time.csv Preparing) over the idle
+    findings' steps, where that is at least the check's ``preparing_share`` of their idle time on every rank:
+    the host preparing each step is then most of the idle. None otherwise (no Preparing column, or less)."""
+    if job.steps.is_empty() or "preparing_us" not in job.steps.columns:
+        return None
+    keys = pl.DataFrame({"rank": [f.rank for f in found], "step": [f.step for f in found]}, schema=STEP_KEYS)
+    rows = job.steps.join(keys.unique(), on=["rank", "step"]).filter(pl.col("preparing_us").is_not_null())
+    if rows.is_empty():
+        return None
+    per = rows.group_by("rank").agg(pl.col("preparing_us").mean(), pl.col("free_us").mean()).sort("rank")
+    share = job.pack.check("device-idle")["preparing_share"]
+    return per if bool((per["preparing_us"] >= share * per["free_us"]).all()) else None
 
 
 def _host_waits(job: Job, cost: pl.DataFrame, steps: list[int], ranks: set[int]) -> pl.DataFrame:
