@@ -438,9 +438,13 @@ def _loading(ev: pl.DataFrame, roles: Roles) -> pl.DataFrame:
     """The host's data-loading spans (roles ``kineto_data_loading``, on a CPU op or annotation): what the device
     may wait for between steps. A span without a usable duration or start is left out (as device events are)."""
     ts = pl.col("ts_us")
+    # the pattern is matched on the distinct names (a few thousand), not on every event of a GB trace
+    names = ev.select(pl.col("name").unique()).filter(
+        pl.col("name").cast(pl.String).str.contains(roles.kineto_data_loading)
+    )
     s = ev.filter(
         pl.col("cat").is_in([roles.kineto_cpu_op_cat, roles.kineto_annotation_cat])
-        & pl.col("name").cast(pl.String).str.contains(roles.kineto_data_loading)
+        & pl.col("name").is_in(names["name"].implode())
         & usable_duration()
         & ts.is_not_null()
         & ts.is_finite()
