@@ -465,5 +465,15 @@ def test_idle_before_the_steps_first_task_is_the_host_preparing_the_step():
     assert "17.9–20.4 ms per rank" in c.action and "num_workers" in c.action
     assert c.metrics["min_preparing_ms"] == pytest.approx(17.9025)
     assert c.impact_us is None
+    # of it, the data loader's span in trace_view.json (it lies within Preparing: after the step's start)
+    loader = {}
+    for r in (0, 1):
+        events = json.loads((root / f"rank{r}_ascend_pt" / "ASCEND_PROFILER_OUTPUT" / "trace_view.json").read_text())
+        (step,) = [e for e in events if e.get("name") == "ProfilerStep#50"]
+        (span,) = [e for e in events if str(e.get("name", "")).startswith("enumerate(DataLoader)#")]
+        assert float(span["ts"]) > float(step["ts"]) and float(span["dur"]) < preparing[r]
+        loader[r] = float(span["dur"])
+    assert loader == pytest.approx({0: 3332.4, 1: 3606.2}, abs=0.1)
+    assert "; of it, 3.3–3.6 ms inside the data loader (trace_view.json))" in c.action
     general = next(c for c in analysed(QWEN3).causes if c.check == "device-idle")
     assert "preparing" not in general.title and "Preparing" not in general.action

@@ -535,6 +535,12 @@ def _idle(job: Job, claims: Claims, steps_us: dict[int, float], cost: pl.DataFra
     if preparing is not None:
         values["preparing"] = _span([v / 1000 for v in preparing["preparing_us"]], "{:,.1f}") + " ms"
         values["min_preparing_ms"] = float(preparing["preparing_us"].min()) / 1000
+        loader = preparing["loading_before_us"].drop_nulls()
+        values["loader"] = (
+            f"; of it, {_span([v / 1000 for v in loader], '{:,.1f}')} ms inside the data loader (trace_view.json)"
+            if loader.len() == preparing.height
+            else ""
+        )
     claims.own(found)
     worst = max(found, key=lambda f: float(f.metrics["share"]))
     least = min(found, key=lambda f: float(f.metrics["share"]))
@@ -573,7 +579,15 @@ def _preparing(job: Job, found: list[Finding]) -> pl.DataFrame | None:
         return None
     per = rows.group_by("rank").agg(pl.col("preparing_us").mean(), pl.col("free_us").mean()).sort("rank")
     share = job.pack.check("device-idle")["preparing_share"]
-    return per if bool((per["preparing_us"] >= share * per["free_us"]).all()) else None
+    if not bool((per["preparing_us"] >= share * per["free_us"]).all()):
+        return None
+    # of it, the time inside the data loader, where trace_view.json gives it (`trace_view.loading_before`)
+    traced = job.tables.get("trace_steps")
+    if traced is None or "loading_before_us" not in traced.columns:
+        return per.with_columns(pl.lit(None, pl.Float64).alias("loading_before_us"))
+    lanes = traced.filter(pl.col("source") == "overlap_analysis").join(keys.unique(), on=["rank", "step"])
+    loader = lanes.group_by("rank").agg(pl.col("loading_before_us").mean())
+    return per.join(loader, on="rank", how="left")
 
 
 def _host_waits(job: Job, cost: pl.DataFrame, steps: list[int], ranks: set[int]) -> pl.DataFrame:

@@ -561,7 +561,7 @@ def _read_traces(rd: RankData, rs: RankSource, pack: RulePack, peers: bool) -> N
     if "trace_view" in rs.files:
         from profan.sources import hccl_tasks, trace_view
 
-        rd.trace_tasks = hccl_tasks.plane_tasks(trace_view.load_rank_trace(rd, rs.files["trace_view"]))
+        rd.trace_tasks = hccl_tasks.plane_tasks(trace_view.load_rank_trace(rd, rs.files["trace_view"], pack.roles))
     platform = ascend_device.platform_version(rs.path)
     if platform is not None:
         rd.info["platform_version"] = platform

@@ -19,6 +19,8 @@ from pathlib import Path
 import polars as pl
 
 from profan.rulepack import limits
+from profan.rulepack.roles import Roles
+from profan.rulepack.roles import defaults as default_roles
 from profan.sources import intervals
 from profan.sources.chrome_trace import (
     Trace,
@@ -166,9 +168,11 @@ def load(path: Path) -> tuple[Trace, pl.DataFrame, pl.DataFrame, pl.DataFrame, p
     return _load(path)[:5]
 
 
-def _load(path: Path) -> tuple[Trace, pl.DataFrame, pl.DataFrame, pl.DataFrame, pl.DataFrame, int, pl.DataFrame]:
+def _load(
+    path: Path, loading: str | None = None
+) -> tuple[Trace, pl.DataFrame, pl.DataFrame, pl.DataFrame, pl.DataFrame, int, pl.DataFrame]:
     """`load`, how many ProfilerSteps were left out for a number that is no int64, and the steps' blocks in
-    time (`overlap_blocks`)."""
+    time (`overlap_blocks`). ``loading``: the data loader's name pattern, for the split's `loading_before`."""
     from profan.sources.cache import cached_parse
 
     tr, _ = cached_parse(path, "trace_view", parse)
@@ -177,14 +181,46 @@ def _load(path: Path) -> tuple[Trace, pl.DataFrame, pl.DataFrame, pl.DataFrame, 
     bad_steps = st["step"].null_count()
     st = st.filter(pl.col("step").is_not_null())
     ops, links = hccl(x, tr)
-    return tr, st, overlap_split(x, st), ops, links, bad_steps, overlap_blocks(x, st)
+    split = overlap_split(x, st)
+    if loading is not None:
+        split = loading_before(x, st, split, loading)
+    return tr, st, split, ops, links, bad_steps, overlap_blocks(x, st)
 
 
-def load_rank_trace(rd, path: Path) -> Trace:
+def loading_before(x: pl.DataFrame, step_spans: pl.DataFrame, split: pl.DataFrame, pattern: str) -> pl.DataFrame:
+    """``split`` with ``loading_before_us``: per step, how long the host was inside its data loader (events whose
+    name matches ``pattern``, roles ``kineto_data_loading``) between the step's start (its ProfilerStep) and its
+    first Overlap Analysis event — the time step_trace_time.csv calls Preparing. Null where the trace records no
+    loader at all."""
+    if split.is_empty() or "step" not in split.columns or step_spans.is_empty():
+        return split
+    names = x.select(pl.col("name").unique()).filter(pl.col("name").str.contains(pattern))  # not every event's
+    spans = x.filter(pl.col("name").is_in(names["name"].implode())).select(
+        pl.col("ts_us").alias("_ls"), pl.col("end_us").alias("_le")
+    )
+    if spans.is_empty():  # no loader recorded (another input pipeline, or none): not a time of zero
+        return split.with_columns(pl.lit(None, pl.Float64).alias("loading_before_us"))
+    window = split.select("step", "start_us").join(
+        step_spans.select("step", pl.col("start_us").alias("_s0")), on="step"
+    )
+    hit = (
+        window.join_where(spans, pl.col("_ls") < pl.col("start_us"), pl.col("_le") > pl.col("_s0"))
+        .group_by("step")
+        .agg((pl.min_horizontal("_le", "start_us") - pl.max_horizontal("_ls", "_s0")).sum().alias("loading_before_us"))
+    )
+    return split.join(hit, on="step", how="left").with_columns(
+        pl.when(pl.col("step").is_in(window["step"].implode()))
+        .then(pl.col("loading_before_us").fill_null(0.0))
+        .alias("loading_before_us")
+    )
+
+
+def load_rank_trace(rd, path: Path, roles: Roles | None = None) -> Trace:
     """Add the trace_view-derived step split and HCCL lanes to an Ascend ``RankData``, and say what was left out:
     events without a usable duration or start, steps of no usable number, invalid UTF-8 read as U+FFFD. Returns the
-    parsed trace, for the HCCL plane tasks (`hccl_tasks.plane_tasks`)."""
-    tr, _st, split, ops, links, bad_steps, blocks = _load(path)
+    parsed trace, for the HCCL plane tasks (`hccl_tasks.plane_tasks`). ``roles``: the rule pack's (the data
+    loader's name, for the time it holds before each step's first task)."""
+    tr, _st, split, ops, links, bad_steps, blocks = _load(path, (roles or default_roles()).kineto_data_loading)
     file = rd.files["trace_view"]
     skipped = tr.events.select(((pl.col("ph") == "X") & ~usable()).sum()).item()
     rd.count(
