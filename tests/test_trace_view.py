@@ -148,3 +148,17 @@ def test_cross_check_finding_cites_lane_events(level):
     if level == "level2":
         assert set(rep.tables["hccl_links"]["link_type"].to_list()) >= {"HCCS", "ON_CHIP"}
         assert rep.tables["trace_steps"].filter(pl.col("source") == "overlap_analysis").height == 2
+
+
+def test_the_loader_time_before_each_step_holds_when_a_step_number_repeats(tmp_path):
+    """Two captures of step 50 in one file (the real AlexNet rank 0 trace, its events appended again 10 s later):
+    each step's time inside the data loader before its first task is its own loader span's (3332.4 µs in the raw
+    file), read per ProfilerStep event — not every step 50 against every other, which grew as the square of the
+    repeats (a 770 MB file of 366 copies took 1.5 s and 8 M rows here)."""
+    events = json.loads((out_dir("level1", 0) / "trace_view.json").read_text())
+    shifted = [{**e, "ts": f"{float(e['ts']) + 10_000_000:.3f}"} if "ts" in e else e for e in events]
+    (tmp_path / "trace_view.json").write_text(json.dumps([*events, *shifted]))
+    _, steps, split, _, _ = trace_view._load(tmp_path / "trace_view.json", r"^enumerate\(DataLoader\)#")[:5]
+    assert steps["step"].to_list() == [50, 50] and split.height == 2
+    (span,) = [e for e in events if str(e.get("name", "")).startswith("enumerate(DataLoader)#")]
+    assert split["loading_before_us"].to_list() == pytest.approx([float(span["dur"])] * 2, abs=0.2)

@@ -200,16 +200,17 @@ def loading_before(x: pl.DataFrame, step_spans: pl.DataFrame, split: pl.DataFram
     )
     if spans.is_empty():  # no loader recorded (another input pipeline, or none): not a time of zero
         return split.with_columns(pl.lit(None, pl.Float64).alias("loading_before_us"))
-    window = split.select("step", "start_us").join(
-        step_spans.select("step", pl.col("start_us").alias("_s0")), on="step"
+    # each split row to its own ProfilerStep event: a step number may repeat (captures appended to one file)
+    window = split.select("step_event", "start_us").join(
+        step_spans.select("step_event", pl.col("start_us").alias("_s0")), on="step_event"
     )
     hit = (
         window.join_where(spans, pl.col("_ls") < pl.col("start_us"), pl.col("_le") > pl.col("_s0"))
-        .group_by("step")
+        .group_by("step_event")
         .agg((pl.min_horizontal("_le", "start_us") - pl.max_horizontal("_ls", "_s0")).sum().alias("loading_before_us"))
     )
-    return split.join(hit, on="step", how="left").with_columns(
-        pl.when(pl.col("step").is_in(window["step"].implode()))
+    return split.join(hit, on="step_event", how="left").with_columns(
+        pl.when(pl.col("step_event").is_in(window["step_event"].implode()))
         .then(pl.col("loading_before_us").fill_null(0.0))
         .alias("loading_before_us")
     )
