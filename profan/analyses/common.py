@@ -131,3 +131,19 @@ def cite_kernels(
     cite = cite_events if getattr(r, "kernel_locator", "lines") == "events" else cite_lines
     kfile = getattr(r, "kernel_file", "kernel_details")
     return cite(r.files[kfile], locs, row_count, {**select, "source": kfile}, **kw)
+
+
+def step_periods(trace_steps: pl.DataFrame) -> pl.DataFrame:
+    """Per step with a step window before it, the slowest rank's period — its window and the device's idle time
+    before it (``idle_before_us``, table trace_steps) — and the slowest rank's window (``step_us``), by step.
+    Empty where the table holds no such time. What the idle-between-steps cause is measured against and the
+    verdict's step line says."""
+    if trace_steps.is_empty() or "idle_before_us" not in trace_steps.columns:
+        return pl.DataFrame(schema={"step": pl.Int64, "period_us": pl.Float64, "step_us": pl.Float64})
+    rows = trace_steps.filter(pl.col("scope") == "step") if "scope" in trace_steps.columns else trace_steps
+    return (
+        rows.drop_nulls(["step", "step_us", "idle_before_us"])
+        .group_by("step")
+        .agg((pl.col("step_us") + pl.col("idle_before_us")).max().alias("period_us"), pl.col("step_us").max())
+        .sort("step")
+    )

@@ -19,7 +19,7 @@ from typing import Any
 
 import polars as pl
 
-from profan.analyses.common import fmt_ranks, ms
+from profan.analyses.common import fmt_ranks, ms, step_periods
 from profan.analyses.contract import Job, Section
 from profan.analyses.imbalance import pp_stages
 from profan.diagnosis.cost import step_cost
@@ -722,7 +722,7 @@ def _idle_between(job: Job, claims: Claims, steps_us: dict[int, float]) -> list[
     # before their steps: their own idle time here says nothing of what it costs them)
     estimate = float(mine["loading" if loading else "idle"].min())
     # the gain is of the step period (window and the idle time before it), the time this idle time is part of
-    periods = {**steps_us, **_periods(traced)}
+    periods = {**steps_us, **dict(step_periods(traced).select("step", "period_us").iter_rows())}
     worst = max(found, key=lambda f: float(f.metrics["idle_before_us"]))
     w = worst.metrics
     values = {
@@ -740,13 +740,6 @@ def _idle_between(job: Job, claims: Claims, steps_us: dict[int, float]) -> list[
     return [
         make_cause(job, check, values, sources=found, explained=[], impact_us=estimate, steps_us=periods, case=case)
     ]
-
-
-def _periods(traced: pl.DataFrame) -> dict[int, float]:
-    """Per step with idle time before its window, the slowest rank's window and that time."""
-    rows = traced.filter((pl.col("scope") == "step") & pl.col("idle_before_us").is_not_null())
-    per = rows.group_by("step").agg((pl.col("step_us") + pl.col("idle_before_us")).max())
-    return dict(per.iter_rows())
 
 
 def _boundness(job: Job, claims: Claims, steps_us: dict[int, float]) -> list[Cause]:

@@ -13,7 +13,7 @@ from typing import Any
 
 import polars as pl
 
-from profan.analyses.common import fmt_ranks
+from profan.analyses.common import fmt_ranks, step_periods
 from profan.model.causes import Cause
 from profan.model.findings import Finding
 from profan.model.report import Report
@@ -46,18 +46,10 @@ def step_summary(report: Report) -> dict[str, Any] | None:
 
 
 def _period(windows: pl.DataFrame) -> dict[str, Any]:
-    """``period_us``: a trace's steps from one's start to the next's — its window and the device's idle time
-    before it (``idle_before_us``), per step the slowest rank's, averaged over the steps that have a step before
-    them (``period_steps``) — where that is at least 1% more than their windows (else nothing: the windows are
-    the period)."""
-    if "idle_before_us" not in windows.columns:
-        return {}
-    per = (
-        windows.drop_nulls(["step", "step_us", "idle_before_us"])
-        .group_by("step")
-        .agg((pl.col("step_us") + pl.col("idle_before_us")).max().alias("period_us"), pl.col("step_us").max())
-        .sort("step")
-    )
+    """``period_us``: a trace's steps from one's start to the next's (`step_periods`), averaged over the steps that
+    have a step before them (``period_steps``), where that is at least 1% more than their windows (else nothing:
+    the windows are the period)."""
+    per = step_periods(windows)
     if per.is_empty() or per["period_us"].mean() < 1.01 * per["step_us"].mean():
         return {}
     return {"period_us": per["period_us"].mean(), "period_steps": per["step"].to_list()}

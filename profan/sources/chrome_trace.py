@@ -374,6 +374,13 @@ def usable_duration(col: str = "dur_us") -> pl.Expr:
     return (d.is_not_null() & d.is_finite() & (d >= 0) & (d <= limits.active().max_duration_us)).fill_null(False)
 
 
+def name_matches(events: pl.DataFrame, pattern: str) -> pl.Expr:
+    """True for the rows of ``events`` whose name matches ``pattern``: the pattern is run over the distinct names (a
+    few thousand), not over every event of a GB trace (5 ms against 69 ms for 540 k events)."""
+    names = events.select(pl.col("name").unique()).filter(pl.col("name").cast(pl.String).str.contains(pattern))
+    return pl.col("name").is_in(names["name"].implode())
+
+
 def step_number(name: pl.Expr, pattern: str) -> pl.Expr:
     """The step number a ``ProfilerStep#N`` name carries, as Int64; null where ``N`` does not fit one (a step
     beyond int64 used to stop the analysis with an internal error). Callers count and say those."""

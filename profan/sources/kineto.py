@@ -38,6 +38,7 @@ from profan.sources import kineto_context
 from profan.sources.chrome_trace import (
     DROPPED,
     Trace,
+    name_matches,
     parse,
     step_number,
     usable_duration,
@@ -438,13 +439,9 @@ def _loading(ev: pl.DataFrame, roles: Roles) -> pl.DataFrame:
     """The host's data-loading spans (roles ``kineto_data_loading``, on a CPU op or annotation): what the device
     may wait for between steps. A span without a usable duration or start is left out (as device events are)."""
     ts = pl.col("ts_us")
-    # the pattern is matched on the distinct names (a few thousand), not on every event of a GB trace
-    names = ev.select(pl.col("name").unique()).filter(
-        pl.col("name").cast(pl.String).str.contains(roles.kineto_data_loading)
-    )
     s = ev.filter(
         pl.col("cat").is_in([roles.kineto_cpu_op_cat, roles.kineto_annotation_cat])
-        & pl.col("name").is_in(names["name"].implode())
+        & name_matches(ev, roles.kineto_data_loading)
         & usable_duration()
         & ts.is_not_null()
         & ts.is_finite()

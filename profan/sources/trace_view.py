@@ -25,6 +25,7 @@ from profan.sources import intervals
 from profan.sources.chrome_trace import (
     Trace,
     bad_steps_warning,
+    name_matches,
     no_phase_warning,
     not_utf8_warning,
     parse,
@@ -194,10 +195,7 @@ def loading_before(x: pl.DataFrame, step_spans: pl.DataFrame, split: pl.DataFram
     loader at all."""
     if split.is_empty() or "step" not in split.columns or step_spans.is_empty():
         return split
-    names = x.select(pl.col("name").unique()).filter(pl.col("name").str.contains(pattern))  # not every event's
-    spans = x.filter(pl.col("name").is_in(names["name"].implode())).select(
-        pl.col("ts_us").alias("_ls"), pl.col("end_us").alias("_le")
-    )
+    spans = x.filter(name_matches(x, pattern)).select(pl.col("ts_us").alias("_ls"), pl.col("end_us").alias("_le"))
     if spans.is_empty():  # no loader recorded (another input pipeline, or none): not a time of zero
         return split.with_columns(pl.lit(None, pl.Float64).alias("loading_before_us"))
     # each split row to its own ProfilerStep event: a step number may repeat (captures appended to one file)
