@@ -21,7 +21,7 @@ from profan.rulepack.paths import rules_dir
 from profan.rulepack.roles import Roles
 from profan.rulepack.roles import defaults as default_roles
 
-# the texts of a [check.cause] a case may have its own of, ``<case>_<text>`` (`profan.diagnosis.causes.make_cause`)
+# the texts of a [check.cause] a case may have its own of, ``<case>_<text>`` (`profan.diagnosis.claims.make_cause`)
 CASE_TEXTS = ("_title", "_assumption", "_action", "_verify")
 # check settings that hold regular expressions: a name ending so, or a table of them by that name
 PATTERN_SETTINGS = ("_kernel", "phases")

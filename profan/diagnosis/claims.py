@@ -1,0 +1,146 @@
+"""What every cause builder shares: which findings are already explained (`Claims`), the step time a gain is
+measured against, and `make_cause`, which fills a cause's texts from rules/checks.toml."""
+
+from __future__ import annotations
+
+import statistics
+from collections.abc import Callable, Iterable
+from typing import Any
+
+import polars as pl
+
+from profan.analyses.contract import Job
+from profan.model.causes import Cause
+from profan.model.findings import Finding
+
+SYMPTOMS = ("critical", "warning")  # severities of findings a cause is made from
+
+
+class Claims:
+    """Which findings a cause already explains: each finding is explained by the first cause that claims it."""
+
+    def __init__(self, findings: Iterable[Finding]) -> None:
+        self.findings = list(findings)
+        self.taken: set[tuple] = set()
+
+    def take(
+        self,
+        checks: Iterable[str],
+        *,
+        steps: Iterable[int] | None = None,
+        ranks: Iterable[int] | None = None,
+        not_ranks: Iterable[int] = (),
+        severities: tuple[str, ...] = ("critical", "warning", "info"),
+    ) -> list[Finding]:
+        """The unclaimed findings of ``checks`` (in ``steps``, on ``ranks``, not on ``not_ranks``), now claimed. A
+        finding for no particular step (or rank) matches any step (or rank); one for neither is a claim about the
+        whole job, not a symptom, and is claimed only as a source (`own`)."""
+        checks, exclude = set(checks), set(not_ranks)
+        step_set = None if steps is None else set(steps)
+        rank_set = None if ranks is None else set(ranks)
+        out = [
+            f
+            for f in self.findings
+            if f.key not in self.taken
+            and (f.rank is not None or f.step is not None)
+            and f.check in checks
+            and f.severity in severities
+            and (step_set is None or f.step is None or f.step in step_set)
+            and (rank_set is None or f.rank is None or f.rank in rank_set)
+            and (f.rank is None or f.rank not in exclude)
+        ]
+        self.taken.update(f.key for f in out)
+        return out
+
+    def own(self, sources: Iterable[Finding]) -> None:
+        """Claim a cause's own source findings."""
+        self.taken.update(f.key for f in sources)
+
+    def unclaimed(self, check: str) -> list[Finding]:
+        return [f for f in self.findings if f.check == check and f.key not in self.taken and f.severity in SYMPTOMS]
+
+
+def step_times(job: Job) -> dict[int, float]:
+    """Per step, the slowest rank's step time: the step every rank waits for (step_trace_time.csv, else the
+    traces' ProfilerStep windows)."""
+    frames = []
+    if not job.steps.is_empty():
+        frames.append(job.steps.select("step", "step_us"))
+    traced = job.tables.get("trace_steps")
+    if traced is not None and not traced.is_empty():
+        frames.append(traced.filter(pl.col("scope") == "step").select("step", "step_us"))
+    if not frames:
+        return {}
+    per = pl.concat(frames).drop_nulls().group_by("step").agg(pl.col("step_us").max())
+    return dict(per.iter_rows())
+
+
+def make_cause(
+    job: Job,
+    check: str,
+    values: dict[str, Any],
+    *,
+    sources: list[Finding],
+    explained: list[Finding],
+    impact_us: float | None,
+    steps_us: dict[int, float],
+    message: str | None = None,
+    case: str | None = None,
+    ranks: Iterable[int] = (),
+    steps: Iterable[int] = (),
+    action_case: str | None = None,
+) -> Cause:
+    """A cause of ``check`` from its source findings, its texts filled from rules/checks.toml with ``values``."""
+    rule = job.pack.check(check).cause
+    steps = sorted({*steps, *(s for f in sources for s in f.steps)})
+    # the ranks at fault: those given, else every rank the source findings name
+    ranks = sorted(set(ranks) or {r for f in sources for r in f.ranks})
+    measured = [steps_us[s] for s in steps if s in steps_us] or list(steps_us.values())
+    step_us = statistics.fmean(measured) if measured else None
+    if impact_us is not None and step_us:
+        impact_us = min(max(impact_us, 0.0), step_us)
+    fill = _filler(values)
+
+    def text(key: str) -> str:  # a case's own text where the rule has one (``<case>_<key>``), else the rule's
+        return rule.get(f"{case}_{key}", rule[key]) if case else rule[key]
+
+    action = rule.get(f"{action_case}_action", text("action")) if action_case else text("action")
+    assumption = text("assumption")
+    evidence = tuple(e for f in sources for e in f.evidence)
+    return Cause(
+        check=check,
+        title=fill(text("title")),
+        message=message if message is not None else " ".join(f.message for f in sources[:1]),
+        evidence=evidence,
+        impact_us=impact_us,
+        assumption=fill(assumption),
+        action=fill(action),
+        verify=fill(text("verify")),
+        alternatives=tuple(fill(a) for a in rule.get("alternatives", [])),
+        ranks=tuple(ranks),
+        steps=tuple(steps),
+        step_us=step_us,
+        metrics=values,
+        explains_keys=tuple(f.key for f in [*sources, *explained]),
+    )
+
+
+def _filler(values: dict[str, Any]) -> Callable[[str], str]:
+    def fill(template: str) -> str:
+        try:
+            return template.format_map(values)
+        except (KeyError, IndexError, ValueError) as exc:
+            raise ValueError(f"rules/checks.toml: template {template[:60]!r} needs {exc}") from None
+
+    return fill
+
+
+def explainable(job: Job, check: str) -> set[str]:
+    """The checks a cause of ``check`` may explain (its [check.cause] explains), with itself."""
+    return {check, *job.pack.check(check).cause["explains"]}
+
+
+def span(values: list[float], form: str) -> str:
+    """'16.3%–19.6%', or one value when all are the same as printed."""
+    low, high = form.format(min(values)), form.format(max(values))
+    return low if low == high else f"{low}–{high}"

@@ -1,0 +1,171 @@
+"""Causes in the collectives: a slow link, a peer the collectives wait for, waits for ranks no cause names, and
+exposed transfer that overlapping would hide."""
+
+from __future__ import annotations
+
+import polars as pl
+
+from profan.analyses.common import fmt_ranks
+from profan.analyses.contract import Job
+from profan.diagnosis.claims import Claims, explainable, make_cause, span
+from profan.model.causes import Cause
+from profan.model.findings import Finding
+
+
+def slow_link(job: Job, claims: Claims, steps_us: dict[int, float]) -> list[Cause]:
+    """A link much slower than its peers. Gain: the time its transfers take beyond what its peers' rate would
+    take, per step (`analyses.bandwidth`) — if nothing else holds those collectives."""
+    check = "comm-slow-link"
+    out = []
+    for f in claims.unclaimed(check):
+        m = f.metrics
+        ranks = m["link_ranks"] or list(f.ranks)
+        values = {
+            "link": m["link"],
+            "bandwidth_gbps": m["bandwidth_gbps"],
+            "peer_median_gbps": m["peer_median_gbps"],
+            "lost_ms": m["lost_us_per_step"] / 1000,
+        }
+        claims.own([f])
+        explained = claims.take(explainable(job, check) - {check}, ranks=ranks)
+        out.append(
+            make_cause(
+                job,
+                check,
+                values,
+                sources=[f],
+                explained=explained,
+                impact_us=m["lost_us_per_step"],
+                steps_us=steps_us,
+                ranks=ranks,
+            )
+        )
+    return out
+
+
+def waited_peer(job: Job, claims: Claims, steps_us: dict[int, float]) -> list[Cause]:
+    """A peer the collectives of several ranks wait for (HCCL Notify_Wait), named even when it is not in the
+    capture. Gain: the wait towards it that every waiting rank shares, per step."""
+    check = "comm-waited-peer"
+    by_peer: dict[int, list[Finding]] = {}
+    for f in claims.unclaimed(check):
+        by_peer.setdefault(int(f.metrics["peer"]), []).append(f)
+    captured = {r.rank for r in job.ranks}
+    out = []
+    for peer, found in by_peer.items():
+        waiting = sorted({r for f in found for r in f.ranks})
+        per_step = [float(f.metrics["wait_us"]) / max(len(steps_us), 1) for f in found]
+        values = {
+            "peer": peer,
+            "ranks": fmt_ranks(waiting),
+            "who": f"Rank {waiting[0]} waits" if len(waiting) == 1 else f"Ranks {fmt_ranks(waiting)} wait",
+            "first_rank": waiting[0] if waiting else peer,
+            "wait": span([w / 1000 for w in per_step], "{:,.1f}") + " ms",
+            "min_wait_ms": min(per_step) / 1000,
+            "outside": "" if peer in captured else f" (peer {peer} is not in this capture)",
+        }
+        claims.own(found)
+        explained = claims.take(explainable(job, check) - {check}, ranks=waiting)
+        out.append(
+            make_cause(
+                job,
+                check,
+                values,
+                sources=found,
+                explained=explained,
+                impact_us=min(per_step),
+                steps_us=steps_us,
+                ranks=[peer],
+                steps=steps_us,
+            )
+        )
+    return out
+
+
+def late_peers(job: Job, claims: Claims, steps_us: dict[int, float]) -> list[Cause]:
+    """Collectives that wait rather than transfer, where no cause names whom for (no straggler among the captured
+    ranks, no Notify_Wait peer): the ranks they wait for are outside the capture, unrecorded, or take turns. No
+    estimate: the least waiting rank's wait is an upper bound — how much of the late ranks' time is removable is
+    not in the capture (on the Qwen3 sample, the stage-0 ranks alone wait 316 ms a step, where the whole job shows
+    85 ms of removable stage imbalance)."""
+    check = "comm-wait-dominated"
+    found = claims.unclaimed(check)
+    if not found:
+        return []
+    waits: dict[int, float] = {}
+    for f in found:
+        for r in f.ranks:
+            waits[r] = waits.get(r, 0.0) + float(f.metrics["waiting_ms"])
+    per_step = {r: w / max(len(steps_us), 1) for r, w in waits.items()}
+    captured = {r.rank for r in job.ranks}
+    peer_lists = [f.metrics.get("peers") for f in found]
+    peers = {p for ps in peer_lists if ps is not None for p in ps}
+    late = sorted((peers & captured) - set(waits))
+    outside = sorted(peers - captured)
+    # no group names a peer (each holds the rank alone): whom they wait for is as unknown as unrecorded
+    case = "unknown" if None in peer_lists or not peers else "outside" if outside else "late" if late else "mutual"
+    worst = max(found, key=lambda f: float(f.metrics["waiting_ms"]))
+    values = {
+        "ranks": fmt_ranks(sorted(waits)),
+        "n_ranks": len(waits),
+        "wait": span(list(per_step.values()), "{:,.1f}") + " ms",
+        "min_wait_ms": min(per_step.values()),
+        "ops": "; ".join(worst.metrics.get("largest") or []),
+        "outside": fmt_ranks(outside),
+        "late": fmt_ranks(late),
+        "first_rank": min(waits),
+        "second_rank": sorted(waits)[1] if len(waits) > 1 else min(waits),
+        "late_rank": late[0] if late else min(waits),
+        "captured": len(captured),
+    }
+    claims.own(found)
+    cause = make_cause(
+        job,
+        check,
+        values,
+        sources=found,
+        explained=[],
+        impact_us=None,
+        steps_us=steps_us,
+        case=case,
+        ranks=late,
+    )
+    return [cause]
+
+
+def exposed_transfer(job: Job, claims: Claims, steps_us: dict[int, float]) -> list[Cause]:
+    """Exposed communication that is transfer, not waiting, and no other cause explains. Gain: the least exposed
+    transfer of any rank in those steps — what overlapping would give every rank at least."""
+    check = "comm-exposed-split"
+    # a finding whose ops record no transfer/wait split claims no transfer to overlap: it stays a symptom
+    found = [f for f in claims.unclaimed(check) if f.metrics.get("split_recorded", True)]
+    if not found:
+        return []
+    steps = sorted({s for f in found for s in f.steps})
+    exposed = job.tables.get("comm_exposed")
+    transfer = [f.metrics["transfer_ms"] for f in found]
+    if exposed is not None and not exposed.is_empty():
+        per_step = exposed.filter(pl.col("step").is_in(steps)).group_by("step").agg(pl.col("transfer_ms").min())
+        floor_ms = float(per_step["transfer_ms"].mean()) if not per_step.is_empty() else min(transfer)
+    else:
+        floor_ms = min(transfer)
+    values = {
+        "min_transfer_ms": floor_ms,
+        "transfer": span(transfer, "{:,.1f}") + " ms",
+        "n_ranks": len({r for f in found for r in f.ranks}),
+    }
+    claims.own(found)
+    explained = claims.take(explainable(job, check) - {check}, steps=steps)
+    message = "; ".join(f"{f.title}" for f in found[:4]) + (f"; and {len(found) - 4} more" if len(found) > 4 else "")
+    return [
+        make_cause(
+            job,
+            check,
+            values,
+            sources=found,
+            explained=explained,
+            impact_us=floor_ms * 1000,
+            steps_us=steps_us,
+            message=message,
+        )
+    ]

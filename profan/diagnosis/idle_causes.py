@@ -1,0 +1,180 @@
+"""Causes of an idle device: idle time inside the steps that no other cause explains (with what the host did
+then, where the trace says), and idle time between steps (the data loader, or other host work)."""
+
+from __future__ import annotations
+
+import polars as pl
+
+from profan.analyses.common import fmt_ranks, ms, step_periods
+from profan.analyses.contract import Job
+from profan.diagnosis.claims import Claims, make_cause, span
+from profan.model.causes import Cause
+from profan.model.findings import Finding
+
+
+def idle(job: Job, claims: Claims, steps_us: dict[int, float], cost: pl.DataFrame) -> list[Cause]:
+    """Idle device time no other cause explains: one cause over the ranks and steps that show it. No estimate:
+    where the trace records the launches, the part the device waited for the host is measured (`sources.kineto`)
+    and said, but a host late because it was busy (removable) and one blocked in a synchronisation that waits for
+    a peer look the same there; elsewhere (Ascend's Free, CPU-only traces) even that split is missing."""
+    check = "device-idle"
+    found = claims.unclaimed(check)
+    if not found:
+        return []
+    shares = [float(f.metrics["share"]) for f in found]
+    free = [float(f.metrics["free_us"]) for f in found]
+    steps = sorted({s for f in found for s in f.steps})
+    host = _host_waits(job, cost, steps, {r for f in found for r in f.ranks})
+    measured = not host.is_empty() and host["idle_host_us"].null_count() == 0
+    floor_us = (
+        float(host.group_by("step").agg(pl.col("idle_host_us").min())["idle_host_us"].mean()) if measured else None
+    )
+    values = {
+        "device": _device(job),
+        "shares": span(shares, "{:.1%}"),
+        "window": "the step" if steps else "the traced span (no steps)",
+        "n_ranks": len({r for f in found for r in f.ranks}),
+        "min_ms": min(free) / 1000,
+        "host_ms": span([v / 1000 for v in host["idle_host_us"].to_list()], "{:,.1f}") + " ms" if measured else "",
+        "min_host_ms": (floor_us or 0.0) / 1000,
+        "graph_events": _graph_events(job, {r for f in found for r in f.ranks}),
+    }
+    preparing = _preparing(job, found)
+    if preparing is not None:
+        values["preparing"] = span([v / 1000 for v in preparing["preparing_us"]], "{:,.1f}") + " ms"
+        values["min_preparing_ms"] = float(preparing["preparing_us"].min()) / 1000
+        loader = preparing["loading_before_us"].drop_nulls()
+        values["loader"] = (
+            f"; of it, {span([v / 1000 for v in loader], '{:,.1f}')} ms inside the data loader (trace_view.json)"
+            if loader.len() == preparing.height
+            else ""
+        )
+    claims.own(found)
+    worst = max(found, key=lambda f: float(f.metrics["share"]))
+    least = min(found, key=lambda f: float(f.metrics["share"]))
+    sources = [worst, *([least] if least is not worst else [])]
+    message = f"{len(found)} rank-step(s) with the device idle at or above the check's threshold. Most: {worst.message}"
+    return [
+        make_cause(
+            job,
+            check,
+            values,
+            sources=sources,
+            explained=found,
+            impact_us=None,
+            steps_us=steps_us,
+            message=message,
+            case="host" if measured else "preparing" if preparing is not None else None,
+            ranks=[r for f in found for r in f.ranks],
+            steps=steps,
+            action_case="graph" if values["graph_events"] else None,
+        )
+    ]
+
+
+STEP_KEYS = {"rank": pl.Int64, "step": pl.Int64}
+
+
+def _preparing(job: Job, found: list[Finding]) -> pl.DataFrame | None:
+    """Per rank, the mean time before its steps' first device task (step_trace_time.csv Preparing) over the idle
+    findings' steps, where that is at least the check's ``preparing_share`` of their idle time on every rank:
+    the host preparing each step is then most of the idle. None otherwise (no Preparing column, or less)."""
+    if job.steps.is_empty() or "preparing_us" not in job.steps.columns:
+        return None
+    keys = pl.DataFrame({"rank": [f.rank for f in found], "step": [f.step for f in found]}, schema=STEP_KEYS)
+    rows = job.steps.join(keys.unique(), on=["rank", "step"]).filter(pl.col("preparing_us").is_not_null())
+    if rows.is_empty():
+        return None
+    per = rows.group_by("rank").agg(pl.col("preparing_us").mean(), pl.col("free_us").mean()).sort("rank")
+    share = job.pack.check("device-idle")["preparing_share"]
+    if not bool((per["preparing_us"] >= share * per["free_us"]).all()):
+        return None
+    # of it, the time inside the data loader, where trace_view.json gives it (`trace_view.loading_before`)
+    traced = job.tables.get("trace_steps")
+    if traced is None or "loading_before_us" not in traced.columns:
+        return per.with_columns(pl.lit(None, pl.Float64).alias("loading_before_us"))
+    lanes = traced.filter(pl.col("source") == "overlap_analysis").join(keys.unique(), on=["rank", "step"])
+    loader = lanes.group_by("rank").agg(pl.col("loading_before_us").mean())
+    return per.join(loader, on="rank", how="left")
+
+
+def _host_waits(job: Job, cost: pl.DataFrame, steps: list[int], ranks: set[int]) -> pl.DataFrame:
+    """The idle time the device waited for the host (``step, idle_host_us``): per rank and step from the step cost,
+    or, for a capture without steps, over each rank's whole trace (trace_steps' ``trace`` rows)."""
+    if steps:
+        return cost.filter(pl.col("step").is_in(steps)) if not cost.is_empty() else pl.DataFrame()
+    traced = job.tables.get("trace_steps")
+    if traced is None or traced.is_empty() or "idle_host_us" not in traced.columns:
+        return pl.DataFrame()
+    return traced.filter((pl.col("scope") == "trace") & pl.col("rank").is_in(list(ranks))).select(
+        "step", "idle_host_us"
+    )
+
+
+def _graph_events(job: Job, ranks: set[int]) -> int:
+    """Device events the ranks' traces replay from CUDA / HIP graphs (trace_steps ``graph_events``, whole-trace
+    rows): where the step already runs from a graph, capturing it in one is no advice."""
+    traced = job.tables.get("trace_steps")
+    if traced is None or traced.is_empty() or "graph_events" not in traced.columns:
+        return 0
+    rows = traced.filter((pl.col("scope") == "trace") & pl.col("rank").is_in(list(ranks)))
+    return int(rows["graph_events"].fill_null(0).sum())
+
+
+def _device(job: Job) -> str:
+    """The device the idle time was measured on: NPU for Ascend output, else what the traces' step windows say
+    (GPU, or CPU for CPU-only traces); "device" when ranks disagree."""
+    kinds = {r.kind for r in job.ranks}
+    traced = job.tables.get("trace_steps")
+    devices = (
+        set(traced["device"].drop_nulls().unique()) if traced is not None and "device" in traced.columns else set()
+    )
+    words = {"NPU"} if kinds == {"ascend"} else {str(d) for d in devices} or {"GPU"}
+    return words.pop() if len(words) == 1 else "device"
+
+
+def idle_between(job: Job, claims: Claims, steps_us: dict[int, float]) -> list[Cause]:
+    """The device idle between steps, before each step's first event (time no step's window holds). Gain: per
+    rank the mean of that idle time over its steps — in the ``loading`` case (the data loader holds at least
+    ``loading_share`` of it on every rank) only the part inside the loader, which prefetching workers hide —
+    and of the ranks the least, as they synchronise."""
+    check = "idle-between-steps"
+    found = claims.unclaimed(check)
+    traced = job.tables.get("trace_steps")
+    if not found or traced is None or "idle_before_us" not in traced.columns:
+        return []
+    per_rank = (
+        traced.filter((pl.col("scope") == "step") & pl.col("idle_before_us").is_not_null())
+        .group_by("rank")
+        .agg(
+            pl.col("idle_before_us").mean().alias("idle"),
+            pl.col("loading_before_us").mean().alias("loading"),
+            (pl.col("idle_before_us") / (pl.col("idle_before_us") + pl.col("step_us"))).mean().alias("share"),
+        )
+        .sort("rank")
+    )
+    named = {r for f in found for r in f.ranks}
+    mine = per_rank.filter(pl.col("rank").is_in(list(named)))
+    loading = bool((mine["loading"] >= job.pack.check(check)["loading_share"] * mine["idle"]).all())
+    # of the ranks that wait so (a rank whose loader is slow holds the others up inside their collectives, not
+    # before their steps: their own idle time here says nothing of what it costs them)
+    estimate = float(mine["loading" if loading else "idle"].min())
+    # the gain is of the step period (window and the idle time before it), the time this idle time is part of
+    periods = {**steps_us, **dict(step_periods(traced).select("step", "period_us").iter_rows())}
+    worst = max(found, key=lambda f: float(f.metrics["idle_before_us"]))
+    w = worst.metrics
+    values = {
+        "device": w["device"],
+        "ranks": fmt_ranks(sorted(named)),
+        "idle": span([x / 1000 for x in mine["idle"]], "{:,.1f}") + " ms",
+        "share": span(list(mine["share"]), "{:.1%}"),
+        "loading": span([x / 1000 for x in mine["loading"]], "{:,.1f}") + " ms",
+        "estimate_ms": estimate / 1000,
+        "longest": f"rank {worst.rank}, step {worst.step}: {ms(w['idle_before_us'])} idle, "
+        f"{ms(w['loading_before_us'])} of it in the data loader",
+    }
+    claims.own(found)
+    case = "loading" if loading else None
+    return [
+        make_cause(job, check, values, sources=found, explained=[], impact_us=estimate, steps_us=periods, case=case)
+    ]

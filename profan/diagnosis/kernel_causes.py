@@ -1,0 +1,120 @@
+"""Causes in the kernels themselves: attention or elementwise chains left unfused, hot kernels not bound by
+compute, AI CPU fallbacks."""
+
+from __future__ import annotations
+
+import statistics
+from collections.abc import Callable
+from typing import Any
+
+from profan.analyses.common import fmt_ranks
+from profan.analyses.contract import Job
+from profan.diagnosis.claims import Claims, make_cause
+from profan.model.causes import Cause
+from profan.model.findings import Finding
+
+
+def unfused_attention(job: Job, claims: Claims, steps_us: dict[int, float]) -> list[Cause]:
+    """Attention run as separate matmul, softmax and matmul kernels, that no other cause explains: a fused kernel
+    saves at least the softmax kernels' time of the rank that has least of it."""
+    check = "unfused-attention"
+    found = claims.unclaimed(check)
+    if not found:
+        return []
+    per_rank: dict[int, list[float]] = {}
+    for f in found:
+        for r in f.ranks:
+            per_rank.setdefault(r, []).append(float(f.metrics["softmax_us"]))
+    worst = max(found, key=lambda f: float(f.metrics["softmax_us"]))
+    values = {"other_ms": float(worst.metrics["other_us"]) / 1000, "kernels": "; ".join(worst.metrics["largest"])}
+    saving = {r: statistics.fmean(v) for r, v in per_rank.items()}
+    return _kernel_change(job, claims, steps_us, check, found, saving, "softmax_ms", values, lambda r: r.groups)
+
+
+def unfused_elementwise(job: Job, claims: Claims, steps_us: dict[int, float]) -> list[Cause]:
+    """Chains of elementwise kernels run one op at a time, that no other cause explains: fusing them saves at least
+    the least affected rank's saving per step."""
+    check = "unfused-elementwise"
+    found = claims.unclaimed(check)
+    if not found:
+        return []
+    # per step of the job: a saving in some steps only is spread over the job's steps; one outside any step
+    # shortens no step (it counts only for a capture without steps)
+    in_steps = [f for f in found if f.step in steps_us] if steps_us else found
+    per_rank: dict[int, float] = {}
+    for f in in_steps or found:
+        for r in f.ranks:
+            per_rank[r] = per_rank.get(r, 0.0) + float(f.metrics["saving_us"])
+    worst = max(found, key=lambda f: float(f.metrics["saving_us"]))
+    values = {
+        "runs": int(worst.metrics["runs"]),
+        "kernels": int(worst.metrics["kernels"]),
+        "runs_named": "; ".join(worst.metrics["largest"]),
+    }
+    saving = {r: total / max(len(steps_us), 1) for r, total in per_rank.items()}
+    return _kernel_change(job, claims, steps_us, check, found, saving, "saving_ms", values, lambda r: r.fusible)
+
+
+def _kernel_change(
+    job: Job,
+    claims: Claims,
+    steps_us: dict[int, float],
+    check: str,
+    found: list[Finding],
+    saving_us: dict[int, float],
+    saving_name: str,
+    values: dict[str, Any],
+    measured: Callable[[Any], object],
+) -> list[Cause]:
+    """The cause of a change to some kernels (fusing them) that saves ``saving_us`` per step on each rank the
+    findings name: the least of those savings, filled in as ``saving_name`` (ms), when every rank the check could
+    measure (``measured`` of its RankData is not None) has them — the ranks synchronise, so the step shortens only
+    as much as its slowest rank; otherwise no estimate (the ``partial`` case names the ranks without them)."""
+    others = sorted({r.rank for r in job.ranks if measured(r) is not None} - set(saving_us))
+    least = min(saving_us.values())
+    values = {**values, "ranks": fmt_ranks(sorted(saving_us)), "others": fmt_ranks(others), saving_name: least / 1000}
+    claims.own(found)
+    case, impact = ("partial", None) if others else (None, least)
+    return [make_cause(job, check, values, sources=found, explained=[], impact_us=impact, steps_us=steps_us, case=case)]
+
+
+def boundness(job: Job, claims: Claims, steps_us: dict[int, float]) -> list[Cause]:
+    """Hot kernels bound by memory movement, the scalar unit or nothing, that no other cause explains."""
+    check = "kernel-boundness"
+    found = claims.unclaimed(check)
+    if not found:
+        return []
+    ranks = sorted({r for f in found for r in f.ranks})
+    by_rank: dict[int, float] = {}
+    for f in found:
+        for r in f.ranks:
+            by_rank[r] = by_rank.get(r, 0.0) + float(f.metrics["time_us"])
+    names = sorted({f.title.split(": ", 1)[-1] for f in found})
+    values = {
+        "n_kernels": len(found),
+        "bounds": ", ".join(sorted({str(f.metrics["dominant_pipe"]) for f in found})),
+        "total_ms": max(by_rank.values(), default=0.0) / 1000,
+        "ranks": fmt_ranks(ranks),
+        "kernels": "; ".join(names[:6]) + (f"; and {len(names) - 6} more" if len(names) > 6 else ""),
+    }
+    claims.own(found)
+    message = "; ".join(f.title for f in found[:6]) + (f"; and {len(found) - 6} more" if len(found) > 6 else "")
+    return [
+        make_cause(job, check, values, sources=found, explained=[], impact_us=None, steps_us=steps_us, message=message)
+    ]
+
+
+def ai_cpu(job: Job, claims: Claims, steps_us: dict[int, float]) -> list[Cause]:
+    """AI CPU fallbacks above the check's share, that no other cause explains."""
+    check = "ai-cpu-ops"
+    found = claims.unclaimed(check)
+    if not found:
+        return []
+    ops = sorted({str(op) for f in found for op in f.metrics.get("ops", [])})
+    values = {
+        "ranks": fmt_ranks(sorted({r for f in found for r in f.ranks})),
+        "total_ms": max(float(f.metrics.get("time_us", 0.0)) for f in found) / 1000,
+        "ops": ", ".join(ops[:8]) or "see the findings",
+    }
+    claims.own(found)
+    return [make_cause(job, check, values, sources=found, explained=[], impact_us=None, steps_us=steps_us)]
