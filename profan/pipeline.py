@@ -40,7 +40,12 @@ ANALYSES: tuple[Analysis, ...] = (
     Analysis("memory", memory.section),
     Analysis("not assessed", rank_section.unassessed_section),
     # the diagnosis: reads every finding above and explains them by causes
-    Analysis("causes", causes.section, reads=("breakdown", "trace_steps", "comm_exposed"), reads_findings=True),
+    Analysis(
+        "causes",
+        causes.section,
+        reads=("breakdown", "trace_steps", "comm_exposed", "communication"),
+        reads_findings=True,
+    ),
 )
 
 

@@ -120,7 +120,8 @@ def test_qwen3_brief_cli_under_8kb(qwen3_full):
     assert list(doc)[:4] == ["schema", "report_schema", "headline", "causes"]  # the verdict leads
     check_brief(doc, qwen3_full, MAX_BYTES)
     assert [c["id"] for c in doc["causes"]] == [c["id"] for c in qwen3_full["causes"]]
-    c1, full_c1 = doc["causes"][0], qwen3_full["causes"][0]
+    assert doc["causes"][0]["check"] == "comm-exposed-split"  # the exposed transfer first, then the stage
+    c1, full_c1 = doc["causes"][1], qwen3_full["causes"][1]
     assert "stage 1 (ranks 2, 3)" in c1["title"] and c1["check"] == "pipeline-stage-imbalance"
     assert c1["impact_us"] == full_c1["impact_us"] > 0 and c1["action"] == full_c1["action"]
     assert c1["assumption"] == full_c1["assumption"] and c1["alternatives"] == full_c1["alternatives"]
@@ -131,7 +132,7 @@ def test_qwen3_brief_cli_under_8kb(qwen3_full):
     }
     shown = {f["id"] for f in doc["findings"]}
     crit = [f["id"] for f in qwen3_full["findings"] if f["severity"] == "critical"]
-    assert crit and not set(crit) & shown  # explained by C1: named there, not repeated
+    assert crit and not set(crit) & shown  # explained by C2: named there, not repeated
     assert set(crit) <= set(c1["explains"])
     assert doc["drill"].endswith(" ID --format json")
 
@@ -145,7 +146,8 @@ def test_dlrm_brief_cli_under_8kb():
     full = json.loads(run_cli("analyze", str(DLRM), "--format", "json").stdout)
     check_brief(doc, full, MAX_BYTES)
     assert doc["source"]["ranks"] == list(range(8))
-    c1 = doc["causes"][0]
+    assert doc["causes"][0]["check"] == "idle-between-steps"  # the data loader at the step's start, then rank 7
+    c1 = doc["causes"][1]
     assert c1["check"] == "straggler" and "Rank 7" in c1["title"] and 7 in c1["ranks"]
     assert "events" in c1["evidence"][0]
     crit = {f["id"] for f in full["findings"] if f["severity"] == "critical"}
@@ -272,11 +274,11 @@ def test_unknown_ids_are_input_errors(qwen3_report):
 
 
 def test_evidence_doc_of_a_cause_and_of_a_member(qwen3_report):
-    """C1's rows are those of the findings it is made from, read back verbatim; a member (F1.2) has its own rank's
-    rows, not the group's."""
-    c1 = qwen3_report.causes[0]
-    doc = evidence_doc(qwen3_report, QWEN3, "C1")
-    assert (doc["id"], doc["kind"], doc["check"]) == ("C1", "cause", "pipeline-stage-imbalance")
+    """C2's rows (the slow stage) are those of the findings it is made from, read back verbatim; a member (F1.2)
+    has its own rank's rows, not the group's."""
+    c1 = qwen3_report.causes[1]
+    doc = evidence_doc(qwen3_report, QWEN3, "C2")
+    assert (doc["id"], doc["kind"], doc["check"]) == ("C2", "cause", "pipeline-stage-imbalance")
     assert doc["severity"] == "critical"  # the worst of the findings it explains
     assert doc["explains"] == list(c1.explains) and doc["impact_us"] == pytest.approx(c1.impact_us)
     assert doc["action"] == c1.action and doc["alternatives"] == list(c1.alternatives)

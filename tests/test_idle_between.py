@@ -23,7 +23,7 @@ def test_the_gpu_waits_for_the_data_loader_between_steps():
     report = analysed(RESNET)
     (group,) = [f for f in report.findings if f.check == "idle-between-steps"]  # one group of per-step findings
     found = sorted(group.members, key=lambda f: f.step)
-    assert [f.step for f in found] == [6, 7, 8, 9, 10]  # step 5 is the capture's first: nothing before it
+    assert [f.step for f in found] == [6, 7, 8, 9, 10]
     events = _events()
     idle, loading = {}, {}
     for f in found:
@@ -39,8 +39,19 @@ def test_the_gpu_waits_for_the_data_loader_between_steps():
         # no device event runs in that time
         device = [e for e in events if e.get("cat") in ("Kernel", "Memcpy", "Memset") and e.get("ph") == "X"]
         assert not [e for e in device if e["ts"] < end and e["ts"] + e["dur"] > start]
-    assert idle == pytest.approx({6: 37181, 7: 28597, 8: 49651, 9: 25047, 10: 35955}, abs=1)
-    assert loading == pytest.approx({6: 36769, 7: 28203, 8: 49219, 9: 24632, 10: 35514}, abs=1)
+    # step 5 is the capture's first: its idle time runs from the end of the device work left from before it (the
+    # latest-ending device event that began before its window, after ProfilerStep#5 began on the host), 7.5% of
+    # its period: below the warning, yet in the table the cause's gain and the period are measured from
+    (step5,) = [e for e in events if e.get("name") == "ProfilerStep#5"]
+    row = report.tables["trace_steps"].filter(pl.col("step") == 5).row(0, named=True)
+    tail, first = events[row["before_event"]], events[row["first_event"]]
+    assert step5["ts"] < tail["ts"] + tail["dur"] < first["ts"] and tail["ts"] < first["ts"]
+    assert not [e for e in device if tail["ts"] + tail["dur"] < e["ts"] + e["dur"] and e["ts"] < first["ts"]]
+    idle[5] = first["ts"] - (tail["ts"] + tail["dur"])
+    loading[5] = row["loading_before_us"]
+    assert row["idle_before_us"] == pytest.approx(idle[5], abs=1e-3)
+    assert idle == pytest.approx({5: 9739, 6: 37181, 7: 28597, 8: 49651, 9: 25047, 10: 35955}, abs=1)
+    assert loading == pytest.approx({5: 9336, 6: 36769, 7: 28203, 8: 49219, 9: 24632, 10: 35514}, abs=1)
     worst = max(found, key=lambda f: f.metrics["share"])
     assert (worst.step, worst.severity) == (8, "critical")
     assert worst.metrics["share"] == pytest.approx(49651 / (49651 + 113475), abs=1e-4)
@@ -48,26 +59,26 @@ def test_the_gpu_waits_for_the_data_loader_between_steps():
     # the verdict: first, the data loader's case, its gain the mean time inside the loader over the steps
     cause = report.causes[0]
     assert cause.check == "idle-between-steps" and group.explained_by == cause.id
-    assert cause.title.startswith("The GPU waits for the data loader between steps on rank(s) 0: 35.3 ms per step")
-    assert cause.impact_us == pytest.approx(sum(loading.values()) / 5, abs=1e-3)
+    assert cause.title.startswith(
+        "The GPU waits for the data loader before each step's first kernel on rank(s) 0: 31.0 ms per step"
+    )
+    assert cause.impact_us == pytest.approx(sum(loading.values()) / 6, abs=1e-3)
     assert "num_workers" in cause.action and "rank 0, step 8: 49.7 ms idle" in cause.action
     # the verdict's step says the period too: each window and the idle time before it
     from profan.render.verdict import step_summary, step_text
 
-    windows = {6: 121318, 7: 111737, 8: 113475, 9: 116360, 10: 122446}
-    period = sum(windows[s] + idle[s] for s in windows) / 5
+    windows = {5: 120244, 6: 121318, 7: 111737, 8: 113475, 9: 116360, 10: 122446}
+    period = sum(windows[s] + idle[s] for s in windows) / 6
     assert step_summary(report)["period_us"] == pytest.approx(period, abs=1e-3)
     assert step_text(step_summary(report)).endswith(
-        "; 152.35 ms from one step's start to the next's (steps 6, 7, 8, 9, 10), with the idle time between"
+        "; 148.62 ms from one step's start to the next's (steps 5, 6, 7, 8, 9, 10), with the idle time between"
     )
 
 
-@pytest.mark.parametrize(
-    "sample", ["dlrm_v100_8rank", "nccl_a100_1rank", "qwen1.5-0.5b_h100_1rank", "timesformer_h100_1rank"]
-)
+@pytest.mark.parametrize("sample", ["nccl_a100_1rank", "qwen1.5-0.5b_h100_1rank"])
 def test_steps_that_follow_each_other_make_no_finding(sample):
-    """Where a step's first kernel follows the last one of the step before within a few ms (or the capture
-    holds one step), nothing is found; the time is still in the step table."""
+    """Where a step's first kernel follows the last one of the step before (or, for the first step, its start
+    on the host) within a few ms, nothing is found; the time is still in the step table."""
     report = analysed(TORCH / sample)
     assert not [f for f in report.findings if f.check == "idle-between-steps"]
     assert "idle_before_us" in report.tables["trace_steps"].columns
@@ -88,9 +99,10 @@ def test_without_a_data_loader_the_cause_is_the_hosts_other_work(tmp_path):
 
     report = profan.analyze(tmp_path)
     cause = next(c for c in report.causes if c.check == "idle-between-steps")
-    assert "while the host works on something else" in cause.title and "data loader" not in cause.title
-    assert cause.impact_us == pytest.approx((37181 + 28597 + 49651 + 25047 + 35955) / 5, abs=1)
-    assert "asynchronous checkpointing" in cause.action
+    # the renamed annotation is still the innermost host span covering most of the wait: the title names it
+    assert cause.title.endswith(", the host in my_input_pipeline") and "data loader" not in cause.title
+    assert cause.impact_us == pytest.approx((9739 + 37181 + 28597 + 49651 + 25047 + 35955) / 6, abs=1)
+    assert "make checkpointing and logging asynchronous" in cause.action and "my_input_pipeline (" in cause.action
 
 
 def test_a_cpu_only_trace_has_no_device_waiting_between_steps(tmp_path):
@@ -100,7 +112,7 @@ def test_a_cpu_only_trace_has_no_device_waiting_between_steps(tmp_path):
     rules.write_text('[[check]]\nid = "idle-between-steps"\nwarning_share = 0.0001\ncritical_share = 0.9\n')
     gpu = analysed(TORCH / "nccl_a100_1rank", rules=[rules])
     (group,) = [f for f in gpu.findings if f.check == "idle-between-steps"]
-    assert [m.metrics["device"] for m in group.members] == ["GPU", "GPU"]
+    assert [m.metrics["device"] for m in group.members] == ["GPU", "GPU", "GPU"]  # steps 4 (the first), 5, 6
     cpu = analysed(TORCH / "gloo_moe_cpu_4rank" / "sleep", rules=[rules])
     steps = cpu.tables["trace_steps"]
     assert set(steps["device"]) == {"CPU"} and steps["idle_before_us"].drop_nulls().max() > 0
@@ -121,7 +133,7 @@ def test_the_gain_is_of_the_ranks_that_wait_and_of_the_step_period(tmp_path):
     report = profan.analyze(tmp_path)
     cause = next(c for c in report.causes if c.check == "idle-between-steps")
     assert cause.ranks == (0,)
-    assert cause.impact_us == pytest.approx((36769 + 28203 + 49219 + 24632 + 35514) / 5, abs=1)
+    assert cause.impact_us == pytest.approx((9336 + 36769 + 28203 + 49219 + 24632 + 35514) / 6, abs=1)
     # per step the slowest rank's period (the two traces' step numbers overlap at 5 and 6): window + idle before
     t = report.tables["trace_steps"].filter(pl.col("scope") == "step")
     period = t.group_by("step").agg((pl.col("step_us") + pl.col("idle_before_us").fill_null(0.0)).max())
@@ -147,7 +159,8 @@ def test_idle_before_a_step_starts_at_the_latest_end_of_the_windows_before_it():
         }
     )
     loading = pl.DataFrame({"event_idx": [7], "start_us": [90.0], "end_us": [130.0]})
-    got = _idle_before(windows, loading).sort("step", nulls_last=True)
+    first = pl.DataFrame(schema={"step": pl.Int64, "_first_from": pl.Float64, "_first_event": pl.Int64})
+    got = _idle_before(windows, loading, first).sort("step", nulls_last=True)
     assert got.select("step", "idle_before_us", "before_event", "loading_before_us", "loading_event").rows() == [
         (1, None, None, None, None),
         (2, 0.0, 10, 0.0, None),  # inside step 1's window: nothing idle before it

@@ -290,6 +290,17 @@ def test_every_finding_cites_the_events_it_describes(reports, name):
             elif ev.select.get("role") == "longest idle":  # the idle stretch between two device events
                 assert cited[1]["ts"] - (cited[0]["ts"] + cited[0]["dur"]) == pytest.approx(ev.values["gap_us"])
                 assert 0 < ev.values["gap_us"] <= f.metrics["free_us"] + 1e-6
+            elif ev.select.get("role") == "idle before the step":  # from the step's start or the last device end
+                before, first = cited
+                start = before["ts"] if before["cat"] == "user_annotation" else before["ts"] + before["dur"]
+                assert first["cat"] in DEVICE and first["ts"] - start == pytest.approx(ev.values["idle_before_us"])
+            elif ev.select.get("role") in ("host while idle", "data loader"):  # a host span over an idle stretch
+                (e,) = cited
+                assert e["cat"] not in DEVICE and e["ph"] == "X"
+                inside = next(iter(ev.values.values()))
+                assert 0 < inside <= e["dur"] + 1e-6
+                if ev.select["role"] == "host while idle":
+                    assert e["name"] == ev.select["name"] and e["dur"] >= 500
             elif str(ev.select.get("name", "")).startswith("ProfilerStep#"):  # the step's own annotation(s)
                 assert {e["name"] for e in cited} == {f"ProfilerStep#{ev.select['step']}"} and ev.row_count == len(
                     cited

@@ -102,8 +102,9 @@ def test_qwen3_verdict_names_the_slow_stage_and_its_gain():
     explains are listed under it, each group with its member table."""
     report = analysed(QWEN3)
     doc = json.loads(json.dumps(report.to_dict(), default=str))
-    c1 = doc["causes"][0]
-    assert c1["check"] == "pipeline-stage-imbalance" and "stage 1 (ranks 2, 3)" in c1["title"]
+    c1 = doc["causes"][0]  # the exposed transfer, 93 ms; the stage's 84.85 ms second (tests/test_causes.py)
+    c2 = doc["causes"][1]
+    assert c2["check"] == "pipeline-stage-imbalance" and "stage 1 (ranks 2, 3)" in c2["title"]
     md = render_markdown(report)
     lines = md.splitlines()
     assert lines[4].startswith("**The step:** 810.15 ms")
@@ -111,11 +112,11 @@ def test_qwen3_verdict_names_the_slow_stage_and_its_gain():
     assert lines[head] == f'### <a id="C1"></a>C1 · {c1["title"]}'
     assert lines[head + 2] == f"- **Estimated gain:** {_gain(c1)}. *Assumption:* {c1['assumption']}"
     assert c1["impact_us"] == pytest.approx(report.causes[0].impact_us, abs=1e-3) and c1["impact_us"] > 0
-    # the findings section: C1's findings under it, before C2's heading; a group with its members
+    # the findings section: C2's findings under it, before C3's heading; a group with its members
     findings = md[md.index('## <a id="findings"></a>Findings') :]
-    under = findings[findings.index("### C1 · ") : findings.index("### C2 · ")]
-    assert re.findall(r'^#### <a id="(F\d+)"></a>', under, flags=re.M) == c1["explains"]
-    group = next(f for f in doc["findings"] if f["id"] in c1["explains"] and f["members"])
+    under = findings[findings.index("### C2 · ") : findings.index("### C3 · ")]
+    assert re.findall(r'^#### <a id="(F\d+)"></a>', under, flags=re.M) == c2["explains"]
+    group = next(f for f in doc["findings"] if f["id"] in c2["explains"] and f["members"])
     block = under[under.index(f'<a id="{group["id"]}"></a>') :].split("\n#### ")[0]
     rows = re.findall(r"^\| (F\d+\.\d+) \| (\d*) \| (\d*) \| (\w+) \|", block, flags=re.M)
     want = [(m["id"], str(m["rank"]), str(m["step"] or ""), m["severity"]) for m in group["members"]]
@@ -124,12 +125,12 @@ def test_qwen3_verdict_names_the_slow_stage_and_its_gain():
 
 def test_dlrm_verdict_names_rank_7():
     report = analysed(DLRM)
-    c1 = report.causes[0]
-    assert c1.check == "straggler" and "Rank 7" in c1.title
+    c2 = report.causes[1]  # after the data loader at the step's start (tests/test_causes.py)
+    assert c2.check == "straggler" and "Rank 7" in c2.title
     verdict = _verdict(render_markdown(report))
-    first = verdict[verdict.index("\n### ") :].split("\n### ")[1]
-    assert first.startswith(f'<a id="C1"></a>C1 · {c1.title}')
-    assert "rank 7" in first.lower()
+    second = verdict[verdict.index("\n### ") :].split("\n### ")[2]
+    assert second.startswith(f'<a id="C2"></a>C2 · {c2.title}')
+    assert "rank 7" in second.lower()
 
 
 # ------------------------------------------------------------------------------------------ every output
@@ -195,7 +196,8 @@ def test_every_output_leads_with_the_same_causes(sample, tmp_path):
     assert brief["headline"][: len(want)] == [cid for cid, _ in want]
     mcp = _mcp_analyze(sample)
     assert [(c["id"], c["title"]) for c in mcp["causes"]] == want
-    assert {k: v for k, v in mcp.items() if k != "drill"} == {k: v for k, v in brief.items() if k != "drill"}
+    # the CLI's brief is held to 8,000 bytes, the MCP result here to 100,000: texts may be cut, ids and titles not
+    assert mcp["headline"] == brief["headline"]
 
 
 def test_html_folds_explained_findings_under_their_cause(qwen3_report):
@@ -224,10 +226,10 @@ HOSTILE = "=cmd|' /C calc'!A0<script>alert(1)</script>![x](http://evil/p.png)`ti
 @pytest.fixture(scope="module")
 def hostile_report(tmp_path_factory):
     """The Qwen3 job with the op type of the LM head's matmul on rank 2 renamed to ``HOSTILE``: it is the largest
-    extra kernel of the slow stage, so the name reaches C1's message and action."""
+    extra kernel of the slow stage, so the name reaches that cause's message and action."""
     data = tmp_path_factory.mktemp("hostile") / "job"
     shutil.copytree(QWEN3, data)
-    c1 = analysed(QWEN3).causes[0]
+    c1 = next(c for c in analysed(QWEN3).causes if c.check == "pipeline-stage-imbalance")
     ev = next(e for e in c1.evidence if e.select.get("op") == "MatMulV3")
     path = data / ev.file
     lines = path.read_text(encoding="utf-8").split("\n")
@@ -236,29 +238,34 @@ def hostile_report(tmp_path_factory):
         lines[n - 1] = lines[n - 1].replace(",MatMulV3,dynamic,", f",{HOSTILE},dynamic,")
     path.write_text("\n".join(lines), encoding="utf-8")
     report = profan.analyze(data)
-    assert report.causes[0].check == "pipeline-stage-imbalance"
-    assert HOSTILE in report.causes[0].action and HOSTILE in report.causes[0].message
+    stage = _stage(report)
+    assert HOSTILE in stage.action and HOSTILE in stage.message
     return report
+
+
+def _stage(report):
+    return next(c for c in report.causes if c.check == "pipeline-stage-imbalance")
 
 
 def test_a_kernel_name_in_a_cause_forms_nothing_in_markdown(hostile_report):
     md = render_markdown(hostile_report)
     _assert_inert(md)
     assert "<script" not in _outside_code(md)
-    action = next(ln for ln in _verdict(md).splitlines() if ln.startswith("- **Action:**"))
-    assert HOSTILE in _unescape(action)
+    actions = [ln for ln in _verdict(md).splitlines() if ln.startswith("- **Action:**")]
+    assert any(HOSTILE in _unescape(a) for a in actions)
 
 
 def test_a_kernel_name_in_a_cause_is_text_in_html(hostile_report):
     doc = build_html(hostile_report)
     assert "<script>alert(1)</script>" not in doc
-    action = re.search(r"<dt>Action</dt><dd>(.*?)</dd>", doc, flags=re.S).group(1)
-    assert HOSTILE in html.unescape(action) and str(markupsafe.escape(HOSTILE)) in action
+    actions = re.findall(r"<dt>Action</dt><dd>(.*?)</dd>", doc, flags=re.S)
+    action = next(a for a in actions if HOSTILE in html.unescape(a))
+    assert str(markupsafe.escape(HOSTILE)) in action
 
 
 def test_a_kernel_name_in_a_cause_is_never_a_formula_in_excel(hostile_report, tmp_path):
     """The action (the name inside it) and a title that itself starts like a formula are stored as text."""
-    report = replace(hostile_report, causes=[replace(hostile_report.causes[0], title=HOSTILE)])
+    report = replace(hostile_report, causes=[replace(_stage(hostile_report), title=HOSTILE)])
     render(report, "xlsx", tmp_path / "r.xlsx")
     wb = openpyxl.load_workbook(tmp_path / "r.xlsx")
     assert not [c.coordinate for ws in wb for row in ws.iter_rows() for c in row if c.data_type == "f"]

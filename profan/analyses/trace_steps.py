@@ -91,6 +91,11 @@ def _device_share(roles: Roles, row: dict, check_id: str, col: str, share: float
             f"Rank {rank}, {where}: {LANES[col]} is {ms(row[col])} of the {ms(row['step_us'])} "
             f"span from the first to the last {'CPU' if device == 'CPU' else 'device'} event ({pct(share)}); "
             f"{split_text(row)} — computed by interval union over {row['events'] + others} {units}{also}."
+            + (
+                host_text(row, "gap", f"the longest idle stretch, {ms(row['gap_us'] or 0.0)}")
+                if col == "free_us"
+                else ""
+            )
         ),
         metrics={
             col: round(row[col], 3),
@@ -98,6 +103,7 @@ def _device_share(roles: Roles, row: dict, check_id: str, col: str, share: float
             "share": round(share, 4),
             "events": row["events"],
             "device": device,
+            **(host_metrics(row, "gap") if col == "free_us" else {}),
         },
         evidence=_split_evidence(row, col, roles),
     )
@@ -162,7 +168,47 @@ def _split_evidence(row: dict, col: str, roles: Roles) -> tuple:
                 "first event's end to the second one's start",
             )
         )
+        items += host_evidence(row, "gap", "the longest idle stretch")
     return tuple(items)
+
+
+def host_text(row: dict, prefix: str, stretch: str) -> str:
+    """What the host did in an idle stretch (`kineto_rank._host_during`), as a sentence; "" when no host span
+    covers it."""
+    op, call = row.get(f"{prefix}_op"), row.get(f"{prefix}_call")
+    if op is None and call is None:
+        return ""
+    parts = [f"in {op} ({ms(row[f'{prefix}_op_us'])} of it)"] if op is not None else []
+    if call is not None:
+        parts.append(f"blocked in the runtime call {call} ({ms(row[f'{prefix}_call_us'])} of it)")
+    return f" During {stretch}, the host was {', '.join(parts)}."
+
+
+def host_metrics(row: dict, prefix: str) -> dict:
+    """The host op and runtime call of an idle stretch, for the cause to name (null where none covers it)."""
+    keys = ("op", "op_us", "call", "call_us")
+    return {f"host_{k}": row.get(f"{prefix}_{k}") for k in keys} | (
+        {"gap_us": row["gap_us"]} if prefix == "gap" else {}
+    )
+
+
+def host_evidence(row: dict, prefix: str, stretch: str) -> list:
+    """The host op and runtime call that cover an idle stretch, cited (`kineto_rank._host_during`)."""
+    items = []
+    for kind, what in (("op", "host op"), ("call", "runtime call")):
+        event = row.get(f"{prefix}_{kind}_event")
+        if event is not None:
+            items.append(
+                cite_events(
+                    row["file"],
+                    [event],
+                    1,
+                    {"source": "kineto_trace", "name": row[f"{prefix}_{kind}"], "role": "host while idle"},
+                    values={f"{kind}_inside_us": round(row[f"{prefix}_{kind}_us"], 3)},
+                    note=f"the innermost {what} covering at least half of {stretch}: what the host was doing then",
+                )
+            )
+    return items
 
 
 IDLE_BETWEEN = "idle-between-steps"
@@ -192,6 +238,8 @@ def idle_between_findings(table: pl.DataFrame, pack: RulePack) -> list[Finding]:
 
 
 def _idle_between(row: dict, chk: Check, sev: str, share: float, period: float, roles: Roles) -> Finding:
+    if row.get("before_op_event") is not None and row["before_op_event"] == row.get("loading_event"):
+        row = {**row, "before_op": None, "before_op_event": None}  # the loader span itself: said and cited already
     rank, device, idle = row["rank"], _device(row), row["idle_before_us"]
     loading = row.get("loading_before_us") or 0.0
     where = f"Rank {rank}, step {row['step']}"
@@ -200,29 +248,14 @@ def _idle_between(row: dict, chk: Check, sev: str, share: float, period: float, 
         if loading
         else "; no data-loading span of the host (roles kineto_data_loading) overlaps it"
     )
-    base = {"source": "kineto_trace", "scope": "step", "step": row["step"], "cat": _device_cats(row, roles)}
-    evidence = [
-        cite_events(
-            row["file"],
-            [row["before_event"], row["first_event"]],
-            2,
-            {**base, "role": "idle before the step"},
-            values={"idle_before_us": round(idle, 3)},
-            note="the previous step's last device event and this step's first: the idle time runs from the first "
-            "one's end to the second one's start",
-        )
-    ]
-    if row.get("loading_event") is not None:
-        evidence.append(
-            cite_events(
-                row["file"],
-                [row["loading_event"]],
-                1,
-                {"source": "kineto_trace", "name": roles.kineto_data_loading},
-                values={"loading_before_us": round(loading, 3)},
-                note="the data loader's span (roles kineto_data_loading) that overlaps that idle time most",
-            )
-        )
+    # the capture's first step has no step before it: its idle time runs from its start on the host
+    first = row["before_event"] is None
+    since = (
+        "the step's start on the host (its ProfilerStep annotation)"
+        if first
+        else "the previous step's last device event"
+    )
+    evidence = _idle_between_evidence(row, roles, since, first)
     return Finding(
         check=chk.id,
         severity=sev,
@@ -230,9 +263,10 @@ def _idle_between(row: dict, chk: Check, sev: str, share: float, period: float, 
         step=row["step"],
         title=f"{where}: the {device} is idle {ms(idle)} before the step's first event, {pct(share)} of its period",
         message=(
-            f"{where}: the {device} runs nothing for {ms(idle)} between the previous step's last device event and "
-            f"this step's first{inside}. No step's window (first to last device event, {ms(row['step_us'])} here) "
-            f"holds that time: with it the step period is {ms(period)}, {pct(share)} of it idle before the step."
+            f"{where}: the {device} runs nothing for {ms(idle)} between {since} and this step's first device "
+            f"event{inside}. No step's window (first to last device event, {ms(row['step_us'])} here) holds that "
+            f"time: with it the step period is {ms(period)}, {pct(share)} of it idle before the step."
+            + host_text(row, "before", "that time")
         ),
         metrics={
             "idle_before_us": round(idle, 3),
@@ -242,9 +276,42 @@ def _idle_between(row: dict, chk: Check, sev: str, share: float, period: float, 
             "share": round(share, 4),
             "loading_share": round(loading / idle, 4),
             "device": device,
+            **host_metrics(row, "before"),
         },
         evidence=tuple(evidence),
     )
+
+
+def _idle_between_evidence(row: dict, roles: Roles, since: str, first: bool) -> list:
+    """The rows an idle-between finding rests on: the events around the idle time, what the host did in it, and
+    the data loader's span that overlaps it most."""
+    idle, loading = row["idle_before_us"], row.get("loading_before_us") or 0.0
+    cats = [roles.kineto_annotation_cat, *_device_cats(row, roles)] if first else _device_cats(row, roles)
+    base = {"source": "kineto_trace", "scope": "step", "step": row["step"], "cat": cats}
+    evidence = [
+        cite_events(
+            row["file"],
+            [row["step_event"] if first else row["before_event"], row["first_event"]],
+            2,
+            {**base, "role": "idle before the step"},
+            values={"idle_before_us": round(idle, 3)},
+            note=f"{since} and this step's first device event: the idle time runs from the first one's "
+            f"{'start' if first else 'end'} to the second one's start",
+        ),
+        *host_evidence(row, "before", "the idle time before the step"),
+    ]
+    if row.get("loading_event") is not None:
+        evidence.append(
+            cite_events(
+                row["file"],
+                [row["loading_event"]],
+                1,
+                {"source": "kineto_trace", "pattern": roles.kineto_data_loading, "role": "data loader"},
+                values={"loading_before_us": round(loading, 3)},
+                note="the data loader's span (roles kineto_data_loading) that overlaps that idle time most",
+            )
+        )
+    return evidence
 
 
 def lane_share_findings(ranks: list[RankData], table: pl.DataFrame, pack: RulePack) -> list[Finding]:

@@ -3,11 +3,13 @@ exposed transfer that overlapping would hide."""
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 import polars as pl
 
 from profan.analyses.common import fmt_ranks
 from profan.analyses.contract import Job
-from profan.diagnosis.claims import Claims, explainable, make_cause, span
+from profan.diagnosis.claims import SYMPTOMS, Claims, explainable, make_cause, span
 from profan.model.causes import Cause
 from profan.model.findings import Finding
 
@@ -133,17 +135,55 @@ def late_peers(job: Job, claims: Claims, steps_us: dict[int, float]) -> list[Cau
     return [cause]
 
 
+TRANSFERS_NAMED = 4  # the largest transfers the exposed-transfer cause's action names
+
+
+def _largest_transfers(job: Job, least: Finding) -> str:
+    """The largest transfers of the least exposed rank's step (table communication), as a sentence: which
+    collectives, of which group, to overlap first. "" where the table does not give them."""
+    comm = job.tables.get("communication")
+    if comm is None or comm.is_empty() or least.rank is None or "transfer_ms" not in comm.columns:
+        return ""
+    rows = comm.filter((pl.col("rank") == least.rank) & pl.col("step").eq_missing(least.step))
+    rows = rows.filter(pl.col("transfer_ms") > 0).sort("transfer_ms", descending=True).head(TRANSFERS_NAMED)
+    if rows.is_empty():
+        return ""
+    named = [
+        f"{str(r['op']).split('@')[0]}"
+        + (f" (group {r['group_name']})" if r.get("group_name") else "")
+        + f" {r['transfer_ms']:,.1f} ms"
+        for r in rows.iter_rows(named=True)
+    ]
+    where = f"rank {least.rank}" + (f", step {least.step}" if least.step is not None else "")
+    return f" The largest transfers ({where}): {'; '.join(named)}."
+
+
 def exposed_transfer(job: Job, claims: Claims, steps_us: dict[int, float]) -> list[Cause]:
-    """Exposed communication that is transfer, not waiting, and no other cause explains. Gain: the least exposed
-    transfer of any rank in those steps — what overlapping would give every rank at least."""
+    """Exposed communication that is transfer, not waiting. Gain: the least exposed transfer of any rank in those
+    steps — what overlapping would give every rank at least.
+
+    A finding a waiting cause explained (a late stage or rank) still holds its transfer, which making no rank
+    wait removes nothing of: where that transfer alone is at least the check's ``min_share`` of the step, this
+    cause stands too. It cites such findings but leaves them under their cause (the waiting is what they say)."""
     check = "comm-exposed-split"
     # a finding whose ops record no transfer/wait split claims no transfer to overlap: it stays a symptom
     found = [f for f in claims.unclaimed(check) if f.metrics.get("split_recorded", True)]
-    if not found:
+    share = job.pack.check(check)["min_share"]
+    held = [
+        f
+        for f in claims.findings
+        if f.check == check
+        and f.key in claims.taken
+        and f.severity in SYMPTOMS
+        and f.metrics.get("split_recorded", True)
+        and f.metrics["transfer_ms"] * 1000 >= share * f.metrics["step_us"]
+    ]
+    if not found and not held:
         return []
-    steps = sorted({s for f in found for s in f.steps})
+    cited = [*found, *held]
+    steps = sorted({s for f in cited for s in f.steps})
     exposed = job.tables.get("comm_exposed")
-    transfer = [f.metrics["transfer_ms"] for f in found]
+    transfer = [f.metrics["transfer_ms"] for f in cited]
     if exposed is not None and not exposed.is_empty():
         per_step = exposed.filter(pl.col("step").is_in(steps)).group_by("step").agg(pl.col("transfer_ms").min())
         floor_ms = float(per_step["transfer_ms"].mean()) if not per_step.is_empty() else min(transfer)
@@ -152,20 +192,23 @@ def exposed_transfer(job: Job, claims: Claims, steps_us: dict[int, float]) -> li
     values = {
         "min_transfer_ms": floor_ms,
         "transfer": span(transfer, "{:,.1f}") + " ms",
-        "n_ranks": len({r for f in found for r in f.ranks}),
+        "n_ranks": len({r for f in cited for r in f.ranks}),
+        "largest": _largest_transfers(job, min(cited, key=lambda f: f.metrics["transfer_ms"])),
     }
     claims.own(found)
-    explained = claims.take(explainable(job, check) - {check}, steps=steps)
-    message = "; ".join(f"{f.title}" for f in found[:4]) + (f"; and {len(found) - 4} more" if len(found) > 4 else "")
-    return [
-        make_cause(
-            job,
-            check,
-            values,
-            sources=found,
-            explained=explained,
-            impact_us=floor_ms * 1000,
-            steps_us=steps_us,
-            message=message,
-        )
-    ]
+    explained = claims.take(explainable(job, check) - {check}, steps=steps) if found else []
+    each = [f"rank {f.rank}, step {f.step}: {f.metrics['transfer_ms']:,.1f} ms" for f in cited[:4]]
+    more = f"; and {len(cited) - 4} more" if len(cited) > 4 else ""
+    message = f"Transfer inside the exposed communication (communication.json): {'; '.join(each)}{more}."
+    cause = make_cause(
+        job,
+        check,
+        values,
+        sources=cited,
+        explained=explained,
+        impact_us=floor_ms * 1000,
+        steps_us=steps_us,
+        message=message,
+    )
+    kept = {f.key for f in held}
+    return [replace(cause, explains_keys=tuple(k for k in cause.explains_keys if k not in kept))]

@@ -38,21 +38,22 @@ def idle(job: Job, claims: Claims, steps_us: dict[int, float], cost: pl.DataFram
         "host_ms": span([v / 1000 for v in host["idle_host_us"].to_list()], "{:,.1f}") + " ms" if measured else "",
         "min_host_ms": (floor_us or 0.0) / 1000,
         "graph_events": _graph_events(job, {r for f in found for r in f.ranks}),
+        "longest_gap": _longest_gap(found),
     }
     preparing = _preparing(job, found)
     if preparing is not None:
-        values["preparing"] = span([v / 1000 for v in preparing["preparing_us"]], "{:,.1f}") + " ms"
-        values["min_preparing_ms"] = float(preparing["preparing_us"].min()) / 1000
-        loader = preparing["loading_before_us"].drop_nulls()
-        values["loader"] = (
-            f"; of it, {span([v / 1000 for v in loader], '{:,.1f}')} ms inside the data loader (trace_view.json)"
-            if loader.len() == preparing.height
-            else ""
-        )
+        values.update(_preparing_values(preparing))
+    blocked = _blocked(found, job.pack.check(check)["blocked_share"])
+    blocked_by = None if blocked is None else blocked.pop("finding")
+    if blocked is not None:
+        values.update(blocked)
     claims.own(found)
     worst = max(found, key=lambda f: float(f.metrics["share"]))
     least = min(found, key=lambda f: float(f.metrics["share"]))
-    sources = [worst, *([least] if least is not worst else [])]
+    sources = [worst]
+    for f in (least, blocked_by):  # each once (findings are compared by identity: their metrics are dicts)
+        if f is not None and all(f is not g for g in sources):
+            sources.append(f)
     message = f"{len(found)} rank-step(s) with the device idle at or above the check's threshold. Most: {worst.message}"
     return [
         make_cause(
@@ -64,10 +65,10 @@ def idle(job: Job, claims: Claims, steps_us: dict[int, float], cost: pl.DataFram
             impact_us=None,
             steps_us=steps_us,
             message=message,
-            case="host" if measured else "preparing" if preparing is not None else None,
+            case="blocked" if blocked else "host" if measured else "preparing" if preparing is not None else None,
             ranks=[r for f in found for r in f.ranks],
             steps=steps,
-            action_case="graph" if values["graph_events"] else None,
+            action_case="graph" if values["graph_events"] and not blocked else None,
         )
     ]
 
@@ -98,6 +99,19 @@ def _preparing(job: Job, found: list[Finding]) -> pl.DataFrame | None:
     return per.join(loader, on="rank", how="left")
 
 
+def _preparing_values(preparing: pl.DataFrame) -> dict:
+    """The ``preparing`` case's values: the time before each step's first task per rank, and of it the data
+    loader's where trace_view.json gives it for every rank."""
+    loader = preparing["loading_before_us"].drop_nulls()
+    return {
+        "preparing": span([v / 1000 for v in preparing["preparing_us"]], "{:,.1f}") + " ms",
+        "min_preparing_ms": float(preparing["preparing_us"].min()) / 1000,
+        "loader": f"; of it, {span([v / 1000 for v in loader], '{:,.1f}')} ms inside the data loader (trace_view.json)"
+        if loader.len() == preparing.height
+        else "",
+    }
+
+
 def _host_waits(job: Job, cost: pl.DataFrame, steps: list[int], ranks: set[int]) -> pl.DataFrame:
     """The idle time the device waited for the host (``step, idle_host_us``): per rank and step from the step cost,
     or, for a capture without steps, over each rank's whole trace (trace_steps' ``trace`` rows)."""
@@ -119,6 +133,42 @@ def _graph_events(job: Job, ranks: set[int]) -> int:
         return 0
     rows = traced.filter((pl.col("scope") == "trace") & pl.col("rank").is_in(list(ranks)))
     return int(rows["graph_events"].fill_null(0).sum())
+
+
+def host_doing(metrics: dict) -> str:
+    """What the host did in an idle stretch, as a finding's metrics name it (`trace_steps.host_metrics`)."""
+    parts = [f"{metrics['host_op']} ({ms(metrics['host_op_us'])})"] if metrics.get("host_op") else []
+    if metrics.get("host_call"):
+        parts.append(f"blocked in {metrics['host_call']} ({ms(metrics['host_call_us'])})")
+    return f"; the host meanwhile in {', '.join(parts)}" if parts else ""
+
+
+def _longest_gap(found: list[Finding]) -> str:
+    """The longest idle stretch of the findings and what the host did in it, as a sentence ("" without one)."""
+    gaps = [f for f in found if f.metrics.get("gap_us")]
+    if not gaps:
+        return ""
+    f = max(gaps, key=lambda g: float(g.metrics["gap_us"]))
+    where = f"rank {f.rank}" + (f", step {f.step}" if f.step is not None else "")
+    return f" The longest idle stretch: {where}, {ms(f.metrics['gap_us'])}{host_doing(f.metrics)}."
+
+
+def _blocked(found: list[Finding], share: float) -> dict | None:
+    """The worst idle finding's longest idle stretch, where one runtime call of the host covers at least
+    ``share`` of its idle time (`trace_steps.host_metrics`): the host blocked while the device had nothing to
+    run. None otherwise."""
+    worst = max(found, key=lambda f: float(f.metrics.get("host_call_us") or 0.0))
+    m = worst.metrics
+    if not m.get("host_call") or float(m["host_call_us"]) < share * float(m["free_us"]):
+        return None
+    return {
+        "finding": worst,
+        "call": m["host_call"],
+        "call_ms": float(m["host_call_us"]) / 1000,
+        "op": f", inside {m['host_op']}" if m.get("host_op") and m["host_op"] != m["host_call"] else "",
+        "stretch_ms": float(m["gap_us"]) / 1000,
+        "on_rank": f"rank {worst.rank}" + (f", step {worst.step}" if worst.step is not None else ""),
+    }
 
 
 def _device(job: Job) -> str:
@@ -170,8 +220,12 @@ def idle_between(job: Job, claims: Claims, steps_us: dict[int, float]) -> list[C
         "share": span(list(mine["share"]), "{:.1%}"),
         "loading": span([x / 1000 for x in mine["loading"]], "{:,.1f}") + " ms",
         "estimate_ms": estimate / 1000,
-        "longest": f"rank {worst.rank}, step {worst.step}: {ms(w['idle_before_us'])} idle, "
-        f"{ms(w['loading_before_us'])} of it in the data loader",
+        "longest": f"rank {worst.rank}, step {worst.step}: {ms(w['idle_before_us'])} idle"
+        + (f", {ms(w['loading_before_us'])} of it in the data loader" if w["loading_before_us"] else "")
+        + host_doing(w),
+        "host_work": f", the host in {w['host_op']}"
+        if w.get("host_op")
+        else ", while the host works on something else",
     }
     claims.own(found)
     case = "loading" if loading else None

@@ -357,12 +357,12 @@ def timeline(report: Report, step: Any = None, *, max_ranks: int = TIMELINE_RANK
     """One step on the common clock, one pair of lanes per rank: the rank's compute, exposed communication and
     idle time where they happened (table step_blocks; a rank whose data places nothing in time shows its step's
     totals end to end, and the note says which), and the rank's collectives where they happened — the part
-    before the last rank arrives drawn as waiting, a line joining each collective across ranks. The first cause's
-    ranks are shaded and the collectives
+    before the last rank arrives drawn as waiting, a line joining each collective across ranks. The ranks of the
+    cause it shows (`timeline_layout.focus`: the first that names some ranks, not all) are shaded and the collectives
     it cites outlined as windows; every block leads (hover, click on the page) to its source row and to the
     cause or finding citing it.
 
-    ``step``: the step to draw (default: the first cause's step, else the slowest). Beyond ``max_ranks`` ranks,
+    ``step``: the step to draw (default: that cause's step, else the slowest). Beyond ``max_ranks`` ranks,
     the lanes are the cause's ranks, its comparison rank and the ranks with the shortest, median and longest
     step, under one lane of every rank's arrivals. ``layout.meta`` says what was chosen."""
     tl = lay_out(report, step, max_ranks)

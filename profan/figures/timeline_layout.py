@@ -271,13 +271,23 @@ def _comm_rows(report: Report, step: Any, windows: pl.DataFrame) -> pl.DataFrame
     )
 
 
+def focus(report: Report) -> Cause | None:
+    """The cause the timeline shows: the first that names a place — some ranks, not every one (shading every lane
+    says nothing, and a cause of every rank, exposed transfer say, has no rank to point at) — else the first."""
+    every = {r.get("rank") for r in report.source.get("ranks", [])} if isinstance(report.source, dict) else set()
+    for c in report.causes:
+        if c.ranks and set(c.ranks) < every:
+            return c
+    return report.causes[0] if report.causes else None
+
+
 def _step_choices(report: Report, step: Any) -> list[tuple[Any, str]]:
-    """The steps to draw, best first: the one asked for; else the first cause's step, then the slowest step (the
-    cause's step may be one the step tables lack)."""
+    """The steps to draw, best first: the one asked for; else the step of the cause shown (`focus`), then the
+    slowest step (the cause's step may be one the step tables lack)."""
     if step is not None:
         return [(step, f"step {step}")]
     out = []
-    cause = report.causes[0] if report.causes else None
+    cause = focus(report)
     if cause is not None and cause.steps:
         out.append((cause.steps[0], f"the step of {cause.id}"))
     df = _split_source(report)
@@ -338,7 +348,7 @@ def _first_with_rows(report: Report, step: Any) -> tuple[Any, str, pl.DataFrame,
 def lay_out(report: Report, step: Any, max_ranks: int) -> Timeline | None:
     """The step's content laid out before it is drawn: which ranks get lanes, the common clock (x = 0 at the
     earliest step start, so blocks in time and collectives line up), the upper lanes and the collectives."""
-    cause = report.causes[0] if report.causes else None
+    cause = focus(report)
     found = _first_with_rows(report, step)
     if found is None:
         return None
@@ -358,7 +368,8 @@ def lay_out(report: Report, step: Any, max_ranks: int) -> Timeline | None:
     ranks, tags = _lane_ranks(all_ranks, totals, cause, max_ranks)
     starts = [s for s in (windows.get_column("start_us").min(), comm.get_column("start_us").min()) if s is not None]
     t0 = float(starts[0]) if starts else 0.0
-    owners = _citers([*report.causes, *report.findings])
+    # a row cited by the cause shown opens that cause; other rows the first cause or finding citing them
+    owners = _citers([*([cause] if cause else []), *report.causes, *report.findings])
     cited = pl.DataFrame(
         sorted(_citers([cause]) if cause else []), schema={"file": pl.Utf8, "loc": pl.Utf8}, orient="row"
     )

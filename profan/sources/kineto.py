@@ -73,16 +73,22 @@ class KinetoTrace:
     notes: list[str] = field(default_factory=list)
     # the host's data-loading spans (roles kineto_data_loading): event_idx, start_us, end_us
     loading: pl.DataFrame = field(default_factory=pl.DataFrame)
+    # the host's long spans (`host_spans`): event_idx, name, kind (op / call), start_us, end_us
+    host: pl.DataFrame = field(default_factory=pl.DataFrame)
+
+
+HOST_SPAN_US = 500.0  # host spans this long or longer can name what the host did while the device sat idle
 
 
 def keep_expr(roles: Roles | None = None) -> pl.Expr:
     roles = roles or default_roles()
     x = pl.col("ph") == "X"
-    # of the Python frames, only the nn.Module ones: the module context of launches (`kineto_context`)
-    modules = (pl.col("cat") == roles.kineto_python_cat) & pl.col("name").cast(pl.String).str.contains(
-        roles.kineto_module_frame
+    # of the Python frames, the nn.Module ones (the module context of launches, `kineto_context`) and those
+    # long enough to name the host's work in an idle stretch (`host_spans`): a trace has tens of thousands
+    frames = (pl.col("cat") == roles.kineto_python_cat) & (
+        pl.col("name").cast(pl.String).str.contains(roles.kineto_module_frame) | (pl.col("dur_us") >= HOST_SPAN_US)
     )
-    return (pl.col("ph") == "M") | (x & (pl.col("cat").is_in(roles.kineto_keep_cats) | modules))
+    return (pl.col("ph") == "M") | (x & (pl.col("cat").is_in(roles.kineto_keep_cats) | frames))
 
 
 def parse_variant(roles: Roles | None = None) -> str:
@@ -90,8 +96,8 @@ def parse_variant(roles: Roles | None = None) -> str:
     table."""
     r, base = roles or default_roles(), default_roles()
     if (r.kineto_keep_cats, r.kineto_detail_cats) == (base.kineto_keep_cats, base.kineto_detail_cats):
-        return "kineto/2"
-    return f"kineto/2/keep={','.join(sorted(set(r.kineto_keep_cats)))}/detail={','.join(sorted(r.kineto_detail_cats))}"
+        return "kineto/3"
+    return f"kineto/3/keep={','.join(sorted(set(r.kineto_keep_cats)))}/detail={','.join(sorted(r.kineto_detail_cats))}"
 
 
 def parse_trace(path: Path, roles: Roles | None = None) -> Trace:
@@ -432,6 +438,32 @@ def load(path: Path, trace: Trace | None = None, roles: Roles | None = None) -> 
         device_name=dev_name if isinstance(dev_name, str) else None,
         notes=notes,
         loading=_loading(ev, roles),
+        host=host_spans(ev, roles),
+    )
+
+
+def host_spans(ev: pl.DataFrame, roles: Roles) -> pl.DataFrame:
+    """The host's spans of at least `HOST_SPAN_US`: CPU ops, annotations other than the steps' and Python frames
+    (``kind`` op), runtime calls (``kind`` call). Inside an idle stretch of the device they say what the host
+    was doing: preparing the input, or blocked in a copy or a synchronisation."""
+    ts, cat, name = pl.col("ts_us"), pl.col("cat").cast(pl.String), pl.col("name").cast(pl.String)
+    ops = [roles.kineto_cpu_op_cat, roles.kineto_annotation_cat, roles.kineto_python_cat]
+    step = (cat == roles.kineto_annotation_cat) & name.str.contains(roles.kineto_step)
+    s = ev.filter(
+        cat.is_in([*ops, *roles.kineto_runtime_cats])
+        & ~step
+        & usable_duration()
+        & (pl.col("dur_us") >= HOST_SPAN_US)
+        & ts.is_not_null()
+        & ts.is_finite()
+    )
+    kind = pl.when(cat.is_in(list(roles.kineto_runtime_cats))).then(pl.lit("call")).otherwise(pl.lit("op"))
+    return s.select(
+        "event_idx",
+        name.alias("name"),
+        kind.alias("kind"),
+        ts.alias("start_us"),
+        (ts + pl.col("dur_us")).alias("end_us"),
     )
 
 

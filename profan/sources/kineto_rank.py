@@ -79,32 +79,34 @@ def _union_us(runs: pl.DataFrame, by: list[str], name: str) -> pl.DataFrame:
 
 
 def device_split(
-    dev: pl.DataFrame, steps: pl.DataFrame, roles: Roles | None = None, loading: pl.DataFrame | None = None
+    dev: pl.DataFrame,
+    steps: pl.DataFrame,
+    roles: Roles | None = None,
+    loading: pl.DataFrame | None = None,
+    host: pl.DataFrame | None = None,
 ) -> pl.DataFrame:
     """Computing / Communication(Not Overlapped) / Free per step (`device_split_blocks`, without the blocks)."""
-    return device_split_blocks(dev, steps, roles, loading)[0]
+    return device_split_blocks(dev, steps, roles, loading, host)[0]
 
 
 def device_split_blocks(
-    dev: pl.DataFrame, steps: pl.DataFrame, roles: Roles | None = None, loading: pl.DataFrame | None = None
+    dev: pl.DataFrame,
+    steps: pl.DataFrame,
+    roles: Roles | None = None,
+    loading: pl.DataFrame | None = None,
+    host: pl.DataFrame | None = None,
 ) -> tuple[pl.DataFrame, pl.DataFrame]:
     """Computing / Communication(Not Overlapped) / Free per step, from the device lanes themselves, and the same
     time placed in time: each step's blocks of compute, exposed communication and idle (`intervals.step_blocks`;
     the whole trace's when it has no ProfilerStep), cut from the very runs the totals are the lengths of.
 
-    The same split the Ascend profiler writes to step_trace_time.csv, computed by interval union so overlapping
-    events count once and no timestamp is rounded: Computing = union of non-communication device events,
-    Communication = union of communication events, Free = span minus the union of all. A step's span (window)
-    runs from the first start to the last end of its own events, and every device event inside it counts,
-    whichever step launched it: when the host runs ahead, the previous step's kernels still occupy the device in
-    this step's window, and counting only the step's own events would call that time idle. One row per
-    ProfilerStep with device events, and one row (``scope`` = trace) for the whole trace; ``device`` says what
-    was measured (GPU, or CPU for a CPU-only trace).
-
-    A step's window leaves out the time before its first event, when the device may sit idle waiting for the
-    step's input: ``idle_before_us`` is that time since the previous window ended (`_idle_before`; ``loading``:
-    the host's data-loading spans, which say how much of it the host spent fetching the batch).
-    """
+    The split step_trace_time.csv gives, by interval union (overlaps count once, no timestamp rounded). A step's
+    window runs from the first start to the last end of its own events, and every device event inside it
+    counts, whichever step launched it (when the host runs ahead, the previous step's kernels still occupy the
+    device). One row per ProfilerStep with device events, one (``scope`` = trace) for the whole trace; ``device``
+    says what was measured (GPU, or CPU for a CPU-only trace). The time before a window, when the device may wait
+    for the step's input, is ``idle_before_us`` (`_idle_before`; ``loading``: the host's data-loading spans);
+    for it and the longest idle stretch, ``host``'s spans (`kineto.host_spans`) name what the host was doing."""
     if dev.is_empty():
         return pl.DataFrame(), pl.DataFrame()
     launch = pl.col("launch_us") if "launch_us" in dev.columns else pl.lit(None, pl.Float64).alias("launch_us")
@@ -140,24 +142,64 @@ def device_split_blocks(
     )
     out = out.join(_step_events(steps, roles or default_roles()), on="step", how="left")
     out = _idle_split(out.join(_longest_gap(scoped, by), on=by, how="left", nulls_equal=True), scoped, by)
-    out = _idle_before(out, loading)
+    out = _idle_before(out, loading, _first_idle_start(d, span, steps, roles or default_roles()))
+    out = _host_columns(out, host)
     return out.select(*SPLIT_COLUMNS).sort("scope", "step", nulls_last=True), _blocks(span, runs, by)
 
 
-def _idle_before(out: pl.DataFrame, loading: pl.DataFrame | None) -> pl.DataFrame:
+def _host_columns(out: pl.DataFrame, host: pl.DataFrame | None) -> pl.DataFrame:
+    """``out`` with what the host did in its longest idle stretch (``gap_*``) and in the idle time before each
+    step (``before_*``): `_host_during`."""
+    by = ["scope", "step"]
+    gaps = out.select(*by, (pl.col("gap_end_us") - pl.col("gap_us")).alias("_a"), pl.col("gap_end_us").alias("_b"))
+    before = out.select(
+        *by, (pl.col("start_us") - pl.col("idle_before_us")).alias("_a"), pl.col("start_us").alias("_b")
+    )
+    return _host_during(_host_during(out, gaps, host, "gap"), before, host, "before")
+
+
+def _first_idle_start(d: pl.DataFrame, span: pl.DataFrame, steps: pl.DataFrame, roles: Roles) -> pl.DataFrame:
+    """Where the idle time before the first step window begins (``step, _first_from, _first_event``): its
+    ProfilerStep's start on the host, or later the end of the last device event of no step (or another) that
+    began before the window (the tail of work launched before the capture's first step), with that event."""
+    schema = {"step": pl.Int64, "_first_from": pl.Float64, "_first_event": pl.Int64}
+    windows = span.filter(pl.col("scope") == "step").sort("start_us", "step")
+    if windows.is_empty():
+        return pl.DataFrame(schema=schema)
+    step, start = int(windows["step"][0]), float(windows["start_us"][0])
+    host = steps.filter((pl.col("cat") == roles.kineto_annotation_cat) & (pl.col("step") == step))["start_us"].min()
+    if host is None or host >= start:
+        return pl.DataFrame(schema=schema)
+    tail = d.filter(pl.col("ts_us") < start).sort("end_us", "event_idx", descending=[True, False]).head(1)
+    later = not tail.is_empty() and float(tail["end_us"][0]) > host
+    row = {"step": [step], "_first_from": [float(tail["end_us"][0]) if later else float(host)]}
+    return pl.DataFrame({**row, "_first_event": [int(tail["event_idx"][0]) if later else None]}, schema=schema)
+
+
+def _idle_before(out: pl.DataFrame, loading: pl.DataFrame | None, first_from: pl.DataFrame) -> pl.DataFrame:
     """``out`` with, per step window, the device's idle time since the previous step's window ended
-    (``idle_before_us``; null for the first step and the whole trace's row; windows that overlap leave none),
-    ``before_event`` the event it starts at (the latest end of the earlier windows), and of that time what the
-    host spent in its data loader (``loading_before_us``: overlap with the ``loading`` spans, with
-    ``loading_event`` the span that overlaps it most)."""
+    (``idle_before_us``; windows that overlap leave none), ``before_event`` the event it starts at (the latest
+    end of the earlier windows), and of that time what the host spent in its data loader
+    (``loading_before_us``: overlap with the ``loading`` spans, with ``loading_event`` the span that overlaps
+    it most). The first window has no previous one: its idle time runs from its step's start on the host
+    (`_first_idle_start`; the host annotation, cited as the step's ``step_event``, or the device work left from
+    before the step) — a step that begins with the host preparing its input for longer than the device computes
+    it is idle for most of its period. Null where the step has no host annotation, and for the whole trace's
+    row."""
     w = (
         out.filter(pl.col("scope") == "step")
         .sort("start_us", "step")
         .select("scope", "step", "start_us", "end_us", "last_event")
+        .join(first_from, on="step", how="left")
     )
     latest = pl.when(pl.col("end_us") == pl.col("end_us").cum_max()).then(pl.col("last_event")).forward_fill()
     w = w.with_columns(  # the end the idle time starts at is the latest so far: a window inside another ends earlier
         pl.col("end_us").cum_max().shift(1).alias("_prev_end"), latest.shift(1).alias("before_event")
+    )
+    first = pl.col("_prev_end").is_null()
+    w = w.with_columns(
+        pl.when(first).then(pl.col("_first_from")).otherwise(pl.col("_prev_end")).alias("_prev_end"),
+        pl.when(first).then(pl.col("_first_event")).otherwise(pl.col("before_event")).alias("before_event"),
     )
     w = w.with_columns((pl.col("start_us") - pl.col("_prev_end")).clip(0.0).alias("idle_before_us"))
     if loading is not None and not loading.is_empty():
@@ -189,6 +231,37 @@ def _idle_before(out: pl.DataFrame, loading: pl.DataFrame | None) -> pl.DataFram
         )
     cols = ["idle_before_us", "before_event", "loading_before_us", "loading_event"]
     return out.join(w.select("scope", "step", *cols), on=["scope", "step"], how="left", nulls_equal=True)
+
+
+HOST_COVER = 0.5  # a host span tells what the host did in an idle stretch when it covers this share of it
+HOST_COLUMNS = ("op_event", "op", "op_us", "call_event", "call", "call_us")
+
+
+def _host_during(out: pl.DataFrame, stretches: pl.DataFrame, host: pl.DataFrame | None, prefix: str) -> pl.DataFrame:
+    """``out`` with, per idle stretch (``scope, step, _a, _b``), the innermost host op and runtime call that
+    cover at least `HOST_COVER` of it: the shortest such span, since the frames around it (the step, the
+    training loop) cover the stretch too and say nothing of it. ``{prefix}_op_event``, ``{prefix}_op``,
+    ``{prefix}_op_us`` (its time inside the stretch) and the same for ``call``."""
+    names = [f"{prefix}_{c}" for c in HOST_COLUMNS]
+    by = ["scope", "step"]
+    stretches = stretches.filter(pl.col("_b") > pl.col("_a"))
+    if host is None or host.is_empty() or stretches.is_empty():
+        empty = [pl.lit(None, t).alias(n) for n, t in zip(names, (pl.Int64, pl.String, pl.Float64) * 2, strict=True)]
+        return out.with_columns(empty)
+    inside = pl.min_horizontal("end_us", "_b") - pl.max_horizontal("start_us", "_a")
+    j = stretches.join_where(host, pl.col("start_us") < pl.col("_b"), pl.col("end_us") > pl.col("_a"))
+    j = j.with_columns(inside.alias("_in")).filter(pl.col("_in") >= HOST_COVER * (pl.col("_b") - pl.col("_a")))
+    length = pl.col("end_us") - pl.col("start_us")
+    best = j.sort(length, "event_idx").group_by(*by, "kind", maintain_order=True).first()
+    for kind in ("op", "call"):
+        picked = best.filter(pl.col("kind") == kind).select(
+            *by,
+            pl.col("event_idx").alias(f"{prefix}_{kind}_event"),
+            pl.col("name").alias(f"{prefix}_{kind}"),
+            pl.col("_in").alias(f"{prefix}_{kind}_us"),
+        )
+        out = out.join(picked, on=by, how="left", nulls_equal=True)
+    return out
 
 
 def _spans(events: pl.DataFrame, by: list[str]) -> pl.DataFrame:
@@ -243,6 +316,8 @@ SPLIT_COLUMNS = (
     "gap_us",
     "gap_before_event",
     "gap_after_event",
+    *(f"gap_{c}" for c in HOST_COLUMNS),
+    *(f"before_{c}" for c in HOST_COLUMNS),
 )
 
 
@@ -326,7 +401,13 @@ def _longest_gap(frame: pl.DataFrame, by: list[str]) -> pl.DataFrame:
         s.sort("gap_us", "event_idx", descending=[True, False])
         .group_by(by, maintain_order=True)
         .first()
-        .select(*by, "gap_us", "gap_before_event", pl.col("event_idx").alias("gap_after_event"))
+        .select(
+            *by,
+            "gap_us",
+            "gap_before_event",
+            pl.col("event_idx").alias("gap_after_event"),
+            pl.col("ts_us").alias("gap_end_us"),
+        )
     )
 
 
@@ -452,7 +533,7 @@ def load_rank_trace(rd, kt: KinetoTrace, hit: bool, dev: pl.DataFrame, pack) -> 
     rd.groups = kernel_groups(dev)
     rd.kernel_locator, rd.kernel_file = "events", "kineto_trace"
     rd.kernel_variant = "Kineto trace, CPU-only (top-level cpu_ops)" if kt.cpu_only else "Kineto trace (GPU)"
-    rd.trace_steps, rd.step_blocks = device_split_blocks(dev, kt.steps, roles, kt.loading)
+    rd.trace_steps, rd.step_blocks = device_split_blocks(dev, kt.steps, roles, kt.loading, kt.host)
     rd.trace_comm = kt.collectives
     rd.fusible = elementwise_runs(dev, pack.check("unfused-elementwise"))
     rd.count(
