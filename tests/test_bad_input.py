@@ -205,3 +205,49 @@ def test_matrix_value_of_another_json_type_is_coerced_not_a_crash(tmp_path):
     (row,) = got.filter(got["pointer"] == make_pointer(step_key, kind, key, first)).iter_rows(named=True)
     assert row["shape"] == "aggregated"  # this shape carries the op name inside each link
     assert row["size_mb"] is None and row["op_name"] == "12345"
+
+
+ALEXNET = QWEN3.parent / "msinsight-alexnet-2rank-2025"
+
+
+def test_an_empty_type_cell_is_named_not_a_crash(tmp_path):
+    """A kernel row whose Type cell is empty (a hand-edited or cut file) makes kernel_details.csv disagree with
+    op_statistic.csv for that type: the finding names it "(empty Type)", where joining the names crashed."""
+    import csv
+    import shutil
+
+    shutil.copytree(ALEXNET / "level1" / "rank0_ascend_pt", tmp_path / "rank0_ascend_pt")
+    path = tmp_path / "rank0_ascend_pt" / KD
+    lines = path.read_text(encoding="utf-8").split("\n")
+    header = next(csv.reader([lines[0]]))
+    cells = next(csv.reader([lines[4]]))
+    kind = cells[header.index("Type")]
+    cells[header.index("Type")] = ""
+    lines[4] = ",".join(f'"{c}"' if "," in c else c for c in cells)
+    path.write_text("\n".join(lines), encoding="utf-8")
+    report = profan.analyze(tmp_path)
+    (f,) = [f for f in report.findings if f.check == "kernels-vs-op-statistic"]
+    assert "(empty Type)" in f.message and kind in f.message  # the row left its type, and lacks one itself
+
+
+@pytest.mark.parametrize("name", ["kernel_details.csv", "memory_record.csv", "operator_memory.csv"])
+def test_a_header_padded_with_blanks_reads_as_the_plain_one(tmp_path, name):
+    """Every name of the header written as `` Name `` (a writer that pads cells): the same tables as the file as
+    the profiler wrote it, where the memory readers failed to find their columns."""
+    import shutil
+
+    plain, padded = tmp_path / "plain" / "rank0_ascend_pt", tmp_path / "padded" / "rank0_ascend_pt"
+    for d in (plain, padded):
+        shutil.copytree(ALEXNET / "level0" / "rank0_ascend_pt", d)
+    path = padded / "ASCEND_PROFILER_OUTPUT" / name
+    lines = path.read_text(encoding="utf-8").split("\n")
+    lines[0] = ",".join(f" {c} " for c in lines[0].split(","))
+    path.write_text("\n".join(lines), encoding="utf-8")
+    a, b = profan.analyze(plain.parent), profan.analyze(padded.parent)
+    from polars.testing import assert_frame_equal
+
+    for table in ("breakdown", "memory_curve", "memory_peaks"):
+        if table in a.tables:  # sums may add in another order across threads: equal to the last few ulps
+            assert_frame_equal(a.tables[table], b.tables[table], check_exact=False, rel_tol=1e-12)
+    assert [c.title for c in a.causes] == [c.title for c in b.causes]
+    assert not b.warnings or b.warnings == a.warnings

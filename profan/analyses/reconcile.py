@@ -68,7 +68,8 @@ def op_statistic_findings(table: pl.DataFrame, pack: RulePack) -> tuple[list[Fin
             continue
         stat_us = float(bad["total_us"].fill_null(0).sum())
         kern_us = float(bad["kernel_time_us"].fill_null(0).sum())
-        names = ", ".join(bad.sort("total_us", descending=True, nulls_last=True)["op_type"].head(5).to_list())
+        worst = bad.sort("total_us", descending=True, nulls_last=True)["op_type"].head(5)
+        names = ", ".join(worst.fill_null("(empty Type)").to_list())  # a Type cell left empty reads as null
         lines = bad["src_line"].drop_nulls().to_list()
         evidence = []
         if lines:

@@ -19,8 +19,13 @@ _STRIP = ' \t\r\n"'
 
 
 def read_header(path: Path) -> list[str]:
-    """The header row of a CSV, tolerant of a BOM, CRLF and a missing trailing newline. A first line longer than
-    ``max_line_bytes`` is refused (`too_long`): no more than that much of it is read."""
+    """The header row of a CSV, each name without surrounding blanks (`header_cells`)."""
+    return [c.strip() for c in header_cells(path)]
+
+
+def header_cells(path: Path) -> list[str]:
+    """The header row of a CSV as written, tolerant of a BOM, CRLF and a missing trailing newline. A first line
+    longer than ``max_line_bytes`` is refused (`too_long`): no more than that much of it is read."""
     most = limits.active().max_line_bytes
     try:
         with open(path, "rb") as fh:
@@ -35,7 +40,7 @@ def read_header(path: Path) -> list[str]:
         raise ProfanInputError(path, "encoded as UTF-16; profiler CSVs are UTF-8 (re-save the file as UTF-8)")
     text = first.decode("utf-8-sig", errors="replace").rstrip("\r\n")
     try:
-        return [c.strip() for c in next(csv.reader([text]))]
+        return next(csv.reader([text]))
     except csv.Error as exc:
         raise ProfanInputError(
             path, f"the header row cannot be read as CSV ({exc}); profiler CSVs end lines with LF or CRLF"
@@ -209,22 +214,27 @@ def scan_text_csv(
     integer instead of the string (kernel names repeat millions of times in a big file). Cast to String before
     any string operation.
 
-    Every scan is preceded by `check_lines`: what polars cannot be given safely is refused first.
+    Every scan is preceded by `check_lines`: what polars cannot be given safely is refused first. Columns are named
+    as `read_header` gives them: a header padded with blanks (`` Name ``) is read under its names without them.
     """
     check_lines(path)
+    written = header_cells(path)
+    padded = {w: w.strip() for w in written if w != w.strip() and w.strip() not in written}
+    as_written = {v: k for k, v in padded.items()}
     overrides: dict[str, pl.DataType] = {
-        **dict.fromkeys(categorical, pl.Categorical()),
-        **dict.fromkeys(floats, pl.Float64()),
+        **{as_written.get(c, c): pl.Categorical() for c in categorical},
+        **{as_written.get(c, c): pl.Float64() for c in floats},
     }
-    return pl.scan_csv(
+    scan = pl.scan_csv(
         path,
         infer_schema=False,
         truncate_ragged_lines=True,
         encoding="utf8-lossy",
         quote_char='"',
         schema_overrides=overrides or None,
-        null_values=dict.fromkeys(floats, "N/A") if floats else None,
-    ).select(columns)
+        null_values={as_written.get(c, c): "N/A" for c in floats} if floats else None,
+    )
+    return (scan.rename(padded) if padded else scan).select(columns)
 
 
 def small_csv(path: Path) -> tuple[list[str], list[tuple[int, list[str]]]]:
