@@ -526,3 +526,12 @@ def test_idle_before_the_steps_first_task_is_the_host_preparing_the_step():
     assert "; of it, 3.3–3.6 ms inside the data loader (trace_view.json))" in c.action
     general = next(c for c in analysed(QWEN3).causes if c.check == "device-idle")
     assert "preparing" not in general.title and "Preparing" not in general.action
+    # where to read the host's ops in that time: trace_view.json here; the DB export's PYTORCH_API table; and a
+    # level0 capture, which holds neither, says so instead of pointing at a file it lacks
+    assert "trace_view.json's CPU ops between the step's start (ProfilerStep#N)" in c.action
+    db = next(c for c in analysed(ASCEND / "msinsight-alexnet-2rank-2025-db").causes if c.check == "device-idle")
+    assert "The DB's CPU ops (table PYTORCH_API)" in db.action and "trace_view.json" not in db.action
+    level0 = root.parent / "level0"
+    assert not list(level0.rglob("trace_view.json"))
+    bare = next(c for c in analysed(level0).causes if c.check == "device-idle")
+    assert "which this capture does not hold" in bare.action and "trace_view.json's" not in bare.action

@@ -42,7 +42,7 @@ def idle(job: Job, claims: Claims, steps_us: dict[int, float], cost: pl.DataFram
     }
     preparing = _preparing(job, found)
     if preparing is not None:
-        values.update(_preparing_values(preparing))
+        values.update(_preparing_values(job, preparing))
     blocked = _blocked(found, job.pack.check(check)["blocked_share"])
     blocked_by = None if blocked is None else blocked.pop("finding")
     if blocked is not None:
@@ -99,11 +99,18 @@ def _preparing(job: Job, found: list[Finding]) -> pl.DataFrame | None:
     return per.join(loader, on="rank", how="left")
 
 
-def _preparing_values(preparing: pl.DataFrame) -> dict:
-    """The ``preparing`` case's values: the time before each step's first task per rank, and of it the data
-    loader's where trace_view.json gives it for every rank."""
+def _preparing_values(job: Job, preparing: pl.DataFrame) -> dict:
+    """The ``preparing`` case's values: the time before each step's first task per rank, of it the data loader's
+    where trace_view.json gives it for every rank, and where the host's ops in that time are to be read."""
     loader = preparing["loading_before_us"].drop_nulls()
+    files = {f for r in job.ranks if r.rank in set(preparing["rank"].to_list()) for f in r.files}
     return {
+        "host_ops": "trace_view.json's CPU ops between the step's start (ProfilerStep#N) and its first task"
+        if "trace_view" in files
+        else "The DB's CPU ops (table PYTORCH_API) between the step's start and its first task"
+        if "ascend_db" in files
+        else "The CPU ops between the step's start and its first task, which this capture does not hold (profile "
+        "with the CPU activity and profiler_level Level1 or above, which writes trace_view.json),",
         "preparing": span([v / 1000 for v in preparing["preparing_us"]], "{:,.1f}") + " ms",
         "min_preparing_ms": float(preparing["preparing_us"].min()) / 1000,
         "loader": f"; of it, {span([v / 1000 for v in loader], '{:,.1f}')} ms inside the data loader (trace_view.json)"
