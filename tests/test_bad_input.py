@@ -251,3 +251,45 @@ def test_a_header_padded_with_blanks_reads_as_the_plain_one(tmp_path, name):
             assert_frame_equal(a.tables[table], b.tables[table], check_exact=False, rel_tol=1e-12)
     assert [c.title for c in a.causes] == [c.title for c in b.causes]
     assert not b.warnings or b.warnings == a.warnings
+
+
+def test_kernel_events_without_a_name_are_named_not_a_crash(tmp_path):
+    """Every kernel event of a real DLRM rank with its "name" cut: they match no bucket rule, and the finding that
+    says so names them "(no name)", where joining the names crashed."""
+    import json
+
+    (trace,) = (TORCH / "dlrm_v100_8rank").glob("worker0_*")
+    doc = json.loads(trace.read_text())
+    cut = 0
+    for e in doc["traceEvents"]:
+        if e.get("cat") == "kernel" and e.get("ph") == "X":
+            del e["name"]
+            cut += 1
+    (tmp_path / "trace.json").write_text(json.dumps(doc))
+    report = profan.analyze(tmp_path)
+    (f,) = [f for f in report.findings if f.check == "unclassified-time"]
+    assert cut > 100 and "(largest: (no name))" in f.message
+
+
+def test_hccl_tasks_whose_args_are_cut_name_no_peer(tmp_path):
+    """AlexNet level1 with the args of every trace_view.json event cut away: the HCCL plane tasks name no peer,
+    so no collective is said to wait for one (the waited-peer cause crashed on a peer of None)."""
+    import json
+    import shutil
+
+    src = ALEXNET / "level1"
+    shutil.copytree(src, tmp_path / "job")
+    for path in (tmp_path / "job").rglob("trace_view.json"):
+        events = json.loads(path.read_text())
+        for e in events:
+            e.pop("args", None)
+        path.write_text(json.dumps(events))
+    report = profan.analyze(tmp_path / "job")
+    assert not [f for f in report.findings if f.check == "comm-waited-peer"]
+    assert [f.metrics["peer"] for f in analysed_peer(src)] == [5, 5]
+
+
+def analysed_peer(root):
+    from conftest import analysed
+
+    return [f for m in analysed(root).findings if m.check == "comm-waited-peer" for f in (m.members or (m,))]

@@ -299,10 +299,12 @@ def coverage_findings(ranks: list[RankData], pack: RulePack) -> list[Finding]:
             .agg(pl.col("time_us").sum())
             .sort(["rank", "time_us", "op"], descending=[False, True, False])
             .group_by("rank", maintain_order=True)
-            .agg(pl.col("op").head(5))
+            .agg(pl.col("op").fill_null(NO_NAME).head(5))
         ).iter_rows()
     }
-    a_ops = {rank: sorted(set(ops)) for rank, ops in a.group_by("rank").agg(pl.col("op")).iter_rows()}
+    a_ops = {
+        rank: sorted(set(ops)) for rank, ops in a.group_by("rank").agg(pl.col("op").fill_null(NO_NAME)).iter_rows()
+    }
     u_tops, a_tops = top_lines_by(u, "rank", MAX_CITED), top_lines_by(a, "rank", MAX_CITED)
     for r in ranks:
         total = totals.get(r.rank)
@@ -317,6 +319,9 @@ def coverage_findings(ranks: list[RankData], pack: RulePack) -> list[Finding]:
             sev = graded(at / total, aicpu) or aicpu.severity
             out.append(_ai_cpu_finding(r, aicpu, sev, ai_cpu, total, at, an, a_ops[r.rank], a_tops.get(r.rank, [])))
     return out
+
+
+NO_NAME = "(no name)"  # a kernel whose name the file leaves out (a trace event without "name")
 
 
 def _unclassified_finding(

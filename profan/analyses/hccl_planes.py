@@ -77,7 +77,8 @@ def waited_peer_findings(ranks: list[RankData], pack: RulePack) -> list[Finding]
         source = "trace_view" if "trace_view" in r.files else "hccl_tasks"  # trace_view.json, or the DB's table
         if tasks is None or tasks.is_empty() or source not in r.files:
             continue
-        w = hccl_wait_table(tasks)
+        # a task whose args name no peer (cut or rewritten args) waits for nobody this finding could name
+        w = hccl_wait_table(tasks).filter(pl.col("dst_rank").is_not_null())
         if w.is_empty():
             continue
         top = w.row(0, named=True)
