@@ -78,8 +78,8 @@ def waited_peer_findings(ranks: list[RankData], pack: RulePack) -> list[Finding]
         if tasks is None or tasks.is_empty() or source not in r.files:
             continue
         # a task whose args name no peer (cut or rewritten args) waits for nobody this finding could name
-        w = hccl_wait_table(tasks).filter(pl.col("dst_rank").is_not_null())
-        if w.is_empty():
+        w = hccl_wait_table(tasks)
+        if w.is_empty() or (w := w.filter(pl.col("dst_rank").is_not_null())).is_empty():
             continue
         top = w.row(0, named=True)
         if top["wait_us"] < chk["min_wait_ms"] * 1000 or top["share"] < chk["min_share"]:
