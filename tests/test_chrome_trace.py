@@ -14,6 +14,7 @@ import pytest
 from conftest import run_cli
 
 from profan.model.errors import ProfanInputError
+from profan.sources import trace_json as trace_json_module
 from profan.sources.cache import cached_parse
 from profan.sources.chrome_trace import parse
 
@@ -208,6 +209,57 @@ def test_chunked_split_is_exact(monkeypatch, tmp_path):
     got = parse(out).events.with_columns(pl.col("name").cast(pl.String))
     want = [(i, e["name"]) for i, e in enumerate(events) if e.get("ph") in ("X", "M")]
     assert got.select("event_idx", "name").rows() == want
+
+
+class _CountingDecoder:
+    """`trace_json._ARRAY` with a count of its decodes: how many times the event array's pieces were parsed."""
+
+    def __init__(self) -> None:
+        self.calls = 0
+
+    def decode(self, piece: bytes):
+        self.calls += 1
+        return trace_json_module._ARRAY_REAL.decode(piece)
+
+
+@pytest.fixture
+def counting(monkeypatch) -> _CountingDecoder:
+    monkeypatch.setattr(trace_json_module, "_ARRAY_REAL", trace_json_module._ARRAY, raising=False)
+    spy = _CountingDecoder()
+    monkeypatch.setattr(trace_json_module, "_ARRAY", spy)
+    monkeypatch.setattr(trace_json_module, "CHUNK_BYTES", 4096)
+    return spy
+
+
+def test_bad_json_mid_array_is_named_at_its_byte_after_one_parse(counting, tmp_path):
+    """A token that is no JSON (Python's ``Infinity``) inside one event's args, halfway through a real trace: the
+    reader stops at the first piece holding it, naming the byte of the event array where it is, instead of
+    extending that piece separator by separator to the end of the file (which made a 20 MB trace take minutes)."""
+    events = raw_events(DLRM0)
+    text = json.dumps(events)
+    at = text.index('"ts"', len(text) // 2)
+    bad = text[:at] + '"bad": Infinity, ' + text[at:]
+    out = tmp_path / "inf.json"
+    out.write_text('{"traceEvents": ' + bad + "}")
+    with pytest.raises(ProfanInputError) as exc:
+        parse(out)
+    msg = str(exc.value)
+    byte = int(msg.split("(byte ")[1].split(" ")[0])
+    assert "invalid JSON trace" in msg and "of the traceEvents array" in msg
+    assert bad[byte:].startswith("Infinity")
+    assert counting.calls <= len(text[:at]) // 4096 + 2  # one parse per chunk up to the bad one, no retries
+
+
+def test_separators_inside_values_cost_few_parses(counting, tmp_path):
+    """An event whose args hold thousands of ``}, {`` (a list of objects): each is a false place to cut, so a cut
+    there is refused; the piece grows by a doubling step, and the array still splits exactly."""
+    events = raw_events(DLRM0)[:200]
+    events[50]["args"] = {**events[50].get("args", {}), "blocks": [{"i": i} for i in range(20000)]}
+    out = tmp_path / "nested.json"
+    out.write_text(json.dumps(events))
+    got = parse(out).events
+    assert got["event_idx"].to_list() == [i for i, e in enumerate(events) if e.get("ph") in ("X", "M")]
+    assert counting.calls < 60  # about one per 4 KB chunk plus a few doublings over the 250 KB event
 
 
 def test_events_array_found_among_decoys(tmp_path):

@@ -188,10 +188,17 @@ def _raw_json(raw: msgspec.Raw) -> Any:
         return None
 
 
-def _decode_error(path: Path, exc: msgspec.DecodeError) -> ProfanInputError:
+_ERROR_BYTE = re.compile(r"\(byte (\d+)\)")
+
+
+def _decode_error(path: Path, exc: msgspec.DecodeError, array_byte: int | None = None) -> ProfanInputError:
+    """The one line for JSON msgspec refused; ``array_byte``: where in the event array, for an error found in a
+    piece of it (msgspec's own byte counts from the piece's start)."""
     msg = str(exc)
     if "truncated" in msg:
         return ProfanInputError(path, "JSON is truncated (the file ends mid-document)")
+    if array_byte is not None:
+        msg = _ERROR_BYTE.sub(f"(byte {array_byte} of the traceEvents array)", msg)
     return ProfanInputError(path, f"invalid JSON trace: {msg}")
 
 
@@ -307,20 +314,30 @@ def _exact_chunk(path: Path, arr: memoryview, pos: int, hi: int) -> tuple[list[m
     """About ``CHUNK_BYTES`` of events from ``pos`` as NDJSON (one element per line), and where the next begins.
 
     A chunk ends at a ``}`` followed by ``,`` and ``{``. Such a spot can also lie inside a string or a nested value;
-    then the piece is not a valid sequence of JSON values and msgspec refuses it, and the piece is extended to the
-    next separator. So a piece that decodes is exactly a run of whole elements, and the pieces are the array.
-    msgspec only records each element's byte span here (``list[msgspec.Raw]``): no Python object per event.
+    then the piece is not a valid sequence of JSON values and msgspec refuses it at the cut or later, and the piece
+    is extended past the next separator, by a step that doubles with each try (so a trace whose separators mostly
+    lie inside values costs a few decodes of its text, not one per separator). A piece refused before its cut
+    holds bad JSON: the text up to the cut is the file's own. So a piece that decodes is exactly a run of whole
+    elements, and the pieces are the array. msgspec only records each element's byte span here
+    (``list[msgspec.Raw]``): no Python object per event.
     """
-    search = pos + CHUNK_BYTES
+    search, step = pos + CHUNK_BYTES, 0
     while True:
         m = _SEP.search(arr, search, hi) if search < hi else None
         cut, nxt = (m.start() + 1, m.end() - 1) if m is not None else (hi, hi)
         try:
             return _ARRAY.decode(_flat(b"[" + arr[pos:cut] + b"]")), nxt
         except msgspec.DecodeError as exc:
-            if m is None:  # the piece runs to the end of the array: the JSON itself is bad
-                raise _decode_error(path, exc) from None
-            search = m.end()
+            at = _error_byte(exc)
+            if m is None or (at is not None and at <= cut - pos):  # the piece's byte k is the array's pos + k - 1
+                raise _decode_error(path, exc, None if at is None else pos + at - 1) from None
+            search, step = m.end() + step, max(2 * step, 1 << 12)
+
+
+def _error_byte(exc: msgspec.DecodeError) -> int | None:
+    """Where in its input msgspec found bad JSON (None when the input was cut short)."""
+    m = _ERROR_BYTE.search(str(exc))
+    return None if m is None else int(m.group(1))
 
 
 def event_chunks(path: Path, arr: memoryview, text: mmap.mmap | None = None) -> Iterator[list[msgspec.Raw]]:
