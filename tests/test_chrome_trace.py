@@ -262,6 +262,19 @@ def test_separators_inside_values_cost_few_parses(counting, tmp_path):
     assert counting.calls < 60  # about one per 4 KB chunk plus a few doublings over the 250 KB event
 
 
+def test_a_bare_array_padded_with_blanks_reads_its_events(monkeypatch, tmp_path):
+    """A bare event array followed by blanks over several blocks (blocks of 8 bytes here): the array's end is
+    found a block at a time, and the events are those of the array."""
+    events = raw_events(DLRM0)[:50]
+    out = tmp_path / "padded.json"
+    out.write_text(json.dumps(events) + " \r\n\t" * 100)
+    monkeypatch.setattr(trace_json_module, "BLOCK", 8)
+    assert parse(out).events["event_idx"].to_list() == [i for i, e in enumerate(events) if e.get("ph") in ("X", "M")]
+    out.write_text(json.dumps(events)[:-1] + " " * 100)
+    with pytest.raises(ProfanInputError, match="the event array is not closed"):
+        parse(out)
+
+
 def test_events_array_found_among_decoys(tmp_path):
     """'"traceEvents": [' inside a string before the array, and list-valued keys after it (INFO/ERROR logs)."""
     events = raw_events(DLRM0)

@@ -181,6 +181,19 @@ def _first_index(buf: bytes | bytearray | mmap.mmap) -> int:
     return -1 if m is None else m.start()
 
 
+def _last_index(buf: bytes | bytearray | mmap.mmap, first: int) -> int:
+    """Index of the last character from ``first`` on that is not whitespace (``first`` itself is not), found a
+    block at a time: a file padded with a GB of blanks costs a few scans, not a Python step per byte."""
+    end = len(buf)
+    while end > first + 1:
+        lo = max(first + 1, end - BLOCK)
+        kept = len(bytes(buf[lo:end]).rstrip(b" \t\r\n"))
+        if kept:
+            return lo + kept - 1
+        end = lo
+    return first
+
+
 def _raw_json(raw: msgspec.Raw) -> Any:
     try:
         return json.loads(bytes(raw)) if bytes(raw) != b"null" else None
@@ -213,9 +226,7 @@ def split_events(path: Path, buf: bytes | bytearray | mmap.mmap) -> tuple[memory
         raise ProfanInputError(path, "empty file: no trace events")
     first = buf[i : i + 1]
     if first == b"[":
-        j = len(buf) - 1
-        while j > i and buf[j : j + 1] in b" \t\r\n":
-            j -= 1
+        j = _last_index(buf, i)
         if buf[j : j + 1] != b"]":
             raise ProfanInputError(path, "JSON is truncated (the event array is not closed)")
         return memoryview(buf)[i : j + 1], "array", {}
