@@ -464,6 +464,27 @@ def test_an_unreadable_analysis_db_is_said_and_communication_op_used(tmp_path):
     assert rep.tables["communication"].filter(pl.col("rank") == 0).height == n
 
 
+def test_bandwidth_rows_without_a_transport_are_skipped_and_counted(tmp_path):
+    """analysis.db bandwidth rows whose transport_type is empty name no link: skipped, counted in a warning, and
+    the rows that name one are read as before (they used to end in an internal error)."""
+    root = _copy(tmp_path)
+    adb = _db(root, 0).with_name("analysis.db")
+    _edit(adb, "UPDATE CommAnalyzerBandwidth SET transport_type = NULL WHERE rowid % 2 = 0")
+    ((nulls,),) = _sql(adb, "SELECT count(*) FROM CommAnalyzerBandwidth WHERE transport_type IS NULL")
+    typed = _sql(
+        adb,
+        "SELECT DISTINCT hccl_op_name, transport_type FROM CommAnalyzerBandwidth WHERE transport_type "
+        "IS NOT NULL AND transit_size > 0 AND transit_time > 0",
+    )
+    rep = profan.analyze(root)
+    assert nulls > 0 and any(
+        f"{nulls} CommAnalyzerBandwidth row(s) without a transport_type skipped" in w for w in rep.warnings
+    ), rep.warnings
+    got = rep.tables["comm_bandwidth"].filter(pl.col("rank") == 0)
+    assert got["transport"].null_count() == 0
+    assert set(got.select("op_name", "transport").unique().rows()) == set(typed)
+
+
 def test_db_report_and_evidence_match_the_published_schemas(tmp_path):
     import jsonschema
     from conftest import ROOT

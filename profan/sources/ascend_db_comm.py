@@ -29,15 +29,22 @@ def comm_tables(db: Db, analysis: Path | None) -> tuple[pl.DataFrame, pl.DataFra
             got = None
             db.notes.append(f"{analysis.name} not read ({why}): communication from COMMUNICATION_OP")
         if got is not None:
-            return (*got, analysis)
+            ops, bw, packets, untyped = got
+            if untyped:
+                db.notes.append(
+                    f"{analysis.name}: {untyped} CommAnalyzerBandwidth row(s) without a transport_type skipped "
+                    "(their bytes cannot be held to a link)"
+                )
+            return ops, bw, packets, analysis
         if not any(analysis.name in n for n in db.notes):
             db.notes.append(f"{analysis.name} has no CommAnalyzerTime table: communication from COMMUNICATION_OP")
     ops = _op_comm(db)
     return ops, pl.DataFrame(schema=ascend_comm.BW_SCHEMA), pl.DataFrame(schema=ascend_packets.SCHEMA), db.path
 
 
-def _from_analysis_db(analysis: Path) -> tuple[pl.DataFrame, pl.DataFrame, pl.DataFrame] | None:
-    """communication.json's tables from analysis.db; None when it has no CommAnalyzerTime table."""
+def _from_analysis_db(analysis: Path) -> tuple[pl.DataFrame, pl.DataFrame, pl.DataFrame, int] | None:
+    """communication.json's tables from analysis.db and how many bandwidth rows named no transport (skipped);
+    None when it has no CommAnalyzerTime table."""
     adb = Db(analysis, connect(analysis), {})
     try:
         adb.tables = schema(adb.conn)
@@ -87,7 +94,7 @@ def _step_number(col: str) -> pl.Expr:
     return pl.col(col).cast(pl.Utf8).str.extract(r"^step(\d{1,18})$", 1).cast(pl.Int64)
 
 
-def _analysis_comm(adb: Db) -> tuple[pl.DataFrame, pl.DataFrame, pl.DataFrame]:
+def _analysis_comm(adb: Db) -> tuple[pl.DataFrame, pl.DataFrame, pl.DataFrame, int]:
     """communication.json's three tables from analysis.db's CommAnalyzerTime and CommAnalyzerBandwidth (one
     bandwidth row per op, transport and packet size there: the totals repeat on each, the packets do not)."""
     t = pl.read_database(
@@ -121,11 +128,12 @@ def _analysis_comm(adb: Db) -> tuple[pl.DataFrame, pl.DataFrame, pl.DataFrame]:
     )
     bw_cols = ("transport_type", "transit_size", "transit_time", "bandwidth", "large_packet_ratio")
     if not adb.has("CommAnalyzerBandwidth", "hccl_op_name", "group_name", "step", "type", *bw_cols):
-        return ops, pl.DataFrame(schema=ascend_comm.BW_SCHEMA), pl.DataFrame(schema=ascend_packets.SCHEMA)
+        return ops, pl.DataFrame(schema=ascend_comm.BW_SCHEMA), pl.DataFrame(schema=ascend_packets.SCHEMA), 0
     b = pl.read_database(
         "SELECT rowid AS rid, * FROM CommAnalyzerBandwidth ORDER BY rowid", adb.conn, infer_schema_length=None
     )
-    return ops, *_bandwidth(b, op)
+    typed = b.filter(pl.col("transport_type").is_not_null())
+    return ops, *_bandwidth(typed, op), b.height - typed.height
 
 
 def _bandwidth(b: pl.DataFrame, op: pl.Expr) -> tuple[pl.DataFrame, pl.DataFrame]:
