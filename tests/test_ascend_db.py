@@ -533,6 +533,21 @@ def test_memory_peak_and_holders_from_the_db(db_report, rank):
     assert any(f"/MEMORY_RECORD/{peak_row}" in ev.pointers for m in cited for ev in m.evidence)
 
 
+def test_a_memory_table_value_of_another_type_leaves_that_rank_without_memory(db_report, tmp_path):
+    """Text where MEMORY_RECORD writes a number on rank 0: that rank's memory is not analysed, said in one warning
+    naming the file; the analysis goes on, and rank 1's memory peak is the one the untouched DB gives."""
+    root = _copy(tmp_path)
+    _edit(_db(root, 0), "UPDATE MEMORY_RECORD SET totalAllocated = '' WHERE rowid % 5 = 0")
+    rep = profan.analyze(root)
+    (warning,) = [w for w in rep.warnings if "memory not analysed" in w]
+    assert warning.startswith("rank 0:") and "ascend_pytorch_profiler_0.db" in warning
+    assert "a memory table holds a value of another type than the export writes" in warning
+    peaks = rep.tables["memory_peaks"]
+    assert peaks["rank"].to_list() == [1]
+    want = db_report.tables["memory_peaks"].filter(pl.col("rank") == 1)
+    assert peaks.row(0, named=True)["peak_allocated_mb"] == want.row(0, named=True)["peak_allocated_mb"]
+
+
 def test_steps_in_time_from_the_db_task_rows(db_report):
     """Without trace_view.json, the timeline's blocks come from the DB's task rows as they come from
     kernel_details.csv: per rank and step, compute, exposed communication and idle add up to the step split

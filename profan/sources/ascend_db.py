@@ -26,16 +26,14 @@ back); the rank's logical files are ``<db>#TASK`` and ``<db>#STEP_TIME`` (see `p
 
 from __future__ import annotations
 
-import sqlite3
 from dataclasses import dataclass, field
 from pathlib import Path
 
 import polars as pl
 
-from profan.model.errors import ProfanInputError
 from profan.sources.ascend_db_comm import comm_tables
 from profan.sources.ascend_db_kernels import ID_KEYS, comm_op_rows, compute_rows, kernel_table
-from profan.sources.ascend_db_sqlite import Db, frame, open_db, strings
+from profan.sources.ascend_db_sqlite import Db, frame, open_db, read_errors, strings
 from profan.sources.ascend_db_steps import step_spans, steps_table
 
 
@@ -63,13 +61,8 @@ def read(path: Path, analysis: Path | None, comm_core: str) -> DbRank:
     rule pack's first ``comm_cores``), given to the COMMUNICATION_OP rows."""
     db = open_db(path)
     try:
-        return _read(db, analysis, comm_core)
-    except sqlite3.Error as exc:
-        raise ProfanInputError(path, f"cannot be read as torch_npu's DB export ({exc})") from None
-    except (pl.exceptions.PolarsError, TypeError, ValueError, OverflowError) as exc:
-        # SQLite keeps any value in any column: text or a real where the export writes integers
-        first = (str(exc).strip().splitlines() or [type(exc).__name__])[0][:160]
-        raise ProfanInputError(path, f"holds a value of another type than the export writes ({first})") from None
+        with read_errors(path, "the DB export"):
+            return _read(db, analysis, comm_core)
     finally:
         db.conn.close()
 

@@ -56,7 +56,8 @@ def memory_tables(path: Path) -> dict[str, Read]:
     out: the profile was taken without ``profile_memory``)."""
     db = ascend_db_sqlite.open_db(path)
     try:
-        return {kind: _read(db, kind) for kind, (table, _) in TABLES.items() if table in db.tables}
+        with ascend_db_sqlite.read_errors(path, "a memory table"):
+            return {kind: _read(db, kind) for kind, (table, _) in TABLES.items() if table in db.tables}
     finally:
         db.conn.close()
 

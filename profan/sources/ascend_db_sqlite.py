@@ -7,6 +7,8 @@ A file that is no SQLite database, or lacks the tables the kernel rows need, is 
 from __future__ import annotations
 
 import sqlite3
+from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -30,6 +32,20 @@ def is_sqlite(path: Path) -> bool:
             return fh.read(len(SQLITE_MAGIC)) == SQLITE_MAGIC
     except OSError:
         return False
+
+
+@contextmanager
+def read_errors(path: Path, what: str) -> Iterator[None]:
+    """One line naming the file for what a read of it raises: SQLite's own errors, and the conversion errors of a
+    value of another type than the export writes (SQLite keeps any value in any column: text or a real where the
+    export writes integers). ``what``: the part of the file being read, for the line."""
+    try:
+        yield
+    except sqlite3.Error as exc:
+        raise ProfanInputError(path, f"{what} cannot be read ({exc})") from None
+    except (pl.exceptions.PolarsError, TypeError, ValueError, OverflowError) as exc:
+        first = (str(exc).strip().splitlines() or [type(exc).__name__])[0][:160]
+        raise ProfanInputError(path, f"{what} holds a value of another type than the export writes ({first})") from None
 
 
 def connect(path: Path) -> sqlite3.Connection:

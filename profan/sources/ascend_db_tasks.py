@@ -9,12 +9,10 @@ export as it reads a trace; ``event_idx`` is the COMMUNICATION_TASK_INFO rowid, 
 
 from __future__ import annotations
 
-import sqlite3
 from pathlib import Path
 
 import polars as pl
 
-from profan.model.errors import ProfanInputError
 from profan.sources import ascend_db_sqlite
 from profan.sources.hccl_tasks import COLUMNS
 
@@ -28,13 +26,8 @@ def plane_tasks(path: Path) -> pl.DataFrame:
     capture without communication, or a profiler level that does not record HCCL tasks)."""
     db = ascend_db_sqlite.open_db(path)
     try:
-        return _read(db)
-    except sqlite3.Error as exc:
-        raise ProfanInputError(path, f"{TABLE} cannot be read ({exc})") from None
-    except (pl.exceptions.PolarsError, TypeError, ValueError, OverflowError) as exc:
-        first = (str(exc).strip().splitlines() or [type(exc).__name__])[0][:160]
-        problem = f"{TABLE} holds a value of another type than the export writes ({first})"
-        raise ProfanInputError(path, problem) from None
+        with ascend_db_sqlite.read_errors(path, TABLE):
+            return _read(db)
     finally:
         db.conn.close()
 
