@@ -293,3 +293,23 @@ def analysed_peer(root):
     from conftest import analysed
 
     return [f for m in analysed(root).findings if m.check == "comm-waited-peer" for f in (m.members or (m,))]
+
+
+def test_quotes_that_pair_across_lines_are_one_line(tmp_path):
+    """A column cut out by a tool that splits lines on every comma (the header's aicore_time(us)): in rows whose
+    quoted shapes hold commas it cuts a shape's end and its closing quotes, so quotes pair across lines. The CSV
+    reader and the line-by-line reader then end the quoted fields each its own way and the rows could not be
+    told their lines (they were cited as no line and the Markdown report crashed): the file is one line naming
+    it."""
+    import shutil
+
+    src = QWEN3.parent / "msinsight-gpt3-2rank-2023" / "test_rank_1"
+    shutil.copytree(src, tmp_path / "test_rank_1")
+    path = tmp_path / "test_rank_1" / KD
+    lines = path.read_text(encoding="utf-8").split("\n")
+    cut = lines[0].split(",").index("aicore_time(us)")
+    lines = [",".join(f[:cut] + f[cut + 1 :]) for f in (line.split(",") for line in lines)]
+    path.write_text("\n".join(lines), encoding="utf-8")
+    res = run_cli("analyze", str(tmp_path), "-o", str(tmp_path / "r.md"), "-q")
+    assert_one_line_error(res, "kernel_details.csv", "cannot be matched to their lines", "a quoted field is not closed")
+    assert not (tmp_path / "r.md").exists()

@@ -12,6 +12,7 @@ from pathlib import Path
 
 import polars as pl
 
+from profan.model.errors import ProfanInputError
 from profan.rulepack import limits
 from profan.sources.csvtext import (
     count_lines,
@@ -242,9 +243,17 @@ def verify_lines(kf: KernelFile, n_records: int) -> bool:
     return count_lines(kf.path) == n_records + 1
 
 
-def exact_line_map(kf: KernelFile) -> pl.DataFrame:
-    """record index (as the fast src_line) -> true physical line, for files with multi-line quoted fields."""
+def exact_line_map(kf: KernelFile, n_records: int) -> pl.DataFrame:
+    """record index (as the fast src_line) -> true physical line, for files with multi-line quoted fields. The
+    exact reader must find the records the CSV reader found: where they disagree (a quote that is never closed,
+    which each reader ends its own way), no row can be told its line, and the file is one line naming it."""
     starts = record_start_lines(kf.path)
+    if len(starts) != n_records:
+        raise ProfanInputError(
+            kf.path,
+            f"its records cannot be matched to their lines ({n_records} read as CSV, {len(starts)} found line by "
+            "line): a quoted field is not closed",
+        )
     return pl.DataFrame(
         {
             "src_line": pl.Series(range(2, len(starts) + 2), dtype=pl.Int64),
@@ -257,7 +266,7 @@ def with_exact_lines(kf: KernelFile, lf: pl.LazyFrame, n_records: int) -> pl.Laz
     """`lf` with src_line corrected to the true physical line when quoted fields hold line breaks."""
     if verify_lines(kf, n_records):
         return lf
-    line_map = exact_line_map(kf).lazy()
+    line_map = exact_line_map(kf, n_records).lazy()
     return (
         lf.join(line_map, on="src_line", how="left")
         .with_columns(pl.col("true_line").alias("src_line"))
