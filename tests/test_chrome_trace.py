@@ -214,18 +214,17 @@ def test_chunked_split_is_exact(monkeypatch, tmp_path):
 class _CountingDecoder:
     """`trace_json._ARRAY` with a count of its decodes: how many times the event array's pieces were parsed."""
 
-    def __init__(self) -> None:
-        self.calls = 0
+    def __init__(self, real) -> None:
+        self.real, self.calls = real, 0
 
     def decode(self, piece: bytes):
         self.calls += 1
-        return trace_json_module._ARRAY_REAL.decode(piece)
+        return self.real.decode(piece)
 
 
 @pytest.fixture
 def counting(monkeypatch) -> _CountingDecoder:
-    monkeypatch.setattr(trace_json_module, "_ARRAY_REAL", trace_json_module._ARRAY, raising=False)
-    spy = _CountingDecoder()
+    spy = _CountingDecoder(trace_json_module._ARRAY)
     monkeypatch.setattr(trace_json_module, "_ARRAY", spy)
     monkeypatch.setattr(trace_json_module, "CHUNK_BYTES", 4096)
     return spy
