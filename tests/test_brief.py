@@ -137,6 +137,24 @@ def test_qwen3_brief_cli_under_8kb(qwen3_full):
     assert doc["drill"].endswith(" ID --format json")
 
 
+def test_notes_go_before_any_cause_is_cut(qwen3_report, qwen3_full):
+    """Under the 8 KB cap the notes (what was not assessed) are counted before any cause loses a character, so the
+    verdict does not depend on how long the path to the data is: a root 150 characters deeper still gets every
+    cause of the Qwen3 sample in full, with its notes counted."""
+    from dataclasses import replace
+
+    deep = "/" + "d" * 149 + str(qwen3_report.source["root_abs"])
+    doc = brief(replace(qwen3_report, source={**qwen3_report.source, "root_abs": deep}))
+    assert json_bytes(doc) <= MAX_BYTES and deep in doc["drill"]
+    assert doc["notes"]["count"] == len(qwen3_full["notes"]) > len(doc["notes"]["first"])
+    by_id = {c["id"]: c for c in qwen3_full["causes"]}
+    for stub in doc["causes"]:
+        full = by_id[stub["id"]]
+        assert [stub[k] for k in ("title", "action", "verify")] == [full[k] for k in ("title", "action", "verify")]
+        assert stub["alternatives"] == full["alternatives"]
+    assert len(doc["causes"]) == len(qwen3_full["causes"])
+
+
 def test_dlrm_brief_cli_under_8kb():
     """The 8-rank DLRM Kineto sample: < 8 KB, led by the straggler (rank 7), its evidence as trace event indexes."""
     res = run_cli("analyze", str(DLRM), "--format", "json", "--brief")

@@ -235,18 +235,19 @@ class _Plan:
 
 def _plans(causes: int, findings: int, headline: int) -> Iterator[_Plan]:
     """The forms of the brief, richest first, each showing less than the one before: the info findings go (least
-    important first), the shown findings' evidence thins, the later causes lose detail a level at a time (the
-    last first), the notes are counted instead of quoted and the warnings cut to the first, the headline findings
-    go, the later causes go (named under `omitted`), the last warning quoted goes, the first cause is shortened,
-    the bucket table is cut, and last the first cause reaches its barest. The first cause is never dropped;
-    without causes (a comparison), neither is the first finding."""
+    important first), the shown findings' evidence thins, the notes are counted instead of quoted (what was not
+    assessed weighs less than what is wrong), the later causes lose detail a level at a time (the last first), the
+    warnings are cut to the first, the headline findings go, the later causes go (named under `omitted`), the last
+    warning quoted goes, the first cause is shortened, the bucket table is cut, and last the first cause reaches its
+    barest. The first cause is never dropped; without causes (a comparison), neither is the first finding."""
     p = _Plan(findings, 0, (0,) * causes)
     yield p
     steps: list[dict[str, Any]] = [{"findings": n} for n in range(findings - 1, headline - 1, -1)]
     steps += [{"lean": n} for n in range(1, min(findings, headline) + 1)]
+    steps += [{"notes": 1}, {"notes": 0}]
     for level in range(1, len(CAUSE_LEVELS)):
         steps += [{"level": (i, level)} for i in range(causes - 1, 0, -1)]
-    steps += [{"notes": 1}, {"notes": 0}, {"warnings": 1}]
+    steps += [{"warnings": 1}]
     keep = 0 if causes else min(1, findings)
     steps += [{"findings": n} for n in range(min(findings, headline) - 1, keep - 1, -1)]
     steps += [{"causes": n} for n in range(causes - 1, 0, -1)]
