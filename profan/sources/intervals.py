@@ -127,7 +127,8 @@ def _clipped(runs: pl.DataFrame, w: pl.DataFrame, by: list[str]) -> pl.DataFrame
 
 
 def _stretches(w: pl.DataFrame, compute: pl.DataFrame, comm: pl.DataFrame) -> pl.DataFrame:
-    """The exact stretches of each window (``_g, part, a, b``): a sweep over the interval boundaries — a compute
+    """The exact stretches of each window (``_g, a, b, _p``, in window and time order; ``_p`` the index of the part
+    in `PARTS`, named once the stretches are merged into a few blocks): a sweep over the interval boundaries — a compute
     interval opens (+1) at its start and closes (-1) at its end, a communication one alike — so the count of open
     intervals says what covers the stretch up to the next boundary; neighbours of one part are then joined.
     Intervals are clipped to their window, so every window's counts are back at 0 at its end, and one pass over
@@ -168,25 +169,30 @@ def _stretches(w: pl.DataFrame, compute: pl.DataFrame, comm: pl.DataFrame) -> pl
     # first stretch and ends where its last one does: no grouping over millions of stretches
     first = ((code != code.shift(1)) | (g != g.shift(1))).fill_null(True)
     last = ((code != code.shift(-1)) | (g != g.shift(-1))).fill_null(True)
-    runs = segs.with_columns(pl.when(last).then(b).backward_fill().alias("b")).filter(first)
-    part = code.replace_strict(list(range(len(PARTS))), list(PARTS), return_dtype=pl.Utf8)
-    return runs.select("_g", part.alias("part"), "a", "b")
+    return segs.with_columns(pl.when(last).then(b).backward_fill().alias("b")).filter(first)
 
 
 def _merge_short(segs: pl.DataFrame, keep: int) -> pl.DataFrame:
-    """At most ``keep`` blocks per window: with more stretches, the ``keep // 2`` longest stand alone and each run
-    of shorter ones between them is one block, its part the one that fills most of it."""
-    length = pl.col("b") - pl.col("a")
-    longest = length.rank("ordinal", descending=True).over("_g") <= keep // 2
-    alone = (pl.len().over("_g") <= keep) | longest
-    segs = segs.with_columns(length.alias("_len"), alone.alias("_alone"))
-    fresh = pl.col("_alone") | pl.col("_alone").shift(1).fill_null(True).over("_g")
-    segs = segs.with_columns(fresh.cast(pl.Int64).cum_sum().over("_g").alias("_block"))
-    blocks = segs.group_by("_g", "_block").agg(
-        pl.col("a").min().alias("start_us"),
-        pl.col("b").max().alias("end_us"),
-        *[pl.col("_len").filter(pl.col("part") == p).sum().alias(f"{p}_us") for p in PARTS],
-        pl.len().alias("pieces"),
+    """At most ``keep`` blocks per window: with more stretches, the ``keep // 2`` longest stand alone (the first of
+    equal ones) and each run of shorter ones between them is one block, its part the one that fills most of it.
+    ``segs`` comes in window and time order (`_stretches`), so a block is a run of consecutive rows: the longest
+    are found from each window's threshold (its ``keep // 2``-th longest length) and ranked among the few rows
+    that reach it, not by sorting every window's stretches, and blocks are numbered by one running sum."""
+    g, length, top = pl.col("_g"), pl.col("_len"), keep // 2
+    segs = segs.with_columns((pl.col("b") - pl.col("a")).alias("_len"))
+    per = segs.group_by("_g").agg(pl.len().alias("_n"), length.top_k(top).min().alias("_thr"))
+    segs = segs.join(per, on="_g", how="left", maintain_order="left").with_row_index("_i")
+    reach = segs.filter((pl.col("_n") > keep) & (length >= pl.col("_thr"))).select("_i", "_g", "_len")
+    longest = reach.filter(length.rank("ordinal", descending=True).over("_g") <= top)["_i"]
+    alone = (pl.col("_n") <= keep) | pl.col("_i").is_in(longest.implode())
+    fresh = pl.col("_alone") | pl.col("_alone").shift(1).fill_null(True) | (g != g.shift(1)).fill_null(True)
+    segs = segs.with_columns(alone.alias("_alone")).with_columns(fresh.cast(pl.Int64).cum_sum().alias("_block"))
+    blocks = segs.group_by("_block", maintain_order=True).agg(
+        g.first(),
+        pl.col("a").first().alias("start_us"),
+        pl.col("b").last().alias("end_us"),
+        *[length.filter(pl.col("_p") == i).sum().alias(f"{p}_us") for i, p in enumerate(PARTS)],
+        pl.len().cast(pl.UInt32).alias("pieces"),
     )
     c, m, i = pl.col("compute_us"), pl.col("comm_us"), pl.col("idle_us")
     part = (
