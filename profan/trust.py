@@ -92,6 +92,12 @@ def inside(path: Path, folder: Path) -> bool:
         return False
 
 
+def vouched(report: Report) -> bool:
+    """Whether the report's list of files read is this user's profan's own: analysed in this process, or sealed."""
+    src = report.source if isinstance(report.source, dict) else {}
+    return report.read_root is not None or sealed(src.get("root_abs"), src.get("file_bytes"), src.get("root_seal"))
+
+
 def report_root(report: Report, report_path: Path | None = None, given: Path | None = None) -> Path:
     """The folder a report's evidence may be read from (see the module docstring), or one line saying what to pass.
 

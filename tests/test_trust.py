@@ -13,6 +13,7 @@ import pytest
 from conftest import QWEN3, assert_one_line_error, one_rank, run_cli
 
 import profan
+from profan.app import output
 
 KD = "ASCEND_PROFILER_OUTPUT/kernel_details.csv"
 CANARY = "TOP-SECRET-CANARY-7f3a"
@@ -77,19 +78,52 @@ def test_a_sealed_report_reads_its_data_from_anywhere_an_edited_one_does_not(tmp
     assert_one_line_error(run_cli("evidence", str(out), fid), "pass --root DIR")
 
 
-def test_a_report_beside_its_data_needs_no_seal(tmp_path):
-    """A report shipped in the folder holding its data (no seal: someone else wrote it) reads from there."""
-    data = tmp_path / "bundle" / "job"
+def _unsealed_beside(folder: Path) -> tuple[Path, Path, dict, str, dict]:
+    """A real job copied into `folder`, its report written beside it with the seal removed (someone else's)."""
+    data = folder / "job"
     shutil.copytree(QWEN3, data)
-    out = tmp_path / "bundle" / "r.json"
+    out = folder / "r.json"
     doc = _report(data, out)
     fid, ev = _lines_finding(doc)
     del doc["source"]["root_seal"]
+    return data, out, doc, fid, ev
+
+
+def test_a_report_beside_its_data_needs_no_seal(tmp_path):
+    """A report shipped in the folder holding its data (no seal: someone else wrote it) reads from there."""
+    data, out, doc, fid, ev = _unsealed_beside(tmp_path / "bundle")
     out.write_text(json.dumps(doc))
     res = run_cli("evidence", str(out), fid, "--format", "json")
     assert res.returncode == 0, res.stderr
     raw = (data / ev["file"]).read_text().splitlines()
     assert [r["text"] for r in json.loads(res.stdout)["evidence"][0]["rows"]] == [raw[n - 1] for n in ev["lines"]]
+
+
+def test_an_unsealed_report_prints_only_profiler_files_it_lists(tmp_path):
+    """A report handed over and saved in a folder of private files cannot make `evidence` print one of them: an
+    unsealed report's list of files read is only its word, so a cited file must be listed there and be named as a
+    profiler file."""
+    _, out, doc, fid, ev = _unsealed_beside(tmp_path / "home")
+    (tmp_path / "home" / ".ssh").mkdir()
+    (tmp_path / "home" / ".ssh" / "id_rsa").write_text(f"-----BEGIN KEY-----\n{CANARY}\n-----END KEY-----\n")
+    finding = next(f for f in doc["findings"] if f["id"] == fid)
+    for listed in (False, True):
+        d = json.loads(json.dumps(doc))
+        d["source"]["root_abs"] = str(tmp_path / "home")
+        d["source"]["root"] = "."
+        if listed:
+            d["source"]["file_bytes"][".ssh/id_rsa"] = (tmp_path / "home" / ".ssh" / "id_rsa").stat().st_size
+        f = next(f for f in d["findings"] if f["id"] == fid)
+        f["evidence"] = [{**finding["evidence"][0], "file": ".ssh/id_rsa", "lines": [1, 2, 3], "row_count": 3}]
+        out.write_text(json.dumps(d))
+        res = run_cli("evidence", str(out), fid)
+        assert_one_line_error(res, "no profiler file and the report is not sealed")
+        assert CANARY not in res.stdout + res.stderr
+    # A profiler file the report does not list as read is refused too: the list is what makes a citation checkable.
+    d = json.loads(json.dumps(doc))
+    d["source"]["file_bytes"].pop(ev["file"])
+    out.write_text(json.dumps(d))
+    assert_one_line_error(run_cli("evidence", str(out), fid), "does not list it as read")
 
 
 def test_a_symlink_out_of_the_data_is_neither_analysed_nor_printed(tmp_path):
@@ -149,6 +183,44 @@ def test_output_never_overwrites_an_input(tmp_path, fmt, target):
     else:
         assert_one_line_error(res, "is a file the analysis read; refusing to overwrite it")
     assert _digest(data) == before and rules.read_bytes() == rules_before
+
+
+@pytest.mark.parametrize("target", ["ASCEND_PROFILER_OUTPUT/l2_cache.csv", "../NOTES.md"])
+def test_output_never_replaces_a_file_of_the_data_it_did_not_read(tmp_path, target):
+    """A profiler file profan does not need, or the user's notes beside the data: inputs all the same."""
+    data = tmp_path / "data"
+    rank = one_rank(data)
+    out = rank / target
+    out.write_text("Device_id,Hit Rate\n0,0.5\n")
+    before = _digest(data)
+    fmt = ["-f", "json"] if out.suffix == ".csv" else []  # -o's extension names the format, but for .csv
+    res = run_cli("analyze", str(data), *fmt, "-o", str(out), "-q")
+    assert_one_line_error(res, "is in the analysed folder and is not a profan report; refusing to replace it")
+    assert _digest(data) == before
+
+
+@pytest.mark.parametrize("fmt", ["md", "json", "html", "xlsx"])
+def test_a_report_in_the_data_folder_is_replaced_by_the_next_run(tmp_path, fmt):
+    """``profan analyze . -o report.md`` run twice: the second run replaces the report the first one wrote."""
+    data = tmp_path / "data"
+    one_rank(data)
+    out = data / f"report.{fmt}"
+    assert run_cli("analyze", str(data), "-o", str(out), "-q").returncode == 0
+    first = out.stat().st_mtime_ns
+    res = run_cli("analyze", str(data), "-o", str(out), "-q")
+    assert res.returncode == 0, res.stderr
+    assert out.stat().st_mtime_ns >= first and output.is_report(out)
+
+
+def test_a_folder_named_like_a_pattern_is_read_as_named(tmp_path):
+    """``run[x]`` is a folder name: its kernel file is read, never the sibling ``runx`` a pattern would match."""
+    named, sibling = tmp_path / "run[x]", tmp_path / "runx"
+    one_rank(named)
+    kd = one_rank(sibling) / KD
+    kd.write_text(kd.read_text().replace("MatMul", CANARY))
+    doc = _report(named, tmp_path / "out.json")
+    assert CANARY not in json.dumps(doc)
+    assert doc["source"]["ranks"][0]["rows_read"]["kernel_details"] == 2463
 
 
 def test_output_through_a_link_to_an_input_replaces_the_link_not_the_input(tmp_path):

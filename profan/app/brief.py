@@ -32,6 +32,7 @@ from typing import Any
 
 import polars as pl
 
+from profan import trust
 from profan.model.causes import Cause
 from profan.model.errors import ProfanInputError
 from profan.model.evidence import Evidence, check_sizes, read_lines
@@ -433,7 +434,7 @@ def evidence_doc(
 
     item = find_item(report, finding_id, where)
     base = base_dir(data_root)
-    check_sizes(base, report.source.get("file_bytes"), {ev.file for ev in item.evidence})
+    check_sizes(base, report.source.get("file_bytes"), {ev.file for ev in item.evidence}, trust.vouched(report))
     items = evidence_rows(data_root, item, limit)
     for row in items:
         row["cited"] = len(row.get("lines") or row.get("events") or row.get("pointers") or [])

@@ -9,12 +9,15 @@ import traceback
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
-from typing import Annotated, NoReturn
+from typing import TYPE_CHECKING, Annotated, NoReturn
 
 import typer
 
 from profan.model.errors import EXIT_BAD_INPUT, EXIT_FINDINGS, EXIT_INTERNAL, EXIT_OK, ProfanError, ProfanInputError
 from profan.render.textfmt import visible
+
+if TYPE_CHECKING:
+    from profan.app.output import Inputs
 
 app = typer.Typer(
     no_args_is_help=True,
@@ -333,7 +336,7 @@ def analyze(
     _gate(report, fail_on)
 
 
-def _emit_report(report, fmt: str, out: Path | None, brief: bool, quiet: bool, read: list[Path]) -> None:
+def _emit_report(report, fmt: str, out: Path | None, brief: bool, quiet: bool, read: Inputs) -> None:
     """Write and print a report as `analyze` was asked: the file with -o, the brief or the report on stdout."""
     from profan.app import output
     from profan.render import render

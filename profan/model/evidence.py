@@ -22,11 +22,12 @@ import json
 import os
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
-from pathlib import Path
+from pathlib import Path, PurePosixPath
 from typing import Any
 
 from profan import trust
 from profan.model.errors import ProfanInputError
+from profan.sources.discover_names import profiler_file_name
 
 MAX_CITED = 20  # locators listed per evidence item; the rest are reachable through `select`
 
@@ -284,11 +285,20 @@ def file_sizes(base: Path, files: set[str]) -> dict[str, int]:
     return out
 
 
-def check_sizes(base: Path, recorded: dict[str, int] | None, files: set[str]) -> None:
+def check_sizes(base: Path, recorded: dict[str, int] | None, files: set[str], vouched: bool = True) -> None:
     """Raise when a cited file's size differs from the one the report recorded (an edited, truncated or replaced
-    file: its line N may hold another row now), and a cited file the analysis did not read at all. Reports
-    without sizes are not checked — a copy keeps the size but not always the modification time, so time is not
-    compared."""
+    file: its line N may hold another row now), and a cited file the analysis did not read at all. A copy keeps
+    the size but not always the modification time, so time is not compared.
+
+    ``vouched``: whether the list of files read is this user's profan's own (a sealed report, or one analysed in
+    this process). Otherwise the list is only the report's word, so a cited file must also be listed and be named
+    as a profiler file: a report handed over cannot make `profan evidence` print ``.ssh/id_rsa`` beside it."""
+    if not vouched:
+        for f in sorted(files):
+            if not profiler_file_name(PurePosixPath(f).name):
+                raise ProfanInputError(f, "is cited, but is no profiler file and the report is not sealed; refused")
+            if not isinstance(recorded, dict) or f not in recorded:
+                raise ProfanInputError(f, "is cited, but the report does not list it as read; refused")
     if not isinstance(recorded, dict):
         return
     unread = sorted(f for f in files if f not in recorded)

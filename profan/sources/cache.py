@@ -104,7 +104,7 @@ def _read_doc(file: Path, needs: tuple[str, ...]) -> tuple[dict[str, Any], dict[
         check = doc.pop("check")
         if _digest(doc) != check or not set(needs) <= doc.keys():
             return None
-        frames = {name: pl.read_parquet(file.parent / f"{name}.parquet") for name in doc["frames"]}
+        frames = {name: pl.read_parquet(file.parent / f"{name}.parquet", glob=False) for name in doc["frames"]}
         if _frames_spec(frames) != doc["frames"]:
             return None
     except _UNREADABLE:

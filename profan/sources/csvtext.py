@@ -227,6 +227,7 @@ def scan_text_csv(
     }
     scan = pl.scan_csv(
         path,
+        glob=False,  # the path as named: "run[1]" or "job_*" is a folder name, never a pattern over its neighbours
         infer_schema=False,
         truncate_ragged_lines=True,
         encoding="utf8-lossy",

@@ -54,6 +54,17 @@ ASCEND_FILES = {
 READ_KINDS = (*(k for k in ASCEND_FILES if k != "op_statistic"), "ascend_db", "kineto_trace")
 
 
+def profiler_file_name(name: str) -> bool:
+    """Whether a file name is one a profiler writes and profan reads: the only files a report that does not vouch
+    for its list of files read (`profan.app.brief.evidence_doc`) may make `profan evidence` print."""
+    return (
+        name in ASCEND_FILES.values()
+        or name in ("profiler_metadata.json", ANALYSIS_DB)
+        or any(p.match(name) for p in (INFO_FILE, OP_SUMMARY, ASCEND_DB, MSPROF_DB))
+        or name.endswith(TRACE_SUFFIXES)
+    )
+
+
 def short_list(names, shown: int = 5) -> str:
     names = list(names)
     return ", ".join(names[:shown]) + (f", … ({len(names) - shown} more)" if len(names) > shown else "")
