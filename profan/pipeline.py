@@ -13,6 +13,7 @@ from profan.analyses import comm_section, crossrank, memory, rank_section, recon
 from profan.analyses.contract import Analysis, Job, run_analyses
 from profan.diagnosis import causes
 from profan.diagnosis.fold import fold
+from profan.diagnosis.step import denominator, step_summary
 from profan.model.evidence import file_sizes
 from profan.model.report import Report
 from profan.ranks.executor import Executor
@@ -101,7 +102,8 @@ def build_report(
     for r in ranks:
         all_warnings += [f"rank {r.rank}: {w}" for w in r.warnings]
     tables = {k: v for k, v in merged.tables.items() if isinstance(v, pl.DataFrame) and not v.is_empty()}
-    findings, diagnosis = fold(merged.findings, merged.causes, pack)
+    step = step_summary(tables, merged.causes)
+    findings, diagnosis = fold(merged.findings, merged.causes, pack, denominator(step))
     return Report(
         source=_source(ranks, root, fmt),
         findings=findings,

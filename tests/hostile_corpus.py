@@ -27,6 +27,7 @@ import os
 import re
 import secrets
 import shutil
+import statistics
 import zipfile
 import zlib
 from collections.abc import Callable, Sequence
@@ -1052,6 +1053,177 @@ def make_comm_nan_infinity(dst: Path) -> Case:
     )
 
 
+# step_trace_time.csv and communication.json: a row or op that is no measurement of one step is skipped and
+# counted, and what is kept equals the raw file's usable rows (the reference parsers below share no code with
+# profan's readers).
+
+STT = f"{OUT}/step_trace_time.csv"
+# lane times that are durations; "…and Exclude Receive" is Not Overlapped − Bubble, which may fall below zero
+STT_DURATIONS = (
+    "Computing",
+    "Communication(Not Overlapped)",
+    "Overlapped",
+    "Communication",
+    "Free",
+    "Stage",
+    "Bubble",
+    "Preparing",
+)
+
+
+def ref_step_rows(path: Path) -> tuple[list[dict[str, Any]], int]:
+    """(usable rows, skipped count) of a step_trace_time.csv, by the rule `profan.sources.ascend_steps` states: a
+    row is skipped for a negative lane time (below -1 ns), a step of no length (Stage + Bubble, else Computing +
+    Not Overlapped + Free, not above 0), an empty Step cell where another row has one, and a (device, step)
+    already read."""
+    with path.open(newline="", encoding="utf-8") as fh:
+        header, *rows = list(csv.reader(fh))
+    recs = [dict(zip(header, r, strict=True)) for r in rows]
+    named = any(r.get("Step", "").strip() for r in recs)
+    kept: list[dict[str, Any]] = []
+    seen: set[tuple[str, str]] = set()
+    for line, r in enumerate(recs, start=2):
+        t = {k: float(r[k]) for k in STT_DURATIONS if r.get(k, "").strip()}
+        stage = t.get("Stage")
+        size = (
+            stage + t.get("Bubble", 0.0)
+            if stage is not None
+            else (t["Computing"] + t["Communication(Not Overlapped)"] + t["Free"])
+        )
+        key = (r.get("Device_id", "").strip(), r["Step"].strip())
+        if min(t.values()) < -1e-3 or not size > 0 or (named and not key[1]) or key in seen:
+            continue
+        seen.add(key)
+        kept.append({"src_line": line, "step": int(key[1]) if key[1] else None, "step_us": size, **t})
+    return kept, len(recs) - len(kept)
+
+
+def steps_are(expected: list[dict[str, Any]]) -> Check:
+    """On exit 0, rank 0's rows of tables.steps are the raw file's usable rows: same lines, steps and times."""
+
+    def check(res: Result) -> None:
+        if res.rc != 0:
+            return
+        got = [r for r in ((res.report() or {}).get("tables") or {}).get("steps") or [] if r.get("rank") == 0]
+        want = [(e["src_line"], e["step"], e["Computing"], e["Free"], e["step_us"]) for e in expected]
+        have = [(r["src_line"], r["step"], r["computing_us"], r["free_us"], r["step_us"]) for r in got]
+        same = len(want) == len(have) and all(
+            w[:2] == h[:2] and all(map(_close, w[2:], h[2:])) for w, h in zip(want, have, strict=True)
+        )
+        if not same:
+            _fail(res, f"tables.steps holds {have}, the raw file's usable rows are {want}")
+
+    return check
+
+
+def _close(a: float, b: float) -> bool:
+    return math.isclose(a, b, rel_tol=1e-9, abs_tol=1e-6)
+
+
+def _stt_case(dst: Path, name: str, builds: str, mutate: Callable[[list[str]], list[str]]) -> Case:
+    """The Qwen3 rank 0's step_trace_time.csv with its data lines changed by ``mutate`` (header first)."""
+    b = _Build(dst)
+    f = b.qwen() / STT
+    f.write_text("".join(f"{x}\n" for x in mutate(f.read_text().splitlines())))
+    kept, skipped = ref_step_rows(f)
+    total = len(f.read_text().splitlines()) - 1
+    return b.case(
+        name,
+        builds,
+        f"exit 0, {skipped} of {total} rows skipped and counted in a warning naming step_trace_time.csv, the rest "
+        "read as written",
+        [b.analyze(checks=[skipped_rows("step_trace_time", "step_trace_time.csv", skipped, total), steps_are(kept)])],
+    )
+
+
+def _cells(line: str, **cells: str) -> str:
+    """A step_trace_time.csv line (Qwen3's header: Device_id, Step, Computing, …) with cells replaced by name."""
+    names = ["Device_id", "Step", "Computing", "CNO", "Overlapped", "Communication", "Free", "Stage", "Bubble"]
+    parts = line.split(",")
+    for k, v in cells.items():
+        parts[names.index(k)] = v
+    return ",".join(parts)
+
+
+def make_step_trace_negative_times(dst: Path) -> Case:
+    def mutate(lines: list[str]) -> list[str]:
+        row = lines[1]
+        neg = _cells(row, Step="14", Computing="-" + row.split(",")[2], Free="-" + row.split(",")[6])
+        return [lines[0], row, neg]
+
+    return _stt_case(
+        dst,
+        "step_trace_negative_times",
+        "step_trace_time.csv with a second step (14) whose Computing and Free are the real row's, negated",
+        mutate,
+    )
+
+
+def make_step_trace_repeated_step(dst: Path) -> Case:
+    def mutate(lines: list[str]) -> list[str]:
+        return [lines[0], lines[1], _cells(lines[1], Computing="1", Free="1", Stage="3")]
+
+    return _stt_case(
+        dst, "step_trace_repeated_step", "step_trace_time.csv with a second row for step 13 (other times)", mutate
+    )
+
+
+def make_step_trace_blank_step(dst: Path) -> Case:
+    def mutate(lines: list[str]) -> list[str]:
+        return [lines[0], lines[1], _cells(lines[1], Step="")]
+
+    return _stt_case(
+        dst, "step_trace_blank_step", "step_trace_time.csv with a copy of its row whose Step cell is empty", mutate
+    )
+
+
+def make_step_trace_zero_step(dst: Path) -> Case:
+    def mutate(lines: list[str]) -> list[str]:
+        zero = {k: "0" for k in ("Computing", "CNO", "Overlapped", "Communication", "Free", "Stage", "Bubble")}
+        return [lines[0], lines[1], _cells(lines[1], Step="14", **zero)]
+
+    return _stt_case(
+        dst, "step_trace_zero_step", "step_trace_time.csv with a second step (14) whose every time is 0", mutate
+    )
+
+
+COMM_TIMES = ("Elapse Time(ms)", "Transit Time(ms)", "Wait Time(ms)", "Idle Time(ms)")
+
+
+def make_comm_negative_times(dst: Path) -> Case:
+    b = _Build(dst)
+    f = b.qwen() / OUT / "communication.json"
+    doc = json.loads(f.read_text())
+    ops = [(k, sec, op, body) for k, st in doc.items() for sec, items in st.items() for op, body in items.items()]
+    ops = [o for o in ops if o[2] != "Total Op Info"]
+    for _, _, _, body in ops[::3]:
+        t = body["Communication Time Info"]
+        t.update({k: -abs(t[k]) for k in COMM_TIMES})
+    f.write_text(json.dumps(doc))
+    # the reference: an op is no measurement when one of its times is below zero by more than a nanosecond
+    negative = [min(body["Communication Time Info"][k] for k in COMM_TIMES) < -1e-6 for *_, body in ops]
+    kept = sorted((sec, op) for (_, sec, op, _), neg in zip(ops, negative, strict=True) if not neg)
+    bad = sum(negative)
+
+    def kept_ops(res: Result) -> None:
+        if res.rc != 0:
+            return
+        rows = ((res.report() or {}).get("tables") or {}).get("communication") or []
+        got = sorted((r["kind"], r["op"]) for r in rows if r.get("rank") == 0)
+        if got != kept:
+            _fail(
+                res, f"tables.communication holds {len(got)} ops of rank 0, the raw file's usable ops are {len(kept)}"
+            )
+
+    return b.case(
+        "comm_negative_times",
+        f"communication.json with Elapse / Transit / Wait / Idle Time negated in every third op ({bad} of "
+        f"{len(ops)} then hold a time below zero)",
+        "exit 0 with those ops skipped and counted in a warning naming communication.json, the others kept",
+        [b.analyze(checks=[skipped_rows("communication", "communication.json", bad, len(ops)), kept_ops])],
+    )
+
+
 def make_kernel_durations_hostile(dst: Path) -> Case:
     b = _Build(dst)
     rank = b.qwen()
@@ -1141,6 +1313,162 @@ def make_kineto_nan_literal(dst: Path) -> Case:
         f"NaN / -Infinity literals (not JSON) as dur of {n}+ events of a Kineto trace",
         "exit 2 naming the trace, or the events skipped and counted in a warning",
         [b.analyze(checks=[said("worker4_step_12")])],
+    )
+
+
+# Kineto events that are no measurement of the capture, or look like device work no reader takes: skipped (or read)
+# and counted, never silently dropped, never stretching a step window. The reference parser below follows the
+# contract (a start past int64 ns or more than max_duration_us from the median start of the X events is no start;
+# an event with no category that carries a stream and a correlation id is device work) without profan's code.
+
+KINETO_DEVICE = ("kernel", "gpu_memcpy", "gpu_memset")
+MAX_TS_US = (2**63 - 1) / 1000  # int64 nanoseconds, in µs
+ALEXNET_R0 = FIXTURES / "ascend" / "msinsight-alexnet-2rank-2025" / "level1" / "rank0_ascend_pt"
+
+
+def _ref_number(v: Any) -> float | None:
+    """A JSON number or numeric string as a finite float; None for anything else."""
+    if isinstance(v, bool) or not isinstance(v, (int, float, str)):
+        return None
+    try:
+        x = float(v)
+    except ValueError:
+        return None
+    return x if math.isfinite(x) else None
+
+
+def ref_kineto_device(events: list[Any]) -> tuple[list[dict[str, Any]], int]:
+    """(device events profan must analyse, device-looking events it must skip and count) of a Kineto event list.
+    Device work: a complete (X) event of a device category, or with no category but args holding a stream and a
+    correlation id. Skipped: such an event without a usable duration or start, an event with a correlation id but
+    no category (nor stream), and a device-category (or uncategorised, correlated) event of phase B or E."""
+    ev = [e for e in events if isinstance(e, dict)]
+    starts = [t for e in ev if e.get("ph") == "X" and (t := _ref_number(e.get("ts"))) is not None]
+    centre = statistics.median([t for t in starts if abs(t) <= MAX_TS_US])
+    kept: list[dict[str, Any]] = []
+    skipped = 0
+    for e in ev:
+        args = e.get("args") if isinstance(e.get("args"), dict) else {}
+        cat, ph, corr = e.get("cat"), e.get("ph"), args.get("correlation") is not None
+        uncategorised = cat is None and corr
+        if ph in ("B", "E") and (cat in KINETO_DEVICE or uncategorised):
+            skipped += 1
+        elif ph == "X" and (cat in KINETO_DEVICE or (uncategorised and args.get("stream") is not None)):
+            ts, dur = _ref_number(e.get("ts")), _ref_number(e.get("dur"))
+            placed = ts is not None and abs(ts) <= MAX_TS_US and abs(ts - centre) <= MAX_DURATION_US
+            if placed and dur is not None and 0 <= dur <= MAX_DURATION_US:
+                kept.append(e)
+            else:
+                skipped += 1
+        elif ph == "X" and uncategorised:
+            skipped += 1
+    return kept, skipped
+
+
+def step_windows_within(lo: float, hi: float) -> Check:
+    """On exit 0, every step window of the report's trace_steps lies in [lo, hi] µs: the first start and last end
+    of the raw file's usable device events. One absurd start must never stretch a window."""
+
+    def check(res: Result) -> None:
+        if res.rc != 0:
+            return
+        rows = ((res.report() or {}).get("tables") or {}).get("trace_steps") or []
+        bad = [r for r in rows if not (lo - 1e-3 <= float(r["start_us"]) and float(r["end_us"]) <= hi + 1e-3)]
+        if bad or not rows:
+            _fail(res, f"step windows outside the capture [{lo}, {hi}] µs (or none): {bad[:2]}")
+
+    return check
+
+
+def _kineto_case(b: _Build, doc: dict[str, Any], name: str, builds: str, extra: Sequence[Check] = ()) -> Case:
+    """The mutated dlrm worker4 trace written, and the checks every Kineto class of this group shares: the exact
+    skipped count in rows_skipped and in the warning, the breakdown equal to the usable device events' sum, and
+    step windows inside the usable events' span."""
+    (b.data / DLRM4.name).write_text(json.dumps(doc))
+    kept, skipped = ref_kineto_device(doc["traceEvents"])
+    lo = min(float(e["ts"]) for e in kept)
+    hi = max(float(e["ts"]) + float(e["dur"]) for e in kept)
+    checks = [skipped_events(skipped), breakdown_total(sum(float(e["dur"]) for e in kept))]
+    if skipped:
+        checks.append(said(f"skipped {skipped} of"))
+    return b.case(
+        name,
+        builds,
+        f"exit 0, {skipped} events skipped and counted, the {len(kept)} usable device events summed",
+        [b.analyze(rc=(0,), checks=[*checks, step_windows_within(lo, hi), *extra])],
+    )
+
+
+def make_kineto_ts_absurd(dst: Path) -> Case:
+    b = _Build(dst)
+    doc = json.loads(DLRM4.read_text())
+    kernels = [e for e in doc["traceEvents"] if isinstance(e, dict) and e.get("cat") == "kernel" and e.get("ph") == "X"]
+    bad = kernels[3::20]
+    for k, e in enumerate(bad):
+        ts = float(e["ts"])
+        e["ts"] = [1e30, -ts, ts + 2 * MAX_DURATION_US, 1e300, 9.3e15, str(ts - 3 * MAX_DURATION_US)][k % 6]
+    return _kineto_case(
+        b,
+        doc,
+        "kineto_ts_absurd",
+        f"{len(bad)} kernel events of the dlrm worker4 trace with ts 1e30, negated, two days late, 1e300, past "
+        "int64 ns, three days early (as text)",
+    )
+
+
+def make_kineto_device_uncategorised(dst: Path) -> Case:
+    b = _Build(dst)
+    doc = json.loads(DLRM4.read_text())
+    kernels = [e for e in doc["traceEvents"] if isinstance(e, dict) and e.get("cat") == "kernel" and e.get("ph") == "X"]
+    for e in kernels[::10]:  # no cat, stream and correlation kept: device work, read as such
+        del e["cat"]
+    for e in kernels[5::10]:  # cat null and no stream: cannot be told from other work, counted
+        e["cat"] = None
+        del e["args"]["stream"]
+    for e in kernels[7::20]:  # a begin event, not a complete one
+        e["ph"] = "B"
+    return _kineto_case(
+        b,
+        doc,
+        "kineto_device_uncategorised",
+        "dlrm worker4 kernels: every 10th without cat, every 10th (from the 5th) with cat null and no stream, "
+        "every 20th (from the 7th) of phase B",
+        [said("no category"), said("phase B/E")],
+    )
+
+
+def make_kineto_args_not_object(dst: Path) -> Case:
+    b = _Build(dst)
+    doc = json.loads(DLRM4.read_text())
+    events = [e for e in doc["traceEvents"] if isinstance(e, dict) and e.get("cat") in ("kernel", "cpu_op")]
+    bad = events[2::30]
+    for k, e in enumerate(bad):
+        e["args"] = ["x", ["list"], 5, "{not json"][k % 4]
+    return _kineto_case(
+        b,
+        doc,
+        "kineto_args_not_object",
+        f"{len(bad)} kernel and cpu_op events of the dlrm worker4 trace whose args is a string, a list, a number",
+        [said(f"read {len(bad)} event(s) whose args is not a JSON object")],
+    )
+
+
+def make_trace_view_args_not_object(dst: Path) -> Case:
+    b = _Build(dst)
+    rank = b.qwen("rank0_ascend_pt", src=ALEXNET_R0)
+    path = rank / OUT / "trace_view.json"
+    events = json.loads(path.read_text())
+    # the device-lane events (no category): the ones whose args profan reads (host events' args are never parsed)
+    bad = [e for e in events if isinstance(e, dict) and e.get("ph") == "X" and e.get("cat") is None][1::40]
+    for k, e in enumerate(bad):
+        e["args"] = [["list"], "x", 7][k % 3]
+    path.write_text(json.dumps(events))
+    return b.case(
+        "trace_view_args_not_object",
+        f"{len(bad)} device-lane X events of the alexnet rank 0 trace_view.json whose args is a list, a string or "
+        "a number",
+        "exit 0: the trace read, those events' args read as none and counted in a warning",
+        [b.analyze(rc=(0,), checks=[said(f"read {len(bad)} event(s) whose args is not a JSON object")])],
     )
 
 

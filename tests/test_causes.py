@@ -535,3 +535,49 @@ def test_idle_before_the_steps_first_task_is_the_host_preparing_the_step():
     assert not list(level0.rglob("trace_view.json"))
     bare = next(c for c in analysed(level0).causes if c.check == "device-idle")
     assert "which this capture does not hold" in bare.action and "trace_view.json's" not in bare.action
+
+
+def test_every_cause_is_measured_against_the_verdict_s_step_and_their_gains_fit_in_it():
+    """The timesformer trace idles between steps: its idle cause is of the step period and its attention cause of
+    the step window. Folded, both are of the one step the verdict states (the period), so their shares read side
+    by side. And a cause of no particular step draws on every step's room: with Qwen3's first cause made such a
+    cause taking 70% of the step, a cause of one step taking 60% is capped to what is left."""
+    from dataclasses import replace
+
+    from profan.diagnosis.fold import fold
+    from profan.diagnosis.step import denominator, step_summary
+    from profan.rulepack.pack import load
+
+    report = analysed(TORCH / "timesformer_h100_1rank")
+    step = step_summary(report.tables, report.causes)
+    assert step["period_us"] > 2 * step["step_us"]  # 378.1 ms against a 160.0 ms window
+    assert {c.step_us for c in report.causes if c.impact_us is not None} == {denominator(step)}
+    assert sum(c.impact_us for c in report.causes if c.impact_us is not None) <= step["period_us"]
+
+    qwen = analysed(ASCEND / "msinsight-qwen3-4rank-2025q4")
+    base = next(c for c in qwen.causes if c.impact_us is not None)
+    d = base.step_us
+    general = replace(base, steps=(), impact_us=0.7 * d, explains_keys=())
+    one_step = replace(base, steps=(13,), impact_us=0.6 * d, explains_keys=())
+    _, capped = fold([], [general, one_step], load(), d)
+    assert [c.impact_us for c in capped] == pytest.approx([0.7 * d, 0.3 * d])
+    assert "Capped at" in capped[1].assumption and "Capped at" not in capped[0].assumption
+
+
+def test_of_two_ranks_the_slower_is_measured_against_the_other_and_the_waiting_rank_is_folded():
+    """memory_gloo_2rank: rank 1 trains on twice rank 0's tokens. Of two ranks the median is their mean, which
+    halves the gap: rank 1 computes 8,598.0 ms per median step against rank 0's 5,799.7 ms, 1.48×, and that is
+    what the cause says and gains. Rank 0's exposed communication (it waits for rank 1 at every all-reduce) is
+    that cause's symptom, folded under it, across the median steps the finding covers."""
+    report = analysed(TORCH / "memory_gloo_2rank")
+    (imb,) = [f for f in report.findings if f.check == "compute-imbalance"]
+    cause = next(c for c in report.causes if c.check == "compute-imbalance")
+    m = imb.metrics
+    assert m["against"] == "rank 0" and m["median_rank"] == 0
+    assert m["ratio"] == pytest.approx(m["max_computing_us"] / m["median_computing_us"], abs=1e-4)
+    assert round(m["ratio"], 2) == 1.48
+    assert cause.title.startswith("Rank 1 computes 1.48× rank 0:")
+    assert cause.impact_us == pytest.approx(m["max_computing_us"] - m["median_computing_us"])
+    exposed = [f for f in report.findings if f.check == "exposed-communication"]
+    assert exposed and all(f.explained_by == cause.id for f in exposed)
+    assert {r for f in exposed for r in (f.ranks or (f.rank,))} == {0}

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 import shutil
+import sqlite3
 from pathlib import Path
 
 import polars as pl
@@ -15,7 +16,7 @@ from conftest import ASCEND, QWEN3, analysed, run_cli
 import profan
 from profan.model.errors import ProfanInputError
 from profan.model.evidence import resolve_pointer
-from profan.sources import ascend_matrix, ascend_meta
+from profan.sources import ascend_comm, ascend_matrix, ascend_meta
 
 ALEXNET2 = ASCEND / "msinsight-alexnet-2rank-2025/level2"
 GPT3 = ASCEND / "msinsight-gpt3-2rank-2023"
@@ -636,3 +637,68 @@ def test_matrix_typed_reader_equals_the_untyped_one(tmp_path):
     spoiled, _, skipped = ascend_matrix._read(typed[-1], False)
     assert skipped == 0 and spoiled.filter(pl.col("transport") == "None").height == 1
     assert ascend_matrix._read(untyped[1], False)[2] == 1  # the link that is no object, skipped and counted
+
+
+def test_ops_with_a_negative_number_are_skipped_and_the_others_kept(tmp_path):
+    """communication.json of Qwen3 rank 0 with one op's times negated, one's idle time a rounding's -1e-9 ms, one
+    bandwidth row's size negative: the two with a negative number are skipped and counted (with their bandwidth
+    rows), every other op keeps the JSON's own numbers."""
+    src = QWEN3 / f"rank_0_ascend_pt/{OUT}/communication.json"
+    doc = _json(src)
+    ops = list(_ops(doc))
+    negated, rounded, bad_bw = ops[0], ops[1], ops[2]
+    t = negated[3]["Communication Time Info"]
+    t.update({k: -abs(t[k]) - 1.0 for k in ("Elapse Time(ms)", "Wait Time(ms)", "Idle Time(ms)")})
+    rounded[3]["Communication Time Info"]["Idle Time(ms)"] = -1e-9
+    next(iter(bad_bw[3]["Communication Bandwidth Info"].values()))["Transit Size(MB)"] = -1.0
+    path = tmp_path / "communication.json"
+    path.write_text(json.dumps(doc))
+    op_rows, bw_rows, skipped = ascend_comm.read(path)
+    assert skipped == 2 and op_rows.height == len(ops) - 2
+    assert {negated[2], bad_bw[2]}.isdisjoint(op_rows["op"].to_list())
+    assert {negated[2], bad_bw[2]}.isdisjoint(bw_rows["op"].to_list())
+    by_op = {r["op"]: r for r in op_rows.to_dicts()}
+    for _, _, op, body in ops[1:2] + ops[3:]:
+        raw = body["Communication Time Info"]
+        assert by_op[op]["elapse_ms"] == raw["Elapse Time(ms)"] and by_op[op]["idle_ms"] == raw["Idle Time(ms)"]
+    assert "a negative number" in ascend_comm.SKIPPED_WHAT
+
+
+DB_SET = ASCEND / "msinsight-alexnet-2rank-2025-db" / "level1"
+
+
+def _sqlite(path: Path, sql: str) -> list[tuple]:
+    con = sqlite3.connect(path)
+    try:
+        got = con.execute(sql).fetchall()
+        con.commit()
+        return got
+    finally:
+        con.close()
+
+
+def test_db_ops_with_a_negative_time_are_skipped_and_said(tmp_path):
+    """The DB export's communication (analysis.db's CommAnalyzerTime, else COMMUNICATION_OP) as communication.json:
+    an op with a negative time is skipped and said in a warning naming the table, the others keep their numbers."""
+    data = shutil.copytree(DB_SET, tmp_path / "db")
+    out = data / f"rank0_ascend_pt/{OUT}"
+    adb = out / "analysis.db"
+    rows = _sqlite(adb, "SELECT hccl_op_name, elapse_time FROM CommAnalyzerTime ORDER BY start_timestamp")
+    _sqlite(adb, f"UPDATE CommAnalyzerTime SET wait_time = -1.5 WHERE hccl_op_name = '{rows[0][0]}'")
+    report = profan.analyze(data)
+    said = [w for w in report.warnings if "analysis.db: CommAnalyzerTime: skipped 1 of" in w]
+    assert len(said) == 1 and f"skipped 1 of {len(rows)} communication ops" in said[0]
+    kept = report.tables["communication"].filter(pl.col("rank") == 0).sort("start_us")
+    assert kept["op_name"].to_list() == [r[0] for r in rows[1:]]
+    assert kept["elapse_ms"].to_list() == [r[1] for r in rows[1:]]
+
+    adb.unlink()  # COMMUNICATION_OP: elapse = end − start
+    db = out / "ascend_pytorch_profiler_0.db"
+    ((n,),) = _sqlite(db, "SELECT count(*) FROM COMMUNICATION_OP")
+    _sqlite(
+        db, "UPDATE COMMUNICATION_OP SET endNs = startNs - 1000 WHERE rowid = (SELECT min(rowid) FROM COMMUNICATION_OP)"
+    )
+    report = profan.analyze(data)
+    assert any(f"COMMUNICATION_OP: skipped 1 of {n} communication ops" in w for w in report.warnings)
+    kept = report.tables["communication"].filter(pl.col("rank") == 0)
+    assert kept.height == n - 1 and kept["elapse_ms"].min() >= 0

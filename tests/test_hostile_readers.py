@@ -243,6 +243,33 @@ def test_event_names_that_are_not_utf8_are_read_with_replacement_characters(tmp_
     assert [w for w in again.warnings if "not UTF-8" in w] == [w for w in report["warnings"] if "not UTF-8" in w]
 
 
+@pytest.mark.parametrize("column", ["Name", "Type"])
+def test_kernel_text_that_is_not_utf8_is_read_with_replacement_characters(tmp_path, column):
+    """A byte that is not UTF-8 in the kernel text of every 10th row: polars' fast reader refused it as a
+    category and the whole file was refused. Read as U+FFFD, every row keeps its time, and the rows are counted."""
+    rank = one_rank(tmp_path)
+    _, raw = raw_rows(rank / KD)
+    total = sum(fnum(r["Duration(us)"]) for r in raw.values())
+    header, *rows = (rank / KD).read_bytes().split(b"\n")
+    idx = header.split(b",").index(column.encode())
+    changed = 0
+    for i in range(0, len(rows), 10):
+        cells = rows[i].split(b",")
+        if len(cells) > idx and cells[idx]:
+            cells[idx] += b"\xff"
+            rows[i] = b",".join(cells)
+            changed += 1
+    (rank / KD).write_bytes(b"\n".join([header, *rows]))
+    report = profan.analyze(tmp_path)
+    assert report.breakdown["time_us"].sum() == pytest.approx(total, rel=1e-9)
+    assert "kernel_details" not in report.source["ranks"][0]["rows_skipped"]
+    assert changed == 247
+    assert (
+        f"rank 0: rank_0_ascend_pt/{KD}: read the text of {changed} row(s) that is not UTF-8 with the replacement "
+        "character U+FFFD in place of the bad bytes" in report.warnings
+    )
+
+
 def test_a_side_json_file_that_is_not_utf8_names_the_byte(tmp_path):
     rank = one_rank(tmp_path)
     path = rank / COMM
@@ -408,6 +435,26 @@ def test_absurd_durations_in_trace_view_are_skipped_and_counted(tmp_path):
 
 
 # --------------------------------------------------------------------------- 7. integers past int64, inf ids
+
+
+def test_kernel_step_ids_that_are_no_step_numbers_are_counted_skips(tmp_path):
+    """Step Id cells of text, fractions, negatives, inf and past int64: each row is skipped and counted (read as
+    "no step" it made a step of its own, and ``-3`` a step -3 with findings); the others keep every microsecond."""
+    rank = one_rank(tmp_path)
+    odd = ["abc", "50.5", "-3", "inf", "1e30", "99999999999999999999"]
+    _, raw = raw_rows(rank / KD)
+    changed = _set_cells(rank / KD, "Step Id", 41, "")  # placeholder: the lines, then one value each below
+    text = (rank / KD).read_text().splitlines(keepends=True)
+    for k, line in enumerate(changed):
+        text[line - 1] = odd[k % len(odd)] + text[line - 1]
+    (rank / KD).write_text("".join(text))
+    report = profan.analyze(tmp_path)
+    kept = sum(fnum(r["Duration(us)"]) for line, r in raw.items() if line not in changed)
+    assert report.breakdown["time_us"].sum() == pytest.approx(kept, rel=1e-9)
+    assert report.source["ranks"][0]["rows_skipped"]["kernel_details"] == len(changed) == 61
+    assert sorted(report.breakdown["step"].unique().to_list()) == sorted({int(r["Step Id"]) for r in raw.values()})
+    said = [w for w in report.warnings if f"skipped {len(changed)} of 2463 rows" in w]
+    assert said and "Step Id is no step number" in said[0]
 
 
 @pytest.mark.parametrize("column", ["Step", "Device_id"])

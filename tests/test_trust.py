@@ -9,6 +9,7 @@ import os
 import shutil
 from pathlib import Path
 
+import polars as pl
 import pytest
 from conftest import QWEN3, assert_one_line_error, one_rank, run_cli
 
@@ -210,6 +211,23 @@ def test_a_report_in_the_data_folder_is_replaced_by_the_next_run(tmp_path, fmt):
     res = run_cli("analyze", str(data), "-o", str(out), "-q")
     assert res.returncode == 0, res.stderr
     assert out.stat().st_mtime_ns >= first and output.is_report(out)
+
+
+def test_tables_in_the_data_folder_are_replaced_by_the_next_run_and_a_foreign_one_is_not(tmp_path):
+    """``--tables DIR`` inside the data, twice: profan's own parquet files (marked in their footer) are replaced;
+    a parquet file of the user's under a table's name is refused, naming the option that chose it."""
+    data = tmp_path / "data"
+    one_rank(data)
+    tables = data / "tables"
+    args = ("analyze", str(data), "-f", "json", "-o", str(data / "r.json"), "--tables", str(tables), "-q")
+    assert run_cli(*args).returncode == 0
+    written = sorted(p.name for p in tables.iterdir())
+    assert "steps.parquet" in written and all(output.is_report(tables / n) for n in written)
+    res = run_cli(*args)
+    assert res.returncode == 0, res.stderr
+    pl.DataFrame({"mine": [1, 2]}).write_parquet(tables / "steps.parquet")
+    assert_one_line_error(run_cli(*args), "is not a profan report; refusing to replace it (name another --tables)")
+    assert pl.read_parquet(tables / "steps.parquet")["mine"].to_list() == [1, 2]
 
 
 def test_a_folder_named_like_a_pattern_is_read_as_named(tmp_path):

@@ -59,11 +59,11 @@ def test_the_samples_are_every_fixture():
     assert len(SAMPLES) >= 13
 
 
-def _gain(cause: dict) -> str:
-    """The gain as the verdict words it, from the JSON report's numbers."""
+def _gain(cause: dict, per: str = "the step") -> str:
+    """The gain as the verdict words it, from the JSON report's numbers; ``per``: what the share is of."""
     ms = cause["impact_us"] / 1000
     text = f"{ms:,.2f}" if ms >= 0.1 else f"{ms:.3f}" if ms >= 0.01 else f"{ms:.4f}"
-    share = f" ({100 * cause['impact_share']:.1f}% of the step)" if cause["impact_share"] is not None else ""
+    share = f" ({100 * cause['impact_share']:.1f}% of {per})" if cause["impact_share"] is not None else ""
     return f"{text} ms per step{share}"
 
 
@@ -83,9 +83,14 @@ def test_markdown_of_every_sample_starts_with_the_verdict(sample):
     verdict = _verdict(md)
     heads = re.findall(r'^### <a id="(C\d+)"></a>', verdict, flags=re.M)
     assert heads == [c["id"] for c in doc["causes"]]
+    # one denominator for every share, the step period where the step line gives one, and gains within it
+    per = "the step period" if "from one step's start to the next's" in verdict.split("\n")[4] else "the step"
+    measured = [c for c in doc["causes"] if c["impact_us"] is not None and c["step_us"]]
+    assert len({c["step_us"] for c in measured}) <= 1
+    assert sum(c["impact_us"] for c in measured) <= (measured[0]["step_us"] if measured else 0) + 1e-3
     for c in doc["causes"]:
         part = verdict[verdict.index(f'<a id="{c["id"]}"></a>') :].split("\n### ")[0]
-        gain = _gain(c) if c["impact_us"] is not None else "no estimate: "
+        gain = _gain(c, per) if c["impact_us"] is not None else "no estimate: "
         assert f"- **Estimated gain:** {gain}" in part
         assert "- **Action:** " in part and "- **Verify:** " in part
         assert re.findall(r"\[(F\d+)\]\(#\1\)", part) == c["explains"]

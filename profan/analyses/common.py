@@ -3,6 +3,7 @@ lines."""
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable, Iterable
 from typing import Any
 
@@ -23,7 +24,7 @@ def ms(us: float | None) -> str:
 
 
 def pct(x: float | None) -> str:
-    return "n/a" if x is None else f"{100 * x:.1f}%"
+    return "n/a" if x is None or not math.isfinite(x) else f"{100 * x:.1f}%"
 
 
 def graded(value: float, chk: Check, kind: str = "share") -> Severity | None:

@@ -321,9 +321,11 @@ def _imbalance_findings(ranks: list[RankData], pack: RulePack) -> list[Finding]:
     if len(ranks) < 2:
         return []
     peaks = {r.rank: _peak(r)["peak_allocated_mb"] for r in ranks}
-    median = float(pl.Series(list(peaks.values())).median())
     high = max(ranks, key=lambda r: (peaks[r.rank], -r.rank))
     low = min(ranks, key=lambda r: (peaks[r.rank], r.rank))
+    # against the other ranks: of two, the median of both is their mean and halves the gap
+    median = float(pl.Series([v for k, v in peaks.items() if k != high.rank]).median())
+    against = f"rank {low.rank}'s" if len(ranks) == 2 else "the median rank's"
     ratio = peaks[high.rank] / median if median > 0 else None
     severity = graded(ratio, chk, "ratio") if ratio is not None else None
     if severity is None or peaks[high.rank] - median < chk["min_mb"]:
@@ -333,11 +335,11 @@ def _imbalance_findings(ranks: list[RankData], pack: RulePack) -> list[Finding]:
         Finding(
             check=chk.id,
             severity=severity,
-            title=f"Rank {high.rank} peaks at {ratio:.2f}× the median rank's memory "
-            f"({mb(peaks[high.rank])} vs {mb(median)})",
+            title=f"Rank {high.rank} peaks at {ratio:.2f}× {against} memory ({mb(peaks[high.rank])} vs {mb(median)})",
             message=(
                 f"Peak allocated memory over {len(ranks)} ranks: rank {high.rank} {mb(peaks[high.rank])} "
-                f"({_when(hp)}), median {mb(median)}, lowest rank {low.rank} {mb(peaks[low.rank])} ({_when(lp)}). "
+                f"({_when(hp)}), the other ranks' median {mb(median)}, lowest rank {low.rank} "
+                f"{mb(peaks[low.rank])} ({_when(lp)}). "
                 f"{chk['advice']}"
             ),
             metrics={

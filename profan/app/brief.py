@@ -188,11 +188,11 @@ def _clipped_list(items: list[str], keep: int = LIST_ITEMS) -> dict[str, Any]:
 
 def _skeleton(report: Report, report_file: str | None, drill: str | None) -> dict[str, Any]:
     """Everything of the brief but its causes and findings, in the order it is read: what to read first leads."""
-    from profan.render.verdict import step_summary
+    from profan.diagnosis.step import step_summary
 
     counts = {s: sum(f.severity == s for f in report.findings) for s in SEVERITIES}
     target = report_file or report.source.get("root_abs") or report.source.get("root", "")
-    step = step_summary(report)
+    step = step_summary(report.tables, report.causes)
     return {
         "schema": BRIEF_SCHEMA,
         "report_schema": REPORT_SCHEMA,

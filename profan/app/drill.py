@@ -95,7 +95,7 @@ def select_kernel_rows(root: Path, file: str, select: dict[str, Any], rules: lis
         lf = ascend_kernels.scan(kf)
         n = lf.select(pl.len()).collect().item()
         df = ascend_kernels.with_exact_lines(kf, lf, n).filter(~pl.col("bad")).collect()
-        df = _with_neighbors(df, ascend_kernels.scan_for_groups(kf, fast=False).collect(), kf, rules_)
+        df = _with_neighbors(df, ascend_kernels.scanned(kf, pl.LazyFrame.collect), kf, rules_)
     df = classify(df, rules_).filter(select_filter(select))
     return df.select("src_line", "step", "name", "op", "core", "bucket", "rule_id", "dur_us").sort("src_line")
 

@@ -67,14 +67,19 @@ def read_files(report: Report, extra: Iterable[Path] = ()) -> Inputs:
 REPORT_MARK = b"profan"  # in the first `SNIFF_BYTES` of every text report profan writes (title, schema, heading)
 SNIFF_BYTES = 4096
 WORKBOOK_SHEETS = (b'<sheet name="Summary"', b'<sheet name="Causes"')  # the first sheets of profan's xlsx report
+TABLE_MARK = {"writer": "profan"}  # key-value metadata of every `--tables` file, in the parquet footer
 
 
 def is_report(path: Path) -> bool:
-    """Whether an existing file is one profan wrote (a report a second run may replace): a text report names
-    profan at its top; a workbook is a zip whose first sheets are profan's. Reads a few kB at most."""
+    """Whether an existing file is one profan wrote (a report or table a second run may replace): a text report
+    names profan at its top; a workbook is a zip whose first sheets are profan's; a table's parquet footer holds
+    `TABLE_MARK`. Reads a few kB at most."""
     try:
         with path.open("rb") as fh:
             head = fh.read(SNIFF_BYTES)
+            if head.startswith(b"PAR1"):
+                fh.seek(max(0, path.stat().st_size - SNIFF_BYTES))
+                return b"\x06writer\x18\x06profan" in fh.read()
         if not head.startswith(b"PK"):
             return REPORT_MARK in head
         with zipfile.ZipFile(path) as book, book.open("xl/workbook.xml") as xml:
@@ -84,9 +89,9 @@ def is_report(path: Path) -> bool:
         return False
 
 
-def write(out: Path, inputs: Inputs, render: Callable[[Path], object]) -> None:
+def write(out: Path, inputs: Inputs, render: Callable[[Path], object], option: str = "-o") -> None:
     """Render into ``out`` through a temporary file, unless ``out`` is one of the files read, or a file in the
-    analysed folder that profan did not write."""
+    analysed folder that profan did not write. ``option``: what the user names the target with, for the error."""
     check_target(out)
     target = out.resolve()
     for p in inputs.files:
@@ -95,7 +100,9 @@ def write(out: Path, inputs: Inputs, render: Callable[[Path], object]) -> None:
         except OSError:
             same = False
         if same:
-            raise ProfanInputError(out, "is a file the analysis read; refusing to overwrite it (name another -o)")
+            raise ProfanInputError(
+                out, f"is a file the analysis read; refusing to overwrite it (name another {option})"
+            )
     if (
         inputs.data is not None
         and out.is_file()
@@ -104,7 +111,8 @@ def write(out: Path, inputs: Inputs, render: Callable[[Path], object]) -> None:
         and not is_report(out)
     ):
         raise ProfanInputError(
-            out, "is in the analysed folder and is not a profan report; refusing to replace it (name another -o)"
+            out,
+            f"is in the analysed folder and is not a profan report; refusing to replace it (name another {option})",
         )
     tmp = out.parent / f".{out.name}.{os.getpid()}.tmp"
     try:
@@ -137,6 +145,6 @@ def write_tables(folder: Path, report: Report, inputs: Inputs) -> list[Path]:
     written = []
     for name, df in report.tables.items():
         target = folder / f"{name}.parquet"
-        write(target, inputs, lambda tmp, df=df: df.write_parquet(tmp))
+        write(target, inputs, lambda tmp, df=df: df.write_parquet(tmp, metadata=TABLE_MARK), "--tables")
         written.append(target)
     return written

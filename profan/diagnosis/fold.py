@@ -17,9 +17,14 @@ from profan.model.findings import Finding, number_findings
 from profan.rulepack.pack import RulePack
 
 
-def fold(findings: list[Finding], causes: list[Cause], pack: RulePack) -> tuple[list[Finding], list[Cause]]:
+def fold(
+    findings: list[Finding], causes: list[Cause], pack: RulePack, step_us: float | None = None
+) -> tuple[list[Finding], list[Cause]]:
     """Number the causes by estimated gain (C1 first) with their gains capped so that those of a step add up to
-    no more than the step; group and number the findings; link each symptom to its cause and back."""
+    no more than the step; group and number the findings; link each symptom to its cause and back. ``step_us``:
+    the verdict's step (`profan.diagnosis.step.denominator`), which every cause is then measured against."""
+    if step_us:
+        causes = [replace(c, step_us=step_us) if c.step_us else c for c in causes]
     ordered = _capped(sorted(causes, key=Cause.sort_key))
     cause_of: dict[tuple, str] = {}
     for i, c in enumerate(ordered, start=1):
@@ -93,18 +98,23 @@ def _worst_first(f: Finding, by: str | None) -> tuple:
 
 def _capped(causes: list[Cause]) -> list[Cause]:
     """Each cause's gain at most what the causes before it left of its steps: the gains of the causes of a step
-    never add up to more than the step (estimates made separately can overlap)."""
-    left: dict[int | None, float] = {}
+    never add up to more than the step (estimates made separately can overlap). A cause that names no step is of
+    every step: it draws on each step's room, and what it takes is taken from all of them."""
+    spent: dict[int, float] = {}  # per step, the gains of the causes of that step
+    everywhere = 0.0  # the gains of causes that name no step
     out = []
     for c in causes:
         if c.impact_us is None or c.step_us is None:
             out.append(c)
             continue
-        keys = list(c.steps) or [None]
-        room = min(left.get(k, c.step_us) for k in keys)
+        taken = [spent.get(k, 0.0) for k in c.steps] if c.steps else list(spent.values())
+        room = c.step_us - everywhere - max(taken, default=0.0)
         impact = min(c.impact_us, max(room, 0.0))
-        for k in keys:
-            left[k] = left.get(k, c.step_us) - impact
+        if c.steps:
+            for k in c.steps:
+                spent[k] = spent.get(k, 0.0) + impact
+        else:
+            everywhere += impact
         if impact < c.impact_us:
             c = replace(
                 c,

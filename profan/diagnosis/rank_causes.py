@@ -160,9 +160,17 @@ def compute(job: Job, claims: Claims, steps_us: dict[int, float]) -> list[Cause]
             continue
         median_rank = m["median_rank"]
         excess = m["max_computing_us"] - m["median_computing_us"]
-        values = {"rank": f.rank, "ratio": m["ratio"], "median_rank": median_rank, "excess_ms": excess / 1000}
+        values = {
+            "rank": f.rank,
+            "ratio": m["ratio"],
+            "median_rank": median_rank,
+            "against": m["against"],
+            "excess_ms": excess / 1000,
+        }
         claims.own([f])
-        explained = claims.take(explainable(job, check), ranks=m["ranks"], not_ranks=[f.rank], steps=[f.step])
+        # a finding over each rank's median step names its steps in its metrics, one of a single step its step
+        steps = m.get("steps") or ([f.step] if f.step is not None else None)
+        explained = claims.take(explainable(job, check), ranks=m["ranks"], not_ranks=[f.rank], steps=steps)
         out.append(
             make_cause(
                 job,

@@ -10,7 +10,6 @@ streamed file's steps' blocks — so no file is parsed twice.
 
 from __future__ import annotations
 
-from collections.abc import Callable
 from dataclasses import dataclass
 from functools import cache
 from pathlib import Path
@@ -353,18 +352,11 @@ def streamed_blocks(path: Path, roles: Roles) -> tuple[pl.DataFrame, int]:
     kf = ascend_kernels.inspect(path)
 
     def rows() -> pl.DataFrame:
-        return _for_blocks(_placed(kf, _scanned(kf, lambda lf: _timed_rows(kf, lf).collect(engine="streaming")), roles))
+        return _for_blocks(
+            _placed(kf, ascend_kernels.scanned(kf, lambda lf: _timed_rows(kf, lf).collect(engine="streaming")), roles)
+        )
 
     return intervals.kernel_file_blocks(path, roles.comm_variant(), rows)
-
-
-def _scanned(kf: ascend_kernels.KernelFile, query: Callable[[pl.LazyFrame], T]) -> T:
-    """``query`` over the file's `scan_for_groups` scan with its number columns parsed by the CSV reader, or, when
-    a cell is one that fast reader refuses, over the scan that reads those columns as text."""
-    try:
-        return query(ascend_kernels.scan_for_groups(kf, fast=True))
-    except pl.exceptions.PolarsError:
-        return query(ascend_kernels.scan_for_groups(kf, fast=False))
 
 
 def _timed_rows(kf: ascend_kernels.KernelFile, lf: pl.LazyFrame, loc: bool = False) -> pl.LazyFrame:
@@ -528,7 +520,7 @@ def _reduce_file(
         timed = also[0] if also else None
         return lf, groups, int(counts["rows"][0]), int(counts["bad"][0])
 
-    lf, groups, n_rows, n_bad = _scanned(kf, reduce)
+    lf, groups, n_rows, n_bad = ascend_kernels.scanned(kf, reduce)
     one_line_per_record = count_lines(path) == n_rows + 1
     if n_rows == 0:
         raise ProfanInputError(path, "no data rows (header only)")

@@ -39,6 +39,7 @@ from profan.rulepack.pack import RulePack
 from profan.sources import (
     ascend_comm,
     ascend_device,
+    ascend_kernels,
     ascend_matrix,
     ascend_meta,
     ascend_opstat,
@@ -412,9 +413,14 @@ def _read_rank(
             "kernel_details",
             kernels.counts["rows"],
             kernels.counts["skipped"],
-            "rows whose duration is not a number from 0 to max_duration_us, or whose block dim is text "
-            "(truncated or misaligned rows)",
+            "rows whose duration is not a number from 0 to max_duration_us, whose block dim is text (truncated or "
+            "misaligned rows), or whose Step Id is no step number",
         )
+        if replaced := ascend_kernels.not_utf8_rows(kernels.groups):
+            rd.warnings.append(
+                f"{rd.files['kernel_details']}: read the text of {replaced} row(s) that is not UTF-8 with the "
+                "replacement character U+FFFD in place of the bad bytes"
+            )
     _read_tables(rd, rs)
     if "communication_matrix" in rs.files:
         later.links, n_read, skipped = ascend_matrix.read_for_totals(rs.files["communication_matrix"])
@@ -518,12 +524,13 @@ def _read_tables(rd: RankData, rs: RankSource) -> None:
             empty="no data rows (header only); kernel rows not cross-checked",
         )
     if "step_trace_time" in rs.files:
-        rd.steps, skipped = ascend_steps.read(rs.files["step_trace_time"])
+        rd.steps, why = ascend_steps.read(rs.files["step_trace_time"])
+        skipped = sum(why.values())
         rd.count(
             "step_trace_time",
             rd.steps.height + skipped,
             skipped,
-            "unreadable rows (text, NaN, ids past 64 bits or times past max_duration_us)",
+            ascend_steps.skipped_what(why),
             empty="no data rows (header only); no step times from it",
         )
     if "communication" in rs.files:
@@ -533,7 +540,7 @@ def _read_tables(rd: RankData, rs: RankSource) -> None:
             "communication",
             rd.comm_ops.height + skipped,
             skipped,
-            "entries of unexpected shape or holding NaN/Infinity or a time past max_duration_us",
+            ascend_comm.SKIPPED_WHAT,
             empty="holds no communication ops",
         )
         rd.comm_packets, bad_sizes = ascend_packets.read(items)

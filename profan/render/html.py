@@ -53,7 +53,7 @@ from profan.render.textfmt import (
     locators,
     visible,
 )
-from profan.render.verdict import cause_view, findings_by_cause, span_text, verdict
+from profan.render.verdict import cause_view, findings_by_cause, share_of, span_text, verdict
 from profan.rulepack.paths import templates_dir
 from profan.trust import report_root
 
@@ -203,18 +203,20 @@ def findings_context(
 
     groups = [(s, [view_of(f) for f in unexplained if f.severity == s]) for s in SEVERITIES]
     view = verdict(report)
-    view["causes"] = [html_cause_view(c, tables[c.id]) for c in report.causes]
+    per = share_of(view["step"])
+    view["causes"] = [html_cause_view(c, tables[c.id], per) for c in report.causes]
     return {
         "verdict": view,
-        "cause_groups": [(cause_view(c), [view_of(f) for f in fs]) for c, fs in grouped],
+        "cause_groups": [(cause_view(c, per), [view_of(f) for f in fs]) for c, fs in grouped],
         "groups": groups,
         "unexplained_count": len(unexplained),
         "sev_anchors": {s for s, items in groups if items},
     }
 
 
-def html_cause_view(c: Cause, tables: list[EvidenceTable]) -> dict[str, Any]:
-    """A cause of the verdict callout, with its cited rows read back and a short gain for its summary line."""
+def html_cause_view(c: Cause, tables: list[EvidenceTable], per: str) -> dict[str, Any]:
+    """A cause of the verdict callout, with its cited rows read back and a short gain for its summary line.
+    ``per``: what its share is of (`share_of`)."""
     share = c.impact_share
     short = (
         "no estimate"
@@ -222,7 +224,7 @@ def html_cause_view(c: Cause, tables: list[EvidenceTable]) -> dict[str, Any]:
         else f"{fmt_ms(c.impact_us)} ms per step" + (f" · {fmt_pct(share)}" if share is not None else "")
     )
     return {
-        **cause_view(c),
+        **cause_view(c, per),
         "gain_short": short,
         "evidence": [evidence_view(t, c.id) for t in tables],
         "sources": len(c.evidence),

@@ -19,10 +19,11 @@ import markupsafe
 import polars as pl
 
 from profan.analyses.common import fmt_ranks
+from profan.diagnosis.step import step_summary
 from profan.model.report import Report
 from profan.render.json_report import CLASSES, cut_tables, named_ranks
 from profan.render.textfmt import FILTERS, column_kind, fmt_cell, selected, visible
-from profan.render.verdict import cause_view, findings_by_cause, verdict
+from profan.render.verdict import cause_view, findings_by_cause, share_of, verdict
 from profan.rulepack.paths import templates_dir
 
 TABLE_ROWS = 25  # rows per detail table in Markdown; the JSON report has them all
@@ -138,13 +139,14 @@ def render_markdown(report: Report, out: Path | None = None) -> str | None:
     doc = shown.to_dict()
     as_dict = {f["id"]: {**f, **extra.get(f["id"], {})} for f in doc["findings"]}
     grouped, unexplained = findings_by_cause(report)
+    per = share_of(step_summary(report.tables, report.causes))
     text = (
         environment()
         .get_template("report.md.j2")
         .render(
             r=doc,
             v=verdict(report),
-            groups=[(cause_view(c), [as_dict[f.id] for f in fs]) for c, fs in grouped],
+            groups=[(cause_view(c, per), [as_dict[f.id] for f in fs]) for c, fs in grouped],
             unexplained=[as_dict[f.id] for f in unexplained],
             sizes={name: df.height for name, df in report.tables.items()},
             full=FULL_TABLES,

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 import re
 
 # C0 controls but tab and line feed, DEL, and C1 controls: text from traces may hold them (a kernel name with a CR
@@ -35,7 +36,7 @@ def fmt_us(us) -> str:
 
 
 def fmt_pct(x) -> str:
-    return "—" if x is None else f"{100 * x:.1f}%"
+    return "—" if x is None or not math.isfinite(x) else f"{100 * x:.1f}%"
 
 
 def locators(ev: dict, limit: int = 8) -> str:

@@ -11,9 +11,8 @@ from __future__ import annotations
 import re
 from typing import Any
 
-import polars as pl
-
-from profan.analyses.common import fmt_ranks, step_periods
+from profan.analyses.common import fmt_ranks
+from profan.diagnosis.step import step_summary
 from profan.model.causes import Cause
 from profan.model.findings import Finding
 from profan.model.report import Report
@@ -21,38 +20,6 @@ from profan.render.textfmt import fmt_ms, fmt_pct, id_list
 
 _NO_ESTIMATE = re.compile(r"^\s*no estimate\s*[:.,;—-]*\s*", re.I)
 _SENTENCE_END = re.compile(r"(?<!e\.g)(?<!i\.e)\.(?=\s+[A-Z]|\s*$)")  # a full stop before a capital or the end
-
-
-def step_summary(report: Report) -> dict[str, Any] | None:
-    """The step the causes are measured against: per step, the slowest rank's step time (every rank waits for it),
-    averaged over the steps. From step_trace_time.csv, else the traces' step windows; None without either."""
-    for name, source in (("steps", "step_trace_time.csv"), ("trace_steps", "the trace's step windows")):
-        df = report.tables.get(name)
-        if df is None or df.is_empty() or not {"step", "step_us"} <= set(df.columns):
-            continue
-        if "scope" in df.columns:
-            df = df.filter(pl.col("scope") == "step")
-        per = df.drop_nulls(["step", "step_us"]).group_by("step").agg(pl.col("step_us").max()).sort("step")
-        if per.is_empty():
-            continue
-        if name == "steps" and "file" in df.columns and df["file"].str.ends_with("#STEP_TIME").all():
-            source = "the DB export's STEP_TIME table"
-        return {"step_us": per["step_us"].mean(), "steps": per["step"].to_list(), "source": source, **_period(df)}
-    measured = [c.step_us for c in report.causes if c.step_us]
-    if measured:
-        steps = sorted({s for c in report.causes for s in c.steps})
-        return {"step_us": max(measured), "steps": steps, "source": "the causes' steps"}
-    return None
-
-
-def _period(windows: pl.DataFrame) -> dict[str, Any]:
-    """``period_us``: a trace's steps from one's start to the next's (`step_periods`), averaged over the steps that
-    have a step before them (``period_steps``), where that is at least 1% more than their windows (else nothing:
-    the windows are the period)."""
-    per = step_periods(windows)
-    if per.is_empty() or per["period_us"].mean() < 1.01 * per["step_us"].mean():
-        return {}
-    return {"period_us": per["period_us"].mean(), "period_steps": per["step"].to_list()}
 
 
 def step_text(step: dict[str, Any] | None) -> str:
@@ -85,12 +52,18 @@ def no_estimate_reason(assumption: str) -> str:
     return clause[:1].lower() + clause[1:] if clause else "the data cannot support one"
 
 
-def gain_text(cause: Cause) -> str:
-    """'84.85 ms per step (10.5% of the step)', or 'no estimate: <why>'."""
+def share_of(step: dict[str, Any] | None) -> str:
+    """What the causes' shares are of (`profan.diagnosis.step.denominator`), as the verdict words it."""
+    return "the step period" if step and step.get("period_us") else "the step"
+
+
+def gain_text(cause: Cause, per: str = "the step") -> str:
+    """'84.85 ms per step (10.5% of the step)', or 'no estimate: <why>'. ``per``: what the share is of — "the step
+    period" where the verdict's step has one (`profan.diagnosis.step`)."""
     if cause.impact_us is None:
         return f"no estimate: {no_estimate_reason(cause.assumption)}"
     share = cause.impact_share
-    of_step = f" ({fmt_pct(share)} of the step)" if share is not None else ""
+    of_step = f" ({fmt_pct(share)} of {per})" if share is not None else ""
     return f"{fmt_ms(cause.impact_us)} ms per step{of_step}"
 
 
@@ -123,14 +96,15 @@ def findings_by_cause(report: Report) -> tuple[list[tuple[Cause, list[Finding]]]
     return grouped, [f for f in report.findings if f.id not in placed]
 
 
-def cause_view(c: Cause) -> dict[str, Any]:
-    """A cause as the templates show it (texts raw: each renderer escapes them its own way)."""
+def cause_view(c: Cause, per: str = "the step") -> dict[str, Any]:
+    """A cause as the templates show it (texts raw: each renderer escapes them its own way). ``per``: what its
+    share is of (`gain_text`)."""
     return {
         "id": c.id,
         "check": c.check,
         "title": c.title,
         "message": c.message,
-        "gain": gain_text(c),
+        "gain": gain_text(c, per),
         "impact_us": c.impact_us,
         "impact_share": c.impact_share,
         "has_estimate": c.impact_us is not None,
@@ -147,11 +121,12 @@ def cause_view(c: Cause) -> dict[str, Any]:
 
 def verdict(report: Report) -> dict[str, Any]:
     """What every report leads with: the step, the causes in order, and the headline findings they leave."""
-    step = step_summary(report)
+    step = step_summary(report.tables, report.causes)
+    per = share_of(step)
     return {
         "step": step,
         "step_text": step_text(step),
-        "causes": [cause_view(c) for c in report.causes],
+        "causes": [cause_view(c, per) for c in report.causes],
         "also": [
             {"id": f.id, "severity": f.severity, "title": f.title, "span": span_text(f.ranks, f.steps)}
             for f in also_worth_a_look(report)

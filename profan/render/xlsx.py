@@ -39,6 +39,7 @@ from openpyxl.utils import get_column_letter
 from openpyxl.worksheet.hyperlink import Hyperlink
 
 from profan.analyses.common import fmt_ranks
+from profan.diagnosis.step import step_summary
 from profan.model.causes import Cause
 from profan.model.findings import SEVERITIES, Finding
 from profan.model.report import Report
@@ -46,7 +47,7 @@ from profan.render.evidence_rows import NAME_COLUMNS, TYPE_COLUMNS, EvidenceTabl
 from profan.render.html import data_root
 from profan.render.json_report import MEMBER_LIMIT, cut_members, cut_tables, named_ranks
 from profan.render.textfmt import column_kind, column_label, locators, visible
-from profan.render.verdict import also_worth_a_look, gain_text, span_text, step_summary, step_text
+from profan.render.verdict import also_worth_a_look, gain_text, share_of, span_text, step_text
 
 FORMULA_START = ("=", "+", "-", "@", "\t", "\r")
 MAX_CELL = 32767  # Excel's limit on characters in a cell
@@ -439,7 +440,8 @@ def verdict_block(ws: Sheet, report: Report, first_rows: dict[str, int], r: int)
     findings no cause explains. Returns the last row written."""
     put(ws, r, 1, "Verdict").font = Font(bold=True, size=12)
     put(ws, r + 1, 1, "The step").font = Font(bold=True)
-    put(ws, r + 1, 2, step_text(step_summary(report)))
+    step = step_summary(report.tables, report.causes)
+    put(ws, r + 1, 2, step_text(step))
     r += 3
     header(ws, VERDICT_HEADER, row=r)
     for c in report.causes:
@@ -447,7 +449,7 @@ def verdict_block(ws: Sheet, report: Report, first_rows: dict[str, int], r: int)
         link(put(ws, r, 1, c.id), first_rows.get(c.id), c.id)
         put(ws, r, 2, c.title)
         if c.impact_us is None:
-            put(ws, r, 3, gain_text(c))
+            put(ws, r, 3, gain_text(c, share_of(step)))
         else:
             put(ws, r, 3, c.impact_us / 1000, NUMBER_FORMATS["ms2"])
         put(ws, r, 4, c.impact_share, NUMBER_FORMATS["pct"])

@@ -143,26 +143,44 @@ def tables(items: list[Entry], skipped: int = 0) -> tuple[pl.DataFrame, pl.DataF
 
 
 OP_TIMES = ("elapse_ms", "transit_ms", "wait_ms", "sync_ms", "idle_ms")
+# Below zero by more than a nanosecond is no rounding of the profiler's own subtractions (Idle = Elapse − Transit
+# − Wait): such a time, size or bandwidth is no measurement.
+NEGATIVE_MS = -1e-6
 
 
 def _unusable_ops(ops: pl.DataFrame, bws: pl.DataFrame) -> pl.Series:
-    """Indexes of the ops to skip: a ``NaN`` or ``±Infinity`` in any number of the op or of its bandwidth rows,
-    or a time past ``max_duration_us``. Neither is JSON (the stdlib's reader takes the literals, and torch_npu
-    writes with it), and neither is a measurement: read as numbers they flow into the sums and flip what the
-    findings conclude (a NaN wait is never "high", an infinite elapse time swallows the step). A missing
-    number stays missing (null), as before."""
-    ms, inf = limits.active().max_duration_us / 1000, float("inf")
-    bad_ops = ops.select(
-        pl.int_range(pl.len(), dtype=pl.Int64).filter(~(_within(("start_us",), inf) & _within(OP_TIMES, ms)))
-    )
-    bad_bws = bws.select(
-        pl.col("_op").filter(
-            ~(_within(("size_mb", "bandwidth_gbps", "large_packet_ratio"), inf) & _within(("time_ms",), ms))
-        )
-    )
+    """Indexes of the ops to skip: an op that is not `op_measured`, or one of whose bandwidth rows is not
+    `bandwidth_measured`."""
+    bad_ops = ops.select(pl.int_range(pl.len(), dtype=pl.Int64).filter(~op_measured()))
+    bad_bws = bws.select(pl.col("_op").filter(~bandwidth_measured()))
     return pl.concat([bad_ops.to_series(), bad_bws.to_series()]).unique()
 
 
-def _within(cols: tuple[str, ...], most: float) -> pl.Expr:
-    """Every column null, or a finite number no larger than ``most`` either way."""
-    return pl.all_horizontal([pl.col(c).is_null() | (pl.col(c).is_finite() & (pl.col(c).abs() <= most)) for c in cols])
+def op_measured() -> pl.Expr:
+    """An op row (`OP_SCHEMA`) whose numbers are measurements: each missing (null, as before) or finite, a time
+    from zero (less a nanosecond's rounding, `NEGATIVE_MS`) to ``max_duration_us``; the start timestamp is a point
+    in time, not a duration, and may be any finite number. Why: ``NaN`` and ``±Infinity`` are not JSON (the
+    stdlib's reader takes the literals, and torch_npu writes with it), and neither they nor a negative time are
+    measurements: read as numbers they flow into the sums and flip what the findings conclude (a NaN or negative
+    wait is never "high", a negative elapse time gives the step time back, an infinite one swallows the step)."""
+    ms, inf = limits.active().max_duration_us / 1000, float("inf")
+    return _within(("start_us",), -inf, inf) & _within(OP_TIMES, NEGATIVE_MS, ms)
+
+
+def bandwidth_measured() -> pl.Expr:
+    """A bandwidth row (`BW_SCHEMA`) whose size, bandwidth and packet ratio are finite and not negative and whose
+    time is one (`op_measured`): an op with one that is not is skipped whole, as its sums would be."""
+    ms, inf = limits.active().max_duration_us / 1000, float("inf")
+    amounts = ("size_mb", "bandwidth_gbps", "large_packet_ratio")
+    return _within(amounts, 0.0, inf) & _within(("time_ms",), NEGATIVE_MS, ms)
+
+
+def _within(cols: tuple[str, ...], least: float, most: float) -> pl.Expr:
+    """Every column null, or a finite number from ``least`` to ``most``."""
+    return pl.all_horizontal(
+        [pl.col(c).is_null() | (pl.col(c).is_finite() & pl.col(c).is_between(least, most)) for c in cols]
+    )
+
+
+# What a warning says the skipped entries were (`tables`' count): for the reader of the rank's files.
+SKIPPED_WHAT = "entries of unexpected shape or holding NaN/Infinity, a negative number or a time past max_duration_us"

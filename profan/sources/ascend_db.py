@@ -31,6 +31,7 @@ from pathlib import Path
 
 import polars as pl
 
+from profan.sources import ascend_steps
 from profan.sources.ascend_db_comm import comm_tables
 from profan.sources.ascend_db_kernels import ID_KEYS, comm_op_rows, compute_rows, kernel_table
 from profan.sources.ascend_db_sqlite import Db, frame, open_db, read_errors, strings
@@ -75,7 +76,9 @@ def _read(db: Db, analysis: Path | None, comm_core: str) -> DbRank:
     comm_iv = _all_op_spans(db) if uncited else ops.select(pl.col("start_ns").alias("s"), pl.col("end_ns").alias("e"))
     compute_iv = compute.select(pl.col("start_ns").alias("s"), pl.col("end_ns").alias("e"))
     device = _device(db)
-    steps = steps_table(spans, compute_iv.filter(pl.col("e") >= pl.col("s")), comm_iv, device)
+    steps, why = ascend_steps.usable(steps_table(spans, compute_iv.filter(pl.col("e") >= pl.col("s")), comm_iv, device))
+    if why := {k: n for k, n in why.items() if n}:
+        db.notes.append(f"STEP_TIME: skipped {sum(why.values())} of {spans.height} {ascend_steps.skipped_what(why)}")
     del compute_iv
     rows, pipes = kernel_table(db, spans, compute, ops)
     del compute

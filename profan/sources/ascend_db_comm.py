@@ -35,11 +35,39 @@ def comm_tables(db: Db, analysis: Path | None) -> tuple[pl.DataFrame, pl.DataFra
                     f"{analysis.name}: {untyped} CommAnalyzerBandwidth row(s) without a transport_type skipped "
                     "(their bytes cannot be held to a link)"
                 )
-            return ops, bw, packets, analysis
+            return *_measured(ops, bw, packets, f"{analysis.name}: CommAnalyzerTime", db.notes), analysis
         if not any(analysis.name in n for n in db.notes):
             db.notes.append(f"{analysis.name} has no CommAnalyzerTime table: communication from COMMUNICATION_OP")
-    ops = _op_comm(db)
-    return ops, pl.DataFrame(schema=ascend_comm.BW_SCHEMA), pl.DataFrame(schema=ascend_packets.SCHEMA), db.path
+    no_bw, no_packets = pl.DataFrame(schema=ascend_comm.BW_SCHEMA), pl.DataFrame(schema=ascend_packets.SCHEMA)
+    return *_measured(_op_comm(db), no_bw, no_packets, "COMMUNICATION_OP", db.notes), db.path
+
+
+def _measured(
+    ops: pl.DataFrame, bw: pl.DataFrame, packets: pl.DataFrame, table: str, notes: list[str]
+) -> tuple[pl.DataFrame, pl.DataFrame, pl.DataFrame]:
+    """The ops whose numbers are measurements, with their bandwidth rows and packet sizes, as communication.json's
+    reader keeps them (`ascend_comm.op_measured`, `ascend_comm.bandwidth_measured`): a NaN, infinite or negative
+    time read as a number would flip the findings here as there (SQLite keeps ±Inf and a negative REAL, and
+    COMMUNICATION_OP's elapse time is end − start). The skipped ops are said in a note naming the table."""
+    keys = ["step", "kind", "op"]
+    bad = pl.concat(
+        [
+            ops.filter(~ascend_comm.op_measured()).select(keys),
+            bw.filter(~ascend_comm.bandwidth_measured()).select(keys),
+        ]
+    ).unique()
+    if bad.is_empty():
+        return ops, bw, packets
+
+    def drop(rows: pl.DataFrame) -> pl.DataFrame:
+        return rows.join(bad, on=keys, how="anti", nulls_equal=True, maintain_order="left")
+
+    kept = drop(ops)
+    notes.append(
+        f"{table}: skipped {ops.height - kept.height} of {ops.height} communication ops holding NaN/Infinity, a "
+        "negative number or a time past max_duration_us"
+    )
+    return kept, drop(bw), drop(packets)
 
 
 def _from_analysis_db(analysis: Path) -> tuple[pl.DataFrame, pl.DataFrame, pl.DataFrame, int] | None:

@@ -28,10 +28,14 @@ KERNEL_TABLES = ("TASK", "COMPUTE_TASK_INFO", "STRING_IDS")
 def is_sqlite(path: Path) -> bool:
     """Whether a file starts with SQLite's magic header (a report may cite any file; only a DB is read by SQL)."""
     try:
-        with open(path, "rb") as fh:
-            return fh.read(len(SQLITE_MAGIC)) == SQLITE_MAGIC
+        return _head(path) == SQLITE_MAGIC
     except OSError:
         return False
+
+
+def _head(path: Path) -> bytes:
+    with open(path, "rb") as fh:
+        return fh.read(len(SQLITE_MAGIC))
 
 
 @contextmanager
@@ -51,7 +55,11 @@ def read_errors(path: Path, what: str) -> Iterator[None]:
 def connect(path: Path) -> sqlite3.Connection:
     """A read-only connection that never writes beside the file (``immutable``: no lock, journal or WAL files
     in the user's folder, which may be read-only). A file that is no SQLite database is one line naming it."""
-    if not is_sqlite(path):
+    try:
+        head = _head(path)
+    except OSError as exc:  # unreadable: say so, not that it is no database
+        raise ProfanInputError(path, f"cannot read: {exc.strerror or exc}") from None
+    if head != SQLITE_MAGIC:
         raise ProfanInputError(path, "is not an SQLite database (no SQLite header); refused")
     try:
         conn = sqlite3.connect(f"{path.resolve().as_uri()}?mode=ro&immutable=1", uri=True, check_same_thread=False)

@@ -7,8 +7,10 @@ physical line it came from (``src_line``), the locator every piece of evidence c
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import TypeVar
 
 import polars as pl
 
@@ -95,7 +97,8 @@ def key_exprs(kf: KernelFile) -> list[pl.Expr]:
     after grouping — far fewer evaluations than rows on big files)."""
     c = kf.columns
     return [
-        (num(c["step"]).cast(pl.Int64) if "step" in c else pl.lit(None, pl.Int64)).alias("step"),
+        # a cell that is no step number makes its row bad (`number_exprs`): never cast here
+        (num(c["step"]).cast(pl.Int64, strict=False) if "step" in c else pl.lit(None, pl.Int64)).alias("step"),
         text(c["name"]).alias("name"),
         (text(c["type"]) if "type" in c else pl.lit("N/A")).alias("type"),
         (text(c["core"]) if "core" in c else pl.lit("N/A")).alias("core"),
@@ -129,11 +132,11 @@ def number_exprs(kf: KernelFile, *, typed: tuple[str, ...] = ()) -> list[pl.Expr
     is not finite (``nan``, ``inf``), negative, or longer than ``max_duration_us`` (1e300 µs is no measurement:
     summed, it would drown every real row) — or that holds text in a block-dim column: a row one field short
     shifts every later value and "NO" lands in Mix Block Dim. Block dims are integers or N/A in every variant.
+    A Step Id that is written but is no step number (text, negative, a fraction, past int64) makes the row bad
+    too: its time belongs to a step no one can name, and read as "no step" it would make a step of its own.
     Bad rows are skipped and counted. The start time does not decide: a start of ``N/A`` or any other text that
     is not a number reads as null, and the row's duration still counts (it only has no place in time) — the
-    same on both scans, so whether a row counts never depends on another cell of the file. (A step id that is
-    no int64, ``inf`` or ``1e30``, is no bad row: the strict cast in `key_exprs` makes it the file's one-line
-    error.)"""
+    same on both scans, so whether a row counts never depends on another cell of the file."""
     c = kf.columns
 
     def number(col: str) -> pl.Expr:
@@ -157,11 +160,19 @@ def number_exprs(kf: KernelFile, *, typed: tuple[str, ...] = ()) -> list[pl.Expr
                 for k in ("block_dim", "mix_block_dim")
                 if k in c
             ],
+            *([_bad_step(c["step"])] if "step" in c else []),
         ).alias("bad"),
     ]
     for pipe, cols in kf.pipe_columns.items():
         exprs.append(pl.max_horizontal([number(x) for x in cols]).alias(pipe))
     return exprs
+
+
+def _bad_step(col: str) -> pl.Expr:
+    """True where a Step Id cell holds something but no step number: a whole number from 0 below 2**63."""
+    step = num(col)
+    odd = ~step.is_finite() | (step < 0) | (step >= 2.0**63) | (step != step.floor())
+    return is_bad_number(col) | odd.fill_null(False)
 
 
 def _scan_raw(kf: KernelFile, floats: tuple[str, ...] = (), categorical: tuple[str, ...] = ()) -> pl.LazyFrame:
@@ -190,17 +201,48 @@ def scan(kf: KernelFile, *, line_offset_check: bool = True) -> pl.LazyFrame:
     return _scan_raw(kf).select(exprs).with_columns(op_expr())
 
 
-def scan_for_groups(kf: KernelFile, *, fast: bool = True) -> pl.LazyFrame:
+def scan_for_groups(kf: KernelFile, *, fast: bool = True, categories: bool = True) -> pl.LazyFrame:
     """The lean per-row table a reduction streams: src_line, the *raw* key columns (under their header names,
     untouched — apply `key_exprs` after grouping), and `number_exprs`. Reading big files, the per-row text
     clean-up of the keys and the op derivation are what this saves; ``fast`` also lets the CSV reader parse
-    `float_columns` (raises on a cell it cannot take; then scan again with ``fast=False``). The key columns are
-    read as Categorical: grouping millions of rows on them then hashes integers, not strings."""
+    `float_columns` (raises on a cell it cannot take). ``categories`` reads the key columns as Categorical:
+    grouping millions of rows on them then hashes integers, not strings (raises on text that is not UTF-8, which
+    polars reads as text with U+FFFD in place of the bad bytes, `not_utf8_rows`). `scanned` tries them in turn."""
     floats = float_columns(kf) if fast else ()
     raw = raw_key_columns(kf)
-    return _scan_raw(kf, floats, tuple(raw)).select(
+    return _scan_raw(kf, floats, tuple(raw) if categories else ()).select(
         pl.col("src_line").cast(pl.Int64), *raw, *number_exprs(kf, typed=floats)
     )
+
+
+T = TypeVar("T")
+READINGS = (
+    {"fast": True, "categories": True},
+    {"fast": False, "categories": True},
+    {"fast": False, "categories": False},
+)
+
+
+def scanned(kf: KernelFile, query: Callable[[pl.LazyFrame], T]) -> T:
+    """``query`` over the file's `scan_for_groups` scan, read the cheapest way its cells allow: numbers parsed by
+    the CSV reader and keys as categories; else numbers as text (a cell that fast reader refuses); else keys as
+    text too (text that is not UTF-8). The last reading's error is the file's."""
+    for reading in READINGS[:-1]:
+        try:
+            return query(scan_for_groups(kf, **reading))
+        except pl.exceptions.PolarsError:
+            continue
+    return query(scan_for_groups(kf, **READINGS[-1]))
+
+
+def not_utf8_rows(groups: pl.DataFrame) -> int:
+    """Rows of a kernel file's groups (`profan.ranks.kernel_pass`) whose text holds U+FFFD: the CSV reader puts it
+    in place of bytes that are not UTF-8, and the report says how many rows it changed so."""
+    text = [c for c in ("name", "type", "core", "input_shapes") if c in groups.columns]
+    if not text or groups.is_empty():
+        return 0
+    hit = pl.any_horizontal(pl.col(c).cast(pl.String).str.contains("\ufffd", literal=True) for c in text)
+    return int(groups.filter(hit.fill_null(False))["count"].sum())
 
 
 def timed_rows(kf: KernelFile, rows: pl.DataFrame, by: tuple[str, ...] = ()) -> pl.DataFrame:

@@ -11,12 +11,14 @@ locator.
 Tolerated variants (format reference kineto-traces.md §3, ascend-formats.md §3): compact or pretty-printed JSON,
 ``.json.gz``, ``ts`` as string/int/float, ``pid``/``tid`` as int or string, unsorted events, integers beyond int64
 in fields profan does not read (they are skipped unparsed), missing ``distributedInfo``/``deviceProperties``,
-event text that is not UTF-8 (read as U+FFFD, counted). A ``.gz`` inflates only within ``max_inflated_bytes`` and
-``max_inflate_ratio`` (`profan.rulepack.limits`), whatever its trailer claims.
+event text that is not UTF-8 (read as U+FFFD, counted), an event whose ``args`` is a string or a list (read as
+having none, counted). A ``.gz`` inflates only within ``max_inflated_bytes`` and ``max_inflate_ratio``
+(`profan.rulepack.limits`), whatever its trailer claims.
 """
 
 from __future__ import annotations
 
+import json
 import mmap
 from collections import deque
 from concurrent.futures import Future, ThreadPoolExecutor
@@ -133,6 +135,7 @@ DETAIL_CATS = ("kernel", "Kernel", "gpu_memcpy", "gpu_memset", "gpu_user_annotat
 COMM_NAME = r"^(c10d::|record_param_comms|nccl:|gloo:|ncclKernel|ncclDevKernel)"
 
 NOT_UTF8 = "profan:not_utf8"  # `Trace.meta` key of the invalid UTF-8 count (meta holds no field of that name)
+BAD_ARGS = "profan:bad_args"  # `Trace.meta` key: events whose ``args`` is no JSON object, read as having none
 DROPPED = "profan:dropped_cats"  # `Trace.meta` key: complete events the row filter left out, per category
 CORE_COLUMNS = ["event_idx", "ph", "cat", "name", "pid", "tid", "ts_us", "dur_us", *_CORE_ARGS.values()]
 
@@ -177,36 +180,45 @@ class Trace:
         key no trace has, so a cached parse (`profan.sources.cache`, which stores ``meta``) still says it."""
         return int(self.meta.get(NOT_UTF8, 0))
 
+    @property
+    def bad_args(self) -> int:
+        """Events whose ``args`` is a string, a number or a list, not an object: read as having no args
+        (`_args_as_text`), counted in ``meta`` like `not_utf8`. Only args that are read count: a lean parse (an
+        Ascend trace_view.json) never parses the host events' args, so an odd one there is neither read nor
+        counted."""
+        return int(self.meta.get(BAD_ARGS, 0))
+
     def with_details(self, frame: pl.DataFrame) -> pl.DataFrame:
         return frame.join(self.details, on="event_idx", how="left")
 
 
 def _chunk_tables(
     raws: list[msgspec.Raw], offset: int, keep: pl.Expr, layout: str, detail: tuple[str, ...] | None = None
-) -> tuple[pl.DataFrame, pl.DataFrame | None, int, int, dict[str, int]]:
+) -> tuple[pl.DataFrame, pl.DataFrame | None, int, int, dict[str, int], int]:
     """(kept core rows, details of the rows that need them, events without a phase, invalid UTF-8 sequences read
-    as U+FFFD, complete events left out by ``keep`` per category) of one chunk; polars releases the GIL here. A
-    ``null`` element is read as one without a phase (counted and said, as any element that is no event), not as an
-    error."""
+    as U+FFFD, complete events left out by ``keep`` per category, events whose args is no object) of one chunk;
+    polars releases the GIL here. A ``null`` element is read as one without a phase (counted and said, as any
+    element that is no event), not as an error."""
     text, raws, not_utf8 = _utf8_text(raws)
     if text.startswith(b"null") or b"\nnull" in text:  # rare: the loop over elements runs only then
         raws = [_EMPTY if bytes(r) == b"null" else r for r in raws]
         text = b"\n".join(raws)
     lean = layout == "array" and detail is None
-    core = _core(_read_core(text, "lean" if lean else layout), offset)
+    core, bad_args = _read_core(text, "lean" if lean else layout)
+    core = _core(core, offset)
     no_phase = core["ph"].null_count()
     left = core.filter((pl.col("ph") == "X") & ~keep).group_by(pl.col("cat").cast(pl.String).fill_null("")).len()
     dropped = dict(left.iter_rows())
     core = core.filter(keep)
     want = core.filter(needs_detail(detail))["event_idx"]
     if not want.len():
-        return core, None, no_phase, not_utf8, dropped
+        return core, None, no_phase, not_utf8, dropped, bad_args
     sub = b"\n".join([raws[i] for i in (want - offset).to_list()])
     # a caller naming its device categories reads Kineto events, also from a bare array (2020-21 profiler)
-    det = _read_detail(sub, "lean" if lean else "object" if detail is not None else layout)
-    if lean:
-        core = _lean_names(core, det, want)
-    return core, _details(det, want), no_phase, not_utf8, dropped
+    det, det_bad = _read_detail(sub, "lean" if lean else "object" if detail is not None else layout)
+    if lean:  # a lean core reads no args: the detail pass is the only one that sees them
+        core, bad_args = _lean_names(core, det, want), det_bad
+    return core, _details(det, want), no_phase, not_utf8, dropped, bad_args
 
 
 def _lean_names(core: pl.DataFrame, det: pl.DataFrame, want: pl.Series) -> pl.DataFrame:
@@ -258,6 +270,14 @@ def bad_steps_warning(file: str, count: int) -> str:
     return (
         f"{file}: ignored {count} ProfilerStep annotation(s) whose step number does not fit a 64-bit integer; "
         "their events count as outside any ProfilerStep"
+    )
+
+
+def bad_args_warning(file: str, count: int) -> str:
+    """The warning for `Trace.bad_args`, one wording for every trace kind."""
+    return (
+        f"{file}: read {count} event(s) whose args is not a JSON object (a string, a number or a list) as "
+        "having no args"
     )
 
 
@@ -345,25 +365,48 @@ def _arrow(text: bytes, schema: pa.Schema) -> pl.DataFrame | None:
     return pl.from_arrow(table) if table.num_rows == text.count(b"\n") + 1 else None
 
 
-def _read_core(text: bytes, layout: str) -> pl.DataFrame:
+def _read_core(text: bytes, layout: str) -> tuple[pl.DataFrame, int]:
+    """The chunk's core fields, and how many events had args that are no object (read as none)."""
     df = _arrow(text, _ARROW_CORE[layout])
+    bad = 0
     if df is None:
-        df = _ndjson_text(text, _LEAN_CORE_SCHEMA if layout == "lean" else _CORE_SCHEMA)
-    return df if layout != "lean" else df.with_columns(pl.lit(None, _CORE_SCHEMA["args"]).alias("args"))
+        df, bad = _ndjson_text(text, _LEAN_CORE_SCHEMA if layout == "lean" else _CORE_SCHEMA)
+    return (df if layout != "lean" else df.with_columns(pl.lit(None, _CORE_SCHEMA["args"]).alias("args"))), bad
 
 
-def _read_detail(text: bytes, layout: str) -> pl.DataFrame:
+def _read_detail(text: bytes, layout: str) -> tuple[pl.DataFrame, int]:
     df = _arrow(text, _ARROW_DETAIL[layout])
-    return df if df is not None else _ndjson_text(text, _DETAIL_SCHEMA[layout])
+    return (df, 0) if df is not None else _ndjson_text(text, _DETAIL_SCHEMA[layout])
 
 
-def _ndjson_text(text: bytes, schema: dict) -> pl.DataFrame:
-    """Parse NDJSON whose lines are whole events; a line that is not an object is refused, never skipped."""
-    df = pl.read_ndjson(text, schema=schema)
+def _ndjson_text(text: bytes, schema: dict) -> tuple[pl.DataFrame, int]:
+    """Parse NDJSON whose lines are whole events, and count the events whose args is no object; a line that is
+    not an object is refused, never skipped. polars refuses a whole chunk for one ``"args": "x"`` (or a list):
+    such a chunk is read again with args as text (`_args_as_text`)."""
+    try:
+        df, bad = pl.read_ndjson(text, schema=schema), 0
+    except pl.exceptions.PolarsError:
+        if "args" not in schema:
+            raise
+        df, bad = _args_as_text(text, schema)
     lines = text.count(b"\n") + 1
     if df.height != lines:
         raise ValueError(f"parsed {df.height} of {lines} events")
-    return df
+    return df, bad
+
+
+def _args_as_text(text: bytes, schema: dict) -> tuple[pl.DataFrame, int]:
+    """The chunk with ``args`` read as JSON text, then each field profan reads taken from the events whose args
+    is a valid object; the others (a string, a number, a list, text that is no JSON) are read as having no args
+    and counted, so one odd event costs its own args, not the whole trace. Runs only for a chunk the strict
+    readers refused."""
+    df = pl.read_ndjson(text, schema={**schema, "args": pl.String})
+    args = pl.col("args")
+    is_object = (args.str.starts_with("{") & args.str.json_path_match("$").is_not_null()).fill_null(False)
+    bad = int(df.select((args.is_not_null() & ~is_object).sum()).item())
+    obj = pl.when(is_object).then(args)
+    fields = [obj.str.json_path_match(f"$[{json.dumps(k)}]").alias(k) for k in schema["args"].to_schema()]
+    return df.with_columns(pl.struct(fields).alias("args")), bad
 
 
 def usable_duration(col: str = "dur_us") -> pl.Expr:
@@ -372,6 +415,23 @@ def usable_duration(col: str = "dur_us") -> pl.Expr:
     drowns every real event) — the readers skip and count, never sum."""
     d = pl.col(col)
     return (d.is_not_null() & d.is_finite() & (d >= 0) & (d <= limits.active().max_duration_us)).fill_null(False)
+
+
+MAX_TS_US = (2**63 - 1) / 1000  # the latest start int64 nanoseconds can hold, in µs (year 2262 as epoch time)
+
+
+def placeable_start(events: pl.DataFrame, col: str = "ts_us") -> pl.Expr:
+    """True where an event's start can be placed in the capture: a finite number that int64 nanoseconds can hold,
+    within ``max_duration_us`` of the median start of ``events``' complete events (the capture's robust centre: a
+    few absurd starts cannot move it). The rest — ``ts: 1e30``, a negated epoch time, a start a year off — is no
+    measurement of this capture: placed, one such event stretches its step window to 10^27 ms and makes the
+    device look idle all of it. The readers skip and count them, as a start that is not a number."""
+    ts = pl.col(col)
+    sane = (ts.is_finite() & (ts.abs() <= MAX_TS_US)).fill_null(False)
+    centre = events.filter((pl.col("ph") == "X") & sane).get_column(col).median()
+    if centre is None:
+        return sane
+    return sane & ((ts - centre).abs() <= limits.active().max_duration_us).fill_null(False)
 
 
 def name_matches(events: pl.DataFrame, pattern: str) -> pl.Expr:
@@ -456,13 +516,14 @@ def _parse(path: Path, keep: pl.Expr | None, detail: tuple[str, ...] | None = No
     keep = default_keep() if keep is None else keep
     parts, details = [], []
     offset = 0
-    no_phase = not_utf8 = 0
+    no_phase = not_utf8 = bad_args = 0
     dropped: dict[str, int] = {}  # complete events the row filter left out, per category ("": none)
     pending: deque[Future] = deque()
 
     def collect(fut: Future) -> None:
-        nonlocal no_phase, not_utf8
-        core, det, n, bad, left = fut.result()
+        nonlocal no_phase, not_utf8, bad_args
+        core, det, n, bad, left, odd = fut.result()
+        bad_args += odd
         for cat, k in left.items():
             dropped[cat] = dropped.get(cat, 0) + k
         parts.append(core)
@@ -495,4 +556,6 @@ def _parse(path: Path, keep: pl.Expr | None, detail: tuple[str, ...] | None = No
         meta[NOT_UTF8] = not_utf8
     if dropped:
         meta[DROPPED] = dropped
+    if bad_args:
+        meta[BAD_ARGS] = bad_args
     return Trace(path=path, events=events, details=detail, layout=layout, meta=meta, no_phase=no_phase)

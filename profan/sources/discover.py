@@ -136,6 +136,7 @@ def discover(path: str | Path) -> Discovery:
         why = f"; {rejected[0]}" if rejected else ""
         if empty:
             why = f"; {len(empty)} folder(s) look like rank folders but hold no profiler file"
+        why += "".join(f"; {said}" for said in walk.said())  # a folder it could not list may be what was meant
         raise ProfanInputError(
             root,
             "no profiler output found (looked for ASCEND_PROFILER_OUTPUT/, "

@@ -21,6 +21,10 @@ What a Kineto trace means for profan (format reference kineto-traces.md §3):
 * **graph replay**: a kernel whose launch is a graph launch (roles ``kineto_graph_launch``) was not launched by the
   op around that call: its context comes from the graph's capture trace (`profan.sources.graph_replay`), and the
   step split counts such events (``graph_events``).
+* **hostile or broken writers**: a device event whose start cannot be placed in the capture (`placeable_start`)
+  is skipped and counted like one without a number; events that look like device work but have no category
+  or are no complete event (phase ``B``/``E``) are counted and said, never dropped silently; one with no category
+  that carries a stream and a launch's correlation id is read as device activity (`_uncategorised`), said too.
 """
 
 from __future__ import annotations
@@ -40,6 +44,7 @@ from profan.sources.chrome_trace import (
     Trace,
     name_matches,
     parse,
+    placeable_start,
     step_number,
     usable_duration,
 )
@@ -64,7 +69,11 @@ class KinetoTrace:
     collectives: pl.DataFrame  # communication events of all three kinds
     cpu_only: bool
     events_read: int
-    device_skipped: int = 0  # device (or CPU-only: cpu_op) events without a usable duration, left out
+    device_skipped: int = 0  # device (or CPU-only: cpu_op) events without a usable duration or start, left out
+    no_category: int = 0  # events with a launch's correlation id but no category (nor a stream): left out
+    not_complete: int = 0  # device-looking events of phase B/E (no complete X event): left out
+    adopted: int = 0  # events with no category read as device activity (stream and correlation id): said
+    bad_args: int = 0  # events whose args is no JSON object, read as having none
     bad_steps: int = 0  # ProfilerStep annotations whose number is no int64: no step, left out
     not_utf8: int = 0  # invalid UTF-8 sequences in the event text, read as U+FFFD
     no_phase: int = 0  # elements of the event array without a "ph" field (no chrome-trace event), left out
@@ -88,7 +97,18 @@ def keep_expr(roles: Roles | None = None) -> pl.Expr:
     frames = (pl.col("cat") == roles.kineto_python_cat) & (
         pl.col("name").cast(pl.String).str.contains(roles.kineto_module_frame) | (pl.col("dur_us") >= HOST_SPAN_US)
     )
-    return (pl.col("ph") == "M") | (x & (pl.col("cat").is_in(roles.kineto_keep_cats) | frames))
+    return (pl.col("ph") == "M") | (x & (pl.col("cat").is_in(roles.kineto_keep_cats) | frames)) | device_like(roles)
+
+
+def device_like(roles: Roles) -> pl.Expr:
+    """Events that look like device work but no reader would take: of phase X, B or E with no category and a
+    launch's ``correlation`` id, or of a device category (any writer's name) and phase B or E. Kept by the parse
+    so that `load` can count and say them (or read the uncategorised ones, `_uncategorised`): dropped with the
+    rest, all kernels without ``cat`` used to vanish into a report of a GPU idle 99.6% of the time."""
+    ph, cat = pl.col("ph"), pl.col("cat")
+    no_cat = cat.is_null() & pl.col("correlation").is_not_null()
+    not_x = cat.is_in(list(roles.kineto_device_cats_all)) & ph.is_in(["B", "E"])
+    return (ph.is_in(["X", "B", "E"]) & (no_cat | not_x)).fill_null(False)
 
 
 def parse_variant(roles: Roles | None = None) -> str:
@@ -96,8 +116,8 @@ def parse_variant(roles: Roles | None = None) -> str:
     table."""
     r, base = roles or default_roles(), default_roles()
     if (r.kineto_keep_cats, r.kineto_detail_cats) == (base.kineto_keep_cats, base.kineto_detail_cats):
-        return "kineto/3"
-    return f"kineto/3/keep={','.join(sorted(set(r.kineto_keep_cats)))}/detail={','.join(sorted(r.kineto_detail_cats))}"
+        return "kineto/4"
+    return f"kineto/4/keep={','.join(sorted(set(r.kineto_keep_cats)))}/detail={','.join(sorted(r.kineto_detail_cats))}"
 
 
 def parse_trace(path: Path, roles: Roles | None = None) -> Trace:
@@ -391,6 +411,8 @@ def load(path: Path, trace: Trace | None = None, roles: Roles | None = None) -> 
     roles = roles or default_roles()
     tr = trace if trace is not None else parse_trace(path, roles)
     ev, aliased = normalised(tr.events, roles)
+    ev, adopted = _uncategorised(tr, ev, roles)
+    no_category, not_complete = _unread_device(ev, roles)
     rank, origin, rank_problem = rank_of(tr.meta, tr.path, roles)
     steps = step_table(ev, roles)
     bad_steps = steps["step"].null_count()
@@ -400,22 +422,13 @@ def load(path: Path, trace: Trace | None = None, roles: Roles | None = None) -> 
     notes = [_aliases_note(aliased, roles)] if aliased else []
     if cpu_only:
         dev = _cpu_activity(ev, steps, roles)
-        waits = int((dev["cat"] != roles.kineto_cpu_op_cat).sum())
-        notes.append(
-            "no GPU activity in the trace: the main thread's top-level cpu_ops are analysed instead"
-            + (
-                f", with {waits} collective spans of worker threads that include waiting for peers (an op that "
-                "encloses a collective op counts by its children: its own time is that wait)"
-                if waits
-                else ""
-            )
-        )
-        notes += _unread_note(tr.meta.get(DROPPED) or {}, roles)
+        notes += _cpu_only_notes(dev, tr, roles)
     # an event without a duration, or a duration that is not a number of 0 up to max_duration_us, cannot be
-    # sized, and one without a start cannot be placed in its step: left out and counted (the caller says how
-    # many), never summed as nothing, as a negative time or as 1e300 µs
-    ts = pl.col("ts_us")
-    usable = dev.filter(usable_duration() & ts.is_not_null() & ts.is_finite())
+    # sized, and one without a start that can be placed in the capture (`placeable_start`) cannot be placed in
+    # its step: left out and counted (the caller says how many), never summed as nothing, as a negative time or
+    # as 1e300 µs, and never stretching a step window to 10^27 ms
+    placed = placeable_start(ev)
+    usable = dev.filter(usable_duration() & placed)
     skipped, dev = dev.height - usable.height, usable
     info = tr.meta.get("distributedInfo") if isinstance(tr.meta.get("distributedInfo"), dict) else {}
     props = tr.meta.get("deviceProperties")
@@ -431,21 +444,65 @@ def load(path: Path, trace: Trace | None = None, roles: Roles | None = None) -> 
         cpu_only=cpu_only,
         events_read=int(ev.height),
         device_skipped=skipped,
+        no_category=no_category,
+        not_complete=not_complete,
+        adopted=adopted,
+        bad_args=tr.bad_args,
         bad_steps=bad_steps,
         not_utf8=tr.not_utf8,
         no_phase=tr.no_phase,
         world_size=_whole_number(info.get("world_size")) or None,
         device_name=dev_name if isinstance(dev_name, str) else None,
         notes=notes,
-        loading=_loading(ev, roles),
-        host=host_spans(ev, roles),
+        loading=_loading(ev, roles, placed),
+        host=host_spans(ev, roles, placed),
     )
 
 
-def host_spans(ev: pl.DataFrame, roles: Roles) -> pl.DataFrame:
+def _cpu_only_notes(dev: pl.DataFrame, tr: Trace, roles: Roles) -> list[str]:
+    """What a CPU-only reading of the trace analyses instead of device activity, and what it leaves unread."""
+    waits = int((dev["cat"] != roles.kineto_cpu_op_cat).sum())
+    note = "no GPU activity in the trace: the main thread's top-level cpu_ops are analysed instead" + (
+        f", with {waits} collective spans of worker threads that include waiting for peers (an op that "
+        "encloses a collective op counts by its children: its own time is that wait)"
+        if waits
+        else ""
+    )
+    return [note, *_unread_note(tr.meta.get(DROPPED) or {}, roles)]
+
+
+def _uncategorised(tr: Trace, ev: pl.DataFrame, roles: Roles) -> tuple[pl.DataFrame, int]:
+    """The events with their categories, those with none that carry a ``stream`` and a launch's ``correlation``
+    id read as device activity, and how many were. Only device work has both (a launch call has no stream), so
+    such an event is a kernel, or a copy or fill when its name says so (``Memcpy …``/``Memset …``: the device
+    categories of roles ``kineto_category_aliases``). Left out, they would leave the device looking idle."""
+    cand = ev.filter(pl.col("cat").is_null() & (pl.col("ph") == "X") & pl.col("correlation").is_not_null())
+    if cand.is_empty():
+        return ev, 0
+    ids = tr.with_details(cand.select("event_idx")).filter(pl.col("stream").is_not_null())["event_idx"]
+    if ids.is_empty():
+        return ev, 0
+    device = roles.kineto_device_cats
+    by_word = {k: v for k, v in roles.kineto_category_aliases.items() if v in device}
+    word = pl.col("name").cast(pl.String).str.extract(r"^(\w+)", 1)
+    guess = word.replace_strict(by_word, default=device[0], return_dtype=pl.String).fill_null(device[0])
+    cat = pl.when(pl.col("event_idx").is_in(ids.implode())).then(guess).otherwise(pl.col("cat").cast(pl.String))
+    return ev.with_columns(cat.cast(pl.Categorical).alias("cat")), ids.len()
+
+
+def _unread_device(ev: pl.DataFrame, roles: Roles) -> tuple[int, int]:
+    """(events with a launch's correlation id but no category, device-looking events of phase B or E): what
+    `device_like` kept that no reader takes, for the caller to count and say. A B/E pair is two events."""
+    x = pl.col("ph") == "X"
+    row = ev.filter(device_like(roles)).select(x.sum().alias("x"), (~x).sum().alias("not_x")).row(0)
+    return int(row[0]), int(row[1])
+
+
+def host_spans(ev: pl.DataFrame, roles: Roles, placed: pl.Expr | None = None) -> pl.DataFrame:
     """The host's spans of at least `HOST_SPAN_US`: CPU ops, annotations other than the steps' and Python frames
     (``kind`` op), runtime calls (``kind`` call). Inside an idle stretch of the device they say what the host
-    was doing: preparing the input, or blocked in a copy or a synchronisation."""
+    was doing: preparing the input, or blocked in a copy or a synchronisation. ``placed``: which starts can be
+    placed in the capture (`placeable_start` of ``ev`` when None)."""
     ts, cat, name = pl.col("ts_us"), pl.col("cat").cast(pl.String), pl.col("name").cast(pl.String)
     ops = [roles.kineto_cpu_op_cat, roles.kineto_annotation_cat, roles.kineto_python_cat]
     step = (cat == roles.kineto_annotation_cat) & name.str.contains(roles.kineto_step)
@@ -454,8 +511,7 @@ def host_spans(ev: pl.DataFrame, roles: Roles) -> pl.DataFrame:
         & ~step
         & usable_duration()
         & (pl.col("dur_us") >= HOST_SPAN_US)
-        & ts.is_not_null()
-        & ts.is_finite()
+        & (placeable_start(ev) if placed is None else placed)
     )
     kind = pl.when(cat.is_in(list(roles.kineto_runtime_cats))).then(pl.lit("call")).otherwise(pl.lit("op"))
     return s.select(
@@ -467,16 +523,16 @@ def host_spans(ev: pl.DataFrame, roles: Roles) -> pl.DataFrame:
     )
 
 
-def _loading(ev: pl.DataFrame, roles: Roles) -> pl.DataFrame:
+def _loading(ev: pl.DataFrame, roles: Roles, placed: pl.Expr) -> pl.DataFrame:
     """The host's data-loading spans (roles ``kineto_data_loading``, on a CPU op or annotation): what the device
-    may wait for between steps. A span without a usable duration or start is left out (as device events are)."""
+    may wait for between steps. A span without a usable duration or start (``placed``: `placeable_start`) is left
+    out (as device events are)."""
     ts = pl.col("ts_us")
     s = ev.filter(
         pl.col("cat").is_in([roles.kineto_cpu_op_cat, roles.kineto_annotation_cat])
         & name_matches(ev, roles.kineto_data_loading)
         & usable_duration()
-        & ts.is_not_null()
-        & ts.is_finite()
+        & placed
     )
     return s.select("event_idx", ts.alias("start_us"), (ts + pl.col("dur_us")).alias("end_us")).sort("start_us")
 

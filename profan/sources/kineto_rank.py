@@ -19,7 +19,7 @@ from profan.rulepack.classify import classify_distinct, uses_neighbors, with_nei
 from profan.rulepack.roles import Roles
 from profan.rulepack.roles import defaults as default_roles
 from profan.sources import intervals
-from profan.sources.chrome_trace import bad_steps_warning, no_phase_warning, not_utf8_warning
+from profan.sources.chrome_trace import bad_args_warning, bad_steps_warning, no_phase_warning, not_utf8_warning
 from profan.sources.kineto import KinetoTrace, load, parse_trace, parse_variant
 
 GROUP_KEYS = ["step", "op", "name", "type", "core", "input_shapes", "bucket", "rule_id"]
@@ -526,6 +526,25 @@ def device_events(rd, kt: KinetoTrace, path: Path, pack, captures: list[Path] = 
     return classify_events(kt.device, pack.rules_for("cpu" if kt.cpu_only else "gpu"), roles)
 
 
+def _count_skipped(rd, kt: KinetoTrace) -> None:
+    """Count the trace's events and those left out of the device timeline, with why, in one warning: device
+    events that cannot be sized or placed, and events that look like device work but no reader takes
+    (`kineto.device_like`: no category, or phase B/E) — never dropped without a word."""
+    lim = limits.active().max_duration_us
+    what = (
+        "trace events (device events whose start or duration is missing or not a number, whose duration is "
+        f"negative or longer than {lim:,} µs (max_duration_us), or whose start is past int64 nanoseconds or more "
+        "than max_duration_us from the trace's median start"
+    )
+    odd = []
+    if kt.no_category:
+        odd.append(f"{kt.no_category} with a launch's correlation id but no category (nor a stream)")
+    if kt.not_complete:
+        odd.append(f"{kt.not_complete} device events of phase B/E, not complete X events")
+    what += "; device work profan cannot read: " + ", ".join(odd) + ")" if odd else ")"
+    rd.count("kineto_trace", kt.events_read, kt.device_skipped + kt.no_category + kt.not_complete, what)
+
+
 def load_rank_trace(rd, kt: KinetoTrace, hit: bool, dev: pl.DataFrame, pack) -> None:
     """Fill a ``RankData`` from one Kineto trace and its classified device events (`device_events`): kernel
     groups (event-index locators), device split per step, communication events."""
@@ -536,13 +555,7 @@ def load_rank_trace(rd, kt: KinetoTrace, hit: bool, dev: pl.DataFrame, pack) -> 
     rd.trace_steps, rd.step_blocks = device_split_blocks(dev, kt.steps, roles, kt.loading, kt.host)
     rd.trace_comm = kt.collectives
     rd.fusible = elementwise_runs(dev, pack.check("unfused-elementwise"))
-    rd.count(
-        "kineto_trace",
-        kt.events_read,
-        kt.device_skipped,
-        "trace events (device events whose start or duration is missing or not a number, or whose "
-        f"duration is negative or longer than {limits.active().max_duration_us:,} µs, max_duration_us)",
-    )
+    _count_skipped(rd, kt)
     rd.info.update(
         {
             k: v
@@ -560,6 +573,14 @@ def load_rank_trace(rd, kt: KinetoTrace, hit: bool, dev: pl.DataFrame, pack) -> 
         rd.info["trace_notes"] = kt.notes
     if kt.no_phase:
         rd.warnings.append(no_phase_warning(rd.files["kineto_trace"], kt.no_phase))
+    if kt.bad_args:
+        rd.warnings.append(bad_args_warning(rd.files["kineto_trace"], kt.bad_args))
+    if kt.adopted:
+        rd.warnings.append(
+            f"{rd.files['kineto_trace']}: read {kt.adopted} event(s) with no category as device activity: they "
+            "carry a stream and a launch's correlation id, as only device work does (a kernel, or a Memcpy/Memset "
+            "by its name)"
+        )
     if kt.bad_steps:
         rd.warnings.append(bad_steps_warning(rd.files["kineto_trace"], kt.bad_steps))
     if kt.not_utf8:

@@ -24,11 +24,13 @@ from profan.rulepack.roles import defaults as default_roles
 from profan.sources import intervals
 from profan.sources.chrome_trace import (
     Trace,
+    bad_args_warning,
     bad_steps_warning,
     name_matches,
     no_phase_warning,
     not_utf8_warning,
     parse,
+    placeable_start,
     step_number,
     usable_duration,
 )
@@ -52,16 +54,16 @@ def _names(ev: pl.DataFrame, kind: str, keys: list[str]) -> pl.DataFrame:
     )
 
 
-def usable() -> pl.Expr:
-    """X events whose duration can be summed and whose start is a number (`usable_duration`, the rule of the
-    Kineto reader): the others are left out of every lane, and `load_rank_trace` counts them."""
-    ts = pl.col("ts_us")
-    return usable_duration() & ts.is_not_null() & ts.is_finite()
+def usable(ev: pl.DataFrame) -> pl.Expr:
+    """X events whose duration can be summed and whose start can be placed in the capture (`usable_duration`,
+    `placeable_start` over ``ev``: the rules of the Kineto reader): the others are left out of every lane, and
+    `load_rank_trace` counts them."""
+    return usable_duration() & placeable_start(ev)
 
 
 def lanes(ev: pl.DataFrame) -> pl.DataFrame:
     """X events (`usable`) with their ``process_name`` and ``thread_name``."""
-    x = ev.filter((pl.col("ph") == "X") & usable()).with_columns(pl.col("pid", "tid", "name", "cat").cast(pl.String))
+    x = ev.filter((pl.col("ph") == "X") & usable(ev)).with_columns(pl.col("pid", "tid", "name", "cat").cast(pl.String))
     return (
         x.join(_names(ev, "process_name", ["pid"]), on="pid", how="left")
         .join(_names(ev, "thread_name", ["pid", "tid"]), on=["pid", "tid"], how="left")
@@ -216,18 +218,19 @@ def loading_before(x: pl.DataFrame, step_spans: pl.DataFrame, split: pl.DataFram
 
 def load_rank_trace(rd, path: Path, roles: Roles | None = None) -> Trace:
     """Add the trace_view-derived step split and HCCL lanes to an Ascend ``RankData``, and say what was left out:
-    events without a usable duration or start, steps of no usable number, invalid UTF-8 read as U+FFFD. Returns the
-    parsed trace, for the HCCL plane tasks (`hccl_tasks.plane_tasks`). ``roles``: the rule pack's (the data
-    loader's name, for the time it holds before each step's first task)."""
+    events without a usable duration or start, steps of no usable number, invalid UTF-8 read as U+FFFD, args
+    that are no object. Returns the parsed trace, for the HCCL plane tasks (`hccl_tasks.plane_tasks`). ``roles``:
+    the rule pack's (the data loader's name, for the time it holds before each step's first task)."""
     tr, _st, split, ops, links, bad_steps, blocks = _load(path, (roles or default_roles()).kineto_data_loading)
     file = rd.files["trace_view"]
-    skipped = tr.events.select(((pl.col("ph") == "X") & ~usable()).sum()).item()
+    skipped = tr.events.select(((pl.col("ph") == "X") & ~usable(tr.events)).sum()).item()
     rd.count(
         "trace_view",
         int(tr.events.height),
         int(skipped),
-        "trace events (events whose start or duration is missing or not a number, or whose duration is "
-        f"negative or longer than {limits.active().max_duration_us:,} µs, max_duration_us)",
+        "trace events (events whose start or duration is missing or not a number, whose duration is negative "
+        f"or longer than {limits.active().max_duration_us:,} µs (max_duration_us), or whose start is past int64 "
+        "nanoseconds or more than max_duration_us from the trace's median start)",
     )
     if bad_steps:
         rd.warnings.append(bad_steps_warning(file, bad_steps))
@@ -235,6 +238,8 @@ def load_rank_trace(rd, path: Path, roles: Roles | None = None) -> Trace:
         rd.warnings.append(not_utf8_warning(file, tr.not_utf8))
     if tr.no_phase:
         rd.warnings.append(no_phase_warning(file, tr.no_phase))
+    if tr.bad_args:
+        rd.warnings.append(bad_args_warning(file, tr.bad_args))
     if not split.is_empty():
         rd.trace_steps = split.with_columns(pl.lit("overlap_analysis").alias("source"))
     if not blocks.is_empty():
