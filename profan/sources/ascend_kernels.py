@@ -117,10 +117,10 @@ def raw_key_columns(kf: KernelFile) -> list[str]:
 
 
 def float_columns(kf: KernelFile) -> tuple[str, ...]:
-    """Columns a fast scan lets the CSV reader parse as numbers (see `scan_text_csv`): duration, wait time, the
-    block dims and the pipe ratios. Not start time: torch_npu appends a TAB the reader refuses. Text in any of
+    """Columns a fast scan lets the CSV reader parse as numbers (see `scan_text_csv`): step id, duration, wait
+    time, the block dims and the pipe ratios. Not start time: torch_npu appends a TAB the reader refuses. Text in any of
     them (a misaligned row, ``NA``) makes the fast scan raise and the caller re-reads them as text."""
-    names = [kf.columns[k] for k in ("dur_us", "wait_us", "block_dim", "mix_block_dim") if k in kf.columns]
+    names = [kf.columns[k] for k in ("step", "dur_us", "wait_us", "block_dim", "mix_block_dim") if k in kf.columns]
     return tuple(names + [col for cols_ in kf.pipe_columns.values() for col in cols_])
 
 
@@ -160,7 +160,7 @@ def number_exprs(kf: KernelFile, *, typed: tuple[str, ...] = ()) -> list[pl.Expr
                 for k in ("block_dim", "mix_block_dim")
                 if k in c
             ],
-            *([_bad_step(c["step"])] if "step" in c else []),
+            *([_bad_step(c["step"], typed)] if "step" in c else []),
         ).alias("bad"),
     ]
     for pipe, cols in kf.pipe_columns.items():
@@ -168,11 +168,12 @@ def number_exprs(kf: KernelFile, *, typed: tuple[str, ...] = ()) -> list[pl.Expr
     return exprs
 
 
-def _bad_step(col: str) -> pl.Expr:
-    """True where a Step Id cell holds something but no step number: a whole number from 0 below 2**63."""
-    step = num(col)
-    odd = ~step.is_finite() | (step < 0) | (step >= 2.0**63) | (step != step.floor())
-    return is_bad_number(col) | odd.fill_null(False)
+def _bad_step(col: str, typed: tuple[str, ...]) -> pl.Expr:
+    """True where a Step Id cell holds something but no step number: a whole number from 0 below 2**63. Read as
+    text (not in ``typed``), a cell that is no number is a bad one too; the fast reader refuses it instead."""
+    step = pl.col(col) if col in typed else num(col)
+    odd = (~step.is_finite() | (step < 0) | (step >= 2.0**63) | (step != step.floor())).fill_null(False)
+    return odd if col in typed else is_bad_number(col) | odd
 
 
 def _scan_raw(kf: KernelFile, floats: tuple[str, ...] = (), categorical: tuple[str, ...] = ()) -> pl.LazyFrame:
