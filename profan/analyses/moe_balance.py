@@ -128,7 +128,7 @@ def moe_findings(ranks: list[RankData], pack: RulePack) -> tuple[pl.DataFrame, l
             continue
         hot = g.sort(metric, descending=True).row(0, named=True)
         ratio = float(hot[metric]) / mean
-        sev = graded(ratio, chk, "ratio")
+        sev = graded(ratio, chk, "bucket_ratio" if metric == "moe_us" else "ratio")
         if sev is None:
             continue
         med = g.sort(metric).row(g.height // 2, named=True)

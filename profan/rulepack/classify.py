@@ -25,7 +25,7 @@ UNCLASSIFIED = "unclassified"
 
 # The fields a rule may match. The first four describe the kernel itself; the others are its context.
 KERNEL_FIELDS = ("op", "name", "type", "core")
-CONTEXT_FIELDS = ("context", "fwd_context", "module", "neighbors")
+CONTEXT_FIELDS = ("context", "fwd_context", "module", "annotation", "neighbors")
 MATCH_FIELDS = (*KERNEL_FIELDS, *CONTEXT_FIELDS)
 NEIGHBORS = "neighbors"  # "<previous anchor>|<next anchor>", each "<bucket>:<op or context>" (`with_neighbors`)
 

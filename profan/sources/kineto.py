@@ -346,7 +346,11 @@ def _cpu_activity(ev: pl.DataFrame, steps: pl.DataFrame, roles: Roles) -> pl.Dat
     top = _top_level(_without_waiting(ops, roles) if waits.height else ops)
     both = pl.concat([top, waits.select(top.columns)]).sort("ts_us", "event_idx")
     both = _in_span(both, steps.filter(pl.col("cat") == roles.kineto_annotation_cat), "ts_us")
-    return both.with_columns(
+    # an op is its own launch: its forward op (for backward work), module and annotation are looked up from it
+    both = both.with_columns(
+        pl.col("ext_id").alias("link_ext"), pl.col("tid").alias("launch_tid"), pl.col("ts_us").alias("launch_us")
+    )
+    return kineto_context.add_context(ev, both, roles).with_columns(
         pl.col("name").alias("op"),
         pl.lit("CPU").alias("core"),
         pl.col("cat").alias("type"),

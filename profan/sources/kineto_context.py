@@ -11,6 +11,8 @@ more links in a Kineto trace say the rest, and the bucket rules match them (``ru
 * ``module``: with ``with_modules`` / ``with_stack``, every ``nn.Module`` forward is a Python frame (roles
   ``kineto_python_cat``, ``kineto_module_frame``). The innermost module frame around the launch on its thread,
   with every enclosing one, is the ``module`` path (``Model/Layer/Attention/Linear``, instance numbers removed).
+* ``annotation``: the same for the program's own ``record_function`` ranges (``moe_layer/expert_4``): how a
+  model nobody wrote rules for names its parts.
 
 Everything is joins on sorted times (`polars.DataFrame.join_asof`), bounded by the nesting depth of the modules,
 never a loop over events.
@@ -32,9 +34,9 @@ def add_context(ev: pl.DataFrame, dev: pl.DataFrame, roles: Roles) -> pl.DataFra
     ops = _cpu_ops(ev, roles)
     at = _launch_points(dev, ops)
     at = _forward_points(at, ops)
-    modules = module_paths(ev, roles)
-    at = _innermost_module(at, modules)
-    return dev.with_columns(at["fwd_context"], at["module"])
+    at = _innermost(at, module_paths(ev, roles), "module")
+    at = _innermost(at, annotation_paths(ev, roles), "annotation")
+    return dev.with_columns(at["fwd_context"], at["module"], at["annotation"])
 
 
 def _cpu_ops(ev: pl.DataFrame, roles: Roles) -> pl.DataFrame:
@@ -110,12 +112,27 @@ def _forward_points(at: pl.DataFrame, ops: pl.DataFrame) -> pl.DataFrame:
 
 
 def module_paths(ev: pl.DataFrame, roles: Roles) -> pl.DataFrame:
-    """The nn.Module frames with their full path (tid, ts_us, end_us, path), outermost module first.
+    """The nn.Module frames with their full path (tid, ts_us, end_us, path), outermost module first."""
+    frames = ev.filter((pl.col("cat") == roles.kineto_python_cat) & (pl.col("ph") == "X"))
+    name = pl.col("name").cast(pl.String).str.extract(roles.kineto_module_frame, 1).str.replace(_INSTANCE, "")
+    return span_paths(frames, name)
+
+
+def annotation_paths(ev: pl.DataFrame, roles: Roles) -> pl.DataFrame:
+    """The record_function ranges a program names its own parts with (``expert_4``, ``moe_layer``,
+    ``## forward ##``) with their full path, outermost first; not the step markers, which every event is in."""
+    name = pl.col("name").cast(pl.String)
+    spans = ev.filter(
+        (pl.col("cat") == roles.kineto_annotation_cat) & (pl.col("ph") == "X") & ~name.str.contains(roles.kineto_step)
+    )
+    return span_paths(spans, name)
+
+
+def span_paths(frames: pl.DataFrame, name: pl.Expr) -> pl.DataFrame:
+    """Nested spans named by ``name`` (null: not one) with their full path (tid, ts_us, end_us, path).
 
     Nesting is resolved level by level: the frames no other remaining frame contains are one level, disjoint on
     their thread, so each frame of the next level finds its parent by one as-of join on start time."""
-    frames = ev.filter((pl.col("cat") == roles.kineto_python_cat) & (pl.col("ph") == "X"))
-    name = pl.col("name").cast(pl.String).str.extract(roles.kineto_module_frame, 1).str.replace(_INSTANCE, "")
     rest = (
         frames.select(
             pl.col("tid").cast(pl.String),
@@ -154,13 +171,14 @@ def _under(top: pl.DataFrame, parent: pl.DataFrame) -> pl.DataFrame:
     return j.with_columns(path.alias("path")).drop("_p0", "_pp")
 
 
-def _innermost_module(at: pl.DataFrame, modules: pl.DataFrame) -> pl.DataFrame:
-    """``at`` with ``module``: the path of the innermost module frame around each point on its thread.
+def _innermost(at: pl.DataFrame, modules: pl.DataFrame, column: str) -> pl.DataFrame:
+    """``at`` with ``column``: the path of the innermost of the nested spans ``modules`` (`span_paths`) around
+    each point on its thread.
 
     The frames cut each thread's time into pieces with one innermost module each: a frame's start begins its
     own piece, its end resumes its parent's. One as-of join on those boundaries names every point's piece."""
     if modules.is_empty():
-        return at.with_columns(pl.lit(None, pl.String).alias("module"))
+        return at.with_columns(pl.lit(None, pl.String).alias(column))
     parent = pl.col("path").str.replace(r"/[^/]*$", "")
     resumed = pl.when(pl.col("path").str.contains("/")).then(parent)
     depth = pl.col("path").str.count_matches("/").cast(pl.Int32)
@@ -177,4 +195,4 @@ def _innermost_module(at: pl.DataFrame, modules: pl.DataFrame) -> pl.DataFrame:
     ).sort(["_b", "_o", "_d"])
     p = at.filter(pl.col("tid").is_not_null() & pl.col("at_us").is_not_null()).sort("at_us")
     j = p.join_asof(bounds, left_on="at_us", right_on="_b", by="tid", strategy="backward", check_sortedness=False)
-    return at.join(j.select("_i", pl.col("_m").alias("module")), on="_i", how="left").sort("_i")
+    return at.join(j.select("_i", pl.col("_m").alias(column)), on="_i", how="left").sort("_i")
