@@ -414,7 +414,13 @@ def test_gpt3_ranks_wait_for_peers_the_capture_cannot_name():
     assert waits == pytest.approx({0: 116.09, 1: 118.54}, abs=0.01)
     assert c.metrics["min_wait_ms"] == pytest.approx(waits[0])  # one step captured
     explained = {f.check for f in report.findings if f.explained_by == c.id}
-    assert explained == {"comm-wait-dominated"}
+    assert explained == {"comm-wait-dominated", "comm-exposed-split"}
+    # the exposed communication is mostly waiting (its own split, from communication.json): it is this cause's
+    # symptom, not the transfer cause's, which cites it for its transfer but leaves it here
+    (exposed,) = [f for f in report.findings if f.check == "comm-exposed-split"]
+    for m in exposed.members:
+        assert m.metrics["waiting_ms"] > m.metrics["transfer_ms"] and m.metrics["mostly_waiting"]
+    assert exposed.explained_by == c.id and exposed.id not in report.causes[0].explains
     # the transfer part of the exposed communication has an estimate: it comes first
     assert [x.check for x in report.causes[:2]] == ["comm-exposed-split", "comm-wait-dominated"]
     assert {e.file for e in c.evidence} == {f"test_rank_{r}/ASCEND_PROFILER_OUTPUT/communication.json" for r in (0, 1)}
@@ -584,3 +590,26 @@ def test_of_two_ranks_the_slower_is_measured_against_the_other_and_the_waiting_r
     exposed = [f for f in report.findings if f.check == "exposed-communication"]
     assert exposed and all(f.explained_by == cause.id for f in exposed)
     assert {r for f in exposed for r in (f.ranks or (f.rank,))} == {0}
+
+
+def test_level0_exposed_communication_says_to_capture_the_split():
+    """AlexNet at profiler Level0: no communication.json, so 64–70% of the step not overlapped with compute can
+    be neither transfer to overlap nor waiting for a late rank, as far as the capture tells. It is no orphan
+    symptom: a cause of its own, with no estimate, whose upper bound is the least exposed rank's time (from
+    step_trace_time.csv) and whose action is the capture that splits it. At Level1 the same job has none."""
+    folder = ASCEND / "msinsight-alexnet-2rank-2025"
+    report = analysed(folder / "level0")
+    (c,) = [c for c in report.causes if c.check == "exposed-communication"]
+    exposed = {}
+    for r in (0, 1):
+        with open(folder / "level0" / f"rank{r}_ascend_pt/ASCEND_PROFILER_OUTPUT/step_trace_time.csv") as fh:
+            (row,) = list(csv.DictReader(fh))
+        exposed[r] = float(row["Communication(Not Overlapped)"]) / 1000
+    assert c.impact_us is None and c.ranks == (0, 1)
+    assert f"least exposed rank's {min(exposed.values()):,.1f} ms" in c.assumption
+    assert "profiler_level=torch_npu.profiler.ProfilerLevel.Level1" in c.action
+    explained = [f for f in report.findings if f.explained_by == c.id]
+    assert [f.check for f in explained] == ["exposed-communication"]
+    assert not [i for i in report.headline if i.id.startswith("F")]  # no headline finding left unexplained
+    level1 = analysed(folder / "level1")
+    assert not [c for c in level1.causes if c.check == "exposed-communication"]

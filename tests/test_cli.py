@@ -171,7 +171,9 @@ def test_fail_on_counts_a_cause_by_what_it_explains_and_a_lone_finding_by_itself
     assert lone
     res = run_cli("analyze", str(gpt3), "-q", "--fail-on", "warning")
     assert _gate_line(res, "warning") == [
-        *(f"{c['id']} {_worst({f['id']: f for f in doc['findings']}, c)}" for c in doc["causes"]),
+        # a cause gates on what it explains; one that explains nothing (the transfer cause, whose finding is
+        # mostly waiting and sits under the waiting cause) does not gate
+        *(f"{c['id']} {_worst({f['id']: f for f in doc['findings']}, c)}" for c in doc["causes"] if c["explains"]),
         *(f"{fid} warning" for fid in lone),
     ]
     res = run_cli("analyze", str(gpt3), "-q", "--fail-on", "critical")

@@ -320,6 +320,7 @@ def _exposed_finding(row: dict, chk, sev: str, waiting_dominates: bool, peer: Fi
             "step_us": row["step_us"],
             "exposed_share": round(row["exposed_share"], 6),
             **{k: round(row[k], 6) for k in ("elapse_ms", "transfer_ms", "wait_ms", "idle_ms", "waiting_ms")},
+            "mostly_waiting": waiting_dominates and not _unsplit(row),
             **({"unrecorded_ms": round(row["unrecorded_ms"], 6), "split_recorded": False} if _unsplit(row) else {}),
         },
         evidence=_exposed_evidence(row, peer),

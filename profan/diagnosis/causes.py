@@ -37,6 +37,7 @@ def section(job: Job) -> Section:
         comm_causes.waited_peer,
         comm_causes.late_peers,
         comm_causes.exposed_transfer,
+        comm_causes.unsplit_exposed,
         kernel_causes.unfused_attention,
         kernel_causes.unfused_elementwise,
         kernel_causes.boundness,

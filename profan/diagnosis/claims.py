@@ -31,10 +31,11 @@ class Claims:
         ranks: Iterable[int] | None = None,
         not_ranks: Iterable[int] = (),
         severities: tuple[str, ...] = ("critical", "warning", "info"),
+        where: Callable[[Finding], bool] | None = None,
     ) -> list[Finding]:
-        """The unclaimed findings of ``checks`` (in ``steps``, on ``ranks``, not on ``not_ranks``), now claimed. A
-        finding for no particular step (or rank) matches any step (or rank); one for neither is a claim about the
-        whole job, not a symptom, and is claimed only as a source (`own`)."""
+        """The unclaimed findings of ``checks`` (in ``steps``, on ``ranks``, not on ``not_ranks``, and for which
+        ``where`` holds), now claimed. A finding for no particular step (or rank) matches any step (or rank); one
+        for neither is a claim about the whole job, not a symptom, and is claimed only as a source (`own`)."""
         checks, exclude = set(checks), set(not_ranks)
         step_set = None if steps is None else set(steps)
         rank_set = None if ranks is None else set(ranks)
@@ -48,6 +49,7 @@ class Claims:
             and (step_set is None or f.step is None or f.step in step_set)
             and (rank_set is None or f.rank is None or f.rank in rank_set)
             and (f.rank is None or f.rank not in exclude)
+            and (where is None or where(f))
         ]
         self.taken.update(f.key for f in out)
         return out

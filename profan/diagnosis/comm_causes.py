@@ -3,6 +3,7 @@ exposed transfer that overlapping would hide."""
 
 from __future__ import annotations
 
+import statistics
 from dataclasses import replace
 
 import polars as pl
@@ -121,12 +122,16 @@ def late_peers(job: Job, claims: Claims, steps_us: dict[int, float]) -> list[Cau
         "captured": len(captured),
     }
     claims.own(found)
+    # the waiting ranks' exposed communication that is mostly waiting is this waiting, not transfer to overlap
+    explained = claims.take(
+        ["comm-exposed-split"], ranks=sorted(waits), where=lambda f: bool(f.metrics.get("mostly_waiting"))
+    )
     cause = make_cause(
         job,
         check,
         values,
         sources=found,
-        explained=[],
+        explained=explained,
         impact_us=None,
         steps_us=steps_us,
         case=case,
@@ -212,3 +217,26 @@ def exposed_transfer(job: Job, claims: Claims, steps_us: dict[int, float]) -> li
     )
     kept = {f.key for f in held}
     return [replace(cause, explains_keys=tuple(k for k in cause.explains_keys if k not in kept))]
+
+
+def unsplit_exposed(job: Job, claims: Claims, steps_us: dict[int, float]) -> list[Cause]:
+    """Exposed communication no other cause explains, on ranks whose capture holds no communication.json (Level0):
+    nothing splits it into transfer and waiting, so the next step is a capture that does. No estimate."""
+    check = "exposed-communication"
+    bare = {r.rank for r in job.ranks if r.kind == "ascend" and "communication" not in r.files}
+    found = [f for f in claims.unclaimed(check) if f.rank in bare]
+    if not found:
+        return []
+    per_rank: dict[int, list[float]] = {}
+    for f in found:
+        per_rank.setdefault(f.rank, []).append(float(f.metrics["comm_not_overlapped_us"]))
+    exposed = [statistics.fmean(v) / 1000 for v in per_rank.values()]
+    values = {
+        "shares": span([float(f.metrics["share"]) for f in found], "{:.1%}"),
+        "n_ranks": len(per_rank),
+        "min_exposed_ms": min(exposed),
+        "exposed": span(exposed, "{:,.1f}") + " ms",
+        "ranks": fmt_ranks(sorted(per_rank)),
+    }
+    claims.own(found)
+    return [make_cause(job, check, values, sources=found, explained=[], impact_us=None, steps_us=steps_us)]
