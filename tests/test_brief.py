@@ -120,8 +120,8 @@ def test_qwen3_brief_cli_under_8kb(qwen3_full):
     assert list(doc)[:4] == ["schema", "report_schema", "headline", "causes"]  # the verdict leads
     check_brief(doc, qwen3_full, MAX_BYTES)
     assert [c["id"] for c in doc["causes"]] == [c["id"] for c in qwen3_full["causes"]]
-    assert doc["causes"][0]["check"] == "comm-exposed-split"  # the exposed transfer first, then the stage
-    c1, full_c1 = doc["causes"][1], qwen3_full["causes"][1]
+    assert doc["causes"][1]["check"] == "comm-exposed-split"  # the stage first, then the exposed transfer
+    c1, full_c1 = doc["causes"][0], qwen3_full["causes"][0]
     assert "stage 1 (ranks 2, 3)" in c1["title"] and c1["check"] == "pipeline-stage-imbalance"
     assert c1["impact_us"] == full_c1["impact_us"] > 0 and c1["action"] == full_c1["action"]
     assert c1["assumption"] == full_c1["assumption"] and c1["alternatives"] == full_c1["alternatives"]
@@ -292,11 +292,11 @@ def test_unknown_ids_are_input_errors(qwen3_report):
 
 
 def test_evidence_doc_of_a_cause_and_of_a_member(qwen3_report):
-    """C2's rows (the slow stage) are those of the findings it is made from, read back verbatim; a member (F1.2)
+    """C1's rows (the slow stage) are those of the findings it is made from, read back verbatim; a member (F1.2)
     has its own rank's rows, not the group's."""
-    c1 = qwen3_report.causes[1]
-    doc = evidence_doc(qwen3_report, QWEN3, "C2")
-    assert (doc["id"], doc["kind"], doc["check"]) == ("C2", "cause", "pipeline-stage-imbalance")
+    c1 = qwen3_report.causes[0]
+    doc = evidence_doc(qwen3_report, QWEN3, "C1")
+    assert (doc["id"], doc["kind"], doc["check"]) == ("C1", "cause", "pipeline-stage-imbalance")
     assert doc["severity"] == "critical"  # the worst of the findings it explains
     assert doc["explains"] == list(c1.explains) and doc["impact_us"] == pytest.approx(c1.impact_us)
     assert doc["action"] == c1.action and doc["alternatives"] == list(c1.alternatives)

@@ -133,7 +133,7 @@ def test_fail_on_gates_on_causes_not_on_symptoms():
     nothing else, since every warning finding has a cause."""
     doc = report_json(QWEN3)
     findings = {f["id"]: f for f in doc["findings"]}
-    c1 = next(c for c in doc["causes"] if c["id"] == "C2")  # the slow stage (C1: the exposed transfer)
+    c1 = next(c for c in doc["causes"] if c["id"] == "C1")  # the slow stage (C2: the exposed transfer)
     assert c1["check"] == "pipeline-stage-imbalance"
     explained = [findings[fid] for fid in c1["explains"]]
     assert {"comm-exposed-split", "pipeline-stage-imbalance"} <= {
@@ -141,8 +141,8 @@ def test_fail_on_gates_on_causes_not_on_symptoms():
     }
     assert all(f["explained_by"] for f in doc["findings"] if f["severity"] != "info")
     res = run_cli("analyze", str(QWEN3), "-q", "--fail-on", "critical")
-    assert _gate_line(res, "critical") == ["C2 critical"]
-    assert "C2 (critical, pipeline-stage-imbalance)" in res.stderr
+    assert _gate_line(res, "critical") == ["C1 critical"]
+    assert "C1 (critical, pipeline-stage-imbalance)" in res.stderr
     assert "comm-exposed" not in res.stderr and " F" not in res.stderr
     res = run_cli("analyze", str(QWEN3), "-q", "--fail-on", "warning")
     # a cause that explains no finding (the exposed transfer, whose findings stay under the stage) does not gate

@@ -226,7 +226,7 @@ async def _analyze_then_evidence(client, listed):
     big = {"source": str(QWEN3), "max_bytes": 100_000}
     ev_lines = await client.call_tool("evidence", {**big, "finding_id": f_lines["id"]})
     ev_ptr = await client.call_tool("evidence", {**big, "finding_id": f_ptr["id"], "limit": 2})
-    ev_cause = await client.call_tool("evidence", {**big, "finding_id": "C2"})  # the slow stage
+    ev_cause = await client.call_tool("evidence", {**big, "finding_id": "C1"})  # the slow stage
     return by_name, brief, f_lines, ev_lines, f_ptr, ev_ptr, ev_cause
 
 
@@ -266,11 +266,11 @@ def test_analyze_then_evidence_rows_equal_the_source_lines(shared):
     assert cli["headline"] == doc["headline"] and cli["summary"] == doc["summary"]
     contained({k: v for k, v in cli.items() if k != "drill"}, {k: v for k, v in doc.items() if k != "drill"})
     assert list(doc)[:4] == ["schema", "report_schema", "headline", "causes"]
-    assert "stage 1 (ranks 2, 3)" in doc["causes"][1]["title"] and doc["headline"][0] == "C1"
+    assert "stage 1 (ranks 2, 3)" in doc["causes"][0]["title"] and doc["headline"][0] == "C1"
     (text,) = brief.content
     assert text.text == (
         "profan.brief/2 in structuredContent: 4 causes, 9 findings; "
-        'C1: "Communication transfers are not hidden behind compute: 92.9–93.0 ms per step of transfer is exposed…"'
+        'C1: "Pipeline stage 1 (ranks 2, 3) computes 1.73× stage 0: the other stages wait for it"'
     )
 
     # evidence on CSV lines: the rows are the physical lines of the fixture file, cited in the brief's order
@@ -290,9 +290,9 @@ def test_analyze_then_evidence_rows_equal_the_source_lines(shared):
     assert not ev_cause.is_error, ev_cause.content
     cause = ev_cause.structured_content
     jsonschema.validate(cause, schema("evidence"), cls=jsonschema.Draft202012Validator)
-    assert (cause["id"], cause["kind"]) == ("C2", "cause") and cause["action"] == doc["causes"][1]["action"]
-    assert cause["evidence"][0]["file"] == doc["causes"][1]["evidence"][0]["file"]
-    assert cause == json.loads(run_cli("evidence", str(QWEN3), "C2", "--format", "json").stdout)
+    assert (cause["id"], cause["kind"]) == ("C1", "cause") and cause["action"] == doc["causes"][0]["action"]
+    assert cause["evidence"][0]["file"] == doc["causes"][0]["evidence"][0]["file"]
+    assert cause == json.loads(run_cli("evidence", str(QWEN3), "C1", "--format", "json").stdout)
 
     # evidence on JSON pointers: each row is the value at the pointer in the raw file; limit honoured
     ptr_item = ev_ptr.structured_content["evidence"][0]
@@ -393,7 +393,7 @@ def test_brief_degrades_step_by_step(qwen3_report, shared):
     floor = min(sizes)
     for cap, doc, n in zip(caps, docs, sizes, strict=True):
         assert doc["causes"] and doc["causes"][0]["id"] == "C1", cap
-        assert doc["causes"][0]["title"].startswith("Communication transfers are not hidden")
+        assert doc["causes"][0]["title"].startswith("Pipeline stage 1 (ranks 2, 3) computes")
         if "note" in doc:
             assert cap < floor + 100 and stated_size(doc) == n  # the note's own bytes are counted
         else:
@@ -409,7 +409,7 @@ def test_brief_degrades_step_by_step(qwen3_report, shared):
     assert {"C2", "C3"} <= {i for ids in at_2500["omitted"].values() for i in ids}
     # the first cause is shown in full before any later cause is: its whole action
     first_c2 = next(d for d in docs if len(d["causes"]) > 1)
-    assert first_c2["causes"][0]["action"].startswith("Overlap communication with compute")
+    assert first_c2["causes"][0]["action"].startswith("Move about 84.8 ms of compute per step off stage 1")
     assert first_c2["causes"][0]["action"] == qwen3_report.causes[0].action
     # with room for everything, the CLI's brief
     cli = json.loads(run_cli("analyze", str(QWEN3), "--brief").stdout)
@@ -422,12 +422,12 @@ EVIDENCE_CAPS = list(range(3000, 20001, 1000))
 
 @_shared_part
 async def _evidence_sweep(client, listed):
-    calls = [("evidence", {"source": str(QWEN3), "finding_id": "C2", "max_bytes": c}) for c in EVIDENCE_CAPS]
+    calls = [("evidence", {"source": str(QWEN3), "finding_id": "C1", "max_bytes": c}) for c in EVIDENCE_CAPS]
     return await _calls(client, calls)
 
 
 def test_evidence_degrades_step_by_step(qwen3_report, shared):
-    """The rows behind C2, the slow stage (ten evidence items, 16 KB in full) under a sweep of caps: within the cap
+    """The rows behind C1, the slow stage (ten evidence items, 16 KB in full) under a sweep of caps: within the cap
     as sent, at least the first item's file and locator, and nothing a larger cap does not show; in full at the
     top."""
     caps = EVIDENCE_CAPS
@@ -437,14 +437,14 @@ def test_evidence_degrades_step_by_step(qwen3_report, shared):
     docs = [r.structured_content for r in results]
     for cap, doc, n in zip(caps, docs, sizes, strict=True):
         assert n <= cap and "note" not in doc, (cap, n)
-        assert doc["id"] == "C2" and doc["evidence"][0]["lines"] == [2]
+        assert doc["id"] == "C1" and doc["evidence"][0]["lines"] == [2]
         assert "MatMulV3 (4096,151936;151936,1024)" in doc["message"]
     for small, big in itertools.pairwise(docs):
         contained(small, big)
     assert sizes == sorted(sizes) and len(set(sizes)) >= 8
-    assert docs[-1] == json.loads(run_cli("evidence", str(QWEN3), "C2", "--format", "json").stdout)
+    assert docs[-1] == json.loads(run_cli("evidence", str(QWEN3), "C1", "--format", "json").stdout)
     rows = [sum(len(i["rows"]) for i in d["evidence"]) for d in docs]
-    cited = sum(len(e.locators) for e in qwen3_report.causes[1].evidence)
+    cited = sum(len(e.locators) for e in qwen3_report.causes[0].evidence)
     assert rows[0] == 0 and rows[-1] == cited == 19 and rows == sorted(rows)
 
 
@@ -452,10 +452,10 @@ def test_evidence_degrades_step_by_step(qwen3_report, shared):
 async def _findings_only(client, listed):
     q, member = str(QWEN3), analysed(QWEN3).findings[0].members[1]
     calls = [
-        ("evidence", {"source": q, "finding_id": "C2", "limit": 0}),
-        ("evidence", {"source": q, "finding_id": "C2", "limit": 0, "max_bytes": 20000}),
+        ("evidence", {"source": q, "finding_id": "C1", "limit": 0}),
+        ("evidence", {"source": q, "finding_id": "C1", "limit": 0, "max_bytes": 20000}),
         ("evidence", {"source": q, "finding_id": member.id, "limit": 0, "max_bytes": 20000}),
-        ("evidence", {"source": q, "finding_id": "C2", "limit": -1}),
+        ("evidence", {"source": q, "finding_id": "C1", "limit": -1}),
     ]
     return await _calls(client, calls)
 
@@ -464,11 +464,11 @@ def test_findings_only_evidence(qwen3_report, shared):
     """limit=0: a cause's or a finding's message, metrics and locators, no rows and no header — what an agent reads
     before deciding whether it needs rows; the same claim as the CLI's full document, without its rows."""
     q = str(QWEN3)
-    c1, member = qwen3_report.causes[1], qwen3_report.findings[0].members[1]
+    c1, member = qwen3_report.causes[0], qwen3_report.findings[0].members[1]
     results = part_of(shared, "_findings_only").value
     default, whole, of_member = (r.structured_content for r in results[:3])
     bad = results[3]
-    for doc, ident in ((default, "C2"), (whole, "C2"), (of_member, member.id)):
+    for doc, ident in ((default, "C1"), (whole, "C1"), (of_member, member.id)):
         jsonschema.validate(doc, schema("evidence"), cls=jsonschema.Draft202012Validator)
         full = json.loads(run_cli("evidence", q, ident, "--format", "json").stdout)
         assert all(i["rows"] == [] and "header" not in i for i in doc["evidence"])

@@ -82,7 +82,7 @@ def _union(spans: list[tuple[float, float]]) -> list[tuple[float, float]]:
 def test_qwen3_slow_stage_lanes_are_marked(qwen3):
     fig = figures.timeline(qwen3)
     meta = fig.layout.meta
-    assert (meta["step"], meta["why"], meta["cause"]) == (13, "the step of C2", "C2")
+    assert (meta["step"], meta["why"], meta["cause"]) == (13, "the step of C1", "C1")
     assert meta["cause_ranks"] == [2, 3] and meta["ranks"] == [0, 1, 2, 3]
     lanes = meta["lanes"]
     assert lanes == [
@@ -90,20 +90,20 @@ def test_qwen3_slow_stage_lanes_are_marked(qwen3):
         "rank 0 · comm",
         "rank 1",
         "rank 1 · comm",
-        "rank 2 · C2",
+        "rank 2 · C1",
         "rank 2 · comm",
-        "rank 3 · C2",
+        "rank 3 · C1",
         "rank 3 · comm",
     ]
     for rank in (2, 3):
-        (band,) = _shapes(fig, f"C2 rank {rank}")
-        assert (band.y0, band.y1) == (lanes.index(f"rank {rank} · C2") - 0.5, lanes.index(f"rank {rank} · comm") + 0.5)
+        (band,) = _shapes(fig, f"C1 rank {rank}")
+        assert (band.y0, band.y1) == (lanes.index(f"rank {rank} · C1") - 0.5, lanes.index(f"rank {rank} · comm") + 0.5)
         assert (band.xref, band.x0, band.x1) == ("paper", 0, 1)
-    assert not _shapes(fig, "C2 rank 0") and not _shapes(fig, "C2 rank 1")
+    assert not _shapes(fig, "C1 rank 0") and not _shapes(fig, "C1 rank 1")
     ticks = dict(zip(fig.layout.yaxis.tickvals, fig.layout.yaxis.ticktext, strict=True))
-    assert ticks["rank 2 · C2"] == f'<span style="color:{figures.HIGHLIGHT}"><b>rank 2 · C2</b></span>'
+    assert ticks["rank 2 · C1"] == f'<span style="color:{figures.HIGHLIGHT}"><b>rank 2 · C1</b></span>'
     assert ticks["rank 0"] == "rank 0"
-    assert [a.text for a in fig.layout.annotations] == ["<b>C2</b>", "<b>C2</b>"]
+    assert [a.text for a in fig.layout.annotations] == ["<b>C1</b>", "<b>C1</b>"]
 
 
 def _read_csv(path) -> list[dict]:
@@ -311,7 +311,7 @@ def test_qwen3_lanes_place_the_blocks_in_time(qwen3):
     rows = {r: _qwen3_kernels(r) for r in (0, 2)}
     t0 = min(a for r in rows.values() for a, _, _ in r)
     assert fig.layout.meta["in_time"] == [0, 2]
-    for rank, lane in ((0, "rank 0"), (2, "rank 2 · C2")):
+    for rank, lane in ((0, "rank 0"), (2, "rank 2 · C1")):
         w0, w1 = min(a for a, _, _ in rows[rank]), max(b for _, b, _ in rows[rank])
         want = _split(rows[rank], w0, w1)
         bars = _lane(fig, lane)
@@ -333,7 +333,7 @@ def test_qwen3_lanes_place_the_blocks_in_time(qwen3):
     cost = qwen3.tables["step_cost"].filter(pl.col("step") == 13)
     parts = {"Compute": "compute_us", "Exposed transfer": "exposed_transfer_us", "Exposed waiting": "exposed_wait_us"}
     parts["Idle"] = "idle_us"
-    for rank, lane in ((1, "rank 1"), (3, "rank 3 · C2")):
+    for rank, lane in ((1, "rank 1"), (3, "rank 3 · C1")):
         rec = cost.filter(pl.col("rank") == rank).row(0, named=True)
         bars = _lane(fig, lane)
         assert [b[0] for b in bars] == list(parts)
@@ -377,16 +377,16 @@ def test_qwen3_collectives_sit_where_communication_json_puts_them(qwen3):
     assert wait[2] == pytest.approx(recorded, abs=0.5) and wait[2] > 150
     said = re.fullmatch(r"waits ([\d.]+) ms for rank 2 to arrive", wait[3][3])
     assert said and float(said.group(1)) == pytest.approx(wait[2], abs=0.001)
-    assert wait[3][-1] == "C2"  # C2 cites this op: a click opens C2
+    assert wait[3][-1] == "C1"  # C1 cites this op: a click opens C1
 
 
 def test_qwen3_windows_are_the_cited_waits(qwen3):
-    """The dotted windows: for each communication.json op C2 cites, from the first member rank's start to the last
+    """The dotted windows: for each communication.json op C1 cites, from the first member rank's start to the last
     one's — the time a stage waits for the other — overlapping spans merged."""
     fig = figures.timeline(qwen3)
     ops = qwen3.tables["communication"].filter(pl.col("step") == 13)
     t0 = min(a for r in (0, 2) for a, _, _ in _qwen3_kernels(r))
-    cited = {p for ev in qwen3.causes[1].evidence if ev.file.endswith("communication.json") for p in ev.pointers}
+    cited = {p for ev in qwen3.causes[0].evidence if ev.file.endswith("communication.json") for p in ev.pointers}
     assert len(cited) == 6
     spans = []
     for (_ptr,), g in ops.filter(pl.col("pointer").is_in(list(cited))).group_by("pointer"):
@@ -395,14 +395,14 @@ def test_qwen3_windows_are_the_cited_waits(qwen3):
         spans.append(((both["start_us"].min() - t0) / 1000, (both["start_us"].max() - t0) / 1000))
     want = _union(spans)
     assert fig.layout.meta["windows"] == [list(w) for w in want]
-    drawn = [(s.x0, s.x1) for s in _shapes(fig, "C2 window")]
+    drawn = [(s.x0, s.x1) for s in _shapes(fig, "C1 window")]
     assert drawn == want and len(want) == 3
-    assert all(s.yref == "paper" and (s.y0, s.y1) == (0, 1) for s in _shapes(fig, "C2 window"))
+    assert all(s.yref == "paper" and (s.y0, s.y1) == (0, 1) for s in _shapes(fig, "C1 window"))
     assert want[1][1] - want[1][0] > 150  # stage 0 waits ~158 ms in the second send/receive
 
 
 def test_collectives_are_linked_across_ranks(qwen3):
-    """One line per collective joins its arrivals on each rank's comm lane; C2's in its colour."""
+    """One line per collective joins its arrivals on each rank's comm lane; C1's in its colour."""
     fig = figures.timeline(qwen3)
     links = {t.name: t for t in fig.data if t.type == "scatter"}
     hot = links["Same collective, arrivals (cited by the cause)"]

@@ -107,9 +107,8 @@ def test_qwen3_verdict_names_the_slow_stage_and_its_gain():
     explains are listed under it, each group with its member table."""
     report = analysed(QWEN3)
     doc = json.loads(json.dumps(report.to_dict(), default=str))
-    c1 = doc["causes"][0]  # the exposed transfer, 93 ms; the stage's 84.85 ms second (tests/test_causes.py)
-    c2 = doc["causes"][1]
-    assert c2["check"] == "pipeline-stage-imbalance" and "stage 1 (ranks 2, 3)" in c2["title"]
+    c1 = doc["causes"][0]  # the stage's 84.85 ms; the exposed transfer overlap can hide, 60 ms, second
+    assert c1["check"] == "pipeline-stage-imbalance" and "stage 1 (ranks 2, 3)" in c1["title"]
     md = render_markdown(report)
     lines = md.splitlines()
     assert lines[4].startswith("**The step:** 810.15 ms")
@@ -117,11 +116,11 @@ def test_qwen3_verdict_names_the_slow_stage_and_its_gain():
     assert lines[head] == f'### <a id="C1"></a>C1 · {c1["title"]}'
     assert lines[head + 2] == f"- **Estimated gain:** {_gain(c1)}. *Assumption:* {c1['assumption']}"
     assert c1["impact_us"] == pytest.approx(report.causes[0].impact_us, abs=1e-3) and c1["impact_us"] > 0
-    # the findings section: C2's findings under it, before C3's heading; a group with its members
+    # the findings section: C1's findings under it, before C2's heading; a group with its members
     findings = md[md.index('## <a id="findings"></a>Findings') :]
-    under = findings[findings.index("### C2 · ") : findings.index("### C3 · ")]
-    assert re.findall(r'^#### <a id="(F\d+)"></a>', under, flags=re.M) == c2["explains"]
-    group = next(f for f in doc["findings"] if f["id"] in c2["explains"] and f["members"])
+    under = findings[findings.index("### C1 · ") : findings.index("### C2 · ")]
+    assert re.findall(r'^#### <a id="(F\d+)"></a>', under, flags=re.M) == c1["explains"]
+    group = next(f for f in doc["findings"] if f["id"] in c1["explains"] and f["members"])
     block = under[under.index(f'<a id="{group["id"]}"></a>') :].split("\n#### ")[0]
     rows = re.findall(r"^\| (F\d+\.\d+) \| (\d*) \| (\d*) \| (\w+) \|", block, flags=re.M)
     want = [(m["id"], str(m["rank"]), str(m["step"] or ""), m["severity"]) for m in group["members"]]

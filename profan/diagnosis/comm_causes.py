@@ -143,13 +143,18 @@ def late_peers(job: Job, claims: Claims, steps_us: dict[int, float]) -> list[Cau
 TRANSFERS_NAMED = 4  # the largest transfers the exposed-transfer cause's action names
 
 
-def _largest_transfers(job: Job, least: Finding) -> str:
+def _largest_transfers(job: Job, least: Finding, unhidden: list[str]) -> str:
     """The largest transfers of the least exposed rank's step (table communication), as a sentence: which
-    collectives, of which group, to overlap first. "" where the table does not give them."""
+    collectives, of which group, to overlap first (not those of the ``unhidden`` groups, which no overlap
+    reaches). "" where the table does not give them."""
     comm = job.tables.get("communication")
     if comm is None or comm.is_empty() or least.rank is None or "transfer_ms" not in comm.columns:
         return ""
-    rows = comm.filter((pl.col("rank") == least.rank) & pl.col("step").eq_missing(least.step))
+    rows = comm.filter(
+        (pl.col("rank") == least.rank)
+        & pl.col("step").eq_missing(least.step)
+        & ~pl.col("group_name").is_in(unhidden).fill_null(False)
+    )
     rows = rows.filter(pl.col("transfer_ms") > 0).sort("transfer_ms", descending=True).head(TRANSFERS_NAMED)
     if rows.is_empty():
         return ""
@@ -161,6 +166,43 @@ def _largest_transfers(job: Job, least: Finding) -> str:
     ]
     where = f"rank {least.rank}" + (f", step {least.step}" if least.step is not None else "")
     return f" The largest transfers ({where}): {'; '.join(named)}."
+
+
+def _unhidden_transfer(job: Job, steps: list[int], groups: list[str]) -> pl.DataFrame:
+    """Per rank and step, the transfer of the collectives of ``groups`` (``fixed_ms``), which no overlap setting
+    hides, and which of those groups they are in (``groups``)."""
+    comm = job.tables.get("communication")
+    empty = pl.DataFrame(
+        schema={
+            "rank": pl.Int64,
+            "step": pl.Int64,
+            "fixed_ms": pl.Float64,
+            "groups": pl.List(pl.String),
+        }
+    )
+    if comm is None or comm.is_empty() or not {"group_name", "transfer_ms"} <= set(comm.columns):
+        return empty
+    rows = comm.filter(pl.col("step").is_in(steps) & pl.col("group_name").is_in(groups) & (pl.col("transfer_ms") > 0))
+    if rows.is_empty():
+        return empty
+    return rows.group_by("rank", "step").agg(
+        pl.col("transfer_ms").sum().alias("fixed_ms"), pl.col("group_name").unique().sort().alias("groups")
+    )
+
+
+def _unhidden_note(job: Job, check: str, fixed: pl.DataFrame) -> str:
+    """The cause's note on the transfer left out of its gain (`_unhidden_transfer`), "" where there is none."""
+    if fixed.is_empty():
+        return ""
+    groups = sorted({g for gs in fixed["groups"] for g in gs})
+    return (
+        job.pack.check(check)
+        .cause["unhidden_note"]
+        .format(
+            unhidden_ms=span(list(fixed["fixed_ms"]), "{:,.1f}") + " ms",
+            unhidden_groups=", ".join(groups),
+        )
+    )
 
 
 def exposed_transfer(job: Job, claims: Claims, steps_us: dict[int, float]) -> list[Cause]:
@@ -187,10 +229,14 @@ def exposed_transfer(job: Job, claims: Claims, steps_us: dict[int, float]) -> li
         return []
     cited = [*found, *held]
     steps = sorted({s for f in cited for s in f.steps})
+    unhidden = list(job.pack.check(check)["unhidden_groups"])
     exposed = job.tables.get("comm_exposed")
     transfer = [f.metrics["transfer_ms"] for f in cited]
+    fixed = _unhidden_transfer(job, steps, unhidden)
     if exposed is not None and not exposed.is_empty():
-        per_step = exposed.filter(pl.col("step").is_in(steps)).group_by("step").agg(pl.col("transfer_ms").min())
+        per_rank = exposed.filter(pl.col("step").is_in(steps)).join(fixed, on=["rank", "step"], how="left")
+        hideable = (pl.col("transfer_ms") - pl.col("fixed_ms").fill_null(0.0)).clip(0.0)
+        per_step = per_rank.group_by("step").agg(hideable.min().alias("transfer_ms"))
         floor_ms = float(per_step["transfer_ms"].mean()) if not per_step.is_empty() else min(transfer)
     else:
         floor_ms = min(transfer)
@@ -198,7 +244,8 @@ def exposed_transfer(job: Job, claims: Claims, steps_us: dict[int, float]) -> li
         "min_transfer_ms": floor_ms,
         "transfer": span(transfer, "{:,.1f}") + " ms",
         "n_ranks": len({r for f in cited for r in f.ranks}),
-        "largest": _largest_transfers(job, min(cited, key=lambda f: f.metrics["transfer_ms"])),
+        "largest": _largest_transfers(job, min(cited, key=lambda f: f.metrics["transfer_ms"]), unhidden),
+        "unhidden": _unhidden_note(job, check, fixed),
     }
     claims.own(found)
     explained = claims.take(explainable(job, check) - {check}, steps=steps) if found else []
