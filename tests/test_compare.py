@@ -362,3 +362,23 @@ def test_fail_on_regression_reads_the_step_time_of_step_trace_time(tmp_path):
         f"(+{grew:.2g}%, more than the 0.02% allowed)\n"
     )
     assert run_cli(*base, "--fail-on-regression", "0.03").returncode == 0
+
+
+def test_collectives_of_two_stages_match_by_group_and_a_bucket_names_what_grew_it():
+    """Ranks 0 and 2 of Qwen3 are in different data-parallel groups (one per pipeline stage), so the HCCL names
+    of the same reduce-scatter end in different group-hash digits (__097_ against __691_). Named by their group
+    (parallel_group_info: dp_cp) they match: no collective is "only in A" and "only in B" at once. And the vector
+    bucket, which grows by kernels rank 2 alone runs (the vocabulary-wide loss: Cast, Exp, Sub on 151,936
+    columns), is said to grow mostly by them, with their time from the raw rows."""
+    rep = compare(QWEN3 / "rank_0_ascend_pt", QWEN3 / "rank_2_ascend_pt")
+    k = rep.tables["compare_kernels"]
+    hcom = k.filter(k["op"].str.starts_with("hcom_"))
+    for op in ("hcom_reduceScatter_", "hcom_allGather_"):
+        assert set(hcom.filter(hcom["op"] == op)["status"]) == {"both"}, op
+    new, missing = (set(hcom.filter(hcom["status"] == s)["op"]) for s in ("new", "missing"))
+    assert not new & missing  # an op type on one side only (rank 2's own groups' all-reduce) is only there
+    (vector,) = [f for f in rep.findings if f.title.startswith("Regression: vector")]
+    assert vector.title.endswith("mostly Cast")
+    _, rows = raw_rows(QWEN3 / "rank_2_ascend_pt" / "ASCEND_PROFILER_OUTPUT" / "kernel_details.csv")
+    cast = sum(fnum(r["Duration(us)"]) for r in rows.values() if r["Type"] == "Cast" and "151936" in r["Input Shapes"])
+    assert f"Cast [4096,1,151936] +{ms(cast)}" in vector.message.replace("\\[", "[").replace("\\]", "]")

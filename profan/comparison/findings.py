@@ -126,12 +126,9 @@ def regression_findings(buckets: pl.DataFrame, kernels: pl.DataFrame, total_a: f
 
 
 def _moved_kernels(kernels: pl.DataFrame, bucket: str, up: bool) -> pl.DataFrame:
-    """The (at most 3) kernels of ``bucket`` present on both sides that moved most in the bucket's direction."""
-    ks = kernels.filter(
-        (pl.col("bucket") == bucket)
-        & ((pl.col("delta_us") > 0) if up else (pl.col("delta_us") < 0))
-        & pl.col("status").is_in(["both", "shape changed"])
-    )
+    """The (at most 3) kernels of ``bucket`` that moved most in the bucket's direction, those on one side only
+    included: a bucket that grew by kernels B alone runs grew mostly by them, not by the largest shared one."""
+    ks = kernels.filter((pl.col("bucket") == bucket) & ((pl.col("delta_us") > 0) if up else (pl.col("delta_us") < 0)))
     return ks.sort("delta_us", descending=up, maintain_order=True).head(3)
 
 

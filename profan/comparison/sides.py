@@ -16,6 +16,7 @@ from profan.model.errors import ProfanInputError
 from profan.ranks.executor import Executor
 from profan.ranks.rankmap import RankData, load_ranks
 from profan.rulepack.pack import RulePack
+from profan.sources.ascend_meta import double_hash
 from profan.sources.discover import base_dir, discover
 
 
@@ -80,7 +81,32 @@ def side_kernels(side: Side, pack: RulePack) -> pl.DataFrame:
         ["step", "op", "name", kname, "input_shapes", "bucket", "count", "time_us", "lines", "line_durs"],
         per_rank=where,
     )
-    return pl.DataFrame() if k is None else k
+    return pl.DataFrame() if k is None else _named_groups(k, side, pack)
+
+
+def _named_groups(k: pl.DataFrame, side: Side, pack: RulePack) -> pl.DataFrame:
+    """``kname`` of an HCCL op with its group's framework name (``hcom_reduceScatter__dp_cp``) in place of the
+    number that ends its group's hash (``__097``): two ranks of one job are in different groups of the same kind
+    (each pipeline stage its own data-parallel group), whose hashes differ, and their reduce-scatter is the same
+    collective. The number stays where no parallel_group_info names it, or two groups of a rank end alike."""
+    rows = [
+        (r.rank, str(double_hash(g.hccl_name))[-3:], g.group_name)
+        for r in side.ranks
+        if r.metadata is not None
+        for g in r.metadata.groups
+        if g.group_name
+    ]
+    if not rows:
+        return k
+    names = pl.DataFrame(rows, schema={"rank": pl.Int64, "_n": pl.String, "_g": pl.String}, orient="row")
+    names = names.filter(pl.len().over("rank", "_n") == 1)
+    hccl = pl.col("name").str.contains(pack.roles.hccl_op_sequence)  # the HCCL ops (roles hccl_op_sequence)
+    number = pl.when(hccl).then(pl.col("kname").str.extract(r"__(\d+)$", 1)).alias("_n")
+    k = k.with_columns(number).join(names, on=["rank", "_n"], how="left", maintain_order="left")
+    named = pl.col("kname").str.replace(r"__\d+$", "__") + pl.col("_g")
+    return k.with_columns(pl.when(pl.col("_g").is_not_null()).then(named).otherwise("kname").alias("kname")).drop(
+        "_n", "_g"
+    )
 
 
 def align_steps(ka: pl.DataFrame, kb: pl.DataFrame, sa: pl.DataFrame, sb: pl.DataFrame) -> tuple[list, list, str]:
