@@ -87,8 +87,15 @@ def test_pipeline_stage_imbalance_finding(qwen3_report):
     assert "ranks 2, 3" in f.message and "1.73×" in f.message
     files = [e.file for e in f.evidence if e.lines and e.select["source"] == "step_trace_time"]
     assert files == [f"rank_{r}_ascend_pt/ASCEND_PROFILER_OUTPUT/step_trace_time.csv" for r in range(4)]
-    # the stage-0 ranks' PP receive wait, read from communication.json
-    assert f.metrics["pp_wait_ms"] == {"0": pytest.approx(158.50548, abs=1e-3), "1": pytest.approx(164.05138, abs=1e-3)}
+    # the stage-0 ranks' PP send/receive wait, read from communication.json: Wait Time and Idle Time of each p2p
+    # op (one batchSendRecv records Wait 0 and Idle 158 ms: a receive posted long before its sender gets there)
+    waits = {}
+    for r in (0, 1):
+        doc = json.loads((QWEN3 / f"rank_{r}_ascend_pt/ASCEND_PROFILER_OUTPUT/communication.json").read_text())
+        ops = [v["Communication Time Info"] for k, v in doc["step13"]["p2p"].items() if k != "Total Op Info"]
+        waits[str(r)] = pytest.approx(sum(o["Wait Time(ms)"] + o["Idle Time(ms)"] for o in ops), abs=1e-3)
+    assert f.metrics["pp_wait_ms"] == waits
+    assert 313 < f.metrics["pp_wait_ms"]["0"] < 314 and 322 < f.metrics["pp_wait_ms"]["1"] < 324
 
 
 def test_exposed_communication_one_finding_per_rank_step(qwen3_report):

@@ -41,15 +41,19 @@ def pp_stages(ranks: list[RankData]) -> tuple[dict[int, int], dict[int, tuple[st
 
 
 def _pp_wait(r: RankData, group: ParallelGroup, step: int | None) -> tuple[float, list[str]]:
-    """p2p wait (ms) of this rank in the pp group's ops, and pointers to those ops (largest wait first)."""
+    """Time (ms) this rank's ops in the pp group spend not moving data — the profiler's Wait Time and Idle Time
+    of each p2p op — and pointers to those ops (longest first). Wait Time alone is the wait for the peer's first
+    handshake; a receive posted long before its sender reaches it records the rest as Idle (Qwen3's stage 0:
+    Wait 0 and Idle 158 ms on one batchSendRecv), so both are the stage's wait."""
     if r.comm_ops is None or r.comm_ops.is_empty():
         return 0.0, []
     h = str(double_hash(group.hccl_name))
     ops = r.comm_ops.filter((pl.col("group_hash") == h) & (pl.col("kind") == "p2p"))
     if step is not None:
         ops = ops.filter(pl.col("step") == step)
-    ops = ops.sort("wait_ms", descending=True, nulls_last=True)
-    return float(ops["wait_ms"].fill_null(0).sum()), ops["pointer"].to_list()
+    idle = pl.col("idle_ms").fill_null(0) if "idle_ms" in ops.columns else pl.lit(0.0)
+    ops = ops.with_columns((pl.col("wait_ms").fill_null(0) + idle).alias("_waiting")).sort("_waiting", descending=True)
+    return float(ops["_waiting"].sum()), ops["pointer"].to_list()
 
 
 def imbalance_findings(ranks: list[RankData], steps: pl.DataFrame, pack: RulePack) -> list[Finding]:
@@ -191,7 +195,7 @@ def _pp_finding(step, s, stage, source, by_rank, pack) -> Finding | None:
         wait_txt = (
             f" Stage {lo['stage']} ranks wait "
             + " / ".join(f"{w:,.1f}" for _, w in waits)
-            + f" ms in PP send/receive (ranks {fmt_ranks([rk for rk, _ in waits])})."
+            + f" ms in PP send/receive (ranks {fmt_ranks([rk for rk, _ in waits])}; the ops' Wait and Idle time)."
         )
     return Finding(
         check=chk.id,
