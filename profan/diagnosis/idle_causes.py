@@ -190,6 +190,16 @@ def _device(job: Job) -> str:
     return words.pop() if len(words) == 1 else "device"
 
 
+def _others_loading(text: str, others: pl.DataFrame) -> str:
+    """The loading case's note on the ranks below the check's share that load about as long ("" for none)."""
+    if others.is_empty():
+        return ""
+    return text.format(
+        others=fmt_ranks(others["rank"].to_list()),
+        others_ms=span([x / 1000 for x in others["loading"]], "{:,.1f}") + " ms",
+    )
+
+
 def idle_between(job: Job, claims: Claims, steps_us: dict[int, float]) -> list[Cause]:
     """The device idle between steps, before each step's first event (time no step's window holds). Gain: per
     rank the mean of that idle time over its steps — in the ``loading`` case (the data loader holds at least
@@ -212,6 +222,9 @@ def idle_between(job: Job, claims: Claims, steps_us: dict[int, float]) -> list[C
     )
     named = {r for f in found for r in f.ranks}
     mine = per_rank.filter(pl.col("rank").is_in(list(named)))
+    # the ranks below the share that load about as long: a loader every rank has, not a few ranks' own
+    least = float(mine["loading"].min() or 0.0)
+    others = per_rank.filter(~pl.col("rank").is_in(list(named)) & (pl.col("loading") >= 0.5 * least) & (least > 0))
     loading = bool((mine["loading"] >= job.pack.check(check)["loading_share"] * mine["idle"]).all())
     # of the ranks that wait so (a rank whose loader is slow holds the others up inside their collectives, not
     # before their steps: their own idle time here says nothing of what it costs them)
@@ -230,6 +243,7 @@ def idle_between(job: Job, claims: Claims, steps_us: dict[int, float]) -> list[C
         "longest": f"rank {worst.rank}, step {worst.step}: {ms(w['idle_before_us'])} idle"
         + (f", {ms(w['loading_before_us'])} of it in the data loader" if w["loading_before_us"] else "")
         + host_doing(w),
+        "others_loading": _others_loading(job.pack.check(check).cause["loading_others"], others),
         "host_work": f", the host in {w['host_op']}"
         if w.get("host_op")
         else ", while the host works on something else",
