@@ -241,19 +241,20 @@ def test_a_folder_named_like_a_pattern_is_read_as_named(tmp_path):
     assert doc["source"]["ranks"][0]["rows_read"]["kernel_details"] == 2463
 
 
-def test_output_through_a_link_to_an_input_replaces_the_link_not_the_input(tmp_path):
+def test_output_through_a_link_to_an_input_touches_neither_the_link_nor_the_input(tmp_path):
+    """A link at -o is neither written through nor replaced (tests/test_hostile_targets.py has the rest)."""
     data = tmp_path / "data"
     rank = one_rank(data)
     before = _digest(data)
     link = tmp_path / "report.md"
     link.symlink_to(rank / KD)
-    assert_one_line_error(run_cli("analyze", str(data), "-o", str(link), "-q"), "is a file the analysis read")
-    assert _digest(data) == before
+    res = run_cli("analyze", str(data), "-o", str(link), "-q")
+    assert_one_line_error(res, f"is a symbolic link to the file {rank / KD}")
+    assert _digest(data) == before and os.readlink(link) == str(rank / KD)
     other = tmp_path / "other.md"
-    other.symlink_to(tmp_path / "elsewhere.txt")  # a dangling link that is no input: replaced by the report
-    assert run_cli("analyze", str(data), "-o", str(other), "-q").returncode == 0
-    assert not other.is_symlink() and other.read_text().startswith("#")
-    assert not (tmp_path / "elsewhere.txt").exists()
+    other.symlink_to(tmp_path / "elsewhere.txt")  # a dangling link that is no input: left as it is
+    assert_one_line_error(run_cli("analyze", str(data), "-o", str(other), "-q"), "is a symbolic link to nothing")
+    assert other.is_symlink() and not (tmp_path / "elsewhere.txt").exists()
 
 
 def test_compare_output_never_overwrites_an_input(tmp_path):
