@@ -279,3 +279,16 @@ def test_every_renderer_writes_through_the_one_write_path(tmp_path, monkeypatch)
     assert len(tables) >= 5 and set(calls[4:-1]) == tables and len(calls) == len(tables) + 5
     assert calls[:4] == ["r.md", "r.json", "r.html", "r.xlsx"] and calls[-1] == "c.md"
     assert zipfile.is_zipfile(tmp_path / "r.xlsx")
+
+
+@pytest.mark.parametrize("force", [False, True])
+def test_skill_install_onto_a_link_is_one_line_and_leaves_its_target(tmp_path, force):
+    outside = tmp_path / "outside"
+    outside.mkdir()
+    (outside / "keep.txt").write_text("keep\n")
+    skills = tmp_path / "skills"
+    skills.mkdir()
+    (skills / "profan").symlink_to(outside)
+    res = run_cli("skill", "install", str(skills), *(["--force"] if force else []))
+    assert_one_line_error(res, str(skills / "profan"), "is a symbolic link")
+    assert sorted(os.listdir(outside)) == ["keep.txt"] and (skills / "profan").is_symlink()

@@ -538,6 +538,8 @@ def skill_install(
     target = dest.expanduser() / "profan"
     if dest.exists() and not dest.is_dir():
         raise ProfanInputError(dest, "not a directory")
+    if target.is_symlink():  # rmtree refuses one, and copying through it would write where it points
+        raise ProfanInputError(target, "is a symbolic link; remove it or name another skills directory")
     if target.exists():
         if not force:
             raise ProfanInputError(target, "already exists; pass --force to replace it")
