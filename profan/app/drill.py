@@ -10,6 +10,7 @@ from typing import Any
 from profan.model.causes import Cause
 from profan.model.errors import TOO_DEEP, ProfanInputError
 from profan.model.evidence import read_back
+from profan.model.files import open_regular
 from profan.model.findings import Finding
 from profan.model.report import Report, from_dict
 from profan.ranks.kernel_pass import _with_neighbors
@@ -27,7 +28,8 @@ def load_report_or_analyze(path: Path, root: Path | None = None) -> tuple[Report
         raise ProfanInputError(path, f"cannot read: {exc.strerror or exc}") from None
     if is_report:
         try:
-            doc = json.loads(path.read_text(encoding="utf-8"))
+            with open_regular(path, "report") as fh:
+                doc = json.loads(fh.read().decode("utf-8"))
             if not isinstance(doc, dict):
                 raise ValueError(f"a JSON {type(doc).__name__}, not an object")
             report = from_dict(doc)

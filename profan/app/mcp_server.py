@@ -372,5 +372,17 @@ def build_server(roots: list[Path] | None = None) -> MCPServer:
 
 
 def serve(roots: list[Path] | None = None) -> None:
-    """Run on stdio until the client closes the pipe."""
-    build_server(roots).run("stdio")
+    """Run on stdio until the client closes the pipe and every request read has been answered
+    (`profan.app.mcp_stdio`: bounded request lines, threads of its own for the wire)."""
+    from mcp.server.stdio import stdio_server
+
+    from profan.app.mcp_stdio import serve_stdio
+
+    server = build_server(roots)
+    lowlevel = server._lowlevel_server  # what `MCPServer.run_stdio_async` runs, on the SDK's own streams
+
+    async def run(lines: Any, writer: Any) -> None:
+        async with stdio_server(stdin=lines, stdout=writer) as (read_stream, write_stream):
+            await lowlevel.run(read_stream, write_stream, lowlevel.create_initialization_options())
+
+    serve_stdio(run)

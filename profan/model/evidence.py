@@ -27,6 +27,7 @@ from typing import Any
 
 from profan import trust
 from profan.model.errors import ProfanInputError
+from profan.model.files import open_regular
 from profan.sources.discover_names import profiler_file_name
 
 MAX_CITED = 20  # locators listed per evidence item; the rest are reachable through `select`
@@ -162,7 +163,7 @@ def read_lines(path: Path, wanted: Iterable[int]) -> dict[int, str]:
     out: dict[int, str] = {}
     last = want[-1]
     targets = set(want)
-    with open(path, "rb") as fh:
+    with open_regular(path) as fh:
         for no, raw in enumerate(fh, start=1):
             if no in targets:
                 raw = raw[:-1] if raw.endswith(b"\n") else raw

@@ -14,6 +14,7 @@ import polars as pl
 import tomllib
 
 from profan.model.errors import ProfanInputError
+from profan.model.files import open_regular
 from profan.model.findings import SEVERITIES, Severity
 from profan.rulepack.classify import MATCH_FIELDS  # the fields a rule may match: the engine's
 from profan.rulepack.limits import Limits, defaults
@@ -120,7 +121,7 @@ def _validate_regex(path: Path | str, what: str, pattern: str) -> None:
 def load_toml(path: Path, what: str = "rules file") -> dict[str, Any]:
     """A TOML file of the rule pack (rules, checks, hardware priors); unreadable or invalid -> one-line error."""
     try:
-        with open(path, "rb") as fh:
+        with open_regular(path) as fh:
             return tomllib.load(fh)
     except OSError as exc:
         raise ProfanInputError(path, f"cannot read {what}: {exc.strerror or exc}") from None

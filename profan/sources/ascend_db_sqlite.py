@@ -15,6 +15,7 @@ from pathlib import Path
 import polars as pl
 
 from profan.model.errors import ProfanInputError
+from profan.model.files import open_regular
 
 SQLITE_MAGIC = b"SQLite format 3\x00"
 
@@ -34,7 +35,7 @@ def is_sqlite(path: Path) -> bool:
 
 
 def _head(path: Path) -> bytes:
-    with open(path, "rb") as fh:
+    with open_regular(path) as fh:
         return fh.read(len(SQLITE_MAGIC))
 
 

@@ -9,6 +9,8 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+from profan.model.files import open_regular
+
 
 def platform_version(rank_dir: Path) -> int | None:
     if not rank_dir.is_dir():
@@ -16,7 +18,8 @@ def platform_version(rank_dir: Path) -> int | None:
     for pattern in ("device_*/info.json*", "PROF_*/device_*/info.json*"):
         for path in sorted(rank_dir.glob(pattern)):
             try:
-                doc = json.loads(path.read_bytes())
+                with open_regular(path) as fh:
+                    doc = json.loads(fh.read())
                 return int(doc["platform_version"])
             except (OSError, ValueError, KeyError, TypeError, OverflowError):  # OverflowError: Infinity
                 continue

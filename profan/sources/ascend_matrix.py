@@ -25,6 +25,7 @@ import msgspec
 import polars as pl
 
 from profan.model.evidence import make_pointer
+from profan.model.files import open_regular
 from profan.rulepack import limits
 from profan.sources import ascend_comm
 from profan.sources.ascend_meta import Metadata, double_hash
@@ -132,7 +133,8 @@ def _typed_entries(path: Path) -> tuple[list[ascend_comm.Entry], int] | None:
     and words. Decoding only what is used is what makes this the fast way: three quarters of a current
     matrix are entries that are only counted, and their links are never made into Python objects."""
     try:
-        data = path.read_bytes()
+        with open_regular(path) as fh:
+            data = fh.read()
         if not data.isascii():
             data.decode("utf-8")  # msgspec checks only the text it decodes, not the text it skips
         doc = _DOCUMENT.decode(data)

@@ -10,11 +10,12 @@ from typing import Any
 import msgspec
 
 from profan.model.errors import TOO_DEEP, ProfanInputError
+from profan.model.files import open_regular
 
 
 def load_json(path: Path) -> Any:
     try:
-        with open(path, "rb") as fh:
+        with open_regular(path) as fh:
             raw = fh.read()
     except OSError as exc:
         raise ProfanInputError(path, f"cannot read: {exc.strerror or exc}") from None

@@ -33,6 +33,8 @@ from typing import TYPE_CHECKING, Any
 
 import polars as pl
 
+from profan.model.files import open_regular
+
 if TYPE_CHECKING:  # kernel-file callers need no trace reader (nor pyarrow, which it imports)
     from profan.sources.chrome_trace import Trace
 
@@ -70,7 +72,7 @@ def _key(path: Path, variant: str) -> str | None:
     if not stat.S_ISREG(st.st_mode):  # a FIFO would block the read below
         return None
     h = hashlib.sha256(json.dumps([str(path.resolve()), st.st_size, st.st_mtime_ns, SCHEMA_VERSION, variant]).encode())
-    with path.open("rb") as fh:
+    with open_regular(path) as fh:
         h.update(fh.read(EDGE_BYTES))
         fh.seek(max(0, st.st_size - EDGE_BYTES))
         h.update(fh.read(EDGE_BYTES))

@@ -12,6 +12,7 @@ from pathlib import Path
 import polars as pl
 
 from profan.model.errors import ProfanInputError
+from profan.model.files import check_regular, open_regular
 from profan.rulepack import limits
 
 NULL_TOKENS = ("", "N/A", "NA", "n/a", "null", "None")
@@ -28,7 +29,7 @@ def header_cells(path: Path) -> list[str]:
     longer than ``max_line_bytes`` is refused (`too_long`): no more than that much of it is read."""
     most = limits.active().max_line_bytes
     try:
-        with open(path, "rb") as fh:
+        with open_regular(path) as fh:
             first = fh.readline(most + 1)
     except OSError as exc:
         raise ProfanInputError(path, f"cannot read: {exc.strerror or exc}") from None
@@ -143,7 +144,7 @@ def _count_lines(path: str, size: int, _mtime_ns: int, most: int) -> tuple[int, 
     n = 0
     pos = line_start = 0  # file offsets of buf[0] and of the current line's first byte
     last = 10
-    with open(path, "rb", buffering=0) as fh:
+    with open_regular(path) as fh:
         while k := fh.readinto(buf):
             if last == 13 and buf[0] != 10:
                 return n, _lone_cr(n + 1)
@@ -183,7 +184,7 @@ def record_start_lines(path: Path) -> list[int]:
     """Physical line (1-based) where each data record starts — the slow, exact path for files whose quoted
     fields contain line breaks. Record 0 is the first data row."""
     starts: list[int] = []
-    with open(path, encoding="utf-8-sig", errors="replace", newline="") as fh:
+    with io.TextIOWrapper(open_regular(path), encoding="utf-8-sig", errors="replace", newline="") as fh:
         reader = csv.reader(fh)
         prev = 0
         for i, _row in enumerate(reader):
@@ -225,6 +226,7 @@ def scan_text_csv(
         **{as_written.get(c, c): pl.Categorical() for c in categorical},
         **{as_written.get(c, c): pl.Float64() for c in floats},
     }
+    check_regular(path)  # polars opens it itself: a FIFO swapped in since the walk must not block it
     scan = pl.scan_csv(
         path,
         glob=False,  # the path as named: "run[1]" or "job_*" is a folder name, never a pattern over its neighbours
@@ -244,7 +246,7 @@ def small_csv(path: Path) -> tuple[list[str], list[tuple[int, list[str]]]]:
     its line numbers are not the lines evidence cites)."""
     check_lines(path)
     try:
-        with open(path, encoding="utf-8-sig", errors="replace", newline="") as fh:
+        with io.TextIOWrapper(open_regular(path), encoding="utf-8-sig", errors="replace", newline="") as fh:
             data = fh.read()
     except OSError as exc:  # unreadable, or a folder of that name
         raise ProfanInputError(path, f"cannot read: {exc.strerror or exc}") from None

@@ -12,6 +12,7 @@ import re
 import zlib
 from pathlib import Path
 
+from profan.model.files import open_regular
 from profan.rulepack import roles
 
 _SNIFF_BYTES = 1 << 16
@@ -34,9 +35,9 @@ def rank_in_name(kind: str) -> re.Pattern[str]:
 def _trace_head(path: Path) -> bytes:
     """The first 64 KiB of a (possibly gzipped) trace; raises OSError/EOFError/zlib errors on unreadable files."""
     if path.name.endswith(".gz"):
-        with gzip.open(path, "rb") as fh:
+        with open_regular(path) as raw, gzip.GzipFile(fileobj=raw) as fh:
             return fh.read(_SNIFF_BYTES)
-    with open(path, "rb") as fh:
+    with open_regular(path) as fh:
         return fh.read(_SNIFF_BYTES)
 
 
@@ -84,7 +85,7 @@ def read_json_quiet(path: Path) -> dict | None:
     try:
         if path.stat().st_size > SIDE_FILE_BYTES:
             return None
-        with open(path, "rb") as fh:
+        with open_regular(path) as fh:
             data = json.loads(fh.read())
         return data if isinstance(data, dict) else None
     except (OSError, ValueError, RecursionError):

@@ -26,6 +26,7 @@ from typing import Any
 import msgspec
 
 from profan.model.errors import ProfanInputError
+from profan.model.files import open_regular
 from profan.rulepack import limits
 
 CHUNK_BYTES = 8 << 20  # event-array text per chunk: bounds the per-chunk spans, NDJSON copy and parse
@@ -102,7 +103,7 @@ def read_bytes(path: Path) -> bytearray:
     the growth of a .gz that inflates more than its trailer or `_Inflation.first_size` allows for).
     """
     try:
-        with open(path, "rb") as fh:
+        with open_regular(path) as fh:
             gz = path.name.endswith(".gz")
             if gz and fh.read(2) != b"\x1f\x8b":
                 raise ProfanInputError(path, "named .gz but is not gzip-compressed (no gzip header)")
@@ -129,7 +130,7 @@ def trace_text(path: Path) -> bytearray | mmap.mmap:
     if path.name.endswith(".gz"):
         return read_bytes(path)
     try:
-        with open(path, "rb") as fh:
+        with open_regular(path) as fh:
             st = os.fstat(fh.fileno())
             if st.st_size < max(MAP_FROM, 1) or not stat.S_ISREG(st.st_mode):
                 return read_bytes(path)
