@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import os
 from dataclasses import replace
 from pathlib import Path
 from typing import Any
@@ -14,6 +15,7 @@ from profan.model.files import open_regular
 from profan.model.findings import Finding
 from profan.model.report import Report, from_dict
 from profan.ranks.kernel_pass import _with_neighbors
+from profan.rulepack import limits
 from profan.sources import ascend_db_rows
 from profan.sources.discover import base_dir
 from profan.trust import report_root
@@ -29,6 +31,7 @@ def load_report_or_analyze(path: Path, root: Path | None = None) -> tuple[Report
     if is_report:
         try:
             with open_regular(path, "report") as fh:
+                limits.check_size(path, os.fstat(fh.fileno()).st_size, "max_report_bytes", "a report")
                 doc = json.loads(fh.read().decode("utf-8"))
             if not isinstance(doc, dict):
                 raise ValueError(f"a JSON {type(doc).__name__}, not an object")

@@ -24,6 +24,12 @@ class Limits:
     max_ranks: int
     max_depth: int
     max_entries: int
+    max_trace_bytes: int
+    max_csv_bytes: int
+    max_side_file_bytes: int
+    max_db_bytes: int
+    max_rules_bytes: int
+    max_report_bytes: int
 
     def override(self, table: dict[str, Any], source: str | Path) -> Limits:
         """These limits with a rules file's ``[limits]`` on top; an unknown name or a value that is no positive
@@ -56,6 +62,18 @@ _active: Limits | None = None
 def active() -> Limits:
     """The limits of the analysis running in this process (the rule pack's defaults before any was set)."""
     return _active or defaults()
+
+
+def check_size(path: str | Path, size: int, name: str, what: str, bounds: Limits | None = None) -> None:
+    """Refuse, in one line naming the bound and how to raise it, a file of ``size`` bytes (its ``os.stat`` size,
+    known before any byte is read) past the bound ``name`` of the active limits (or ``bounds``)."""
+    most = getattr(bounds or active(), name)
+    if size > most:
+        raise ProfanInputError(
+            path,
+            f"is {size:,} bytes, more than {what} may be ({name} = {most:,}); if it is real, raise the bound "
+            "under [limits] in a rules file (--rules FILE)",
+        )
 
 
 def use(limits: Limits) -> None:

@@ -6,6 +6,7 @@ The engine knows nothing about kernels; everything it needs to decide a bucket o
 from __future__ import annotations
 
 import functools
+import os
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -17,7 +18,7 @@ from profan.model.errors import ProfanInputError
 from profan.model.files import open_regular
 from profan.model.findings import SEVERITIES, Severity
 from profan.rulepack.classify import MATCH_FIELDS  # the fields a rule may match: the engine's
-from profan.rulepack.limits import Limits, defaults
+from profan.rulepack.limits import Limits, check_size, defaults
 from profan.rulepack.paths import rules_dir
 from profan.rulepack.roles import Roles
 from profan.rulepack.roles import defaults as default_roles
@@ -122,6 +123,9 @@ def load_toml(path: Path, what: str = "rules file") -> dict[str, Any]:
     """A TOML file of the rule pack (rules, checks, hardware priors); unreadable or invalid -> one-line error."""
     try:
         with open_regular(path) as fh:
+            if not Path(path).resolve().is_relative_to(rules_dir().resolve()):  # the shipped pack holds the bounds
+                size = os.fstat(fh.fileno()).st_size
+                check_size(path, size, "max_rules_bytes", f"a {what}", bounds=defaults())
             return tomllib.load(fh)
     except OSError as exc:
         raise ProfanInputError(path, f"cannot read {what}: {exc.strerror or exc}") from None

@@ -16,6 +16,7 @@ import polars as pl
 
 from profan.model.errors import ProfanInputError
 from profan.model.files import open_regular
+from profan.rulepack import limits
 
 SQLITE_MAGIC = b"SQLite format 3\x00"
 
@@ -141,6 +142,7 @@ class Db:
 
 def open_db(path: Path) -> Db:
     """The DB with the tables the kernel rows need checked (names in the error); the schema version noted."""
+    limits.check_size(path, path.stat().st_size, "max_db_bytes", "a profiler database")
     conn = connect(path)
     try:
         tables = schema(conn)

@@ -17,6 +17,7 @@ Every row keeps the RFC 6901 pointer of its link object, the evidence locator.
 
 from __future__ import annotations
 
+import os
 import re
 from collections.abc import Iterable
 from pathlib import Path
@@ -134,6 +135,7 @@ def _typed_entries(path: Path) -> tuple[list[ascend_comm.Entry], int] | None:
     matrix are entries that are only counted, and their links are never made into Python objects."""
     try:
         with open_regular(path) as fh:
+            limits.check_size(path, os.fstat(fh.fileno()).st_size, "max_side_file_bytes", "a JSON side file")
             data = fh.read()
         if not data.isascii():
             data.decode("utf-8")  # msgspec checks only the text it decodes, not the text it skips

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import os
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -11,11 +12,13 @@ import msgspec
 
 from profan.model.errors import TOO_DEEP, ProfanInputError
 from profan.model.files import open_regular
+from profan.rulepack import limits
 
 
 def load_json(path: Path) -> Any:
     try:
         with open_regular(path) as fh:
+            limits.check_size(path, os.fstat(fh.fileno()).st_size, "max_side_file_bytes", "a JSON side file")
             raw = fh.read()
     except OSError as exc:
         raise ProfanInputError(path, f"cannot read: {exc.strerror or exc}") from None

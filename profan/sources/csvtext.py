@@ -30,6 +30,7 @@ def header_cells(path: Path) -> list[str]:
     most = limits.active().max_line_bytes
     try:
         with open_regular(path) as fh:
+            limits.check_size(path, os.fstat(fh.fileno()).st_size, "max_csv_bytes", "a CSV file")
             first = fh.readline(most + 1)
     except OSError as exc:
         raise ProfanInputError(path, f"cannot read: {exc.strerror or exc}") from None
@@ -114,6 +115,7 @@ def _line_pass(path: Path) -> int:
     most = limits.active().max_line_bytes
     try:
         st = os.stat(path)
+        limits.check_size(path, st.st_size, "max_csv_bytes", "a CSV file")
         lines, problem = _count_lines(str(path), st.st_size, st.st_mtime_ns, most)
     except OSError as exc:
         raise ProfanInputError(path, f"cannot read: {exc.strerror or exc}") from None
@@ -244,6 +246,11 @@ def small_csv(path: Path) -> tuple[list[str], list[tuple[int, list[str]]]]:
     """Read a small CSV fully with exact line numbers: (header, [(line, cells), …]). For step/statistic files.
     `check_lines` first: the whole file is read, and the csv module would take a lone CR for a line end (then
     its line numbers are not the lines evidence cites)."""
+    try:
+        size = os.stat(path).st_size
+    except OSError:
+        size = 0  # the open below says what is wrong
+    limits.check_size(path, size, "max_side_file_bytes", "a CSV file read whole")
     check_lines(path)
     try:
         with io.TextIOWrapper(open_regular(path), encoding="utf-8-sig", errors="replace", newline="") as fh:

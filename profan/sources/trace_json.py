@@ -63,22 +63,32 @@ RATIO_FROM = 64 << 20  # `max_inflate_ratio` applies once the output passes this
 @dataclass
 class _Inflation:
     """The bounds a .gz is decompressed under: ``max_inflated_bytes`` in all, and past `RATIO_FROM` of output
-    ``max_inflate_ratio`` times the file's size on disk. Checked after every block, so a decompression bomb is
-    stopped within a block of the bound, never inflated to the end."""
+    ``max_inflate_ratio`` times the compressed bytes read so far (``raw``'s position). Checked after every block,
+    so a decompression bomb is stopped within a block of `RATIO_FROM`, while its output is still small: the
+    ratio of the whole file on disk would let a 15 MB bomb inflate to 1.5 GB before it is refused."""
 
     path: Path
     disk: int  # the file's size on disk
+    raw: Any = None  # the compressed file being read: its position is the compressed bytes consumed
 
     def __post_init__(self) -> None:
         lim = limits.active()
         self.most, self.ratio = lim.max_inflated_bytes, lim.max_inflate_ratio
         self.cap = min(self.most, max(RATIO_FROM, self.ratio * self.disk))  # the most output `check` lets pass
+        self.planned = 0  # the buffer `first_size` chose; allocated only once the ratio has been seen to hold
 
     def first_size(self, hint: int) -> int:
         """The buffer to start with: the trailer's size only as far as the compressed size makes it plausible
-        (a crafted trailer claims 4 GiB for a few hundred bytes), never past the bounds; a real trace that
-        inflates more grows the buffer as it goes."""
-        return min(hint, self.disk * PREALLOC_RATIO, self.cap + 1)
+        (a crafted trailer claims 4 GiB for a few hundred bytes), never past the bounds, and no more than
+        `RATIO_FROM` and a block until the output has shown a plausible ratio (`grown`)."""
+        self.planned = min(hint, self.disk * PREALLOC_RATIO, self.cap + 1)
+        return min(self.planned, RATIO_FROM + BLOCK)
+
+    def grown(self, have: int, more: int) -> int:
+        """How much to add to a full buffer of ``have`` bytes: up to the planned size at once, else ``more``,
+        never past what the bounds let through (then `check` raises)."""
+        want = self.planned - have if self.planned > have else more
+        return max(1, min(want, self.cap + 1 - have))
 
     def check(self, n: int) -> None:
         fix = "; if the trace is real, raise it under [limits] in a rules file (--rules FILE)"
@@ -86,12 +96,21 @@ class _Inflation:
             raise ProfanInputError(
                 self.path, f"decompresses to more than {self.most:,} bytes, the bound max_inflated_bytes{fix}"
             )
-        if n > RATIO_FROM and n > self.ratio * self.disk:
+        if n <= RATIO_FROM:
+            return
+        if n > self.ratio * self.disk:
             raise ProfanInputError(
                 self.path,
                 f"decompresses to more than {self.ratio} times its {self.disk:,} "
                 f"bytes on disk (max_inflate_ratio), as a decompression bomb does"
                 f"{fix}",
+            )
+        done = self.raw.tell() if self.raw is not None else self.disk
+        if n > self.ratio * max(done, 1):
+            raise ProfanInputError(
+                self.path,
+                f"decompresses to more than {self.ratio} times the {done:,} compressed bytes read so far "
+                f"(max_inflate_ratio), as a decompression bomb does{fix}",
             )
 
 
@@ -108,9 +127,10 @@ def read_bytes(path: Path) -> bytearray:
             if gz and fh.read(2) != b"\x1f\x8b":
                 raise ProfanInputError(path, "named .gz but is not gzip-compressed (no gzip header)")
             disk = os.fstat(fh.fileno()).st_size
+            limits.check_size(path, disk, "max_trace_bytes", "a trace")
             if not gz:
                 return _fill(fh, disk)
-            bound = _Inflation(path, disk)
+            bound = _Inflation(path, disk, fh)
             size = bound.first_size(_gzip_size_hint(fh))
             try:
                 return _fill(gzip.GzipFile(fileobj=fh), size, bound)
@@ -134,6 +154,7 @@ def trace_text(path: Path) -> bytearray | mmap.mmap:
             st = os.fstat(fh.fileno())
             if st.st_size < max(MAP_FROM, 1) or not stat.S_ISREG(st.st_mode):
                 return read_bytes(path)
+            limits.check_size(path, st.st_size, "max_trace_bytes", "a trace")
             mapped = mmap.mmap(fh.fileno(), 0, access=mmap.ACCESS_READ)
     except OSError as exc:
         raise ProfanInputError(path, f"cannot read: {exc.strerror or exc}") from None
@@ -152,13 +173,19 @@ def _flat(piece: bytes) -> bytes:
     return piece.translate(_FLATTEN) if piece.find(b"\n") != -1 or piece.find(b"\r") != -1 else piece
 
 
+def _zeros(count: int) -> mmap.mmap:
+    """``count`` zero bytes to extend a buffer with, from pages never written (the kernel's zero page): unlike
+    ``bytes(count)`` they cost no memory of their own while the buffer copies them."""
+    return mmap.mmap(-1, max(count, 1))
+
+
 def _fill(src, size: int, bound: _Inflation | None = None) -> bytearray:
     buf = bytearray(max(size, 1) + 1)
     n = 0
     while True:
         if n == len(buf):  # grown by half, but never past what the bounds let through (then `check` raises)
             more = len(buf) // 2 + BLOCK
-            buf.extend(bytes(more if bound is None else max(1, min(more, bound.cap + 1 - n))))
+            buf.extend(_zeros(more if bound is None else bound.grown(n, more)))
         with memoryview(buf) as mv:
             k = src.readinto(mv[n : n + BLOCK])
             if not k:
