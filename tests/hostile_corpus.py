@@ -27,7 +27,9 @@ import os
 import re
 import secrets
 import shutil
+import stat
 import statistics
+import threading
 import zipfile
 import zlib
 from collections.abc import Callable, Sequence
@@ -2446,6 +2448,212 @@ def make_evidence_file_replaced_fifo(dst: Path) -> Case:
     )
 
 
+# -- round 2: outputs that are no regular file, inputs that would block or grow without bound
+
+
+def _node(path: Path | str) -> tuple[int, int]:
+    st = os.lstat(path)
+    return stat.S_IFMT(st.st_mode), st.st_rdev
+
+
+def still_node(path: Path | str, node: tuple[int, int]) -> Check:
+    """The target is still the node it was (a device is not replaced by a regular file)."""
+
+    def check(res: Result) -> None:
+        if _node(path) != node:
+            _fail(res, f"{path} was {node}, is now {_node(path)}")
+
+    return check
+
+
+def make_o_dev_null(dst: Path) -> Case:
+    b = _Build(dst)
+    b.qwen()
+    node = _node("/dev/null")
+    steps = [
+        Step(
+            ["analyze", str(b.data), "-q", "-f", fmt, "-o", "/dev/null"],
+            rc=(0,),
+            checks=[still_node("/dev/null", node)],
+        )
+        for fmt in ("md", "xlsx")
+    ]
+    return b.case("o_dev_null", "-o /dev/null, md and xlsx", "exit 0; /dev/null still the same device", steps)
+
+
+def make_o_own_char_devices(dst: Path) -> Case:
+    """Copies of /dev/null and /dev/full in the output folder (mknod needs root)."""
+    b = _Build(dst)
+    b.qwen()
+    null, full = b.out / "null.md", b.out / "full.md"
+    skip = None
+    try:
+        os.mknod(null, stat.S_IFCHR | 0o666, os.makedev(1, 3))
+        os.mknod(full, stat.S_IFCHR | 0o666, os.makedev(1, 7))
+    except PermissionError:
+        skip = "making a device node needs root (o_fifo_reader covers streams)"
+    steps = [
+        Step(["analyze", str(b.data), "-q", "-o", str(null)], rc=(0,)),
+        Step(["analyze", str(b.data), "-q", "-o", str(full)], rc=(2,), checks=[error_names("No space left on device")]),
+    ]
+    return b.case(
+        "o_own_char_devices",
+        "-o onto copies of /dev/null (1, 3) and /dev/full (1, 7)",
+        "null: exit 0; full: exit 2 'No space left'; both still the same devices (the snapshot)",
+        steps,
+        skip=skip,
+    )
+
+
+def make_o_fifo_reader(dst: Path) -> Case:
+    """A FIFO at -o with a reader: the reader gets the very report a regular file gets."""
+    b = _Build(dst)
+    b.qwen()
+    ref, fifo = b.out / "ref.md", b.out / "pipe.md"
+    os.mkfifo(fifo)
+    got: list[bytes] = []
+    reader: list[threading.Thread] = []
+
+    def read_all() -> None:
+        with open(fifo, "rb") as fh:
+            got.append(fh.read())
+
+    def start() -> None:
+        reader.append(threading.Thread(target=read_all, daemon=True))
+        reader[0].start()
+
+    def received(res: Result) -> None:
+        reader[0].join(30)
+        if reader[0].is_alive() or not got or got[0] != ref.read_bytes():
+            _fail(res, f"the FIFO's reader got {len(got[0]) if got else None} bytes, not the report")
+
+    return b.case(
+        "o_fifo_reader",
+        "-o names a FIFO a reader holds open",
+        "exit 0; the reader receives the report a regular file holds; the FIFO still a FIFO (the snapshot)",
+        [
+            Step(["analyze", str(b.data), "-q", "-o", str(ref)], outputs=(ref,), rc=(0,)),
+            Step(["analyze", str(b.data), "-q", "-o", str(fifo)], rc=(0,), checks=[received], before=start),
+        ],
+    )
+
+
+def make_o_fifo_no_reader(dst: Path) -> Case:
+    b = _Build(dst)
+    b.qwen()
+    fifo = b.out / "pipe.md"
+    os.mkfifo(fifo)
+    return b.case(
+        "o_fifo_no_reader",
+        "-o names a FIFO nobody reads",
+        "exit 2 at once 'no process is reading'; the FIFO still a FIFO",
+        [Step(["analyze", str(b.data), "-q", "-o", str(fifo)], rc=(2,), checks=[error_names("no process is reading")])],
+    )
+
+
+def make_o_link_out(dst: Path) -> Case:
+    """-o a link to a file outside (the canary's secret), to nothing outside, and to /proc/self/fd/1."""
+    b = _Build(dst)
+    b.qwen()
+    links = {
+        "to_file.md": b.canary / "secret.txt",
+        "to_nothing.md": b.canary / "new.md",
+        "to_stdout.md": "/proc/self/fd/1",
+    }
+    for name, to in links.items():
+        (b.out / name).symlink_to(to)
+
+    def stdout_or_refused(res: Result) -> None:
+        if res.rc == 0 and not res.stdout.startswith("# profan report"):
+            _fail(res, "exit 0 but the report is not on stdout")
+        if not (b.out / "to_stdout.md").is_symlink():
+            _fail(res, "the link to stdout was replaced")
+
+    steps = [
+        Step(["analyze", str(b.data), "-q", "-o", str(b.out / n)], rc=(2,), checks=[error_names("symbolic link")])
+        for n in ("to_file.md", "to_nothing.md")
+    ]
+    steps.append(Step(["analyze", str(b.data), "-q", "-o", str(b.out / "to_stdout.md")], checks=[stdout_or_refused]))
+    return b.case(
+        "o_link_out",
+        "-o a link to the canary's file, to a missing file beside it, and to /proc/self/fd/1 (stdout is a file here)",
+        "the first two refused in one line, the links and the canary as they were; the third writes the report on "
+        "stdout or is refused (stdout is a regular file: a link to a file), the link kept",
+        steps,
+    )
+
+
+def make_rules_and_hardware_not_files(dst: Path) -> Case:
+    b = _Build(dst)
+    b.qwen()
+    fifo = b.dst / "rules.toml"
+    os.mkfifo(fifo)
+    steps = [
+        b.analyze(None, option, named, rc=(2,), checks=[error_names(str(named), "not a regular file")])
+        for option in ("--rules", "--hardware")
+        for named in (str(fifo), "/dev/zero")
+    ]
+    steps.append(Step(["evidence", str(fifo), "F1"], rc=(2,), checks=[error_names(str(fifo), "regular file")]))
+    return b.case(
+        "rules_and_hardware_not_files",
+        "a FIFO and /dev/zero as --rules and --hardware; the FIFO as the report given to evidence",
+        "each: exit 2 at once naming it 'not a regular file' — never a wait",
+        steps,
+    )
+
+
+def _sparse(path: Path, head: bytes, size: int) -> Path:
+    path.write_bytes(head)
+    os.truncate(path, size)
+    return path
+
+
+def max_rss_mb(most: int) -> Check:
+    def check(res: Result) -> None:
+        if res.maxrss_kb > most << 10:
+            _fail(res, f"peak RSS {res.maxrss_kb >> 10} MB > {most} MB")
+
+    return check
+
+
+def make_sparse_inputs(dst: Path) -> Case:
+    """A 20 GB trace, a 70 GB kernel_details.csv and a 20 MB rules file, sparse (no disk behind them)."""
+    b = _Build(dst)
+    head = b'{"schemaVersion": 1, "traceEvents": [{"ph": "X", "cat": "kernel", "name": "k", "ts": 1, "dur": 2},'
+    (b.data / "t").mkdir()
+    _sparse(b.data / "t" / "big.pt.trace.json", head, 20 << 30)
+    rank = b.qwen()
+    _sparse(rank / KD, (QWEN_R0 / KD).read_bytes()[:4096], 70 << 30)
+    rules = _sparse(b.dst / "big.toml", b"# rules\n", 20 << 20)
+    bound = [error_names("[limits] in a rules file"), max_rss_mb(300)]
+    return b.case(
+        "sparse_inputs",
+        "sparse files: a 20 GB .pt.trace.json, a 70 GB kernel_details.csv, a 20 MB --rules file",
+        "each refused from its size in one line naming its bound (max_trace_bytes, max_csv_bytes, max_rules_bytes); "
+        "peak RSS < 300 MB",
+        [
+            b.analyze(b.data / "t", rc=(2,), checks=[error_names("max_trace_bytes"), *bound]),
+            b.analyze(rank, rc=(2,), checks=[error_names("max_csv_bytes"), *bound]),
+            b.analyze(rank, "--rules", str(rules), rc=(2,), checks=[error_names("max_rules_bytes"), max_rss_mb(300)]),
+        ],
+    )
+
+
+def make_gzip_bomb_15mb(dst: Path) -> Case:
+    """15 MB of gzip members of blanks, inflating to 15 GB: the ratio to the whole file on disk let 1.5 GB through."""
+    b = _Build(dst)
+    blank = zlib.compress(b" " * (1 << 20), 9, wbits=31)
+    bomb = b.data / "bomb.pt.trace.json.gz"
+    head = zlib.compress(b'{"schemaVersion": 1, "traceEvents": [', 9, wbits=31)
+    bomb.write_bytes(head + blank * ((15 << 20) // len(blank)) + zlib.compress(b"]}", 9, wbits=31))
+    return b.case(
+        "gzip_bomb_15mb",
+        "a 15 MB .pt.trace.json.gz inflating to 15 GB",
+        "exit 2 naming max_inflate_ratio once past 64 MiB of output; peak RSS < 400 MB",
+        [b.analyze(rc=(2,), checks=[error_names("bomb.pt.trace.json.gz", "max_inflate_ratio"), max_rss_mb(400)])],
+    )
+
+
 # ------------------------------------------------------------------------------------------------ registry
 
 
@@ -2460,6 +2668,9 @@ HEAVY = frozenset(
         "symlink_to_dev_zero",
         "empty_rank_folders_2000",
         "evidence_file_replaced_fifo",
+        "gzip_bomb_15mb",
+        "sparse_inputs",
+        "o_fifo_reader",
     }
 )
 
