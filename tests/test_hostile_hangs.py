@@ -138,3 +138,11 @@ def test_mcp_answers_other_requests_while_a_slow_analysis_runs(tmp_path):
     order = [r["id"] for r in responses]
     assert sorted(order) == list(range(52)) and order[-1] == 1, order
     assert responses[-1]["result"]["structuredContent"]["schema"].startswith("profan.brief")
+
+
+def test_mcp_exits_after_end_of_input_when_the_request_in_flight_was_cancelled(tmp_path):
+    """A cancelled request may go unanswered: the server does not wait for its answer once stdin is closed."""
+    cancel = {"jsonrpc": "2.0", "method": "notifications/cancelled", "params": {"requestId": 1}}
+    responses, seconds = _serve([*_init(), _call(1, "analyze", {"path": str(QWEN3)}), cancel, _list(2)], QWEN3.parent)
+    got = _by_id(responses)
+    assert set(got) - {1} == {0, 2} and seconds < HANG_S / 2, (sorted(got), seconds)

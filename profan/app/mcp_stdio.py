@@ -62,10 +62,12 @@ class Writer:
                 self.answered += 1
 
     def expect(self, line: bytes) -> None:
-        """Count a request line read (one that carries an id and a method: it will be answered)."""
-        if _is_request(line):
+        """Count a request line read (one that carries an id and a method: it will be answered); a cancellation
+        takes one back (a cancelled request may go unanswered)."""
+        kind = _request_kind(line)
+        if kind:
             with self.lock:
-                self.requests += 1
+                self.requests += 1 if kind == "request" else -1
 
     async def drained(self, within_s: float) -> None:
         """Return once every request counted has been answered, or after ``within_s``."""
@@ -77,12 +79,17 @@ class Writer:
             await anyio.sleep(0.01)
 
 
-def _is_request(line: bytes) -> bool:
+def _request_kind(line: bytes) -> str:
+    """ "request" for a request (it has an id and a method), "cancel" for a cancellation, else ""."""
     try:
         msg = json.loads(line)
     except ValueError:
-        return False
-    return isinstance(msg, dict) and "id" in msg and isinstance(msg.get("method"), str)
+        return ""
+    if not isinstance(msg, dict) or not isinstance(msg.get("method"), str):
+        return ""
+    if "id" in msg:
+        return "request"
+    return "cancel" if msg["method"] == "notifications/cancelled" else ""
 
 
 def _is_response(data: bytes) -> bool:
