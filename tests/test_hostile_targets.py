@@ -292,3 +292,19 @@ def test_skill_install_onto_a_link_is_one_line_and_leaves_its_target(tmp_path, f
     res = run_cli("skill", "install", str(skills), *(["--force"] if force else []))
     assert_one_line_error(res, str(skills / "profan"), "is a symbolic link")
     assert sorted(os.listdir(outside)) == ["keep.txt"] and (skills / "profan").is_symlink()
+
+
+def test_a_stream_without_an_extension_takes_the_default_format(tmp_path):
+    """``-o /dev/stdout`` or a FIFO named ``pipe`` says no format: like stdout it gets Markdown (a regular file
+    without an extension is still refused: a report.xlsx holding Markdown is worse than an error)."""
+    data = _data(tmp_path)
+    fifo = tmp_path / "pipe"
+    os.mkfifo(fifo)
+    reader = Reader(lambda: open(fifo, "rb"))  # noqa: SIM115
+    reader.start()
+    res = run_cli("analyze", str(data), "-q", "-o", str(fifo))
+    assert res.returncode == 0, res.stderr
+    assert reader.received() == _file_report(tmp_path, data, "md")
+    assert run_cli("analyze", str(data), "-q", "-o", "/dev/null").returncode == 0
+    res = run_cli("analyze", str(data), "-q", "-o", str(tmp_path / "noext"))
+    assert_one_line_error(res, "cannot tell the format from a name without an extension")

@@ -187,7 +187,8 @@ def _detail(report) -> None:
 
 
 def _output_format(fmt: str | None, out: Path | None, default: str, what: str) -> str:
-    """The format to write: -f, else the -o file's extension, else ``default``. A -f that contradicts a known
+    """The format to write: -f, else the -o file's extension, else ``default`` (also for a stream such as
+    ``/dev/stdout``, whose name has none). A -f that contradicts a known
     extension, or an -o whose extension names no format, is refused before any work (a report.xlsx holding
     Markdown is worse than an error); html and xlsx are files, so without -o nothing is written unasked."""
     from profan.render import FORMATS
@@ -195,7 +196,7 @@ def _output_format(fmt: str | None, out: Path | None, default: str, what: str) -
     if fmt is not None and fmt not in FORMATS:
         _bad(f"unknown format {fmt!r}; use one of {', '.join(FORMATS)}")
     implied = EXTENSIONS.get(out.suffix.lower()) if out is not None else None
-    if out is not None and fmt is None and implied is None:
+    if out is not None and fmt is None and implied is None and not _is_stream(out):
         ext = f"its extension {out.suffix!r}" if out.suffix else "a name without an extension"
         _bad(f"-o {out}: cannot tell the format from {ext}; name the file {', '.join(EXTENSIONS)}, or pass -f")
     if fmt is not None and implied is not None and fmt != implied:
@@ -204,6 +205,17 @@ def _output_format(fmt: str | None, out: Path | None, default: str, what: str) -
     if fmt in ("html", "xlsx") and out is None:
         _bad(f"the {fmt} {what} is a file: name it with -o, e.g. -o {what}.{fmt} (nothing is written unasked)")
     return fmt
+
+
+def _is_stream(out: Path) -> bool:
+    """Whether -o is a FIFO, terminal or device (``/dev/stdout``, ``/dev/null``): its name says no format, and
+    like stdout it takes the default one."""
+    from profan.app import output
+
+    try:
+        return output.target_kind(out) == output.STREAM
+    except ProfanInputError:
+        return False  # `check_target` says what is wrong with it
 
 
 def _cli_jobs(jobs: int | None) -> int | None:
