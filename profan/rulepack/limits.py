@@ -24,6 +24,7 @@ class Limits:
     max_ranks: int
     max_depth: int
     max_entries: int
+    max_string_bytes: int
 
     def override(self, table: dict[str, Any], source: str | Path) -> Limits:
         """These limits with a rules file's ``[limits]`` on top; an unknown name or a value that is no positive
