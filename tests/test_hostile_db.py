@@ -136,3 +136,36 @@ def test_a_wal_beside_the_db_is_applied(tmp_path):
     assert rep.breakdown["time_us"].sum() == pytest.approx(ns / 1000, rel=1e-9)
     assert any(f"{db.name}-wal beside it applied" in w for w in rep.warnings), rep.warnings
     assert after == before
+
+
+def test_a_hot_journal_beside_the_db_is_rolled_back(tmp_path):
+    """A copy taken mid-transaction (the deletes of every TASK and COMPUTE_TASK_INFO row spilled into the file,
+    their pages' old content in a hot ``-journal``): the file alone holds no kernel, SQLite rolls the journal back
+    and holds them all; the report counts what SQLite holds, and says the journal was applied."""
+    writer_dir = tmp_path / "writer"
+    shutil.copytree(DB_SET / "rank0_ascend_pt", writer_dir)
+    db = writer_dir / OUT / "ascend_pytorch_profiler_0.db"
+    rank = tmp_path / "data" / "rank0_ascend_pt"
+    writer = sqlite3.connect(db, isolation_level=None)
+    try:
+        writer.execute("PRAGMA journal_mode=DELETE")
+        writer.execute("PRAGMA cache_size=1")  # the changed pages go to the file before any commit
+        (count, ns) = writer.execute(STEP_KERNELS).fetchone()
+        writer.execute("BEGIN")
+        writer.execute("DELETE FROM TASK WHERE rowid > 0")
+        writer.execute("DELETE FROM COMPUTE_TASK_INFO WHERE rowid > 0")
+        assert Path(f"{db}-journal").stat().st_size > 0
+        shutil.copytree(writer_dir, rank)
+        writer.execute("ROLLBACK")
+    finally:
+        writer.close()
+    copied = rank / OUT / db.name
+    immutable = sqlite3.connect(f"{copied.as_uri()}?mode=ro&immutable=1", uri=True)
+    (stale, _) = immutable.execute(STEP_KERNELS).fetchone()
+    immutable.close()
+    assert stale < count  # the file alone lost the compute tasks
+    rep = profan.analyze(rank)
+    assert rep.breakdown["kernels"].sum() == count
+    assert rep.breakdown["time_us"].sum() == pytest.approx(ns / 1000, rel=1e-9)
+    assert any(f"{db.name}-journal beside it applied" in w for w in rep.warnings), rep.warnings
+    assert sorted(p.name for p in copied.parent.iterdir()) == sorted(["analysis.db", db.name, f"{db.name}-journal"])
