@@ -2462,6 +2462,28 @@ def still_node(path: Path | str, node: tuple[int, int]) -> Check:
     def check(res: Result) -> None:
         if _node(path) != node:
             _fail(res, f"{path} was {node}, is now {_node(path)}")
+# -- round 2: DB exports, numbers, byte-order marks, content of files that are no profiler files, names
+
+
+ALEXNET_DB = FIXTURES / "ascend" / "msinsight-alexnet-2rank-2025-db" / "level1" / "rank0_ascend_pt"
+ALEXNET_TEXT = FIXTURES / "ascend" / "msinsight-alexnet-2rank-2025" / "level0"
+DB0 = f"{OUT}/ascend_pytorch_profiler_0.db"
+DB_STEP_KERNELS = """
+SELECT count(*) FROM (
+  SELECT t.startNs s FROM TASK t JOIN COMPUTE_TASK_INFO c ON c.globalTaskId = t.globalTaskId
+  UNION ALL SELECT startNs FROM COMMUNICATION_OP)
+WHERE s BETWEEN (SELECT startNs FROM STEP_TIME) AND (SELECT endNs FROM STEP_TIME)"""
+
+
+def kernels_are(n: int) -> Check:
+    """On exit 0, the report's breakdown counts ``n`` kernels (what SQLite says the database holds)."""
+
+    def check(res: Result) -> None:
+        if res.rc != 0:
+            return
+        got = sum(int(r.get("kernels") or 0) for r in (res.report() or {}).get("breakdown") or [])
+        if got != n:
+            _fail(res, f"the report counts {got} kernels; the database holds {n}")
 
     return check
 
@@ -2635,6 +2657,95 @@ def make_sparse_inputs(dst: Path) -> Case:
             b.analyze(b.data / "t", rc=(2,), checks=[error_names("max_trace_bytes"), *bound]),
             b.analyze(rank, rc=(2,), checks=[error_names("max_csv_bytes"), *bound]),
             b.analyze(rank, "--rules", str(rules), rc=(2,), checks=[error_names("max_rules_bytes"), max_rss_mb(300)]),
+def no_nan_in(path: Path) -> Check:
+    """On exit 0, no nan / inf word in the written text report but in the lines that say what was skipped."""
+
+    def check(res: Result) -> None:
+        if res.rc != 0:
+            return
+        text = path.read_text(encoding="utf-8")
+        bad = [x for x in text.splitlines() if re.search(r"\b(nan|inf)\b", x, re.I) and "skipped" not in x]
+        if bad:
+            _fail(res, f"{path.name} shows {bad[0][:160]!r}")
+
+    return check
+
+
+def make_db_string_300mb(dst: Path) -> Case:
+    import sqlite3
+
+    b = _Build(dst)
+    rank = Path(shutil.copytree(ALEXNET_DB, b.data / ALEXNET_DB.name))
+    conn = sqlite3.connect(rank / DB0)
+    try:
+        (nid,) = conn.execute("SELECT name FROM COMPUTE_TASK_INFO GROUP BY name ORDER BY count(*) DESC").fetchone()
+        conn.execute("UPDATE STRING_IDS SET value = ? WHERE id = ?", ("A" * 300_000_000, nid))
+        conn.commit()
+    finally:
+        conn.close()
+    return b.case(
+        "db_string_300mb",
+        "a DB export whose most frequent kernel name in STRING_IDS is 300 MB of text",
+        "exit 0 in bounded memory, the value cut at max_string_bytes and counted in a warning naming STRING_IDS",
+        [b.analyze(rc=(0,), checks=[said("STRING_IDS", "max_string_bytes")])],
+    )
+
+
+def make_db_wal_deletes(dst: Path) -> Case:
+    import sqlite3
+
+    b = _Build(dst)
+    src = b.dst / "writer"
+    shutil.copytree(ALEXNET_DB, src)
+    rank = b.data / ALEXNET_DB.name
+    conn = sqlite3.connect(src / DB0)
+    try:  # the deletes stay in the WAL: no checkpoint, and the files are copied while the writer is open
+        conn.execute("PRAGMA journal_mode=WAL")
+        conn.execute("PRAGMA wal_autocheckpoint=0")
+        conn.execute(
+            "DELETE FROM TASK WHERE rowid IN (SELECT t.rowid FROM TASK t "
+            "JOIN COMPUTE_TASK_INFO c USING (globalTaskId) ORDER BY t.rowid LIMIT 100)"
+        )
+        conn.commit()
+        (held,) = conn.execute(DB_STEP_KERNELS).fetchone()
+        shutil.copytree(src, rank, ignore=shutil.ignore_patterns("*-shm"))
+    finally:
+        conn.close()
+    shutil.rmtree(src)
+    return b.case(
+        "db_wal_deletes",
+        f"a DB export with a -wal beside it holding the commit of 100 deleted TASK rows ({held} kernels left)",
+        "the WAL applied (or exit 2 naming it): the report counts the rows the database holds, and says so",
+        [b.analyze(checks=[kernels_are(held), said("-wal")])],
+    )
+
+
+def _nan_columns(path: Path) -> int:
+    """NaN in every column of numbers, one data row each (column k: row 3k); how many columns were hit."""
+    with open(path, encoding="utf-8", newline="") as fh:
+        rows = list(csv.reader(fh))
+    header, data = rows[0], rows[1:]
+    numeric = [j for j in range(len(header)) if all(j < len(r) and ref_duration(r[j]) is not None for r in data[:5])]
+    for k, j in enumerate(numeric):
+        data[(3 * k) % len(data)][j] = "NaN"
+    buf = io.StringIO()
+    csv.writer(buf, lineterminator="\n").writerows([header, *data])
+    path.write_text(buf.getvalue())
+    return len(numeric)
+
+
+def make_nan_every_numeric_column(dst: Path) -> Case:
+    b = _Build(dst)
+    rank = b.qwen()
+    hit = {n: _nan_columns(rank / OUT / n) for n in ("kernel_details.csv", "op_statistic.csv", "step_trace_time.csv")}
+    md = b.out / "report.md"
+    return b.case(
+        "nan_every_numeric_column",
+        f"NaN in every numeric column (a row each) of kernel_details.csv, op_statistic.csv, step_trace_time.csv {hit}",
+        "the rows profan sums skipped and counted (kernel_details: Step Id and Duration rows), no nan in the Markdown",
+        [
+            b.analyze(checks=[skipped_rows("kernel_details", "kernel_details.csv", 2, 2463), said("op_statistic.csv")]),
+            b.analyze(fmt="md", out=md, rc=(0,), checks=[no_nan_in(md)]),
         ],
     )
 
@@ -2651,6 +2762,97 @@ def make_gzip_bomb_15mb(dst: Path) -> Case:
         "a 15 MB .pt.trace.json.gz inflating to 15 GB",
         "exit 2 naming max_inflate_ratio once past 64 MiB of output; peak RSS < 400 MB",
         [b.analyze(rc=(2,), checks=[error_names("bomb.pt.trace.json.gz", "max_inflate_ratio"), max_rss_mb(400)])],
+def make_comm_nan_transit(dst: Path) -> Case:
+    b = _Build(dst)
+    f = b.qwen() / OUT / "communication.json"
+    text, n = re.subn(r'("Transit Time\(ms\)": )[0-9.eE+-]+', lambda m: m.group(1) + "NaN", f.read_text(), count=6)
+    f.write_text(text)
+    md = b.out / "report.md"
+    return b.case(
+        "comm_nan_transit",
+        f"communication.json with NaN as the first {n} 'Transit Time(ms)' values (time and bandwidth info)",
+        "the ops skipped and counted in a warning naming communication.json; no nan in the Markdown",
+        [
+            b.analyze(checks=[said("communication.json", "skipped")]),
+            b.analyze(fmt="md", out=md, checks=[no_nan_in(md)]),
+        ],
+    )
+
+
+def make_bom_every_csv(dst: Path) -> Case:
+    b = _Build(dst)
+    plain = Path(shutil.copytree(ALEXNET_TEXT, b.dst / "plain"))
+    marked = Path(shutil.copytree(ALEXNET_TEXT, b.data / "level0"))
+    csvs = sorted(marked.rglob("*.csv"))
+    for p in csvs:
+        _bom(p)
+    r1, r2 = b.out / "plain.json", b.out / "bom.json"
+
+    def same(res: Result) -> None:
+        docs = []
+        for path, root in ((r1, plain), (r2, marked)):
+            doc = json.loads(path.read_text(encoding="utf-8"))
+            doc.get("meta", {}).pop("timings_s", None)
+            for key in ("root", "root_abs", "root_seal", "file_bytes"):
+                doc.get("source", {}).pop(key, None)
+            docs.append(json.dumps(doc, sort_keys=True).replace(str(root), "ROOT"))
+        if docs[0] != docs[1]:
+            _fail(res, "the report of the files with a BOM differs from the one without")
+
+    return b.case(
+        "bom_every_csv",
+        f"the AlexNet level0 capture with a UTF-8 BOM on each of its {len(csvs)} CSVs (kernel, step, op, memory)",
+        "exit 0 and the same JSON report as without the BOMs (rows read included), timings and paths aside",
+        [b.analyze(plain, out=r1, rc=(0,)), b.analyze(marked, out=r2, rc=(0,), checks=[same])],
+    )
+
+
+def make_kernel_details_is_passwd(dst: Path) -> Case:
+    b = _Build(dst)
+    fake = b.canary / "passwd"
+    fake.write_text(f"{b.secret}:x:0:0:{b.secret}:/root:/bin/bash\ndaemon:x:1:1::/usr/sbin:/usr/sbin/nologin\n")
+    link = b.data / "kernel_details.csv"
+    link.symlink_to(fake)
+    return b.case(
+        "kernel_details_is_passwd",
+        "kernel_details.csv named on the command line, a link to a passwd-shaped file whose first line is the secret",
+        "exit 2 naming kernel_details.csv without quoting any of the file (it shares no kernel_details.csv column)",
+        [b.analyze(link, rc=(2,), checks=[error_names("kernel_details.csv", "none a column")])],
+        forbidden=tuple(x for x in [first_line("/etc/passwd")] if x),
+    )
+
+
+def make_rank_name_not_utf8(dst: Path) -> Case:
+    b = _Build(dst)
+    b.qwen("rank_2_ascend_pt", QWEN_R2)
+    shutil.copytree(QWEN_R0, os.fsdecode(os.fsencode(b.data) + b"/rank_0_\xff\xfe_ascend_pt"))
+    steps = [b.analyze(checks=[said("not valid UTF-8", "rank_0_\\xff\\xfe_ascend_pt")])]
+    steps += [b.analyze(fmt=f, rc=(0,)) for f in ("md", "html", "xlsx")]
+    return b.case(
+        "rank_name_not_utf8",
+        "a rank folder named with bytes that are no UTF-8 (rank_0_\\xff\\xfe_ascend_pt) beside a real rank 2",
+        "each format exit 0: the folder skipped and said with its name escaped (or exit 2 naming it)",
+        steps,
+    )
+
+
+def make_rules_toml_100000_deep(dst: Path) -> Case:
+    b = _Build(dst)
+    b.qwen()
+    steps = []
+    for i, body in enumerate(
+        ["a = " + "[" * 100_000 + "]" * 100_000, "a = " + "{b = " * 100_000 + "1" + "}" * 100_000]
+    ):
+        rules = b.dst / f"deep{i}.toml"
+        rules.write_text(body + "\n")
+        for option in ("--rules", "--hardware"):
+            out = b.out / f"r{i}{option}.json"
+            steps.append(b.analyze(None, option, str(rules), out=out, rc=(2,), checks=[error_names(rules.name)]))
+    return b.case(
+        "rules_toml_100000_deep",
+        "--rules and --hardware TOML files of an array / an inline table nested 100,000 deep",
+        "each exit 2 naming the file (not a RecursionError)",
+        steps,
     )
 
 
@@ -2671,6 +2873,7 @@ HEAVY = frozenset(
         "gzip_bomb_15mb",
         "sparse_inputs",
         "o_fifo_reader",
+        "db_string_300mb",
     }
 )
 

@@ -557,6 +557,7 @@ def test_the_missing_column_error_shows_a_cleaned_short_header(tmp_path):
         "Bidi\u202eTxet",
         "x" * 500,
         *[f"col{i}" for i in range(20)],
+        "Step Id",  # a column of kernel_details.csv: the file is recognisably one, so its header is shown
     ]
     (rank / KD).write_text(",".join(names) + "\n1,2,3\n", encoding="utf-8")
     res = run_cli("analyze", str(tmp_path), "-q")
@@ -564,11 +565,30 @@ def test_the_missing_column_error_shows_a_cleaned_short_header(tmp_path):
         res,
         "kernel_details.csv",
         "missing column(s) Name, Start Time(us), Duration(us)",
-        f"the header has 25 name(s): '?RED?', '?Title', 'Bell??Nul', 'Bidi?Txet', '{'x' * 39}…', 'col0',",
-        "'col6' and 13 more",
+        f"the header has 26 name(s): '?RED?', '?Title', 'Bell??Nul', 'Bidi?Txet', '{'x' * 39}…', 'col0',",
+        "'col6' and 14 more",
     )
     line = res.stderr.strip()
     assert not re.search(r"[\x00-\x1f\x7f\u202e]", line) and "col7" not in line and len(line) < 600
+
+
+@pytest.mark.parametrize("name", ["kernel_details.csv", "step_trace_time.csv", "op_statistic.csv"])
+def test_a_file_that_is_no_profiler_file_is_described_not_quoted(tmp_path, name):
+    """A profiler file's name linked to a file of another kind (``/etc/passwd``'s lines, here a copy of their
+    shape): the error names the file and says how many fields its first line has, and quotes none of it."""
+    secret = tmp_path / "passwd"
+    secret.write_text("SECRETUSER:x:0:0:SECRETUSER:/home:/bin/bash\ndaemon:x:1:1:daemon:/usr/sbin:/usr/sbin/nologin\n")
+    rank = one_rank(tmp_path)
+    target = rank / "ASCEND_PROFILER_OUTPUT" / name
+    target.unlink()
+    target.symlink_to(secret)
+    named = target if name == "kernel_details.csv" else tmp_path  # named on the command line, or found in a walk
+    res = run_cli("analyze", str(named), "-q")
+    if name != "kernel_details.csv" and res.returncode == 0:  # a link out of the walked folder is skipped
+        assert "SECRETUSER" not in res.stdout + res.stderr
+        return
+    assert_one_line_error(res, name, "its first line has 1 field(s), none a column of this profiler file")
+    assert "SECRETUSER" not in res.stderr and "bash" not in res.stderr
 
 
 def test_the_missing_column_error_of_a_side_csv_is_cleaned_too(tmp_path):

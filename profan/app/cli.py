@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import codecs
 import json
 import os
 import sys
@@ -677,6 +678,35 @@ def _emit_compare(report, fmt: str, out: Path | None, brief: bool, quiet: bool, 
         _say(f"wrote {out}")
 
 
+def _json_escape(exc: UnicodeError) -> tuple[str, int]:
+    """A codec error handler: what the stream cannot encode as ``\\u00b7`` escapes (UTF-16 pairs past U+FFFF),
+    which are valid inside a JSON string (JSON on stdout stays JSON) and readable in text."""
+    if not isinstance(exc, UnicodeEncodeError):
+        raise exc
+    out = []
+    for ch in exc.object[exc.start : exc.end]:
+        code = ord(ch)
+        if code > 0xFFFF:
+            code -= 0x10000
+            out.append(f"\\u{0xD800 + (code >> 10):04x}\\u{0xDC00 + (code & 0x3FF):04x}")
+        else:
+            out.append(f"\\u{code:04x}")
+    return "".join(out), exc.end
+
+
+codecs.register_error("profan-escape", _json_escape)
+
+
+def _lenient_streams() -> None:
+    """A terminal or pipe whose encoding is not UTF-8 (``PYTHONIOENCODING=ascii``, an old locale) gets what it
+    cannot encode escaped (`_json_escape`), not an internal error on profan's own ``·`` or a kernel's name.
+    Streams that are no text file of the OS (a test's StringIO) are left as they are."""
+    for stream in (sys.stdout, sys.stderr):
+        encoding = (getattr(stream, "encoding", None) or "").lower().replace("-", "").replace("_", "")
+        if encoding not in ("utf8", "utf16", "utf32") and hasattr(stream, "reconfigure"):
+            stream.reconfigure(errors="profan-escape")
+
+
 def main(argv: list[str] | None = None) -> None:
     """Entry point: map errors to one line on stderr and a documented exit code (with --debug, an internal error
     prints its traceback instead). ``argv``: the arguments (default the command line's)."""
@@ -687,6 +717,7 @@ def main(argv: list[str] | None = None) -> None:
     # again, which slows the scan of a GB kernel file by half (the trade-off measured in bench/README.md). Set
     # before polars is imported (it reads this once), and inherited by worker processes.
     os.environ.setdefault(JEMALLOC_ENV, JEMALLOC_SETTINGS)
+    _lenient_streams()
     try:
         # With standalone_mode=False click *returns* the code of a typer.Exit instead of raising it.
         rc = app(args=argv, standalone_mode=False, prog_name="profan")

@@ -30,6 +30,7 @@ class Limits:
     max_db_bytes: int
     max_rules_bytes: int
     max_report_bytes: int
+    max_string_bytes: int
 
     def override(self, table: dict[str, Any], source: str | Path) -> Limits:
         """These limits with a rules file's ``[limits]`` on top; an unknown name or a value that is no positive

@@ -131,6 +131,10 @@ def load_toml(path: Path, what: str = "rules file") -> dict[str, Any]:
         raise ProfanInputError(path, f"cannot read {what}: {exc.strerror or exc}") from None
     except tomllib.TOMLDecodeError as exc:
         raise ProfanInputError(path, f"invalid TOML: {exc}") from None
+    except RecursionError:  # tomllib parses nested arrays and inline tables by recursion
+        raise ProfanInputError(
+            path, f"invalid {what}: arrays or tables nested deeper than the TOML reader takes (real files nest a few)"
+        ) from None
 
 
 def _read_rules(path: Path, doc: dict[str, Any], seen: set[str]) -> tuple[list[BucketRule], str, list[str]]:

@@ -12,8 +12,9 @@ from pathlib import Path
 import polars as pl
 
 from profan.model.errors import ProfanInputError
+from profan.rulepack import limits
 from profan.sources import ascend_comm, ascend_packets
-from profan.sources.ascend_db_sqlite import Db, connect, frame, schema, strings
+from profan.sources.ascend_db_sqlite import Db, connect, frame, quote, schema, strings
 from profan.sources.ascend_db_steps import step_spans, with_steps
 
 
@@ -77,9 +78,27 @@ def _from_analysis_db(analysis: Path) -> tuple[pl.DataFrame, pl.DataFrame, pl.Da
     try:
         adb.tables = schema(adb.conn)
         cols = ("hccl_op_name", "group_name", "start_timestamp", "elapse_time", "step", "type")
-        return _analysis_comm(adb) if adb.has("CommAnalyzerTime", *cols) else None
+        if not adb.has("CommAnalyzerTime", *cols):
+            return None
+        for table in ("CommAnalyzerTime", "CommAnalyzerBandwidth"):
+            _refuse_long_text(adb, table)
+        return _analysis_comm(adb)
     finally:
         adb.conn.close()
+
+
+def _refuse_long_text(adb: Db, table: str) -> None:
+    """analysis.db's text is read whole by polars: a table holding a value longer than ``max_string_bytes`` is
+    refused (the caller notes it and reads COMMUNICATION_OP), counted in SQLite before any row is fetched."""
+    if table not in adb.tables:
+        return
+    most = limits.active().max_string_bytes
+    long = " OR ".join(f"length({quote(c)}) > {most}" for c in adb.tables[table])
+    count = adb.conn.execute(f"SELECT count(*) FROM {quote(table)} WHERE {long}").fetchone()[0]
+    if count:
+        raise ProfanInputError(
+            adb.path, f"{table} has {count} row(s) with a text value longer than max_string_bytes ({most:,} bytes)"
+        )
 
 
 def _op_comm(db: Db) -> pl.DataFrame:

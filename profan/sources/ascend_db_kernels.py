@@ -11,7 +11,7 @@ import polars as pl
 
 from profan.rulepack import limits
 from profan.sources import ascend_kernels
-from profan.sources.ascend_db_sqlite import Db, big_frame, frame
+from profan.sources.ascend_db_sqlite import Db, big_frame, frame, ids_of
 from profan.sources.ascend_db_steps import with_steps
 
 # canonical kernel column -> COMPUTE_TASK_INFO column (ids into STRING_IDS): only what the kernel pass groups by
@@ -86,8 +86,7 @@ def pmu_ratios(db: Db) -> pl.DataFrame | None:
     if not db.has("TASK_PMU_INFO", "globalTaskId", "name", "value"):
         return None
     names = {f"{pre}{p}_ratio": p for p in ascend_kernels.PIPES for pre in ("", "aic_", "aiv_")}
-    marks = ",".join("?" * len(names))
-    ids = dict(db.conn.execute(f"SELECT id, value FROM STRING_IDS WHERE value IN ({marks})", tuple(names)))
+    ids = ids_of(db.conn, "STRING_IDS", set(names))
     if not ids:
         return None
     sql = f"SELECT globalTaskId, name, value FROM TASK_PMU_INFO WHERE name IN ({','.join('?' * len(ids))})"

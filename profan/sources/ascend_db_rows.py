@@ -15,7 +15,7 @@ from pathlib import Path
 from typing import Any
 
 from profan.model.errors import ProfanInputError
-from profan.sources.ascend_db_sqlite import connect, is_sqlite, quote, schema
+from profan.sources.ascend_db_sqlite import connect, is_sqlite, quote, schema, texts
 
 # columns that hold ids into STRING_IDS, per table of torch_npu's DB export (its schema, not kernel knowledge)
 STRING_COLUMNS: dict[str, tuple[str, ...]] = {
@@ -136,10 +136,6 @@ def _resolve(conn: sqlite3.Connection, tables: dict[str, list[str]], rows: list[
         return
     keys = [(r, k) for r in rows for k in r if _string_keys(r["table"], k) and isinstance(r[k], int)]
     ids = sorted({r[k] for r, k in keys})
-    text: dict[int, str] = {}
-    for k in range(0, len(ids), CHUNK):
-        part = ids[k : k + CHUNK]
-        sql = f"SELECT id, value FROM STRING_IDS WHERE id IN ({','.join('?' * len(part))})"
-        text.update((int(i), str(v)) for i, v in conn.execute(sql, part))
+    text, _ = texts(conn, "STRING_IDS", ids)  # a value past max_string_bytes is shown cut, as the report read it
     for r, k in keys:
-        r[k] = text.get(r[k], r[k])
+        r[k] = str(text[r[k]]) if r[k] in text else r[k]

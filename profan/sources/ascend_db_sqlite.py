@@ -6,7 +6,11 @@ A file that is no SQLite database, or lacks the tables the kernel rows need, is 
 
 from __future__ import annotations
 
+import atexit
+import os
+import shutil
 import sqlite3
+import tempfile
 from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
@@ -54,9 +58,52 @@ def read_errors(path: Path, what: str) -> Iterator[None]:
         raise ProfanInputError(path, f"{what} holds a value of another type than the export writes ({first})") from None
 
 
+SIDE_FILES = ("-wal", "-journal")  # what SQLite keeps beside a database it has not finished writing
+
+
+def side_files(path: Path) -> list[Path]:
+    """The ``-wal`` / ``-journal`` files beside a database: committed rows not yet in the file (a WAL), or a
+    transaction to roll back (a hot journal). ``immutable`` would read the file as if they were not there."""
+    return [Path(f"{path}{s}") for s in SIDE_FILES if os.path.lexists(f"{path}{s}")]
+
+
+_copies: dict[tuple, Path] = {}
+
+
+def readable(path: Path) -> Path:
+    """The file to open for ``path``: itself, or where a ``-wal`` or ``-journal`` lies beside it, a private copy
+    with that file applied (the database's true content; SQLite writes only in the copy, never beside the
+    user's data). The copy lives in a folder of mode 700 made by `tempfile.mkdtemp`, once per process and file
+    state, removed at exit."""
+    sides = side_files(path)
+    if not sides:
+        return path
+    state = tuple((str(p), p.stat().st_size, p.stat().st_mtime_ns) for p in (path, *sides))
+    if state in _copies:
+        return _copies[state]
+    folder = Path(tempfile.mkdtemp(prefix="profan-db-"))
+    atexit.register(shutil.rmtree, folder, True)
+    copy = folder / path.name
+    try:
+        shutil.copyfile(path, copy)
+        for side in sides:
+            shutil.copyfile(side, folder / side.name)
+        conn = sqlite3.connect(copy)
+        try:  # the WAL folded into the copy (or the hot journal rolled back), then a plain file to read immutable
+            conn.execute("PRAGMA journal_mode=DELETE").fetchone()
+        finally:
+            conn.close()
+    except (OSError, sqlite3.Error) as exc:
+        why = exc.strerror if isinstance(exc, OSError) and exc.strerror else str(exc)
+        raise ProfanInputError(path, f"has {sides[0].name} beside it, which cannot be applied ({why})") from None
+    _copies[state] = copy
+    return copy
+
+
 def connect(path: Path) -> sqlite3.Connection:
     """A read-only connection that never writes beside the file (``immutable``: no lock, journal or WAL files
-    in the user's folder, which may be read-only). A file that is no SQLite database is one line naming it."""
+    in the user's folder, which may be read-only); with a ``-wal`` or ``-journal`` beside it, on the private copy
+    `readable` makes. A file that is no SQLite database is one line naming it."""
     try:
         head = _head(path)
     except OSError as exc:  # unreadable: say so, not that it is no database
@@ -64,7 +111,8 @@ def connect(path: Path) -> sqlite3.Connection:
     if head != SQLITE_MAGIC:
         raise ProfanInputError(path, "is not an SQLite database (no SQLite header); refused")
     try:
-        conn = sqlite3.connect(f"{path.resolve().as_uri()}?mode=ro&immutable=1", uri=True, check_same_thread=False)
+        source = readable(path)
+        conn = sqlite3.connect(f"{source.resolve().as_uri()}?mode=ro&immutable=1", uri=True, check_same_thread=False)
         conn.execute("SELECT count(*) FROM sqlite_master").fetchone()
     except sqlite3.Error as exc:
         raise ProfanInputError(path, f"cannot be read as an SQLite database ({exc})") from None
@@ -109,7 +157,7 @@ def big_frame(db: Db, sql: str, schema_: dict[str, pl.DataType]) -> pl.DataFrame
     if adbc is None:
         return frame(db.conn, sql, schema_)
     try:
-        with adbc.connect(f"{db.path.resolve().as_uri()}?mode=ro&immutable=1") as conn, conn.cursor() as cur:
+        with adbc.connect(f"{readable(db.path).resolve().as_uri()}?mode=ro&immutable=1") as conn, conn.cursor() as cur:
             cur.execute(sql)
             table = cur.fetch_arrow_table()
     except adbc.Error as exc:
@@ -149,6 +197,9 @@ def open_db(path: Path) -> Db:
     except sqlite3.Error as exc:
         raise ProfanInputError(path, f"cannot be read as an SQLite database ({exc})") from None
     db = Db(path, conn, tables)
+    if sides := side_files(path):
+        names = " and ".join(p.name for p in sides)
+        db.notes.append(f"read with {names} beside it applied, as SQLite would (on a private copy of the file)")
     missing = [t for t in KERNEL_TABLES if t not in tables]
     if missing:
         raise ProfanInputError(
@@ -167,11 +218,61 @@ def open_db(path: Path) -> Db:
 
 
 def strings(db: Db, ids: pl.Series) -> dict[int, str]:
-    """STRING_IDS values of the given ids (the distinct ids of the groups: never the whole table)."""
+    """STRING_IDS values of the given ids (the distinct ids of the groups: never the whole table), each at most
+    ``max_string_bytes`` long (`texts`; the cut ones are noted)."""
     want = [int(i) for i in ids.drop_nulls().unique().to_list()]
+    got, cut = texts(db.conn, "STRING_IDS", want)
+    if cut:
+        db.notes.append(cut_note("STRING_IDS", cut))
+    return {int(i): "" if v is None else v for i, v in got.items()}
+
+
+def texts(conn: sqlite3.Connection, table: str, ids: list[int]) -> tuple[dict[int, str | None], int]:
+    """(id -> value, how many were cut) of a ``(id, value)`` table such as STRING_IDS, a value longer than
+    ``max_string_bytes`` cut to it. The text is read through SQLite's blob I/O, which gives a value's size without
+    reading it and reads only its head: a 300 MB value fetched whole (even by ``length()`` or ``substr()`` in
+    SQL) costs its size several times over, and held once per kernel group it took 16 GB."""
+    most = limits.active().max_string_bytes
+    out: dict[int, str | None] = {}
+    cut = 0
+    for k in range(0, len(ids), 30_000):  # below SQLite's bound on bound parameters
+        part = ids[k : k + 30_000]
+        sql = (
+            "SELECT rowid, id, typeof(value), CASE WHEN typeof(value) IN ('text', 'blob') THEN NULL ELSE value END "
+            f"FROM {quote(table)} WHERE id IN ({','.join('?' * len(part))})"
+        )
+        for rowid, key, kind, plain in conn.execute(sql, part):
+            if kind not in ("text", "blob"):
+                out[int(key)] = None if plain is None else str(plain)
+                continue
+            with conn.blobopen(table, "value", rowid, readonly=True) as blob:
+                size = len(blob)
+                head = blob.read(min(size, most))
+            out[int(key)] = head.decode("utf-8", "replace") if kind == "text" else str(head)
+            cut += size > most
+    return out, cut
+
+
+def ids_of(conn: sqlite3.Connection, table: str, wanted: set[str]) -> dict[int, str]:
+    """id -> value of the rows of an ``(id, value)`` table whose value is one of ``wanted`` (short names). By blob
+    I/O, reading a value only when its size is that of a wanted name: ``WHERE value IN (...)`` reads every value
+    whole, a huge one included."""
+    by_size = {len(w.encode()): set() for w in wanted}
+    for w in wanted:
+        by_size[len(w.encode())].add(w)
     out: dict[int, str] = {}
-    for k in range(0, len(want), 30_000):  # below SQLite's bound on bound parameters
-        part = want[k : k + 30_000]
-        sql = f"SELECT id, value FROM STRING_IDS WHERE id IN ({','.join('?' * len(part))})"
-        out.update((int(i), "" if v is None else str(v)) for i, v in db.conn.execute(sql, part))
+    for rowid, key in conn.execute(f"SELECT rowid, id FROM {quote(table)} WHERE typeof(value) = 'text'"):
+        with conn.blobopen(table, "value", rowid, readonly=True) as blob:
+            names = by_size.get(len(blob))
+            value = blob.read().decode("utf-8", "replace") if names else ""
+        if value in (names or ()):
+            out[int(key)] = value
     return out
+
+
+def cut_note(table: str, count: int) -> str:
+    most = limits.active().max_string_bytes
+    return (
+        f"{table}: {count} text value(s) longer than max_string_bytes ({most:,} bytes) cut to that length "
+        "(raise it under [limits] in a --rules file)"
+    )

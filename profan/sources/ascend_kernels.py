@@ -82,7 +82,7 @@ def inspect(path: Path) -> KernelFile:
                 break
     missing = [ALIASES[c][0] for c in REQUIRED if c not in cols]
     if missing:
-        raise missing_columns(path, missing, header)
+        raise missing_columns(path, missing, header, [n for names in ALIASES.values() for n in names])
     pipes: dict[str, list[str]] = {}
     for pipe in PIPES:
         matches = [h for h in header if h in (f"{pipe}_ratio", f"aic_{pipe}_ratio", f"aiv_{pipe}_ratio")]

@@ -104,7 +104,7 @@ def read(path: Path, kind: str) -> Read:
     header = read_header(path)
     missing = [names[c] for c in REQUIRED[kind] if names[c] not in header]
     if missing:
-        raise missing_columns(path, missing, header)
+        raise missing_columns(path, missing, header, names.values())
     present = {k: v for k, v in names.items() if v in header}
     raw = scan_text_csv(path, sorted(set(present.values()))).with_row_index("src_line", offset=2)
     typed = _typed(raw, kind, present).collect()

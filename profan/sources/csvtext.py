@@ -7,6 +7,7 @@ import functools
 import io
 import os
 import re
+from collections.abc import Iterable
 from pathlib import Path
 
 import polars as pl
@@ -71,9 +72,18 @@ def shown_header(header: list[str]) -> str:
     return f"the header has {len(header)} name(s): {', '.join(repr(n) for n in names)}{more}"
 
 
-def missing_columns(path: Path, missing: list[str], header: list[str]) -> ProfanInputError:
-    """One line naming the file, every missing column, and (`shown_header`) what the header holds."""
-    return ProfanInputError(path, f"missing column(s) {', '.join(missing)}; {shown_header(header)}")
+def missing_columns(path: Path, missing: list[str], header: list[str], known: Iterable[str]) -> ProfanInputError:
+    """One line naming the file, every missing column, and what the header holds: its names (`shown_header`)
+    when the file is recognisably this profiler file (a name of its own among them: ``known``, the reader's
+    columns), else only how many. A file that shares no column may be anything the name was given to — a link
+    to ``/etc/passwd`` named kernel_details.csv — and an error must not print its first line."""
+    if {h.strip() for h in header} & set(known):
+        return ProfanInputError(path, f"missing column(s) {', '.join(missing)}; {shown_header(header)}")
+    return ProfanInputError(
+        path,
+        f"missing column(s) {', '.join(missing)}; its first line has {len(header)} field(s), none a column of this "
+        "profiler file (not shown: it does not look like profiler output)",
+    )
 
 
 def _stripped(col: str) -> pl.Expr:
@@ -200,7 +210,7 @@ def require_columns(path: Path, header: list[str], required: tuple[str, ...]) ->
     """One clear error naming the file and every missing column (`missing_columns`)."""
     missing = [c for c in required if c not in header]
     if missing:
-        raise missing_columns(path, missing, header)
+        raise missing_columns(path, missing, header, required)
 
 
 def scan_text_csv(

@@ -51,7 +51,7 @@ from profan.sources.discover_names import (
 from profan.sources.discover_ranks import resolve_ranks
 from profan.sources.discover_refusals import note_missing_files, refuse_unreadable
 from profan.sources.discover_sniff import sniff_kineto, trace_rank
-from profan.sources.discover_walk import Walk
+from profan.sources.discover_walk import Walk, escaped, is_utf8
 
 
 @dataclass
@@ -100,11 +100,20 @@ def relpath(path: Path, root: Path) -> str:
         return path.as_posix()
 
 
+def _utf8_path(root: Path) -> Path:
+    """The named path, if the OS name is UTF-8: the readers (polars) cannot open one that is not, and no report
+    can name it. One line with its bytes escaped otherwise."""
+    if not is_utf8(str(root)):
+        why = "the path is not valid UTF-8: rename it (or the folder holding it) to analyse it"
+        raise ProfanInputError(escaped(str(root)), why)
+    return root
+
+
 def discover(path: str | Path) -> Discovery:
     """The ranks under ``path``. Reads only inside it: a link to a file or folder elsewhere is said and skipped, as
     is anything but a regular file (a FIFO would block the read); the walk is bounded in depth, entries and ranks
     (`profan.rulepack.limits`)."""
-    root = Path(path)
+    root = _utf8_path(Path(path))
     try:
         if not root.exists():
             raise ProfanInputError(root, "no such file or directory")

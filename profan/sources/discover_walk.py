@@ -32,6 +32,7 @@ class Walk:
         self.irregular: list[str] = []  # FIFOs, sockets, devices named like profiler files
         self.too_deep: list[str] = []
         self.unlisted: list[str] = []
+        self.undecodable: list[str] = []  # names that are no UTF-8: no reader, report or JSON can carry them
 
     def __iter__(self):
         for dirpath, dirnames, filenames in os.walk(self.root, onerror=self._unlisted):
@@ -46,7 +47,10 @@ class Walk:
                     "in a rules file raises the bound)",
                 )
             keep = []
+            filenames[:] = [n for n in filenames if self._decodable(d, n)]
             for n in dirnames:
+                if not self._decodable(d, n):
+                    continue
                 if n in DERIVED_DIRS:
                     self.notes.append(f"skipped {self.rel(d / n)}/: derived output of another tool, not profiler data")
                 elif n.startswith("."):
@@ -60,6 +64,14 @@ class Walk:
             if len(d.relative_to(self.root).parts) >= self.limits.max_depth and dirnames:
                 self.too_deep += [self.rel(d / n) for n in dirnames]
                 dirnames[:] = []
+
+    def _decodable(self, d: Path, name: str) -> bool:
+        """Whether a name is UTF-8 (the walk hands non-UTF-8 bytes over as surrogates, which polars cannot open
+        and no output can hold); one that is not is remembered, escaped, to be said."""
+        if is_utf8(name):
+            return True
+        self.undecodable.append(escaped(f"{self.rel(d)}/{name}" if is_utf8(self.rel(d)) else name))
+        return False
 
     def _unlisted(self, exc: OSError) -> None:
         self.unlisted.append(f"{self.rel(Path(exc.filename)) if exc.filename else '?'} ({exc.strerror or exc})")
@@ -94,6 +106,25 @@ class Walk:
                 f"did not walk {len(self.too_deep)} folder(s) more than {self.limits.max_depth} levels down "
                 f"(max_depth under [limits] in a rules file): {short_list(self.too_deep)}"
             )
+        if self.undecodable:
+            out.append(
+                f"skipped {len(self.undecodable)} file(s) or folder(s) whose name is not valid UTF-8 (rename them to "
+                f"analyse them): {short_list(self.undecodable)}"
+            )
         if self.unlisted:
             out.append(f"could not list {len(self.unlisted)} folder(s): {short_list(self.unlisted)}")
         return out
+
+
+def is_utf8(text: str) -> bool:
+    """Whether a path or name decoded by the OS holds no undecodable byte (a lone surrogate)."""
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError:
+        return False
+    return True
+
+
+def escaped(text: str) -> str:
+    """A name with its undecodable bytes shown as ``\\xff`` (what the OS holds, and printable in any output)."""
+    return text.encode("utf-8", "surrogateescape").decode("utf-8", "backslashreplace")
