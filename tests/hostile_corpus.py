@@ -2462,28 +2462,6 @@ def still_node(path: Path | str, node: tuple[int, int]) -> Check:
     def check(res: Result) -> None:
         if _node(path) != node:
             _fail(res, f"{path} was {node}, is now {_node(path)}")
-# -- round 2: DB exports, numbers, byte-order marks, content of files that are no profiler files, names
-
-
-ALEXNET_DB = FIXTURES / "ascend" / "msinsight-alexnet-2rank-2025-db" / "level1" / "rank0_ascend_pt"
-ALEXNET_TEXT = FIXTURES / "ascend" / "msinsight-alexnet-2rank-2025" / "level0"
-DB0 = f"{OUT}/ascend_pytorch_profiler_0.db"
-DB_STEP_KERNELS = """
-SELECT count(*) FROM (
-  SELECT t.startNs s FROM TASK t JOIN COMPUTE_TASK_INFO c ON c.globalTaskId = t.globalTaskId
-  UNION ALL SELECT startNs FROM COMMUNICATION_OP)
-WHERE s BETWEEN (SELECT startNs FROM STEP_TIME) AND (SELECT endNs FROM STEP_TIME)"""
-
-
-def kernels_are(n: int) -> Check:
-    """On exit 0, the report's breakdown counts ``n`` kernels (what SQLite says the database holds)."""
-
-    def check(res: Result) -> None:
-        if res.rc != 0:
-            return
-        got = sum(int(r.get("kernels") or 0) for r in (res.report() or {}).get("breakdown") or [])
-        if got != n:
-            _fail(res, f"the report counts {got} kernels; the database holds {n}")
 
     return check
 
@@ -2551,6 +2529,7 @@ def make_o_fifo_reader(dst: Path) -> Case:
 
     return b.case(
         "o_fifo_reader",
+        "db_string_300mb",
         "-o names a FIFO a reader holds open",
         "exit 0; the reader receives the report a regular file holds; the FIFO still a FIFO (the snapshot)",
         [
@@ -2657,6 +2636,51 @@ def make_sparse_inputs(dst: Path) -> Case:
             b.analyze(b.data / "t", rc=(2,), checks=[error_names("max_trace_bytes"), *bound]),
             b.analyze(rank, rc=(2,), checks=[error_names("max_csv_bytes"), *bound]),
             b.analyze(rank, "--rules", str(rules), rc=(2,), checks=[error_names("max_rules_bytes"), max_rss_mb(300)]),
+        ],
+    )
+
+
+def make_gzip_bomb_15mb(dst: Path) -> Case:
+    """15 MB of gzip members of blanks, inflating to 15 GB: the ratio to the whole file on disk let 1.5 GB through."""
+    b = _Build(dst)
+    blank = zlib.compress(b" " * (1 << 20), 9, wbits=31)
+    bomb = b.data / "bomb.pt.trace.json.gz"
+    head = zlib.compress(b'{"schemaVersion": 1, "traceEvents": [', 9, wbits=31)
+    bomb.write_bytes(head + blank * ((15 << 20) // len(blank)) + zlib.compress(b"]}", 9, wbits=31))
+    return b.case(
+        "gzip_bomb_15mb",
+        "a 15 MB .pt.trace.json.gz inflating to 15 GB",
+        "exit 2 naming max_inflate_ratio once past 64 MiB of output; peak RSS < 400 MB",
+        [b.analyze(rc=(2,), checks=[error_names("bomb.pt.trace.json.gz", "max_inflate_ratio"), max_rss_mb(400)])],
+    )
+
+
+# -- round 2: DB exports, numbers, byte-order marks, content of files that are no profiler files, names
+
+
+ALEXNET_DB = FIXTURES / "ascend" / "msinsight-alexnet-2rank-2025-db" / "level1" / "rank0_ascend_pt"
+ALEXNET_TEXT = FIXTURES / "ascend" / "msinsight-alexnet-2rank-2025" / "level0"
+DB0 = f"{OUT}/ascend_pytorch_profiler_0.db"
+DB_STEP_KERNELS = """
+SELECT count(*) FROM (
+  SELECT t.startNs s FROM TASK t JOIN COMPUTE_TASK_INFO c ON c.globalTaskId = t.globalTaskId
+  UNION ALL SELECT startNs FROM COMMUNICATION_OP)
+WHERE s BETWEEN (SELECT startNs FROM STEP_TIME) AND (SELECT endNs FROM STEP_TIME)"""
+
+
+def kernels_are(n: int) -> Check:
+    """On exit 0, the report's breakdown counts ``n`` kernels (what SQLite says the database holds)."""
+
+    def check(res: Result) -> None:
+        if res.rc != 0:
+            return
+        got = sum(int(r.get("kernels") or 0) for r in (res.report() or {}).get("breakdown") or [])
+        if got != n:
+            _fail(res, f"the report counts {got} kernels; the database holds {n}")
+
+    return check
+
+
 def no_nan_in(path: Path) -> Check:
     """On exit 0, no nan / inf word in the written text report but in the lines that say what was skipped."""
 
@@ -2750,18 +2774,6 @@ def make_nan_every_numeric_column(dst: Path) -> Case:
     )
 
 
-def make_gzip_bomb_15mb(dst: Path) -> Case:
-    """15 MB of gzip members of blanks, inflating to 15 GB: the ratio to the whole file on disk let 1.5 GB through."""
-    b = _Build(dst)
-    blank = zlib.compress(b" " * (1 << 20), 9, wbits=31)
-    bomb = b.data / "bomb.pt.trace.json.gz"
-    head = zlib.compress(b'{"schemaVersion": 1, "traceEvents": [', 9, wbits=31)
-    bomb.write_bytes(head + blank * ((15 << 20) // len(blank)) + zlib.compress(b"]}", 9, wbits=31))
-    return b.case(
-        "gzip_bomb_15mb",
-        "a 15 MB .pt.trace.json.gz inflating to 15 GB",
-        "exit 2 naming max_inflate_ratio once past 64 MiB of output; peak RSS < 400 MB",
-        [b.analyze(rc=(2,), checks=[error_names("bomb.pt.trace.json.gz", "max_inflate_ratio"), max_rss_mb(400)])],
 def make_comm_nan_transit(dst: Path) -> Case:
     b = _Build(dst)
     f = b.qwen() / OUT / "communication.json"
@@ -2873,7 +2885,6 @@ HEAVY = frozenset(
         "gzip_bomb_15mb",
         "sparse_inputs",
         "o_fifo_reader",
-        "db_string_300mb",
     }
 )
 
