@@ -18,8 +18,15 @@ Faults (``--fault``, on ``--fault-rank``):
   data loader, a checkpoint write);
 * ``compute``: the rank multiplies extra matrices each step before the gradient all_reduce (a slower device, a
   bigger shard);
-* ``hot-expert``: every rank's router is biased towards the first expert of the fault rank, which so receives most
-  tokens and computes for them while the other ranks wait in the combining all_to_all.
+* ``hot-expert``: every rank's router is biased towards one expert of the fault rank (``--hot-local``: its first by
+  default), which so receives most tokens and computes for them while the other ranks wait in the combining
+  all_to_all;
+* ``capacity``: every expert takes at most ``--capacity-factor`` × (its fair share) tokens from each source rank
+  (GShard / Switch capacity); the tokens over it skip the expert (their MoE output is 0), with the hot-expert bias
+  on, so the drop is real.
+
+``OUT/ground_truth.toml`` also holds the token truth: per profiled step (``ProfilerStep#N``), the tokens each expert
+received per layer and the tokens each rank received (summed over layers), counted by the generator itself.
 
 Each expert's work runs under ``record_function("expert_<id>")``, so expert routing is visible in the trace.
 ``--async-grad`` lets each step's gradient all_reduce run during the next step, so consecutive steps overlap.
@@ -35,6 +42,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import math
 import os
 import sys
 import time
@@ -47,7 +55,7 @@ import torch.nn.functional as F
 from torch import nn
 from torch.profiler import ProfilerActivity, profile, record_function, schedule
 
-FAULTS = ("none", "sleep", "compute", "hot-expert")
+FAULTS = ("none", "sleep", "compute", "hot-expert", "capacity")
 
 
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
@@ -61,6 +69,10 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
         "--fault-matmuls", type=int, default=12, help="extra 512x512 matmuls per step of the compute fault (12)"
     )
     p.add_argument("--hot-bias", type=float, default=4.0, help="router logit bias of the hot expert (4.0)")
+    p.add_argument("--hot-local", type=int, default=0, help="which of the fault rank's experts is hot, 0 or 1 (0)")
+    p.add_argument(
+        "--capacity-factor", type=float, default=1.25, help="expert capacity of the capacity fault, × fair share (1.25)"
+    )
     p.add_argument("--tokens", type=int, default=512, help="tokens per rank per step (512)")
     p.add_argument("--dim", type=int, default=128, help="model width (128)")
     p.add_argument("--hidden", type=int, default=512, help="expert MLP width (512)")
@@ -83,6 +95,8 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     args = p.parse_args(argv)
     if not 0 <= args.fault_rank < args.ranks:
         p.error(f"--fault-rank must be in 0..{args.ranks - 1}")
+    if args.hot_local not in (0, 1):
+        p.error("--hot-local must be 0 or 1 (two experts per rank)")
     return args
 
 
@@ -119,6 +133,8 @@ class MoELayer(nn.Module):
     def __init__(self, dim: int, hidden: int, world: int, rank: int, per_rank: int, hot: int | None, bias: float):
         super().__init__()
         self.world, self.per_rank = world, per_rank
+        self.capacity: int | None = None  # tokens an expert takes from one source rank (the capacity fault)
+        self.received: list[int] = []  # tokens each local expert received in the last forward (the token truth)
         self.router = nn.Linear(dim, world * per_rank)
         self.first = rank * per_rank
         self.experts = nn.ModuleList(Expert(dim, hidden) for _ in range(per_rank))
@@ -131,12 +147,19 @@ class MoELayer(nn.Module):
         n_exp = self.world * self.per_rank
         probs = F.softmax(self.router(x) + self.shift, dim=-1)
         gate, idx = probs.max(dim=-1)
-        order = torch.argsort(idx, stable=True)
-        counts = F.one_hot(idx, n_exp).sum(0)  # tokens this rank sends to each expert (as GShard/Switch count)
+        hot = F.one_hot(idx, n_exp)
+        if self.capacity is not None:  # a token past its expert's capacity is dropped: it skips the experts
+            kept = (hot.cumsum(0) * hot).sum(1) <= self.capacity
+            gate = gate * kept
+            idx = torch.where(kept, idx, n_exp)  # sorts last, sent nowhere
+            hot = hot * kept.unsqueeze(1)
+        order = torch.argsort(idx, stable=True)[: int(hot.sum())]
+        counts = hot.sum(0)  # tokens this rank sends to each expert (as GShard/Switch count)
         got = torch.empty_like(counts)  # tokens each source rank sends to each local expert, [world × per_rank]
         dist.all_to_all_single(got, counts)
         send = counts.view(self.world, self.per_rank).sum(1).tolist()
         got = got.view(self.world, self.per_rank)
+        self.received = got.sum(0).tolist()
         recv = _AllToAll.apply(x[order], send, got.sum(1).tolist())
         # received tokens come grouped by source rank, then by local expert: regroup by local expert
         local = torch.arange(self.per_rank).repeat(self.world).repeat_interleave(got.flatten())
@@ -149,7 +172,7 @@ class MoELayer(nn.Module):
                 out = out.index_copy(0, rows, self.experts[j](recv[rows]))
             start += n
         back = _AllToAll.apply(out, got.sum(1).tolist(), send)
-        y = torch.empty_like(back).index_copy(0, order, back)
+        y = torch.zeros_like(x).index_copy(0, order, back)
         return x + y * gate.unsqueeze(1)
 
 
@@ -157,7 +180,7 @@ class Model(nn.Module):
     def __init__(self, args: argparse.Namespace, rank: int):
         super().__init__()
         per_rank = 2
-        hot = args.fault_rank * per_rank if args.fault == "hot-expert" else None
+        hot = hot_expert(args)
         torch.manual_seed(args.seed)  # replicated weights: the same on every rank
         self.dense = nn.Linear(args.dim, args.dim)
         self.layers = nn.ModuleList(
@@ -165,6 +188,8 @@ class Model(nn.Module):
         )
         torch.manual_seed(args.seed + 1000 + rank)  # expert weights: this rank's own
         for layer in self.layers:
+            if args.fault == "capacity":
+                layer.capacity = math.ceil(args.capacity_factor * args.tokens / (args.ranks * per_rank))
             for expert in layer.experts:
                 for m in (expert.up, expert.down):
                     m.reset_parameters()
@@ -177,6 +202,11 @@ class Model(nn.Module):
         for layer in self.layers:
             h = layer(h)
         return h
+
+
+def hot_expert(args: argparse.Namespace) -> int | None:
+    """The expert the router is biased towards: one of the fault rank's two (hot-expert and capacity faults)."""
+    return args.fault_rank * 2 + args.hot_local if args.fault in ("hot-expert", "capacity") else None
 
 
 def _step(model: Model, opt: torch.optim.Optimizer, x: torch.Tensor, args: argparse.Namespace, rank: int, pending):
@@ -229,10 +259,13 @@ def worker(rank: int, args: argparse.Namespace, port: int, tmp: str) -> None:
         record_shapes=True,
         on_trace_ready=lambda p: p.export_chrome_trace(str(path)),
     ) as prof:
-        pending = None
-        for _ in range(2 + args.steps):
+        pending, received = None, {}
+        for step in range(2 + args.steps):
             pending = _step(model, opt, torch.randn(args.tokens, args.dim, generator=data), args, rank, pending)
+            if step >= 2:  # a profiled step: ProfilerStep#<step>
+                received[step] = [layer.received for layer in model.layers]
             prof.step()
+    (Path(tmp) / f"tokens{rank}.json").write_text(json.dumps(received))
     if pending is not None:
         pending[0].wait()
     dist.barrier()
@@ -241,7 +274,7 @@ def worker(rank: int, args: argparse.Namespace, port: int, tmp: str) -> None:
 
 def _ground_truth(args: argparse.Namespace) -> str:
     """What was planted, as TOML beside the traces (not .json: a folder's *.json files are read as traces)."""
-    hot = args.fault_rank * 2 if args.fault == "hot-expert" else None
+    hot = hot_expert(args)
     fields = {
         "fault": args.fault,
         "fault_rank": args.fault_rank if args.fault != "none" else None,
@@ -249,6 +282,9 @@ def _ground_truth(args: argparse.Namespace) -> str:
         "fault_matmuls": args.fault_matmuls if args.fault == "compute" else None,
         "hot_expert": hot,
         "hot_bias": args.hot_bias if hot is not None else None,
+        "capacity_factor": args.capacity_factor if args.fault == "capacity" else None,
+        "seed": args.seed,
+        "tokens_per_rank": args.tokens,
         "experts_per_rank": 2,
         "ranks": args.ranks,
         "profiled_steps": args.steps,
@@ -258,9 +294,21 @@ def _ground_truth(args: argparse.Namespace) -> str:
     return "".join(f"{k} = {json.dumps(v)}\n" for k, v in fields.items() if v is not None)
 
 
+def token_truth(tmp: Path) -> str:
+    """The tokens each expert received, per profiled step and layer, and each rank's (its two experts' over the
+    layers), from what the workers counted (``tokens<R>.json``: per step, per layer, its local experts')."""
+    per_rank = [json.loads(p.read_text()) for p in sorted(tmp.glob("tokens*.json"), key=lambda p: int(p.stem[6:]))]
+    out = ["\n# the token truth: what the routers sent, counted by the generator (ProfilerStep#N)\n"]
+    for step in sorted(per_rank[0], key=int):
+        layers = [[n for rank in per_rank for n in rank[step][layer]] for layer in range(len(per_rank[0][step]))]
+        ranks = [sum(sum(layer) for layer in rank[step]) for rank in per_rank]
+        out.append(f"[tokens.step_{step}]\nexpert = {json.dumps(layers)}\nrank = {json.dumps(ranks)}\n")
+    return "".join(out)
+
+
 def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
-    seconds = gloo_run.run(worker, args, _ground_truth(args), plain=args.no_gzip)
+    seconds = gloo_run.run(worker, args, _ground_truth(args), plain=args.no_gzip, collect=token_truth)
     print(json.dumps({"fault": args.fault, "fault_rank": args.fault_rank, "seconds": seconds}))
     return 0
 

@@ -34,9 +34,10 @@ def write_trace(src: Path, out: Path, plain: bool = False) -> Path:
     return dst
 
 
-def run(worker: Callable, args, ground_truth: str, plain: bool = False) -> float:
+def run(worker: Callable, args, ground_truth: str, plain: bool = False, collect: Callable | None = None) -> float:
     """Spawn ``args.ranks`` workers, write their traces and ``ground_truth`` (TOML; not .json, which a folder's
-    reader would take for a trace) to ``args.out``; the seconds it took."""
+    reader would take for a trace) to ``args.out``; the seconds it took. ``collect(tmp)``: more ground truth the
+    workers left in their folder (e.g. what they counted), appended."""
     args.out.mkdir(parents=True, exist_ok=True)
     for old in args.out.glob("rank*.pt.trace.json*"):
         old.unlink()
@@ -44,6 +45,7 @@ def run(worker: Callable, args, ground_truth: str, plain: bool = False) -> float
     with tempfile.TemporaryDirectory() as tmp:
         mp.spawn(worker, args=(args, free_port(), tmp), nprocs=args.ranks, join=True)
         written = [write_trace(p, args.out, plain) for p in sorted(Path(tmp).glob("rank*.pt.trace.json"))]
+        ground_truth += collect(Path(tmp)) if collect else ""
     truth = args.out / "ground_truth.toml"
     truth.write_text(ground_truth, encoding="utf-8")
     for p in [*written, truth]:

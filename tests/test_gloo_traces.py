@@ -218,14 +218,15 @@ def test_hot_expert_rank_computes_more(reports):
     assert expert_us[t["fault_rank"]] > 2 * statistics.median(expert_us.values())
     assert worst_straggler(rep).rank == t["fault_rank"]
     # the expert's ops, found by their record_function range (forward) and their forward op (backward), are MoE
-    # work, and that work names the hot rank as an MoE imbalance, not only as extra compute
+    # work; the MoE imbalance names the hot rank and expert from the tokens the dispatch all-to-alls carried
     (moe,) = named(rep, "moe-expert-imbalance")
-    assert moe.rank == t["fault_rank"] and moe.metrics["metric"] == "moe_us" and moe.metrics["ratio"] >= 2.0
+    assert moe.rank == t["fault_rank"] and moe.metrics["metric"] == "tokens" and moe.metrics["ratio"] >= 2.0
+    assert moe.metrics["hot_expert"] == t["hot_expert"]
     top = rep.tables["top_kernels"].filter(pl.col("rank") == t["fault_rank"], pl.col("bucket") == "moe")
     assert set(top["rule_id"]) == {"CPU-MOE-002"}
     assert any(f"annotation={hot}" in d for d in top["decided_by"])
     assert any(n.startswith("autograd::engine::evaluate_function") for n in top["name"])  # the backward too
-    for fault_free in ("none", "compute", "async_grad"):  # equal routing: the spread of time is noise
+    for fault_free in ("none", "compute", "async_grad", "sleep"):  # equal routing: the spread of time is noise
         assert not named(reports[fault_free], "moe-expert-imbalance")
 
 

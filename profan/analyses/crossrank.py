@@ -8,8 +8,9 @@ from __future__ import annotations
 
 import polars as pl
 
-from profan.analyses import align, moe_balance, straggler_arrivals, stragglers
+from profan.analyses import align, straggler_arrivals, stragglers
 from profan.analyses.contract import Job, Section
+from profan.analyses.moe import balance as moe_balance
 from profan.model.findings import Finding
 from profan.ranks.rankmap import RankData
 

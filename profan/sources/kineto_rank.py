@@ -18,7 +18,7 @@ from profan.rulepack import limits
 from profan.rulepack.classify import classify_distinct, uses_neighbors, with_neighbors
 from profan.rulepack.roles import Roles
 from profan.rulepack.roles import defaults as default_roles
-from profan.sources import intervals
+from profan.sources import intervals, kineto_moe
 from profan.sources.chrome_trace import bad_args_warning, bad_steps_warning, no_phase_warning, not_utf8_warning
 from profan.sources.kineto import KinetoTrace, load, parse_trace, parse_variant
 
@@ -554,6 +554,8 @@ def load_rank_trace(rd, kt: KinetoTrace, hit: bool, dev: pl.DataFrame, pack) -> 
     rd.kernel_variant = "Kineto trace, CPU-only (top-level cpu_ops)" if kt.cpu_only else "Kineto trace (GPU)"
     rd.trace_steps, rd.step_blocks = device_split_blocks(dev, kt.steps, roles, kt.loading, kt.host)
     rd.trace_comm = kt.collectives
+    moe = pack.check("moe-expert-imbalance")
+    rd.moe_tokens = kineto_moe.rank_token_events(kt, moe["token_events"], moe["token_read_max_mb"])
     rd.fusible = elementwise_runs(dev, pack.check("unfused-elementwise"))
     _count_skipped(rd, kt)
     rd.info.update(

@@ -2,12 +2,16 @@
 
 Sources, best first (``ascend-moe-ops.md`` §2):
 
+* tokens counted in a Kineto trace — the expert ranges' inputs and the dispatch all-to-alls' rows
+  (`profan.analyses.moe.token_balance`), which name the hot expert as well as its rank;
 * tokens — the first dim of GroupedMatmul's ``x`` (its first input shape) is the tokens routed to the rank's local
   experts, for the GMMs whose weight is ``[E, K, N]`` (forward and dX); weight-gradient GMMs (``x^T`` is
   ``[H, tokens]``, 2-D weight) are skipped so they are not miscounted as tokens. The last shape part is the
   group_list length = local experts ``E``; with Megatron's layout the rank at position i of its EP group holds
   experts ``i*E … i*E+E-1``. Per-expert counts are not in the profile; with ``E == 1`` the rank names the expert.
-* time — GroupedMatmul time, else the whole ``moe`` bucket, when shapes are absent.
+* time — GroupedMatmul time, else the whole ``moe`` bucket, when shapes are absent: the last resort, said so in
+  the finding and never graded above ``time_max_severity`` (time carries a rank's speed and host stalls besides
+  its load).
 
 max/mean per EP group (``parallel_group_info`` group ``exp``; else all ranks with MoE kernels) against the rule
 pack's thresholds.
@@ -18,8 +22,9 @@ from __future__ import annotations
 import polars as pl
 
 from profan.analyses.common import fmt_ranks, graded, kernel_table, ms, top_lines_frame
+from profan.analyses.moe.token_balance import token_findings
 from profan.model.evidence import Evidence, cite_events, cite_lines
-from profan.model.findings import Finding
+from profan.model.findings import SEVERITIES, Finding
 from profan.ranks.rankmap import RankData
 from profan.rulepack.pack import RulePack
 from profan.rulepack.roles import defaults as default_roles
@@ -109,6 +114,9 @@ def _ep_groups(ranks: list[RankData], present: list[int]) -> list[tuple[str, lis
 
 
 def moe_findings(ranks: list[RankData], pack: RulePack) -> tuple[pl.DataFrame, list[Finding]]:
+    counted = token_findings(ranks, pack)
+    if counted is not None:
+        return counted
     chk = pack.check(CHECK)
     tab = moe_table(ranks)
     if tab.is_empty() or tab.height < chk["min_ranks"]:
@@ -131,6 +139,8 @@ def moe_findings(ranks: list[RankData], pack: RulePack) -> tuple[pl.DataFrame, l
         sev = graded(ratio, chk, "bucket_ratio" if metric == "moe_us" else "ratio")
         if sev is None:
             continue
+        if metric != "tokens" and SEVERITIES.index(sev) > SEVERITIES.index(chk["time_max_severity"]):
+            sev = chk["time_max_severity"]  # time alone never proves a hot expert
         med = g.sort(metric).row(g.height // 2, named=True)
         out.append(_finding(chk, sev, hot, med, g, members, metric, ratio, mean, hccl))
     return tab.drop("gmm_lines", "file", "source", "locator", "rows"), out
@@ -157,8 +167,9 @@ def _finding(chk, sev, hot, med, g, members, metric, ratio, mean, hccl) -> Findi
     else:
         what = (
             f"its {'GroupedMatmul' if metric == 'gmm_us' else 'MoE-bucket'} time is {ms(hot[metric])} against "
-            f"a mean of {ms(mean)} ({ratio:.2f}×); the kernel rows carry no usable GroupedMatmul shapes, so "
-            "tokens are not counted"
+            f"a mean of {ms(mean)} ({ratio:.2f}×); time-based, the last resort: the capture records no token "
+            "counts (no GroupedMatmul shapes, no all-to-all split sizes, no expert ranges' inputs), and time carries "
+            "each rank's speed and host stalls besides its load"
         )
     evidence = [
         _cite_rank(row, role) for row, role in ((hot, "hot"), (med, "median")) if row["file"] and row["gmm_lines"]
