@@ -44,16 +44,20 @@ def capture(out_dir: Path, prompt_lengths: list[int]) -> None:
     for row, length in enumerate(prompt_lengths):
         mask[row, width - length :] = 1
     out_dir.mkdir(parents=True, exist_ok=True)
-    with profile(activities=[ProfilerActivity.CPU], record_shapes=True, with_stack=True) as prof:
-        with record_function("generate"), torch.no_grad():
-            model.generate(
-                input_ids=ids,
-                attention_mask=mask,
-                max_new_tokens=NEW_TOKENS,
-                min_new_tokens=NEW_TOKENS,
-                do_sample=False,
-                pad_token_id=0,
-            )
+    activities = [ProfilerActivity.CPU]
+    with (
+        profile(activities=activities, record_shapes=True, with_stack=True) as prof,
+        record_function("generate"),
+        torch.no_grad(),
+    ):
+        model.generate(
+            input_ids=ids,
+            attention_mask=mask,
+            max_new_tokens=NEW_TOKENS,
+            min_new_tokens=NEW_TOKENS,
+            do_sample=False,
+            pad_token_id=0,
+        )
     raw = out_dir / "trace.json"
     prof.export_chrome_trace(str(raw))
     with raw.open("rb") as src, gzip.open(str(raw) + ".gz", "wb") as dst:
