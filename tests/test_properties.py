@@ -21,7 +21,8 @@ from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
 
 import profan
-from profan.model.evidence import Evidence, inside_root, make_pointer, read_lines, resolve_pointer
+from profan.model.evidence import Evidence, make_pointer
+from profan.sources.readback import inside_root, read_lines, resolve_pointer
 
 SETTINGS = settings(
     max_examples=100,

@@ -11,7 +11,7 @@ import polars as pl
 from profan.analyses import align, moe_balance, straggler_arrivals, stragglers
 from profan.analyses.contract import Job, Section
 from profan.model.findings import Finding
-from profan.ranks.rankmap import RankData
+from profan.model.rank import RankData
 
 
 def section(job: Job) -> Section:

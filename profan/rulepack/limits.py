@@ -39,8 +39,7 @@ class Limits:
 
 @functools.lru_cache(maxsize=1)
 def defaults() -> Limits:
-    from profan.rulepack.pack import load_toml
-    from profan.rulepack.paths import rules_dir
+    from profan.rulepack.paths import load_toml, rules_dir
 
     path = rules_dir() / "limits.toml"
     table = load_toml(path).get("limits", {})

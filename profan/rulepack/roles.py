@@ -313,7 +313,7 @@ def _read(doc: Any, source: str | Path, *, partial: bool) -> dict[str, Any]:
 
 def load(path: Path) -> Roles:
     """The roles of one complete roles file (``rules/roles.toml``)."""
-    from profan.rulepack.pack import load_toml
+    from profan.rulepack.paths import load_toml
 
     doc = load_toml(path, "roles file")
     extra = sorted(set(doc) - {"roles"})
