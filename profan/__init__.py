@@ -16,6 +16,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from profan.model.errors import ProfanError, ProfanInputError
+from profan.model.version import __version__
 
 if TYPE_CHECKING:
     from profan import figures
@@ -23,7 +24,6 @@ if TYPE_CHECKING:
     from profan.model.report import Report
     from profan.pipeline import analyze
 
-__version__ = "0.1.0"
 __all__ = [
     "ProfanError",
     "ProfanInputError",

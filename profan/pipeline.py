@@ -14,15 +14,16 @@ from profan.analyses.contract import Analysis, Job, run_analyses
 from profan.diagnosis import causes
 from profan.diagnosis.fold import fold
 from profan.diagnosis.step import denominator, step_summary
-from profan.model.evidence import file_sizes
+from profan.model.rank import RankData
 from profan.model.report import Report
 from profan.ranks.executor import Executor
-from profan.ranks.rankmap import RankData, load_ranks
+from profan.ranks.rankmap import load_ranks
 from profan.rulepack import limits
 from profan.rulepack.hardware import Hardware
 from profan.rulepack.hardware import load as load_hardware
-from profan.rulepack.pack import RulePack, load
+from profan.rulepack.pack import RulePack, load, require_known_checks
 from profan.sources.discover import base_dir, discover
+from profan.sources.readback import file_sizes
 
 Progress = Callable[[str], None]
 
@@ -94,7 +95,7 @@ def build_report(
     hardware: Hardware | None = None,
 ) -> Report:
     """The reduce: the analyses over the per-rank results, and the report around their merged sections."""
-    from profan import __version__
+    from profan.model.version import __version__
 
     hw = hardware or load_hardware()
     merged = run_analyses(ANALYSES, Job(ranks=ranks, pack=pack, hardware=hw, steps=steps.step_table(ranks)))
@@ -104,6 +105,7 @@ def build_report(
     tables = {k: v for k, v in merged.tables.items() if isinstance(v, pl.DataFrame) and not v.is_empty()}
     step = step_summary(tables, merged.causes)
     findings, diagnosis = fold(merged.findings, merged.causes, pack, denominator(step))
+    require_known_checks([*findings, *diagnosis])
     return Report(
         source=_source(ranks, root, fmt),
         findings=findings,

@@ -17,8 +17,8 @@ import pytest
 from conftest import ASCEND, assert_one_line_error, run_cli
 
 import profan
-from profan.model.evidence import read_back
 from profan.sources import ascend_db_rows
+from profan.sources.readback import read_back
 
 DB_SET = ASCEND / "msinsight-alexnet-2rank-2025-db" / "level1"
 TEXT_SET = ASCEND / "msinsight-alexnet-2rank-2025" / "level1"

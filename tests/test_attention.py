@@ -12,7 +12,7 @@ import pytest
 from conftest import TORCH, analysed
 
 import profan
-from profan.analyses.common import ms
+from profan.model.textfmt import ms
 from profan.ranks.rankmap import read_ranks
 from profan.rulepack.pack import load
 from profan.sources.discover import discover

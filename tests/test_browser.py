@@ -22,6 +22,8 @@ from profan.render import render
 from profan.render.evidence_rows import locator_label
 from profan.render.html import ROW_BUDGET, SCALE_ROW_BUDGET, chart_specs, item_caps, step_table
 
+pytestmark = pytest.mark.browser  # drives a headless browser: left out of the fast loop
+
 CHROMIUM = Path("/usr/bin/chromium")
 ARGS = [
     "--headless",

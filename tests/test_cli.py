@@ -16,6 +16,8 @@ import pytest
 import tomllib
 from conftest import ASCEND, FIXTURES, QWEN3, ROOT, analysed, run_cli
 
+pytestmark = pytest.mark.process  # runs profan in child processes: left out of the fast loop
+
 VLLM = ASCEND / "vllm-ascend-msprof-gmm-1op"  # one op, worst finding 'info'
 
 

@@ -20,6 +20,8 @@ from openpyxl import load_workbook
 
 import profan
 
+pytestmark = pytest.mark.process  # runs profan in child processes: left out of the fast loop
+
 VLLM = ASCEND / "vllm-ascend-msprof-gmm-1op"  # one rank, one op: quick to analyse
 
 

@@ -13,9 +13,10 @@ import pytest
 from conftest import QWEN3, fnum, raw_rows
 from polars.testing import assert_frame_equal
 
+from profan.model.rank import RankData
 from profan.ranks import collectives
 from profan.ranks.kernel_pass import KernelRequest, reduce_kernel_files
-from profan.ranks.rankmap import RankData, read_ranks
+from profan.ranks.rankmap import read_ranks
 from profan.rulepack.pack import load
 from profan.sources.discover import discover
 from profan.synth import generate

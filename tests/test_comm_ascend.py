@@ -15,8 +15,8 @@ from conftest import ASCEND, QWEN3, analysed, run_cli
 
 import profan
 from profan.model.errors import ProfanInputError
-from profan.model.evidence import resolve_pointer
 from profan.sources import ascend_comm, ascend_matrix, ascend_meta
+from profan.sources.readback import resolve_pointer
 
 ALEXNET2 = ASCEND / "msinsight-alexnet-2rank-2025/level2"
 GPT3 = ASCEND / "msinsight-gpt3-2rank-2023"

@@ -120,7 +120,7 @@ def test_findings_name_the_prior_and_the_assumption(trace, kernels):
 
 def test_kineto_rank_gets_the_nccl_table_and_findings(trace, kernels):
     """Through the report section, as the pipeline calls it for a Kineto rank (kernel rows of its comm events)."""
-    from profan.ranks.rankmap import RankData
+    from profan.model.rank import RankData
 
     rd = RankData(
         rank=0,
@@ -147,8 +147,8 @@ def test_kineto_rank_gets_the_nccl_table_and_findings(trace, kernels):
 def test_two_ranks_use_the_last_arrivals_duration(trace, kernels):
     """With several ranks, a collective's transfer time is the last-arriving rank's (shortest) duration: the other
     ranks' kernels include waiting. Rank 1 here is rank 0's real trace with 1 ms of waiting added to every kernel."""
+    from profan.model.rank import RankData
     from profan.ranks.collectives import _finish
-    from profan.ranks.rankmap import RankData
 
     ev = trace["traceEvents"]
     ranks = []

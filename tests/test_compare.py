@@ -9,9 +9,9 @@ import pytest
 from conftest import QWEN3, assert_one_line_error, fnum, one_rank, raw_rows, run_cli
 
 import profan
-from profan.analyses.common import ms
 from profan.comparison.compare import compare
-from profan.model.evidence import read_back
+from profan.model.textfmt import ms
+from profan.sources.readback import read_back
 from profan.synth import generate
 
 

@@ -7,6 +7,7 @@ declared, and a check's severities and `supersedes` come from rules/checks.toml 
 
 from __future__ import annotations
 
+import json
 import threading
 
 import polars as pl
@@ -19,7 +20,7 @@ from profan.analyses.contract import Analysis, Job, Section, drop_superseded, ru
 from profan.model.errors import ProfanInputError
 from profan.model.evidence import cite_lines
 from profan.model.findings import Finding
-from profan.rulepack.pack import load
+from profan.rulepack.pack import load, require_known_checks
 
 
 def _finding(check: str, rank: int = 0, step: int | None = 1, severity: str = "warning") -> Finding:
@@ -164,19 +165,32 @@ def test_an_unknown_check_fails_loudly():
     pack = load()
     with pytest.raises(KeyError, match="no check 'no-such-check'"):
         pack.check("no-such-check")
-    with pytest.raises(ValueError, match="unknown check"):
-        _finding("no-such-check")
+    with pytest.raises(ValueError, match="unknown check 'no-such-check'"):
+        require_known_checks([_finding("device-idle"), _finding("no-such-check")])
+    with pytest.raises(ValueError, match="unknown check 'no-such-check'"):
+        bad = Analysis("made-up", lambda job: Section(findings=[_finding("no-such-check")]))
+        run_analyses([bad], _job())
     with pytest.raises(ValueError, match="unknown severity"):
         _finding("device-idle", severity="doom")
     with pytest.raises(ValueError, match="unknown severity"):
         _finding("device-idle", severity="Warning")
 
 
+def test_a_report_file_with_an_unknown_check_is_refused_in_one_line(tmp_path):
+    from profan.app.drill import load_report_or_analyze
+
+    doc = {**analysed(QWEN3).to_dict(), "findings": [{**_finding("device-idle").to_dict(), "check": "made-up"}]}
+    path = tmp_path / "report.json"
+    path.write_text(json.dumps(doc), encoding="utf-8")
+    with pytest.raises(ProfanInputError, match=r"not a profan JSON report \(unknown check 'made-up'"):
+        load_report_or_analyze(path)
+
+
 def test_a_report_with_an_unknown_check_or_severity_is_not_read():
     doc = _finding("device-idle").to_dict()
     assert Finding.from_dict(doc).check == "device-idle"
-    with pytest.raises(ValueError, match="unknown check"):
-        Finding.from_dict({**doc, "check": "made-up"})
+    with pytest.raises(ValueError, match="unknown check 'made-up'"):
+        require_known_checks([Finding.from_dict({**doc, "check": "made-up"})])
     with pytest.raises(ValueError, match="unknown severity"):
         Finding.from_dict({**doc, "severity": "fatal"})
 

@@ -10,6 +10,8 @@ from conftest import run_cli
 
 from profan.synth import generate
 
+pytestmark = pytest.mark.ray  # starts a local Ray cluster: left out of the fast loop
+
 ray = pytest.importorskip("ray", reason="Ray is not installed: pip install 'profan[ray]' to test --executor ray")
 
 

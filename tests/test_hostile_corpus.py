@@ -45,6 +45,8 @@ import hostile_corpus as hc
 import pytest
 from prefork import ForkServer
 
+pytestmark = pytest.mark.process  # runs profan in child processes: left out of the fast loop
+
 TIMEOUT_S = 60
 MAX_RSS_KB = 1 << 20  # 1 GiB
 WORKERS = 3

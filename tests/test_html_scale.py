@@ -21,6 +21,8 @@ from profan.render.html import (
     column_summary,
 )
 
+pytestmark = pytest.mark.slow  # large generated inputs or many examples: left out of the fast loop
+
 STRAGGLER = 33
 
 

@@ -13,10 +13,10 @@ import pytest
 from conftest import analysed, run_cli, union_us
 
 import profan
-from profan.model.evidence import read_back
 from profan.ranks.rankmap import read_ranks
 from profan.rulepack.pack import load as load_pack
 from profan.sources.discover import discover
+from profan.sources.readback import read_back
 
 ROOT = Path(__file__).resolve().parent.parent
 TORCH = ROOT / "fixtures" / "torch"

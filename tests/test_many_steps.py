@@ -15,6 +15,8 @@ from profan.app.drill import select_kernel_rows
 from profan.ranks import kernel_pass
 from profan.render import render
 
+pytestmark = pytest.mark.slow  # large generated inputs or many examples: left out of the fast loop
+
 STEPS = 6
 
 

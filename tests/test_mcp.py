@@ -25,6 +25,8 @@ from conftest import QWEN3, ROOT, analysed, run_cli
 from mcp import Client
 from mcp.client.stdio import StdioServerParameters
 
+pytestmark = pytest.mark.process  # runs profan in child processes: left out of the fast loop
+
 # Copies the client's lines to the server and the server's back, logging each as sent ("> " in, "< " out).
 RELAY = r"""
 import subprocess, sys, threading

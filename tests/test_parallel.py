@@ -16,6 +16,8 @@ from profan.rulepack.pack import load
 from profan.sources.discover import discover
 from profan.synth import generate
 
+pytestmark = pytest.mark.slow  # large generated inputs or many examples: left out of the fast loop
+
 
 def _canon(f) -> dict:
     d = f.to_dict()

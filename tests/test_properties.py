@@ -16,12 +16,16 @@ import posixpath
 import tempfile
 from pathlib import Path
 
+import pytest
 from hostile_corpus import KD, QWEN_R0, csv_quote, ref_duration, set_cells
 from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
 
 import profan
-from profan.model.evidence import Evidence, inside_root, make_pointer, read_lines, resolve_pointer
+from profan.model.evidence import Evidence, make_pointer
+from profan.sources.readback import inside_root, read_lines, resolve_pointer
+
+pytestmark = pytest.mark.slow  # large generated inputs or many examples: left out of the fast loop
 
 SETTINGS = settings(
     max_examples=100,

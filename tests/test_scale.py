@@ -24,6 +24,8 @@ from profan.render.json_report import CLASSES, by_class, cut_tables, render_json
 from profan.render.markdown import render_markdown
 from profan.synth import generate
 
+pytestmark = pytest.mark.slow  # large generated inputs or many examples: left out of the fast loop
+
 
 @pytest.fixture(scope="module")
 def slow16(tmp_path_factory):

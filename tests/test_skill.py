@@ -16,6 +16,8 @@ import tomllib
 import yaml
 from conftest import QWEN3, ROOT, run_cli
 
+pytestmark = pytest.mark.process  # runs profan in child processes: left out of the fast loop
+
 SKILL = ROOT / "profan" / "skill" / "profan"
 TEXT = (SKILL / "SKILL.md").read_text(encoding="utf-8")
 

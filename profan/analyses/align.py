@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import polars as pl
 
-from profan.ranks.rankmap import RankData
+from profan.model.rank import RankData
 from profan.sources.ascend_meta import double_hash
 from profan.sources.rowframe import stack
 

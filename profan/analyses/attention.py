@@ -12,10 +12,11 @@ from __future__ import annotations
 
 import polars as pl
 
-from profan.analyses.common import cite_kernels, graded, kernel_table, ms, pct, top_lines_by
+from profan.analyses.common import cite_kernels, graded, kernel_table, top_lines_by
 from profan.model.evidence import MAX_CITED
 from profan.model.findings import Finding
-from profan.ranks.rankmap import RankData
+from profan.model.rank import RankData
+from profan.model.textfmt import ms, pct
 from profan.rulepack.pack import RulePack
 
 CHECK = "unfused-attention"

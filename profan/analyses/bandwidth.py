@@ -14,10 +14,10 @@ from __future__ import annotations
 
 import polars as pl
 
-from profan.analyses.common import fmt_ranks, pct
 from profan.model.evidence import cite_pointers
 from profan.model.findings import Finding
-from profan.ranks.rankmap import RankData
+from profan.model.rank import RankData
+from profan.model.textfmt import fmt_ranks, pct
 from profan.rulepack.hardware import Hardware
 from profan.rulepack.pack import RulePack
 from profan.sources import ascend_matrix

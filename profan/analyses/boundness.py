@@ -8,10 +8,11 @@ from __future__ import annotations
 
 import polars as pl
 
-from profan.analyses.common import cite_kernels, first_by_time, kernel_table, ms, pct, top_lines_frame
+from profan.analyses.common import cite_kernels, first_by_time, kernel_table, top_lines_frame
 from profan.model.evidence import MAX_CITED
 from profan.model.findings import Finding, Severity
-from profan.ranks.rankmap import RankData
+from profan.model.rank import RankData
+from profan.model.textfmt import ms, pct
 from profan.rulepack.pack import Check, RulePack
 from profan.sources.ascend_kernels import PIPES
 

@@ -4,19 +4,11 @@ from __future__ import annotations
 
 import polars as pl
 
-from profan.analyses.common import (
-    cite_kernels,
-    first_by_time,
-    graded,
-    kernel_table,
-    ms,
-    pct,
-    top_lines_by,
-    top_lines_frame,
-)
+from profan.analyses.common import cite_kernels, first_by_time, graded, kernel_table, top_lines_by, top_lines_frame
 from profan.model.evidence import MAX_CITED
 from profan.model.findings import Finding
-from profan.ranks.rankmap import RankData
+from profan.model.rank import RankData
+from profan.model.textfmt import ms, pct
 from profan.rulepack.classify import UNCLASSIFIED
 from profan.rulepack.pack import RulePack
 

@@ -5,10 +5,11 @@ from __future__ import annotations
 
 import polars as pl
 
-from profan.analyses.common import graded, ms, pct
+from profan.analyses.common import graded
 from profan.model.evidence import cite_lines, cite_pointers
 from profan.model.findings import Finding
-from profan.ranks.rankmap import RankData
+from profan.model.rank import RankData
+from profan.model.textfmt import ms, pct
 from profan.rulepack.pack import RulePack
 from profan.sources import ascend_matrix
 from profan.sources.rowframe import stack

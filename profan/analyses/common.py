@@ -3,8 +3,7 @@ lines."""
 
 from __future__ import annotations
 
-import math
-from collections.abc import Callable, Iterable
+from collections.abc import Callable
 from typing import Any
 
 import polars as pl
@@ -12,19 +11,6 @@ import polars as pl
 from profan.model.findings import Severity
 from profan.rulepack.pack import Check
 from profan.sources.rowframe import stack
-
-
-def ms(us: float | None) -> str:
-    """Milliseconds with one decimal; small values in µs so they never print as 0.0 ms."""
-    if us is None:
-        return "n/a"
-    if abs(us) < 100:
-        return f"{us:,.2f} µs"
-    return f"{us / 1000:,.1f} ms" if abs(us) >= 1000 else f"{us / 1000:,.3f} ms"
-
-
-def pct(x: float | None) -> str:
-    return "n/a" if x is None or not math.isfinite(x) else f"{100 * x:.1f}%"
 
 
 def graded(value: float, chk: Check, kind: str = "share") -> Severity | None:
@@ -93,20 +79,6 @@ def first_by_time(cols: tuple[str, ...]) -> list[pl.Expr]:
     """Aggregations: each column's value in the group's row with the most time (ties: the first name) — the
     example a table names for a set of kernel groups, the same on every run whatever order grouping saw."""
     return [pl.col(c).sort_by(["time_us", "name"], descending=[True, False]).first() for c in cols]
-
-
-def fmt_ranks(ranks: Iterable[int]) -> str:
-    """Ranks (or steps) as runs: 0–36, 38–63 (a run of three or more as a range), so 64 ranks read in a line."""
-    out: list[str] = []
-    values = sorted(set(ranks))
-    i = 0
-    while i < len(values):
-        j = i
-        while j + 1 < len(values) and values[j + 1] == values[j] + 1:
-            j += 1
-        out += [f"{values[i]}–{values[j]}"] if j - i >= 2 else [str(v) for v in values[i : j + 1]]
-        i = j + 1
-    return ", ".join(out)
 
 
 def cite_kernels(

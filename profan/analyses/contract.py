@@ -16,9 +16,9 @@ import polars as pl
 
 from profan.model.causes import Cause
 from profan.model.findings import Finding
-from profan.ranks.rankmap import RankData
+from profan.model.rank import RankData
 from profan.rulepack.hardware import Hardware
-from profan.rulepack.pack import RulePack
+from profan.rulepack.pack import RulePack, require_known_checks
 
 
 @dataclass
@@ -117,6 +117,7 @@ def _merge(merged: Section, section: Section, name: str, pack: RulePack) -> None
     twice = sorted(set(section.tables) & set(merged.tables))
     if twice:
         raise ValueError(f"analysis {name!r} makes table(s) {twice} an earlier analysis made")
+    require_known_checks([*section.findings, *section.causes])
     merged.tables.update(section.tables)
     merged.findings[:] = drop_superseded([*merged.findings, *section.findings], pack)
     merged.notes.extend(section.notes)

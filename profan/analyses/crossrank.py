@@ -12,7 +12,7 @@ from profan.analyses import align, straggler_arrivals, stragglers
 from profan.analyses.contract import Job, Section
 from profan.analyses.moe import balance as moe_balance
 from profan.model.findings import Finding
-from profan.ranks.rankmap import RankData
+from profan.model.rank import RankData
 
 
 def section(job: Job) -> Section:

@@ -11,9 +11,10 @@ from __future__ import annotations
 
 import polars as pl
 
-from profan.analyses.common import cite_kernels, graded, ms, pct
+from profan.analyses.common import cite_kernels, graded
 from profan.model.findings import Finding
-from profan.ranks.rankmap import RankData
+from profan.model.rank import RankData
+from profan.model.textfmt import ms, pct
 from profan.rulepack.pack import RulePack
 
 CHECK = "unfused-elementwise"

@@ -5,10 +5,10 @@ from __future__ import annotations
 
 import polars as pl
 
-from profan.analyses.common import ms, pct
 from profan.model.evidence import cite_events
 from profan.model.findings import Finding
-from profan.ranks.rankmap import RankData
+from profan.model.rank import RankData
+from profan.model.textfmt import ms, pct
 from profan.rulepack.pack import RulePack
 
 NOT_LINK_TYPES = ("ON_CHIP", "INVALID_TYPE", "", "N/A")  # on-chip copies and waits: not a link's data

@@ -10,13 +10,14 @@ import statistics
 
 import polars as pl
 
-from profan.analyses.common import cite_kernels, fmt_ranks, graded, ms
+from profan.analyses.common import cite_kernels, graded
 from profan.model.evidence import Evidence, cite_lines, cite_pointers, make_pointer
 from profan.model.findings import Finding
-from profan.ranks.rankmap import RankData
+from profan.model.rank import ParallelGroup, RankData
+from profan.model.textfmt import fmt_ranks, ms
 from profan.rulepack.pack import RulePack
 from profan.rulepack.roles import defaults as default_roles
-from profan.sources.ascend_meta import ParallelGroup, double_hash
+from profan.sources.ascend_meta import double_hash
 
 
 def pp_stages(ranks: list[RankData]) -> tuple[dict[int, int], dict[int, tuple[str, ParallelGroup]]]:

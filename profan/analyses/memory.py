@@ -11,11 +11,12 @@ from __future__ import annotations
 
 import polars as pl
 
-from profan.analyses.common import fmt_ranks, graded
+from profan.analyses.common import graded
 from profan.analyses.contract import Job, Section
 from profan.model.evidence import Evidence, cite_events, cite_lines
 from profan.model.findings import Finding
-from profan.ranks.rankmap import RankData
+from profan.model.rank import RankData
+from profan.model.textfmt import fmt_ranks
 from profan.rulepack.pack import Check, RulePack
 
 

@@ -9,10 +9,10 @@ from __future__ import annotations
 
 import polars as pl
 
-from profan.analyses.common import pct
 from profan.model.evidence import Evidence, cite_events
 from profan.model.findings import Finding
-from profan.ranks.rankmap import RankData
+from profan.model.rank import RankData
+from profan.model.textfmt import pct
 from profan.rulepack.hardware import Hardware
 from profan.rulepack.pack import RulePack
 from profan.rulepack.roles import Roles

@@ -14,10 +14,10 @@ from profan.analyses import boundness as bound
 from profan.analyses import breakdown as bd
 from profan.analyses import comm
 from profan.analyses.attention import unfused_findings
-from profan.analyses.common import fmt_ranks
 from profan.analyses.contract import Analysis, Job, Section, run_analyses
 from profan.analyses.elementwise import chain_findings
-from profan.ranks.rankmap import RankData
+from profan.model.rank import RankData
+from profan.model.textfmt import fmt_ranks
 from profan.rulepack.pack import RulePack
 
 

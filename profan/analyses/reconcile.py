@@ -8,11 +8,11 @@ from __future__ import annotations
 
 import polars as pl
 
-from profan.analyses.common import ms
 from profan.analyses.contract import Job, Section
 from profan.model.evidence import cite_lines
 from profan.model.findings import Finding
-from profan.ranks.rankmap import RankData
+from profan.model.rank import RankData
+from profan.model.textfmt import ms
 from profan.rulepack.pack import RulePack
 
 

@@ -13,11 +13,12 @@ from collections.abc import Callable, Iterable
 import polars as pl
 
 from profan.analyses import imbalance
-from profan.analyses.common import cite_kernels, graded, kernel_table, ms, pct
+from profan.analyses.common import cite_kernels, graded, kernel_table
 from profan.analyses.contract import Job, Section
 from profan.model.evidence import Evidence, cite_lines
 from profan.model.findings import Finding
-from profan.ranks.rankmap import RankData
+from profan.model.rank import RankData
+from profan.model.textfmt import ms, pct
 from profan.rulepack.pack import RulePack
 from profan.sources.rowframe import stack
 

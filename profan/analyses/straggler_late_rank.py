@@ -11,7 +11,7 @@ import polars as pl
 
 from profan.analyses.straggler_arrivals import CHECK, KEY
 from profan.analyses.straggler_windows import WindowComparison, explain
-from profan.ranks.rankmap import RankData
+from profan.model.rank import RankData
 from profan.rulepack.pack import Check, RulePack
 
 

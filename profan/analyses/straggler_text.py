@@ -4,9 +4,9 @@ records of the wait, and the cause (extra work or a host-side gap), in the terms
 
 from __future__ import annotations
 
-from profan.analyses.common import ms
 from profan.analyses.straggler_late_rank import LateRank
 from profan.analyses.straggler_windows import WindowComparison
+from profan.model.textfmt import ms
 from profan.rulepack.pack import Check
 
 

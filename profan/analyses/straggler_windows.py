@@ -13,7 +13,7 @@ from dataclasses import dataclass, field
 import polars as pl
 
 from profan.analyses.straggler_arrivals import CHECK, KEY
-from profan.ranks.rankmap import RankData
+from profan.model.rank import RankData
 from profan.rulepack.pack import RulePack
 
 

@@ -18,13 +18,14 @@ import statistics
 
 import polars as pl
 
-from profan.analyses.common import fmt_ranks, graded, ms
+from profan.analyses.common import graded
 from profan.analyses.straggler_arrivals import CHECK, instance_table, lateness_table, rank_step_table
 from profan.analyses.straggler_evidence import cite_ops, straggler_evidence
 from profan.analyses.straggler_late_rank import LateRank, inherited, late_rank
 from profan.analyses.straggler_text import step_text, straggler_message, where_last
 from profan.model.findings import Finding
-from profan.ranks.rankmap import RankData
+from profan.model.rank import RankData
+from profan.model.textfmt import fmt_ranks, ms
 from profan.rulepack.pack import RulePack
 
 

@@ -12,12 +12,13 @@ import functools
 import polars as pl
 
 from profan.analyses import imbalance
-from profan.analyses.common import graded, ms, pct
+from profan.analyses.common import graded
 from profan.analyses.contract import Job, Section
 from profan.analyses.steps import LANES, graded_share_findings, share_finding, split_text
 from profan.model.evidence import cite_events, cite_lines
 from profan.model.findings import Finding
-from profan.ranks.rankmap import RankData
+from profan.model.rank import RankData
+from profan.model.textfmt import ms, pct
 from profan.rulepack.classify import UNCLASSIFIED
 from profan.rulepack.pack import Check, RulePack
 from profan.rulepack.roles import Roles

@@ -15,7 +15,7 @@ from typing import TYPE_CHECKING, Annotated, NoReturn
 import typer
 
 from profan.model.errors import EXIT_BAD_INPUT, EXIT_FINDINGS, EXIT_INTERNAL, EXIT_OK, ProfanError, ProfanInputError
-from profan.render.textfmt import visible
+from profan.model.textfmt import visible
 
 if TYPE_CHECKING:
     from profan.app.output import Inputs
@@ -55,7 +55,7 @@ Debug = Annotated[
 
 def _version(value: bool) -> None:
     if value:
-        from profan import __version__
+        from profan.model.version import __version__
 
         typer.echo(f"profan {__version__}")
         raise typer.Exit()

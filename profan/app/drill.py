@@ -10,14 +10,15 @@ from typing import Any
 
 from profan.model.causes import Cause
 from profan.model.errors import TOO_DEEP, ProfanInputError
-from profan.model.evidence import read_back
 from profan.model.files import open_regular
 from profan.model.findings import Finding
 from profan.model.report import Report, from_dict
 from profan.ranks.kernel_pass import _with_neighbors
 from profan.rulepack import limits
+from profan.rulepack.pack import require_known_checks
 from profan.sources import ascend_db_rows
 from profan.sources.discover import base_dir
+from profan.sources.readback import read_back
 from profan.trust import report_root
 
 
@@ -36,6 +37,7 @@ def load_report_or_analyze(path: Path, root: Path | None = None) -> tuple[Report
             if not isinstance(doc, dict):
                 raise ValueError(f"a JSON {type(doc).__name__}, not an object")
             report = from_dict(doc)
+            require_known_checks([*report.findings, *report.causes])
         except RecursionError:
             raise ProfanInputError(path, f"not a profan JSON report: it {TOO_DEEP}") from None
         except (ValueError, KeyError, TypeError, AttributeError) as exc:

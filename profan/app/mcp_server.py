@@ -357,8 +357,8 @@ def _tool(fn: Callable[..., CallToolResult], document: str) -> Tool:
 def build_server(roots: list[Path] | None = None) -> MCPServer:
     """The MCP server with profan's tools registered (no transport started); it reads only inside ``roots``
     (default: the current folder)."""
-    from profan import __version__
     from profan.app.brief import BRIEF_SCHEMA, EVIDENCE_SCHEMA, RULES_SCHEMA
+    from profan.model.version import __version__
 
     info = Implementation(name="profan", version=__version__)
     tools = Tools(roots or [Path.cwd()], info.model_dump(by_alias=True, mode="json", exclude_none=True))

@@ -30,12 +30,12 @@ from profan.comparison.sides import (
 )
 from profan.comparison.tables import KEY, fold_shapes, pair, pair_steps, per_key, shown
 from profan.model.errors import ProfanInputError
-from profan.model.evidence import file_sizes
 from profan.model.findings import number_findings
 from profan.model.report import Report
 from profan.ranks.executor import Executor
 from profan.rulepack import limits
-from profan.rulepack.pack import RulePack, load
+from profan.rulepack.pack import RulePack, load, require_known_checks
+from profan.sources.readback import file_sizes
 
 
 def compare(
@@ -77,7 +77,7 @@ def compare(
 
 
 def build_compare(sa: Side, sb: Side, pack: RulePack, common: Path, mode: str, t0: float) -> Report:
-    from profan import __version__
+    from profan.model.version import __version__
 
     ka, kb = side_kernels(sa, pack), side_kernels(sb, pack)
     if ka.is_empty() or kb.is_empty():
@@ -117,9 +117,11 @@ def build_compare(sa: Side, sb: Side, pack: RulePack, common: Path, mode: str, t
     warnings = [f"{s.label} rank {r.rank}: {w}" for s in (sa, sb) for r in s.ranks for w in r.warnings]
     warnings += left_out_warnings(left, sa, sb) + one_sided_pairs(ka, kb, sa, sb)
     warnings += step_rows_one_side(tot_a, tot_b, sa, sb)
+    findings = number_findings([f for f in findings if f is not None])
+    require_known_checks(findings)
     return Report(
         source=source,
-        findings=number_findings([f for f in findings if f is not None]),
+        findings=findings,
         tables=tables,
         warnings=warnings,
         notes=notes,

@@ -7,9 +7,8 @@ from __future__ import annotations
 
 import polars as pl
 
-from profan.analyses.common import ms
 from profan.comparison.sides import Side, kept
-from profan.render.textfmt import id_list
+from profan.model.textfmt import id_list, ms
 
 
 def left_out(k: pl.DataFrame, steps_tab: pl.DataFrame, side: Side) -> pl.DataFrame:

@@ -6,11 +6,12 @@ from __future__ import annotations
 
 import polars as pl
 
-from profan.analyses.common import graded, ms, pct
+from profan.analyses.common import graded
 from profan.comparison.coverage import left_out_text
 from profan.comparison.sides import Side
 from profan.model.evidence import Evidence, cite_events, cite_lines
 from profan.model.findings import Finding
+from profan.model.textfmt import ms, pct
 from profan.rulepack.pack import RulePack
 
 CHECK = "compare-regression"

@@ -5,10 +5,10 @@ from __future__ import annotations
 
 import polars as pl
 
-from profan.analyses.common import ms
 from profan.comparison.findings import CHECK
 from profan.model.errors import ProfanInputError
 from profan.model.report import Report
+from profan.model.textfmt import ms
 from profan.rulepack.pack import RulePack
 
 

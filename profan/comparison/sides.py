@@ -13,8 +13,9 @@ import polars as pl
 
 from profan.analyses.common import kernel_table
 from profan.model.errors import ProfanInputError
+from profan.model.rank import RankData
 from profan.ranks.executor import Executor
-from profan.ranks.rankmap import RankData, load_ranks
+from profan.ranks.rankmap import load_ranks
 from profan.rulepack.pack import RulePack
 from profan.sources.ascend_meta import double_hash
 from profan.sources.discover import base_dir, discover

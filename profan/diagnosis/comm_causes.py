@@ -8,11 +8,11 @@ from dataclasses import replace
 
 import polars as pl
 
-from profan.analyses.common import fmt_ranks
 from profan.analyses.contract import Job
 from profan.diagnosis.claims import SYMPTOMS, Claims, explainable, make_cause, span
 from profan.model.causes import Cause
 from profan.model.findings import Finding
+from profan.model.textfmt import fmt_ranks
 
 
 def slow_link(job: Job, claims: Claims, steps_us: dict[int, float]) -> list[Cause]:

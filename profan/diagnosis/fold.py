@@ -11,9 +11,9 @@ from __future__ import annotations
 
 from dataclasses import replace
 
-from profan.analyses.common import fmt_ranks
 from profan.model.causes import Cause
 from profan.model.findings import Finding, number_findings
+from profan.model.textfmt import fmt_ranks
 from profan.rulepack.pack import RulePack
 
 

@@ -5,11 +5,12 @@ from __future__ import annotations
 
 import polars as pl
 
-from profan.analyses.common import fmt_ranks, ms, step_periods
+from profan.analyses.common import step_periods
 from profan.analyses.contract import Job
 from profan.diagnosis.claims import Claims, make_cause, span
 from profan.model.causes import Cause
 from profan.model.findings import Finding
+from profan.model.textfmt import fmt_ranks, ms
 
 
 def idle(job: Job, claims: Claims, steps_us: dict[int, float], cost: pl.DataFrame) -> list[Cause]:

@@ -7,11 +7,11 @@ import statistics
 from collections.abc import Callable
 from typing import Any
 
-from profan.analyses.common import fmt_ranks
 from profan.analyses.contract import Job
 from profan.diagnosis.claims import Claims, make_cause
 from profan.model.causes import Cause
 from profan.model.findings import Finding
+from profan.model.textfmt import fmt_ranks
 
 
 def unfused_attention(job: Job, claims: Claims, steps_us: dict[int, float]) -> list[Cause]:

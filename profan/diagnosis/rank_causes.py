@@ -7,11 +7,11 @@ import statistics
 
 import polars as pl
 
-from profan.analyses.common import fmt_ranks
 from profan.analyses.contract import Job
 from profan.analyses.imbalance import pp_stages
 from profan.diagnosis.claims import Claims, explainable, make_cause
 from profan.model.causes import Cause
+from profan.model.textfmt import fmt_ranks
 
 METRIC_WORDS = {"tokens": "tokens", "gmm_us": "expert GEMM time", "moe_us": "MoE-bucket time"}
 

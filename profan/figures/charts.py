@@ -29,7 +29,7 @@ from profan.figures.style import (
     step_table,
 )
 from profan.model.report import Report
-from profan.render.textfmt import PIPE_COLUMNS, fmt_cell
+from profan.model.textfmt import PIPE_COLUMNS, fmt_cell
 
 SCATTER_POINTS = 1500  # transfers the bandwidth chart draws; beyond, the slowest and a sample (`_drawn_transfers`)
 

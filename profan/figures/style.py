@@ -17,7 +17,7 @@ import polars as pl
 from profan.model.causes import Cause
 from profan.model.findings import Finding
 from profan.model.report import Report
-from profan.render.textfmt import visible
+from profan.model.textfmt import visible
 
 BUCKET_COLORS = {
     "attention": "#3b6fb6",

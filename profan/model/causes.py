@@ -41,10 +41,6 @@ class Cause:
     id: str = ""
 
     def __post_init__(self) -> None:
-        from profan.rulepack.pack import builtin_check_ids
-
-        if self.check not in builtin_check_ids():
-            raise ValueError(f"unknown check {str(self.check)[:60]!r} (not in rules/checks.toml)")
         if not self.evidence:
             raise ValueError(f"cause {self.check!r} ({self.title}) has no evidence")
         if not all(isinstance(e, Evidence) for e in self.evidence):

@@ -15,7 +15,7 @@ from collections.abc import Callable
 from concurrent.futures import Future, ThreadPoolExecutor
 from concurrent.futures import TimeoutError as FutureTimeout
 from contextlib import closing
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from functools import partial
 from pathlib import Path
 from typing import TypeVar
@@ -23,6 +23,7 @@ from typing import TypeVar
 import polars as pl
 
 from profan.model.errors import ProfanInputError
+from profan.model.rank import RankData
 from profan.ranks import executor as parallel
 from profan.ranks import memory_pass
 from profan.ranks.collectives import AscendRank, ascend_collectives, kineto_collectives
@@ -48,61 +49,6 @@ from profan.sources import (
     intervals,
 )
 from profan.sources.discover import RankSource, relpath
-
-
-@dataclass
-class RankData:
-    rank: int
-    path: str  # rank directory relative to the root
-    kind: str
-    rank_origin: str
-    files: dict[str, str] = field(default_factory=dict)  # logical -> path relative to root
-    info: dict = field(default_factory=dict)  # profiler level, versions, aic metrics
-    kernel_variant: str = ""
-    has_pipe_ratios: bool = False
-    groups: pl.DataFrame | None = None  # one row per (step, op, name, type, core, input_shapes)
-    steps: pl.DataFrame | None = None  # step_trace_time rows
-    comm_ops: pl.DataFrame | None = None
-    comm_bw: pl.DataFrame | None = None
-    comm_packets: pl.DataFrame | None = None  # communication.json Size Distribution rows
-    # communication_matrix.json per-link totals (ascend_matrix.link_totals), group-local ranks mapped to global
-    comm_links: pl.DataFrame | None = None
-    metadata: ascend_meta.Metadata | None = None
-    collectives: pl.DataFrame | None = None  # communication ops in order, with group/seq (profan.ranks.collectives)
-    windows: pl.DataFrame | None = None  # kernels in each op's pre-collective window (profan.ranks.collectives)
-    op_stats: pl.DataFrame | None = None  # op_statistic.csv rows, for cross-checking kernel rows
-    # Where `groups.lines` point: "lines" (CSV line numbers of files[kernel_file]) or "events" (chrome-trace event
-    # indexes, for Kineto traces). Analyses cite kernel evidence through analyses.common.cite_kernels.
-    kernel_locator: str = "lines"
-    kernel_file: str = "kernel_details"
-    trace_steps: pl.DataFrame | None = None  # per-step Computing/Communication/Free from trace device lanes
-    trace_comm: pl.DataFrame | None = None  # Kineto communication events (NCCL kernels, c10d ops, annotations)
-    trace_links: pl.DataFrame | None = None  # trace_view HCCL plane tasks per plane / transport / link type
-    trace_tasks: pl.DataFrame | None = None  # trace_view HCCL plane task events (Notify_Wait per peer)
-    fusible: pl.DataFrame | None = None  # per step, the runs of elementwise kernels one kernel would do
-    # each step's compute / exposed communication / idle blocks in time, at most intervals.STEP_BLOCKS per step
-    # (profan.sources.intervals), from the trace's device lanes, else the kernel file's timed rows
-    step_blocks: pl.DataFrame | None = None
-    # an MoE layer's token events: all-to-alls with their split sizes, expert ranges, expert inputs, each with its
-    # step (profan.sources.kineto_moe); None where the trace shows no MoE layer
-    moe_tokens: pl.DataFrame | None = None
-    # memory: the allocated/reserved curve (bounded), the peak row and what is live at the peak
-    # (profan.ranks.memory_pass; keys curve, peak, holders, and modules for Ascend npu_module_mem.csv)
-    memory: dict[str, pl.DataFrame] | None = None
-    rows_read: dict[str, int] = field(default_factory=dict)
-    rows_skipped: dict[str, int] = field(default_factory=dict)
-    warnings: list[str] = field(default_factory=list)
-
-    def count(self, logical: str, read: int, skipped: int, what: str, empty: str | None = None) -> None:
-        """Record how many rows of a file were read and skipped; skipped rows are also said as a warning, and
-        so is a file with no rows at all when ``empty`` says what that means."""
-        self.rows_read[logical] = read
-        if skipped:
-            self.rows_skipped[logical] = skipped
-            self.warnings.append(f"{self.files[logical]}: skipped {skipped} of {read} {what}")
-        if read == 0 and empty is not None:
-            self.warnings.append(f"{self.files[logical]}: {empty}")
-
 
 R = TypeVar("R")
 

@@ -1,7 +1,7 @@
 """The cited source rows of a report, read back from the original files as tables for the HTML and Excel reports.
 
 Reading the cited rows back is rendering the evidence, not computing it: the values shown are the raw text of the
-files at the locators the findings cite, exactly what ``profan.model.evidence.read_back`` returns. The only difference
+files at the locators the findings cite, exactly what ``profan.sources.readback.read_back`` returns. The only difference
 is
 batching — each file is opened once for all the rows cited from it (a report can cite the same 800 MB trace from
 dozens of findings) — and splitting: a CSV line is split with the csv module and shown under the file's header
@@ -19,10 +19,11 @@ from typing import Any
 
 from profan.model.causes import Cause
 from profan.model.errors import ProfanInputError
-from profan.model.evidence import Evidence, load_json_document, read_lines, resolve_pointer, source_path, trace_events
+from profan.model.evidence import Evidence
 from profan.model.findings import Finding
 from profan.sources import ascend_db_rows
 from profan.sources.discover import base_dir
+from profan.sources.readback import load_json_document, read_lines, resolve_pointer, source_path, trace_events
 
 KEY_SEP = " › "
 MAX_FLAT_DEPTH = 3  # deeper JSON values are shown as compact JSON text

@@ -34,25 +34,25 @@ import polars as pl
 from markupsafe import Markup
 
 from profan import figures
-from profan.analyses.common import fmt_ranks
 from profan.figures import highlighted_ranks, step_table
 from profan.model.causes import Cause
 from profan.model.errors import ProfanInputError
 from profan.model.findings import SEVERITIES, Finding
 from profan.model.report import Report
-from profan.render.evidence_rows import EvidenceTable, read_evidence
-from profan.render.json_report import CLASSES, ROW_LIMIT, by_class, kept_members, named_ranks
-from profan.render.textfmt import (
+from profan.model.textfmt import (
     FILTERS,
     column_kind,
     column_label,
     fmt_cell,
     fmt_ms,
     fmt_pct,
+    fmt_ranks,
     id_list,
     locators,
     visible,
 )
+from profan.render.evidence_rows import EvidenceTable, read_evidence
+from profan.render.json_report import CLASSES, ROW_LIMIT, by_class, kept_members, named_ranks
 from profan.render.verdict import cause_view, findings_by_cause, share_of, span_text, verdict
 from profan.rulepack.paths import templates_dir
 from profan.trust import report_root

@@ -18,11 +18,10 @@ import jinja2
 import markupsafe
 import polars as pl
 
-from profan.analyses.common import fmt_ranks
 from profan.diagnosis.step import step_summary
 from profan.model.report import Report
+from profan.model.textfmt import FILTERS, column_kind, fmt_cell, fmt_ranks, selected, visible
 from profan.render.json_report import CLASSES, cut_tables, named_ranks
-from profan.render.textfmt import FILTERS, column_kind, fmt_cell, selected, visible
 from profan.render.verdict import cause_view, findings_by_cause, share_of, verdict
 from profan.rulepack.paths import templates_dir
 

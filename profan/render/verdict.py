@@ -11,12 +11,11 @@ from __future__ import annotations
 import re
 from typing import Any
 
-from profan.analyses.common import fmt_ranks
 from profan.diagnosis.step import step_summary
 from profan.model.causes import Cause
 from profan.model.findings import Finding
 from profan.model.report import Report
-from profan.render.textfmt import fmt_ms, fmt_pct, id_list
+from profan.model.textfmt import fmt_ms, fmt_pct, fmt_ranks, id_list
 
 _NO_ESTIMATE = re.compile(r"^\s*no estimate\s*[:.,;—-]*\s*", re.I)
 _SENTENCE_END = re.compile(r"(?<!e\.g)(?<!i\.e)\.(?=\s+[A-Z]|\s*$)")  # a full stop before a capital or the end

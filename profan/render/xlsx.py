@@ -38,15 +38,14 @@ from openpyxl.styles import Alignment, Font, PatternFill
 from openpyxl.utils import get_column_letter
 from openpyxl.worksheet.hyperlink import Hyperlink
 
-from profan.analyses.common import fmt_ranks
 from profan.diagnosis.step import step_summary
 from profan.model.causes import Cause
 from profan.model.findings import SEVERITIES, Finding
 from profan.model.report import Report
+from profan.model.textfmt import column_kind, column_label, fmt_ranks, locators, visible
 from profan.render.evidence_rows import NAME_COLUMNS, TYPE_COLUMNS, EvidenceTable, key_values, pick, read_evidence
 from profan.render.html import data_root
 from profan.render.json_report import MEMBER_LIMIT, cut_members, cut_tables, named_ranks
-from profan.render.textfmt import column_kind, column_label, locators, visible
 from profan.render.verdict import also_worth_a_look, gain_text, share_of, span_text, step_text
 
 FORMULA_START = ("=", "+", "-", "@", "\t", "\r")

@@ -24,8 +24,8 @@ from pathlib import Path
 from typing import Any
 
 from profan.model.errors import ProfanInputError
-from profan.rulepack.pack import load_toml
 from profan.rulepack.paths import rules_dir
+from profan.rulepack.toml_file import load_toml
 
 
 @dataclass(frozen=True)

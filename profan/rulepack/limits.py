@@ -12,7 +12,10 @@ from dataclasses import dataclass, fields, replace
 from pathlib import Path
 from typing import Any
 
+import tomllib
+
 from profan.model.errors import ProfanInputError
+from profan.rulepack.paths import rules_dir
 
 
 @dataclass(frozen=True)
@@ -46,11 +49,11 @@ class Limits:
 
 @functools.lru_cache(maxsize=1)
 def defaults() -> Limits:
-    from profan.rulepack.pack import load_toml
-    from profan.rulepack.paths import rules_dir
-
     path = rules_dir() / "limits.toml"
-    table = load_toml(path).get("limits", {})
+    try:
+        table = tomllib.loads(path.read_text(encoding="utf-8")).get("limits", {})
+    except (OSError, tomllib.TOMLDecodeError) as exc:
+        raise ProfanInputError(path, f"cannot read the shipped limits: {exc}") from None
     missing = {f.name for f in fields(Limits)} - set(table)
     if missing:
         raise ProfanInputError(path, f"[limits] lacks {', '.join(sorted(missing))}")

@@ -6,22 +6,21 @@ The engine knows nothing about kernels; everything it needs to decide a bucket o
 from __future__ import annotations
 
 import functools
-import os
+from collections.abc import Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 import polars as pl
-import tomllib
 
 from profan.model.errors import ProfanInputError
-from profan.model.files import open_regular
 from profan.model.findings import SEVERITIES, Severity
 from profan.rulepack.classify import MATCH_FIELDS  # the fields a rule may match: the engine's
-from profan.rulepack.limits import Limits, check_size, defaults
+from profan.rulepack.limits import Limits, defaults
 from profan.rulepack.paths import rules_dir
 from profan.rulepack.roles import Roles
 from profan.rulepack.roles import defaults as default_roles
+from profan.rulepack.toml_file import load_toml
 
 # the texts of a [check.cause] a case may have its own of, ``<case>_<text>`` (`profan.diagnosis.claims.make_cause`)
 CASE_TEXTS = ("_title", "_assumption", "_action", "_verify")
@@ -116,24 +115,6 @@ def _validate_regex(path: Path | str, what: str, pattern: str) -> None:
     except Exception as exc:  # polars raises ComputeError with the regex parser's message
         raise ProfanInputError(
             path, f"{what}: invalid regular expression {pattern!r}: {str(exc).splitlines()[0]}"
-        ) from None
-
-
-def load_toml(path: Path, what: str = "rules file") -> dict[str, Any]:
-    """A TOML file of the rule pack (rules, checks, hardware priors); unreadable or invalid -> one-line error."""
-    try:
-        with open_regular(path) as fh:
-            if not Path(path).resolve().is_relative_to(rules_dir().resolve()):  # the shipped pack holds the bounds
-                size = os.fstat(fh.fileno()).st_size
-                check_size(path, size, "max_rules_bytes", f"a {what}", bounds=defaults())
-            return tomllib.load(fh)
-    except OSError as exc:
-        raise ProfanInputError(path, f"cannot read {what}: {exc.strerror or exc}") from None
-    except tomllib.TOMLDecodeError as exc:
-        raise ProfanInputError(path, f"invalid TOML: {exc}") from None
-    except RecursionError:  # tomllib parses nested arrays and inline tables by recursion
-        raise ProfanInputError(
-            path, f"invalid {what}: arrays or tables nested deeper than the TOML reader takes (real files nest a few)"
         ) from None
 
 
@@ -261,6 +242,19 @@ def _check_overrides(user: Check, builtin: dict[str, Any]) -> None:
 def builtin_check_ids() -> frozenset[str]:
     """The ids of rules/checks.toml: every check there can be (a user file only sets their thresholds)."""
     return frozenset(c["id"] for c in load_toml(rules_dir() / "checks.toml").get("check", []))
+
+
+def require_known_checks(items: Iterable[Any]) -> None:
+    """Raise ValueError naming the first finding or cause (a group's members too) whose check is not in
+    rules/checks.toml. The ids are the rule pack's, so the model's types take any text and the places that gather
+    findings ask here: the analyses' merge, the finished report, a comparison, a report read back from JSON."""
+    known = builtin_check_ids()
+    pending = list(items)
+    while pending:
+        item = pending.pop(0)
+        if item.check not in known:
+            raise ValueError(f"unknown check {str(item.check)[:60]!r} (not in rules/checks.toml)")
+        pending.extend(getattr(item, "members", ()))
 
 
 def _check_severities(path: Path | str, cid: str, params: dict[str, Any]) -> None:

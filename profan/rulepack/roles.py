@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import functools
 import re
+from collections.abc import Callable
 from dataclasses import dataclass, fields, replace
 from pathlib import Path
 from typing import Any
@@ -199,60 +200,93 @@ def _text(v: object) -> bool:
     return isinstance(v, str) and bool(v)
 
 
+class _BadValue(Exception):
+    """A role's value does not fit its kind: `_value` turns it into the one-line error naming the file."""
+
+
 def _value(name: str, v: object, source: str | Path) -> object:
     """A role's value checked against its kind (and converted: lists to tuples); else one line naming the file."""
     kind = _KIND[name]
-    bad = ProfanInputError(source, f"[roles.{name}] value must be {_WANT[kind]}, not {str(v)[:60]!r}")
-    if kind == "name":
-        if not _text(v):
-            raise bad
-        return v
-    if kind == "names":
-        if not isinstance(v, list) or not v or not all(_text(x) for x in v):
-            raise bad
-        return tuple(v)
-    if kind == "regexes":
-        if not isinstance(v, list) or not all(_text(x) for x in v) or (name in _PAIRS and len(v) != 2):
-            raise bad
-        for x in v:
-            _check_regex(name, x, "regex", source)
-        return tuple(v)
-    if kind in ("regex", "pyregex"):
-        if not _text(v):
-            raise bad
-        _check_regex(name, str(v), kind, source)
-        return v
-    if kind == "aliases":
-        pairs = [x.split("=") for x in v] if isinstance(v, list) and all(isinstance(x, str) for x in v) else []
-        if not pairs or not all(len(p) == 2 and all(q.strip() for q in p) for p in pairs):
-            raise bad
-        return {old.strip(): new.strip() for old, new in pairs}
-    if kind == "dtype_bytes":
-        if (
-            not isinstance(v, dict)
-            or not v
-            or not all(isinstance(n, int) and not isinstance(n, bool) and n > 0 for n in v.values())
-        ):
-            raise bad
-        return dict(v)
+    try:
+        return _CONVERT[kind](name, v, source)
+    except _BadValue:
+        raise ProfanInputError(source, f"[roles.{name}] value must be {_WANT[kind]}, not {str(v)[:60]!r}") from None
+
+
+def _require(ok: bool) -> None:
+    if not ok:
+        raise _BadValue
+
+
+def _as_name(name: str, value: Any, source: str | Path) -> object:
+    _require(_text(value))
+    return value
+
+
+def _as_names(name: str, value: Any, source: str | Path) -> object:
+    _require(isinstance(value, list) and bool(value) and all(_text(item) for item in value))
+    return tuple(value)
+
+
+def _as_regexes(name: str, value: Any, source: str | Path) -> object:
+    _require(isinstance(value, list) and all(_text(item) for item in value))
+    _require(name not in _PAIRS or len(value) == 2)
+    for pattern in value:
+        _check_regex(name, pattern, "regex", source)
+    return tuple(value)
+
+
+def _as_regex(kind: str) -> Callable[[str, Any, str | Path], object]:
+    def convert(name: str, value: Any, source: str | Path) -> object:
+        _require(_text(value))
+        _check_regex(name, str(value), kind, source)
+        return value
+
+    return convert
+
+
+def _as_aliases(name: str, value: Any, source: str | Path) -> object:
+    texts = isinstance(value, list) and all(isinstance(item, str) for item in value)
+    pairs = [item.split("=") for item in value] if texts else []
+    _require(bool(pairs) and all(len(pair) == 2 and all(side.strip() for side in pair) for pair in pairs))
+    return {old.strip(): new.strip() for old, new in pairs}
+
+
+def _as_dtype_bytes(name: str, value: Any, source: str | Path) -> object:
+    _require(isinstance(value, dict) and bool(value))
+    _require(all(isinstance(size, int) and not isinstance(size, bool) and size > 0 for size in value.values()))
+    return dict(value)
+
+
+def _as_collectives(name: str, value: Any, source: str | Path) -> object:
     keys = {f.name for f in fields(CollectiveKind)}
-    if (
-        not isinstance(v, list)
-        or not v
-        or not all(isinstance(c, dict) and set(c) == keys and all(_text(c[k]) for k in keys) for c in v)
-    ):
-        raise bad
+    _require(isinstance(value, list) and bool(value))
+    _require(
+        all(isinstance(entry, dict) and set(entry) == keys and all(_text(entry[k]) for k in keys) for entry in value)
+    )
     out = []
-    for c in v:
-        if c["nelems"] not in NELEMS or c["bus_factor"] not in BUS_FACTORS:
+    for entry in value:
+        if entry["nelems"] not in NELEMS or entry["bus_factor"] not in BUS_FACTORS:
             raise ProfanInputError(
                 source,
-                f"[roles.{name}] {c['kind']}: nelems must be one of {', '.join(NELEMS)} "
+                f"[roles.{name}] {entry['kind']}: nelems must be one of {', '.join(NELEMS)} "
                 f"and bus_factor one of {', '.join(BUS_FACTORS)}",
             )
-        _check_regex(name, c["match"], "regex", source)
-        out.append(CollectiveKind(**{k: c[k] for k in keys}))
+        _check_regex(name, entry["match"], "regex", source)
+        out.append(CollectiveKind(**{k: entry[k] for k in keys}))
     return tuple(out)
+
+
+_CONVERT: dict[str, Callable[[str, Any, str | Path], object]] = {
+    "name": _as_name,
+    "names": _as_names,
+    "regexes": _as_regexes,
+    "regex": _as_regex("regex"),
+    "pyregex": _as_regex("pyregex"),
+    "aliases": _as_aliases,
+    "dtype_bytes": _as_dtype_bytes,
+    "collectives": _as_collectives,
+}
 
 
 def _check_regex(name: str, pattern: str, kind: str, source: str | Path) -> None:
@@ -313,7 +347,7 @@ def _read(doc: Any, source: str | Path, *, partial: bool) -> dict[str, Any]:
 
 def load(path: Path) -> Roles:
     """The roles of one complete roles file (``rules/roles.toml``)."""
-    from profan.rulepack.pack import load_toml
+    from profan.rulepack.toml_file import load_toml
 
     doc = load_toml(path, "roles file")
     extra = sorted(set(doc) - {"roles"})

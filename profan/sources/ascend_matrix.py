@@ -27,9 +27,10 @@ import polars as pl
 
 from profan.model.evidence import make_pointer
 from profan.model.files import open_regular
+from profan.model.rank import Metadata
 from profan.rulepack import limits
 from profan.sources import ascend_comm
-from profan.sources.ascend_meta import Metadata, double_hash
+from profan.sources.ascend_meta import double_hash
 from profan.sources.rowframe import columns_frame, rows_frame, stack
 
 _AGG_KEY = re.compile(r"^([A-Za-z]+)-(top\d+|middle|bottom\d+|total)@(\d+)$")

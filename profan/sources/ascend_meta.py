@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import json
 import os
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -12,6 +12,7 @@ import msgspec
 
 from profan.model.errors import TOO_DEEP, ProfanInputError
 from profan.model.files import open_regular
+from profan.model.rank import Metadata, ParallelGroup
 from profan.rulepack import limits
 
 
@@ -90,30 +91,6 @@ def whole(v: Any) -> int | None:
 def _text(v: Any) -> str | None:
     """A scalar setting as text; an object or list where a setting belongs says nothing (None)."""
     return None if v is None or isinstance(v, (dict, list)) else str(v)
-
-
-@dataclass
-class ParallelGroup:
-    hccl_name: str  # the HCCL group name (key of parallel_group_info); its double_hash is the op '@' suffix
-    group_name: str  # the framework's name: 'pp', 'dp', 'tp', 'exp', …
-    global_ranks: list[int]
-
-    def local_to_global(self, local: int) -> int | None:
-        ranks = sorted(self.global_ranks)
-        return ranks[local] if 0 <= local < len(ranks) else None
-
-
-@dataclass
-class Metadata:
-    distributed_args: dict[str, Any] = field(default_factory=dict)
-    groups: list[ParallelGroup] = field(default_factory=list)
-
-    def group(self, name: str, rank: int) -> ParallelGroup | None:
-        """The group of framework name `name` ('pp', 'dp', …) that contains global `rank`."""
-        for g in self.groups:
-            if g.group_name == name and rank in g.global_ranks:
-                return g
-        return None
 
 
 def read_metadata(path: Path) -> Metadata:

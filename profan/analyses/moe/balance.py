@@ -21,11 +21,12 @@ from __future__ import annotations
 
 import polars as pl
 
-from profan.analyses.common import fmt_ranks, graded, kernel_table, ms, top_lines_frame
+from profan.analyses.common import graded, kernel_table, top_lines_frame
 from profan.analyses.moe.token_balance import token_findings
 from profan.model.evidence import Evidence, cite_events, cite_lines
 from profan.model.findings import SEVERITIES, Finding
-from profan.ranks.rankmap import RankData
+from profan.model.rank import RankData
+from profan.model.textfmt import fmt_ranks, ms
 from profan.rulepack.pack import RulePack
 from profan.rulepack.roles import defaults as default_roles
 

@@ -7,11 +7,12 @@ from __future__ import annotations
 
 import polars as pl
 
-from profan.analyses.common import fmt_ranks, graded
+from profan.analyses.common import graded
 from profan.analyses.moe.tokens import load_tables, token_tables
 from profan.model.evidence import Evidence, cite_events
 from profan.model.findings import SEVERITIES, Finding
-from profan.ranks.rankmap import RankData
+from profan.model.rank import RankData
+from profan.model.textfmt import fmt_ranks
 from profan.rulepack.pack import RulePack
 
 CHECK = "moe-expert-imbalance"

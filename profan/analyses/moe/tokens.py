@@ -17,7 +17,7 @@ from __future__ import annotations
 
 import polars as pl
 
-from profan.ranks.rankmap import RankData
+from profan.model.rank import RankData
 
 EXPERT_COLUMNS = ("rank", "step", "expert_id", "tokens", "range_idx", "input_idx")
 RANK_COLUMNS = ("rank", "step", "received", "dispatch_idx", "recv_splits")

@@ -1,9 +1,14 @@
-"""Number formatting and control-character handling shared by the renderers (Markdown, HTML, Excel)."""
+"""Number formatting and control-character handling: the one place numbers become text, for the analyses'
+messages (`ms`, `pct`, `fmt_ranks`) and the renderers' tables (Markdown, HTML, Excel: `fmt_ms`, `fmt_cell`, ...).
+
+Why on the ground floor: findings' words (analyses), reports (render), charts (figures) and comparisons all
+format the same numbers, and each must read the same way; a module here depends on nothing of profan's."""
 
 from __future__ import annotations
 
 import math
 import re
+from collections.abc import Iterable
 
 # C0 controls but tab and line feed, DEL, and C1 controls: text from traces may hold them (a kernel name with a CR
 # or an ESC sequence), and no report should carry them raw — a terminal runs an ESC sequence, XML (xlsx) cannot
@@ -179,3 +184,30 @@ def fmt_cell(value, kind: str, *, list_limit: int = 6) -> str:
     if kind == "int" or isinstance(value, int):
         return f"{value:,.0f}" if isinstance(value, float) else f"{value:,}"
     return f"{value:,.3f}"
+
+
+def ms(us: float | None) -> str:
+    """Milliseconds with one decimal; small values in µs so they never print as 0.0 ms."""
+    if us is None:
+        return "n/a"
+    if abs(us) < 100:
+        return f"{us:,.2f} µs"
+    return f"{us / 1000:,.1f} ms" if abs(us) >= 1000 else f"{us / 1000:,.3f} ms"
+
+
+def pct(x: float | None) -> str:
+    return "n/a" if x is None or not math.isfinite(x) else f"{100 * x:.1f}%"
+
+
+def fmt_ranks(ranks: Iterable[int]) -> str:
+    """Ranks (or steps) as runs: 0–36, 38–63 (a run of three or more as a range), so 64 ranks read in a line."""
+    out: list[str] = []
+    values = sorted(set(ranks))
+    i = 0
+    while i < len(values):
+        j = i
+        while j + 1 < len(values) and values[j + 1] == values[j] + 1:
+            j += 1
+        out += [f"{values[i]}–{values[j]}"] if j - i >= 2 else [str(v) for v in values[i : j + 1]]
+        i = j + 1
+    return ", ".join(out)
