@@ -1,0 +1,250 @@
+"""A small GRPO loop on CPU with Ray actors, profiled the way verl's torch profiler writes it (needs PyTorch,
+transformers and ray; run with the generation venv).
+
+Two pools, as verl's separate-pool placement: rollout workers (ranks 0..R-1) generate with a KV cache from a small
+randomly initialised decoder; one trainer worker holds the actor, the reference model and a reward model, and runs
+`compute_rm_score`, `compute_log_prob`, `compute_ref_log_prob` and `update_actor`. The driver computes the GRPO
+advantage and syncs the actor's weights to every rollout worker through Ray (`ray.put` of the state dict), which
+carries no annotation, as verl's `update_weights`.
+
+Layout (verl `verl/utils/profiler/torch_profile.py`, continuous mode with a file prefix per worker group):
+``OUT/e2e/<group>_prof_rank-<rank>.json.gz``, phases as ``record_function(<verl method name>)``. Beside it the
+driver's per-step timers in verl's file-logger form (``metrics.jsonl``: ``{"step": N, "data": {"timing_s/gen": ...}}``,
+`verl/utils/tracking.py`) and ``ground_truth.toml``.
+
+    python bench/rl_loop.py --out fixtures/torch/rl_grpo_cpu/normal
+    python bench/rl_loop.py --long-tail-rank 1 --out fixtures/torch/rl_grpo_cpu/long_tail
+    python bench/rl_loop.py --sync-delay 0.6 --out fixtures/torch/rl_grpo_cpu/slow_sync
+"""
+
+from __future__ import annotations
+
+import argparse
+import gzip
+import json
+import os
+import shutil
+import time
+from contextlib import contextmanager
+from pathlib import Path
+
+import ray
+import torch
+from transformers import LlamaConfig, LlamaForCausalLM
+
+CONFIG = dict(
+    vocab_size=500,
+    hidden_size=64,
+    intermediate_size=128,
+    num_hidden_layers=2,
+    num_attention_heads=4,
+    num_key_value_heads=4,
+    max_position_embeddings=1024,
+)
+
+
+def tiny_model(seed: int) -> LlamaForCausalLM:
+    torch.manual_seed(seed)
+    return LlamaForCausalLM(LlamaConfig(**CONFIG)).eval()
+
+
+class Profiled:
+    """A worker's continuous ("e2e") torch profiler, written where verl writes it."""
+
+    def start_profile(self, save_path: str, prefix: str, rank: int) -> None:
+        torch.set_num_threads(1)
+        self.trace = Path(save_path) / "e2e" / f"{prefix}_prof_rank-{rank}.json"
+        self.trace.parent.mkdir(parents=True, exist_ok=True)
+        self.prof = torch.profiler.profile(activities=[torch.profiler.ProfilerActivity.CPU])
+        self.prof.start()
+
+    def stop_profile(self) -> str:
+        self.prof.stop()
+        self.prof.export_chrome_trace(str(self.trace))
+        dst = self.trace.with_name(self.trace.name + ".gz")
+        with open(self.trace, "rb") as fh, gzip.GzipFile(dst, "wb", compresslevel=9, mtime=0) as gz:
+            shutil.copyfileobj(fh, gz)
+        self.trace.unlink()
+        return str(dst)
+
+
+@ray.remote(num_cpus=0.5)
+class RolloutWorker(Profiled):
+    def __init__(self, rank: int, response_len: int) -> None:
+        self.rank, self.response_len, self.model = rank, response_len, tiny_model(0)
+
+    def generate_sequences(self, prompts: torch.Tensor) -> tuple[torch.Tensor, int]:
+        with torch.profiler.record_function("generate_sequences"), torch.no_grad():
+            out = self.model.generate(
+                prompts,
+                attention_mask=torch.ones_like(prompts),
+                max_new_tokens=self.response_len,
+                min_new_tokens=self.response_len,
+                do_sample=True,
+                use_cache=True,
+                pad_token_id=0,
+            )
+        return out, self.response_len
+
+    def update_weights(self, state: dict, delay_s: float) -> None:
+        """No annotation (verl's `update_weights` has none): the weights land, then the engine reloads."""
+        time.sleep(delay_s)
+        self.model.load_state_dict(state)
+
+
+@ray.remote(num_cpus=1)
+class TrainerWorker(Profiled):
+    def __init__(self, micro_batch: int) -> None:
+        self.actor, self.ref, self.rm = tiny_model(0), tiny_model(0), tiny_model(1)
+        self.actor.train()
+        self.micro_batch = micro_batch
+        self.optim = torch.optim.AdamW(self.actor.parameters(), lr=1e-4)
+
+    def _log_probs(self, model, seqs: torch.Tensor) -> torch.Tensor:
+        parts = []
+        for chunk in seqs.split(self.micro_batch):
+            logits = model(chunk).logits[:, :-1]
+            parts.append(torch.log_softmax(logits, -1).gather(-1, chunk[:, 1:, None]).squeeze(-1))
+        return torch.cat(parts)
+
+    def compute_rm_score(self, seqs: torch.Tensor) -> torch.Tensor:
+        with torch.profiler.record_function("compute_rm_score"), torch.no_grad():
+            return torch.cat([self.rm(c).logits[:, -1, :2].sum(-1) for c in seqs.split(self.micro_batch)])
+
+    def compute_log_prob(self, seqs: torch.Tensor) -> torch.Tensor:
+        with torch.profiler.record_function("compute_log_prob"), torch.no_grad():
+            return self._log_probs(self.actor, seqs)
+
+    def compute_ref_log_prob(self, seqs: torch.Tensor) -> torch.Tensor:
+        with torch.profiler.record_function("compute_ref_log_prob"), torch.no_grad():
+            return self._log_probs(self.ref, seqs)
+
+    def update_actor(self, seqs: torch.Tensor, old: torch.Tensor, ref: torch.Tensor, adv: torch.Tensor) -> float:
+        with torch.profiler.record_function("update_actor"):
+            self.optim.zero_grad()
+            new = self._log_probs(self.actor, seqs)
+            ratio = torch.exp(new - old)
+            loss = -(ratio * adv[:, None]).mean() + 0.001 * (new - ref).pow(2).mean()
+            loss.backward()
+            self.optim.step()
+            return float(loss.detach())
+
+    def state_for_sync(self) -> dict:
+        """No annotation: the state dict copied out for the rollout engines."""
+        return {k: v.detach().clone() for k, v in self.actor.state_dict().items()}
+
+
+def grpo_advantage(scores: torch.Tensor, group: int) -> torch.Tensor:
+    grouped = scores.view(-1, group)
+    return ((grouped - grouped.mean(1, keepdim=True)) / (grouped.std(1, keepdim=True) + 1e-6)).view(-1)
+
+
+@contextmanager
+def timer(timing: dict, name: str):
+    t0 = time.perf_counter()
+    yield
+    timing[f"timing_s/{name}"] = round(time.perf_counter() - t0, 6)
+
+
+def one_step(args, rollout: list, trainer, step: int) -> dict:
+    timing: dict = {}
+    torch.manual_seed(step)
+    prompts = [torch.randint(1, 500, (args.prompts, args.prompt_len)) for _ in rollout]
+    with timer(timing, "step"):
+        with timer(timing, "gen"):
+            outs = ray.get([w.generate_sequences.remote(p) for w, p in zip(rollout, prompts, strict=True)])
+        width = args.prompt_len + args.max_response_len  # padded as verl pads to data.max_response_length
+        seqs = torch.cat([torch.nn.functional.pad(o, (0, width - o.shape[1])) for o, _ in outs])
+        with timer(timing, "reward"):
+            scores = ray.get(trainer.compute_rm_score.remote(seqs))
+        with timer(timing, "old_log_prob"):
+            old = ray.get(trainer.compute_log_prob.remote(seqs))
+        with timer(timing, "ref"):
+            ref = ray.get(trainer.compute_ref_log_prob.remote(seqs))
+        with timer(timing, "adv"):
+            adv = grpo_advantage(scores, args.group)
+        with timer(timing, "update_actor"):
+            ray.get(trainer.update_actor.remote(seqs, old, ref, adv))
+        with timer(timing, "update_weights"):
+            state = ray.put(ray.get(trainer.state_for_sync.remote()))
+            ray.get([w.update_weights.remote(state, args.sync_delay) for w in rollout])
+    return {"timing": timing, "response_len": [n for _, n in outs]}
+
+
+def cpu_busy() -> tuple[float, float]:
+    """(busy, total) jiffies of the whole machine, from /proc/stat."""
+    fields = [float(x) for x in Path("/proc/stat").read_text().split("\n")[0].split()[1:]]
+    return sum(fields) - fields[3] - fields[4], sum(fields)
+
+
+def run(args) -> dict:
+    ray.init(num_cpus=2, object_store_memory=200 * 1024**2, include_dashboard=False)
+    try:
+        lens = [args.response_len * (4 if r == args.long_tail_rank else 1) for r in range(args.rollout_ranks)]
+        rollout = [RolloutWorker.remote(r, n) for r, n in enumerate(lens)]
+        trainer = TrainerWorker.remote(args.micro_batch)
+        save = str(args.tmp)
+        one_step(args, rollout, trainer, 0)  # warm-up, not profiled (verl profiles global_profiler.steps)
+        ray.get([w.start_profile.remote(save, "rollout", r) for r, w in enumerate(rollout)])
+        ray.get(trainer.start_profile.remote(save, "actor", 0))
+        steps = [one_step(args, rollout, trainer, s) for s in range(1, args.steps + 1)]
+        ray.get([w.stop_profile.remote() for w in [*rollout, trainer]])
+        return {"steps": steps, "response_len": lens}
+    finally:
+        ray.shutdown()
+
+
+def truth_toml(args, result: dict, load: dict) -> str:
+    lines = [
+        "# written by bench/rl_loop.py: the driver's own timers (also in metrics.jsonl) and what was planted",
+        f"rollout_ranks = {args.rollout_ranks}",
+        "trainer_ranks = 1",
+        f"prompts_per_rank = {args.prompts}",
+        f"prompt_len = {args.prompt_len}",
+        f"response_len = {result['response_len']}",
+        f"max_response_len = {args.max_response_len}",
+        f"micro_batch = {args.micro_batch}",
+        f"long_tail_rank = {args.long_tail_rank}",
+        f"sync_delay_s = {args.sync_delay}",
+        f"profiled_steps = {list(range(1, args.steps + 1))}",
+        f"loadavg_1min_start = {load['start']}",
+        f"loadavg_1min_end = {load['end']}",
+        f"machine_cpu_busy_share = {load['busy']}",
+    ]
+    for n, step in enumerate(result["steps"], 1):
+        lines += ["", f"[step.{n}]"] + [f'"{k}" = {v}' for k, v in step["timing"].items()]
+    return "\n".join(lines) + "\n"
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("--out", type=Path, required=True)
+    parser.add_argument("--steps", type=int, default=2)
+    parser.add_argument("--rollout-ranks", type=int, default=2)
+    parser.add_argument("--prompts", type=int, default=48)
+    parser.add_argument("--group", type=int, default=4)
+    parser.add_argument("--prompt-len", type=int, default=32)
+    parser.add_argument("--response-len", type=int, default=16)
+    parser.add_argument("--max-response-len", type=int, default=64)
+    parser.add_argument("--micro-batch", type=int, default=16)
+    parser.add_argument("--long-tail-rank", type=int, default=-1)
+    parser.add_argument("--sync-delay", type=float, default=0.0)
+    args = parser.parse_args()
+    args.tmp = args.out.with_name(args.out.name + ".tmp")
+    shutil.rmtree(args.tmp, ignore_errors=True)
+    busy0, total0, load0 = *cpu_busy(), os.getloadavg()[0]
+    result = run(args)
+    busy1, total1 = cpu_busy()
+    load = {"start": load0, "end": os.getloadavg()[0], "busy": round((busy1 - busy0) / (total1 - total0), 3)}
+    with open(args.tmp / "metrics.jsonl", "w", encoding="utf-8") as fh:
+        for n, step in enumerate(result["steps"], 1):
+            fh.write(json.dumps({"step": n, "data": step["timing"]}) + "\n")
+    (args.tmp / "ground_truth.toml").write_text(truth_toml(args, result, load), encoding="utf-8")
+    shutil.rmtree(args.out, ignore_errors=True)
+    args.tmp.rename(args.out)
+    for p in sorted(args.out.rglob("*.*")):
+        print(f"{p}  {p.stat().st_size:,} bytes")
+
+
+if __name__ == "__main__":
+    main()
