@@ -179,3 +179,28 @@ def fmt_cell(value, kind: str, *, list_limit: int = 6) -> str:
     if kind == "int" or isinstance(value, int):
         return f"{value:,.0f}" if isinstance(value, float) else f"{value:,}"
     return f"{value:,.3f}"
+
+
+# ------------------------------------------------------------------ drill-down commands
+
+
+def drill_target(source: dict) -> str:
+    """The data a report was written from, as it was named (a folder or a one-file trace), shell-quoted: what
+    ``profan evidence TARGET ID`` reads back from where the report was made."""
+    import shlex
+
+    root = source.get("root") if isinstance(source, dict) else None
+    if not root or any(c in str(root) for c in "`\n\r") or str(root) != visible(str(root)):
+        return "DATA_DIR"  # a name no code span or shell line holds as it is: the reader names the data
+    return shlex.quote(str(root))
+
+
+def source_mark(source: dict) -> str:
+    """The comment a Markdown or HTML report carries to name its data (`profan.app.drill.text_report_data`), so
+    ``profan evidence report.md ID`` works too: the root as named and absolute, as JSON that cannot end the
+    comment."""
+    import json
+
+    named = {k: source.get(k) for k in ("root", "root_abs")} if isinstance(source, dict) else {}
+    text = json.dumps(named, ensure_ascii=True).replace("-", "\\u002d").replace(">", "\\u003e")
+    return f"<!-- profan-source: {text} -->"
