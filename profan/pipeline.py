@@ -13,6 +13,7 @@ from profan.analyses import comm_section, crossrank, memory, rank_section, recon
 from profan.analyses.contract import Analysis, Job, run_analyses
 from profan.diagnosis import causes
 from profan.diagnosis.fold import fold
+from profan.diagnosis.severity import grade_causes, grade_findings, keep, run_kind
 from profan.diagnosis.step import denominator, step_summary
 from profan.model.rank import RankData
 from profan.model.report import Report
@@ -104,7 +105,10 @@ def build_report(
         all_warnings += [f"rank {r.rank}: {w}" for w in r.warnings]
     tables = {k: v for k, v in merged.tables.items() if isinstance(v, pl.DataFrame) and not v.is_empty()}
     step = step_summary(tables, merged.causes)
-    findings, diagnosis = fold(merged.findings, merged.causes, pack, denominator(step))
+    kind, per = run_kind(ranks, tables.get("trace_steps")), denominator(step)
+    graded = grade_findings(merged.findings, pack.severity, kind, per)
+    findings, diagnosis = fold(graded, keep(merged.causes, pack.severity, kind, per), pack, per)
+    diagnosis = grade_causes(diagnosis, pack.severity, kind)
     require_known_checks([*findings, *diagnosis])
     return Report(
         source=_source(ranks, root, fmt),

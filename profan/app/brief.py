@@ -151,7 +151,10 @@ def cause_stub(c: Cause, level: int = 0) -> dict[str, Any]:
         "impact_us": None if c.impact_us is None else round(c.impact_us, 3),
         "impact_share": None if share is None else round(share, 4),
         "step_us": None if c.step_us is None else round(c.step_us, 3),
+        "severity": c.severity,
     }
+    if c.impact_us is None and c.bound_us is not None:
+        stub["bound_us"] = round(c.bound_us, 3)  # no estimate: the most it could save, ordered by
     if lv["assumption"]:
         stub["assumption"] = _clip(c.assumption, n)
     stub["action"] = _clip(c.action, n)
@@ -371,11 +374,8 @@ def find_item(report: Report, ident: str, where: str | Path | None) -> Cause | F
 
 
 def _severity(report: Report, item: Cause | Finding) -> str:
-    """A finding's severity; a cause's is the worst of the findings it explains (what it is the cause of)."""
-    if isinstance(item, Finding):
-        return item.severity
-    explained = [f.severity for f in report.findings if f.id in item.explains]
-    return next((s for s in SEVERITIES if s in explained), "warning")
+    """A finding's severity, or a cause's: its own, from what removing it saves (`profan.diagnosis.severity`)."""
+    return item.severity
 
 
 def _only(values: tuple[int, ...]) -> int | None:

@@ -283,9 +283,10 @@ Tables = Annotated[
     ),
 ]
 FAIL_ON_HELP = (
-    "warning | critical: exit 1 when the diagnosis reaches this severity: a cause counts as the worst finding it "
-    "explains, a finding no cause explains as itself; a symptom a cause explains does not count on its own "
-    "(stderr names the causes and findings that did)."
+    "warning | critical: exit 1 when the diagnosis reaches this severity: a cause counts as its own severity, "
+    "which follows its gain (or bound) as a share of the step and in ms (rules/severity.toml), a finding no cause "
+    "explains as itself; a symptom a cause explains does not count on its own (stderr names the causes and "
+    "findings that did)."
 )
 
 
@@ -384,19 +385,9 @@ def _gate(report, level: str | None) -> None:
 
 
 def _headline_severities(report) -> list[tuple]:
-    """Each headline item with the severity it gates on: a cause, the worst of the findings it explains (none: it
-    does not gate); a finding no cause explains, its own."""
-    from profan.model.causes import Cause
-
-    out = []
-    for item in report.headline:
-        if isinstance(item, Cause):
-            sevs = [report.finding(fid).severity for fid in item.explains]
-            if sevs:
-                out.append((item, max(sevs, key=SEVERITY_RANK.__getitem__)))
-        else:
-            out.append((item, item.severity))
-    return out
+    """Each headline item with the severity it gates on, its own: a cause's follows what removing it saves
+    (`profan.diagnosis.severity`), not the findings it explains — a healthy run's symptoms must not fail CI."""
+    return [(item, item.severity) for item in report.headline]
 
 
 def _print_brief(report, report_file: str | None, drill: str | None = None) -> None:

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 from dataclasses import replace
 from pathlib import Path
 from typing import Any
@@ -19,17 +20,62 @@ from profan.rulepack.pack import require_known_checks
 from profan.sources import ascend_db_rows
 from profan.sources.discover import base_dir
 from profan.sources.readback import read_back
-from profan.trust import report_root
+from profan.trust import inside, report_root
+
+REPORT_HEAD = re.compile(rb'^\s*\{\s*"schema"\s*:\s*"profan\.(report|compare)/')
+# the line a Markdown or HTML report carries to name the data it was written from (`profan.model.textfmt`)
+SOURCE_MARK = re.compile(r"<!-- profan-source: (.{1,4096}?) -->")
+HEAD_BYTES = 4096
+MARK_BYTES = 8 * 1024 * 1024  # a text report larger than this is read only this far for its source line
+
+
+def kind_of(path: Path) -> str:
+    """What a path holds, by its content, not its name: "report" (a profan JSON report), "text-report" (a
+    Markdown or HTML report naming its data), else "data" (a folder, a trace — .json, .json.gz — or a CSV)."""
+    try:
+        if not path.is_file():
+            return "data"
+        with open(path, "rb") as fh:
+            head = fh.read(HEAD_BYTES)
+            if head.startswith(b"\x1f\x8b"):
+                return "data"  # gzip: a trace
+            if REPORT_HEAD.match(head):
+                return "report"
+            if head.lstrip()[:1] in (b"{", b"["):
+                return "data"
+            text = (head + fh.read(MARK_BYTES)).decode("utf-8", "replace")
+    except OSError as exc:
+        raise ProfanInputError(path, f"cannot read: {exc.strerror or exc}") from None
+    return "text-report" if SOURCE_MARK.search(text) else "data"
+
+
+def text_report_data(path: Path) -> Path:
+    """The data a Markdown or HTML report was written from (its source line), where it still lies inside the
+    report's folder — the same rule as a JSON report's (`trust.report_root`): a report handed over cannot send
+    the drill-down elsewhere. Else one line saying to name the data."""
+    with open(path, "rb") as fh:
+        found = SOURCE_MARK.search(fh.read(HEAD_BYTES + MARK_BYTES).decode("utf-8", "replace"))
+    home = path.resolve().parent
+    named = json.loads(found.group(1)) if found else {}
+    for c in (named.get("root_abs"), named.get("root")) if isinstance(named, dict) else ():
+        if isinstance(c, str) and c:
+            for p in (Path(c), home / c):
+                if p.exists() and inside(p, home):
+                    return p
+    raise ProfanInputError(
+        path, "the data this report was written from is not in its folder any more; run profan evidence DATA ID"
+    )
 
 
 def load_report_or_analyze(path: Path, root: Path | None = None) -> tuple[Report, Path]:
-    """A report.json is loaded; a directory is analysed afresh. Returns (report, data root); the root of a loaded
-    report is decided by `trust.report_root` (never by the report's text alone)."""
-    try:
-        is_report = path.is_file() and path.suffix == ".json"
-    except OSError as exc:
-        raise ProfanInputError(path, f"cannot read: {exc.strerror or exc}") from None
-    if is_report:
+    """A profan JSON report is loaded; a Markdown or HTML report's data, a directory or a trace file is analysed
+    afresh — told apart by content (`kind_of`), so a one-file trace named trace.json is data. Returns (report,
+    data root); the root of a loaded report is decided by `trust.report_root` (never by the report's text
+    alone)."""
+    kind = kind_of(path)
+    if kind == "text-report":
+        path = root or text_report_data(path)
+    if kind == "report":
         try:
             with open_regular(path, "report") as fh:
                 limits.check_size(path, os.fstat(fh.fileno()).st_size, "max_report_bytes", "a report")

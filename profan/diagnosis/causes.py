@@ -18,13 +18,16 @@ from profan.analyses.contract import Job, Section
 from profan.diagnosis import comm_causes, idle_causes, kernel_causes, rank_causes
 from profan.diagnosis.claims import Claims, step_times
 from profan.diagnosis.cost import step_cost
+from profan.diagnosis.severity import grade_findings, run_kind
+from profan.diagnosis.step import denominator, step_summary
 from profan.model.causes import Cause
 
 
 def section(job: Job) -> Section:
     """The causes of the job's findings, each with the findings it explains (by `Finding.key`), and the cost
     model of each rank's step (table step_cost) they are measured against."""
-    claims = Claims(job.findings)
+    # graded by cost first: a finding its cost makes info is no symptom to build a cause from
+    claims = Claims(graded(job))
     steps_us = step_times(job)
     cost = step_cost(job.steps, job.tables["trace_steps"], job.tables["comm_exposed"])
     causes: list[Cause] = []
@@ -50,3 +53,10 @@ def section(job: Job) -> Section:
         job, claims, steps_us, cost
     )  # last: it explains only the idle no other cause accounts for
     return Section(causes=causes, tables={"step_cost": cost})
+
+
+def graded(job: Job) -> list:
+    """The job's findings graded by their cost (`severity.grade_findings`), as the report will show them."""
+    traced = job.tables.get("trace_steps")
+    step = denominator(step_summary({"steps": job.steps, "trace_steps": traced}, []))
+    return grade_findings(list(job.findings), job.pack.severity, run_kind(job.ranks, traced), step)

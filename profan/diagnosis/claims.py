@@ -91,6 +91,7 @@ def make_cause(
     ranks: Iterable[int] = (),
     steps: Iterable[int] = (),
     action_case: str | None = None,
+    bound_us: float | None = None,
 ) -> Cause:
     """A cause of ``check`` from its source findings, its texts filled from rules/checks.toml with ``values``."""
     rule = job.pack.check(check).cause
@@ -101,6 +102,8 @@ def make_cause(
     step_us = statistics.fmean(measured) if measured else None
     if impact_us is not None and step_us:
         impact_us = min(max(impact_us, 0.0), step_us)
+    if bound_us is not None and step_us:
+        bound_us = min(max(bound_us, 0.0), step_us)
     fill = _filler(values)
 
     def text(key: str) -> str:  # a case's own text where the rule has one (``<case>_<key>``), else the rule's
@@ -124,6 +127,7 @@ def make_cause(
         step_us=step_us,
         metrics=values,
         explains_keys=tuple(f.key for f in [*sources, *explained]),
+        bound_us=None if impact_us is not None else bound_us,
     )
 
 

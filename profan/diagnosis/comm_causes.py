@@ -136,6 +136,7 @@ def late_peers(job: Job, claims: Claims, steps_us: dict[int, float]) -> list[Cau
         steps_us=steps_us,
         case=case,
         ranks=late,
+        bound_us=values["min_wait_ms"] * 1000,
     )
     return [cause]
 
@@ -286,4 +287,7 @@ def unsplit_exposed(job: Job, claims: Claims, steps_us: dict[int, float]) -> lis
         "ranks": fmt_ranks(sorted(per_rank)),
     }
     claims.own(found)
-    return [make_cause(job, check, values, sources=found, explained=[], impact_us=None, steps_us=steps_us)]
+    bound = values["min_exposed_ms"] * 1000
+    return [
+        make_cause(job, check, values, sources=found, explained=[], impact_us=None, steps_us=steps_us, bound_us=bound)
+    ]

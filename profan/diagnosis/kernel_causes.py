@@ -75,7 +75,10 @@ def _kernel_change(
     values = {**values, "ranks": fmt_ranks(sorted(saving_us)), "others": fmt_ranks(others), saving_name: least / 1000}
     claims.own(found)
     case, impact = ("partial", None) if others else (None, least)
-    return [make_cause(job, check, values, sources=found, explained=[], impact_us=impact, steps_us=steps_us, case=case)]
+    cause = make_cause(
+        job, check, values, sources=found, explained=[], impact_us=impact, steps_us=steps_us, case=case, bound_us=least
+    )
+    return [cause]
 
 
 def boundness(job: Job, claims: Claims, steps_us: dict[int, float]) -> list[Cause]:
@@ -99,8 +102,20 @@ def boundness(job: Job, claims: Claims, steps_us: dict[int, float]) -> list[Caus
     }
     claims.own(found)
     message = "; ".join(f.title for f in found[:6]) + (f"; and {len(found) - 6} more" if len(found) > 6 else "")
+    # making them compute-bound saves at most their time on the busiest rank
+    bound = values["total_ms"] * 1000
     return [
-        make_cause(job, check, values, sources=found, explained=[], impact_us=None, steps_us=steps_us, message=message)
+        make_cause(
+            job,
+            check,
+            values,
+            sources=found,
+            explained=[],
+            impact_us=None,
+            steps_us=steps_us,
+            message=message,
+            bound_us=bound,
+        )
     ]
 
 
@@ -117,4 +132,7 @@ def ai_cpu(job: Job, claims: Claims, steps_us: dict[int, float]) -> list[Cause]:
         "ops": ", ".join(ops[:8]) or "see the findings",
     }
     claims.own(found)
-    return [make_cause(job, check, values, sources=found, explained=[], impact_us=None, steps_us=steps_us)]
+    bound = values["total_ms"] * 1000  # running them on the AI Core saves at most their AI CPU time
+    return [
+        make_cause(job, check, values, sources=found, explained=[], impact_us=None, steps_us=steps_us, bound_us=bound)
+    ]

@@ -21,7 +21,10 @@ class Cause:
     is assembled; before that, ``explains_keys`` names the findings by `Finding.key`.
 
     ``impact_us`` is the step time it would save per step if removed, conservatively, under ``assumption``; None
-    where the data cannot support an estimate (the assumption then says why)."""
+    where the data cannot support an estimate (the assumption then says why). ``bound_us`` is then the most it
+    could save, where the data bounds it (the least waiting rank's wait): what it is ordered and graded by, said
+    as a bound. ``severity`` follows the gain (or the bound) as a share of the step and in time
+    (`profan.diagnosis.severity`), set when the report is assembled."""
 
     check: str
     title: str
@@ -39,6 +42,8 @@ class Cause:
     explains_keys: tuple[tuple, ...] = ()
     explains: tuple[str, ...] = ()
     id: str = ""
+    bound_us: float | None = None
+    severity: str = "info"
 
     def __post_init__(self) -> None:
         if not self.evidence:
@@ -47,6 +52,8 @@ class Cause:
             raise TypeError("evidence items must be Evidence")
         if self.impact_us is not None and self.impact_us < 0:
             raise ValueError(f"cause {self.check!r}: a negative impact ({self.impact_us})")
+        if self.severity not in ("critical", "warning", "info"):
+            raise ValueError(f"cause {self.check!r}: unknown severity {str(self.severity)[:20]!r}")
         if not self.assumption:
             raise ValueError(f"cause {self.check!r}: every estimate states its assumption")
 
@@ -56,9 +63,16 @@ class Cause:
             return None
         return self.impact_us / self.step_us
 
+    @property
+    def worth_us(self) -> float | None:
+        """What the cause is worth per step: its estimated gain, else its bound (None: neither)."""
+        return self.impact_us if self.impact_us is not None else self.bound_us
+
     def sort_key(self) -> tuple:
-        """Largest estimated gain first; causes without an estimate after those with one."""
-        return (self.impact_us is None, -(self.impact_us or 0.0), self.check, self.ranks, self.title)
+        """Largest gain first, a cause without an estimate by its bound (116 ms of waiting on peers outside the
+        capture before 18 ms of exposed transfer); causes with neither last."""
+        worth = self.worth_us
+        return (worth is None, -(worth or 0.0), self.impact_us is None, self.check, self.ranks, self.title)
 
     def with_ids(self, cid: str, explains: tuple[str, ...]) -> Cause:
         return replace(self, id=cid, explains=explains)
@@ -75,6 +89,8 @@ class Cause:
             "impact_us": None if self.impact_us is None else round(self.impact_us, 3),
             "impact_share": None if share is None else round(share, 4),
             "step_us": None if self.step_us is None else round(self.step_us, 3),
+            "bound_us": None if self.bound_us is None else round(self.bound_us, 3),
+            "severity": self.severity,
             "assumption": self.assumption,
             "action": self.action,
             "verify": self.verify,
@@ -89,7 +105,8 @@ class Cause:
         """A cause of a report read from a file, every field checked for its type (a report is untrusted)."""
         impact = d.get("impact_us")
         step_us = d.get("step_us")
-        for name, value in (("impact_us", impact), ("step_us", step_us)):
+        bound = d.get("bound_us")
+        for name, value in (("impact_us", impact), ("step_us", step_us), ("bound_us", bound)):
             if value is not None and (not isinstance(value, int | float) or isinstance(value, bool)):
                 raise TypeError(f"{name!r} is {str(value)[:40]!r}, not a number")
         alternatives = typed(d, "alternatives", list, [])
@@ -112,4 +129,6 @@ class Cause:
             metrics=typed(d, "metrics", dict, {}),
             explains=tuple(explains),
             id=typed(d, "id", str, ""),
+            bound_us=None if bound is None else float(bound),
+            severity=typed(d, "severity", str, "info"),
         )

@@ -211,3 +211,28 @@ def fmt_ranks(ranks: Iterable[int]) -> str:
         out += [f"{values[i]}–{values[j]}"] if j - i >= 2 else [str(v) for v in values[i : j + 1]]
         i = j + 1
     return ", ".join(out)
+
+
+# ------------------------------------------------------------------ drill-down commands
+
+
+def drill_target(source: dict) -> str:
+    """The data a report was written from, as it was named (a folder or a one-file trace), shell-quoted: what
+    ``profan evidence TARGET ID`` reads back from where the report was made."""
+    import shlex
+
+    root = source.get("root") if isinstance(source, dict) else None
+    if not root or any(c in str(root) for c in "`\n\r") or str(root) != visible(str(root)):
+        return "DATA_DIR"  # a name no code span or shell line holds as it is: the reader names the data
+    return shlex.quote(str(root))
+
+
+def source_mark(source: dict) -> str:
+    """The comment a Markdown or HTML report carries to name its data (`profan.app.drill.text_report_data`), so
+    ``profan evidence report.md ID`` works too: the root as named and absolute, as JSON that cannot end the
+    comment."""
+    import json
+
+    named = {k: source.get(k) for k in ("root", "root_abs")} if isinstance(source, dict) else {}
+    text = json.dumps(named, ensure_ascii=True).replace("-", "\\u002d").replace(">", "\\u003e")
+    return f"<!-- profan-source: {text} -->"

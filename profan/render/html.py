@@ -43,12 +43,14 @@ from profan.model.textfmt import (
     FILTERS,
     column_kind,
     column_label,
+    drill_target,
     fmt_cell,
     fmt_ms,
     fmt_pct,
     fmt_ranks,
     id_list,
     locators,
+    source_mark,
     visible,
 )
 from profan.render.evidence_rows import EvidenceTable, read_evidence
@@ -185,6 +187,8 @@ def build_html(report: Report, *, row_budget: int = ROW_BUDGET) -> str:
         "css": Markup(_asset("report.css")),
         "js": Markup(_asset("report.js")),
         "plotly_packed": plotly_packed(),
+        "drill": drill_target(report.source),
+        "mark": Markup(source_mark(report.source)),
     }
     return environment().get_template("report.html.j2").render(**ctx)
 
@@ -334,7 +338,7 @@ def sources_note(owner: Cause | Finding, tables: list[EvidenceTable]) -> str:
     which = ", ".join(f"{name} ×{n:,}" for name, n in sorted(files.items(), key=lambda kv: -kv[1])[:4])
     return (
         f"{left:,} more source{'s' if left > 1 else ''} ({which}, one per rank or file) not shown; "
-        f"profan evidence report.json {owner.id} prints every cited row."
+        f"profan evidence on this page's data and {owner.id} (the command below) prints every cited row."
     )
 
 

@@ -20,7 +20,16 @@ import polars as pl
 
 from profan.diagnosis.step import step_summary
 from profan.model.report import Report
-from profan.model.textfmt import FILTERS, column_kind, fmt_cell, fmt_ranks, selected, visible
+from profan.model.textfmt import (
+    FILTERS,
+    column_kind,
+    drill_target,
+    fmt_cell,
+    fmt_ranks,
+    selected,
+    source_mark,
+    visible,
+)
 from profan.render.json_report import CLASSES, cut_tables, named_ranks
 from profan.render.verdict import cause_view, findings_by_cause, share_of, verdict
 from profan.rulepack.paths import templates_dir
@@ -149,6 +158,8 @@ def render_markdown(report: Report, out: Path | None = None) -> str | None:
             unexplained=[as_dict[f.id] for f in unexplained],
             sizes={name: df.height for name, df in report.tables.items()},
             full=FULL_TABLES,
+            drill=markupsafe.Markup(drill_target(report.source)),  # shell-quoted, no backtick: a code span holds it
+            mark=markupsafe.Markup(source_mark(report.source)),
             **context,
         )
     )

@@ -59,6 +59,12 @@ def share_of(step: dict[str, Any] | None) -> str:
 def gain_text(cause: Cause, per: str = "the step") -> str:
     """'84.85 ms per step (10.5% of the step)', or 'no estimate: <why>'. ``per``: what the share is of — "the step
     period" where the verdict's step has one (`profan.diagnosis.step`)."""
+    if cause.impact_us is None and cause.bound_us is not None:
+        share = f", {fmt_pct(cause.bound_us / cause.step_us)} of {per}" if cause.step_us else ""
+        return (
+            f"no estimate (a bound: at most {fmt_ms(cause.bound_us)} ms per step{share}): "
+            f"{no_estimate_reason(cause.assumption)}"
+        )
     if cause.impact_us is None:
         return f"no estimate: {no_estimate_reason(cause.assumption)}"
     share = cause.impact_share
@@ -106,6 +112,8 @@ def cause_view(c: Cause, per: str = "the step") -> dict[str, Any]:
         "gain": gain_text(c, per),
         "impact_us": c.impact_us,
         "impact_share": c.impact_share,
+        "bound_us": c.bound_us,
+        "severity": c.severity,
         "has_estimate": c.impact_us is not None,
         "assumption": c.assumption,
         "action": c.action,

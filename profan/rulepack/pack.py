@@ -20,6 +20,8 @@ from profan.rulepack.limits import Limits, defaults
 from profan.rulepack.paths import rules_dir
 from profan.rulepack.roles import Roles
 from profan.rulepack.roles import defaults as default_roles
+from profan.rulepack.severity import SeverityRules
+from profan.rulepack.severity import defaults as default_severity
 from profan.rulepack.toml_file import load_toml
 
 # the texts of a [check.cause] a case may have its own of, ``<case>_<text>`` (`profan.diagnosis.claims.make_cause`)
@@ -91,6 +93,7 @@ class RulePack:
     files: list[str] = field(default_factory=list)
     limits: Limits = field(default_factory=defaults)  # rules/limits.toml, a user file's [limits] on top
     roles: Roles = field(default_factory=default_roles)  # rules/roles.toml, a user file's [roles] on top
+    severity: SeverityRules = field(default_factory=default_severity)  # rules/severity.toml, a [severity] on top
 
     def rules_for(self, applies_to: str) -> list[BucketRule]:
         return [r for r in self.rules if r.applies_to in (applies_to, "any")]
@@ -186,6 +189,10 @@ def load(extra: list[Path] | None = None) -> RulePack:
             pack.limits = pack.limits.override(doc["limits"], path)
         if "roles" in doc:
             pack.roles = pack.roles.override(doc["roles"], path)
+        if "severity" in doc:
+            if not isinstance(doc["severity"], dict):
+                raise ProfanInputError(path, "[severity] must be a table")
+            pack.severity = pack.severity.override(doc["severity"], path)
         pack.files.append(str(path))
     builtin: list[BucketRule] = []
     for path in sorted((base / "buckets").glob("*.toml")):

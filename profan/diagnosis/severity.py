@@ -1,0 +1,115 @@
+"""Severity from cost: one rule for how loud every cause and finding is (thresholds in rules/severity.toml).
+
+Why one rule: a check's thresholds grade a ratio (a share of the step, a rank against the median), but a user acts
+on what a thing costs. 54% of a healthy CPU gloo step spent in collectives is what gloo on the CPU does, not a
+fault; 100% of a 14.6 µs trace is 14.6 µs. So a finding is never louder than its cost, above what a healthy run of
+its kind spends so, makes it (both its share of the step and its time), and a cause is as loud as its gain (or its
+bound) makes it; a cause worth less than the floor is no cause, and one whose evidence is a single event (one
+stalled op) is no pattern.
+"""
+
+from __future__ import annotations
+
+from dataclasses import replace
+
+import polars as pl
+
+from profan.model.causes import Cause
+from profan.model.findings import SEVERITY_ORDER, Finding, Severity
+from profan.model.rank import RankData
+from profan.rulepack.severity import SeverityRules
+
+
+def run_kind(ranks: list[RankData], trace_steps: pl.DataFrame | None) -> str:
+    """The kind of run the baselines are for: npu (Ascend output), cpu (CPU-only traces: every traced rank's
+    device is the host), else gpu."""
+    if ranks and all(r.kind == "ascend" for r in ranks):
+        return "npu"
+    devices = (
+        set(trace_steps["device"].drop_nulls().unique())
+        if trace_steps is not None and not trace_steps.is_empty() and "device" in trace_steps.columns
+        else set()
+    )
+    return "cpu" if devices == {"CPU"} else "gpu"
+
+
+def level(cost_us: float, step_us: float | None, rules: SeverityRules) -> str | None:
+    """'critical', 'warning' or 'info' for a cost of ``cost_us`` per step of ``step_us``, or None where it is
+    under the floor (both under floor_share of the step and under floor_ms)."""
+    share = cost_us / step_us if step_us else 0.0
+
+    def reaches(name: str) -> bool:
+        return share >= rules.shares[name] and cost_us >= rules.times_ms[name] * 1000
+
+    for name in ("critical", "warning"):
+        if reaches(name):
+            return name
+    under = share < rules.shares["floor"] and cost_us < rules.times_ms["floor"] * 1000
+    return None if under else "info"
+
+
+def above_normal(cost_us: float, step_us: float | None, check: str, kind: str, rules: SeverityRules) -> float:
+    """The part of a cost above what a healthy run of ``kind`` spends in ``check`` (its baseline share)."""
+    return max(cost_us - rules.normal_share(kind, check) * (step_us or 0.0), 0.0)
+
+
+def finding_cost(f: Finding, rules: SeverityRules) -> float | None:
+    """What a finding costs per step (µs), from its check's cost metric (or the difference of two); None where
+    the check names none or the finding lacks it."""
+    metric = rules.cost.get(f.check)
+    if metric is None:
+        return None
+    names = [metric] if isinstance(metric, str) else list(metric)
+    values = [f.metrics.get(n) for n in names]
+    if not all(isinstance(v, int | float) and not isinstance(v, bool) for v in values):
+        return None
+    return float(values[0]) - sum(float(v) for v in values[1:])
+
+
+def grade_findings(findings: list[Finding], rules: SeverityRules, kind: str, step_us: float | None) -> list[Finding]:
+    """Each finding at most as severe as its cost makes it (`level` of its cost above normal, of its own step
+    where it has one, else ``step_us``); the rest unchanged. Idempotent: grading twice gives the same."""
+    out = []
+    for f in findings:
+        cost = finding_cost(f, rules)
+        if cost is None or f.severity == "info":
+            out.append(f)
+            continue
+        step = f.metrics.get("step_us") or f.metrics.get("period_us") or step_us
+        by_cost = level(above_normal(cost, step, f.check, kind, rules), step, rules) or "info"
+        worse = min(f.severity, by_cost, key=SEVERITY_ORDER.__getitem__)
+        loudest: Severity = by_cost if worse == f.severity else f.severity  # type: ignore[assignment]
+        out.append(f if loudest == f.severity else replace(f, severity=loudest))
+    return out
+
+
+def events_cited(c: Cause) -> int:
+    """How many rows or events the cause's evidence covers."""
+    return sum(e.row_count for e in c.evidence)
+
+
+def keep(causes: list[Cause], rules: SeverityRules, kind: str, step_us: float | None) -> list[Cause]:
+    """The causes that are causes: worth at least the floor above normal (a cause with neither gain nor bound
+    stays), and resting on more than one event."""
+    out = []
+    for c in causes:
+        if events_cited(c) < rules.min_events:
+            continue
+        worth, step = c.worth_us, step_us or c.step_us
+        if worth is not None and level(above_normal(worth, step, c.check, kind, rules), step, rules) is None:
+            continue
+        out.append(c)
+    return out
+
+
+def grade_causes(causes: list[Cause], rules: SeverityRules, kind: str) -> list[Cause]:
+    """Each cause's severity from its gain, else its bound, above normal, of its step: info for one with
+    neither (nothing says what it costs)."""
+    out = []
+    for c in causes:
+        worth = c.worth_us
+        graded = (
+            None if worth is None else level(above_normal(worth, c.step_us, c.check, kind, rules), c.step_us, rules)
+        )
+        out.append(replace(c, severity=graded or "info"))
+    return out
