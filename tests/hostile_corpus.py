@@ -2529,7 +2529,6 @@ def make_o_fifo_reader(dst: Path) -> Case:
 
     return b.case(
         "o_fifo_reader",
-        "db_string_300mb",
         "-o names a FIFO a reader holds open",
         "exit 0; the reader receives the report a regular file holds; the FIFO still a FIFO (the snapshot)",
         [
@@ -2885,6 +2884,7 @@ HEAVY = frozenset(
         "gzip_bomb_15mb",
         "sparse_inputs",
         "o_fifo_reader",
+        "db_string_300mb",
     }
 )
 

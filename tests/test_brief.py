@@ -148,8 +148,10 @@ def test_notes_go_before_any_cause_is_cut(qwen3_report, qwen3_full):
     assert json_bytes(doc) <= MAX_BYTES and deep in doc["drill"]
     assert doc["notes"]["count"] == len(qwen3_full["notes"]) > len(doc["notes"]["first"])
     by_id = {c["id"]: c for c in qwen3_full["causes"]}
-    for stub in doc["causes"]:
+    for stub in doc["causes"]:  # the causes that cost something stay whole; an informational one may be cut
         full = by_id[stub["id"]]
+        if full["severity"] == "info":
+            continue
         assert [stub[k] for k in ("title", "action", "verify")] == [full[k] for k in ("title", "action", "verify")]
         assert stub["alternatives"] == full["alternatives"]
     assert len(doc["causes"]) == len(qwen3_full["causes"])
@@ -297,7 +299,7 @@ def test_evidence_doc_of_a_cause_and_of_a_member(qwen3_report):
     c1 = qwen3_report.causes[0]
     doc = evidence_doc(qwen3_report, QWEN3, "C1")
     assert (doc["id"], doc["kind"], doc["check"]) == ("C1", "cause", "pipeline-stage-imbalance")
-    assert doc["severity"] == "critical"  # the worst of the findings it explains
+    assert doc["severity"] == c1.severity == "warning"  # its own: the slow stage costs ~10 % of the step
     assert doc["explains"] == list(c1.explains) and doc["impact_us"] == pytest.approx(c1.impact_us)
     assert doc["action"] == c1.action and doc["alternatives"] == list(c1.alternatives)
     assert [i["file"] for i in doc["evidence"]] == [e.file for e in c1.evidence]

@@ -230,7 +230,9 @@ def test_labelled_ascend_kernels_land_in_their_bucket(pack, label_file):
 
 def _torch_traces() -> list[str]:
     root = FIXTURES / "torch"
-    files = [p for p in root.rglob("*.json*") if p.is_file() and "capture" not in p.parent.name]
+    files = [
+        p for p in root.rglob("*.json*") if p.is_file() and "capture" not in p.parent.name and ".jsonl" not in p.name
+    ]
     return sorted(str(p.relative_to(FIXTURES)) for p in files if not p.name.endswith(".toml"))
 
 

@@ -288,7 +288,7 @@ def test_help_names_the_conventions():
         assert option in top
     analyze = _help("analyze")
     assert "its extension picks the format" in analyze
-    assert "a cause counts as the worst finding it explains" in analyze  # the --fail-on rule
+    assert "a cause counts as its own severity" in analyze  # the --fail-on rule
 
 
 # ------------------------------------------------------------------------------------ python -m profan.synth

@@ -285,7 +285,8 @@ def _assert_inert(md: str) -> None:
     own = re.compile(r"(?<!\\)\[([CF][0-9.]+)\]\(#\1\)|\[Findings\]\(#findings\)")
     assert not re.search(r"(?<!\\)\]\(", own.sub("", out))  # no other link text closes into a destination
     anchors = re.compile(r'<a id="([A-Za-z0-9.-]+)"></a>')
-    assert "<" not in anchors.sub("", out)  # no element but those anchors
+    source = re.compile(r"^<!-- profan-source: [^<>\n]* -->$", re.M)  # the line naming the data (no `-` or `>` inside)
+    assert "<" not in source.sub("", anchors.sub("", out))  # no element but those anchors and that line
     assert not re.search(r"(?<!\\):(?=//)", out) and "www.evil" not in out  # no bare-URL autolink
     for block in re.findall(r"(?m)^\|.*\|\n\|[-:|]+\|\n(?:\|.*\n?)*", md):
         head, _, *rows = block.strip("\n").split("\n")

@@ -123,7 +123,10 @@ def test_evidence_is_bounded_and_says_where_the_rest_is(synth64, page64):
     shown = len(re.findall(rf'<div class="evidence" id="{wide.id}-e\d+"', block))
     assert SCALE_ITEMS <= shown < len(wide.evidence)
     assert f"{len(wide.evidence) - shown:,} more sources" in block
-    assert f"profan evidence report.json {wide.id} prints every cited row" in block
+    assert (
+        f"data and {wide.id} (the command below) prints every cited row" in block
+        and "profan evidence on this page" in block
+    )
 
 
 def test_column_summary_holds_min_median_max_and_their_ranks():

@@ -125,7 +125,7 @@ def test_tables_option_refuses_to_overwrite_an_input(slow16, tmp_path):
     (out / "steps.parquet").symlink_to(victim)
     done = run_cli("analyze", str(root), "-q", "--tables", str(out))
     assert done.returncode == 2 and done.stderr.count("\n") == 1
-    assert "refusing to overwrite" in done.stderr and victim.read_bytes() == before
+    assert "a link is neither written through nor replaced" in done.stderr and victim.read_bytes() == before
     file = tmp_path / "a-file"
     file.write_text("x")
     done = run_cli("analyze", str(root), "-q", "--tables", str(file))
@@ -222,7 +222,7 @@ def test_markdown_at_scale_keeps_the_named_rows_and_a_summary_per_class(slow64):
     shown = re.findall(r"(?m)^- (\S+step_trace_time\.csv):", block.split("Evidence:")[1].replace("\\", ""))
     straggler = next(rk["path"] for rk in rep.source["ranks"] if rk["rank"] == 33)
     assert len(shown) == 4 and f"{straggler}/ASCEND_PROFILER_OUTPUT/step_trace_time.csv" in shown
-    assert f"- … 60 more sources: `profan evidence REPORT.json {wide.id}` prints every one" in block
+    assert re.search(rf"- … 60 more sources: `profan evidence \S+ {wide.id}` prints every one", block), block[-400:]
 
 
 def test_markdown_at_scale_writes_rank_lists_as_runs(slow64):

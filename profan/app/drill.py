@@ -91,7 +91,13 @@ def load_report_or_analyze(path: Path, root: Path | None = None) -> tuple[Report
         return report, report_root(report, path, root)
     from profan.pipeline import analyze
 
-    report = analyze(path)
+    try:
+        report = analyze(path)
+    except ProfanInputError as exc:
+        if not (path.is_file() and path.name.endswith(".json")):
+            raise
+        # a .json that is neither: say both, since the user may have meant either
+        raise ProfanInputError(path, f"not a profan JSON report, nor a trace profan reads ({exc.problem})") from None
     return report, report_root(report, None, root)
 
 
