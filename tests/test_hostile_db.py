@@ -169,3 +169,26 @@ def test_a_hot_journal_beside_the_db_is_rolled_back(tmp_path):
     assert rep.breakdown["time_us"].sum() == pytest.approx(ns / 1000, rel=1e-9)
     assert any(f"{db.name}-journal beside it applied" in w for w in rep.warnings), rep.warnings
     assert sorted(p.name for p in copied.parent.iterdir()) == sorted(["analysis.db", db.name, f"{db.name}-journal"])
+
+
+def test_an_analysis_db_text_past_max_string_bytes_is_said_and_communication_op_used(tmp_path):
+    """analysis.db's tables are read whole by polars: one op name of 5,000 bytes under a bound of 512 leaves
+    analysis.db unread, said with the count, and the communication comes from COMMUNICATION_OP."""
+    rank, _ = _rank0(tmp_path)
+    adb = rank / OUT / "analysis.db"
+    c = sqlite3.connect(adb)
+    try:
+        c.execute(
+            "UPDATE CommAnalyzerTime SET hccl_op_name = ? WHERE rowid = (SELECT min(rowid) FROM CommAnalyzerTime)",
+            ("H" * 5000,),
+        )
+        c.commit()
+    finally:
+        c.close()
+    rules = tmp_path / "limits.toml"
+    rules.write_text("[limits]\nmax_string_bytes = 512\n")
+    rep = profan.analyze(rank, rules=[rules])
+    said = [w for w in rep.warnings if "analysis.db not read" in w]
+    assert len(said) == 1 and "CommAnalyzerTime has 1 row(s) with a text value longer than max_string_bytes" in said[0]
+    assert "communication from COMMUNICATION_OP" in said[0]
+    assert not any("H" * 600 in str(v) for v in rep.tables["communication"].to_dicts())
