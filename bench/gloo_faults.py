@@ -17,7 +17,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
 import sys
 import time
 from pathlib import Path
@@ -26,7 +25,6 @@ import gloo_moe
 import gloo_run
 import torch
 import torch.distributed as dist
-from torch.profiler import ProfilerActivity, profile, schedule
 from torch.utils.data import DataLoader, IterableDataset
 
 FAULTS = ("none", "loader")
@@ -69,21 +67,12 @@ class Batches(IterableDataset):
 
 
 def worker(rank: int, args: argparse.Namespace, port: int, tmp: str) -> None:
-    os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port))
-    torch.set_num_threads(1)
-    cores = sorted(os.sched_getaffinity(0))
-    os.sched_setaffinity(0, {cores[rank % len(cores)]})
-    dist.init_process_group("gloo", rank=rank, world_size=args.ranks)
+    gloo_run.join(rank, args.ranks, port)
     model = gloo_moe.Model(args, rank)
     opt = torch.optim.SGD(model.parameters(), lr=1e-3)
     loader = DataLoader(Batches(args, rank), batch_size=None, num_workers=0)
     path = Path(tmp) / f"rank{rank}.pt.trace.json"
-    with profile(
-        activities=[ProfilerActivity.CPU],
-        schedule=schedule(wait=1, warmup=1, active=args.steps, repeat=1),
-        record_shapes=True,
-        on_trace_ready=lambda p: p.export_chrome_trace(str(path)),
-    ) as prof:
+    with gloo_run.cpu_profile(path, args.steps) as prof:
         for x in loader:
             gloo_moe._step(model, opt, x, args, rank, None)
             prof.step()

@@ -43,7 +43,6 @@ from __future__ import annotations
 import argparse
 import json
 import math
-import os
 import sys
 import time
 from pathlib import Path
@@ -53,7 +52,7 @@ import torch
 import torch.distributed as dist
 import torch.nn.functional as F
 from torch import nn
-from torch.profiler import ProfilerActivity, profile, record_function, schedule
+from torch.profiler import record_function
 
 FAULTS = ("none", "sleep", "compute", "hot-expert", "capacity")
 
@@ -244,21 +243,12 @@ def _apply(flat: torch.Tensor, grads: list[torch.Tensor]) -> None:
 
 
 def worker(rank: int, args: argparse.Namespace, port: int, tmp: str) -> None:
-    os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port))
-    torch.set_num_threads(1)  # N processes share the machine's cores
-    if not args.no_pin:
-        os.sched_setaffinity(0, {sorted(os.sched_getaffinity(0))[rank % len(os.sched_getaffinity(0))]})
-    dist.init_process_group("gloo", rank=rank, world_size=args.ranks)
+    gloo_run.join(rank, args.ranks, port, pin=not args.no_pin)
     model = Model(args, rank)
     opt = torch.optim.SGD(model.parameters(), lr=1e-3)
     data = torch.Generator().manual_seed(args.seed + rank)
     path = Path(tmp) / f"rank{rank}.pt.trace.json"
-    with profile(
-        activities=[ProfilerActivity.CPU],
-        schedule=schedule(wait=1, warmup=1, active=args.steps, repeat=1),
-        record_shapes=True,
-        on_trace_ready=lambda p: p.export_chrome_trace(str(path)),
-    ) as prof:
+    with gloo_run.cpu_profile(path, args.steps) as prof:
         pending, received = None, {}
         for step in range(2 + args.steps):
             pending = _step(model, opt, torch.randn(args.tokens, args.dim, generator=data), args, rank, pending)

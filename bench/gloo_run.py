@@ -9,6 +9,7 @@ same bytes) with ``ground_truth.toml`` beside them, and prints what it wrote.
 from __future__ import annotations
 
 import gzip
+import os
 import shutil
 import socket
 import tempfile
@@ -16,7 +17,33 @@ import time
 from collections.abc import Callable
 from pathlib import Path
 
+import torch
+import torch.distributed as dist
 import torch.multiprocessing as mp
+from torch.profiler import ProfilerActivity, profile, schedule
+
+
+def join(rank: int, world: int, port: int, pin: bool = True) -> None:
+    """Join the gloo group as ``rank``: one thread (N processes share the machine's cores), pinned to core
+    rank mod cores unless ``pin`` is off."""
+    os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port))
+    torch.set_num_threads(1)
+    if pin:
+        cores = sorted(os.sched_getaffinity(0))
+        os.sched_setaffinity(0, {cores[rank % len(cores)]})
+    dist.init_process_group("gloo", rank=rank, world_size=world)
+
+
+def cpu_profile(path: Path, steps: int, **options) -> profile:
+    """The profiler every generator runs: CPU activity with shapes, 1 wait and 1 warm-up step, then ``steps``
+    profiled steps (ProfilerStep#2 on), the trace exported to ``path``; ``options`` add to torch.profiler's."""
+    return profile(
+        activities=[ProfilerActivity.CPU],
+        schedule=schedule(wait=1, warmup=1, active=steps, repeat=1),
+        record_shapes=True,
+        on_trace_ready=lambda p: p.export_chrome_trace(str(path)),
+        **options,
+    )
 
 
 def free_port() -> int:

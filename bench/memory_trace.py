@@ -22,7 +22,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
 import sys
 from pathlib import Path
 
@@ -32,7 +31,6 @@ import torch.distributed as dist
 import torch.nn.functional as F
 from torch import nn
 from torch.nn.parallel import DistributedDataParallel
-from torch.profiler import ProfilerActivity, profile, schedule
 
 
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
@@ -63,22 +61,13 @@ def tokens_of(args: argparse.Namespace, rank: int) -> int:
 
 
 def worker(rank: int, args: argparse.Namespace, port: int, tmp: str) -> None:
-    os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port))
-    torch.set_num_threads(1)
-    dist.init_process_group("gloo", rank=rank, world_size=args.ranks)
+    gloo_run.join(rank, args.ranks, port, pin=False)
     torch.manual_seed(args.seed)
     model = DistributedDataParallel(nn.Sequential(*(Block(args.dim, args.hidden) for _ in range(args.layers))))
     opt = torch.optim.Adam(model.parameters(), lr=1e-3)
     data = torch.Generator().manual_seed(args.seed + rank)
     path = Path(tmp) / f"rank{rank}.pt.trace.json"
-    with profile(
-        activities=[ProfilerActivity.CPU],
-        schedule=schedule(wait=1, warmup=1, active=args.steps, repeat=1),
-        record_shapes=True,
-        profile_memory=True,
-        with_stack=False,
-        on_trace_ready=lambda p: p.export_chrome_trace(str(path)),
-    ) as prof:
+    with gloo_run.cpu_profile(path, args.steps, profile_memory=True, with_stack=False) as prof:
         for _ in range(2 + args.steps):
             x = torch.randn(tokens_of(args, rank), args.dim, generator=data)
             opt.zero_grad(set_to_none=True)
