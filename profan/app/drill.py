@@ -35,7 +35,7 @@ def kind_of(path: Path) -> str:
     try:
         if not path.is_file():
             return "data"
-        with open(path, "rb") as fh:
+        with open_regular(path) as fh:
             head = fh.read(HEAD_BYTES)
             if head.startswith(b"\x1f\x8b"):
                 return "data"  # gzip: a trace
@@ -53,7 +53,7 @@ def text_report_data(path: Path) -> Path:
     """The data a Markdown or HTML report was written from (its source line), where it still lies inside the
     report's folder — the same rule as a JSON report's (`trust.report_root`): a report handed over cannot send
     the drill-down elsewhere. Else one line saying to name the data."""
-    with open(path, "rb") as fh:
+    with open_regular(path, "report") as fh:
         found = SOURCE_MARK.search(fh.read(HEAD_BYTES + MARK_BYTES).decode("utf-8", "replace"))
     home = path.resolve().parent
     named = json.loads(found.group(1)) if found else {}
