@@ -77,9 +77,8 @@ def grade_findings(findings: list[Finding], rules: SeverityRules, kind: str, ste
             continue
         step = f.metrics.get("step_us") or f.metrics.get("period_us") or step_us
         by_cost = level(above_normal(cost, step, f.check, kind, rules), step, rules) or "info"
-        worse = min(f.severity, by_cost, key=SEVERITY_ORDER.__getitem__)
-        loudest: Severity = by_cost if worse == f.severity else f.severity  # type: ignore[assignment]
-        out.append(f if loudest == f.severity else replace(f, severity=loudest))
+        milder: Severity = max(f.severity, by_cost, key=SEVERITY_ORDER.__getitem__)  # type: ignore[assignment]
+        out.append(f if milder == f.severity else replace(f, severity=milder))
     return out
 
 
