@@ -53,8 +53,8 @@ print(df.height)
     "sqlite3 fetchmany(2^18) -> pl.DataFrame chunks (profan without ADBC)": """
 import sys, polars as pl
 from pathlib import Path
-from profan.sources import ascend_db_sqlite
-from profan.sources.ascend_db_kernels import compute_rows
+from profan.sources.ascend_db import sqlite as ascend_db_sqlite
+from profan.sources.ascend_db.kernels import compute_rows
 ascend_db_sqlite.NO_ADBC = True
 df = compute_rows(ascend_db_sqlite.open_db(Path(sys.argv[1])))
 print(df.height)
@@ -62,8 +62,8 @@ print(df.height)
     "profan ascend_db_kernels.compute_rows (ADBC, its lean columns)": """
 import sys, polars as pl
 from pathlib import Path
-from profan.sources import ascend_db_sqlite
-from profan.sources.ascend_db_kernels import compute_rows
+from profan.sources.ascend_db import sqlite as ascend_db_sqlite
+from profan.sources.ascend_db.kernels import compute_rows
 df = compute_rows(ascend_db_sqlite.open_db(Path(sys.argv[1])))
 print(df.height)
 """,

@@ -4,7 +4,7 @@ Builds (or reuses) a synthetic trace of at least ``--size-mb`` by repeating the 
 each repetition shifted in time, then measures each contender in a fresh subprocess under ``/usr/bin/time -v``
 (wall and CPU time, peak RSS), the contenders interleaved:
 
-* ``profan``   — ``profan.sources.chrome_trace.parse`` (all events, the columns profan uses), cache off;
+* ``profan``   — ``profan.sources.trace.chrome.parse`` (all events, the columns profan uses), cache off;
 * ``profan-rank`` (``--ascend`` only) — what the per-rank map reads of a trace_view.json: the trace_view reader
   (steps, Overlap Analysis split and blocks, HCCL ops and planes) and the HCCL plane tasks, cache off;
 * ``baseline`` — ``json.load`` + ``pandas.DataFrame(traceEvents)`` (what per-row readers such as HTA do).
@@ -114,11 +114,12 @@ def make_ascend_trace(out: Path, size_mb: int, source: Path = ASCEND_SOURCE) -> 
 
 def _child(kind: str, path: str) -> None:
     if kind == "profan":
-        from profan.sources.chrome_trace import parse
+        from profan.sources.trace.chrome import parse
 
         rows = parse(Path(path)).events.height
     elif kind == "profan-rank":
-        from profan.sources import hccl_tasks, trace_view
+        from profan.sources.trace import ascend_view as trace_view
+        from profan.sources.trace import hccl_tasks
 
         trace = trace_view.load(Path(path))[0]
         rows = trace.events.height

@@ -9,8 +9,11 @@ from pathlib import Path
 import polars as pl
 
 from profan import trust
-from profan.analyses import comm_section, crossrank, memory, rank_section, reconcile, steps, trace_steps
+from profan.analyses.across_ranks import section as crossrank
+from profan.analyses.communication import section as comm_section
 from profan.analyses.contract import Analysis, Job, run_analyses
+from profan.analyses.per_rank import memory, reconcile, steps, trace_steps
+from profan.analyses.per_rank import section as rank_section
 from profan.diagnosis import causes
 from profan.diagnosis.fold import fold
 from profan.diagnosis.severity import grade_causes, grade_findings, keep, run_kind
@@ -23,8 +26,8 @@ from profan.rulepack import limits
 from profan.rulepack.hardware import Hardware
 from profan.rulepack.hardware import load as load_hardware
 from profan.rulepack.pack import RulePack, load, require_known_checks
-from profan.sources.discover import base_dir, discover
-from profan.sources.readback import file_sizes
+from profan.sources.common.readback import file_sizes
+from profan.sources.discovery.discover import base_dir, discover
 
 Progress = Callable[[str], None]
 

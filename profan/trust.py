@@ -11,7 +11,7 @@ the report's text alone. It is one of:
   may send `evidence` to those files and no others.
 
 Whatever the root, a cited file is read only when, with every symlink resolved, it still lies inside the root and
-is a regular file (`sources.readback.source_path`).
+is a regular file (`sources.common.readback.source_path`).
 """
 
 from __future__ import annotations

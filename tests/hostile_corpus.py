@@ -1074,7 +1074,7 @@ STT_DURATIONS = (
 
 
 def ref_step_rows(path: Path) -> tuple[list[dict[str, Any]], int]:
-    """(usable rows, skipped count) of a step_trace_time.csv, by the rule `profan.sources.ascend_steps` states: a
+    """(usable rows, skipped count) of a step_trace_time.csv, by the rule `profan.sources.ascend_text.steps` states: a
     row is skipped for a negative lane time (below -1 ns), a step of no length (Stage + Bubble, else Computing +
     Not Overlapped + Free, not above 0), an empty Step cell where another row has one, and a (device, step)
     already read."""

@@ -17,8 +17,8 @@ import pytest
 from conftest import ASCEND, assert_one_line_error, run_cli
 
 import profan
-from profan.sources import ascend_db_rows
-from profan.sources.readback import read_back
+from profan.sources.ascend_db import rows as ascend_db_rows
+from profan.sources.common.readback import read_back
 
 DB_SET = ASCEND / "msinsight-alexnet-2rank-2025-db" / "level1"
 TEXT_SET = ASCEND / "msinsight-alexnet-2rank-2025" / "level1"
@@ -182,8 +182,8 @@ def _dominant_pipes(root: Path) -> dict[tuple[int, str], dict[str, float]]:
     boundness reads."""
     from profan.ranks.rankmap import load_ranks
     from profan.rulepack.pack import load
-    from profan.sources.ascend_kernels import PIPES
-    from profan.sources.discover import discover
+    from profan.sources.ascend_text.kernels import PIPES
+    from profan.sources.discovery.discover import discover
 
     pack = load([])
     out = {}
@@ -392,8 +392,8 @@ def test_names_from_the_db_are_escaped_in_html(tmp_path):
 
 def test_memory_tables_match_sql_and_the_text_schema():
     """MEMORY_RECORD / OP_MEMORY / NPU_MODULE_MEM as `ascend_memory`'s frames: MB, KB, µs, names resolved."""
-    from profan.sources import ascend_memory
-    from profan.sources.ascend_db_memory import memory_tables
+    from profan.sources.ascend_db.memory import memory_tables
+    from profan.sources.ascend_text import memory as ascend_memory
 
     path = _db(DB_SET, 0)
     got = memory_tables(path)
@@ -429,8 +429,8 @@ def test_memory_tables_match_sql_and_the_text_schema():
 
 def test_stdlib_cursor_and_adbc_read_the_same_rows(monkeypatch):
     """The kernel rows are the same whichever way they reach polars (ADBC when installed, else sqlite3)."""
-    from profan.sources import ascend_db_sqlite
-    from profan.sources.ascend_db_kernels import compute_rows
+    from profan.sources.ascend_db import sqlite as ascend_db_sqlite
+    from profan.sources.ascend_db.kernels import compute_rows
 
     path = _db(DB_SET, 1)
     monkeypatch.setattr(ascend_db_sqlite, "NO_ADBC", True)

@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 from conftest import QWEN3
 
-from profan.sources import ascend_steps
+from profan.sources.ascend_text import steps as ascend_steps
 
 HEADER = (
     "Device_id,Step,Computing,Communication(Not Overlapped),Overlapped,Communication,Free,Stage,Bubble,"

@@ -15,7 +15,7 @@ import profan
 from profan.model.textfmt import ms
 from profan.ranks.rankmap import read_ranks
 from profan.rulepack.pack import load
-from profan.sources.discover import discover
+from profan.sources.discovery.discover import discover
 
 TIMESFORMER = TORCH / "timesformer_h100_1rank"
 TRACE = TIMESFORMER / "facebook_timesformer-base-finetuned-k400__1016002.json.gz"

@@ -117,7 +117,8 @@ def test_bandwidth_info_of_another_json_type_is_no_crash(tmp_path):
     the op is still read (its time split), it has no bandwidth or packet rows, and every other op keeps its own."""
     import json
 
-    from profan.sources import ascend_comm, ascend_packets
+    from profan.sources.ascend_text import comm as ascend_comm
+    from profan.sources.ascend_text import packets as ascend_packets
 
     rank = one_rank(tmp_path)
     f = rank / "ASCEND_PROFILER_OUTPUT" / "communication.json"
@@ -169,7 +170,8 @@ def test_packet_sizes_that_are_no_count_and_time_are_skipped_and_counted(tmp_pat
         "rank 0: ASCEND_PROFILER_OUTPUT/communication.json: skipped 6 packet-size entries that "
         "are not [count, ms] pairs of numbers"
     ]
-    from profan.sources import ascend_comm, ascend_packets
+    from profan.sources.ascend_text import comm as ascend_comm
+    from profan.sources.ascend_text import packets as ascend_packets
 
     packets, skipped = ascend_packets.read(ascend_comm.entries(f)[0])
     assert skipped == len(odd) and packets.height == before
@@ -180,7 +182,7 @@ def test_matrix_value_of_another_json_type_is_coerced_not_a_crash(tmp_path):
     the name as its text, the size as unknown — no traceback, the rest of the file intact."""
     import json
 
-    from profan.sources import ascend_matrix
+    from profan.sources.ascend_text import matrix as ascend_matrix
 
     src = QWEN3 / "rank_0_ascend_pt" / "ASCEND_PROFILER_OUTPUT" / "communication_matrix.json"
     doc = json.loads(src.read_text())

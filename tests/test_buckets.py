@@ -20,8 +20,8 @@ from conftest import FIXTURES, ROOT
 
 from profan.rulepack.classify import MATCH_FIELDS, classify, classify_distinct
 from profan.rulepack.pack import load
-from profan.sources import kineto, kineto_rank
-from profan.sources.kineto_context import module_paths
+from profan.sources.trace import kineto, kineto_rank
+from profan.sources.trace.kineto_context import module_paths
 
 RULES = ROOT / "rules" / "buckets"
 LABELS = Path(__file__).parent / "labels"

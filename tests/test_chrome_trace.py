@@ -14,9 +14,9 @@ import pytest
 from conftest import run_cli
 
 from profan.model.errors import ProfanInputError
-from profan.sources import trace_json as trace_json_module
-from profan.sources.cache import cached_parse
-from profan.sources.chrome_trace import parse
+from profan.sources.common.cache import cached_parse
+from profan.sources.trace import chunks as trace_json_module
+from profan.sources.trace.chrome import parse
 
 ROOT = Path(__file__).resolve().parent.parent
 TORCH = ROOT / "fixtures" / "torch"
@@ -198,7 +198,7 @@ def test_cache_serves_the_same_table_and_follows_the_file(tmp_path, monkeypatch)
 def test_chunked_split_is_exact(monkeypatch, tmp_path):
     """Tiny chunks on a real trace, plus '},{' inside names and nested args: the rows do not change."""
     whole = parse(DLRM0).events
-    monkeypatch.setattr("profan.sources.trace_json.CHUNK_BYTES", 4096)
+    monkeypatch.setattr("profan.sources.trace.chunks.CHUNK_BYTES", 4096)
     assert parse(DLRM0).events.equals(whole)
     events = raw_events(DLRM0)[:300]
     for e in events[::7]:
@@ -297,8 +297,8 @@ def test_a_mapped_file_reads_as_a_read_one(monkeypatch, path, tmp_path):
     pretty = tmp_path / "pretty.json"
     pretty.write_text(json.dumps(raw_events(path)[:400], indent=2).replace("\n", "\r\n"))
     read_pretty = parse(pretty)
-    monkeypatch.setattr("profan.sources.trace_json.MAP_FROM", 0)
-    monkeypatch.setattr("profan.sources.trace_json.CHUNK_BYTES", 1 << 14)
+    monkeypatch.setattr("profan.sources.trace.chunks.MAP_FROM", 0)
+    monkeypatch.setattr("profan.sources.trace.chunks.CHUNK_BYTES", 1 << 14)
     for whole, file in ((read, path), (read_pretty, pretty)):
         mapped = parse(file)
         assert mapped.events.equals(whole.events) and mapped.details.equals(whole.details)

@@ -18,7 +18,7 @@ from profan.ranks import collectives
 from profan.ranks.kernel_pass import KernelRequest, reduce_kernel_files
 from profan.ranks.rankmap import read_ranks
 from profan.rulepack.pack import load
-from profan.sources.discover import discover
+from profan.sources.discovery.discover import discover
 from profan.synth import generate
 
 

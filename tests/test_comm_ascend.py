@@ -15,8 +15,10 @@ from conftest import ASCEND, QWEN3, analysed, run_cli
 
 import profan
 from profan.model.errors import ProfanInputError
-from profan.sources import ascend_comm, ascend_matrix, ascend_meta
-from profan.sources.readback import resolve_pointer
+from profan.sources.ascend_text import comm as ascend_comm
+from profan.sources.ascend_text import matrix as ascend_matrix
+from profan.sources.ascend_text import meta as ascend_meta
+from profan.sources.common.readback import resolve_pointer
 
 ALEXNET2 = ASCEND / "msinsight-alexnet-2rank-2025/level2"
 GPT3 = ASCEND / "msinsight-gpt3-2rank-2023"
@@ -547,7 +549,7 @@ def test_matrix_read_for_totals_counts_what_a_full_read_counts(tmp_path):
     object in a top1 entry and in a total entry."""
     import json
 
-    from profan.sources.ascend_matrix import link_totals, map_ranks, read, read_for_totals
+    from profan.sources.ascend_text.matrix import link_totals, map_ranks, read, read_for_totals
 
     files = [QWEN3 / f"rank_{r}_ascend_pt" / OUT / "communication_matrix.json" for r in range(4)]
     files.append(GPT3 / "test_rank_0" / OUT / "communication_matrix.json")
@@ -583,7 +585,7 @@ def test_matrix_typed_reader_equals_the_untyped_one(tmp_path):
     object, a link that is no object, and a NaN literal (which msgspec refuses)."""
     from polars.testing import assert_frame_equal
 
-    from profan.sources.ascend_comm import entries
+    from profan.sources.ascend_text.comm import entries
 
     src = QWEN3 / "rank_0_ascend_pt" / OUT / "communication_matrix.json"
     text = src.read_text()

@@ -11,7 +11,8 @@ import polars as pl
 import pytest
 from conftest import FIXTURES
 
-from profan.analyses import comm_section, nccl
+from profan.analyses.communication import nccl
+from profan.analyses.communication import section as comm_section
 from profan.analyses.contract import Job
 from profan.rulepack.hardware import load as load_hardware
 from profan.rulepack.pack import load

@@ -11,7 +11,7 @@ from conftest import QWEN3, assert_one_line_error, fnum, one_rank, raw_rows, run
 import profan
 from profan.comparison.compare import compare
 from profan.model.textfmt import ms
-from profan.sources.readback import read_back
+from profan.sources.common.readback import read_back
 from profan.synth import generate
 
 

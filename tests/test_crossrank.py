@@ -14,7 +14,7 @@ import pytest
 from conftest import analysed
 
 import profan
-from profan.sources.readback import read_back
+from profan.sources.common.readback import read_back
 from profan.synth import generate
 
 CROSS_CHECKS = {"straggler", "moe-expert-imbalance", "compute-imbalance", "pipeline-stage-imbalance"}

@@ -10,7 +10,7 @@ from conftest import ASCEND, QWEN3, assert_one_line_error, run_cli
 
 import profan
 from profan.model.errors import ProfanInputError
-from profan.sources.discover import discover
+from profan.sources.discovery.discover import discover
 
 
 def test_gpt3_renamed_rank_folders_and_derived_output_skipped():

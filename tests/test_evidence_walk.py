@@ -10,7 +10,7 @@ import pytest
 from conftest import ASCEND, analysed, fnum, raw_rows, run_cli
 
 from profan.app.drill import select_kernel_rows
-from profan.sources.readback import load_json_document, resolve_pointer
+from profan.sources.common.readback import load_json_document, resolve_pointer
 
 FOLDERS = [
     "msinsight-qwen3-4rank-2025q4",

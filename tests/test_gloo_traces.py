@@ -23,7 +23,7 @@ from conftest import TORCH, analysed, run_cli, union_us
 
 from profan.rulepack.pack import load as load_pack
 from profan.rulepack.roles import defaults as default_roles
-from profan.sources.readback import read_back
+from profan.sources.common.readback import read_back
 
 GLOO = TORCH / "gloo_moe_cpu_4rank"
 RUNS = ["none", "sleep", "compute", "hot_expert", "async_grad"]

@@ -18,8 +18,8 @@ from conftest import TORCH
 import profan
 from profan.rulepack.pack import load as load_pack
 from profan.rulepack.roles import defaults as default_roles
-from profan.sources import graph_replay, kineto
-from profan.sources.discover import discover
+from profan.sources.discovery.discover import discover
+from profan.sources.trace import graph_replay, kineto
 
 SGLANG = TORCH / "sglang_qwen3-8b_decode_mi300x_graph"
 REPLAY = SGLANG / "sglang_Qwen3-8B_decode.json.gz"

@@ -333,7 +333,7 @@ def test_a_lone_surrogate_escape_in_json_text_is_read(tmp_path):
     f.write_text(text.replace(f'"{key}"', f'"{key}\\ud800"', 1))
     res = run_cli("analyze", str(rank), "-f", "json", "-o", str(tmp_path / "r.json"), "-q")
     assert res.returncode == 0 and "Traceback" not in res.stderr, res.stderr
-    from profan.sources import ascend_matrix
+    from profan.sources.ascend_text import matrix as ascend_matrix
 
     links, _ = ascend_matrix.read(f)
     assert (links["key"] == key + "?").sum() > 0

@@ -20,7 +20,9 @@ from conftest import FIXTURES, QWEN3, analysed, assert_one_line_error, fnum, one
 import profan
 from profan.model.errors import ProfanInputError
 from profan.rulepack import limits
-from profan.sources import ascend_comm, ascend_matrix, trace_json
+from profan.sources.ascend_text import comm as ascend_comm
+from profan.sources.ascend_text import matrix as ascend_matrix
+from profan.sources.trace import chunks as trace_json
 
 KD = "ASCEND_PROFILER_OUTPUT/kernel_details.csv"
 COMM = "ASCEND_PROFILER_OUTPUT/communication.json"

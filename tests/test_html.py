@@ -16,7 +16,7 @@ from conftest import ASCEND, QWEN3, ROOT, analysed, raw_rows
 import profan
 from profan.render.evidence_rows import KEY_SEP
 from profan.render.html import ROW_BUDGET, build_html, item_caps
-from profan.sources.readback import load_json_document, read_back, resolve_pointer
+from profan.sources.common.readback import load_json_document, read_back, resolve_pointer
 
 ALEXNET2 = ASCEND / "msinsight-alexnet-2rank-2025" / "level2"
 
@@ -206,7 +206,7 @@ def test_missing_data_is_said_not_crashed(qwen3_report, tmp_path):
 
 def test_trace_event_evidence_shows_the_cited_events(tmp_path):
     """Kineto traces: each cited event index is shown as that event of traceEvents, flattened into columns."""
-    from profan.sources.readback import trace_events
+    from profan.sources.common.readback import trace_events
 
     data = ROOT / "fixtures" / "torch" / "dlrm_v100_8rank"
     report = profan.analyze(data)

@@ -153,7 +153,7 @@ def test_idle_before_a_step_starts_at_the_latest_end_of_the_windows_before_it():
     """A window inside the one before it (a second stream's short step) ends earlier than that one: the idle time
     before the next step starts at the latest end so far, and the event cited for it is the one that ends then.
     (A fault the real samples lack: windows made up here, in no particular order.)"""
-    from profan.sources.kineto_rank import _idle_before
+    from profan.sources.trace.kineto_rank import _idle_before
 
     windows = pl.DataFrame(
         {

@@ -18,7 +18,7 @@ from profan.ranks import kernel_pass
 from profan.ranks.kernel_pass import KernelPass, KernelRequest, reduce_kernel_files
 from profan.ranks.rankmap import read_ranks
 from profan.rulepack.pack import load
-from profan.sources.discover import discover
+from profan.sources.discovery.discover import discover
 
 OUT = "ASCEND_PROFILER_OUTPUT/kernel_details.csv"
 QWEN_FILES = [QWEN3 / f"rank_{r}_ascend_pt" / OUT for r in (0, 2)]  # the ranks with a kernel file

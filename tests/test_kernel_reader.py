@@ -6,7 +6,7 @@ import polars as pl
 import pytest
 from conftest import ASCEND, QWEN3, fnum, raw_rows
 
-from profan.sources import ascend_kernels
+from profan.sources.ascend_text import kernels as ascend_kernels
 
 OUT = "ASCEND_PROFILER_OUTPUT/kernel_details.csv"
 FILES = {
@@ -206,7 +206,7 @@ def test_streamed_ranks_without_communication_json_keep_hccl_starts(tmp_path, mo
     as in memory, without a pass of their own over the file."""
     from profan.ranks import collectives, rankmap
     from profan.rulepack.pack import load
-    from profan.sources.discover import discover
+    from profan.sources.discovery.discover import discover
     from profan.synth import generate
 
     generate(tmp_path / "c", ranks=2, layers=2, seed=3, trace=False)
@@ -227,7 +227,7 @@ def test_streamed_ranks_without_communication_json_keep_hccl_starts(tmp_path, mo
 def test_line_count_is_the_same_read_whole_or_in_blocks(tmp_path, monkeypatch, tail):
     """Files up to csvtext.SMALL_COUNT_BYTES are counted in one read, bigger ones block by block; both count a
     last line without a newline. Checked against the csv module's count of the real file."""
-    from profan.sources import csvtext
+    from profan.sources.common import csvtext
 
     src = ASCEND / FILES["K3 alexnet level1 CRLF"]
     _, rows = raw_rows(src)

@@ -15,8 +15,8 @@ from conftest import analysed, run_cli, union_us
 import profan
 from profan.ranks.rankmap import read_ranks
 from profan.rulepack.pack import load as load_pack
-from profan.sources.discover import discover
-from profan.sources.readback import read_back
+from profan.sources.common.readback import read_back
+from profan.sources.discovery.discover import discover
 
 ROOT = Path(__file__).resolve().parent.parent
 TORCH = ROOT / "fixtures" / "torch"
@@ -344,7 +344,7 @@ def test_each_ranks_trace_is_parsed_and_classified_once(monkeypatch):
     """The collectives pass and the rank's tables are made from one parse and one classification of its trace
     (the per-rank map hands both on), with the cache off: a GB trace is not read twice."""
     from profan.ranks import rankmap
-    from profan.sources import kineto_rank
+    from profan.sources.trace import kineto_rank
 
     parsed, classified = [], []
     parse, classify = kineto_rank.parse_trace, kineto_rank.classify_events

@@ -164,9 +164,12 @@ def _literals(source: str):
 
 # A word a file may spell, and why (as small as it can be).
 ALLOWED = {
-    ("profan/sources/kineto.py", "kernel"): "the `source` label of a collective event (SOURCE_KERNEL): profan's own "
+    (
+        "profan/sources/trace/kineto.py",
+        "kernel",
+    ): "the `source` label of a collective event (SOURCE_KERNEL): profan's own "
     "word in the collectives table, equal to the Kineto category by choice",
-    ("profan/sources/kineto.py", "cpu_op"): "the `source` label SOURCE_CPU_OP, as above",
+    ("profan/sources/trace/kineto.py", "cpu_op"): "the `source` label SOURCE_CPU_OP, as above",
     ("profan/render/html.py", "kernel"): "a report column's name",
     ("profan/render/html.py", "scatter"): "Plotly's chart type",
     ("profan/ranks/collectives.py", "nccl"): "the group label of NCCL kernels whose trace names no process group",
@@ -176,8 +179,8 @@ WRITERS = ("profan/synth/",)
 # Knowledge still in Python in files this change did not own; each to move to rules/roles.toml by its owner (the
 # words listed are the ones there now; a new one fails).
 PENDING = {
-    "profan/sources/ascend_kernels.py": {"hcom_", "trans_"},  # Level0 op derivation from the kernel name
-    "profan/sources/ascend_matrix.py": {
+    "profan/sources/ascend_text/kernels.py": {"hcom_", "trans_"},  # Level0 op derivation from the kernel name
+    "profan/sources/ascend_text/matrix.py": {
         "send",
         "reduce",
         "broadcast",
@@ -187,7 +190,7 @@ PENDING = {
         "alltoall",
         "scatter",
     },  # torch_npu's op types in communication_matrix
-    "profan/sources/chrome_trace.py": {
+    "profan/sources/trace/chrome.py": {
         "kernel",
         "Kernel",
         "gpu_memcpy",
@@ -198,9 +201,9 @@ PENDING = {
         "nccl:",
         "gloo:",
     },
-    "profan/sources/trace_view.py": {"HCCL", "hccl", r"^ProfilerStep#(\d+)$", "ProfilerStep#"},  # lane names
-    "profan/analyses/trace_steps.py": {"kernel", "gpu_memcpy", "gpu_memset"},
-    "profan/analyses/hccl_planes.py": {"HCCL", "hccl"},
+    "profan/sources/trace/ascend_view.py": {"HCCL", "hccl", r"^ProfilerStep#(\d+)$", "ProfilerStep#"},  # lane names
+    "profan/analyses/per_rank/trace_steps.py": {"kernel", "gpu_memcpy", "gpu_memset"},
+    "profan/analyses/communication/hccl_planes.py": {"HCCL", "hccl"},
 }
 
 
@@ -378,8 +381,8 @@ def test_one_dtype_table_sizes_every_kineto_dtype():
 
 
 def test_kineto_and_nccl_size_messages_with_the_same_table():
-    from profan.analyses import nccl
-    from profan.sources import kineto
+    from profan.analyses.communication import nccl
+    from profan.sources.trace import kineto
 
     kt = kineto.load(FIXTURES / "torch" / "nccl_a100_1rank" / "nccl_data.json.gz")
     c = kt.collectives.filter(pl.col("dtype").is_not_null())
@@ -469,8 +472,8 @@ def test_lccl_and_lcoc_rows_are_collectives():
 
 
 def test_the_trace_name_rank_pattern_is_the_roles_one():
-    from profan.sources.discover_sniff import rank_in_name
-    from profan.sources.kineto import rank_of
+    from profan.sources.discovery.sniff import rank_in_name
+    from profan.sources.trace.kineto import rank_of
 
     assert rank_in_name("trace").pattern == default_roles().rank_in_trace_name
     assert rank_in_name("folder").search("test_rank_3").group(1) == "3"

@@ -16,7 +16,7 @@ import profan
 from profan.model.errors import ProfanInputError
 from profan.rulepack.pack import load as load_pack
 from profan.rulepack.roles import defaults as default_roles
-from profan.sources import kineto
+from profan.sources.trace import kineto
 
 RESNET = TORCH / "resnet50_gpu_2021_1rank"
 TRACE = RESNET / "worker0.pt.trace.json.gz"

@@ -13,7 +13,7 @@ import profan
 from profan.model.errors import ProfanError, ProfanInputError
 from profan.ranks.rankmap import load_ranks, resolve_jobs
 from profan.rulepack.pack import load
-from profan.sources.discover import discover
+from profan.sources.discovery.discover import discover
 from profan.synth import generate
 
 pytestmark = pytest.mark.slow  # large generated inputs or many examples: left out of the fast loop
@@ -137,7 +137,7 @@ def test_a_batch_that_fails_as_a_whole_is_read_rank_by_rank(tmp_path, monkeypatc
     made to fail here, in this process: the sequential read.)"""
     import shutil
 
-    from profan.sources import ascend_matrix
+    from profan.sources.ascend_text import matrix as ascend_matrix
 
     root = tmp_path / "qwen"
     shutil.copytree(FIXTURES / "ascend" / "msinsight-qwen3-4rank-2025q4", root)

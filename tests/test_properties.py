@@ -23,7 +23,7 @@ from hypothesis import strategies as st
 
 import profan
 from profan.model.evidence import Evidence, make_pointer
-from profan.sources.readback import inside_root, read_lines, resolve_pointer
+from profan.sources.common.readback import inside_root, read_lines, resolve_pointer
 
 pytestmark = pytest.mark.slow  # large generated inputs or many examples: left out of the fast loop
 

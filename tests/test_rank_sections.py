@@ -8,11 +8,11 @@ import pytest
 from conftest import ASCEND, FIXTURES, QWEN3, fnum, raw_rows
 from polars.testing import assert_frame_equal
 
-from profan.analyses.breakdown import sort_breakdown
-from profan.analyses.rank_section import rank_sections
+from profan.analyses.per_rank.breakdown import sort_breakdown
+from profan.analyses.per_rank.section import rank_sections
 from profan.ranks.rankmap import load_ranks
 from profan.rulepack.pack import load
-from profan.sources.discover import discover
+from profan.sources.discovery.discover import discover
 
 ALEXNET2 = ASCEND / "msinsight-alexnet-2rank-2025" / "level2"
 DLRM = FIXTURES / "torch" / "dlrm_v100_8rank"

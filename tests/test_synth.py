@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 from conftest import QWEN3, raw_rows
 
-from profan.sources.ascend_meta import double_hash
+from profan.sources.ascend_text.meta import double_hash
 from profan.synth import generate
 
 

@@ -24,7 +24,7 @@ from profan import figures
 from profan.figures import timeline_layout
 from profan.ranks import rankmap
 from profan.render.html import build_html
-from profan.sources import intervals
+from profan.sources.common import intervals
 
 DLRM = TORCH / "dlrm_v100_8rank"
 
@@ -197,8 +197,8 @@ def test_a_streamed_kernel_file_gives_the_same_blocks(qwen3, monkeypatch, tmp_pa
     blocks are cached for the next run, which reads each file once more, for the windows' rows alone."""
     from profan.ranks import kernel_pass
     from profan.rulepack.pack import load
-    from profan.sources import ascend_kernels
-    from profan.sources.discover import discover
+    from profan.sources.ascend_text import kernels as ascend_kernels
+    from profan.sources.discovery.discover import discover
 
     monkeypatch.setattr(kernel_pass, "CACHE_BYTES", 0)
     monkeypatch.setattr(ascend_kernels, "IN_MEMORY_BYTES", 0)
@@ -232,7 +232,7 @@ def test_blocks_of_a_streamed_file_its_pass_did_not_cut(qwen3, monkeypatch, tmp_
     """A streamed kernel file whose pass was not asked for blocks (its rank was to take them from trace_view.json,
     which gave none) gets them from a scan of their own: the same table."""
     from profan.ranks import kernel_pass
-    from profan.sources import ascend_kernels
+    from profan.sources.ascend_text import kernels as ascend_kernels
 
     monkeypatch.setattr(kernel_pass, "CACHE_BYTES", 0)
     monkeypatch.setattr(ascend_kernels, "IN_MEMORY_BYTES", 0)

@@ -11,8 +11,8 @@ import polars as pl
 import pytest
 from conftest import analysed
 
-from profan.sources import trace_view
-from profan.sources.readback import read_back
+from profan.sources.common.readback import read_back
+from profan.sources.trace import ascend_view as trace_view
 
 ROOT = Path(__file__).resolve().parent.parent
 ALEXNET = ROOT / "fixtures" / "ascend" / "msinsight-alexnet-2rank-2025"

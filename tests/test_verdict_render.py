@@ -31,7 +31,7 @@ def samples() -> list[str]:
     """Every profile under fixtures/: each folder of fixtures/ascend and fixtures/torch, or, where one holds several
     collections (alexnet's level0–2, the gloo runs), each of them — as profan's discovery names them."""
     from profan.model.errors import ProfanInputError
-    from profan.sources.discover import discover
+    from profan.sources.discovery.discover import discover
 
     out = []
     for top in sorted(p for kind in ("ascend", "torch") for p in (FIXTURES / kind).iterdir() if p.is_dir()):

@@ -10,7 +10,7 @@ import polars as pl
 
 from profan.model.findings import Severity
 from profan.rulepack.pack import Check
-from profan.sources.rowframe import stack
+from profan.sources.common.rowframe import stack
 
 
 def graded(value: float, chk: Check, kind: str = "share") -> Severity | None:

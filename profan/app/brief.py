@@ -39,8 +39,8 @@ from profan.model.evidence import Evidence
 from profan.model.findings import SEVERITIES, Finding
 from profan.model.report import SCHEMA as REPORT_SCHEMA
 from profan.model.report import Report, clean
-from profan.sources.discover import base_dir
-from profan.sources.readback import check_sizes, read_lines
+from profan.sources.common.readback import check_sizes, read_lines
+from profan.sources.discovery.discover import base_dir
 
 BRIEF_SCHEMA = "profan.brief/2"
 EVIDENCE_SCHEMA = "profan.evidence/1"
@@ -424,7 +424,7 @@ def evidence_doc(
     size: Size = json_bytes,
 ) -> dict[str, Any]:
     """The rows behind one cause, finding or group member: per evidence item, the raw text at each cited locator
-    (verbatim, as ``profan.sources.readback.read_back`` returns it) and, for CSV files, the header so the cells can be
+    (verbatim, as ``sources.common.readback.read_back`` returns it) and, for CSV files, the header so the cells can be
     named.
 
     ``limit`` caps the rows read back per item (None: all cited rows, at most ``evidence.MAX_CITED``; 0: none, so

@@ -17,9 +17,9 @@ from profan.model.report import Report, from_dict
 from profan.ranks.kernel_pass import _with_neighbors
 from profan.rulepack import limits
 from profan.rulepack.pack import require_known_checks
-from profan.sources import ascend_db_rows
-from profan.sources.discover import base_dir
-from profan.sources.readback import read_back
+from profan.sources.ascend_db import rows as ascend_db_rows
+from profan.sources.common.readback import read_back
+from profan.sources.discovery.discover import base_dir
 from profan.trust import inside, report_root
 
 REPORT_HEAD = re.compile(rb'^\s*\{\s*"schema"\s*:\s*"profan\.(report|compare)/')
@@ -142,7 +142,7 @@ def select_kernel_rows(root: Path, file: str, select: dict[str, Any], rules: lis
 
     from profan.rulepack.classify import classify
     from profan.rulepack.pack import load
-    from profan.sources import ascend_kernels
+    from profan.sources.ascend_text import kernels as ascend_kernels
 
     base = base_dir(root)
     pack = load(rules or [])
@@ -164,8 +164,8 @@ def _db_kernel_rows(path: Path, pack, rules: list):
     keyed and sized as the reader keys them, bad rows left out."""
     import polars as pl
 
-    from profan.sources import ascend_db
-    from profan.sources.ascend_kernels import op_expr
+    from profan.sources.ascend_db import reader as ascend_db
+    from profan.sources.ascend_text.kernels import op_expr
 
     got = ascend_db.read(path, None, pack.roles.comm_cores[0])
     rows = got.kernel_rows.filter(~pl.col("bad"))

@@ -34,8 +34,8 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from profan.model.errors import ProfanInputError
-from profan.sources.cache import cache_dir
-from profan.sources.discover import base_dir
+from profan.sources.common.cache import cache_dir
+from profan.sources.discovery.discover import base_dir
 from profan.trust import inside
 
 if TYPE_CHECKING:

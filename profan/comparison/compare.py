@@ -15,7 +15,7 @@ import time
 from pathlib import Path
 
 from profan import trust
-from profan.analyses import steps as steps_mod
+from profan.analyses.per_rank import steps as steps_mod
 from profan.comparison.coverage import left_out, left_out_warnings, one_sided_pairs, step_rows_one_side
 from profan.comparison.findings import new_missing_findings, regression_findings, total_finding
 from profan.comparison.sides import (
@@ -35,7 +35,7 @@ from profan.model.report import Report
 from profan.ranks.executor import Executor
 from profan.rulepack import limits
 from profan.rulepack.pack import RulePack, load, require_known_checks
-from profan.sources.readback import file_sizes
+from profan.sources.common.readback import file_sizes
 
 
 def compare(

@@ -17,8 +17,8 @@ from profan.model.rank import RankData
 from profan.ranks.executor import Executor
 from profan.ranks.rankmap import load_ranks
 from profan.rulepack.pack import RulePack
-from profan.sources.ascend_meta import double_hash
-from profan.sources.discover import base_dir, discover
+from profan.sources.ascend_text.meta import double_hash
+from profan.sources.discovery.discover import base_dir, discover
 
 
 @dataclass

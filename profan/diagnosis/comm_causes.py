@@ -17,7 +17,7 @@ from profan.model.textfmt import fmt_ranks
 
 def slow_link(job: Job, claims: Claims, steps_us: dict[int, float]) -> list[Cause]:
     """A link much slower than its peers. Gain: the time its transfers take beyond what its peers' rate would
-    take, per step (`analyses.bandwidth`) — if nothing else holds those collectives."""
+    take, per step (`analyses.communication.bandwidth`) — if nothing else holds those collectives."""
     check = "comm-slow-link"
     out = []
     for f in claims.unclaimed(check):

@@ -4,7 +4,7 @@ compute + exposed communication (transfer, and waiting for peers) + idle = the s
 comes from: the step_trace_time.csv row (Ascend) or the first and last device event of the step's window (traces),
 and the communication.json file whose ops split the exposed time into transfer and waiting. Idle is split where
 the trace records the launches: ``idle_host_us``, the device waiting for the host to issue its next work, and
-``idle_other_us``, waiting with the work already issued (`sources.kineto`). Where nothing splits a part it stays
+``idle_other_us``, waiting with the work already issued (`sources.trace.kineto`). Where nothing splits a part it stays
 whole (``exposed_unsplit_us``; null idle parts), not guessed.
 """
 

@@ -15,7 +15,7 @@ from profan.model.textfmt import fmt_ranks, ms
 
 def idle(job: Job, claims: Claims, steps_us: dict[int, float], cost: pl.DataFrame) -> list[Cause]:
     """Idle device time no other cause explains: one cause over the ranks and steps that show it. No estimate:
-    where the trace records the launches, the part the device waited for the host is measured (`sources.kineto`)
+    where the trace records the launches, the part the device waited for the host is measured (`sources.trace.kineto`)
     and said, but a host late because it was busy (removable) and one blocked in a synchronisation that waits for
     a peer look the same there; elsewhere (Ascend's Free, CPU-only traces) even that split is missing."""
     check = "device-idle"

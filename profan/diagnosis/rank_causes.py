@@ -7,8 +7,8 @@ import statistics
 
 import polars as pl
 
+from profan.analyses.across_ranks.imbalance import pp_stages
 from profan.analyses.contract import Job
-from profan.analyses.imbalance import pp_stages
 from profan.diagnosis.claims import Claims, explainable, make_cause
 from profan.model.causes import Cause
 from profan.model.textfmt import fmt_ranks

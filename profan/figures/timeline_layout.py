@@ -17,8 +17,8 @@ import polars as pl
 from profan.figures.style import COMPUTE, IDLE, TRANSFER, WAITING, _citers, _esc_col, _num, _table, step_table
 from profan.model.causes import Cause
 from profan.model.report import Report
-from profan.sources.intervals import SOURCE_FILES
-from profan.sources.kineto import SOURCE_ANNOTATION, SOURCE_KERNEL
+from profan.sources.common.intervals import SOURCE_FILES
+from profan.sources.trace.kineto import SOURCE_ANNOTATION, SOURCE_KERNEL
 
 TIMELINE_RANKS = 16  # up to this many ranks, every rank has lanes; beyond, the cause's ranks and representatives
 CAUSE_LANES = 8  # lanes kept for the cause's ranks when the ranks are aggregated

@@ -69,10 +69,10 @@ class RankData:
     trace_tasks: pl.DataFrame | None = None  # trace_view HCCL plane task events (Notify_Wait per peer)
     fusible: pl.DataFrame | None = None  # per step, the runs of elementwise kernels one kernel would do
     # each step's compute / exposed communication / idle blocks in time, at most intervals.STEP_BLOCKS per step
-    # (profan.sources.intervals), from the trace's device lanes, else the kernel file's timed rows
+    # (profan.sources.common.intervals), from the trace's device lanes, else the kernel file's timed rows
     step_blocks: pl.DataFrame | None = None
     # an MoE layer's token events: all-to-alls with their split sizes, expert ranges, expert inputs, each with its
-    # step (profan.sources.kineto_moe); None where the trace shows no MoE layer
+    # step (profan.sources.trace.kineto_moe); None where the trace shows no MoE layer
     moe_tokens: pl.DataFrame | None = None
     # memory: the allocated/reserved curve (bounded), the peak row and what is live at the peak
     # (profan.ranks.memory_pass; keys curve, peak, holders, and modules for Ascend npu_module_mem.csv)

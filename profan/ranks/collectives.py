@@ -29,9 +29,10 @@ from profan.rulepack.classify import classify, rule_fields
 from profan.rulepack.pack import RulePack
 from profan.rulepack.roles import Roles
 from profan.rulepack.roles import defaults as default_roles
-from profan.sources import ascend_kernels, kineto
-from profan.sources.kineto import KinetoTrace
-from profan.sources.rowframe import stack
+from profan.sources.ascend_text import kernels as ascend_kernels
+from profan.sources.common.rowframe import stack
+from profan.sources.trace import kineto
+from profan.sources.trace.kineto import KinetoTrace
 
 WINDOW_LOCS = 5  # locators kept per (window, kernel)
 

@@ -23,8 +23,9 @@ from profan.rulepack.classify import NEIGHBORS, classify_distinct, uses_neighbor
 from profan.rulepack.pack import RulePack
 from profan.rulepack.roles import Roles
 from profan.rulepack.roles import defaults as default_roles
-from profan.sources import ascend_kernels, intervals
-from profan.sources.csvtext import check_lines, count_lines
+from profan.sources.ascend_text import kernels as ascend_kernels
+from profan.sources.common import intervals
+from profan.sources.common.csvtext import check_lines, count_lines
 
 TOP_LINES = 20  # largest rows kept per kernel group, for evidence
 
@@ -213,7 +214,9 @@ def _with_neighbors(
     return groups.join(place, on=group_keys, how="left", nulls_equal=True, maintain_order="left")
 
 
-CACHE_BYTES = 16 << 20  # kernel files from this size keep their reduced groups in the cache (profan.sources.cache)
+CACHE_BYTES = (
+    16 << 20
+)  # kernel files from this size keep their reduced groups in the cache (profan.sources.common.cache)
 BATCH_BYTES = 64 << 20  # kernel text one query over several files holds in memory at once
 
 
@@ -322,7 +325,7 @@ def _reduce_one(f: KernelRequest, rules: list, roles: Roles) -> KernelPass:
     streamed = size > ascend_kernels.IN_MEMORY_BYTES
     rows = timed = blocks = None
     if size >= CACHE_BYTES:
-        from profan.sources.cache import cached_table
+        from profan.sources.common.cache import cached_table
 
         # one pass for the groups and the timed rows, run only for what the cache does not hold
         placed = f.timed or f.blocks
@@ -418,7 +421,7 @@ EXACT_ROWS = 1 << 20  # kernel rows of a table grouped exactly (about the rows o
 def reduce_table(
     rows: pl.DataFrame, keyed: tuple[list[str], list[pl.Expr]], pipes: list[str], rules: list, variant: str, timed: bool
 ) -> KernelPass:
-    """A kernel table that is no CSV file — torch_npu's DB export (`profan.sources.ascend_db`), rows keyed by
+    """A kernel table that is no CSV file — torch_npu's DB export (`profan.sources.ascend_db.reader`), rows keyed by
     integer ids — reduced as a kernel file is: the same groups, cited lines (here the table's row ids), counts
     and verdicts, so the analyses cannot tell the sources apart. ``keyed``: (raw key columns, `KEYS` expressions
     over them). ``timed``: also the rows with their place in time, for the collectives' windows."""

@@ -4,7 +4,7 @@ Why here, in the map: the allocated/reserved curve, the peak and what is live at
 rank, but the analyses and the report need only a bounded curve (min/max per time bucket, so every peak and dip of
 the shape survives, the rank's peaks exactly) and the few largest holders. Only these travel between processes.
 
-Input, whatever the format (`profan.sources.ascend_memory`, `profan.sources.kineto_memory`):
+Input, whatever the format (`profan.sources.ascend_text.memory`, `profan.sources.trace.kineto_memory`):
 
 * ``points``: ts_us, allocated_mb, reserved_mb (null: not recorded), loc (CSV line or event index);
 * ``allocs``: name (the op that allocated), size_mb, alloc_us, release_us (null: not freed in the capture), loc.
@@ -220,7 +220,7 @@ def read_rank(rd, rs, pack) -> None:
 
 
 def _ascend(rd, rs, chk) -> dict[str, pl.DataFrame] | None:
-    from profan.sources import ascend_memory
+    from profan.sources.ascend_text import memory as ascend_memory
 
     got = {}
     for logical, kind in (("memory_record", "records"), ("operator_memory", "ops"), ("npu_module_mem", "modules")):
@@ -240,7 +240,7 @@ def _ascend(rd, rs, chk) -> dict[str, pl.DataFrame] | None:
 def _ascend_db(rd, rs, chk) -> dict[str, pl.DataFrame] | None:
     """The same tables from torch_npu's SQLite export: its MEMORY_RECORD / OP_MEMORY / NPU_MODULE_MEM tables,
     cited as rows of those tables (``<db>#TABLE`` files, whose line numbers are row ids)."""
-    from profan.sources import ascend_db_memory
+    from profan.sources.ascend_db import memory as ascend_db_memory
 
     got = ascend_db_memory.memory_tables(rs.files["ascend_db"])
     if "records" not in got:
@@ -264,7 +264,7 @@ def ascend_tables(
     chk,
     files: tuple[str, str, str] = ("memory_record", "operator_memory", "lines"),
 ) -> dict[str, pl.DataFrame] | None:
-    """The memory tables of an Ascend rank from the frames of `profan.sources.ascend_memory`'s schema — whichever
+    """The memory tables of an Ascend rank from the frames of `profan.sources.ascend_text.memory`'s schema — whichever
     reader made them (the text export's CSVs, or the SQLite export's tables). ``files``: the logical names (keys of
     ``RankData.files``) the records' and ops' ``src_line`` point into, and the locator kind ("lines" / "events").
     The curve is the first of the check's ``ascend_curve_components`` present; None when there is none."""
@@ -320,9 +320,9 @@ def _modules(modules: pl.DataFrame) -> pl.DataFrame:
 
 
 def _kineto(rd, rs, chk, roles) -> dict[str, pl.DataFrame] | None:
-    """A Kineto rank's memory tables, cached per trace (`profan.sources.cache.cached_table`) under the settings
+    """A Kineto rank's memory tables, cached per trace (`profan.sources.common.cache.cached_table`) under the settings
     that shape them: a second analysis does not read the trace again for its memory events."""
-    from profan.sources.cache import cached_table
+    from profan.sources.common.cache import cached_table
 
     path = rs.files["kineto_trace"]
     settings = {k: chk[k] for k in ("event_name", "device_types", "phases", "curve_points", "top_holders")}
@@ -345,7 +345,7 @@ def _kineto(rd, rs, chk, roles) -> dict[str, pl.DataFrame] | None:
 
 def _kineto_build(path, chk, roles) -> tuple[pl.DataFrame, dict]:
     """(the curve, {skipped, peak row, holders rows}) of one trace: what `_kineto` caches."""
-    from profan.sources import kineto_memory as km
+    from profan.sources.trace import kineto_memory as km
 
     empty = pl.DataFrame(schema={**POINTS_SCHEMA, "op": pl.Utf8, "event": pl.Utf8})
     tm = km.read(path, chk["event_name"], (roles.kineto_cpu_op_cat, roles.kineto_annotation_cat))

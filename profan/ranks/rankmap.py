@@ -37,18 +37,16 @@ from profan.ranks.kernel_pass import (
 )
 from profan.rulepack import limits
 from profan.rulepack.pack import RulePack
-from profan.sources import (
-    ascend_comm,
-    ascend_device,
-    ascend_kernels,
-    ascend_matrix,
-    ascend_meta,
-    ascend_opstat,
-    ascend_packets,
-    ascend_steps,
-    intervals,
-)
-from profan.sources.discover import RankSource, relpath
+from profan.sources.ascend_text import comm as ascend_comm
+from profan.sources.ascend_text import device as ascend_device
+from profan.sources.ascend_text import kernels as ascend_kernels
+from profan.sources.ascend_text import matrix as ascend_matrix
+from profan.sources.ascend_text import meta as ascend_meta
+from profan.sources.ascend_text import opstat as ascend_opstat
+from profan.sources.ascend_text import packets as ascend_packets
+from profan.sources.ascend_text import steps as ascend_steps
+from profan.sources.common import intervals
+from profan.sources.discovery.discover import RankSource, relpath
 
 R = TypeVar("R")
 
@@ -410,10 +408,11 @@ def _kernel_blocks(
 
 
 def _read_db(rd: RankData, rs: RankSource, pack: RulePack, peers: bool) -> pl.DataFrame | None:
-    """torch_npu's DB export (`profan.sources.ascend_db`): the tables the text files give, reduced as they are,
+    """torch_npu's DB export (`profan.sources.ascend_db.reader`): the tables the text files give, reduced as they are,
     cited as rows of the DB (``<db>#TASK``, ``<db>#STEP_TIME``, ``/TABLE/ROWID`` pointers). Returns the timed
     kernel rows: the steps' blocks in time, and the collectives' windows when other ranks are analysed with it."""
-    from profan.sources import ascend_db, ascend_db_tasks
+    from profan.sources.ascend_db import reader as ascend_db
+    from profan.sources.ascend_db import tasks as ascend_db_tasks
 
     got = ascend_db.read(rs.files["ascend_db"], rs.files.get("analysis_db"), pack.roles.comm_cores[0])
     db = rd.files["ascend_db"]
@@ -505,7 +504,7 @@ def _read_traces(rd: RankData, rs: RankSource, pack: RulePack, peers: bool) -> N
     alone), or an Ascend trace_view.json with its HCCL plane tasks; and the device's platform. Each trace is
     parsed once and its device events classified once, for all of these."""
     if "kineto_trace" in rs.files:
-        from profan.sources import kineto_rank
+        from profan.sources.trace import kineto_rank
 
         path = rs.files["kineto_trace"]
         kt, hit = kineto_rank.load_cached(path, pack.roles)
@@ -515,7 +514,8 @@ def _read_traces(rd: RankData, rs: RankSource, pack: RulePack, peers: bool) -> N
             rd.collectives, rd.windows = kineto_collectives(kt, dev, rd.files["kineto_trace"], pack)
         kineto_rank.load_rank_trace(rd, kt, hit, dev, pack)
     if "trace_view" in rs.files:
-        from profan.sources import hccl_tasks, trace_view
+        from profan.sources.trace import ascend_view as trace_view
+        from profan.sources.trace import hccl_tasks
 
         rd.trace_tasks = hccl_tasks.plane_tasks(trace_view.load_rank_trace(rd, rs.files["trace_view"], pack.roles))
     platform = ascend_device.platform_version(rs.path)

@@ -1,7 +1,7 @@
 """The cited source rows of a report, read back from the original files as tables for the HTML and Excel reports.
 
 Reading the cited rows back is rendering the evidence, not computing it: the values shown are the raw text of the
-files at the locators the findings cite, exactly what ``profan.sources.readback.read_back`` returns. The only difference
+files at the locators the findings cite, exactly what ``sources.common.readback.read_back`` returns. The only difference
 is
 batching — each file is opened once for all the rows cited from it (a report can cite the same 800 MB trace from
 dozens of findings) — and splitting: a CSV line is split with the csv module and shown under the file's header
@@ -21,9 +21,9 @@ from profan.model.causes import Cause
 from profan.model.errors import ProfanInputError
 from profan.model.evidence import Evidence
 from profan.model.findings import Finding
-from profan.sources import ascend_db_rows
-from profan.sources.discover import base_dir
-from profan.sources.readback import load_json_document, read_lines, resolve_pointer, source_path, trace_events
+from profan.sources.ascend_db import rows as ascend_db_rows
+from profan.sources.common.readback import load_json_document, read_lines, resolve_pointer, source_path, trace_events
+from profan.sources.discovery.discover import base_dir
 
 KEY_SEP = " › "
 MAX_FLAT_DEPTH = 3  # deeper JSON values are shown as compact JSON text
@@ -35,7 +35,7 @@ NAME_COLUMNS = (
     "Op Name",
     "OP Name",
     "Kernel Name",
-    # rows of torch_npu's DB export (profan.sources.ascend_db_rows)
+    # rows of torch_npu's DB export (profan.sources.ascend_db.rows)
     "COMPUTE_TASK_INFO.name",
     "COMMUNICATION_OP.opName",
     "opName",

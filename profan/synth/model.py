@@ -7,7 +7,7 @@ from __future__ import annotations
 import random
 from dataclasses import dataclass, field
 
-from profan.sources.ascend_meta import double_hash
+from profan.sources.ascend_text.meta import double_hash
 
 RANKS_PER_NODE = 8
 CUBE_FLOP_PER_US = 150e6  # ~150 TFLOP/s effective

@@ -1,2 +1,3 @@
-"""MoE / expert parallelism: expert load from tokens (`tokens`, `balance`), the layer's parts (`parts`: dispatch,
-combine, routing, expert GEMM) and what dispatch and combine cost, exposed or hidden behind compute (`ep_cost`)."""
+"""MoE / expert parallelism: tokens per expert and rank counted from the capture (`tokens`), their balance across
+ranks and experts against the noise floor in ``rules/checks.toml`` (`token_balance`), and the time-based fallback
+when no token counts were recorded (`balance`)."""

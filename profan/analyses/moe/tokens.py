@@ -2,7 +2,7 @@
 
 Time is a poor proxy for load: an expert's time carries its rank's speed and every stall of the host besides the
 tokens it got (one 8 ms ``topk`` stall on a CPU run reads as a hot expert). The token counts are exact where the
-capture holds them (`profan.sources.kineto_moe`):
+capture holds them (`profan.sources.trace.kineto_moe`):
 
 * per expert — the first matmul-like op inside each ``expert_<id>`` range: its first input's rows are the tokens
   that entered the expert (`record_function` ranges the program names per expert);

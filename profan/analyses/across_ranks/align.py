@@ -1,0 +1,123 @@
+"""Cross-rank alignment: the same collective on every member rank, without trusting the ranks' clocks.
+
+Within a step, the k-th op of a communication group is the same collective on every member rank (Ascend: the
+``@<hash>`` suffix of the op key, which is ``double_hash`` of the HCCL group name; chrome traces: the process group
+and its op order). Collectives end together — every member leaves when the last one has arrived and the data has
+moved — so a member's *arrival lateness* is ``median(duration) - its duration``: the shortest op belongs to the
+rank that arrived last. That measure needs no clock alignment between hosts; the raw start/end spreads are kept
+beside it so a reader can see when clocks do agree (then the last start is the last arrival too).
+"""
+
+from __future__ import annotations
+
+import polars as pl
+
+from profan.model.rank import RankData
+from profan.sources.ascend_text.meta import double_hash
+from profan.sources.common.rowframe import stack
+
+ALIGNED_SCHEMA = {
+    "step": pl.Int64,
+    "group": pl.Utf8,
+    "group_name": pl.Utf8,
+    "seq": pl.Int64,
+    "rank": pl.Int64,
+    "name": pl.Utf8,
+    "start_us": pl.Float64,
+    "dur_us": pl.Float64,
+    "end_us": pl.Float64,
+    "wait_us": pl.Float64,  # the source's own wait figure (communication.json), when it has one
+    "lateness_us": pl.Float64,
+    "members": pl.Int64,
+    "present": pl.Int64,
+    "start_spread_us": pl.Float64,
+    "end_spread_us": pl.Float64,
+    "cid": pl.Int64,
+    "file": pl.Utf8,
+    "loc_kind": pl.Utf8,
+    "loc": pl.Int64,
+    "pointer": pl.Utf8,
+    "kfile": pl.Utf8,
+    "kline": pl.Int64,
+}
+
+
+def group_members(ranks: list[RankData]) -> dict[str, tuple[str, list[int]]]:
+    """group id (``@`` hash as text) -> (framework group name, global ranks), from any rank's parallel_group_info.
+
+    Group-local rank i of a group is ``sorted(global_ranks)[i]`` (format reference §1.2), so knowing the members
+    is enough to map local indices to global ranks.
+    """
+    out: dict[str, tuple[str, list[int]]] = {}
+    for r in ranks:
+        if r.metadata is None:
+            continue
+        for g in r.metadata.groups:
+            out.setdefault(str(double_hash(g.hccl_name)), (g.group_name, sorted(g.global_ranks)))
+    return out
+
+
+def collective_table(ranks: list[RankData]) -> pl.DataFrame:
+    """All ranks' communication ops (one row per rank and op) with a ``rank`` column."""
+    have = [r for r in ranks if getattr(r, "collectives", None) is not None and not r.collectives.is_empty()]
+    if not have:
+        return pl.DataFrame()
+    return stack([r.collectives for r in have], {"rank": [r.rank for r in have]})
+
+
+def align(ranks: list[RankData], *, kinds: tuple[str, ...] = ("collective",)) -> pl.DataFrame:
+    """One row per (step, group, seq, rank) for collectives seen on at least two ranks, with arrival lateness."""
+    table = collective_table(ranks)
+    if table.is_empty():
+        return pl.DataFrame(schema=ALIGNED_SCHEMA)
+    table = table.filter(pl.col("kind").is_in(list(kinds)))
+    members = group_members(ranks)
+    meta = pl.DataFrame(
+        {
+            "group": list(members),
+            "group_name": [v[0] for v in members.values()],
+            "members": [len(v[1]) for v in members.values()],
+        },
+        schema={"group": pl.Utf8, "group_name": pl.Utf8, "members": pl.Int64},
+    )
+    key = ["step", "group", "seq"]
+    t = table.join(meta, on="group", how="left")
+    t = t.with_columns(
+        (pl.col("start_us") + pl.col("dur_us")).alias("end_us"),
+        pl.len().over(key).cast(pl.Int64).alias("present"),
+    ).filter(pl.col("present") >= 2)
+    t = t.with_columns(
+        pl.col("members").fill_null(pl.col("present")),
+        (pl.col("dur_us").median().over(key) - pl.col("dur_us")).alias("lateness_us"),
+        (pl.col("start_us").max().over(key) - pl.col("start_us").min().over(key)).alias("start_spread_us"),
+        (pl.col("end_us").max().over(key) - pl.col("end_us").min().over(key)).alias("end_spread_us"),
+    )
+    return t.select(list(ALIGNED_SCHEMA)).sort(["step", "group", "seq", "rank"], nulls_last=True)
+
+
+def consistency_notes(ranks: list[RankData], aligned: pl.DataFrame) -> list[str]:
+    """Say when ranks disagree on how many ops a group ran in a step, or on the op names at one position."""
+    notes: list[str] = []
+    table = collective_table(ranks)
+    if table.is_empty() or aligned.is_empty():
+        return notes
+    counts = (
+        table.filter(pl.col("kind") == "collective")
+        .group_by("step", "group", "rank")
+        .agg(pl.len().alias("n"))
+        .group_by("step", "group")
+        .agg(pl.col("n").n_unique().alias("variants"), pl.col("n").min().alias("lo"), pl.col("n").max().alias("hi"))
+    )
+    bad = counts.filter(pl.col("variants") > 1)
+    if bad.height:
+        ex = bad.row(0, named=True)
+        notes.append(
+            f"alignment: {bad.height} (step, group) pair(s) have a different op count on different ranks "
+            f"(e.g. step {ex['step']}, group {ex['group']}: {ex['lo']}–{ex['hi']} ops); their k-th ops are "
+            "matched by order, which may pair different collectives"
+        )
+    names = aligned.group_by("step", "group", "seq").agg(pl.col("name").n_unique().alias("k"))
+    mixed = names.filter(pl.col("k") > 1).height
+    if mixed:
+        notes.append(f"alignment: {mixed} aligned collective(s) carry different op names on different ranks")
+    return notes
