@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import statistics
 from collections.abc import Callable, Iterable
+from dataclasses import dataclass, field
 from typing import Any
 
 import polars as pl
@@ -77,48 +78,61 @@ def step_times(job: Job) -> dict[int, float]:
     return dict(per.iter_rows())
 
 
-def make_cause(
-    job: Job,
-    check: str,
-    values: dict[str, Any],
-    *,
-    sources: list[Finding],
-    explained: list[Finding],
-    impact_us: float | None,
-    steps_us: dict[int, float],
-    message: str | None = None,
-    case: str | None = None,
-    ranks: Iterable[int] = (),
-    steps: Iterable[int] = (),
-    action_case: str | None = None,
-    bound_us: float | None = None,
-) -> Cause:
-    """A cause of ``check`` from its source findings, its texts filled from rules/checks.toml with ``values``."""
+@dataclass(frozen=True)
+class Grounds:
+    """What a cause stands on: the findings it comes from (``sources``) and those it explains besides, the step
+    times its gain is a share of, and the gain (``impact_us``) or, where none can be estimated, the bound on it
+    (``bound_us``). The ranks at fault default to every rank the sources name; the steps are the given ones with
+    the sources'."""
+
+    sources: list[Finding]
+    steps_us: dict[int, float]
+    impact_us: float | None = None
+    bound_us: float | None = None
+    explained: list[Finding] = field(default_factory=list)
+    ranks: Iterable[int] = ()
+    steps: Iterable[int] = ()
+
+
+@dataclass(frozen=True)
+class Wording:
+    """Which of the rule's texts a cause takes: a case's own (``<case>_title`` …) where the rule has one, a case of
+    its action alone, and the message (by default the first source finding's)."""
+
+    message: str | None = None
+    case: str | None = None
+    action_case: str | None = None
+
+
+def make_cause(job: Job, check: str, values: dict[str, Any], grounds: Grounds, wording: Wording = Wording()) -> Cause:
+    """A cause of ``check`` on ``grounds``, its texts filled from rules/checks.toml with ``values``."""
     rule = job.pack.check(check).cause
-    steps = sorted({*steps, *(s for f in sources for s in f.steps)})
-    # the ranks at fault: those given, else every rank the source findings name
-    ranks = sorted(set(ranks) or {r for f in sources for r in f.ranks})
-    measured = [steps_us[s] for s in steps if s in steps_us] or list(steps_us.values())
+    sources = grounds.sources
+    steps = sorted({*grounds.steps, *(s for f in sources for s in f.steps)})
+    ranks = sorted(set(grounds.ranks) or {r for f in sources for r in f.ranks})
+    measured = [grounds.steps_us[s] for s in steps if s in grounds.steps_us] or list(grounds.steps_us.values())
     step_us = statistics.fmean(measured) if measured else None
+    impact_us, bound_us = grounds.impact_us, grounds.bound_us
     if impact_us is not None and step_us:
         impact_us = min(max(impact_us, 0.0), step_us)
     if bound_us is not None and step_us:
         bound_us = min(max(bound_us, 0.0), step_us)
     fill = _filler(values)
+    case = wording.case
 
     def text(key: str) -> str:  # a case's own text where the rule has one (``<case>_<key>``), else the rule's
         return rule.get(f"{case}_{key}", rule[key]) if case else rule[key]
 
+    action_case = wording.action_case
     action = rule.get(f"{action_case}_action", text("action")) if action_case else text("action")
-    assumption = text("assumption")
-    evidence = tuple(e for f in sources for e in f.evidence)
+    message = wording.message
     return Cause(
         check=check,
         title=fill(text("title")),
         message=message if message is not None else " ".join(f.message for f in sources[:1]),
-        evidence=evidence,
+        evidence=tuple(e for f in sources for e in f.evidence),
         impact_us=impact_us,
-        assumption=fill(assumption),
+        assumption=fill(text("assumption")),
         action=fill(action),
         verify=fill(text("verify")),
         alternatives=tuple(fill(a) for a in rule.get("alternatives", [])),
@@ -126,7 +140,7 @@ def make_cause(
         steps=tuple(steps),
         step_us=step_us,
         metrics=values,
-        explains_keys=tuple(f.key for f in [*sources, *explained]),
+        explains_keys=tuple(f.key for f in [*sources, *grounds.explained]),
         bound_us=None if impact_us is not None else bound_us,
     )
 

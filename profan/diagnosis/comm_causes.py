@@ -9,7 +9,7 @@ from dataclasses import replace
 import polars as pl
 
 from profan.analyses.contract import Job
-from profan.diagnosis.claims import SYMPTOMS, Claims, explainable, make_cause, span
+from profan.diagnosis.claims import SYMPTOMS, Claims, Grounds, Wording, explainable, make_cause, span
 from profan.model.causes import Cause
 from profan.model.findings import Finding
 from profan.model.textfmt import fmt_ranks
@@ -36,11 +36,9 @@ def slow_link(job: Job, claims: Claims, steps_us: dict[int, float]) -> list[Caus
                 job,
                 check,
                 values,
-                sources=[f],
-                explained=explained,
-                impact_us=m["lost_us_per_step"],
-                steps_us=steps_us,
-                ranks=ranks,
+                Grounds(
+                    sources=[f], steps_us=steps_us, explained=explained, impact_us=m["lost_us_per_step"], ranks=ranks
+                ),
             )
         )
     return out
@@ -74,12 +72,14 @@ def waited_peer(job: Job, claims: Claims, steps_us: dict[int, float]) -> list[Ca
                 job,
                 check,
                 values,
-                sources=found,
-                explained=explained,
-                impact_us=min(per_step),
-                steps_us=steps_us,
-                ranks=[peer],
-                steps=steps_us,
+                Grounds(
+                    sources=found,
+                    steps_us=steps_us,
+                    explained=explained,
+                    impact_us=min(per_step),
+                    ranks=[peer],
+                    steps=steps_us,
+                ),
             )
         )
     return out
@@ -130,13 +130,10 @@ def late_peers(job: Job, claims: Claims, steps_us: dict[int, float]) -> list[Cau
         job,
         check,
         values,
-        sources=found,
-        explained=explained,
-        impact_us=None,
-        steps_us=steps_us,
-        case=case,
-        ranks=late,
-        bound_us=values["min_wait_ms"] * 1000,
+        Grounds(
+            sources=found, steps_us=steps_us, explained=explained, bound_us=values["min_wait_ms"] * 1000, ranks=late
+        ),
+        Wording(case=case),
     )
     return [cause]
 
@@ -257,11 +254,8 @@ def exposed_transfer(job: Job, claims: Claims, steps_us: dict[int, float]) -> li
         job,
         check,
         values,
-        sources=cited,
-        explained=explained,
-        impact_us=floor_ms * 1000,
-        steps_us=steps_us,
-        message=message,
+        Grounds(sources=cited, steps_us=steps_us, explained=explained, impact_us=floor_ms * 1000),
+        Wording(message=message),
     )
     kept = {f.key for f in held}
     return [replace(cause, explains_keys=tuple(k for k in cause.explains_keys if k not in kept))]
@@ -288,6 +282,4 @@ def unsplit_exposed(job: Job, claims: Claims, steps_us: dict[int, float]) -> lis
     }
     claims.own(found)
     bound = values["min_exposed_ms"] * 1000
-    return [
-        make_cause(job, check, values, sources=found, explained=[], impact_us=None, steps_us=steps_us, bound_us=bound)
-    ]
+    return [make_cause(job, check, values, Grounds(sources=found, steps_us=steps_us, bound_us=bound))]

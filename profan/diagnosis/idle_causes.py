@@ -7,7 +7,7 @@ import polars as pl
 
 from profan.analyses.common import step_periods
 from profan.analyses.contract import Job
-from profan.diagnosis.claims import Claims, make_cause, span
+from profan.diagnosis.claims import Claims, Grounds, Wording, make_cause, span
 from profan.model.causes import Cause
 from profan.model.findings import Finding
 from profan.model.textfmt import fmt_ranks, ms
@@ -49,29 +49,49 @@ def idle(job: Job, claims: Claims, steps_us: dict[int, float], cost: pl.DataFram
     if blocked is not None:
         values.update(blocked)
     claims.own(found)
-    worst = max(found, key=lambda f: float(f.metrics["share"]))
-    least = min(found, key=lambda f: float(f.metrics["share"]))
-    sources = [worst]
-    for f in (least, blocked_by):  # each once (findings are compared by identity: their metrics are dicts)
-        if f is not None and all(f is not g for g in sources):
-            sources.append(f)
+    sources = _cited(found, blocked_by)
+    worst = sources[0]
     message = f"{len(found)} rank-step(s) with the device idle at or above the check's threshold. Most: {worst.message}"
     return [
         make_cause(
             job,
             check,
             values,
-            sources=sources,
-            explained=found,
-            impact_us=None,
-            steps_us=steps_us,
-            message=message,
-            case="blocked" if blocked else "host" if measured else "preparing" if preparing is not None else None,
-            ranks=[r for f in found for r in f.ranks],
-            steps=steps,
-            action_case="graph" if values["graph_events"] and not blocked else None,
+            Grounds(
+                sources=sources,
+                steps_us=steps_us,
+                explained=found,
+                ranks=[r for f in found for r in f.ranks],
+                steps=steps,
+            ),
+            _wording(
+                message,
+                blocked=bool(blocked),
+                measured=measured,
+                preparing=preparing is not None,
+                graph=bool(values["graph_events"]),
+            ),
         )
     ]
+
+
+def _cited(found: list[Finding], blocked_by: Finding | None) -> list[Finding]:
+    """The findings the cause cites: the idlest rank-step first, then the least idle and the one blocked in a
+    synchronisation, each once (findings are compared by identity: their metrics are dicts)."""
+    worst = max(found, key=lambda f: float(f.metrics["share"]))
+    least = min(found, key=lambda f: float(f.metrics["share"]))
+    sources = [worst]
+    for finding in (least, blocked_by):
+        if finding is not None and all(finding is not g for g in sources):
+            sources.append(finding)
+    return sources
+
+
+def _wording(message: str, *, blocked: bool, measured: bool, preparing: bool, graph: bool) -> Wording:
+    """The rule's case that fits what the trace shows: blocked in a synchronisation, the host's share measured,
+    the step preparing its input; graph mode as the action where the trace launches graphs and is not blocked."""
+    case = "blocked" if blocked else "host" if measured else "preparing" if preparing else None
+    return Wording(message=message, case=case, action_case="graph" if graph and not blocked else None)
 
 
 STEP_KEYS = {"rank": pl.Int64, "step": pl.Int64}
@@ -252,5 +272,5 @@ def idle_between(job: Job, claims: Claims, steps_us: dict[int, float]) -> list[C
     claims.own(found)
     case = "loading" if loading else None
     return [
-        make_cause(job, check, values, sources=found, explained=[], impact_us=estimate, steps_us=periods, case=case)
+        make_cause(job, check, values, Grounds(sources=found, steps_us=periods, impact_us=estimate), Wording(case=case))
     ]

@@ -8,7 +8,7 @@ from collections.abc import Callable
 from typing import Any
 
 from profan.analyses.contract import Job
-from profan.diagnosis.claims import Claims, make_cause
+from profan.diagnosis.claims import Claims, Grounds, Wording, make_cause
 from profan.model.causes import Cause
 from profan.model.findings import Finding
 from profan.model.textfmt import fmt_ranks
@@ -76,7 +76,11 @@ def _kernel_change(
     claims.own(found)
     case, impact = ("partial", None) if others else (None, least)
     cause = make_cause(
-        job, check, values, sources=found, explained=[], impact_us=impact, steps_us=steps_us, case=case, bound_us=least
+        job,
+        check,
+        values,
+        Grounds(sources=found, steps_us=steps_us, impact_us=impact, bound_us=least),
+        Wording(case=case),
     )
     return [cause]
 
@@ -106,15 +110,7 @@ def boundness(job: Job, claims: Claims, steps_us: dict[int, float]) -> list[Caus
     bound = values["total_ms"] * 1000
     return [
         make_cause(
-            job,
-            check,
-            values,
-            sources=found,
-            explained=[],
-            impact_us=None,
-            steps_us=steps_us,
-            message=message,
-            bound_us=bound,
+            job, check, values, Grounds(sources=found, steps_us=steps_us, bound_us=bound), Wording(message=message)
         )
     ]
 
@@ -133,6 +129,4 @@ def ai_cpu(job: Job, claims: Claims, steps_us: dict[int, float]) -> list[Cause]:
     }
     claims.own(found)
     bound = values["total_ms"] * 1000  # running them on the AI Core saves at most their AI CPU time
-    return [
-        make_cause(job, check, values, sources=found, explained=[], impact_us=None, steps_us=steps_us, bound_us=bound)
-    ]
+    return [make_cause(job, check, values, Grounds(sources=found, steps_us=steps_us, bound_us=bound))]

@@ -9,7 +9,7 @@ import polars as pl
 
 from profan.analyses.across_ranks.imbalance import pp_stages
 from profan.analyses.contract import Job
-from profan.diagnosis.claims import Claims, explainable, make_cause
+from profan.diagnosis.claims import Claims, Grounds, Wording, explainable, make_cause
 from profan.model.causes import Cause
 from profan.model.textfmt import fmt_ranks
 
@@ -57,11 +57,7 @@ def stage(job: Job, claims: Claims, steps_us: dict[int, float]) -> list[Cause]:
                 job,
                 check,
                 values,
-                sources=[f],
-                explained=explained,
-                impact_us=excess,
-                steps_us=steps_us,
-                ranks=m["slow_ranks"],
+                Grounds(sources=[f], steps_us=steps_us, explained=explained, impact_us=excess, ranks=m["slow_ranks"]),
             )
         )
     return out
@@ -92,7 +88,10 @@ def moe(job: Job, claims: Claims, steps_us: dict[int, float]) -> list[Cause]:
         ]
         out.append(
             make_cause(
-                job, check, values, sources=[f], explained=explained, impact_us=excess, steps_us=steps_us, ranks=[hot]
+                job,
+                check,
+                values,
+                Grounds(sources=[f], steps_us=steps_us, explained=explained, impact_us=excess, ranks=[hot]),
             )
         )
     return out
@@ -139,12 +138,8 @@ def straggler(job: Job, claims: Claims, steps_us: dict[int, float]) -> list[Caus
                 job,
                 check,
                 values,
-                sources=[f],
-                explained=explained,
-                impact_us=lag_us,
-                steps_us=steps_us,
-                case=why,
-                steps=steps,
+                Grounds(sources=[f], steps_us=steps_us, explained=explained, impact_us=lag_us, steps=steps),
+                Wording(case=why),
             )
         )
     return out
@@ -176,11 +171,7 @@ def compute(job: Job, claims: Claims, steps_us: dict[int, float]) -> list[Cause]
                 job,
                 check,
                 values,
-                sources=[f],
-                explained=explained,
-                impact_us=excess,
-                steps_us=steps_us,
-                ranks=[f.rank],
+                Grounds(sources=[f], steps_us=steps_us, explained=explained, impact_us=excess, ranks=[f.rank]),
             )
         )
     return out
