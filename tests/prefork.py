@@ -41,7 +41,7 @@ from pathlib import Path
 PRELOAD = (
     "profan.app.cli",
     "profan.app.output",
-    "profan.app.brief",
+    "profan.render.brief",
     "profan.app.drill",
     "profan.pipeline",
     "profan.comparison",

@@ -13,8 +13,8 @@ import pytest
 import tomllib
 from conftest import FIXTURES, QWEN3, ROOT, analysed, run_cli
 
-from profan.app.brief import MAX_BYTES, brief, dumps, evidence_doc, json_bytes, rules_doc
 from profan.model.errors import ProfanInputError
+from profan.render.brief import MAX_BYTES, brief, dumps, evidence_doc, json_bytes, rules_doc
 
 SEV = ("critical", "warning", "info")
 LOCS = ("lines", "events", "pointers")
@@ -345,8 +345,8 @@ def test_findings_only_evidence_reads_no_rows(qwen3_report, monkeypatch):
     def no_reads(*_):
         raise AssertionError("limit=0 read rows")
 
-    monkeypatch.setattr("profan.app.drill.read_back", no_reads)
-    monkeypatch.setattr("profan.app.brief.read_lines", no_reads)
+    monkeypatch.setattr("profan.sources.common.readback.read_back", no_reads)
+    monkeypatch.setattr("profan.render.brief.read_lines", no_reads)
     lean = evidence_doc(qwen3_report, QWEN3, "C1", limit=0)
     assert all(i["rows"] == [] and "header" not in i for i in lean["evidence"])
     strip = [{k: v for k, v in i.items() if k not in ("rows", "header")} for i in full["evidence"]]

@@ -9,7 +9,7 @@ import json
 import pytest
 from conftest import ASCEND, analysed, fnum, raw_rows, run_cli
 
-from profan.app.drill import select_kernel_rows
+from profan.ranks.kernel_rows import select_kernel_rows
 from profan.sources.common.readback import load_json_document, resolve_pointer
 
 FOLDERS = [

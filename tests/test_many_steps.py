@@ -11,8 +11,8 @@ import pytest
 from conftest import QWEN3, fnum, raw_rows
 
 import profan
-from profan.app.drill import select_kernel_rows
 from profan.ranks import kernel_pass
+from profan.ranks.kernel_rows import select_kernel_rows
 from profan.render import render
 
 pytestmark = pytest.mark.slow  # large generated inputs or many examples: left out of the fast loop

@@ -45,7 +45,7 @@ PARAMETER_RATCHET = {
     "profan/ranks/collectives.py:build_windows": 7,
     "profan/pipeline.py:build_report": 7,
     "profan/comparison/compare.py:compare": 7,
-    "profan/app/brief.py:evidence_doc": 7,
+    "profan/render/brief.py:evidence_doc": 7,
     "profan/analyses/across_ranks/stragglers.py:_straggler_finding": 7,
     "profan/analyses/across_ranks/imbalance.py:_spread_finding": 7,
     "profan/analyses/common.py:cite_kernels": 7,

@@ -392,7 +392,7 @@ def _headline_severities(report) -> list[tuple]:
 
 def _print_brief(report, report_file: str | None, drill: str | None = None) -> None:
     """The compact JSON (profan.brief/2) on stdout; `report_file` is the full JSON report when one was written."""
-    from profan.app.brief import brief, dumps
+    from profan.render.brief import brief, dumps
 
     sys.stdout.write(dumps(brief(report, report_file=report_file, drill=drill)) + "\n")
 
@@ -412,8 +412,8 @@ def evidence(
     debug: Debug = False,
 ) -> None:
     """Print the raw source lines behind one cause or finding, read back from the original files."""
-    from profan.app.brief import dumps, evidence_doc
     from profan.app.drill import load_report_or_analyze
+    from profan.render.brief import dumps, evidence_doc
 
     _mode(False, False, debug)
     if fmt not in ("text", "json"):
@@ -443,7 +443,7 @@ def rules(
     fmt: Annotated[str, typer.Option("--format", "-f", help="text | json")] = "text",
 ) -> None:
     """List the rule pack (bucket rules and checks), or explain one rule."""
-    from profan.app.brief import dumps, rules_doc
+    from profan.render.brief import dumps, rules_doc
 
     if fmt not in ("text", "json"):
         _err(f"unknown format {fmt!r}; use text or json")

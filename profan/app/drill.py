@@ -5,21 +5,13 @@ from __future__ import annotations
 import json
 import os
 import re
-from dataclasses import replace
 from pathlib import Path
-from typing import Any
 
-from profan.model.causes import Cause
 from profan.model.errors import TOO_DEEP, ProfanInputError
 from profan.model.files import open_regular
-from profan.model.findings import Finding
 from profan.model.report import Report, from_dict
-from profan.ranks.kernel_pass import _with_neighbors
 from profan.rulepack import limits
 from profan.rulepack.pack import require_known_checks
-from profan.sources.ascend_db import rows as ascend_db_rows
-from profan.sources.common.readback import read_back
-from profan.sources.discovery.discover import base_dir
 from profan.trust import inside, report_root
 
 REPORT_HEAD = re.compile(rb'^\s*\{\s*"schema"\s*:\s*"profan\.(report|compare)/')
@@ -99,75 +91,3 @@ def load_report_or_analyze(path: Path, root: Path | None = None) -> tuple[Report
         # a .json that is neither: say both, since the user may have meant either
         raise ProfanInputError(path, f"not a profan JSON report, nor a trace profan reads ({exc.problem})") from None
     return report, report_root(report, None, root)
-
-
-def evidence_rows(root: Path, finding: Finding | Cause, limit: int | None = None) -> list[dict[str, Any]]:
-    """The cited rows of each evidence item of a finding or a cause (a cause's are those of its source findings),
-    read back verbatim: the first ``limit`` of each item (None: all; 0: none, and the file is not read — a caller
-    that wants only the locators should not pay for a scan of a large CSV)."""
-    base = base_dir(root)
-    out = []
-    for ev in finding.evidence:
-        rows = []
-        if limit != 0:
-            cited = ev if limit is None or limit >= len(ev.locators) else replace(ev, **{ev.kind: ev.locators[:limit]})
-            rows = [{"locator": loc, "text": text} for loc, text in read_back(base, cited)]
-        out.append(
-            {"file": ev.file, "row_count": ev.row_count, "select": ev.select, "rows": rows, ev.kind: list(ev.locators)}
-        )
-    return out
-
-
-def select_filter(select: dict[str, Any]):
-    """The polars predicate a kernel evidence item's `select` stands for."""
-    import polars as pl
-
-    cond = pl.lit(True)
-    for key, value in select.items():
-        if key == "source":
-            continue
-        if key == "bucket_not":
-            cond = cond & (pl.col("bucket") != value)
-        elif key in ("step", "bucket", "op", "input_shapes", "core", "name"):
-            cond = cond & pl.col(key).eq_missing(value)
-    return cond
-
-
-def select_kernel_rows(root: Path, file: str, select: dict[str, Any], rules: list | None = None):
-    """Every row of a kernel file that a `select` covers: src_line, step, name, bucket, dur_us.
-
-    Re-reads and re-classifies the file, so it reproduces an aggregate claim from the raw rows — with each row's
-    ``neighbors`` where the rules read it, as the kernel pass gives them (the mode over the row's group)."""
-    import polars as pl
-
-    from profan.rulepack.classify import classify
-    from profan.rulepack.pack import load
-    from profan.sources.ascend_text import kernels as ascend_kernels
-
-    base = base_dir(root)
-    pack = load(rules or [])
-    rules_ = pack.rules_for("ascend")
-    if ascend_db_rows.is_db(base / file):
-        df = _db_kernel_rows(base / file, pack, rules_)
-    else:
-        kf = ascend_kernels.inspect(base / file)
-        lf = ascend_kernels.scan(kf)
-        n = lf.select(pl.len()).collect().item()
-        df = ascend_kernels.with_exact_lines(kf, lf, n).filter(~pl.col("bad")).collect()
-        df = _with_neighbors(df, ascend_kernels.scanned(kf, pl.LazyFrame.collect), kf, rules_)
-    df = classify(df, rules_).filter(select_filter(select))
-    return df.select("src_line", "step", "name", "op", "core", "bucket", "rule_id", "dur_us").sort("src_line")
-
-
-def _db_kernel_rows(path: Path, pack, rules: list):
-    """Every kernel row of torch_npu's DB export, one per task (``src_line`` = the TASK rowid the evidence cites),
-    keyed and sized as the reader keys them, bad rows left out."""
-    import polars as pl
-
-    from profan.sources.ascend_db import reader as ascend_db
-    from profan.sources.ascend_text.kernels import op_expr
-
-    got = ascend_db.read(path, None, pack.roles.comm_cores[0])
-    rows = got.kernel_rows.filter(~pl.col("bad"))
-    df = rows.lazy().select("src_line", *got.keyed[1], "dur_us").with_columns(op_expr()).collect()
-    return _with_neighbors(df, got.kernel_rows, None, rules, keys=got.keyed[1])

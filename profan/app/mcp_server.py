@@ -2,7 +2,7 @@
 
 Built on the official ``mcp`` SDK (2.x, ``mcp.server.mcpserver``), an optional dependency
 (``pip install 'profan[mcp]'``) because it brings an HTTP stack the CLI does not need. The tools return the very
-documents the CLI prints (``profan.brief``, ``profan.evidence``, ``profan.rules`` — built by ``profan.app.brief``)
+documents the CLI prints (``profan.brief``, ``profan.evidence``, ``profan.rules`` — built by ``profan.render.brief``)
 as structured content, once, beside a one-line text summary: an agent's context pays for every byte, so a result is
 never sent twice. A bad input comes back as a tool error whose text is the CLI's one-line message
 (``profan: error: PATH: problem``), so an agent reads the same words whichever door it used.
@@ -210,7 +210,7 @@ class Tools:
     ) -> CallToolResult:
         """Analyse profiler output. Returns profan.brief/2: causes first (gain per step, action, verify,
         alternatives, findings explained), then findings no cause explains."""
-        from profan.app.brief import brief
+        from profan.render.brief import brief
 
         def make(size: Callable[[dict[str, Any]], int]) -> dict[str, Any]:
             self.allowed.check(path)
@@ -235,7 +235,7 @@ class Tools:
     ) -> CallToolResult:
         """A cause's, finding's or member's message, metrics and the source rows behind it, verbatim (CSV lines
         with header, trace events, JSON values). Returns profan.evidence/1."""
-        from profan.app.brief import evidence_doc
+        from profan.render.brief import evidence_doc
 
         def make(size: Callable[[dict[str, Any]], int]) -> dict[str, Any]:
             if limit is not None and limit < 0:
@@ -258,7 +258,7 @@ class Tools:
     ) -> CallToolResult:
         """What grew from A to B (per step and rank): two runs, rank folders or files, or ranks [x, y] of job a.
         Returns profan.brief/2, citing rows on both sides."""
-        from profan.app.brief import brief
+        from profan.render.brief import brief
 
         def make(size: Callable[[dict[str, Any]], int]) -> dict[str, Any]:
             report = self.reports.compared(
@@ -278,7 +278,7 @@ class Tools:
     ) -> CallToolResult:
         """Explain a check or bucket rule (thresholds; a cause's action, verify, alternatives), or list them.
         Returns profan.rules/1."""
-        from profan.app.brief import rules_doc
+        from profan.render.brief import rules_doc
 
         def make(size: Callable[[dict[str, Any]], int]) -> dict[str, Any]:
             extra = [Path(r) for r in self.allowed.all(rules, "rules file")]
@@ -357,8 +357,8 @@ def _tool(fn: Callable[..., CallToolResult], document: str) -> Tool:
 def build_server(roots: list[Path] | None = None) -> MCPServer:
     """The MCP server with profan's tools registered (no transport started); it reads only inside ``roots``
     (default: the current folder)."""
-    from profan.app.brief import BRIEF_SCHEMA, EVIDENCE_SCHEMA, RULES_SCHEMA
     from profan.model.version import __version__
+    from profan.render.brief import BRIEF_SCHEMA, EVIDENCE_SCHEMA, RULES_SCHEMA
 
     info = Implementation(name="profan", version=__version__)
     tools = Tools(roots or [Path.cwd()], info.model_dump(by_alias=True, mode="json", exclude_none=True))

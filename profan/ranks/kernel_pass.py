@@ -184,7 +184,7 @@ def _reduce_rows(
     return groups, int(counts["rows"][0]), int(counts["bad"][0])
 
 
-def _with_neighbors(
+def group_neighbors(
     groups: pl.DataFrame,
     rows: pl.DataFrame | None,
     kf: ascend_kernels.KernelFile | None,
@@ -339,7 +339,7 @@ def _reduce_one(f: KernelRequest, rules: list, roles: Roles) -> KernelPass:
             blocks = intervals.kernel_file_blocks(f.path, roles.comm_variant(), lambda: _for_blocks(scan()[3]))
     else:
         groups, counts, rows, _ = _reduce_file(kf, starts, f.rows_in_time or uses_neighbors(rules))
-        groups = _with_neighbors(groups, rows, kf, rules)
+        groups = group_neighbors(groups, rows, kf, rules)
         timed = None if rows is None or not f.rows_in_time else ascend_kernels.timed_rows(kf, rows)
     # one order for the same input: a hash grouping's order varies from run to run, and with it the order of
     # every later float sum — enough to swap two kernels of equal time in a ranking
@@ -427,7 +427,7 @@ def reduce_table(
     over them). ``timed``: also the rows with their place in time, for the collectives' windows."""
     exact = rows.height <= EXACT_ROWS  # as a kernel file: the largest rows per group when few, else streamed
     groups, counts, _ = _group_rows(rows.lazy(), None, pipes, exact, True, keyed=keyed)
-    groups = _with_neighbors(groups, rows if exact else None, None, rules, keys=keyed[1])
+    groups = group_neighbors(groups, rows if exact else None, None, rules, keys=keyed[1])
     groups = classify_distinct(groups, rules).sort(KEYS, nulls_last=True)
     t = None
     if timed:
@@ -470,7 +470,7 @@ def _reduce_same_header_rows(kfs: list[ascend_kernels.KernelFile], rules: list, 
         return {}
     if len(ok) < len(kfs):
         rows = rows.filter(pl.col("_f").is_in(ok))
-    groups = _with_neighbors(groups, rows, kf, rules, by)
+    groups = group_neighbors(groups, rows, kf, rules, by)
     groups = classify_distinct(groups, rules).sort(["_f", *KEYS], nulls_last=True)
     parts = groups.partition_by("_f", as_dict=True, include_key=False, maintain_order=True)
     empty = groups.clear().drop("_f")

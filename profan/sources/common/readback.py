@@ -10,13 +10,17 @@ from __future__ import annotations
 import json
 import os
 from collections.abc import Iterable
+from dataclasses import replace
 from pathlib import Path, PurePosixPath
 from typing import Any
 
 from profan import trust
+from profan.model.causes import Cause
 from profan.model.errors import ProfanInputError
 from profan.model.evidence import Evidence, db_table
 from profan.model.files import open_regular
+from profan.model.findings import Finding
+from profan.sources.discovery.discover import base_dir
 from profan.sources.discovery.names import profiler_file_name
 
 
@@ -177,3 +181,20 @@ def check_sizes(base: Path, recorded: dict[str, int] | None, files: set[str], vo
                 f"changed since the report ({recorded[f]:,} bytes then, {now:,} now): "
                 "its cited rows may be other rows; analyse it again",
             )
+
+
+def evidence_rows(root: Path, finding: Finding | Cause, limit: int | None = None) -> list[dict[str, Any]]:
+    """The cited rows of each evidence item of a finding or a cause (a cause's are those of its source findings),
+    read back verbatim: the first ``limit`` of each item (None: all; 0: none, and the file is not read — a caller
+    that wants only the locators should not pay for a scan of a large CSV)."""
+    base = base_dir(root)
+    out = []
+    for ev in finding.evidence:
+        rows = []
+        if limit != 0:
+            cited = ev if limit is None or limit >= len(ev.locators) else replace(ev, **{ev.kind: ev.locators[:limit]})
+            rows = [{"locator": loc, "text": text} for loc, text in read_back(base, cited)]
+        out.append(
+            {"file": ev.file, "row_count": ev.row_count, "select": ev.select, "rows": rows, ev.kind: list(ev.locators)}
+        )
+    return out

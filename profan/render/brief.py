@@ -431,7 +431,7 @@ def evidence_doc(
     a caller can read the claim's message, metrics and locators cheaply — the files are then only checked, not
     read). ``max_bytes`` holds the document to that cap by `_evidence_forms`.
     """
-    from profan.app.drill import evidence_rows
+    from profan.sources.common.readback import evidence_rows
 
     item = find_item(report, finding_id, where)
     base = base_dir(data_root)
