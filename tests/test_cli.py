@@ -394,7 +394,7 @@ def test_rules_check_prints_action_verify_and_alternatives():
 
 
 def test_skill_path_and_install(tmp_path):
-    from profan.app.cli import _skill_dir
+    from profan.app.commands.skill import skill_dir as _skill_dir
 
     path = run_cli("skill", "path").stdout.strip()
     src = ROOT / "profan" / "skill" / "profan"

@@ -51,7 +51,7 @@ PARAMETER_RATCHET = {
     "profan/analyses/common.py:cite_kernels": 7,
     "profan/analyses/per_rank/attention.py:_finding": 7,
 }
-PARAMETERS_EXCUSED = ("profan/app/cli.py:",)  # the CLI's commands: one parameter per option
+PARAMETERS_EXCUSED = ("profan/app/commands/",)  # the CLI's commands: one parameter per option
 SHORT_NAME_SHARE = 0.2508  # bound names of one or two letters (`_` aside), of all bound names: may only fall
 
 
