@@ -109,6 +109,9 @@ def load_ranks(
                 done_bytes += sizes[len(out)]
                 out.append(r)
                 say(RankProgress(f"[{len(out)}/{n}] read rank {r.rank}", len(out), n, done_bytes, total_bytes))
+    placed = getattr(ex, "placed", None)  # an executor over several machines says which read what
+    if placed:
+        say("ranks read per node: " + ", ".join(f"{node} {count}" for node, count in sorted(placed.items())))
     return out
 
 

@@ -4,7 +4,8 @@ nothing else imports Ray). It is an `profan.ranks.executor.Executor`: the same m
 from __future__ import annotations
 
 import os
-from collections.abc import Callable, Iterable, Iterator
+from collections import Counter
+from collections.abc import Callable, Iterable, Iterator, Sized
 from typing import TypeVar
 
 from profan.model.errors import ProfanError
@@ -23,6 +24,7 @@ class RayTasks:
     def __init__(self, address: str = "auto") -> None:
         self.address = address
         self._started = False
+        self.placed: Counter[str] = Counter()  # per node that ran tasks: the items (ranks) of its batches
 
     @property
     def width(self) -> int:
@@ -37,7 +39,9 @@ class RayTasks:
         done = 0
         try:
             for ref in refs:
-                yield ray.get(ref)
+                node, result = ray.get(ref)
+                self.placed[node] += len(result) if isinstance(result, Sized) else 1
+                yield result
                 done += 1
         except (ray.exceptions.WorkerCrashedError, ray.exceptions.NodeDiedError, ray.exceptions.OutOfMemoryError):
             raise ProfanError(
@@ -83,7 +87,11 @@ def _reachable(address: str) -> None:
         raise ProfanError(f"--ray-address {address}: no Ray cluster answers there ({exc})") from None
 
 
-def _in_folder(fn: Callable[[T], R], cwd: str, batch: T) -> R:
-    """In a Ray worker: ``fn(batch)`` from the caller's folder."""
+def _in_folder(fn: Callable[[T], R], cwd: str, batch: T) -> tuple[str, R]:
+    """In a Ray worker: ``fn(batch)`` from the caller's folder, with the node that ran it (its address and the
+    start of its id: two nodes on one host share the address)."""
+    import ray
+
     os.chdir(cwd)
-    return fn(batch)
+    node = f"{ray.util.get_node_ip_address()} ({ray.get_runtime_context().get_node_id()[:8]})"
+    return node, fn(batch)
