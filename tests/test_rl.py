@@ -1,0 +1,158 @@
+"""The RL step ledger on real captures (fixtures/torch/rl_grpo_cpu, bench/rl_loop.py): phases against the loop's
+own timers (metrics.jsonl), the long tail and the weight sync as the verdict's lead, and trace sets with a trace
+of an unknown role, a missing rank, or a rank profiled at another time."""
+
+from __future__ import annotations
+
+import json
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from profan.pipeline import analyze
+
+RUNS = Path(__file__).resolve().parent.parent / "fixtures" / "torch" / "rl_grpo_cpu"
+TIMER = {
+    "generation": "gen",
+    "reward": "reward",
+    "old log-prob": "old_log_prob",
+    "reference": "ref",
+    "actor update": "update_actor",
+    "weight sync": "update_weights",
+}
+
+
+def timers(run: str) -> dict[int, dict[str, float]]:
+    """The loop's own timers, per step, in µs (read from the fixture, not from profan)."""
+    lines = (RUNS / run / "metrics.jsonl").read_text().splitlines()
+    return {rec["step"]: {k[9:]: v * 1e6 for k, v in rec["data"].items()} for rec in map(json.loads, lines)}
+
+
+@pytest.fixture(scope="module")
+def reports():
+    return {run: analyze(RUNS / run) for run in ("normal", "long_tail", "slow_sync")}
+
+
+@pytest.mark.parametrize("run", ["normal", "long_tail", "slow_sync"])
+def test_every_phase_within_5_percent_of_the_loops_timer(reports, run):
+    phases = reports[run].tables["rl_phases"].filter(pl_col_measured_trace())
+    truth = timers(run)
+    assert sorted(set(phases["phase"])) == sorted(TIMER)
+    assert sorted(set(phases["step"])) == sorted(truth)
+    for row in phases.iter_rows(named=True):
+        want = truth[row["step"]][TIMER[row["phase"]]]
+        assert abs(row["phase_us"] - want) / want < 0.05, (row["phase"], row["step"], row["phase_us"], want)
+    steps = reports[run].tables["rl_steps"]
+    for row in steps.iter_rows(named=True):
+        assert abs(row["step_us"] - truth[row["step"]]["step"]) / truth[row["step"]]["step"] < 0.05
+
+
+def pl_col_measured_trace():
+    import polars as pl
+
+    return pl.col("measured") == "trace"
+
+
+def test_every_trace_is_read_with_its_role(reports):
+    ranks = reports["normal"].source["ranks"]
+    assert [(r["info"]["role"], r["info"]["role_rank"]) for r in ranks] == [
+        ("rollout", 0),
+        ("rollout", 1),
+        ("actor", 0),
+    ]
+    assert ranks[2]["rank_origin"] == "actor rank 0 (file name actor_prof_rank-0.json.gz)"
+    assert not [w for w in reports["normal"].warnings if "appears in" in w]
+
+
+def test_ledger_busy_per_rank_and_phase(reports):
+    import polars as pl
+
+    led = reports["normal"].tables["rl_ledger"]
+    actor = led.filter((pl.col("role") == "actor") & (pl.col("phase") == "actor update"))
+    rollout = led.filter((pl.col("role") == "rollout") & (pl.col("phase") == "actor update"))
+    assert (actor["busy_us"] / actor["window_us"]).min() > 0.8  # the trainer computes through its update
+    assert rollout["busy_us"].max() == 0.0  # the rollout pool waits for it
+    assert ((led["busy_us"] + led["idle_us"] - led["window_us"]).abs() < 1e-6).all()
+
+
+def test_normal_run_has_nothing_at_warning(reports):
+    rep = reports["normal"]
+    assert not [c for c in rep.causes if c.severity in ("critical", "warning")]
+    assert not [f for f in rep.findings if f.severity in ("critical", "warning")]
+    out = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "profan",
+            "analyze",
+            str(RUNS / "normal"),
+            "--format",
+            "json",
+            "-o",
+            "/dev/null",
+            "--fail-on",
+            "warning",
+        ],
+        capture_output=True,
+        text=True,
+    )
+    assert out.returncode == 0, out.stderr
+
+
+def step_gap(run: str) -> float:
+    """Mean step time over the normal run's, from the loop's own timers (µs)."""
+    a, b = timers(run), timers("normal")
+    return sum(a[s]["step"] - b[s]["step"] for s in a) / len(a)
+
+
+def test_long_tail_leads_names_the_worker_and_gain_is_the_step_gap(reports):
+    lead = reports["long_tail"].causes[0]
+    assert lead.check == "rl-long-tail"
+    assert "rollout rank 1" in lead.title
+    gap = step_gap("long_tail")
+    assert abs(lead.impact_us - gap) / gap < 0.35, (lead.impact_us, gap)
+    tail = reports["long_tail"].tables["rl_rollout"]
+    lengths = set(zip(tail["role_rank"], tail["forwards"], strict=True))
+    assert sorted(lengths) == [(0, 16), (1, 64)]  # ground_truth.toml response_len
+
+
+def test_slow_sync_leads_with_the_weight_sync(reports):
+    lead = reports["slow_sync"].causes[0]
+    assert lead.check == "rl-weight-sync"
+    gap = step_gap("slow_sync")
+    assert abs(lead.impact_us - gap) / gap < 0.35, (lead.impact_us, gap)
+
+
+def copy_run(tmp_path: Path, run: str = "normal") -> Path:
+    dst = tmp_path / run
+    shutil.copytree(RUNS / run, dst)
+    return dst
+
+
+def test_unknown_role_is_read_and_named(tmp_path):
+    job = copy_run(tmp_path)
+    (job / "e2e" / "rollout_prof_rank-1.json.gz").rename(job / "e2e" / "sampler_prof_rank-1.json.gz")
+    rep = analyze(job)
+    said = [w for w in rep.warnings if "role cannot be told" in w]
+    assert said and "e2e/sampler_prof_rank-1.json.gz (rank 1)" in said[0]
+    roles = [r["info"]["role"] for r in rep.source["ranks"]]
+    assert roles.count("unknown role") == 1 and len(roles) == 3
+
+
+def test_missing_rank_is_named(tmp_path):
+    job = copy_run(tmp_path)
+    (job / "e2e" / "rollout_prof_rank-1.json.gz").rename(job / "e2e" / "rollout_prof_rank-2.json.gz")
+    rep = analyze(job)
+    assert any(w.startswith("rollout rank(s) 1 missing") for w in rep.warnings), rep.warnings
+
+
+def test_rank_profiled_at_another_time_is_left_out_and_named(tmp_path):
+    job = copy_run(tmp_path)
+    shutil.copy(RUNS / "slow_sync" / "e2e" / "rollout_prof_rank-1.json.gz", job / "e2e" / "rollout_prof_rank-1.json.gz")
+    rep = analyze(job)
+    said = [w for w in rep.warnings if "profiled at another time" in w]
+    assert said and said[0].startswith("e2e/rollout_prof_rank-1.json.gz (rollout rank 1)")
+    assert set(rep.tables["rl_ledger"]["role_rank"].to_list()) == {0}
