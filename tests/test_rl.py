@@ -156,3 +156,25 @@ def test_rank_profiled_at_another_time_is_left_out_and_named(tmp_path):
     said = [w for w in rep.warnings if "profiled at another time" in w]
     assert said and said[0].startswith("e2e/rollout_prof_rank-1.json.gz (rollout rank 1)")
     assert set(rep.tables["rl_ledger"]["role_rank"].to_list()) == {0}
+
+
+def test_the_ledger_is_in_every_output(reports, tmp_path):
+    import openpyxl
+
+    from profan.render.brief import brief
+
+    rep = reports["long_tail"]
+    doc = rep.to_dict()
+    gen = doc["rl_ledger"]["steps"][0]["phases"][0]
+    assert (
+        gen["phase"] == "generation" and abs(gen["phase_us"] - timers("long_tail")[1]["gen"]) / gen["phase_us"] < 0.05
+    )
+    assert [r["role"] for r in doc["rl_ledger"]["ranks"]] == ["rollout", "rollout", "actor"]
+    assert brief(rep)["summary"]["rl_ledger"] == json.loads(json.dumps(doc["rl_ledger"]))
+    run = RUNS / "long_tail"
+    for fmt in ("md", "html", "xlsx"):
+        cmd = [sys.executable, "-m", "profan", "analyze", str(run), "--format", fmt, "-o", str(tmp_path / f"r.{fmt}")]
+        assert subprocess.run(cmd, capture_output=True, text=True).returncode == 0
+    assert "## rl phases (`rl_phases`)" in (tmp_path / "r.md").read_text()
+    assert "rl_phases" in (tmp_path / "r.html").read_text()
+    assert "Rl phases" in openpyxl.load_workbook(tmp_path / "r.xlsx").sheetnames
