@@ -12,6 +12,7 @@ from pathlib import Path
 
 import pytest
 
+from profan.model.textfmt import fmt_ms
 from profan.pipeline import analyze
 
 RUNS = Path(__file__).resolve().parent.parent / "fixtures" / "torch" / "rl_grpo_cpu"
@@ -140,6 +141,8 @@ def test_unknown_role_is_read_and_named(tmp_path):
     assert said and "e2e/sampler_prof_rank-1.json.gz (rank 1)" in said[0]
     roles = [r["info"]["role"] for r in rep.source["ranks"]]
     assert roles.count("unknown role") == 1 and len(roles) == 3
+    gen = rep.tables["rl_rollout"]  # its generation is read with the others'
+    assert set(gen["role"]) == {"rollout", "unknown role"}
 
 
 def test_missing_rank_is_named(tmp_path):
@@ -175,6 +178,33 @@ def test_the_ledger_is_in_every_output(reports, tmp_path):
     for fmt in ("md", "html", "xlsx"):
         cmd = [sys.executable, "-m", "profan", "analyze", str(run), "--format", fmt, "-o", str(tmp_path / f"r.{fmt}")]
         assert subprocess.run(cmd, capture_output=True, text=True).returncode == 0
-    assert "## rl phases (`rl_phases`)" in (tmp_path / "r.md").read_text()
+    md = (tmp_path / "r.md").read_text()
+    want = (
+        f"| 1 | generation | {fmt_ms(gen['phase_us'])} | {fmt_ms(gen['timer_us'])} | {gen['diff_pct']:+.1f}% | trace |"
+    )
+    assert "## RL step ledger" in md and want in md
     assert "rl_phases" in (tmp_path / "r.html").read_text()
     assert "Rl phases" in openpyxl.load_workbook(tmp_path / "r.xlsx").sheetnames
+
+
+def test_a_timer_the_traces_disagree_with_is_a_warning(tmp_path):
+    job = copy_run(tmp_path)
+    lines = (job / "metrics.jsonl").read_text().splitlines()
+    first = json.loads(lines[0])
+    first["data"]["timing_s/reward"] *= 1.2  # the timer now says 20% more than the traces hold
+    (job / "metrics.jsonl").write_text("\n".join([json.dumps(first), *lines[1:]]) + "\n")
+    rep = analyze(job)
+    said = [w for w in rep.warnings if w.startswith("RL phase reward in step 1:")]
+    assert len(said) == 1 and "timing_s/reward (-16.6%, more than 5%)" in said[0], rep.warnings
+
+
+def test_sync_cites_the_work_in_its_window_and_busy_is_of_the_host(reports):
+    sync = next(c for c in reports["slow_sync"].causes if c.check == "rl-weight-sync")
+    files = {e.file for e in sync.evidence}
+    assert files == {
+        "e2e/actor_prof_rank-0.json.gz",
+        "e2e/rollout_prof_rank-0.json.gz",
+        "e2e/rollout_prof_rank-1.json.gz",
+        "metrics.jsonl",
+    }
+    assert set(reports["normal"].tables["rl_ledger"]["busy_of"]) == {"host (CPU-only trace)"}

@@ -24,8 +24,9 @@ class Ledger:
     spans: pl.DataFrame  # every phase annotation (`phases.phase_spans`) of the ranks in the ledger, with its step
     phases: pl.DataFrame  # step, phase, start_us, end_us, phase_us, timer_us, diff_pct, measured
     steps: pl.DataFrame  # step, step_us, timer_us, diff_pct
-    ranks: pl.DataFrame  # step, phase, rank, role, role_rank, file, window_us, busy_us, idle_us
+    ranks: pl.DataFrame  # step, phase, rank, role, role_rank, file, busy_of, window_us, busy_us, idle_us
     left_out: list[str]  # what was not read into the ledger, and why
+    unannotated: pl.DataFrame  # the work in the unannotated phases' windows: step, phase, rank, file, event_idx
 
 
 def rl_ranks(ranks: list[RankData]) -> list[RankData]:
@@ -47,7 +48,28 @@ def build(ranks: list[RankData], rules: RlRules, timers: pl.DataFrame) -> Ledger
     win = win.with_columns(pl.col("occurrence").replace_strict(step_of).alias("step"))
     spans = spans.with_columns(pl.col("occurrence").replace_strict(step_of, default=None).alias("step"))
     phases = _reconciled(win, timers, rules)
-    return Ledger(spans, phases, _steps(phases, timers, rules), _per_rank(win, busy, spans), left_out)
+    per_rank = _per_rank(win, busy, spans).join(_busy_of(ranks), on="rank", how="left")
+    return Ledger(spans, phases, _steps(phases, timers, rules), per_rank, left_out, _inside(win, busy, spans, rules))
+
+
+def _busy_of(ranks: list[RankData]) -> pl.DataFrame:
+    """What each rank's busy time is of: its device, or its host where the trace has no device activity."""
+    host = [r.kernel_variant.startswith("Kineto trace, CPU-only") for r in ranks]
+    return pl.DataFrame(
+        {"rank": [r.rank for r in ranks], "busy_of": ["host (CPU-only trace)" if h else "device" for h in host]},
+        schema_overrides={"rank": pl.Int32},
+    )
+
+
+def _inside(win: pl.DataFrame, busy: pl.DataFrame, spans: pl.DataFrame, rules: RlRules) -> pl.DataFrame:
+    """The work inside each unannotated phase's window (the weight sync): what the trace shows of it."""
+    names = [p.name for p in rules.phases if p.unannotated]
+    w = win.filter(pl.col("phase").is_in(names)).select("step", "phase", "start_us", "end_us")
+    files = spans.select("rank", "file").unique()
+    ops = busy.join(w.rename({"start_us": "_w0", "end_us": "_w1"}), how="cross").filter(
+        (pl.col("start_us") >= pl.col("_w0")) & (pl.col("end_us") <= pl.col("_w1"))
+    )
+    return ops.join(files, on="rank").select("step", "phase", "rank", "file", "event_idx").sort("rank", "event_idx")
 
 
 def _same_time(spans: pl.DataFrame) -> tuple[pl.DataFrame, list[str]]:

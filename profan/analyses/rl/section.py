@@ -32,7 +32,8 @@ def section(job: Job) -> Section:
     tail = long_tail.workers(led.spans, ranks, rules)
     tables = {"rl_phases": led.phases, "rl_steps": led.steps, "rl_ledger": led.ranks, "rl_rollout": tail}
     findings = [*_rank_findings(led), *_tail(job, led, tail), *_sync(job, led), *_update(job, led)]
-    return Section(tables=tables, findings=findings, notes=_timer_notes(job, led), warnings=led.left_out)
+    notes, off = _timer_notes(job, led)
+    return Section(tables=tables, findings=findings, notes=notes, warnings=[*led.left_out, *off])
 
 
 def _cite(spans: pl.DataFrame, select: dict) -> list:
@@ -131,6 +132,11 @@ def _sync(job: Job, led: ledger_mod.Ledger) -> list[Finding]:
     last = led.spans.filter(pl.col("step").is_in(rows["step"].to_list()))
     before = last.sort("end_us").group_by("step").tail(1)  # the annotation the sync follows, each step
     evidence = _cite(before, {"source": "kineto_trace", "phase": SYNC_PHASE, "after": "last annotated phase"})
+    inside = led.unannotated.filter(pl.col("phase") == SYNC_PHASE)
+    evidence += [
+        cite_events(file, part["event_idx"].to_list(), part.height, {"source": "kineto_trace", "phase": SYNC_PHASE})
+        for (file,), part in inside.group_by(["file"], maintain_order=True)
+    ]
     evidence += _timer_evidence(job, led.phases.filter(pl.col("phase") == SYNC_PHASE))
     return [
         Finding(
@@ -183,16 +189,26 @@ def _timer_evidence(job: Job, phases: pl.DataFrame) -> list:
     return [cite_lines(file, rows["line"].to_list(), rows.height, {"source": "rl_timers", "timer": rows["timer"][0]})]
 
 
-def _timer_notes(job: Job, led: ledger_mod.Ledger) -> list[str]:
-    """The reconciliation said: the largest difference between a phase's trace time and its timer."""
+def _timer_notes(job: Job, led: ledger_mod.Ledger) -> tuple[list[str], list[str]]:
+    """The reconciliation said: the largest difference between a phase's trace time and its timer (a note), and
+    each phase-step outside the check's timer_tolerance (a warning: the traces and the timer disagree)."""
     both = led.phases.drop_nulls(["diff_pct"])
     if both.is_empty():
-        return ["RL job: no per-step timer log (metrics.jsonl) beside the traces: the ledger is not reconciled"]
+        return ["RL job: no per-step timer log (metrics.jsonl) beside the traces: the ledger is not reconciled"], []
     worst = both.sort(pl.col("diff_pct").abs(), descending=True).row(0, named=True)
     tol = job.pack.check("rl-step-ledger").params["timer_tolerance"] * 100
     verdict = "within" if abs(worst["diff_pct"]) <= tol else "outside"
-    return [
+    note = (
         f"RL step ledger against the framework's timers ({both.height} phase-steps): the largest difference is "
         f"{worst['phase']} in step {worst['step']}, {worst['diff_pct']:+.1f}% ({ms(worst['phase_us'])} in the traces, "
         f"{ms(worst['timer_us'])} timing_s/{worst['timer']}), {verdict} {tol:.0f}%"
+    )
+    off = both.filter(pl.col("diff_pct").abs() > tol)
+    said = [
+        f"RL phase {row['phase']} in step {row['step']}: {ms(row['phase_us'])} in the traces against "
+        f"{ms(row['timer_us'])} timing_s/{row['timer']} ({row['diff_pct']:+.1f}%, more than {tol:.0f}%): the "
+        "framework timed something the traces do not show as this phase (driver work, another call), or the "
+        "reverse"
+        for row in off.iter_rows(named=True)
     ]
+    return [note], said
