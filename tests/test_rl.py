@@ -208,3 +208,25 @@ def test_sync_cites_the_work_in_its_window_and_busy_is_of_the_host(reports):
         "metrics.jsonl",
     }
     assert set(reports["normal"].tables["rl_ledger"]["busy_of"]) == {"host (CPU-only trace)"}
+
+
+def test_without_the_timer_log_the_ledger_says_it_is_not_reconciled(tmp_path):
+    job = copy_run(tmp_path)
+    (job / "metrics.jsonl").unlink()
+    rep = analyze(job)
+    assert "RL job: no per-step timer log (metrics.jsonl) beside the traces: the ledger is not reconciled" in rep.notes
+    assert rep.tables["rl_phases"]["timer_us"].null_count() == rep.tables["rl_phases"].height
+
+
+def test_a_bad_timer_line_is_counted_and_the_rest_read(tmp_path):
+    job = copy_run(tmp_path)
+    with open(job / "metrics.jsonl", "a", encoding="utf-8") as fh:
+        fh.write('{"step": "x"}\nnot json\n')
+    rep = analyze(job)
+    assert "metrics.jsonl: skipped 2 line(s) that are no {step, data} JSON record" in rep.warnings
+    assert rep.tables["rl_phases"]["timer_us"].null_count() == 0  # advantage included: every phase has its timer
+
+
+def test_one_role_alone_says_the_generation_is_unmarked():
+    rep = analyze(RUNS / "normal" / "e2e" / "actor_prof_rank-0.json.gz")
+    assert [w for w in rep.warnings if w.startswith("no trace of this RL job marks generation (generate_sequences)")]

@@ -17,6 +17,7 @@ from profan.analyses.rl.phases import phase_spans, windows
 from profan.model.rank import RankData
 from profan.rulepack.rl import RlRules
 from profan.sources.common.intervals import union_runs
+from profan.sources.rl.timers import SCHEMA as TIMER_SCHEMA
 
 
 @dataclass(frozen=True)
@@ -39,6 +40,8 @@ def build(ranks: list[RankData], rules: RlRules, timers: pl.DataFrame) -> Ledger
     spans = phase_spans(ranks, rules)
     if spans.is_empty():
         return None
+    if "step" not in timers.columns:  # no timer log beside the traces
+        timers = pl.DataFrame(schema=TIMER_SCHEMA)
     spans, left_out = _same_time(spans)
     busy = pl.concat([r.rl_busy.with_columns(pl.lit(r.rank).alias("rank")) for r in ranks])
     busy = busy.filter(pl.col("rank").is_in(spans["rank"].unique().to_list()))

@@ -33,7 +33,20 @@ def section(job: Job) -> Section:
     tables = {"rl_phases": led.phases, "rl_steps": led.steps, "rl_ledger": led.ranks, "rl_rollout": tail}
     findings = [*_rank_findings(led), *_tail(job, led, tail), *_sync(job, led), *_update(job, led)]
     notes, off = _timer_notes(job, led)
-    return Section(tables=tables, findings=findings, notes=notes, warnings=[*led.left_out, *off])
+    return Section(tables=tables, findings=findings, notes=notes, warnings=[*led.left_out, *off, *_unmarked(led)])
+
+
+def _unmarked(led: ledger_mod.Ledger) -> list[str]:
+    """The step's first phase (generation) unmarked in every trace: from the second step on, its time lies in the
+    window of the first phase that is marked, which the ledger then overstates."""
+    first = next(p for p in rl.rules().phases if not p.driver and not p.unannotated)
+    if first.name in set(led.spans["phase"]):
+        return []
+    return [
+        f"no trace of this RL job marks {first.name} ({', '.join(first.annotations)}): from the second step on its "
+        f"time lies in the window of {led.spans.sort('start_us')['phase'][0]}; analyse the folder holding the "
+        "rollout workers' traces too"
+    ]
 
 
 def _cite(spans: pl.DataFrame, select: dict) -> list:
