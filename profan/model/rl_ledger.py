@@ -25,3 +25,27 @@ def ledger_summary(tables: dict[str, pl.DataFrame]) -> dict[str, Any] | None:
         .sort("rank")
     )
     return {"steps": per_step, "ranks": busy.to_dicts()}
+
+
+def ledger_brief(tables: dict[str, pl.DataFrame]) -> dict[str, Any] | None:
+    """The ledger as the brief carries it, small beside the causes: each phase's mean over the steps (ms, one
+    decimal) beside its timer's and the difference, the step's, and each role and rank's busy share."""
+    full = ledger_summary(tables)
+    if full is None:
+        return None
+    phases = (
+        tables["rl_phases"]
+        .group_by("phase", maintain_order=True)
+        .agg(
+            (pl.col("phase_us").mean() / 1000).round(1).alias("ms"),
+            (pl.col("timer_us").mean() / 1000).round(1).alias("timer_ms"),
+            pl.col("diff_pct").abs().max().round(1).alias("max_diff_pct"),
+        )
+    )
+    steps = tables["rl_steps"]
+    return {
+        "steps": steps["step"].to_list(),
+        "step_ms": round(float(steps["step_us"].mean()) / 1000, 1),
+        "phases": phases.to_dicts(),
+        "busy_share": {f"{k['role']} {k['role_rank']}": round(k["busy_share"], 3) for k in full["ranks"]},
+    }
