@@ -239,3 +239,24 @@ def test_a_bad_timer_line_is_counted_and_the_rest_read(tmp_path):
 def test_one_role_alone_says_the_generation_is_unmarked():
     rep = analyze(RUNS / "normal" / "e2e" / "actor_prof_rank-0.json.gz")
     assert [w for w in rep.warnings if w.startswith("no trace of this RL job marks generation (generate_sequences)")]
+
+
+def test_discrete_mode_role_folders_are_each_a_trace(tmp_path):
+    """verl's discrete mode writes a role's rank once per annotated call, in a folder per call: each is read."""
+    job = tmp_path / "discrete"
+    for folder in ("rollout_generate", "actor_update", "actor_compute_log_prob"):
+        (job / folder).mkdir(parents=True)
+    shutil.copy(
+        RUNS / "normal" / "e2e" / "rollout_prof_rank-0.json.gz", job / "rollout_generate" / "prof_rank-0.json.gz"
+    )
+    for folder in ("actor_update", "actor_compute_log_prob"):
+        shutil.copy(RUNS / "normal" / "e2e" / "actor_prof_rank-0.json.gz", job / folder / "prof_rank-0.json.gz")
+    rep = analyze(job)
+    ranks = rep.source["ranks"]
+    assert [(r["info"]["role"], r["info"]["role_rank"], r["path"]) for r in ranks] == [
+        ("rollout", 0, "rollout_generate/prof_rank-0.json.gz"),
+        ("actor", 0, "actor_compute_log_prob/prof_rank-0.json.gz"),
+        ("actor", 0, "actor_update/prof_rank-0.json.gz"),
+    ]
+    assert ranks[2]["rank_origin"] == "actor rank 0 (folder actor_update/)"
+    assert not [w for w in rep.warnings if "appears in" in w]

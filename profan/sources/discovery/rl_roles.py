@@ -35,11 +35,14 @@ def assign_roles(disc: Discovery) -> bool:
             found = (rules.unknown_role, rank or 0, origin or "no rank in the file name")
         rs.role, rs.role_rank, rs.rank_origin = found[0], found[1], f"{found[0]} rank {found[1]} ({found[2]})"
     order = list(dict.fromkeys([*rules.roles.values(), rules.unknown_role]))
-    pairs = sorted({(order.index(rs.role), rs.role_rank) for rs in traces if rs.role in order})
-    pairs += sorted({(len(order), rs.role_rank) for rs in traces if rs.role not in order})
-    number = {pair: n for n, pair in enumerate(pairs)}
+
+    def key(rs: RankSource) -> tuple[int, int, str]:
+        # discrete mode writes a role's rank once per annotated call, in a folder per call: each is a trace
+        return (order.index(rs.role) if rs.role in order else len(order), rs.role_rank, rs.path.parent.name)
+
+    number = {k: n for n, k in enumerate(sorted({key(rs) for rs in traces}))}
     for rs in traces:
-        rs.rank = number[(order.index(rs.role) if rs.role in order else len(order), rs.role_rank)]
+        rs.rank = number[key(rs)]
     _say_gaps(disc, traces, rules.unknown_role)
     return True
 
