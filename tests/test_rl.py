@@ -260,3 +260,16 @@ def test_discrete_mode_role_folders_are_each_a_trace(tmp_path):
     ]
     assert ranks[2]["rank_origin"] == "actor rank 0 (folder actor_update/)"
     assert not [w for w in rep.warnings if "appears in" in w]
+
+
+def test_update_dominated_under_a_lower_threshold_bounds_its_excess(tmp_path):
+    import polars as pl
+
+    rules = tmp_path / "update.toml"
+    rules.write_text('[[check]]\nid = "rl-update-dominated"\nwarning_share = 0.40\ncritical_share = 0.80\n')
+    rep = analyze(RUNS / "normal", rules=[rules])
+    cause = next(c for c in rep.causes if c.check == "rl-update-dominated")
+    phases = rep.tables["rl_phases"].filter(pl.col("phase") == "actor update")
+    update, step = phases["phase_us"].mean(), rep.tables["rl_steps"]["step_us"].mean()
+    assert cause.impact_us is None and abs(cause.bound_us - (update - 0.40 * step)) < 1e-3
+    assert f"{100 * update / step:.1f}% of the RL step" in cause.title
