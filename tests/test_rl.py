@@ -273,3 +273,19 @@ def test_update_dominated_under_a_lower_threshold_bounds_its_excess(tmp_path):
     update, step = phases["phase_us"].mean(), rep.tables["rl_steps"]["step_us"].mean()
     assert cause.impact_us is None and abs(cause.bound_us - (update - 0.40 * step)) < 1e-3
     assert f"{100 * update / step:.1f}% of the RL step" in cause.title
+
+
+def test_torch_npu_folders_in_verl_role_folders_are_one_job(tmp_path):
+    """verl's npu tool writes a *_ascend_pt folder per rank in the role folders: once refused as two collections
+    whose ranks overlap, now one job with the role said (the ledger itself reads Kineto traces)."""
+    rank0 = RUNS.parent.parent / "ascend" / "msinsight-alexnet-2rank-2025" / "level0" / "rank0_ascend_pt"
+    for folder in ("rollout_generate", "actor_update"):
+        shutil.copytree(rank0, tmp_path / "npu" / folder / rank0.name)
+    rep = analyze(tmp_path / "npu")
+    assert [(r["info"]["role"], r["rank_origin"]) for r in rep.source["ranks"]] == [
+        ("rollout", "rollout rank 0 (folder rollout_generate/)"),
+        ("actor", "actor rank 0 (folder actor_update/)"),
+    ]
+    assert "RL job: its roles are read, but the step ledger reads the phases' annotations of Kineto traces only" in (
+        rep.notes
+    )

@@ -345,9 +345,9 @@ def _read_rank(
         rank_origin=rs.rank_origin,
         files={k: relpath(p, root) for k, p in rs.files.items()},
     )
+    _read_meta(rd, rs)
     if rs.role is not None:  # an RL job's trace: the program it profiled, read by the RL ledger
         rd.info.update(role=rs.role, role_rank=rs.role_rank)
-    _read_meta(rd, rs)
     later = _Later(
         collectives_due=peers and rs.kind == "ascend" and bool({"kernel_details", "communication"} & set(rs.files))
     )

@@ -24,7 +24,9 @@ def section(job: Job) -> Section:
     ranks = ledger_mod.rl_ranks(job.ranks)
     none = {"rl_steps": pl.DataFrame(), "rl_ledger": pl.DataFrame()}  # what the diagnosis reads, made always
     if not ranks:
-        return Section(tables=none)
+        roles = [r for r in job.ranks if "role" in r.info]
+        said = "RL job: its roles are read, but the step ledger reads the phases' annotations of Kineto traces only"
+        return Section(tables=none, notes=[said] if roles else [])
     rules = rl.rules()
     led = ledger_mod.build(ranks, rules, job.rl_timers)
     if led is None:

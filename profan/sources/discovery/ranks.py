@@ -49,7 +49,7 @@ def rank_of(rs: RankSource) -> tuple[int | None, str]:
 def _read_ids(disc: Discovery) -> None:
     """Each rank's id from its files; an RL job's traces from their role and rank (`rl_roles`), with the job's
     timer log beside them."""
-    rl_job = assign_roles(disc)
+    rl_job = assign_roles(disc, rank_of)
     for rs in disc.ranks:
         if rs.role is None:
             rs.rank, rs.rank_origin = rank_of(rs)

@@ -9,30 +9,48 @@ whose role cannot be told is the unknown role, read like the others and named in
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING
 
 from profan.rulepack import rl
 from profan.sources.discovery.names import short_list
-from profan.sources.discovery.sniff import trace_rank
 
 if TYPE_CHECKING:  # discover.py defines them and imports this module's caller: types only
     from profan.sources.discovery.discover import Discovery, RankSource
 
 
-def assign_roles(disc: Discovery) -> bool:
-    """Give every trace of an RL job its role, its rank within the role and a job-wide rank; False (nothing
-    changed) when no trace's name or folder names a known role: then it is no RL job."""
+RankOf = Callable[["RankSource"], tuple[int | None, str]]
+
+
+def _told(rs: RankSource, rank_of: RankOf) -> tuple[str, int, str] | None:
+    """A rank's (role, rank within it, where the role was read): a Kineto trace's from its name and folder, a
+    profiler folder's (torch_npu ``*_ascend_pt``, which verl's npu tool writes in the same role folders) from the
+    folder holding it; None where neither names a role."""
     rules = rl.rules()
-    traces = [rs for rs in disc.ranks if rs.kind == "kineto"]
-    told = {id(rs): rules.trace_role(rs.files["kineto_trace"]) for rs in traces}
+    if rs.kind == "kineto":
+        return rules.trace_role(rs.files["kineto_trace"])
+    folder = rs.path.parent.name
+    if folder == rules.e2e_folder or rules.role(folder) is None:
+        return None
+    rank, _ = rank_of(rs)
+    return rules.roles[folder], rank or 0, f"folder {folder}/"
+
+
+def assign_roles(disc: Discovery, rank_of: RankOf) -> bool:
+    """Give every rank of an RL job its role, its rank within the role and a job-wide rank; False (nothing
+    changed) when no trace's name or folder names a known role: then it is no RL job. ``rank_of``: a rank's own
+    id, where its name does not give it (`ranks.rank_of`)."""
+    rules = rl.rules()
+    traces = disc.ranks
+    told = {id(rs): _told(rs, rank_of) for rs in traces}
     if not any(t is not None and t[0] != rules.unknown_role for t in told.values()):
         return False
     for rs in traces:
         found = told[id(rs)]
-        if found is None:  # a trace of another name in the job: its rank as any trace's, its role unknown
-            rank, origin = trace_rank(rs.files["kineto_trace"])
-            found = (rules.unknown_role, rank or 0, origin or "no rank in the file name")
+        if found is None:  # a rank of another name in the job: its rank as any rank's, its role unknown
+            rank, origin = rank_of(rs)
+            found = (rules.unknown_role, rank or 0, origin or "no rank in its name")
         rs.role, rs.role_rank, rs.rank_origin = found[0], found[1], f"{found[0]} rank {found[1]} ({found[2]})"
     order = list(dict.fromkeys([*rules.roles.values(), rules.unknown_role]))
 
