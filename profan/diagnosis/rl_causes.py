@@ -17,7 +17,7 @@ def _steps_us(job: Job) -> dict[int, float]:
     return {} if steps is None or steps.is_empty() else dict(steps.select("step", "step_us").iter_rows())
 
 
-def _explained(claims: Claims, findings: list) -> list:
+def _explained(claims: Claims) -> list:
     """The ledger findings of the ranks a cause keeps waiting: every RL rank's (the pool idles for it)."""
     return claims.take(["rl-step-ledger"])
 
@@ -37,7 +37,7 @@ def long_tail(job: Job, claims: Claims, _steps: dict[int, float]) -> list[Cause]
             "steps": ", ".join(map(str, m["steps"])),
         }
         grounds = Grounds(
-            sources=[f], steps_us=steps_us, impact_us=m["tail_us"], explained=_explained(claims, [f]), steps=m["steps"]
+            sources=[f], steps_us=steps_us, impact_us=m["tail_us"], explained=_explained(claims), steps=m["steps"]
         )
         out.append(make_cause(job, "rl-long-tail", values, grounds, Wording(message=f.message)))
     return out
@@ -58,7 +58,7 @@ def weight_sync(job: Job, claims: Claims, _steps: dict[int, float]) -> list[Caus
             sources=[f],
             steps_us=_steps_us(job),
             impact_us=m["sync_us"],
-            explained=_explained(claims, [f]),
+            explained=_explained(claims),
             steps=m["steps"],
         )
         out.append(make_cause(job, "rl-weight-sync", values, grounds, Wording(message=f.message)))
@@ -76,7 +76,7 @@ def update_dominated(job: Job, claims: Claims, _steps: dict[int, float]) -> list
             "threshold": pct(m["threshold"]),
             "excess_ms": excess / 1000,
         }
-        grounds = Grounds(sources=[f], steps_us=_steps_us(job), bound_us=excess, explained=_explained(claims, [f]))
+        grounds = Grounds(sources=[f], steps_us=_steps_us(job), bound_us=excess, explained=_explained(claims))
         out.append(make_cause(job, "rl-update-dominated", values, grounds, Wording(message=f.message)))
     return out
 
