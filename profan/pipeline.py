@@ -14,6 +14,7 @@ from profan.analyses.communication import section as comm_section
 from profan.analyses.contract import Analysis, Job, run_analyses
 from profan.analyses.per_rank import memory, reconcile, steps, trace_steps
 from profan.analyses.per_rank import section as rank_section
+from profan.analyses.rl import section as rl_section
 from profan.diagnosis import causes
 from profan.diagnosis.fold import fold
 from profan.diagnosis.severity import grade_causes, grade_findings, keep, run_kind
@@ -28,6 +29,7 @@ from profan.rulepack.hardware import load as load_hardware
 from profan.rulepack.pack import RulePack, load, require_known_checks
 from profan.sources.common.readback import file_sizes
 from profan.sources.discovery.discover import base_dir, discover
+from profan.sources.rl import timers as rl_timers
 
 Progress = Callable[[str], None]
 
@@ -44,12 +46,14 @@ ANALYSES: tuple[Analysis, ...] = (
     Analysis("cross-rank", crossrank.section, own_thread=True),
     Analysis("traces", trace_steps.section),
     Analysis("memory", memory.section),
+    # an RL job's step across its roles' traces: its ledger findings supersede the per-trace idle ones
+    Analysis("rl step ledger", rl_section.section),
     Analysis("not assessed", rank_section.unassessed_section),
     # the diagnosis: reads every finding above and explains them by causes
     Analysis(
         "causes",
         causes.section,
-        reads=("breakdown", "trace_steps", "comm_exposed", "communication"),
+        reads=("breakdown", "trace_steps", "comm_exposed", "communication", "rl_steps", "rl_ledger"),
         reads_findings=True,
     ),
 )
@@ -102,8 +106,10 @@ def build_report(
     from profan.model.version import __version__
 
     hw = hardware or load_hardware()
-    merged = run_analyses(ANALYSES, Job(ranks=ranks, pack=pack, hardware=hw, steps=steps.step_table(ranks)))
-    all_warnings = [*warnings, *_other_jobs(ranks, pack)]
+    timers, timer_warnings = _rl_timers(ranks, root)
+    job = Job(ranks=ranks, pack=pack, hardware=hw, steps=steps.step_table(ranks), rl_timers=timers)
+    merged = run_analyses(ANALYSES, job)
+    all_warnings = [*warnings, *timer_warnings, *merged.warnings, *_other_jobs(ranks, pack)]
     for r in ranks:
         all_warnings += [f"rank {r.rank}: {w}" for w in r.warnings]
     tables = {k: v for k, v in merged.tables.items() if isinstance(v, pl.DataFrame) and not v.is_empty()}
@@ -150,6 +156,16 @@ def _source(ranks: list[RankData], root: Path, fmt: str) -> dict:
     }
     source["root_seal"] = trust.seal(source["root_abs"], source["file_bytes"])
     return source
+
+
+def _rl_timers(ranks: list[RankData], root: Path) -> tuple[pl.DataFrame, list[str]]:
+    """An RL job's per-step timer log (each RL rank's file ``rl_timers``, `sources.rl.timers`) with its ``file``,
+    and what could not be read of it; an empty frame for any other job."""
+    named = next((r.files["rl_timers"] for r in ranks if "rl_timers" in r.files), None)
+    if named is None:
+        return pl.DataFrame(), []
+    timers, said = rl_timers.read(base_dir(root) / named)
+    return timers.with_columns(pl.lit(named).alias("file")), said
 
 
 def _other_jobs(ranks: list[RankData], pack: RulePack) -> list[str]:

@@ -30,6 +30,7 @@ class Section:
     findings: list[Finding] = field(default_factory=list)
     notes: list[str] = field(default_factory=list)
     causes: list[Cause] = field(default_factory=list)
+    warnings: list[str] = field(default_factory=list)  # what the data holds that was not read as the rest was
 
 
 @dataclass(frozen=True)
@@ -44,6 +45,8 @@ class Job:
     steps: pl.DataFrame = field(default_factory=pl.DataFrame)
     tables: Mapping[str, pl.DataFrame] = field(default_factory=dict)
     findings: tuple[Finding, ...] = ()
+    # an RL job's per-step timer log (`sources.rl.timers`: step, timer, timer_us, line, file); empty otherwise
+    rl_timers: pl.DataFrame = field(default_factory=pl.DataFrame)
 
     def table(self, name: str) -> pl.DataFrame:
         """An earlier analysis's table this analysis declared (an empty frame when it found nothing)."""
@@ -110,6 +113,7 @@ def _view(job: Job, merged: Section, analysis: Analysis) -> Job:
         steps=job.steps,
         tables={t: merged.tables[t] for t in analysis.reads},
         findings=tuple(merged.findings) if analysis.reads_findings else (),
+        rl_timers=job.rl_timers,
     )
 
 
@@ -121,6 +125,7 @@ def _merge(merged: Section, section: Section, name: str, pack: RulePack) -> None
     merged.tables.update(section.tables)
     merged.findings[:] = drop_superseded([*merged.findings, *section.findings], pack)
     merged.notes.extend(section.notes)
+    merged.warnings.extend(section.warnings)
     merged.causes.extend(section.causes)
 
 

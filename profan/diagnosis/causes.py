@@ -15,7 +15,7 @@ numbers that fill them, with what `claims` gives them all.
 from __future__ import annotations
 
 from profan.analyses.contract import Job, Section
-from profan.diagnosis import comm_causes, idle_causes, kernel_causes, rank_causes
+from profan.diagnosis import comm_causes, idle_causes, kernel_causes, rank_causes, rl_causes
 from profan.diagnosis.claims import Claims, step_times
 from profan.diagnosis.cost import step_cost
 from profan.diagnosis.severity import grade_findings, run_kind
@@ -32,6 +32,9 @@ def section(job: Job) -> Section:
     cost = step_cost(job.steps, job.tables["trace_steps"], job.tables["comm_exposed"])
     causes: list[Cause] = []
     builders = (
+        rl_causes.long_tail,  # an RL job's causes first: they name the phase every rank of the step waits for
+        rl_causes.weight_sync,
+        rl_causes.update_dominated,
         rank_causes.stage,
         rank_causes.moe,
         rank_causes.straggler,

@@ -20,7 +20,12 @@ from profan.model.causes import Cause
 def step_summary(tables: dict[str, pl.DataFrame], causes: list[Cause]) -> dict[str, Any] | None:
     """The step the causes are measured against: per step, the slowest rank's step time (every rank waits for it),
     averaged over the steps. From step_trace_time.csv, else the traces' step windows; None without either."""
-    for name, source in (("steps", "step_trace_time.csv"), ("trace_steps", "the trace's step windows")):
+    named = (
+        ("rl_steps", "the RL step ledger"),
+        ("steps", "step_trace_time.csv"),
+        ("trace_steps", "the trace's step windows"),
+    )
+    for name, source in named:
         df = tables.get(name)
         if df is None or df.is_empty() or not {"step", "step_us"} <= set(df.columns):
             continue

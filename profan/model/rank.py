@@ -77,6 +77,12 @@ class RankData:
     # memory: the allocated/reserved curve (bounded), the peak row and what is live at the peak
     # (profan.ranks.memory_pass; keys curve, peak, holders, and modules for Ascend npu_module_mem.csv)
     memory: dict[str, pl.DataFrame] | None = None
+    # an RL job's trace (info role): its annotations (event_idx, name, start_us, end_us), its busy spans (device
+    # activity, or the host's top-level ops in a CPU-only trace: event_idx, start_us, end_us) and the starts of
+    # its forwards (event_idx, ts_us), read by `analyses.rl`
+    rl_spans: pl.DataFrame | None = None
+    rl_busy: pl.DataFrame | None = None
+    rl_forwards: pl.DataFrame | None = None
     rows_read: dict[str, int] = field(default_factory=dict)
     rows_skipped: dict[str, int] = field(default_factory=dict)
     warnings: list[str] = field(default_factory=list)

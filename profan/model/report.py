@@ -14,6 +14,7 @@ import polars as pl
 from profan.model.causes import Cause
 from profan.model.evidence import typed
 from profan.model.findings import SEVERITIES, Finding, Severity
+from profan.model.rl_ledger import ledger_summary
 
 SCHEMA = "profan.report/2"
 
@@ -85,6 +86,9 @@ class Report:
             }
         )
         out["breakdown"] = rows(self.breakdown)
+        ledger = ledger_summary(self.tables)
+        if ledger is not None:  # an RL job's step ledger, said beside the verdict
+            out["rl_ledger"] = clean(ledger)
         out["tables"] = {k: rows(v) for k, v in self.tables.items() if k != "breakdown"}
         order = (
             "schema",
@@ -92,13 +96,14 @@ class Report:
             "headline",
             "causes",
             "breakdown",
+            "rl_ledger",
             "findings",
             "warnings",
             "notes",
             "meta",
             "tables",
         )
-        return {k: out[k] for k in order}
+        return {k: out[k] for k in order if k in out}
 
 
 def records(df: pl.DataFrame) -> list[dict[str, Any]]:

@@ -349,6 +349,8 @@ def _read_rank(
         files={k: relpath(p, root) for k, p in rs.files.items()},
     )
     _read_meta(rd, rs)
+    if rs.role is not None:  # an RL job's trace: the program it profiled, read by the RL ledger
+        rd.info.update(role=rs.role, role_rank=rs.role_rank)
     later = _Later(
         collectives_due=peers and rs.kind == "ascend" and bool({"kernel_details", "communication"} & set(rs.files))
     )

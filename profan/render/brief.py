@@ -39,6 +39,7 @@ from profan.model.evidence import Evidence
 from profan.model.findings import SEVERITIES, Finding
 from profan.model.report import SCHEMA as REPORT_SCHEMA
 from profan.model.report import Report, clean
+from profan.model.rl_ledger import ledger_brief
 from profan.sources.common.readback import check_sizes, read_lines
 from profan.sources.discovery.discover import base_dir
 
@@ -210,6 +211,7 @@ def _skeleton(report: Report, report_file: str | None, drill: str | None) -> dic
             "worst": report.worst_severity,
             "step_us": None if step is None else round(step["step_us"], 3),
             "time_by_bucket": bucket_shares(report),
+            **({"rl_ledger": ledger} if (ledger := ledger_brief(report.tables)) is not None else {}),
         },
         "findings": [],
         "omitted": {},

@@ -19,7 +19,8 @@ import markupsafe
 import polars as pl
 
 from profan.diagnosis.step import step_summary
-from profan.model.report import Report
+from profan.model.report import Report, clean
+from profan.model.rl_ledger import ledger_summary
 from profan.model.textfmt import (
     FILTERS,
     column_kind,
@@ -145,6 +146,8 @@ def render_markdown(report: Report, out: Path | None = None) -> str | None:
     context = scale_context(report) if at_scale else small_context(report)
     shown, extra = trim_findings(context.pop("report")) if at_scale else (context.pop("report"), {})
     doc = shown.to_dict()
+    if "rl_ledger" in doc:  # summed over every row, not the rows the Markdown shows
+        doc["rl_ledger"] = clean(ledger_summary(report.tables))
     as_dict = {f["id"]: {**f, **extra.get(f["id"], {})} for f in doc["findings"]}
     grouped, unexplained = findings_by_cause(report)
     per = share_of(step_summary(report.tables, report.causes))

@@ -9,6 +9,7 @@ from __future__ import annotations
 import functools
 import re
 from dataclasses import dataclass
+from pathlib import Path
 
 from profan.rulepack.pack import load_toml
 from profan.rulepack.paths import rules_dir
@@ -33,6 +34,9 @@ class RlRules:
     step_timer: str
     roles: dict[str, str]
     phases: tuple[Phase, ...]
+    unknown_role: str = "unknown role"
+    lead_in_us: float = 1000.0
+    forward_op: str = ""
 
     def phase_of(self, annotation: str) -> str | None:
         """The phase an annotation marks, None for any other annotation."""
@@ -44,6 +48,21 @@ class RlRules:
 
     def role(self, name: str) -> str | None:
         return self.roles.get(name)
+
+    def trace_role(self, path: Path) -> tuple[str, int, str] | None:
+        """(role, rank within the role, where the role was read) of a trace an RL framework's profiler wrote, by
+        its name (``[<prefix>_]prof_rank-<N>.json[.gz]``) and folder; None for a name of another form. The prefix
+        names the role where it is one, else the folder does (discrete mode's role folders, ``e2e``'s prefix);
+        neither: the unknown role, never a dropped trace."""
+        m = self.trace_name.match(path.name)
+        if m is None:
+            return None
+        prefix, rank, folder = m.group(1), int(m.group(2)), path.parent.name
+        if prefix and self.role(prefix):
+            return self.roles[prefix], rank, f"file name {path.name}"
+        if folder != self.e2e_folder and self.role(folder):
+            return self.roles[folder], rank, f"folder {folder}/"
+        return self.unknown_role, rank, f"no role in file name {path.name} nor folder {folder}/"
 
 
 @functools.lru_cache(maxsize=1)
@@ -58,6 +77,9 @@ def rules() -> RlRules:
         timer_prefix=layout["timer_prefix"],
         step_timer=layout["step_timer"],
         roles=dict(doc["roles"]),
+        unknown_role=layout["unknown_role"],
+        lead_in_us=float(layout["lead_in_us"]),
+        forward_op=layout["forward_op"],
         phases=tuple(
             Phase(
                 name=p["name"],

@@ -66,6 +66,8 @@ class RankSource:
     device_id: int | None = None
     ignored: list[tuple[Path, str]] = field(default_factory=list)  # a profiler file's name, but (why) not read
     unread: str = ""  # what the folder holds that profan cannot read, and what to do (msprof DB / sampled data)
+    role: str | None = None  # an RL job's trace: the program it profiled (`rl_roles`), None for any other
+    role_rank: int | None = None  # its rank within that role; ``rank`` is then the job-wide one
 
     def rel(self, root: Path, logical: str) -> str:
         return relpath(self.files[logical], root)

@@ -11,6 +11,7 @@ from typing import TYPE_CHECKING
 
 from profan.model.errors import ProfanInputError
 from profan.sources.discovery.names import ASCEND_DB, INFO_FILE
+from profan.sources.discovery.rl_roles import assign_roles, find_timers
 from profan.sources.discovery.sniff import rank_id, rank_in_name, read_json_quiet, trace_rank
 
 if TYPE_CHECKING:  # discover.py defines them and imports this module: types only, so run time imports point one way
@@ -45,10 +46,21 @@ def rank_of(rs: RankSource) -> tuple[int | None, str]:
     return None, ""
 
 
-def resolve_ranks(disc: Discovery) -> None:
+def _read_ids(disc: Discovery) -> None:
+    """Each rank's id from its files; an RL job's traces from their role and rank (`rl_roles`), with the job's
+    timer log beside them."""
+    rl_job = assign_roles(disc, rank_of)
     for rs in disc.ranks:
-        rs.rank, rs.rank_origin = rank_of(rs)
-    refuse_mixed_collections(disc)
+        if rs.role is None:
+            rs.rank, rs.rank_origin = rank_of(rs)
+    if rl_job:  # an RL job's roles sit in folders of their own (discrete mode) by design: no mixed collections
+        find_timers(disc)
+    else:
+        refuse_mixed_collections(disc)
+
+
+def resolve_ranks(disc: Discovery) -> None:
+    _read_ids(disc)
     unknown = [rs for rs in disc.ranks if rs.rank is None]
     if unknown:
         used = {rs.rank for rs in disc.ranks if rs.rank is not None}

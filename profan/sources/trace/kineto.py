@@ -36,6 +36,7 @@ from pathlib import Path
 
 import polars as pl
 
+from profan.rulepack import rl
 from profan.rulepack.roles import Roles
 from profan.rulepack.roles import defaults as default_roles
 from profan.sources.trace import kineto_context
@@ -84,6 +85,10 @@ class KinetoTrace:
     loading: pl.DataFrame = field(default_factory=pl.DataFrame)
     # the host's long spans (`host_spans`): event_idx, name, kind (op / call), start_us, end_us
     host: pl.DataFrame = field(default_factory=pl.DataFrame)
+    # the framework's annotations but the steps' (`annotation_spans`): event_idx, name, start_us, end_us
+    annotations: pl.DataFrame = field(default_factory=pl.DataFrame)
+    # the starts of the ops an RL generation counts its forwards by (rules/rl.toml forward_op): event_idx, ts_us
+    forwards: pl.DataFrame = field(default_factory=pl.DataFrame)
 
 
 HOST_SPAN_US = 500.0  # host spans this long or longer can name what the host did while the device sat idle
@@ -460,6 +465,26 @@ def load(path: Path, trace: Trace | None = None, roles: Roles | None = None) -> 
         notes=notes,
         loading=_loading(ev, roles, placed),
         host=host_spans(ev, roles, placed),
+        annotations=annotation_spans(ev, roles, placed),
+        forwards=ev.filter(
+            (pl.col("cat").cast(pl.String) == roles.kineto_cpu_op_cat)
+            & (pl.col("name").cast(pl.String) == rl.rules().forward_op)
+            & placed
+        ).select("event_idx", "ts_us"),
+    )
+
+
+def annotation_spans(ev: pl.DataFrame, roles: Roles, placed: pl.Expr) -> pl.DataFrame:
+    """The host's ``record_function`` ranges but ProfilerStep's: what a framework marks its phases with (an RL
+    step's generate_sequences, update_actor, …), each with its event index."""
+    cat, name = pl.col("cat").cast(pl.String), pl.col("name").cast(pl.String)
+    step = name.str.contains(roles.kineto_step)
+    s = ev.filter((cat == roles.kineto_annotation_cat) & ~step & usable_duration() & placed)
+    return s.select(
+        "event_idx",
+        name.alias("name"),
+        pl.col("ts_us").alias("start_us"),
+        (pl.col("ts_us") + pl.col("dur_us")).alias("end_us"),
     )
 
 

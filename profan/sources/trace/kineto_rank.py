@@ -559,6 +559,9 @@ def load_rank_trace(rd, kt: KinetoTrace, hit: bool, dev: pl.DataFrame, pack) -> 
     rd.moe_tokens = kineto_moe.rank_token_events(kt, moe["token_events"], moe["token_read_max_mb"])
     rd.fusible = elementwise_runs(dev, pack.check("unfused-elementwise"))
     _count_skipped(rd, kt)
+    if "role" in rd.info:  # an RL job's trace: what its step ledger reads (`analyses.rl`)
+        rd.rl_spans, rd.rl_forwards = kt.annotations, kt.forwards
+        rd.rl_busy = dev.select("event_idx", pl.col("ts_us").alias("start_us"), "end_us")
     rd.info.update(
         {
             k: v

@@ -1,0 +1,113 @@
+"""The roles of an RL job's traces: which program (rollout, actor, reference, critic, reward) each trace profiled,
+and its rank within that role, from the file's name and folder (rules/rl.toml ``[layout]``, ``[roles]``).
+
+An RL framework writes one trace per role and rank (verl: ``e2e/rollout_prof_rank-0.json.gz`` beside
+``e2e/actor_prof_rank-0.json.gz``): rank numbers repeat across roles, so a rank number alone would keep one of
+them and drop the other. Here each (role, rank) gets a job-wide rank of its own, said in its rank origin; a trace
+whose role cannot be told is the unknown role, read like the others and named in a warning.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+from profan.rulepack import rl
+from profan.sources.discovery.names import short_list
+
+if TYPE_CHECKING:  # discover.py defines them and imports this module's caller: types only
+    from profan.sources.discovery.discover import Discovery, RankSource
+
+
+RankOf = Callable[["RankSource"], tuple[int | None, str]]
+
+
+def _told(rs: RankSource, rank_of: RankOf) -> tuple[str, int, str] | None:
+    """A rank's (role, rank within it, where the role was read): a Kineto trace's from its name and folder, a
+    profiler folder's (torch_npu ``*_ascend_pt``, which verl's npu tool writes in the same role folders) from the
+    folder holding it; None where neither names a role."""
+    rules = rl.rules()
+    if rs.kind == "kineto":
+        return rules.trace_role(rs.files["kineto_trace"])
+    folder = rs.path.parent.name
+    if folder == rules.e2e_folder or rules.role(folder) is None:
+        return None
+    rank, _ = rank_of(rs)
+    return rules.roles[folder], rank or 0, f"folder {folder}/"
+
+
+def assign_roles(disc: Discovery, rank_of: RankOf) -> bool:
+    """Give every rank of an RL job its role, its rank within the role and a job-wide rank; False (nothing
+    changed) when no trace's name or folder names a known role: then it is no RL job. ``rank_of``: a rank's own
+    id, where its name does not give it (`ranks.rank_of`)."""
+    rules = rl.rules()
+    traces = disc.ranks
+    told = {id(rs): _told(rs, rank_of) for rs in traces}
+    if not any(t is not None and t[0] != rules.unknown_role for t in told.values()):
+        return False
+    for rs in traces:
+        found = told[id(rs)]
+        if found is None:  # a rank of another name in the job: its rank as any rank's, its role unknown
+            rank, origin = rank_of(rs)
+            found = (rules.unknown_role, rank or 0, origin or "no rank in its name")
+        rs.role, rs.role_rank, rs.rank_origin = found[0], found[1], f"{found[0]} rank {found[1]} ({found[2]})"
+    order = list(dict.fromkeys([*rules.roles.values(), rules.unknown_role]))
+
+    def key(rs: RankSource) -> tuple[int, int, str]:
+        # discrete mode writes a role's rank once per annotated call, in a folder per call: each is a trace
+        return (order.index(rs.role) if rs.role in order else len(order), rs.role_rank, rs.path.parent.name)
+
+    number = {k: n for n, k in enumerate(sorted({key(rs) for rs in traces}))}
+    for rs in traces:
+        rs.rank = number[key(rs)]
+    _say_gaps(disc, traces, rules.unknown_role)
+    return True
+
+
+def _say_gaps(disc: Discovery, traces: list[RankSource], unknown: str) -> None:
+    """Warn of traces whose role is unknown and of ranks missing from a role (its ranks are 0..N-1 in every
+    framework: a gap is a trace not written, not copied, or profiled only on some ranks)."""
+    odd = [rs for rs in traces if rs.role == unknown]
+    if odd:
+        disc.warnings.append(
+            f"{len(odd)} trace(s) of this RL job whose role cannot be told from the file name or folder, read as "
+            f"'{unknown}': " + short_list(f"{disc.relpath(rs.path)} (rank {rs.role_rank})" for rs in odd)
+        )
+    by_role: dict[str, set[int]] = {}
+    for rs in traces:
+        if rs.role != unknown:
+            by_role.setdefault(rs.role, set()).add(rs.role_rank)
+    for role, ranks in sorted(by_role.items()):
+        missing = sorted(set(range(max(ranks) + 1)) - ranks)
+        if missing:
+            disc.warnings.append(
+                f"{role} rank(s) {', '.join(map(str, missing))} missing: the job's traces hold {role} rank(s) "
+                f"{', '.join(map(str, sorted(ranks)))} only, so the {role} phases are read without them"
+            )
+
+
+def find_timers(disc: Discovery) -> None:
+    """The framework's per-step timer log of an RL job (rules/rl.toml ``metrics_files``), in the analysed folder
+    or a folder holding its traces up to it, as each RL trace's file ``rl_timers`` (read once, by the pipeline)."""
+    found = _timer_file(disc)
+    for rs in disc.ranks:
+        if found is not None and rs.role is not None:
+            rs.files["rl_timers"] = found
+
+
+def _timer_file(disc: Discovery) -> Path | None:
+    if not disc.root.is_dir() or not any(rs.role is not None for rs in disc.ranks):
+        return None
+    root = disc.root.resolve()
+    folders = [root]
+    for rs in disc.ranks:
+        folder = rs.path.resolve().parent
+        while folder != root and root in folder.parents:
+            folders.append(folder)
+            folder = folder.parent
+    for folder in dict.fromkeys(folders):
+        for name in rl.rules().metrics_files:
+            if (folder / name).is_file() and not (folder / name).is_symlink():
+                return folder / name
+    return None
