@@ -40,6 +40,7 @@ class Roles:
     hccl_op_sequence: str
     expert_gemm: str
     ai_cpu_core: str
+    ascend_name_ops: tuple[str, ...]
     replica_groups: tuple[str, ...]
     pipeline_group: str
     expert_group: str
@@ -133,6 +134,7 @@ _KIND = {  # role -> what its value must be
     "hccl_op_sequence": "regex",
     "expert_gemm": "regex",
     "ai_cpu_core": "name",
+    "ascend_name_ops": "regexes",
     "replica_groups": "names",
     "pipeline_group": "name",
     "expert_group": "name",
@@ -173,6 +175,7 @@ BUILTIN_ONLY = frozenset(
         "pipeline_group",
         "graph_capture_folder",
         "layer_anchor_buckets",
+        "ascend_name_ops",
     }
 )
 _GROUPED = {
@@ -182,6 +185,7 @@ _GROUPED = {
     "rank_in_folder_name",
     "rank_in_trace_name",
     "kineto_module_frame",
+    "ascend_name_ops",
 }
 _PAIRS = {"kineto_graph_capture"}  # [opening, closing] patterns: exactly two
 _WANT = {
