@@ -41,6 +41,7 @@ class Roles:
     expert_gemm: str
     ai_cpu_core: str
     ascend_name_ops: tuple[str, ...]
+    hccl_matrix_op_types: str
     replica_groups: tuple[str, ...]
     pipeline_group: str
     expert_group: str
@@ -135,6 +136,7 @@ _KIND = {  # role -> what its value must be
     "expert_gemm": "regex",
     "ai_cpu_core": "name",
     "ascend_name_ops": "regexes",
+    "hccl_matrix_op_types": "pyregex",
     "replica_groups": "names",
     "pipeline_group": "name",
     "expert_group": "name",
@@ -176,6 +178,7 @@ BUILTIN_ONLY = frozenset(
         "graph_capture_folder",
         "layer_anchor_buckets",
         "ascend_name_ops",
+        "hccl_matrix_op_types",
     }
 )
 _GROUPED = {

@@ -29,16 +29,12 @@ from profan.model.evidence import make_pointer
 from profan.model.files import open_regular
 from profan.model.rank import Metadata
 from profan.rulepack import limits
+from profan.rulepack.roles import defaults as default_roles
 from profan.sources.ascend_text import comm as ascend_comm
 from profan.sources.ascend_text.meta import double_hash
 from profan.sources.common.rowframe import columns_frame, rows_frame, stack
 
 _AGG_KEY = re.compile(r"^([A-Za-z]+)-(top\d+|middle|bottom\d+|total)@(\d+)$")
-# torch_npu's op-type regex (first hit wins), so per-op keys get the same coarse type as aggregated ones
-_OP_TYPE = re.compile(
-    r"send|reduce|invalid|broadcast|allreduce|receive|allgather|reducescatter|scatter|alltoall|"
-    r"alltoallv|alltoallvc|batchsendrecv"
-)
 
 SCHEMA = {
     "step": pl.Int64,
@@ -60,8 +56,9 @@ SCHEMA = {
 
 
 def op_type(op_name: str) -> str:
-    """torch_npu's coarse type of an op name: ``hcom_reduceScatter__1`` → ``reduce`` (its first regex hit)."""
-    m = _OP_TYPE.search(op_name.lower())
+    """torch_npu's coarse type of an op name: ``hcom_reduceScatter__1`` → ``reduce`` (the first hit of its regex,
+    roles ``hccl_matrix_op_types``), so per-op keys get the same coarse type as aggregated ones."""
+    m = re.search(default_roles().hccl_matrix_op_types, op_name.lower())
     return m.group(0) if m else "unknown"
 
 
