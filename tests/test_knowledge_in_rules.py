@@ -170,6 +170,8 @@ ALLOWED = {
     ): "the `source` label of a collective event (SOURCE_KERNEL): profan's own "
     "word in the collectives table, equal to the Kineto category by choice",
     ("profan/sources/trace/kineto.py", "cpu_op"): "the `source` label SOURCE_CPU_OP, as above",
+    ("profan/sources/trace/chrome.py", "kernel"): "the args key of a ROCm launch call naming the kernel it "
+    "launches (ARGS: JSON key -> column), a field of the trace format like the other ARGS keys",
     ("profan/render/html.py", "kernel"): "a report column's name",
     ("profan/render/html.py", "scatter"): "Plotly's chart type",
     ("profan/ranks/collectives.py", "nccl"): "the group label of NCCL kernels whose trace names no process group",
@@ -179,17 +181,6 @@ WRITERS = ("profan/synth/",)
 # Knowledge still in Python in files this change did not own; each to move to rules/roles.toml by its owner (the
 # words listed are the ones there now; a new one fails).
 PENDING = {
-    "profan/sources/trace/chrome.py": {
-        "kernel",
-        "Kernel",
-        "gpu_memcpy",
-        "gpu_memset",
-        "gpu_user_annotation",
-        "c10d::",
-        "record_param_comms",
-        "nccl:",
-        "gloo:",
-    },
     "profan/sources/trace/ascend_view.py": {"HCCL", "hccl", r"^ProfilerStep#(\d+)$", "ProfilerStep#"},  # lane names
     "profan/analyses/per_rank/trace_steps.py": {"kernel", "gpu_memcpy", "gpu_memset"},
     "profan/analyses/communication/hccl_planes.py": {"HCCL", "hccl"},
