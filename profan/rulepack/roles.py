@@ -42,6 +42,7 @@ class Roles:
     ai_cpu_core: str
     ascend_name_ops: tuple[str, ...]
     hccl_matrix_op_types: str
+    ascend_comm_processes: tuple[str, ...]
     replica_groups: tuple[str, ...]
     pipeline_group: str
     expert_group: str
@@ -137,6 +138,7 @@ _KIND = {  # role -> what its value must be
     "ai_cpu_core": "name",
     "ascend_name_ops": "regexes",
     "hccl_matrix_op_types": "pyregex",
+    "ascend_comm_processes": "names",
     "replica_groups": "names",
     "pipeline_group": "name",
     "expert_group": "name",
@@ -179,6 +181,7 @@ BUILTIN_ONLY = frozenset(
         "layer_anchor_buckets",
         "ascend_name_ops",
         "hccl_matrix_op_types",
+        "ascend_comm_processes",
     }
 )
 _GROUPED = {

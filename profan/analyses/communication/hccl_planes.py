@@ -10,6 +10,7 @@ from profan.model.findings import Finding
 from profan.model.rank import RankData
 from profan.model.textfmt import ms, pct
 from profan.rulepack.pack import RulePack
+from profan.rulepack.roles import defaults as default_roles
 
 NOT_LINK_TYPES = ("ON_CHIP", "INVALID_TYPE", "", "N/A")  # on-chip copies and waits: not a link's data
 
@@ -52,7 +53,8 @@ def hccl_wait_table(tasks: pl.DataFrame) -> pl.DataFrame:
     w = tasks.filter(kind == "Notify_Wait")
     if w.is_empty():
         return pl.DataFrame()
-    process = pl.col("process").first() if "process" in w.columns else pl.lit("HCCL")
+    # tasks of the database export name no process: they are on the HCCL one (roles ascend_comm_processes)
+    process = pl.col("process").first() if "process" in w.columns else pl.lit(default_roles().ascend_comm_processes[0])
     return (
         w.group_by("dst_rank")
         .agg(
