@@ -1,7 +1,7 @@
-"""Kernel-name knowledge lives only in rules/: no Python string spells a kernel, op, category or dtype name that a
-rule file holds; the roles of rules/roles.toml are one typed, validated, picklable value of the pack; the one dtype
-table sizes every Kineto dtype; and lccl/lcoc kernels are communication for the breakdown and the collectives
-alike (rule ASC-COMM-002 and role comm_ops are one pattern)."""
+"""Kernel-name knowledge lives only in rules/: no Python string spells a kernel, op, category, link, engine or dtype
+name that a rule file holds; the roles of rules/roles.toml are one typed, validated, picklable value of the pack;
+the one dtype table sizes every Kineto dtype; and lccl/lcoc kernels are communication for the breakdown and the
+collectives alike (rule ASC-COMM-002 and role comm_ops are one pattern)."""
 
 from __future__ import annotations
 
@@ -107,7 +107,8 @@ def _plain(word: str) -> bool:
 
 def vocabulary() -> dict[str, tuple[set[str], bool]]:
     """word -> (the rules / roles spelling it, matched ignoring case). Bucket rules give the words of their match
-    patterns; roles give their names and categories, their regexes whole and their words, the collectives' match
+    patterns (kernel and op names, the Ascend cores); the hardware priors their link types and GPUs' scale-up
+    links; roles give their names and categories, their regexes whole and their words, the collectives' match
     words, and the dtype and process names that are no plain word (``BFloat16``, not ``Float``/``float``;
     `_NAMES_NO_PLAIN_WORDS`). The two rank-in-name patterns count whole (``rank`` is every table's column)."""
     vocab: dict[str, tuple[set[str], bool]] = {}
@@ -126,6 +127,13 @@ def vocabulary() -> dict[str, tuple[set[str], bool]]:
                 words, icase = regex_words(pattern)
                 for w in words:
                     add(w, rule["id"], icase)
+    for path in sorted((RULES / "hardware").glob("*.toml")):
+        doc = tomllib.loads(path.read_text())
+        for entry in doc.get("link", []):  # link types: HCCS, RDMA, PCIE, NVLink4, PCIe5, NIC400, …
+            add(entry["link"], f"hardware/{path.name}", False)
+        for device in doc.get("device", []):  # a GPU's scale-up link
+            if device.get("scale_up"):
+                add(device["scale_up"], f"hardware/{path.name}", False)
     roles = tomllib.loads((RULES / "roles.toml").read_text())["roles"]
     for name, entry in roles.items():
         value, source = entry["value"], f"roles.{name}"
@@ -212,7 +220,8 @@ def scan(root: Path = ROOT) -> list[tuple[str, int, str, str, list[str]]]:
 
 
 def test_the_scan_sees_what_it_is_for():
-    """The word extraction finds names inside regexes and alternations, and only whole words."""
+    """The word extraction finds names inside regexes and alternations, and only whole words; the vocabulary holds
+    kernel, op, category, link and engine names."""
     assert regex_words(r"(?i)^(hcom_|hccl|lccl|lcoc)|^kernel_aivec$") == (
         {"hcom_", "hccl", "lccl", "lcoc", "kernel_aivec"},
         True,
@@ -237,14 +246,22 @@ def test_the_scan_sees_what_it_is_for():
         "DispatchFFNCombine",
     ):
         assert word in vocab, word
+    # link names: the hardware priors' links and the transports of communication.json
+    for word in ("HCCS", "RDMA", "PCIE", "SIO", "SDMA", "ON_CHIP", "NVLink4", "PCIe5", "NIC400"):
+        assert word in vocab, word
+    # engine names: the Ascend cores and engines of the bucket rules, the GPU's device categories
+    for word in ("AI_CORE", "AI_VECTOR_CORE", "MIX_AIC", "MIX_AIV", "FFTS_PLUS", "SDMA_SQE", "DSA_SQE", "gpu_memset"):
+        assert word in vocab, word
     assert "rank" not in vocab and "float" not in vocab  # a column, a Python type
+    assert "HCCL" in vocab and "Communication" not in vocab  # a process of trace_view.json; also a lane, a column
     assert {"moe", "ai_cpu", "communication"} <= bucket_names()
 
 
 def test_no_kernel_names_in_python():
-    """No string in profan/ (docstrings aside) spells a kernel, op, category or dtype name of rules/: the bucket
-    rules' match words and every role. The engine asks the pack (`pack.roles`) instead. Every ALLOWED word is
-    still spelled where it is allowed (an entry no string needs goes)."""
+    """No string in profan/ (docstrings aside) spells a kernel, op, category, link, engine or dtype name of rules/:
+    the bucket rules' match words, the hardware priors' links and every role. The engine asks the pack
+    (`pack.roles`) instead. Every ALLOWED word is still spelled where it is allowed (an entry no string needs
+    goes)."""
     found = scan()
     hits = [h for h in found if (h[0], h[3]) not in ALLOWED]
     assert not hits, "kernel-name knowledge in Python (move it to rules/roles.toml):\n" + "\n".join(

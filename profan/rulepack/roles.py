@@ -43,6 +43,10 @@ class Roles:
     ascend_name_ops: tuple[str, ...]
     hccl_matrix_op_types: str
     ascend_comm_processes: tuple[str, ...]
+    ascend_node_links: tuple[str, ...]
+    ascend_network_link: str
+    ascend_copy_engine: str
+    ascend_not_links: tuple[str, ...]
     replica_groups: tuple[str, ...]
     pipeline_group: str
     expert_group: str
@@ -139,6 +143,10 @@ _KIND = {  # role -> what its value must be
     "ascend_name_ops": "regexes",
     "hccl_matrix_op_types": "pyregex",
     "ascend_comm_processes": "names",
+    "ascend_node_links": "names",
+    "ascend_network_link": "name",
+    "ascend_copy_engine": "name",
+    "ascend_not_links": "names",
     "replica_groups": "names",
     "pipeline_group": "name",
     "expert_group": "name",
@@ -182,6 +190,10 @@ BUILTIN_ONLY = frozenset(
         "ascend_name_ops",
         "hccl_matrix_op_types",
         "ascend_comm_processes",
+        "ascend_node_links",
+        "ascend_network_link",
+        "ascend_copy_engine",
+        "ascend_not_links",
     }
 )
 _GROUPED = {

@@ -12,8 +12,6 @@ from profan.model.textfmt import ms, pct
 from profan.rulepack.pack import RulePack
 from profan.rulepack.roles import defaults as default_roles
 
-NOT_LINK_TYPES = ("ON_CHIP", "INVALID_TYPE", "", "N/A")  # on-chip copies and waits: not a link's data
-
 
 def hccl_link_summary(ranks: list[RankData]) -> pl.DataFrame:
     """Per rank and link type: HCCL plane data tasks (Memcpy, Reduce_Inline…) from trace_view.json — planes,
@@ -23,7 +21,8 @@ def hccl_link_summary(ranks: list[RankData]) -> pl.DataFrame:
         tl = getattr(r, "trace_links", None)
         if tl is None or tl.is_empty() or "trace_view" not in r.files:
             continue
-        d = tl.filter(~pl.col("link_type").fill_null("").is_in(NOT_LINK_TYPES) & (pl.col("bytes").fill_null(0) > 0))
+        not_links = [*default_roles().ascend_not_links, "", "N/A"]  # on-chip copies, waits, none recorded
+        d = tl.filter(~pl.col("link_type").fill_null("").is_in(not_links) & (pl.col("bytes").fill_null(0) > 0))
         if d.is_empty():
             continue
         parts.append(

@@ -274,7 +274,6 @@ def _with_global_ranks(links: pl.DataFrame, groups: pl.DataFrame, on: list[str])
 
 
 TEXT_KEYS = ["kind", "op_type", "group_hash", "group_name", "shape"]  # categories in `link_totals`
-NOT_LINKS = ("LOCAL", "", "N/A", "INVALID_TYPE")  # matrix entries that are on-chip copies, not links
 LINK_KEYS = [
     "step",
     "kind",
@@ -297,8 +296,9 @@ def link_totals(links: pl.DataFrame, by: tuple[str, ...] = ()) -> pl.DataFrame:
     the group's rank list on every row (2 MB per rank). Aggregated matrices contribute their ``-total`` entries
     (top/middle/bottom are picks of the same ops); per-op matrices are summed per link. Entries without bytes or
     time, and on-chip copies, are not links. ``by``: keys leading the link's (the rank of a batch of ranks)."""
+    not_links = [*default_roles().ascend_not_links, "", "N/A"]  # on-chip copies, waits, no transport recorded
     m = links.filter(
-        ~pl.col("transport").is_in(NOT_LINKS)
+        ~pl.col("transport").is_in(not_links)
         & (pl.col("size_mb").fill_null(0) > 0)
         & (pl.col("time_ms").fill_null(0) > 0)
     )
