@@ -40,6 +40,13 @@ class Roles:
     hccl_op_sequence: str
     expert_gemm: str
     ai_cpu_core: str
+    ascend_name_ops: tuple[str, ...]
+    hccl_matrix_op_types: str
+    ascend_comm_processes: tuple[str, ...]
+    ascend_node_links: tuple[str, ...]
+    ascend_network_link: str
+    ascend_copy_engine: str
+    ascend_not_links: tuple[str, ...]
     replica_groups: tuple[str, ...]
     pipeline_group: str
     expert_group: str
@@ -133,6 +140,13 @@ _KIND = {  # role -> what its value must be
     "hccl_op_sequence": "regex",
     "expert_gemm": "regex",
     "ai_cpu_core": "name",
+    "ascend_name_ops": "regexes",
+    "hccl_matrix_op_types": "pyregex",
+    "ascend_comm_processes": "names",
+    "ascend_node_links": "names",
+    "ascend_network_link": "name",
+    "ascend_copy_engine": "name",
+    "ascend_not_links": "names",
     "replica_groups": "names",
     "pipeline_group": "name",
     "expert_group": "name",
@@ -173,6 +187,13 @@ BUILTIN_ONLY = frozenset(
         "pipeline_group",
         "graph_capture_folder",
         "layer_anchor_buckets",
+        "ascend_name_ops",
+        "hccl_matrix_op_types",
+        "ascend_comm_processes",
+        "ascend_node_links",
+        "ascend_network_link",
+        "ascend_copy_engine",
+        "ascend_not_links",
     }
 )
 _GROUPED = {
@@ -182,6 +203,7 @@ _GROUPED = {
     "rank_in_folder_name",
     "rank_in_trace_name",
     "kineto_module_frame",
+    "ascend_name_ops",
 }
 _PAIRS = {"kineto_graph_capture"}  # [opening, closing] patterns: exactly two
 _WANT = {

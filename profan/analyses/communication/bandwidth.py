@@ -20,10 +20,10 @@ from profan.model.rank import RankData
 from profan.model.textfmt import fmt_ranks, pct
 from profan.rulepack.hardware import Hardware
 from profan.rulepack.pack import RulePack
+from profan.rulepack.roles import defaults as default_roles
 from profan.sources.ascend_text import matrix as ascend_matrix
 from profan.sources.common.rowframe import stack
 
-ENGINE = "SDMA"  # communication.json: the copy engine's total over HCCS + PCIE + SIO — not a link of its own
 PEERS_GROUP = ["step", "group_hash", "op_type", "transport"]  # a link's peers: same group, op type, transport …
 PEERS_JOB = ["step", "op_type", "transport"]  # … or, for groups with too few links, across the job's groups
 
@@ -115,7 +115,8 @@ def transport_table(ranks: list[RankData], devices: pl.DataFrame, hw: Hardware) 
         )
         .join(groups, on=["rank", "group_hash"], how="left", maintain_order="left")
     )
-    priors = prior_frame(devices, hw, sorted(set(t["transport"].to_list()) - {ENGINE}))
+    engine = default_roles().ascend_copy_engine  # the copy engine's total over the node links: no link of its own
+    priors = prior_frame(devices, hw, sorted(set(t["transport"].to_list()) - {engine}))
     t = t.join(priors, on=["rank", "transport"], how="left")
     return t.select(
         "rank",
@@ -126,7 +127,7 @@ def transport_table(ranks: list[RankData], devices: pl.DataFrame, hw: Hardware) 
         "group_name",
         "group_ranks",
         "transport",
-        (pl.col("transport") != ENGINE).alias("is_link"),
+        (pl.col("transport") != engine).alias("is_link"),
         "size_mb",
         "time_ms",
         (pl.col("size_mb") / pl.col("time_ms")).alias("bandwidth_gbps"),
@@ -424,7 +425,7 @@ def packet_table(ranks: list[RankData], pack: RulePack) -> pl.DataFrame:
         [r.comm_packets for r in have],
         {"rank": [r.rank for r in have], "file": [r.files["communication"] for r in have]},
     )
-    p = p.filter(pl.col("transport") != ENGINE).with_columns(
+    p = p.filter(pl.col("transport") != pack.roles.ascend_copy_engine).with_columns(
         pl.col("transport").replace_strict(small_mb, default=None, return_dtype=pl.Float64).alias("small_limit_mb")
     )
     p = p.with_columns(

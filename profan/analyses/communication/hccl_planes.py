@@ -10,8 +10,7 @@ from profan.model.findings import Finding
 from profan.model.rank import RankData
 from profan.model.textfmt import ms, pct
 from profan.rulepack.pack import RulePack
-
-NOT_LINK_TYPES = ("ON_CHIP", "INVALID_TYPE", "", "N/A")  # on-chip copies and waits: not a link's data
+from profan.rulepack.roles import defaults as default_roles
 
 
 def hccl_link_summary(ranks: list[RankData]) -> pl.DataFrame:
@@ -22,7 +21,8 @@ def hccl_link_summary(ranks: list[RankData]) -> pl.DataFrame:
         tl = getattr(r, "trace_links", None)
         if tl is None or tl.is_empty() or "trace_view" not in r.files:
             continue
-        d = tl.filter(~pl.col("link_type").fill_null("").is_in(NOT_LINK_TYPES) & (pl.col("bytes").fill_null(0) > 0))
+        not_links = [*default_roles().ascend_not_links, "", "N/A"]  # on-chip copies, waits, none recorded
+        d = tl.filter(~pl.col("link_type").fill_null("").is_in(not_links) & (pl.col("bytes").fill_null(0) > 0))
         if d.is_empty():
             continue
         parts.append(
@@ -52,7 +52,8 @@ def hccl_wait_table(tasks: pl.DataFrame) -> pl.DataFrame:
     w = tasks.filter(kind == "Notify_Wait")
     if w.is_empty():
         return pl.DataFrame()
-    process = pl.col("process").first() if "process" in w.columns else pl.lit("HCCL")
+    # tasks of the database export name no process: they are on the HCCL one (roles ascend_comm_processes)
+    process = pl.col("process").first() if "process" in w.columns else pl.lit(default_roles().ascend_comm_processes[0])
     return (
         w.group_by("dst_rank")
         .agg(

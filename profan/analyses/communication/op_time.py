@@ -11,27 +11,28 @@ from profan.model.findings import Finding
 from profan.model.rank import RankData
 from profan.model.textfmt import ms, pct
 from profan.rulepack.pack import RulePack
+from profan.rulepack.roles import defaults as default_roles
 from profan.sources.ascend_text import matrix as ascend_matrix
 from profan.sources.common.rowframe import stack
-
-LINK_TRANSPORTS = ("HCCS", "PCIE", "SIO")  # on-node links; SDMA is the copy engine's total over these
 
 
 def op_bytes(bw: pl.DataFrame) -> pl.DataFrame:
     """Per rank and op: bytes moved (MB), link busy time (ms) and the transports that carried data.
 
     One transfer is listed under the SDMA engine *and* under the link it crossed (HCCS, PCIE or SIO), so the op's
-    size is RDMA + max(SDMA, HCCS + PCIE + SIO), never the sum of all entries. Transports with no data are left out.
+    size is RDMA + max(SDMA, HCCS + PCIE + SIO), never the sum of all entries (roles ``ascend_network_link``,
+    ``ascend_copy_engine``, ``ascend_node_links``). Transports with no data are left out.
     """
+    roles = default_roles()
     keys = ["rank", "step", "kind", "op"]
     size, t = pl.col("size_mb").fill_null(0), pl.col("transport")
-    moved = t.filter((size > 0) & (t != "SDMA"))
+    moved = t.filter((size > 0) & (t != roles.ascend_copy_engine))
     return (
         bw.group_by(keys)
         .agg(
-            size.filter(t == "RDMA").sum().alias("_rdma"),
-            size.filter(t == "SDMA").sum().alias("_sdma"),
-            size.filter(t.is_in(LINK_TRANSPORTS)).sum().alias("_links"),
+            size.filter(t == roles.ascend_network_link).sum().alias("_rdma"),
+            size.filter(t == roles.ascend_copy_engine).sum().alias("_sdma"),
+            size.filter(t.is_in(roles.ascend_node_links)).sum().alias("_links"),
             pl.col("time_ms").max().alias("bw_transit_ms"),
             # null where nothing moved; "" where only the engine did (its links carry the names)
             pl.when((size > 0).any()).then(moved.unique().sort().str.join("+")).alias("transports"),

@@ -16,6 +16,7 @@ import polars as pl
 
 from profan.model.errors import ProfanInputError
 from profan.rulepack import limits
+from profan.rulepack.roles import defaults as default_roles
 from profan.sources.common.csvtext import (
     count_lines,
     is_bad_number,
@@ -265,18 +266,13 @@ def op_expr() -> pl.Expr:
 
     Level0 files write ``Type`` = N/A; their names still carry the op: ``aclnnAdd_AddAiCore_Add`` -> Add,
     ``trans_TransData_0`` -> TransData, ``Conv2D1`` -> Conv2D, ``hcom_allReduce__868_0_1`` -> hcom_allReduce_ (the
-    Type newer files write for the same op).
+    Type newer files write for the same op). The name forms are roles ``ascend_name_ops`` (the first that matches
+    gives the op); any other name is its op without the trailing index.
     """
     name = pl.col("name")
-    derived = (
-        pl.when(name.str.starts_with("hcom_"))
-        .then(name.str.extract(r"^(hcom_[A-Za-z]+_)", 1))
-        .when(name.str.starts_with("aclnn"))
-        .then(name.str.split("_").list.last())
-        .when(name.str.starts_with("trans_"))
-        .then(name.str.extract(r"^trans_([A-Za-z0-9]+)", 1))
-        .otherwise(name.str.replace(r"\d+$", ""))
-    )
+    derived = name.str.replace(r"\d+$", "")
+    for pattern in reversed(default_roles().ascend_name_ops):  # built from the last, so the first match wins
+        derived = pl.when(name.str.contains(pattern)).then(name.str.extract(pattern, 1)).otherwise(derived)
     typ = pl.col("type")
     return (pl.when(typ.is_null() | typ.is_in(["N/A", "", "0"])).then(derived).otherwise(typ)).alias("op")
 

@@ -29,16 +29,12 @@ from profan.model.evidence import make_pointer
 from profan.model.files import open_regular
 from profan.model.rank import Metadata
 from profan.rulepack import limits
+from profan.rulepack.roles import defaults as default_roles
 from profan.sources.ascend_text import comm as ascend_comm
 from profan.sources.ascend_text.meta import double_hash
 from profan.sources.common.rowframe import columns_frame, rows_frame, stack
 
 _AGG_KEY = re.compile(r"^([A-Za-z]+)-(top\d+|middle|bottom\d+|total)@(\d+)$")
-# torch_npu's op-type regex (first hit wins), so per-op keys get the same coarse type as aggregated ones
-_OP_TYPE = re.compile(
-    r"send|reduce|invalid|broadcast|allreduce|receive|allgather|reducescatter|scatter|alltoall|"
-    r"alltoallv|alltoallvc|batchsendrecv"
-)
 
 SCHEMA = {
     "step": pl.Int64,
@@ -60,8 +56,9 @@ SCHEMA = {
 
 
 def op_type(op_name: str) -> str:
-    """torch_npu's coarse type of an op name: ``hcom_reduceScatter__1`` → ``reduce`` (its first regex hit)."""
-    m = _OP_TYPE.search(op_name.lower())
+    """torch_npu's coarse type of an op name: ``hcom_reduceScatter__1`` → ``reduce`` (the first hit of its regex,
+    roles ``hccl_matrix_op_types``), so per-op keys get the same coarse type as aggregated ones."""
+    m = re.search(default_roles().hccl_matrix_op_types, op_name.lower())
     return m.group(0) if m else "unknown"
 
 
@@ -277,7 +274,6 @@ def _with_global_ranks(links: pl.DataFrame, groups: pl.DataFrame, on: list[str])
 
 
 TEXT_KEYS = ["kind", "op_type", "group_hash", "group_name", "shape"]  # categories in `link_totals`
-NOT_LINKS = ("LOCAL", "", "N/A", "INVALID_TYPE")  # matrix entries that are on-chip copies, not links
 LINK_KEYS = [
     "step",
     "kind",
@@ -300,8 +296,9 @@ def link_totals(links: pl.DataFrame, by: tuple[str, ...] = ()) -> pl.DataFrame:
     the group's rank list on every row (2 MB per rank). Aggregated matrices contribute their ``-total`` entries
     (top/middle/bottom are picks of the same ops); per-op matrices are summed per link. Entries without bytes or
     time, and on-chip copies, are not links. ``by``: keys leading the link's (the rank of a batch of ranks)."""
+    not_links = [*default_roles().ascend_not_links, "", "N/A"]  # on-chip copies, waits, no transport recorded
     m = links.filter(
-        ~pl.col("transport").is_in(NOT_LINKS)
+        ~pl.col("transport").is_in(not_links)
         & (pl.col("size_mb").fill_null(0) > 0)
         & (pl.col("time_ms").fill_null(0) > 0)
     )

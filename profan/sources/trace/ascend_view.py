@@ -41,8 +41,6 @@ LANES = {
     "Communication(Not Overlapped)": "comm_not_overlapped_us",
     "Free": "free_us",
 }
-HCCL_PROCESSES = ("HCCL", "Communication")
-STEP_NAME = r"^ProfilerStep#(\d+)$"
 TOP_EVENTS = 20
 
 
@@ -71,11 +69,12 @@ def lanes(ev: pl.DataFrame) -> pl.DataFrame:
     )
 
 
-def steps(x: pl.DataFrame) -> pl.DataFrame:
-    """ProfilerStep spans on the Python lane; one whose number is no int64 has step null (`load` drops it)."""
-    s = x.filter((pl.col("process_name") == "Python") & pl.col("name").str.contains(STEP_NAME))
+def steps(x: pl.DataFrame, step_name: str) -> pl.DataFrame:
+    """ProfilerStep spans on the Python lane (``step_name``: roles ``kineto_step``); one whose number is no int64
+    has step null (`load` drops it)."""
+    s = x.filter((pl.col("process_name") == "Python") & pl.col("name").str.contains(step_name))
     return s.select(
-        step_number(pl.col("name"), STEP_NAME).alias("step"),
+        step_number(pl.col("name"), step_name).alias("step"),
         pl.col("event_idx").alias("step_event"),
         pl.col("ts_us").alias("start_us"),
         "end_us",
@@ -142,7 +141,7 @@ def _overlap_events(x: pl.DataFrame, step_spans: pl.DataFrame) -> pl.DataFrame:
 
 def hccl(x: pl.DataFrame, tr: Trace) -> tuple[pl.DataFrame, pl.DataFrame]:
     """(HCCL ops on Group threads, plane tasks aggregated per plane / transport / link type)."""
-    h = tr.with_details(x.filter(pl.col("process_name").is_in(HCCL_PROCESSES)))
+    h = tr.with_details(x.filter(pl.col("process_name").is_in(default_roles().ascend_comm_processes)))
     thread = pl.col("thread_name").fill_null("")
     ops = h.filter(thread.str.contains(r"^Group .*Communication")).select(
         "event_idx", pl.col("thread_name").alias("group"), "name", "ts_us", "dur_us", "data_type", "alg_type", "count"
@@ -172,15 +171,16 @@ def load(path: Path) -> tuple[Trace, pl.DataFrame, pl.DataFrame, pl.DataFrame, p
 
 
 def _load(
-    path: Path, loading: str | None = None
+    path: Path, loading: str | None = None, roles: Roles | None = None
 ) -> tuple[Trace, pl.DataFrame, pl.DataFrame, pl.DataFrame, pl.DataFrame, int, pl.DataFrame]:
     """`load`, how many ProfilerSteps were left out for a number that is no int64, and the steps' blocks in
-    time (`overlap_blocks`). ``loading``: the data loader's name pattern, for the split's `loading_before`."""
+    time (`overlap_blocks`). ``loading``: the data loader's name pattern, for the split's `loading_before`;
+    ``roles``: the rule pack's (the step markers' name)."""
     from profan.sources.common.cache import cached_parse
 
     tr, _ = cached_parse(path, "trace_view", parse)
     x = lanes(tr.events)
-    st = steps(x)
+    st = steps(x, (roles or default_roles()).kineto_step)
     bad_steps = st["step"].null_count()
     st = st.filter(pl.col("step").is_not_null())
     ops, links = hccl(x, tr)
@@ -221,7 +221,8 @@ def load_rank_trace(rd, path: Path, roles: Roles | None = None) -> Trace:
     events without a usable duration or start, steps of no usable number, invalid UTF-8 read as U+FFFD, args
     that are no object. Returns the parsed trace, for the HCCL plane tasks (`hccl_tasks.plane_tasks`). ``roles``:
     the rule pack's (the data loader's name, for the time it holds before each step's first task)."""
-    tr, _st, split, ops, links, bad_steps, blocks = _load(path, (roles or default_roles()).kineto_data_loading)
+    roles = roles or default_roles()
+    tr, _st, split, ops, links, bad_steps, blocks = _load(path, roles.kineto_data_loading, roles)
     file = rd.files["trace_view"]
     skipped = tr.events.select(((pl.col("ph") == "X") & ~usable(tr.events)).sum()).item()
     rd.count(

@@ -33,6 +33,7 @@ import pyarrow.json as pa_json
 
 from profan.model.errors import TOO_DEEP, ProfanInputError
 from profan.rulepack import limits
+from profan.rulepack.roles import defaults as default_roles
 from profan.sources.trace.chunks import event_chunks, split_events, trace_text
 
 WORKERS = 3  # chunks in flight (each reader call is single-threaded; the main thread splits the next chunk)
@@ -131,8 +132,6 @@ _DETAIL_SCHEMA = {
 # strings are a quarter of the text) and takes ``arg_name`` from the detail pass (`_lean_names`).
 _DETAIL_SCHEMA["lean"] = {"args": pl.Struct({**_DETAIL_SCHEMA["array"]["args"].to_schema(), "name": pl.String})}
 _LEAN_CORE_SCHEMA = {k: v for k, v in _CORE_SCHEMA.items() if k != "args"}
-DETAIL_CATS = ("kernel", "Kernel", "gpu_memcpy", "gpu_memset", "gpu_user_annotation")
-COMM_NAME = r"^(c10d::|record_param_comms|nccl:|gloo:|ncclKernel|ncclDevKernel)"
 
 NOT_UTF8 = "profan:not_utf8"  # `Trace.meta` key of the invalid UTF-8 count (meta holds no field of that name)
 BAD_ARGS = "profan:bad_args"  # `Trace.meta` key: events whose ``args`` is no JSON object, read as having none
@@ -142,12 +141,17 @@ CORE_COLUMNS = ["event_idx", "ph", "cat", "name", "pid", "tid", "ts_us", "dur_us
 
 def needs_detail(cats: tuple[str, ...] | None = None) -> pl.Expr:
     """Events whose full args profan reads: device activity (``cats``: the caller's categories of it, by default
-    `DETAIL_CATS`), metadata, communication, and uncategorised device-lane events (Ascend trace_view: hardware
+    roles ``kineto_device_cats`` and ``kineto_gpu_annotation_cat``), metadata, communication (roles
+    ``kineto_comm_ops``, ``kineto_comm_kernels``), and uncategorised device-lane events (Ascend trace_view: hardware
     tasks, HCCL ops and planes)."""
+    roles = default_roles()
+    cats = (*roles.kineto_device_cats, roles.kineto_gpu_annotation_cat) if cats is None else cats
+    name = pl.col("name").cast(pl.String)
     return (
-        pl.col("cat").is_in(list(DETAIL_CATS if cats is None else cats))
+        pl.col("cat").is_in(list(cats))
         | (pl.col("ph") == "M")
-        | pl.col("name").cast(pl.String).str.contains(COMM_NAME)
+        | name.str.contains(roles.kineto_comm_ops)
+        | name.str.contains(roles.kineto_comm_kernels)
         | (pl.col("cat").is_null() & (pl.col("ph") == "X"))
     )
 

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import polars as pl
 
+from profan.rulepack.roles import defaults as default_roles
 from profan.sources.trace import ascend_view as trace_view
 from profan.sources.trace.chrome import Trace
 
@@ -34,7 +35,7 @@ def plane_tasks(tr: Trace) -> pl.DataFrame:
     trace is parsed once)."""
     x = trace_view.lanes(tr.events)
     planes = x.filter(
-        pl.col("process_name").is_in(trace_view.HCCL_PROCESSES)
+        pl.col("process_name").is_in(default_roles().ascend_comm_processes)
         & pl.col("thread_name").fill_null("").str.contains(r"^Plane \d+")
     )
     if planes.is_empty():
