@@ -138,3 +138,73 @@ def test_bare_all_to_alls_are_priced_but_make_no_cause():
     assert len(found) == 4 and {f.severity for f in found} == {"warning"}
     assert not found[0].metrics["named"] and "context parallelism" in found[0].message
     assert not [c for c in rep.causes if c.check == "moe-ep-exposed"]
+
+
+def _gpu_trace(path) -> None:
+    """Two steps of one GPU rank: GEMMs on stream 7, DeepEP-named dispatch and combine kernels on stream 20.
+    Synthetic, for what no capture at hand has (an EP library's kernels on their own stream): per step the
+    dispatch [1500, 3500) runs beside the GEMMs [100, 2100) and [2100, 3100), hidden 1600 µs; the combine
+    [4000, 5500) beside the GEMM [5000, 8000), hidden 500 µs."""
+    gemm = "sm90_xmma_gemm_bf16bf16_bf16f32_f32_tn_n_tilesize128x128x64_execute_kernel"
+    dispatch = "void deep_ep::intranode::dispatch<8, 768, 8192>(int4*, float*, int*)"
+    combine = "void deep_ep::intranode::combine<__nv_bfloat16, 8, 768>(__nv_bfloat16*, float*)"
+    plan = [(gemm, 7, 100, 2000), (dispatch, 20, 1500, 2000), (gemm, 7, 2100, 1000), (combine, 20, 4000, 1500)]
+    plan.append((gemm, 7, 5000, 3000))
+    events, corr = [], 0
+    for step in (1, 2):
+        base = step * 10000
+        events.append(
+            {
+                "ph": "X",
+                "cat": "user_annotation",
+                "name": f"ProfilerStep#{step}",
+                "pid": 1,
+                "tid": 1,
+                "ts": base,
+                "dur": 9000,
+            }
+        )
+        for name, stream, offset, dur in plan:
+            corr += 1
+            events.append(
+                {
+                    "ph": "X",
+                    "cat": "cuda_runtime",
+                    "name": "cudaLaunchKernel",
+                    "pid": 1,
+                    "tid": 1,
+                    "ts": base + offset - 50,
+                    "dur": 5,
+                    "args": {"correlation": corr},
+                }
+            )
+            events.append(
+                {
+                    "ph": "X",
+                    "cat": "kernel",
+                    "name": name,
+                    "pid": 0,
+                    "tid": stream,
+                    "ts": base + offset,
+                    "dur": dur,
+                    "args": {"stream": stream, "correlation": corr, "device": 0},
+                }
+            )
+    path.write_text(json.dumps({"traceEvents": events, "distributedInfo": {"rank": 0, "world_size": 8}}))
+
+
+def test_deep_ep_kernels_on_their_own_stream_hidden_behind_gemms(tmp_path):
+    _gpu_trace(tmp_path / "rank0.pt.trace.json")
+    rep = profan.analyze(tmp_path)
+    got = {(r["step"], r["part"]): r for r in rep.tables["moe_ep_cost"].iter_rows(named=True)}
+    for step in (1, 2):
+        assert (got[(step, "dispatch")]["hidden_us"], got[(step, "dispatch")]["exposed_us"]) == (1600.0, 400.0)
+        assert (got[(step, "combine")]["hidden_us"], got[(step, "combine")]["exposed_us"]) == (500.0, 1000.0)
+        assert got[(step, "ep_total")]["exposed_us"] == 1400.0 and got[(step, "ep_total")]["window_us"] == 7900.0
+    parts = rep.tables["moe_parts"]
+    assert set(zip(parts["part"], parts["rules"], strict=True)) == {
+        ("dispatch", "GPU-EP-001"),
+        ("combine", "GPU-EP-002"),
+    }
+    (cause,) = [c for c in rep.causes if c.check == "moe-ep-exposed"]
+    assert cause.impact_us == 1400.0
