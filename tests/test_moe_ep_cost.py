@@ -208,3 +208,11 @@ def test_deep_ep_kernels_on_their_own_stream_hidden_behind_gemms(tmp_path):
     }
     (cause,) = [c for c in rep.causes if c.check == "moe-ep-exposed"]
     assert cause.impact_us == 1400.0
+
+
+def test_waiting_is_the_exposed_time_beyond_the_least_exposed_rank(overlap_report):
+    table = overlap_report.tables["moe_ep_cost"]
+    for _, rows in table.group_by("step", "part"):
+        least = min(rows["exposed_us"])
+        assert rows["waiting_us"].to_list() == pytest.approx([e - least for e in rows["exposed_us"]])
+        assert min(rows["waiting_us"]) == 0.0

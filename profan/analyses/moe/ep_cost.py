@@ -18,12 +18,18 @@ CHECK = "moe-ep-exposed"
 
 
 def ep_cost(ranks: list[RankData]) -> pl.DataFrame:
-    """rank, step, part, events, time, busy, hidden, exposed, the step's window and the exposed share of it."""
+    """rank, step, part, events, time, busy, hidden, exposed, the step's window and the exposed share of it, and
+    where several ranks were captured, ``waiting_us``: the exposed time beyond the least exposed rank's in the
+    same step and part — the exchange ends when its slowest peer's does, so that much a rank waited for a peer,
+    and the least rank's exposed time is the transfer every rank shares (an upper bound: it waits too)."""
     have = [r for r in ranks if r.ep_time is not None and not r.ep_time.is_empty()]
     if not have:
         return pl.DataFrame()
     t = stack([r.ep_time for r in have], {"rank": [r.rank for r in have]}, how="vertical_relaxed")
     t = t.with_columns((pl.col("exposed_us") / pl.col("window_us")).alias("exposed_share"))
+    if len(have) > 1:
+        least = pl.col("exposed_us").min().over("step", "part")
+        t = t.with_columns((pl.col("exposed_us") - least).alias("waiting_us"))
     return t.select("rank", *[c for c in t.columns if c != "rank"]).sort("rank", "step", "part")
 
 
