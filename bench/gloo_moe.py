@@ -41,6 +41,7 @@ fixtures/torch/gloo_moe_cpu_4rank was written with torch 2.13.0+cpu).
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import math
 import sys
@@ -89,6 +90,18 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
         help="do not pin rank R to core R mod (cores); pinning keeps the scheduler from moving ranks between\n"
         "cores, which on an oversubscribed machine makes per-step compute vary by tens of percent",
     )
+    p.add_argument(
+        "--ep-ranges",
+        action="store_true",
+        help="name each layer's token exchange as real MoE programs do: record_function('dispatch') around the\n"
+        "count exchange and the all_to_all out, record_function('combine') around the all_to_all back",
+    )
+    p.add_argument(
+        "--overlap-shared",
+        action="store_true",
+        help="a frozen shared expert computes while the dispatch all_to_all is in flight (async_op=True), as\n"
+        "shared-expert overlap does: that part of the dispatch is hidden behind compute",
+    )
     p.add_argument("--no-gzip", action="store_true", help="write plain .json traces instead of .json.gz")
     p.add_argument("--out", type=Path, required=True, help="folder for the traces (created; old traces replaced)")
     args = p.parse_args(argv)
@@ -103,10 +116,16 @@ class _AllToAll(torch.autograd.Function):
     """all_to_all_single with its gradient: the backward sends the gradients back the way the tokens came."""
 
     @staticmethod
-    def forward(ctx, x, send: list[int], recv: list[int]):
+    def forward(ctx, x, send: list[int], recv: list[int], during=None):
+        """``during``: work to run while the exchange is in flight (its forward only: autograd is off here)."""
         ctx.splits = (send, recv)
         out = x.new_empty((sum(recv), x.shape[1]))
-        dist.all_to_all_single(out, x.contiguous(), recv, send)
+        if during is None:
+            dist.all_to_all_single(out, x.contiguous(), recv, send)
+            return out
+        handle = dist.all_to_all_single(out, x.contiguous(), recv, send, async_op=True)
+        during()
+        handle.wait()
         return out
 
     @staticmethod
@@ -114,7 +133,7 @@ class _AllToAll(torch.autograd.Function):
         send, recv = ctx.splits
         back = grad.new_empty((sum(send), grad.shape[1]))
         dist.all_to_all_single(back, grad.contiguous(), send, recv)
-        return back, None, None
+        return back, None, None, None
 
 
 class Expert(nn.Module):
@@ -137,6 +156,8 @@ class MoELayer(nn.Module):
         self.router = nn.Linear(dim, world * per_rank)
         self.first = rank * per_rank
         self.experts = nn.ModuleList(Expert(dim, hidden) for _ in range(per_rank))
+        self.shared: Expert | None = None  # a frozen shared expert run during the dispatch (--overlap-shared)
+        self.ranges = False  # record_function("dispatch") / ("combine") around the exchanges (--ep-ranges)
         shift = torch.zeros(world * per_rank)
         if hot is not None:
             shift[hot] = bias
@@ -154,12 +175,15 @@ class MoELayer(nn.Module):
             hot = hot * kept.unsqueeze(1)
         order = torch.argsort(idx, stable=True)[: int(hot.sum())]
         counts = hot.sum(0)  # tokens this rank sends to each expert (as GShard/Switch count)
-        got = torch.empty_like(counts)  # tokens each source rank sends to each local expert, [world × per_rank]
-        dist.all_to_all_single(got, counts)
-        send = counts.view(self.world, self.per_rank).sum(1).tolist()
-        got = got.view(self.world, self.per_rank)
-        self.received = got.sum(0).tolist()
-        recv = _AllToAll.apply(x[order], send, got.sum(1).tolist())
+        shared: list[torch.Tensor] = []
+        during = (lambda: shared.append(self.shared(x))) if self.shared is not None else None
+        with _range("dispatch", self.ranges):
+            got = torch.empty_like(counts)  # tokens each source rank sends to each local expert, [world × per_rank]
+            dist.all_to_all_single(got, counts)
+            send = counts.view(self.world, self.per_rank).sum(1).tolist()
+            got = got.view(self.world, self.per_rank)
+            self.received = got.sum(0).tolist()
+            recv = _AllToAll.apply(x[order], send, got.sum(1).tolist(), during)
         # received tokens come grouped by source rank, then by local expert: regroup by local expert
         local = torch.arange(self.per_rank).repeat(self.world).repeat_interleave(got.flatten())
         regroup = torch.argsort(local, stable=True)
@@ -170,9 +194,17 @@ class MoELayer(nn.Module):
             with record_function(f"expert_{self.first + j}"):
                 out = out.index_copy(0, rows, self.experts[j](recv[rows]))
             start += n
-        back = _AllToAll.apply(out, got.sum(1).tolist(), send)
+        with _range("combine", self.ranges):
+            back = _AllToAll.apply(out, got.sum(1).tolist(), send)
         y = torch.zeros_like(x).index_copy(0, order, back)
+        if shared:
+            y = y + shared[0].detach()
         return x + y * gate.unsqueeze(1)
+
+
+def _range(name: str, on: bool):
+    """record_function(name) where the program names its exchanges (--ep-ranges), else nothing."""
+    return record_function(name) if on else contextlib.nullcontext()
 
 
 class Model(nn.Module):
@@ -187,6 +219,9 @@ class Model(nn.Module):
         )
         torch.manual_seed(args.seed + 1000 + rank)  # expert weights: this rank's own
         for layer in self.layers:
+            layer.ranges = args.ep_ranges
+            if args.overlap_shared:
+                layer.shared = Expert(args.dim, args.hidden).requires_grad_(False)
             if args.fault == "capacity":
                 layer.capacity = math.ceil(args.capacity_factor * args.tokens / (args.ranks * per_rank))
             for expert in layer.experts:
@@ -194,7 +229,7 @@ class Model(nn.Module):
                     m.reset_parameters()
 
     def replicated(self) -> list[nn.Parameter]:
-        return [p for name, p in self.named_parameters() if ".experts." not in name]
+        return [p for name, p in self.named_parameters() if ".experts." not in name and p.requires_grad]
 
     def forward(self, x):
         h = F.gelu(self.dense(x))
@@ -279,6 +314,10 @@ def _ground_truth(args: argparse.Namespace) -> str:
         "ranks": args.ranks,
         "profiled_steps": args.steps,
         "async_grad": args.async_grad,
+        "ep_ranges": args.ep_ranges,
+        "overlap_shared": args.overlap_shared,
+        "dim": args.dim,
+        "hidden": args.hidden,
         "torch": torch.__version__,
     }
     return "".join(f"{k} = {json.dumps(v)}\n" for k, v in fields.items() if v is not None)

@@ -12,6 +12,7 @@ from profan import trust
 from profan.analyses.across_ranks import section as crossrank
 from profan.analyses.communication import section as comm_section
 from profan.analyses.contract import Analysis, Job, run_analyses
+from profan.analyses.moe import section as moe_section
 from profan.analyses.per_rank import memory, reconcile, steps, trace_steps
 from profan.analyses.per_rank import section as rank_section
 from profan.analyses.rl import section as rl_section
@@ -37,6 +38,7 @@ Progress = Callable[[str], None]
 # analysis reads the job's inputs and what it declares of the ones above it; adding one is one line here.
 ANALYSES: tuple[Analysis, ...] = (
     Analysis("breakdown", rank_section.breakdown_section),
+    Analysis("moe", moe_section.section),
     Analysis("steps", steps.section),
     Analysis("kernels", rank_section.kernel_section),
     Analysis("communication ops", rank_section.comm_ops_section),

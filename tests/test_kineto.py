@@ -189,7 +189,7 @@ def test_moe_routing_experts_attention_and_custom_allreduce(reports):
     name = pl.col("name")
     assert buckets(name.str.contains("moe::dev::", literal=True)) == {"moe"}
     assert buckets(name.str.starts_with("bmm_")) == {"moe"}
-    assert set(g.filter(name.str.starts_with("bmm_"))["rule_id"].to_list()) == {"GPU-MOE-002"}
+    assert set(g.filter(name.str.starts_with("bmm_"))["rule_id"].to_list()) == {"GPU-MOE-010"}
     assert buckets(name.str.starts_with("fmha")) == {"attention"}
     assert buckets(name.str.contains("multimem_all_reduce_kernel", literal=True)) == {"communication"}
     assert buckets(name.str.starts_with("ncclDevKernel_AllGather")) == {"communication"}

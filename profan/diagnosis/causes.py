@@ -15,7 +15,7 @@ numbers that fill them, with what `claims` gives them all.
 from __future__ import annotations
 
 from profan.analyses.contract import Job, Section
-from profan.diagnosis import comm_causes, idle_causes, kernel_causes, rank_causes, rl_causes
+from profan.diagnosis import comm_causes, ep_causes, idle_causes, kernel_causes, rank_causes, rl_causes
 from profan.diagnosis.claims import Claims, step_times
 from profan.diagnosis.cost import step_cost
 from profan.diagnosis.severity import grade_findings, run_kind
@@ -42,6 +42,7 @@ def section(job: Job) -> Section:
         comm_causes.slow_link,
         comm_causes.waited_peer,
         comm_causes.late_peers,
+        ep_causes.exposed_ep,
         comm_causes.exposed_transfer,
         comm_causes.unsplit_exposed,
         kernel_causes.unfused_attention,

@@ -40,6 +40,9 @@ class BucketRule:
     example: str
     applies_to: str  # "ascend" | "gpu" | "cpu" | "any"
     source: str  # file the rule came from
+    # what the kernel does inside its bucket, where a rule can tell (rules/buckets [pack] parts): an MoE layer's
+    # dispatch, combine, routing, experts; "" for most rules. The breakdown's bucket totals never depend on it.
+    part: str = ""
 
 
 @dataclass(frozen=True)
@@ -90,6 +93,7 @@ class RulePack:
     rules: list[BucketRule] = field(default_factory=list)
     checks: dict[str, Check] = field(default_factory=dict)
     buckets: dict[str, list[str]] = field(default_factory=dict)  # applies_to -> bucket order
+    parts: dict[str, str] = field(default_factory=dict)  # part -> what it is, from the [pack] parts tables
     files: list[str] = field(default_factory=list)
     limits: Limits = field(default_factory=defaults)  # rules/limits.toml, a user file's [limits] on top
     roles: Roles = field(default_factory=default_roles)  # rules/roles.toml, a user file's [roles] on top
@@ -104,6 +108,10 @@ class RulePack:
             return self.checks[check_id]
         except KeyError:
             raise KeyError(f"no check {check_id!r} in the rule pack (rules/checks.toml)") from None
+
+    def rule_parts(self) -> dict[str, str]:
+        """rule id -> the part its kernels are (only the rules that name one)."""
+        return {r.id: r.part for r in self.rules if r.part}
 
     def find(self, ident: str) -> BucketRule | Check | None:
         if ident in self.checks:
@@ -126,6 +134,7 @@ def _read_rules(path: Path, doc: dict[str, Any], seen: set[str]) -> tuple[list[B
     if not isinstance(pack, dict):
         raise ProfanInputError(path, "[pack] must be a table")
     applies = str(pack.get("applies_to", "any"))
+    parts = pack.get("parts", {})
     rules = []
     for i, r in enumerate(_tables(path, doc, "rule"), start=1):
         rid = r.get("id")
@@ -147,6 +156,10 @@ def _read_rules(path: Path, doc: dict[str, Any], seen: set[str]) -> tuple[list[B
             )
         for pattern in r["match"].values():
             _validate_regex(path, f"rule {rid}", str(pattern))
+        part = r.get("part", "")
+        if part and (not isinstance(part, str) or (parts and part not in parts) or not part.isidentifier()):
+            known = f"one of [pack] parts ({', '.join(parts)})" if parts else "a lowercase word"
+            raise ProfanInputError(path, f"rule {rid}: part {part!r} is not {known}")
         seen.add(rid)
         rules.append(
             BucketRule(
@@ -158,6 +171,7 @@ def _read_rules(path: Path, doc: dict[str, Any], seen: set[str]) -> tuple[list[B
                 example=r.get("example", ""),
                 applies_to=str(r.get("applies_to", applies)),
                 source=path.name,
+                part=str(part),
             )
         )
     return rules, applies, list(pack.get("buckets", []))
@@ -200,6 +214,7 @@ def load(extra: list[Path] | None = None) -> RulePack:
         rules, applies, buckets = _read_rules(path, doc, seen)
         builtin.extend(rules)
         pack.buckets.setdefault(applies, buckets)
+        pack.parts.update(doc.get("pack", {}).get("parts", {}))
         pack.files.append(f"rules/buckets/{path.name}")
     checks_doc = load_toml(base / "checks.toml")
     user_checks = set(pack.checks)

@@ -1,0 +1,36 @@
+"""The cause in an MoE layer's expert-parallel exchange: dispatch and combine that run with nothing computing
+beside them (check ``moe-ep-exposed``, `analyses.moe.ep_cost`)."""
+
+from __future__ import annotations
+
+from profan.analyses.contract import Job
+from profan.diagnosis.claims import Claims, Grounds, explainable, make_cause, span
+from profan.model.causes import Cause
+from profan.model.textfmt import ms
+
+
+def exposed_ep(job: Job, claims: Claims, steps_us: dict[int, float]) -> list[Cause]:
+    """Exposed dispatch / combine on the ranks whose findings no earlier cause took. Gain: the least exposed rank's
+    exposed EP time per step — what hiding the exchange gives every rank of the group at least (a rank exposed
+    longer waits for a peer: the exchange ends when the slowest rank's does)."""
+    check = "moe-ep-exposed"
+    found = [f for f in claims.unclaimed(check) if f.metrics["named"]]  # bare all-to-alls: a finding, no cause
+    if not found:
+        return []
+    least = min(found, key=lambda f: f.metrics["exposed_us"])
+    parts = least.metrics["by_part"]
+    values = {
+        "shares": span([float(f.metrics["share"]) for f in found], "{:.1%}"),
+        "n_ranks": len({r for f in found for r in f.ranks}),
+        "min_exposed_ms": least.metrics["exposed_us"] / 1000,
+        "by_part": ", ".join(
+            f"{p} {ms(v['exposed_us'])} exposed and {ms(v['hidden_us'])} hidden on rank {least.rank}"
+            for p, v in sorted(parts.items())
+        ),
+    }
+    claims.own(found)
+    steps = sorted({s for f in found for s in f.steps})
+    ranks = sorted({r for f in found for r in f.ranks})
+    explained = claims.take(explainable(job, check) - {check}, steps=steps, ranks=ranks)
+    grounds = Grounds(sources=found, steps_us=steps_us, explained=explained, impact_us=least.metrics["exposed_us"])
+    return [make_cause(job, check, values, grounds)]
