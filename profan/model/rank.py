@@ -74,6 +74,9 @@ class RankData:
     # an MoE layer's token events: all-to-alls with their split sizes, expert ranges, expert inputs, each with its
     # step (profan.sources.trace.kineto_moe); None where the trace shows no MoE layer
     moe_tokens: pl.DataFrame | None = None
+    # a serving capture's model iterations, one row each (profan.sources.trace.kineto_iterations); None where the
+    # capture is no serving capture (no iteration marker, or a training op)
+    iterations: pl.DataFrame | None = None
     # memory: the allocated/reserved curve (bounded), the peak row and what is live at the peak
     # (profan.ranks.memory_pass; keys curve, peak, holders, and modules for Ascend npu_module_mem.csv)
     memory: dict[str, pl.DataFrame] | None = None

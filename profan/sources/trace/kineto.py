@@ -38,7 +38,7 @@ import polars as pl
 
 from profan.rulepack.roles import Roles
 from profan.rulepack.roles import defaults as default_roles
-from profan.sources.trace import kineto_context
+from profan.sources.trace import kineto_context, kineto_iterations
 from profan.sources.trace.chrome import (
     DROPPED,
     Trace,
@@ -84,6 +84,9 @@ class KinetoTrace:
     loading: pl.DataFrame = field(default_factory=pl.DataFrame)
     # the host's long spans (`host_spans`): event_idx, name, kind (op / call), start_us, end_us
     host: pl.DataFrame = field(default_factory=pl.DataFrame)
+    # a serving capture's iteration markers (`kineto_iterations.marks`) and whether the trace trains (then none)
+    marks: pl.DataFrame = field(default_factory=pl.DataFrame)
+    trains: bool = False
 
 
 HOST_SPAN_US = 500.0  # host spans this long or longer can name what the host did while the device sat idle
@@ -416,6 +419,7 @@ def load(path: Path, trace: Trace | None = None, roles: Roles | None = None) -> 
     tr = trace if trace is not None else parse_trace(path, roles)
     ev, aliased = normalised(tr.events, roles)
     ev, adopted = _uncategorised(tr, ev, roles)
+    marks, trains = kineto_iterations.marks(ev)
     no_category, not_complete = _unread_device(ev, roles)
     rank, origin, rank_problem = rank_of(tr.meta, tr.path, roles)
     steps = step_table(ev, roles)
@@ -460,6 +464,8 @@ def load(path: Path, trace: Trace | None = None, roles: Roles | None = None) -> 
         notes=notes,
         loading=_loading(ev, roles, placed),
         host=host_spans(ev, roles, placed),
+        marks=marks,
+        trains=trains,
     )
 
 

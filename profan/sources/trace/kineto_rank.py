@@ -19,7 +19,7 @@ from profan.rulepack.classify import classify_distinct, uses_neighbors, with_nei
 from profan.rulepack.roles import Roles
 from profan.rulepack.roles import defaults as default_roles
 from profan.sources.common import intervals
-from profan.sources.trace import kineto_moe
+from profan.sources.trace import kineto_iterations, kineto_moe
 from profan.sources.trace.chrome import bad_args_warning, bad_steps_warning, no_phase_warning, not_utf8_warning
 from profan.sources.trace.kineto import KinetoTrace, load, parse_trace, parse_variant
 
@@ -558,6 +558,7 @@ def load_rank_trace(rd, kt: KinetoTrace, hit: bool, dev: pl.DataFrame, pack) -> 
     moe = pack.check("moe-expert-imbalance")
     rd.moe_tokens = kineto_moe.rank_token_events(kt, moe["token_events"], moe["token_read_max_mb"])
     rd.fusible = elementwise_runs(dev, pack.check("unfused-elementwise"))
+    rd.iterations = kineto_iterations.rank_iterations(kt, dev, roles.kineto_annotation_cat)
     _count_skipped(rd, kt)
     rd.info.update(
         {
