@@ -14,6 +14,7 @@ from profan.analyses.communication import section as comm_section
 from profan.analyses.contract import Analysis, Job, run_analyses
 from profan.analyses.per_rank import memory, reconcile, steps, trace_steps
 from profan.analyses.per_rank import section as rank_section
+from profan.analyses.serving import section as serving_section
 from profan.diagnosis import causes
 from profan.diagnosis.fold import fold
 from profan.diagnosis.severity import grade_causes, grade_findings, keep, run_kind
@@ -44,6 +45,7 @@ ANALYSES: tuple[Analysis, ...] = (
     Analysis("cross-rank", crossrank.section, own_thread=True),
     Analysis("traces", trace_steps.section),
     Analysis("memory", memory.section),
+    Analysis("serving", serving_section.section),
     Analysis("not assessed", rank_section.unassessed_section),
     # the diagnosis: reads every finding above and explains them by causes
     Analysis(

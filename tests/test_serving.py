@@ -12,6 +12,7 @@ from pathlib import Path
 import polars as pl
 import pytest
 import tomllib
+from conftest import analysed
 
 from profan.sources.trace import kineto_iterations
 from profan.sources.trace.kineto_rank import load_cached
@@ -109,3 +110,51 @@ def test_training_capture_has_no_iterations():
     kt, _ = load_cached(TRAINING)
     assert kt.trains
     assert kineto_iterations.rank_iterations(kt, kt.device, "user_annotation") is None
+
+
+SERVING_CAPTURES = [CPU["uniform"], CPU["mixed"], SGLANG, VLLM]
+
+
+@pytest.mark.parametrize("root", SERVING_CAPTURES, ids=lambda p: p.name)
+def test_report_per_phase_table_sums_to_the_iterations_span(root):
+    """The report's per-phase table: its iteration counts are the iteration table's, per phase, and its
+    iteration times add up to the captured iterations' span (first iteration's start to the last one's end)
+    within 1 %; every iteration row cites a real event of its file."""
+    report = analysed(root)
+    its, phases = report.tables["serving_iterations"], report.tables["serving_phases"]
+    for (phase,), rows in its.group_by(["phase"]):
+        row = phases.filter(pl.col("phase") == phase).row(0, named=True)
+        assert row["iterations"] == rows.height
+        assert row["time_us"] == pytest.approx(rows["period_us"].sum(), rel=1e-9)
+        assert row["p50_us"] == pytest.approx(rows["period_us"].median(), rel=1e-9)
+        assert row["max_us"] == rows["period_us"].max()
+    last = its.row(its.height - 1, named=True)
+    span = last["next_us"] - its["start_us"].min()
+    assert phases["time_us"].sum() == pytest.approx(span, rel=1e-2)
+    events = _events(root / its["file"][0])
+    for idx, name in zip(its["event_idx"], its["name"], strict=True):
+        assert events[idx]["name"] == name
+
+
+def test_report_formats_carry_the_per_phase_view(tmp_path):
+    """JSON (tables.serving_phases), Markdown and HTML (a per-phase section), the workbook (a sheet) and the
+    brief (summary.serving) all carry the phases of the mixed CPU capture; a training report has none."""
+    from openpyxl import load_workbook
+
+    from profan.app.brief import brief
+    from profan.render import render
+
+    report = analysed(CPU["mixed"])
+    doc = json.loads(render(report, "json"))
+    assert [r["phase"] for r in doc["tables"]["serving_phases"]] == ["prefill", "decode"]
+    assert [r["iterations"] for r in doc["tables"]["serving_phases"]] == [1, 3]
+    assert "Model iterations per phase (serving)" in render(report, "md")
+    assert "Model iterations per phase" in render(report, "html")
+    out = tmp_path / "r.xlsx"
+    render(report, "xlsx", out)
+    assert any("serving_phases" in name or "Serving" in name for name in load_workbook(out).sheetnames)
+    serving = brief(report)["summary"]["serving"]
+    assert [(p["phase"], p["iterations"]) for p in serving["phases"]] == [("prefill", 1), ("decode", 3)]
+    assert serving["phases"][1]["slowest"] == doc["tables"]["serving_phases"][1]["slowest"]
+    training = analysed(REPO / "fixtures/torch/gloo_moe_cpu_4rank/sleep")
+    assert "serving_phases" not in training.tables and "serving" not in brief(training)["summary"]
