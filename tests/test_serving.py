@@ -21,6 +21,8 @@ REPO = Path(__file__).resolve().parents[1]
 CPU = {
     "uniform": REPO / "fixtures/torch/serving_llama_cpu_uniform",
     "mixed": REPO / "fixtures/torch/serving_llama_cpu_mixed",
+    "interference": REPO / "fixtures/torch/serving_llama_cpu_interference",
+    "moe": REPO / "fixtures/torch/serving_mixtral_cpu_moe",
 }
 SGLANG = REPO / "fixtures/torch/sglang_qwen3-8b_decode_mi300x_graph"
 SGLANG_TRACE = SGLANG / "sglang_Qwen3-8B_decode.json.gz"
@@ -49,7 +51,9 @@ def test_cpu_generate_iterations_are_the_model_forwards(case):
     truth = tomllib.loads((folder / "ground_truth.toml").read_text())
     events = _events(folder / "trace.json.gz")
     forwards = [
-        (i, e) for i, e in enumerate(events) if re.fullmatch(r"nn\.Module: LlamaForCausalLM_\d+", e.get("name", ""))
+        (i, e)
+        for i, e in enumerate(events)
+        if re.fullmatch(r"nn\.Module: (Llama|Mixtral)ForCausalLM_\d+", e.get("name", ""))
     ]
     embeds = [e["args"]["Input Dims"][1] for e in events if e.get("name") == "aten::embedding"]
     it = _iterations(folder / "trace.json.gz")
@@ -59,7 +63,9 @@ def test_cpu_generate_iterations_are_the_model_forwards(case):
     assert it["phase"].to_list() == truth["phases"]
     assert it["query_len"].to_list() == [dims[1] for dims in embeds]
     assert it["tokens"].to_list() == [dims[0] * dims[1] for dims in embeds]
-    assert it["batch"].to_list() == [truth["requests"]] * truth["iterations"]
+    assert it["batch"].to_list() == [dims[0] for dims in embeds]
+    if "query_lengths" in truth:
+        assert it["query_len"].to_list() == truth["query_lengths"]
     # the periods tile the iterations' span: first forward's start to the last forward's end
     span = forwards[-1][1]["ts"] + forwards[-1][1]["dur"] - forwards[0][1]["ts"]
     assert it["period_us"].sum() == pytest.approx(span, rel=1e-2)
@@ -112,7 +118,7 @@ def test_training_capture_has_no_iterations():
     assert kineto_iterations.rank_iterations(kt, kt.device, "user_annotation") is None
 
 
-SERVING_CAPTURES = [CPU["uniform"], CPU["mixed"], SGLANG, VLLM]
+SERVING_CAPTURES = [*CPU.values(), SGLANG, VLLM]
 
 
 @pytest.mark.parametrize("root", SERVING_CAPTURES, ids=lambda p: p.name)
