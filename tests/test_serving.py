@@ -164,3 +164,42 @@ def test_report_formats_carry_the_per_phase_view(tmp_path):
     assert serving["phases"][1]["slowest"] == doc["tables"]["serving_phases"][1]["slowest"]
     training = analysed(REPO / "fixtures/torch/gloo_moe_cpu_4rank/sleep")
     assert "serving_phases" not in training.tables and "serving" not in brief(training)["summary"]
+
+
+def test_cpu_launch_gaps_are_measured_but_no_cause():
+    """On a CPU-only capture the gaps between the host's top-level ops are Python dispatch, not launches a graph
+    could replay: the launch-bound finding carries the measured idle (the decode rows' mean between_kernels_us)
+    but its cost grades it info (rules/severity.toml baseline), so no serving cause leads the verdict."""
+    report = analysed(CPU["mixed"])
+    its = report.tables["serving_iterations"]
+    decode = its.filter(pl.col("phase") == "decode")
+    found = [m for f in report.findings for m in (f.members or [f]) if m.check == "serving-launch-bound-decode"]
+    assert len(found) == 1 and found[0].severity == "info"
+    assert found[0].metrics["between_kernels_us"] == pytest.approx(decode["between_kernels_us"].mean(), rel=1e-9)
+    assert sorted(found[0].evidence[0].events) == sorted(decode["event_idx"].to_list())
+    assert not [c for c in report.causes if c.check.startswith("serving-")]
+
+
+def test_launch_bound_cause_bound_is_the_measured_idle_between_kernels():
+    """The cause built from a launch-bound finding (here the mixed CPU capture's, taken before its cost is
+    graded): its bound is the measured idle between the decode iterations' kernels per iteration, said as an
+    upper bound, and the step it is a share of is the decode iterations' mean period."""
+    from profan.analyses.contract import Job
+    from profan.analyses.serving import section
+    from profan.diagnosis.claims import Claims
+    from profan.diagnosis.serving_causes import launch_bound
+    from profan.ranks.rankmap import load_ranks
+    from profan.rulepack.pack import load
+    from profan.sources.discovery.discover import discover
+
+    pack = load([])
+    disc = discover(CPU["mixed"])
+    ranks = load_ranks(disc.ranks, disc.root, pack, 1, lambda _m: None)
+    job = Job(ranks=ranks, pack=pack)
+    sec = section.section(job)
+    decode = sec.tables["serving_iterations"].filter(pl.col("phase") == "decode")
+    (cause,) = launch_bound(job, Claims(sec.findings), {})
+    assert cause.impact_us is None
+    assert cause.bound_us == pytest.approx(decode["between_kernels_us"].mean(), rel=1e-9)
+    assert cause.step_us == pytest.approx(decode["period_us"].mean(), rel=1e-9)
+    assert "upper bound" in cause.assumption and "CUDA graphs" in cause.action

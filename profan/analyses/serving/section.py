@@ -7,6 +7,7 @@ from __future__ import annotations
 import polars as pl
 
 from profan.analyses.contract import Job, Section
+from profan.analyses.serving.findings import rank_findings
 from profan.analyses.serving.iterations import iteration_table
 from profan.analyses.serving.phases import phase_table
 from profan.model.textfmt import fmt_ranks
@@ -18,8 +19,15 @@ def section(job: Job) -> Section:
     its = iteration_table(job.ranks)
     if its.is_empty():  # the tables exist (empty) so the diagnosis may declare it reads them; reports drop them
         return Section(tables={"serving_iterations": its, "serving_phases": pl.DataFrame()})
+    device = {r.rank: "CPU" if "CPU-only" in r.kernel_variant else "GPU" for r in job.ranks}
+    found = [
+        f
+        for (rank,), rows in its.group_by(["rank"], maintain_order=True)
+        for f in rank_findings(rows, job.pack, device.get(int(rank), "GPU"))  # type: ignore[arg-type]
+    ]
     return Section(
         tables={"serving_iterations": its, "serving_phases": phase_table(its)},
+        findings=found,
         notes=marker_notes(its),
     )
 

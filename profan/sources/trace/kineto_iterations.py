@@ -94,7 +94,8 @@ def assign(dev: pl.DataFrame, win: pl.DataFrame) -> pl.DataFrame:
     """Each device event with the iteration whose host window launched it (its launch's time, else its own
     start, inside the window); events of no iteration are left out."""
     launch = pl.col("launch_us") if "launch_us" in dev.columns else pl.lit(None, pl.Float64)
-    d = dev.select("event_idx", "name", "ts_us", "end_us", pl.coalesce(launch, pl.col("ts_us")).alias("_at"))
+    graph = pl.col("graph").fill_null(False) if "graph" in dev.columns else pl.lit(False).alias("graph")
+    d = dev.select("event_idx", "name", "ts_us", "end_us", graph, pl.coalesce(launch, pl.col("ts_us")).alias("_at"))
     d = d.sort("_at").join_asof(
         win.select("iteration", pl.col("start_us").alias("_w0"), pl.col("end_us").alias("_w1")).sort("_w0"),
         left_on="_at",
@@ -110,6 +111,7 @@ def device_work(work: pl.DataFrame) -> pl.DataFrame:
     busy = intervals.union_length(intervals.union_runs(work, ["iteration"]), ["iteration"], "busy_us")
     span = work.group_by("iteration").agg(
         pl.len().alias("kernels"),
+        pl.col("graph").sum().cast(pl.Int64).alias("graph_kernels"),
         pl.col("ts_us").min().alias("device_start_us"),
         pl.col("end_us").max().alias("device_end_us"),
     )
@@ -122,7 +124,7 @@ def periods(win: pl.DataFrame, work: pl.DataFrame) -> pl.DataFrame:
     period, ``between_kernels_us`` its idle time between the iteration's own first and last device event (what a
     launch-bound iteration loses), ``gap_after_us`` the host's time from the window's end to the next start."""
     out = win.join(device_work(work), on="iteration", how="left").sort("iteration")
-    out = out.with_columns(pl.col("kernels").fill_null(0), pl.col("busy_us").fill_null(0.0))
+    out = out.with_columns(pl.col("kernels", "graph_kernels").fill_null(0), pl.col("busy_us").fill_null(0.0))
     last_end = pl.max_horizontal("end_us", pl.col("device_end_us").fill_null(pl.col("end_us")))
     nxt = pl.col("start_us").shift(-1)
     out = out.with_columns(pl.coalesce(nxt, last_end).alias("next_us"))
@@ -153,6 +155,7 @@ ITERATION_COLUMNS = [
     "period_us",
     "host_us",
     "kernels",
+    "graph_kernels",
     "busy_us",
     "idle_us",
     "between_kernels_us",
