@@ -16,6 +16,7 @@ from profan.analyses.moe import section as moe_section
 from profan.analyses.per_rank import memory, reconcile, steps, trace_steps
 from profan.analyses.per_rank import section as rank_section
 from profan.analyses.rl import section as rl_section
+from profan.analyses.serving import section as serving_section
 from profan.diagnosis import causes
 from profan.diagnosis.fold import fold
 from profan.diagnosis.severity import grade_causes, grade_findings, keep, run_kind
@@ -50,6 +51,7 @@ ANALYSES: tuple[Analysis, ...] = (
     Analysis("memory", memory.section),
     # an RL job's step across its roles' traces: its ledger findings supersede the per-trace idle ones
     Analysis("rl step ledger", rl_section.section),
+    Analysis("serving", serving_section.section),
     Analysis("not assessed", rank_section.unassessed_section),
     # the diagnosis: reads every finding above and explains them by causes
     Analysis(

@@ -15,7 +15,7 @@ numbers that fill them, with what `claims` gives them all.
 from __future__ import annotations
 
 from profan.analyses.contract import Job, Section
-from profan.diagnosis import comm_causes, ep_causes, idle_causes, kernel_causes, rank_causes, rl_causes
+from profan.diagnosis import comm_causes, ep_causes, idle_causes, kernel_causes, rank_causes, rl_causes, serving_causes
 from profan.diagnosis.claims import Claims, step_times
 from profan.diagnosis.cost import step_cost
 from profan.diagnosis.severity import grade_findings, run_kind
@@ -50,6 +50,9 @@ def section(job: Job) -> Section:
         kernel_causes.boundness,
         kernel_causes.ai_cpu,
         idle_causes.idle_between,
+        serving_causes.prefill_interference,
+        serving_causes.launch_bound,
+        serving_causes.host_gaps,
     )
     for build in builders:
         causes += build(job, claims, steps_us)

@@ -77,6 +77,9 @@ class RankData:
     # per step, an MoE layer's EP dispatch / combine / all-to-all time, busy, hidden behind compute and exposed
     # (profan.sources.trace.kineto_ep); None where the trace has no such event
     ep_time: pl.DataFrame | None = None
+    # a serving capture's model iterations, one row each (profan.sources.trace.kineto_iterations); None where the
+    # capture is no serving capture (no iteration marker, or a training op)
+    iterations: pl.DataFrame | None = None
     # memory: the allocated/reserved curve (bounded), the peak row and what is live at the peak
     # (profan.ranks.memory_pass; keys curve, peak, holders, and modules for Ascend npu_module_mem.csv)
     memory: dict[str, pl.DataFrame] | None = None

@@ -187,6 +187,32 @@ def bucket_shares(report: Report) -> list[dict[str, Any]]:
     ]
 
 
+SERVING_RANKS = 8  # ranks whose per-phase rows the brief lists (the JSON report has every rank)
+
+
+def serving_summary(report: Report) -> dict[str, Any]:
+    """``serving``: per rank and phase, the iterations and their time (p50 / p90 / max, ms) and device busy
+    share, tokens per iteration and time per token where known — for a serving capture only (else nothing, so
+    a training brief is as it was)."""
+    phases = report.tables.get("serving_phases")
+    if phases is None or phases.is_empty():
+        return {}
+    keep = sorted(set(phases["rank"].to_list()))[:SERVING_RANKS]
+    rows = phases.filter(pl.col("rank").is_in(keep))
+    ms_cols = {"time_us": "time_ms", "p50_us": "p50_ms", "p90_us": "p90_ms", "max_us": "max_ms"}
+    out = rows.select(
+        "rank",
+        "phase",
+        "iterations",
+        *[(pl.col(c) / 1000).round(3).alias(n) for c, n in ms_cols.items()],
+        pl.col("busy_share").round(4),
+        pl.col("tokens_per_iteration").round(2),
+        (pl.col("us_per_token") / 1000).round(4).alias("ms_per_token"),
+        "slowest",
+    )
+    return {"serving": {"phases": out.to_dicts(), "ranks_total": phases["rank"].n_unique()}}
+
+
 def _clipped_list(items: list[str], keep: int = LIST_ITEMS) -> dict[str, Any]:
     return {"count": len(items), "first": [_clip(s, 240) for s in items[:keep]]}
 
@@ -212,6 +238,7 @@ def _skeleton(report: Report, report_file: str | None, drill: str | None) -> dic
             "step_us": None if step is None else round(step["step_us"], 3),
             "time_by_bucket": bucket_shares(report),
             **({"rl_ledger": ledger} if (ledger := ledger_brief(report.tables)) is not None else {}),
+            **serving_summary(report),
         },
         "findings": [],
         "omitted": {},

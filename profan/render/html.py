@@ -96,6 +96,17 @@ TABLE_INFO: dict[str, tuple[str, str]] = {
         "Per rank and step, the compute, exposed communication and idle blocks the timeline draws (at most 31 per "
         "step: a block merging short stretches keeps the exact time of each part it holds).",
     ),
+    "serving_phases": (
+        "Model iterations per phase",
+        "Serving capture: per rank and phase (prefill, decode, mixed), the iterations, their period (p50 / p90 / max), "
+        "device busy and idle time inside them (between_kernels_us: between the iteration's own kernels), the host's "
+        "gaps after them, tokens per iteration and time per token where the token input was read, the slowest.",
+    ),
+    "serving_iterations": (
+        "Model iterations",
+        "Serving capture: one row per rank and iteration, citing the event that marked it (event_idx) and the one "
+        "that decided its phase (phase_event).",
+    ),
     "top_kernels": (
         "Top kernels per bucket",
         "The kernels that carry each bucket, with the source rows behind "
@@ -133,7 +144,7 @@ TABLE_INFO: dict[str, tuple[str, str]] = {
     "memory_curve": ("Memory over time", "The curve the memory chart draws: each rank's peaks kept exactly."),
     "memory_modules": ("Device memory per CANN module", "Most memory each module reserved (npu_module_mem.csv)."),
 }
-SECTION_ORDER = ("breakdown", "steps", "trace_steps", "top_kernels", "boundness", "communication")
+SECTION_ORDER = ("serving_phases", "breakdown", "steps", "trace_steps", "top_kernels", "boundness", "communication")
 
 
 def render_html(report: Report, out: Path | None = None) -> str | None:

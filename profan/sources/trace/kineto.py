@@ -39,7 +39,7 @@ import polars as pl
 from profan.rulepack import rl
 from profan.rulepack.roles import Roles
 from profan.rulepack.roles import defaults as default_roles
-from profan.sources.trace import kineto_context
+from profan.sources.trace import kineto_context, kineto_iterations
 from profan.sources.trace.chrome import (
     DROPPED,
     Trace,
@@ -89,6 +89,9 @@ class KinetoTrace:
     annotations: pl.DataFrame = field(default_factory=pl.DataFrame)
     # the starts of the ops an RL generation counts its forwards by (rules/rl.toml forward_op): event_idx, ts_us
     forwards: pl.DataFrame = field(default_factory=pl.DataFrame)
+    # a serving capture's iteration markers (`kineto_iterations.marks`) and whether the trace trains (then none)
+    marks: pl.DataFrame = field(default_factory=pl.DataFrame)
+    trains: bool = False
 
 
 HOST_SPAN_US = 500.0  # host spans this long or longer can name what the host did while the device sat idle
@@ -421,6 +424,7 @@ def load(path: Path, trace: Trace | None = None, roles: Roles | None = None) -> 
     tr = trace if trace is not None else parse_trace(path, roles)
     ev, aliased = normalised(tr.events, roles)
     ev, adopted = _uncategorised(tr, ev, roles)
+    marks, trains = kineto_iterations.marks(ev)
     no_category, not_complete = _unread_device(ev, roles)
     rank, origin, rank_problem = rank_of(tr.meta, tr.path, roles)
     steps = step_table(ev, roles)
@@ -466,12 +470,17 @@ def load(path: Path, trace: Trace | None = None, roles: Roles | None = None) -> 
         loading=_loading(ev, roles, placed),
         host=host_spans(ev, roles, placed),
         annotations=annotation_spans(ev, roles, placed),
-        forwards=ev.filter(
-            (pl.col("cat").cast(pl.String) == roles.kineto_cpu_op_cat)
-            & (pl.col("name").cast(pl.String) == rl.rules().forward_op)
-            & placed
-        ).select("event_idx", "ts_us"),
+        forwards=_forward_starts(ev, roles, placed),
+        marks=marks,
+        trains=trains,
     )
+
+
+def _forward_starts(ev: pl.DataFrame, roles: Roles, placed: pl.Expr) -> pl.DataFrame:
+    """The starts of the ops an RL generation counts its forwards by (rules/rl.toml forward_op)."""
+    cat, name = pl.col("cat").cast(pl.String), pl.col("name").cast(pl.String)
+    ops = ev.filter((cat == roles.kineto_cpu_op_cat) & (name == rl.rules().forward_op) & placed)
+    return ops.select("event_idx", "ts_us")
 
 
 def annotation_spans(ev: pl.DataFrame, roles: Roles, placed: pl.Expr) -> pl.DataFrame:

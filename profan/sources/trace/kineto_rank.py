@@ -19,7 +19,7 @@ from profan.rulepack.classify import classify_distinct, uses_neighbors, with_nei
 from profan.rulepack.roles import Roles
 from profan.rulepack.roles import defaults as default_roles
 from profan.sources.common import intervals
-from profan.sources.trace import kineto_ep, kineto_moe
+from profan.sources.trace import kineto_ep, kineto_iterations, kineto_moe
 from profan.sources.trace.chrome import bad_args_warning, bad_steps_warning, no_phase_warning, not_utf8_warning
 from profan.sources.trace.kineto import KinetoTrace, load, parse_trace, parse_variant
 
@@ -561,6 +561,7 @@ def load_rank_trace(rd, kt: KinetoTrace, hit: bool, dev: pl.DataFrame, pack) -> 
     ep_tab = kineto_ep.ep_time(dev, pack.rule_parts(), tuple(ep["ep_parts"]), ep["comm_bucket"], ep["total_part"])
     rd.ep_time = None if ep_tab.is_empty() else ep_tab
     rd.fusible = elementwise_runs(dev, pack.check("unfused-elementwise"))
+    rd.iterations = kineto_iterations.rank_iterations(kt, dev, roles.kineto_annotation_cat)
     _count_skipped(rd, kt)
     if "role" in rd.info:  # an RL job's trace: what its step ledger reads (`analyses.rl`)
         rd.rl_spans, rd.rl_forwards = kt.annotations, kt.forwards

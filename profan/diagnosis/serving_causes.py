@@ -1,0 +1,54 @@
+"""Serving causes: launch-bound decode iterations, host gaps between iterations, prefill iterations that stall
+the decodes (findings of `profan.analyses.serving.findings`). Each gain is a bound: the measured idle, gap or
+stall per iteration on the least affected rank, against that rank's iterations as the step."""
+
+from __future__ import annotations
+
+from profan.analyses.contract import Job
+from profan.analyses.serving.findings import GAPS, INTERFERENCE, LAUNCH
+from profan.diagnosis.claims import Claims, Grounds, make_cause
+from profan.model.causes import Cause
+from profan.model.textfmt import fmt_ranks, ms, pct
+
+COST = {LAUNCH: "between_kernels_us", GAPS: "gap_after_us", INTERFERENCE: "stall_us"}
+
+
+def _cause(job: Job, claims: Claims, check: str) -> list[Cause]:
+    found = claims.unclaimed(check)
+    if not found:
+        return []
+    cost = COST[check]
+    least = min(found, key=lambda f: float(f.metrics[cost]))
+    worst = max(found, key=lambda f: float(f.metrics["worst_us"]))
+    w = worst.metrics
+    values = {
+        "ranks": fmt_ranks(sorted({r for f in found for r in f.ranks})),
+        "device": w["device"],
+        "idle": ms(least.metrics[cost]),
+        "gap": ms(least.metrics[cost]),
+        "stall": ms(least.metrics[cost] * least.metrics["iterations"]),
+        "share": pct(least.metrics["share"]),
+        "bound_ms": float(least.metrics[cost]) / 1000,
+        "worst_rank": worst.rank,
+        "worst_iteration": w["worst_iteration"],
+        "worst_idle": ms(w["worst_us"]),
+        "worst_gap": ms(w["worst_us"]),
+        "worst_period": ms(w["worst_us"]),
+        "iterations": ", ".join(str(i) for i in w["iteration_periods"]),
+    }
+    claims.own(found)
+    periods = {int(i): float(p) for i, p in least.metrics["iteration_periods"].items()}
+    grounds = Grounds(sources=found, steps_us=periods, bound_us=float(least.metrics[cost]))
+    return [make_cause(job, check, values, grounds)]
+
+
+def launch_bound(job: Job, claims: Claims, _steps_us: dict[int, float]) -> list[Cause]:
+    return _cause(job, claims, LAUNCH)
+
+
+def host_gaps(job: Job, claims: Claims, _steps_us: dict[int, float]) -> list[Cause]:
+    return _cause(job, claims, GAPS)
+
+
+def prefill_interference(job: Job, claims: Claims, _steps_us: dict[int, float]) -> list[Cause]:
+    return _cause(job, claims, INTERFERENCE)
