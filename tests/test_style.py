@@ -27,7 +27,6 @@ MAX_PARAMETERS = 6  # of a function, `self` / `cls` not counted
 PARAMETER_RATCHET = {
     "profan/app/mcp_server.py:evidence": 10,
     "profan/analyses/moe/balance.py:_finding": 10,
-    "profan/ranks/collectives.py:_finish_windows": 9,
     "profan/diagnosis/kernel_causes.py:_kernel_change": 9,
     "profan/analyses/per_rank/steps.py:share_finding": 9,
     "profan/analyses/per_rank/breakdown.py:_ai_cpu_finding": 9,
@@ -36,7 +35,6 @@ PARAMETER_RATCHET = {
     "profan/comparison/findings.py:total_finding": 8,
     "profan/analyses/per_rank/breakdown.py:_unclassified_finding": 8,
     "profan/analyses/per_rank/breakdown.py:_breakdown_finding": 8,
-    "profan/ranks/collectives.py:build_windows": 7,
     "profan/pipeline.py:build_report": 7,
     "profan/comparison/compare.py:compare": 7,
     "profan/app/brief.py:evidence_doc": 7,
