@@ -30,7 +30,6 @@ PARAMETER_RATCHET = {
     "profan/diagnosis/kernel_causes.py:_kernel_change": 9,
     "profan/analyses/per_rank/steps.py:share_finding": 9,
     "profan/analyses/per_rank/breakdown.py:_ai_cpu_finding": 9,
-    "profan/figures/step_timeline.py:_bars": 8,
     "profan/comparison/findings.py:total_finding": 8,
     "profan/analyses/per_rank/breakdown.py:_unclassified_finding": 8,
     "profan/analyses/per_rank/breakdown.py:_breakdown_finding": 8,
