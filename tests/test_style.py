@@ -27,7 +27,6 @@ MAX_PARAMETERS = 6  # of a function, `self` / `cls` not counted
 PARAMETER_RATCHET = {
     "profan/app/mcp_server.py:evidence": 10,
     "profan/analyses/moe/balance.py:_finding": 10,
-    "profan/diagnosis/kernel_causes.py:_kernel_change": 9,
     "profan/analyses/per_rank/steps.py:share_finding": 9,
     "profan/analyses/per_rank/breakdown.py:_ai_cpu_finding": 9,
     "profan/comparison/findings.py:total_finding": 8,
