@@ -35,7 +35,6 @@ PARAMETER_RATCHET = {
     "profan/pipeline.py:build_report": 7,
     "profan/comparison/compare.py:compare": 7,
     "profan/app/brief.py:evidence_doc": 7,
-    "profan/analyses/across_ranks/stragglers.py:_straggler_finding": 7,
     "profan/analyses/common.py:cite_kernels": 7,
     "profan/analyses/per_rank/attention.py:_finding": 7,
 }
