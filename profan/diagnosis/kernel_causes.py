@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import statistics
 from collections.abc import Callable
+from dataclasses import dataclass
 from typing import Any
 
 from profan.analyses.contract import Job
@@ -28,7 +29,8 @@ def unfused_attention(job: Job, claims: Claims, steps_us: dict[int, float]) -> l
     worst = max(found, key=lambda f: float(f.metrics["softmax_us"]))
     values = {"other_ms": float(worst.metrics["other_us"]) / 1000, "kernels": "; ".join(worst.metrics["largest"])}
     saving = {r: statistics.fmean(v) for r, v in per_rank.items()}
-    return _kernel_change(job, claims, steps_us, check, found, saving, "softmax_ms", values, lambda r: r.groups)
+    change = KernelChange(check, found, saving, "softmax_ms", values, lambda rank: rank.groups)
+    return _kernel_change(job, claims, steps_us, change)
 
 
 def unfused_elementwise(job: Job, claims: Claims, steps_us: dict[int, float]) -> list[Cause]:
@@ -52,34 +54,44 @@ def unfused_elementwise(job: Job, claims: Claims, steps_us: dict[int, float]) ->
         "runs_named": "; ".join(worst.metrics["largest"]),
     }
     saving = {r: total / max(len(steps_us), 1) for r, total in per_rank.items()}
-    return _kernel_change(job, claims, steps_us, check, found, saving, "saving_ms", values, lambda r: r.fusible)
+    change = KernelChange(check, found, saving, "saving_ms", values, lambda rank: rank.fusible)
+    return _kernel_change(job, claims, steps_us, change)
 
 
-def _kernel_change(
-    job: Job,
-    claims: Claims,
-    steps_us: dict[int, float],
-    check: str,
-    found: list[Finding],
-    saving_us: dict[int, float],
-    saving_name: str,
-    values: dict[str, Any],
-    measured: Callable[[Any], object],
-) -> list[Cause]:
-    """The cause of a change to some kernels (fusing them) that saves ``saving_us`` per step on each rank the
-    findings name: the least of those savings, filled in as ``saving_name`` (ms), when every rank the check could
-    measure (``measured`` of its RankData is not None) has them — the ranks synchronise, so the step shortens only
-    as much as its slowest rank; otherwise no estimate (the ``partial`` case names the ranks without them)."""
-    others = sorted({r.rank for r in job.ranks if measured(r) is not None} - set(saving_us))
+@dataclass(frozen=True)
+class KernelChange:
+    """A change to some kernels (fusing them) as a check's findings propose it: the check and its findings, the
+    saving per step on each rank they name (µs) and the name its least is filled in as (ms), the check's other
+    values, and ``measured``: what of a rank's RankData the check reads (None: the rank could not be measured)."""
+
+    check: str
+    found: list[Finding]
+    saving_us: dict[int, float]
+    saving_name: str
+    values: dict[str, Any]
+    measured: Callable[[Any], object]
+
+
+def _kernel_change(job: Job, claims: Claims, steps_us: dict[int, float], change: KernelChange) -> list[Cause]:
+    """The cause of ``change``: the least of its savings, when every rank the check could measure has them — the
+    ranks synchronise, so the step shortens only as much as its slowest rank; otherwise no estimate (the
+    ``partial`` case names the ranks without them)."""
+    saving_us = change.saving_us
+    others = sorted({rank.rank for rank in job.ranks if change.measured(rank) is not None} - set(saving_us))
     least = min(saving_us.values())
-    values = {**values, "ranks": fmt_ranks(sorted(saving_us)), "others": fmt_ranks(others), saving_name: least / 1000}
-    claims.own(found)
+    values = {
+        **change.values,
+        "ranks": fmt_ranks(sorted(saving_us)),
+        "others": fmt_ranks(others),
+        change.saving_name: least / 1000,
+    }
+    claims.own(change.found)
     case, impact = ("partial", None) if others else (None, least)
     cause = make_cause(
         job,
-        check,
+        change.check,
         values,
-        Grounds(sources=found, steps_us=steps_us, impact_us=impact, bound_us=least),
+        Grounds(sources=change.found, steps_us=steps_us, impact_us=impact, bound_us=least),
         Wording(case=case),
     )
     return [cause]

@@ -12,6 +12,7 @@ row); this module draws it.
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from typing import Any
 
 import plotly.graph_objects as go
@@ -44,23 +45,34 @@ def _lanes(tl: Timeline) -> tuple[list[str], dict[int, tuple[str, str]]]:
     return lanes, per_rank
 
 
-def _bars(name: str, color: str, df: pl.DataFrame, y: pl.Expr, base: str, x: str, custom: list[pl.Expr], hover: str):
+@dataclass(frozen=True)
+class BarLook:
+    """What a bar trace shows besides its bars: its legend name, colour and hover template."""
+
+    name: str
+    color: str
+    hover: str
+
+
+def _bars(look: BarLook, df: pl.DataFrame, y: pl.Expr, base: str, length: str, custom: list[pl.Expr]):
+    """One horizontal bar per row of ``df`` on lane ``y``, from column ``base`` for column ``length`` (ms), with
+    ``custom`` as the hover's data; None when ``df`` is empty."""
     if df.is_empty():
         return None
-    cols = df.select(y.alias("y"), pl.col(base), pl.col(x), pl.concat_list(custom).alias("cd"))
-    marker: dict[str, Any] = {"color": color, "line": {"width": 0}}
+    cols = df.select(y.alias("y"), pl.col(base), pl.col(length), pl.concat_list(custom).alias("cd"))
+    marker: dict[str, Any] = {"color": look.color, "line": {"width": 0}}
     if "pieces" in df.columns and (df.get_column("pieces") > 1).any():  # merged blocks paler
         marker["opacity"] = df.select(pl.when(pl.col("pieces") > 1).then(0.55).otherwise(1.0)).to_series().to_list()
     return go.Bar(
-        name=name,
+        name=look.name,
         orientation="h",
         y=cols.get_column("y").to_list(),
         base=cols.get_column(base).to_list(),
-        x=cols.get_column(x).to_list(),
+        x=cols.get_column(length).to_list(),
         customdata=cols.get_column("cd").to_list(),
         width=0.62,
         marker=marker,
-        hovertemplate=hover,
+        hovertemplate=look.hover,
     )
 
 
@@ -81,15 +93,16 @@ def _split_traces(tl: Timeline, lane_of: dict[int, tuple[str, str]]) -> list:
     split = tl.split.with_columns(pl.col("part").replace_strict(order, return_dtype=pl.Int64).alias("_o"))
     for (part,), df in split.sort("_o", "rank", "start_ms").group_by("part", maintain_order=True):
         custom = [pl.col("part"), pl.col("when"), pl.col("detail"), pl.col("evidence"), _click(pl.col("owner"))]
-        out.append(_bars(str(part), colors[str(part)], df, y, "start_ms", "dur_ms", [*custom, pl.col("owner")], hover))
+        look = BarLook(str(part), colors[str(part)], hover)
+        out.append(_bars(look, df, y, "start_ms", "dur_ms", [*custom, pl.col("owner")]))
     return [t for t in out if t is not None]
 
 
 def _comm_traces(tl: Timeline, lane_of: dict[int, tuple[str, str]]) -> list:
     """Each collective as a block on its rank's comm lane: the part before the last rank arrives drawn as waiting,
     the rest as the collective."""
-    b = tl.blocks
-    if b.is_empty():
+    blocks = tl.blocks
+    if blocks.is_empty():
         return []
     y = pl.col("rank").replace_strict({r: v[1] for r, v in lane_of.items()}, return_dtype=pl.Utf8)
     last = pl.col("last_rank").cast(pl.Utf8).fill_null("?")
@@ -113,8 +126,8 @@ def _comm_traces(tl: Timeline, lane_of: dict[int, tuple[str, str]]) -> list:
             pl.col("owner"),
         ]
 
-    waiting = b.filter(pl.col("wait_ms") > 0)
-    rest = b.with_columns(
+    waiting = blocks.filter(pl.col("wait_ms") > 0)
+    rest = blocks.with_columns(
         (pl.col("start_ms") + pl.col("wait_ms")).alias("rest_ms"),
         (pl.col("dur_ms") - pl.col("wait_ms")).alias("len_ms"),
     ).filter(pl.col("len_ms") > 0)
@@ -122,16 +135,14 @@ def _comm_traces(tl: Timeline, lane_of: dict[int, tuple[str, str]]) -> list:
         t
         for t in (
             _bars(
-                "Collective: waiting for the last rank",
-                WAITING,
+                BarLook("Collective: waiting for the last rank", WAITING, hover),
                 waiting,
                 y,
                 "start_ms",
                 "wait_ms",
                 custom(note_wait),
-                hover,
             ),
-            _bars("Collective", TRANSFER, rest, y, "rest_ms", "len_ms", custom(note_rest), hover),
+            _bars(BarLook("Collective", TRANSFER, hover), rest, y, "rest_ms", "len_ms", custom(note_rest)),
         )
         if t is not None
     ]
@@ -180,7 +191,8 @@ def _arrival_traces(tl: Timeline, lane: str) -> list:
     ]
     hover = "%{y}<br><b>%{customdata[0]}</b><br>%{customdata[1]}<br>%{customdata[2]}<extra></extra>"
     y = pl.lit(lane)
-    return [_bars("Arrival spread over all ranks", WAITING, keys, y, "start_ms", "spread_ms", custom, hover)]
+    look = BarLook("Arrival spread over all ranks", WAITING, hover)
+    return [_bars(look, keys, y, "start_ms", "spread_ms", custom)]
 
 
 def _link_traces(tl: Timeline, lane_of: dict[int, tuple[str, str]]) -> list:

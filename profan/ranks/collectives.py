@@ -291,20 +291,30 @@ def _classify(win: pl.DataFrame, rules: list, groups: pl.DataFrame | None) -> pl
     )
 
 
+@dataclass(frozen=True)
+class WindowSource:
+    """How a rank's windows are classified and where their rows point: the rule pack and which of its rule sets
+    (`RulePack.rules_for`: "ascend", "gpu", "cpu"), the file the locators index — one file, or over a batch of
+    ranks an expression giving each rank's — and the locators' kind ("lines" | "events"), and the rank's
+    classified kernel groups when it has them (their verdicts reused, `_classify`)."""
+
+    pack: RulePack
+    rules_for: str
+    loc_file: str | pl.Expr
+    loc_kind: str
+    groups: pl.DataFrame | None = None
+
+
 def _finish_windows(
     win: pl.DataFrame,
     colls: pl.DataFrame,
     first: float | pl.DataFrame | None,
-    pack: RulePack,
-    rules_for: str,
-    loc_file: str | pl.Expr,
-    loc_kind: str,
-    groups: pl.DataFrame | None = None,
+    source: WindowSource,
     by: tuple[str, ...] = (),
 ) -> tuple[pl.DataFrame, pl.DataFrame]:
     """Classify and cap the windows; the first op's window starts at the rank's first kernel. Over a batch of
-    ranks (``by``): ``first`` holds each rank's first start (ranks with windows only), ``loc_file`` each rank's
-    file as an expression."""
+    ranks (``by``): ``first`` holds each rank's first start (ranks with windows only), ``source.loc_file`` each
+    rank's file as an expression."""
     if isinstance(first, pl.DataFrame):
         colls = (
             colls.join(first.rename({"first": "_first"}), on=list(by), how="left", maintain_order="left")
@@ -314,22 +324,16 @@ def _finish_windows(
     elif first is not None:
         colls = colls.with_columns(pl.col("win_start_us").fill_null(first))
     if "bucket" not in win.columns:  # not yet classified by the source
-        win = _classify(win, pack.rules_for(rules_for), groups)
-    file = loc_file if isinstance(loc_file, pl.Expr) else pl.lit(loc_file)
+        win = _classify(win, source.pack.rules_for(source.rules_for), source.groups)
+    file = source.loc_file if isinstance(source.loc_file, pl.Expr) else pl.lit(source.loc_file)
     win = _cap(win.drop("loc_durs", strict=False), by).with_columns(
-        pl.col("count").cast(pl.Int64), file.alias("loc_file"), pl.lit(loc_kind).alias("loc_kind")
+        pl.col("count").cast(pl.Int64), file.alias("loc_file"), pl.lit(source.loc_kind).alias("loc_kind")
     )
     return win.sort(*by, "cid", "time_us", descending=[*[False] * len(by), False, True]), colls
 
 
 def build_windows(
-    kernels: pl.DataFrame | pl.LazyFrame,
-    colls: pl.DataFrame,
-    pack: RulePack,
-    rules_for: str,
-    loc_file: str,
-    loc_kind: str,
-    groups: pl.DataFrame | None = None,
+    kernels: pl.DataFrame | pl.LazyFrame, colls: pl.DataFrame, source: WindowSource
 ) -> tuple[pl.DataFrame, pl.DataFrame]:
     """Assign compute kernels to the next communication op's window; aggregate per (window, kernel).
 
@@ -344,7 +348,7 @@ def build_windows(
     win, first, _, gaps = _stream_windows(src, colls, keys)
     if win.is_empty():
         return pl.DataFrame(), colls
-    windows, colls = _finish_windows(win, colls, first, pack, rules_for, loc_file, loc_kind, groups)
+    windows, colls = _finish_windows(win, colls, first, source)
     return windows, _with_gaps(colls, gaps)
 
 
@@ -466,18 +470,11 @@ def _from_ops(ranks: list[AscendRank], pack: RulePack) -> list[tuple[pl.DataFram
             )
         if not win.is_empty():  # the first window starts at the rank's first kernel: ranks with windows only
             first = first.join(win.select(by).unique(), on=list(by))
-            groups = [r.groups for r in ranks if r.groups is not None]  # a verdict depends on the kernel alone
-            windows, colls = _finish_windows(
-                win,
-                colls,
-                first,
-                pack,
-                "ascend",
-                kfile,
-                "lines",
-                pl.concat(groups, how="diagonal_relaxed") if groups else None,
-                by,
+            groups = [rank.groups for rank in ranks if rank.groups is not None]  # a verdict depends on the kernel alone
+            source = WindowSource(
+                pack, "ascend", kfile, "lines", pl.concat(groups, how="diagonal_relaxed") if groups else None
             )
+            windows, colls = _finish_windows(win, colls, first, source, by)
             colls = _with_gaps(colls, gaps, by)
     out_c = colls.partition_by("_f", as_dict=True, include_key=False, maintain_order=True)
     out_w = (
@@ -511,14 +508,14 @@ def _read_kernel_rows(r: AscendRank) -> pl.LazyFrame | pl.DataFrame:
     return lf.collect() if r.kernel_path.stat().st_size <= ascend_kernels.IN_MEMORY_BYTES else lf
 
 
-def _from_hccl_rows(r: AscendRank, pack: RulePack) -> tuple[pl.DataFrame | None, pl.DataFrame | None]:
+def _from_hccl_rows(rank: AscendRank, pack: RulePack) -> tuple[pl.DataFrame | None, pl.DataFrame | None]:
     """Without communication.json, the ops are the kernel file's HCCL rows — from the kernel groups when they
     hold them (`_hccl_rows_from_groups`), else a pass of their own —, then the windows a second pass."""
-    if r.kernel_path is None:
+    if rank.kernel_path is None:
         return None, None
-    lf = r.timed if r.timed is not None else _read_kernel_rows(r)
+    lf = rank.timed if rank.timed is not None else _read_kernel_rows(rank)
     is_comm = is_comm_row(lf, pack.roles)
-    krows = _hccl_rows_from_groups(r.groups, pack.roles)
+    krows = _hccl_rows_from_groups(rank.groups, pack.roles)
     if krows is None:
         krows = (
             lf.lazy()
@@ -539,15 +536,16 @@ def _from_hccl_rows(r: AscendRank, pack: RulePack) -> tuple[pl.DataFrame | None,
         "start_us",
         "dur_us",
         pl.lit(None, pl.Float64).alias("wait_us"),
-        pl.lit(r.kernel_file).alias("file"),
+        pl.lit(rank.kernel_file).alias("file"),
         pl.lit("lines").alias("loc_kind"),
         "loc",
         pl.lit(None, pl.Utf8).alias("pointer"),
-        pl.lit(r.kernel_file).alias("kfile"),
+        pl.lit(rank.kernel_file).alias("kfile"),
         pl.col("loc").alias("kline"),
     )
     colls = _finish(colls.select([c for c in COLL_SCHEMA if c not in ("cid", "seq", "win_start_us", *GAP_COLS)]))
-    windows, colls = build_windows(lf.filter(~is_comm), colls, pack, "ascend", r.kernel_file or "", "lines", r.groups)
+    source = WindowSource(pack, "ascend", rank.kernel_file or "", "lines", rank.groups)
+    windows, colls = build_windows(lf.filter(~is_comm), colls, source)
     return colls, (windows if not windows.is_empty() else None)
 
 
@@ -599,5 +597,5 @@ def kineto_collectives(
         "dur_us",
         pl.col("event_idx").alias("loc"),
     )
-    windows, colls = build_windows(kernels, colls, pack, kind, trace_file, "events")
+    windows, colls = build_windows(kernels, colls, WindowSource(pack, kind, trace_file, "events"))
     return colls, windows

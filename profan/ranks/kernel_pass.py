@@ -141,13 +141,22 @@ def _merge(g: pl.DataFrame, pipes: list[str], keys: list[str] = KEYS) -> pl.Data
     return pl.concat([g.filter(~split), merged.select(*keys, *cols)])
 
 
+@dataclass(frozen=True)
+class Grouping:
+    """How one pass groups kernel rows: the PMU pipe columns it averages, ``exact`` (in memory: the TOP_LINES
+    largest rows of each group) or streamed, ``starts`` (each group's first start, see `_aggs`), and ``by``, keys
+    that lead every group (the file index of a batch)."""
+
+    pipes: list[str]
+    exact: bool
+    starts: bool
+    by: tuple[str, ...] = ()
+
+
 def _group_rows(
     lf: pl.LazyFrame,
     kf: ascend_kernels.KernelFile | None,
-    pipes: list[str],
-    exact: bool,
-    starts: bool,
-    by: tuple[str, ...] = (),
+    grouping: Grouping,
     keyed: tuple[list[str], list[pl.Expr]] | None = None,
     also: list[pl.LazyFrame] | None = None,
 ) -> tuple[pl.DataFrame, pl.DataFrame, list[pl.DataFrame]]:
@@ -156,31 +165,32 @@ def _group_rows(
 
     Grouping runs on the raw key text plus ``bad``, so bad rows are counted by the same pass and then dropped;
     the key clean-up (`key_exprs`) and the op derivation run once per distinct raw key instead of once per row.
-    Big files go through polars' streaming engine: memory is bounded by the groups, never by the file. ``by``:
-    keys that lead every group (the file index of a batch). ``keyed``: (raw key columns, `KEYS` expressions over
-    them) of a table that is no kernel file (`reduce_table`), in place of ``kf``'s."""
+    Big files (not ``grouping.exact``) go through polars' streaming engine: memory is bounded by the groups, never
+    by the file. ``keyed``: (raw key columns, `KEYS` expressions over them) of a table that is no kernel file
+    (`reduce_table`), in place of ``kf``'s."""
+    pipes, by = grouping.pipes, grouping.by
     raw, keys = keyed if keyed is not None else (ascend_kernels.raw_key_columns(kf), ascend_kernels.key_exprs(kf))
-    q = lf.group_by(*by, *raw, "bad", _pmu_mask(pipes)).agg(_aggs(pipes, exact, starts))
-    g, *more = pl.collect_all([q, *(also or [])], engine="auto" if exact else "streaming")
+    query = lf.group_by(*by, *raw, "bad", _pmu_mask(pipes)).agg(_aggs(pipes, grouping.exact, grouping.starts))
+    groups, *more = pl.collect_all([query, *(also or [])], engine="auto" if grouping.exact else "streaming")
     counts = (
-        g.group_by(*by).agg(
+        groups.group_by(*by).agg(
             pl.col("count").sum().alias("rows"), pl.col("count").filter(pl.col("bad")).sum().alias("bad")
         )
         if by
-        else pl.DataFrame({"rows": [int(g["count"].sum())], "bad": [int(g["count"].filter(g["bad"]).sum())]})
+        else pl.DataFrame(
+            {"rows": [int(groups["count"].sum())], "bad": [int(groups["count"].filter(groups["bad"]).sum())]}
+        )
     )
-    g = _pmu_weights(g.filter(~pl.col("bad")).drop("bad"), pipes)
-    if not exact:
-        g = _merge_samples(g)
-    g = g.select(*by, *keys, pl.exclude(*raw, *by)).with_columns(ascend_kernels.op_expr())
-    return _merge(g, pipes, [*by, *KEYS]), counts, more
+    groups = _pmu_weights(groups.filter(~pl.col("bad")).drop("bad"), pipes)
+    if not grouping.exact:
+        groups = _merge_samples(groups)
+    groups = groups.select(*by, *keys, pl.exclude(*raw, *by)).with_columns(ascend_kernels.op_expr())
+    return _merge(groups, pipes, [*by, *KEYS]), counts, more
 
 
-def _reduce_rows(
-    lf: pl.LazyFrame, kf: ascend_kernels.KernelFile, pipes: list[str], exact: bool, starts: bool
-) -> tuple[pl.DataFrame, int, int]:
+def _reduce_rows(lf: pl.LazyFrame, kf: ascend_kernels.KernelFile, grouping: Grouping) -> tuple[pl.DataFrame, int, int]:
     """One file's pass (`_group_rows`): (groups, rows, bad rows)."""
-    groups, counts, _ = _group_rows(lf, kf, pipes, exact, starts)
+    groups, counts, _ = _group_rows(lf, kf, grouping)
     return groups, int(counts["rows"][0]), int(counts["bad"][0])
 
 
@@ -426,7 +436,7 @@ def reduce_table(
     and verdicts, so the analyses cannot tell the sources apart. ``keyed``: (raw key columns, `KEYS` expressions
     over them). ``timed``: also the rows with their place in time, for the collectives' windows."""
     exact = rows.height <= EXACT_ROWS  # as a kernel file: the largest rows per group when few, else streamed
-    groups, counts, _ = _group_rows(rows.lazy(), None, pipes, exact, True, keyed=keyed)
+    groups, counts, _ = _group_rows(rows.lazy(), None, Grouping(pipes, exact, starts=True), keyed=keyed)
     groups = group_neighbors(groups, rows if exact else None, None, rules, keys=keyed[1])
     groups = classify_distinct(groups, rules).sort(KEYS, nulls_last=True)
     t = None
@@ -460,7 +470,7 @@ def _reduce_same_header_rows(kfs: list[ascend_kernels.KernelFile], rules: list, 
     rows = pl.concat(
         [ascend_kernels.scan_for_groups(k).with_columns(pl.lit(i, pl.Int64).alias("_f")) for i, k in enumerate(kfs)]
     ).collect()
-    groups, counts, _ = _group_rows(rows.lazy(), kf, pipes, exact=True, starts=True, by=by)
+    groups, counts, _ = _group_rows(rows.lazy(), kf, Grouping(pipes, exact=True, starts=True, by=by))
     n_rows = dict(zip(counts["_f"].to_list(), counts["rows"].to_list(), strict=True))
     bad = dict(zip(counts["_f"].to_list(), counts["bad"].to_list(), strict=True))
     # one line per record (else src_line is not the physical line) and at least one row: what reading files
@@ -511,6 +521,7 @@ def _reduce_file(
     pipes = list(kf.pipe_columns)
     exact = path.stat().st_size <= ascend_kernels.IN_MEMORY_BYTES  # in memory: the TOP_LINES largest rows
     keep = keep_rows and exact
+    grouping = Grouping(pipes, exact, starts)
     rows = timed = None
 
     def reduce(lf: pl.LazyFrame) -> tuple[pl.LazyFrame, pl.DataFrame, int, int]:
@@ -519,7 +530,7 @@ def _reduce_file(
             rows = lf.collect()
             lf = rows.lazy()
         also = [_timed_rows(kf, lf, loc)] if placed is not None and not exact else []
-        groups, counts, also = _group_rows(lf, kf, pipes, exact, starts, also=also)
+        groups, counts, also = _group_rows(lf, kf, grouping, also=also)
         timed = also[0] if also else None
         return lf, groups, int(counts["rows"][0]), int(counts["bad"][0])
 
@@ -530,7 +541,7 @@ def _reduce_file(
     if not one_line_per_record:
         # A quoted field holds a line break: map record index -> true physical line, then redo the reduction.
         lf = ascend_kernels.with_exact_lines(kf, lf, n_rows)
-        groups, _, _ = _reduce_rows(lf, kf, pipes, exact, starts)
+        groups, _, _ = _reduce_rows(lf, kf, grouping)
         if keep:
             rows = lf.collect()
         if timed is not None:  # its lines are records, not lines: left out (`_for_windows`)

@@ -86,6 +86,34 @@ class Row:
     links: dict[int, float] = field(default_factory=dict)  # peer -> transfer ms (collectives)
 
 
+@dataclass(frozen=True)
+class Launch:
+    """One compute kernel as every rank launches it: op type, kernel name, core, and its input shapes, dtypes and
+    output shapes as kernel_details writes them (a shape may be a list: one per rank)."""
+
+    op: str
+    name: str
+    core: str
+    shapes: str | list[str]
+    dtypes: str
+    out_shapes: str | list[str]
+
+
+@dataclass(frozen=True)
+class LayerPass:
+    """One layer of one step as the simulation runs it: the step, the layer's index, its shape on each rank
+    (tokens per TP rank, hidden width, expert FFN width, experts per rank) and the compute straggler's extra
+    time per op type (`_Sim._straggle_extra`)."""
+
+    step: int
+    index: int
+    tokens: int
+    hidden: int
+    ffn: int
+    local_experts: int
+    straggle: dict
+
+
 def build_groups(p: SynthParams) -> dict[str, list[Group]]:
     """world, tp blocks (consecutive ranks), dp blocks (same tp index); the EP group is the dp block."""
     if p.ranks % p.tp:
@@ -137,28 +165,33 @@ class _Sim:
         return max(0.5, 1 + self.rng.gauss(0, self.p.jitter))
 
     def kernel(
-        self,
-        step: int,
-        op: str,
-        name: str,
-        core: str,
-        base_us: float | list[float],
-        shapes: str,
-        dtypes: str,
-        out_shapes: str,
-        extra: dict[int, float] | None = None,
+        self, step: int, launch: Launch, base_us: float | list[float], extra: dict[int, float] | None = None
     ) -> None:
-        p = self.p
-        for r in range(p.ranks):
-            base = base_us[r] if isinstance(base_us, list) else base_us
-            d = base * self.jit()
-            if p.slow_kernel and op == p.slow_kernel:
-                d *= p.slow_kernel_factor
-            if extra and r in extra:
-                d += extra[r]
-            start = self.t[r] + 1.0 + abs(self.rng.gauss(0, 0.3))
-            self.rows[r].append(Row(step, name, op, core, start, d, shapes, dtypes, out_shapes))
-            self.t[r] = start + d
+        """``launch`` on every rank: ``base_us`` (one for all, or one per rank) times a jitter, slowed on every rank
+        when it is the run's slow kernel, plus ``extra`` µs on the ranks it names."""
+        params = self.p
+        for rank in range(params.ranks):
+            base = base_us[rank] if isinstance(base_us, list) else base_us
+            dur = base * self.jit()
+            if params.slow_kernel and launch.op == params.slow_kernel:
+                dur *= params.slow_kernel_factor
+            if extra and rank in extra:
+                dur += extra[rank]
+            start = self.t[rank] + 1.0 + abs(self.rng.gauss(0, 0.3))
+            self.rows[rank].append(
+                Row(
+                    step,
+                    launch.name,
+                    launch.op,
+                    launch.core,
+                    start,
+                    dur,
+                    launch.shapes,
+                    launch.dtypes,
+                    launch.out_shapes,
+                )
+            )
+            self.t[rank] = start + dur
 
     def gap(self, rank: int, us: float) -> None:
         self.t[rank] += us
@@ -214,32 +247,33 @@ class _Sim:
     # -- the model ---------------------------------------------------------------------------------------------
 
     def run(self) -> None:
-        p = self.p
-        T, H, F, E = p.tokens // p.tp, p.hidden, p.ffn, p.experts_per_rank
-        for s in range(p.first_step, p.first_step + p.steps):
+        params = self.p
+        hidden, ffn, local_experts = params.hidden, params.ffn, params.experts_per_rank
+        for step in range(params.first_step, params.first_step + params.steps):
             start = max(self.t) + 300.0
-            self.t = [start + 50.0] * p.ranks
-            self.step_bounds[s] = (start, 0.0)
-            straggle = self._straggle_extra(s)
-            for layer in range(p.layers):
-                self._forward_layer(s, layer, T, H, F, E, straggle)
-            for layer in reversed(range(p.layers)):
-                self._backward_layer(s, layer, T, H, F, E, straggle)
-            grads_mb = p.layers * (4 * H * H + E * 3 * H * F) * 2 / 1e6 / p.tp
-            self.collective(s, "reduceScatter", "dp", grads_mb)
-            self.kernel(
-                s,
+            self.t = [start + 50.0] * params.ranks
+            self.step_bounds[step] = (start, 0.0)
+            straggle = self._straggle_extra(step)
+            shape = (params.tokens // params.tp, hidden, ffn, local_experts)
+            for index in range(params.layers):
+                self._forward_layer(LayerPass(step, index, *shape, straggle))
+            for index in reversed(range(params.layers)):
+                self._backward_layer(LayerPass(step, index, *shape, straggle))
+            grads_mb = params.layers * (4 * hidden * hidden + local_experts * 3 * hidden * ffn) * 2 / 1e6 / params.tp
+            self.collective(step, "reduceScatter", "dp", grads_mb)
+            elements = f'"{int(grads_mb * 5e5)}"'
+            adam = Launch(
                 "ApplyAdamWV2",
                 "aclnnApplyAdamWV2_ApplyAdamWV2_ApplyAdamWV2",
                 "AI_VECTOR_CORE",
-                grads_mb * 1e6 * 8 / max(1, p.ep) / VEC_BYTES_PER_US,
-                f'"{int(grads_mb * 5e5)}"',
+                elements,
                 "FLOAT",
-                f'"{int(grads_mb * 5e5)}"',
+                elements,
             )
-            self.collective(s, "allGather", "dp", grads_mb)
-            self.collective(s, "allReduce", "world", 0.000004, "FP32")
-            self.step_bounds[s] = (start, max(self.t) + 100.0)
+            self.kernel(step, adam, grads_mb * 1e6 * 8 / max(1, params.ep) / VEC_BYTES_PER_US)
+            self.collective(step, "allGather", "dp", grads_mb)
+            self.collective(step, "allReduce", "world", 0.000004, "FP32")
+            self.step_bounds[step] = (start, max(self.t) + 100.0)
 
     def _straggle_extra(self, step: int) -> dict:
         """Compute straggler: the extra time per step, spread evenly over the instances of the slowed op."""
@@ -251,159 +285,147 @@ class _Sim:
         n = p.layers * INSTANCES_PER_LAYER[p.straggler_op]
         return {p.straggler_op: {p.straggler_rank: p.straggler_extra_us / n}}
 
-    def _forward_layer(self, s, layer, T, H, F, E, straggle) -> None:
+    def _forward_layer(self, layer: LayerPass) -> None:
         """Attention, then (after a host gap on a host-gap straggler's chosen layer) the MoE block."""
-        p = self.p
-        self._attention_forward(s, T, H, straggle)
-        if (
-            p.straggler_rank is not None
-            and p.straggler_kind == "host_gap"
-            and layer == (p.straggler_layer if p.straggler_layer is not None else p.layers // 2)
-        ):
-            self.gap(p.straggler_rank, p.straggler_extra_us)
-        self._moe_forward(s, layer, T, H, F, E, straggle)
+        params = self.p
+        self._attention_forward(layer)
+        gap_layer = params.straggler_layer if params.straggler_layer is not None else params.layers // 2
+        if params.straggler_rank is not None and params.straggler_kind == "host_gap" and layer.index == gap_layer:
+            self.gap(params.straggler_rank, params.straggler_extra_us)
+        self._moe_forward(layer)
 
-    def _attention_forward(self, s, T, H, straggle) -> None:
+    def _attention_forward(self, layer: LayerPass) -> None:
         """Norm, QKV projection, flash attention, output projection, and the TP all-reduce when TP > 1."""
-        self._rms_norm(s, T, H, straggle)
-        self._matmul(s, 2 * T * H * 3 * H / CUBE_FLOP_PER_US, f'"{T},{H};{3 * H},{H}"', f'"{T},{3 * H}"', straggle)
-        self.kernel(
-            s,
+        tokens, hidden = layer.tokens, layer.hidden
+        self._rms_norm(layer)
+        qkv_us = 2 * tokens * hidden * 3 * hidden / CUBE_FLOP_PER_US
+        self._matmul(layer, qkv_us, f'"{tokens},{hidden};{3 * hidden},{hidden}"', f'"{tokens},{3 * hidden}"')
+        flash = Launch(
             "FlashAttentionScore",
             "aclnnFlashAttentionScore_FlashAttentionScore_FlashAttentionScore",
             "MIX_AIC",
-            4 * T * T * H / 2 / CUBE_FLOP_PER_US,
-            f'"1,{T},{H};1,{T},{H};1,{T},{H}"',
+            f'"1,{tokens},{hidden};1,{tokens},{hidden};1,{tokens},{hidden}"',
             "DT_BF16;DT_BF16;DT_BF16",
-            f'"1,{T},{H}"',
-            straggle.get("FlashAttentionScore"),
+            f'"1,{tokens},{hidden}"',
         )
-        self._matmul(s, 2 * T * H * H / CUBE_FLOP_PER_US, f'"{T},{H};{H},{H}"', f'"{T},{H}"', straggle)
+        flash_us = 4 * tokens * tokens * hidden / 2 / CUBE_FLOP_PER_US
+        self.kernel(layer.step, flash, flash_us, layer.straggle.get("FlashAttentionScore"))
+        out_us = 2 * tokens * hidden * hidden / CUBE_FLOP_PER_US
+        self._matmul(layer, out_us, f'"{tokens},{hidden};{hidden},{hidden}"', f'"{tokens},{hidden}"')
         if self.p.tp > 1:
-            self.collective(s, "allReduce", "tp", T * H * 2 / 1e6)
+            self.collective(layer.step, "allReduce", "tp", tokens * hidden * 2 / 1e6)
 
-    def _moe_forward(self, s, layer, T, H, F, E, straggle) -> None:
+    def _moe_forward(self, layer: LayerPass) -> None:
         """Norm, router and gating, routing, dispatch, the experts, combine and finalize routing."""
-        p = self.p
-        k = self.kernel
-        self._rms_norm(s, T, H, straggle)
-        router_us = max(8.0, 2 * T * H * p.experts / CUBE_FLOP_PER_US)
-        self._matmul(s, router_us, f'"{T},{H};{p.experts},{H}"', f'"{T},{p.experts}"', None)
-        k(
-            s,
+        params = self.p
+        tokens, hidden, experts, topk = layer.tokens, layer.hidden, params.experts, params.topk
+        self._rms_norm(layer)
+        router_us = max(8.0, 2 * tokens * hidden * experts / CUBE_FLOP_PER_US)
+        self._matmul(layer, router_us, f'"{tokens},{hidden};{experts},{hidden}"', f'"{tokens},{experts}"', False)
+        gating = Launch(
             "MoeGatingTopKSoftmax",
             "aclnnMoeGatingTopKSoftmax_MoeGatingTopKSoftmax_MoeGatingTopKSoftmax",
             "AI_VECTOR_CORE",
-            18.0,
-            f'"{T},{p.experts};;"',
+            f'"{tokens},{experts};;"',
             "DT_BF16;BOOL;",
-            f'"{T},{p.topk};{T},{p.topk}"',
+            f'"{tokens},{topk};{tokens},{topk}"',
         )
-        k(
-            s,
+        self.kernel(layer.step, gating, 18.0)
+        routing = Launch(
             "MoeInitRoutingV2",
             "aclnnMoeInitRoutingV2_MoeInitRoutingV2_MoeInitRoutingV2",
             "AI_VECTOR_CORE",
-            T * p.topk * H * 2 * 2 / VEC_BYTES_PER_US,
-            f'"{T},{H};{T},{p.topk}"',
+            f'"{tokens},{hidden};{tokens},{topk}"',
             "DT_BF16;INT32",
-            f'"{T * p.topk},{H};{T * p.topk};{p.experts}"',
+            f'"{tokens * topk},{hidden};{tokens * topk};{experts}"',
         )
-        recv = self._recv_tokens(layer)
-        self._dispatch(s, recv, T, H, counts=True)
-        self._experts(s, recv, H, F, E, straggle)
-        self._combine(s, recv, T, H)
-        k(
-            s,
+        routing_us = tokens * topk * hidden * 2 * 2 / VEC_BYTES_PER_US
+        self.kernel(layer.step, routing, routing_us)
+        recv = self._recv_tokens(layer.index)
+        self._dispatch(layer, recv, counts=True)
+        self._experts(layer, recv)
+        self._combine(layer, recv)
+        finalize = Launch(
             "MoeFinalizeRoutingV2",
             "aclnnMoeFinalizeRoutingV2_MoeFinalizeRoutingV2_MoeFinalizeRoutingV2",
             "AI_VECTOR_CORE",
-            T * p.topk * H * 2 * 2 / VEC_BYTES_PER_US,
-            f'"{T * p.topk},{H};{T},{H};{T},{p.topk};{T},{p.topk}"',
+            f'"{tokens * topk},{hidden};{tokens},{hidden};{tokens},{topk};{tokens},{topk}"',
             "DT_BF16;DT_BF16;DT_BF16;INT32",
-            f'"{T},{H}"',
+            f'"{tokens},{hidden}"',
         )
+        self.kernel(layer.step, finalize, routing_us)
 
-    def _rms_norm(self, s, T, H, straggle) -> None:
-        self.kernel(
-            s,
+    def _rms_norm(self, layer: LayerPass) -> None:
+        tokens, hidden = layer.tokens, layer.hidden
+        norm = Launch(
             "RmsNorm",
             "RmsNorm",
             "AI_VECTOR_CORE",
-            T * H * 4 / VEC_BYTES_PER_US,
-            f'"{T},{H};{H}"',
+            f'"{tokens},{hidden};{hidden}"',
             "DT_BF16;DT_BF16",
-            f'"{T},{H};{T},1"',
-            straggle.get("RmsNorm"),
+            f'"{tokens},{hidden};{tokens},1"',
         )
+        self.kernel(layer.step, norm, tokens * hidden * 4 / VEC_BYTES_PER_US, layer.straggle.get("RmsNorm"))
 
-    def _rms_norm_grad(self, s, T, H, straggle) -> None:
-        self.kernel(
-            s,
+    def _rms_norm_grad(self, layer: LayerPass) -> None:
+        tokens, hidden = layer.tokens, layer.hidden
+        grad = Launch(
             "RmsNormGrad",
             "RmsNormGrad",
             "AI_VECTOR_CORE",
-            T * H * 6 / VEC_BYTES_PER_US,
-            f'"{T},{H};{T},{H};{T},1;{H}"',
+            f'"{tokens},{hidden};{tokens},{hidden};{tokens},1;{hidden}"',
             "DT_BF16;DT_BF16;FLOAT;DT_BF16",
-            f'"{T},{H};{H}"',
-            straggle.get("RmsNormGrad"),
+            f'"{tokens},{hidden};{hidden}"',
         )
+        self.kernel(layer.step, grad, tokens * hidden * 6 / VEC_BYTES_PER_US, layer.straggle.get("RmsNormGrad"))
 
-    def _matmul(self, s, us: float, shapes: str, out_shapes: str, straggle: dict | None) -> None:
-        """A dense MatMulV3 of ``us`` µs; ``straggle`` None: never slowed by a compute straggler (the router)."""
-        self.kernel(
-            s,
-            "MatMulV3",
-            "aclnnMatmul_MatMulV3Common_MatMulV3",
-            "AI_CORE",
-            us,
-            shapes,
-            "DT_BF16;DT_BF16",
-            out_shapes,
-            straggle.get("MatMulV3") if straggle is not None else None,
+    def _matmul(self, layer: LayerPass, us: float, shapes: str, out_shapes: str, slowed: bool = True) -> None:
+        """A dense MatMulV3 of ``us`` µs; not ``slowed``: never slowed by a compute straggler (the router)."""
+        matmul = Launch(
+            "MatMulV3", "aclnnMatmul_MatMulV3Common_MatMulV3", "AI_CORE", shapes, "DT_BF16;DT_BF16", out_shapes
         )
+        self.kernel(layer.step, matmul, us, layer.straggle.get("MatMulV3") if slowed else None)
 
-    def _dispatch(self, s, recv, T, H, counts: bool) -> None:
+    def _dispatch(self, layer: LayerPass, recv: list[int], counts: bool) -> None:
         """Tokens to their experts' ranks: MoeDistributeDispatch (mc2), or an all-to-all — after an all-gather of
         the per-expert counts when ``counts`` (the forward pass; the backward reuses them)."""
-        p = self.p
-        if p.dispatcher == "mc2":
-            self.kernel(
-                s,
+        params = self.p
+        tokens, hidden = layer.tokens, layer.hidden
+        if params.dispatcher == "mc2":
+            dispatch = Launch(
                 "MoeDistributeDispatch",
                 "aclnnMoeDistributeDispatch_MoeDistributeDispatch_MoeDistributeDispatch",
                 "AI_VECTOR_CORE",
-                self._mc2_us(recv, H),
-                f'"{T},{H};{T},{p.topk}"',
+                f'"{tokens},{hidden};{tokens},{params.topk}"',
                 "DT_BF16;INT32",
-                f'"{max(recv)},{H}"',
+                f'"{max(recv)},{hidden}"',
             )
+            self.kernel(layer.step, dispatch, self._mc2_us(recv, hidden))
             return
         if counts:
-            self.collective(s, "allGather", "exp", p.experts * 8 / 1e6, "INT64")
-        self.collective(s, "alltoallv", "exp", [n * H * 2 / 1e6 for n in recv])
+            self.collective(layer.step, "allGather", "exp", params.experts * 8 / 1e6, "INT64")
+        self.collective(layer.step, "alltoallv", "exp", [n * hidden * 2 / 1e6 for n in recv])
 
-    def _combine(self, s, recv, T, H) -> None:
+    def _combine(self, layer: LayerPass, recv: list[int]) -> None:
         """Expert outputs back to their tokens' ranks: MoeDistributeCombine (mc2), or an all-to-all."""
+        tokens, hidden = layer.tokens, layer.hidden
         if self.p.dispatcher == "mc2":
-            self.kernel(
-                s,
+            combine = Launch(
                 "MoeDistributeCombine",
                 "aclnnMoeDistributeCombine_MoeDistributeCombine_MoeDistributeCombine",
                 "AI_VECTOR_CORE",
-                self._mc2_us(recv, H),
-                f'"{max(recv)},{H};{T},{self.p.topk}"',
+                f'"{max(recv)},{hidden};{tokens},{self.p.topk}"',
                 "DT_BF16;INT32",
-                f'"{T},{H}"',
+                f'"{tokens},{hidden}"',
             )
+            self.kernel(layer.step, combine, self._mc2_us(recv, hidden))
             return
-        self.collective(s, "alltoallv", "exp", [n * H * 2 / 1e6 for n in recv])
+        self.collective(layer.step, "alltoallv", "exp", [n * hidden * 2 / 1e6 for n in recv])
 
     @staticmethod
-    def _mc2_us(recv: list[int], H: int) -> list[float]:
+    def _mc2_us(recv: list[int], hidden: int) -> list[float]:
         """An mc2 kernel's time per rank: a fixed start plus its tokens' bytes over HCCS."""
-        return [40.0 + n * H * 2 / 1e6 / HCCS_GBPS * 1000 for n in recv]
+        return [40.0 + n * hidden * 2 / 1e6 / HCCS_GBPS * 1000 for n in recv]
 
     def _recv_tokens(self, layer: int) -> list[int]:
         """Tokens each rank's local experts receive in this layer (the x rows of its GroupedMatmul)."""
@@ -415,106 +437,91 @@ class _Sim:
             out.append(sum(per_e[local * p.experts_per_rank : (local + 1) * p.experts_per_rank]))
         return out
 
-    def _experts(self, s, recv, H, F, E, straggle, grad: bool = False) -> None:
-        k = self.kernel
-        gmm = "aclnnGroupedMatmulV4_GroupedMatmul_GroupedMatmul"
-        fc1 = [2 * n * H * 2 * F / CUBE_FLOP_PER_US + 12.0 for n in recv]
-        fc2 = [2 * n * F * H / CUBE_FLOP_PER_US + 12.0 for n in recv]
-        dt = "DT_BF16;DT_BF16;FLOAT;UINT64;FLOAT;FLOAT16;FLOAT16;INT64"
-        extra = straggle.get("GroupedMatmul")
+    def _experts(self, layer: LayerPass, recv: list[int], grad: bool = False) -> None:
+        """The local experts' GroupedMatmuls around SwiGlu; with ``grad``, their gradients: the input gradients
+        around SwiGluGrad, then the two weight gradients."""
+        hidden, ffn, local_experts = layer.hidden, layer.ffn, layer.local_experts
+        fc1 = [2 * n * hidden * 2 * ffn / CUBE_FLOP_PER_US + 12.0 for n in recv]
+        fc2 = [2 * n * ffn * hidden / CUBE_FLOP_PER_US + 12.0 for n in recv]
+        extra = layer.straggle.get("GroupedMatmul")
+
+        def grouped(us: list[float], shapes: list[str] | str, out_shapes: list[str] | str) -> None:
+            self.kernel(layer.step, _grouped_matmul(shapes, out_shapes), us, extra)
+
         if not grad:
-            k(s, "GroupedMatmul", gmm, "MIX_AIC", fc1, _gmm_shapes(recv, H, 2 * F, E), dt, _out(recv, 2 * F), extra)
-            k(
-                s,
+            grouped(fc1, _gmm_shapes(recv, hidden, 2 * ffn, local_experts), _out(recv, 2 * ffn))
+            swiglu = Launch(
                 "SwiGlu",
                 "SwiGlu",
                 "AI_VECTOR_CORE",
-                [n * 2 * F * 2 * 2 / VEC_BYTES_PER_US for n in recv],
-                _per_rank(recv, lambda n: f'"{n},{2 * F}"'),
+                _per_rank(recv, lambda n: f'"{n},{2 * ffn}"'),
                 "DT_BF16",
-                _out(recv, F),
-                straggle.get("SwiGlu"),
+                _out(recv, ffn),
             )
-            k(s, "GroupedMatmul", gmm, "MIX_AIC", fc2, _gmm_shapes(recv, F, H, E), dt, _out(recv, H), extra)
+            swiglu_us = [n * 2 * ffn * 2 * 2 / VEC_BYTES_PER_US for n in recv]
+            self.kernel(layer.step, swiglu, swiglu_us, layer.straggle.get("SwiGlu"))
+            grouped(fc2, _gmm_shapes(recv, ffn, hidden, local_experts), _out(recv, hidden))
             return
-        k(s, "GroupedMatmul", gmm, "MIX_AIC", fc2, _gmm_shapes(recv, H, F, E), dt, _out(recv, F), extra)
-        k(
-            s,
+        grouped(fc2, _gmm_shapes(recv, hidden, ffn, local_experts), _out(recv, ffn))
+        swiglu_grad = Launch(
             "SwiGluGrad",
             "SwiGluGrad",
             "AI_VECTOR_CORE",
-            [n * 2 * F * 2 * 3 / VEC_BYTES_PER_US for n in recv],
-            _per_rank(recv, lambda n: f'"{n},{F};{n},{2 * F}"'),
+            _per_rank(recv, lambda n: f'"{n},{ffn};{n},{2 * ffn}"'),
             "DT_BF16;DT_BF16",
-            _out(recv, 2 * F),
-            straggle.get("SwiGluGrad"),
+            _out(recv, 2 * ffn),
         )
-        k(s, "GroupedMatmul", gmm, "MIX_AIC", fc1, _gmm_shapes(recv, 2 * F, H, E), dt, _out(recv, H), extra)
+        swiglu_grad_us = [n * 2 * ffn * 2 * 3 / VEC_BYTES_PER_US for n in recv]
+        self.kernel(layer.step, swiglu_grad, swiglu_grad_us, layer.straggle.get("SwiGluGrad"))
+        grouped(fc1, _gmm_shapes(recv, 2 * ffn, hidden, local_experts), _out(recv, hidden))
         # weight gradients: x^T of shape [H, tokens] — the first dim is not tokens (ascend-moe-ops §1)
-        k(
-            s,
-            "GroupedMatmul",
-            gmm,
-            "MIX_AIC",
-            fc1,
-            _per_rank(recv, lambda n: f'"{H},{n};{n},{2 * F};;;;;;{E}"'),
-            dt,
-            f'"{E},{H},{2 * F}"',
-            extra,
-        )
-        k(
-            s,
-            "GroupedMatmul",
-            gmm,
-            "MIX_AIC",
-            fc2,
-            _per_rank(recv, lambda n: f'"{F},{n};{n},{H};;;;;;{E}"'),
-            dt,
-            f'"{E},{F},{H}"',
-            extra,
-        )
+        fc1_weights = _per_rank(recv, lambda n: f'"{hidden},{n};{n},{2 * ffn};;;;;;{local_experts}"')
+        grouped(fc1, fc1_weights, f'"{local_experts},{hidden},{2 * ffn}"')
+        fc2_weights = _per_rank(recv, lambda n: f'"{ffn},{n};{n},{hidden};;;;;;{local_experts}"')
+        grouped(fc2, fc2_weights, f'"{local_experts},{ffn},{hidden}"')
 
-    def _backward_layer(self, s, layer, T, H, F, E, straggle) -> None:
+    def _backward_layer(self, layer: LayerPass) -> None:
         """The forward layer in reverse: the MoE block's gradients, then attention's."""
-        p = self.p
-        recv = self._recv_tokens(layer)
-        self.kernel(
-            s,
+        tokens, hidden, topk = layer.tokens, layer.hidden, self.p.topk
+        recv = self._recv_tokens(layer.index)
+        finalize_grad = Launch(
             "MoeFinalizeRoutingV2Grad",
             "aclnnMoeFinalizeRoutingV2Grad_MoeFinalizeRoutingV2Grad_MoeFinalizeRoutingV2Grad",
             "AI_VECTOR_CORE",
-            T * p.topk * H * 2 * 2 / VEC_BYTES_PER_US,
-            f'"{T},{H};{T * p.topk},{H}"',
+            f'"{tokens},{hidden};{tokens * topk},{hidden}"',
             "DT_BF16;DT_BF16",
-            f'"{T * p.topk},{H}"',
+            f'"{tokens * topk},{hidden}"',
         )
-        self._dispatch(s, recv, T, H, counts=False)
-        self._experts(s, recv, H, F, E, straggle, grad=True)
-        self._combine(s, recv, T, H)
-        self._rms_norm_grad(s, T, H, straggle)
-        self._attention_backward(s, T, H, straggle)
-        self._rms_norm_grad(s, T, H, straggle)
+        self.kernel(layer.step, finalize_grad, tokens * topk * hidden * 2 * 2 / VEC_BYTES_PER_US)
+        self._dispatch(layer, recv, counts=False)
+        self._experts(layer, recv, grad=True)
+        self._combine(layer, recv)
+        self._rms_norm_grad(layer)
+        self._attention_backward(layer)
+        self._rms_norm_grad(layer)
 
-    def _attention_backward(self, s, T, H, straggle) -> None:
+    def _attention_backward(self, layer: LayerPass) -> None:
         """TP all-reduce when TP > 1, output projection's two gradient matmuls, flash attention's gradient, and
         the QKV projection's two."""
+        tokens, hidden = layer.tokens, layer.hidden
         if self.p.tp > 1:
-            self.collective(s, "allReduce", "tp", T * H * 2 / 1e6)
+            self.collective(layer.step, "allReduce", "tp", tokens * hidden * 2 / 1e6)
         for _ in range(2):
-            self._matmul(s, 2 * T * H * H / CUBE_FLOP_PER_US, f'"{T},{H};{H},{H}"', f'"{T},{H}"', straggle)
-        self.kernel(
-            s,
+            out_us = 2 * tokens * hidden * hidden / CUBE_FLOP_PER_US
+            self._matmul(layer, out_us, f'"{tokens},{hidden};{hidden},{hidden}"', f'"{tokens},{hidden}"')
+        flash_grad = Launch(
             "FlashAttentionScoreGrad",
             "aclnnFlashAttentionScoreGrad_FlashAttentionScoreGrad_FlashAttentionScoreGrad",
             "MIX_AIC",
-            2.5 * 4 * T * T * H / 2 / CUBE_FLOP_PER_US,
-            f'"1,{T},{H};1,{T},{H};1,{T},{H};1,{T},{H}"',
+            f'"1,{tokens},{hidden};1,{tokens},{hidden};1,{tokens},{hidden};1,{tokens},{hidden}"',
             "DT_BF16;DT_BF16;DT_BF16;DT_BF16",
-            f'"1,{T},{H}"',
-            straggle.get("FlashAttentionScoreGrad"),
+            f'"1,{tokens},{hidden}"',
         )
+        flash_grad_us = 2.5 * 4 * tokens * tokens * hidden / 2 / CUBE_FLOP_PER_US
+        self.kernel(layer.step, flash_grad, flash_grad_us, layer.straggle.get("FlashAttentionScoreGrad"))
         for _ in range(2):
-            self._matmul(s, 2 * T * H * 3 * H / CUBE_FLOP_PER_US, f'"{T},{3 * H};{3 * H},{H}"', f'"{T},{H}"', straggle)
+            qkv_us = 2 * tokens * hidden * 3 * hidden / CUBE_FLOP_PER_US
+            self._matmul(layer, qkv_us, f'"{tokens},{3 * hidden};{3 * hidden},{hidden}"', f'"{tokens},{hidden}"')
 
 
 # instances per layer of the ops a compute straggler can slow (router MatMulV3 excluded)
@@ -530,13 +537,21 @@ INSTANCES_PER_LAYER = {
 }
 
 
+def _grouped_matmul(shapes: list[str] | str, out_shapes: list[str] | str) -> Launch:
+    """The experts' GroupedMatmul with the shapes of one of its uses (forward, input or weight gradient)."""
+    dtypes = "DT_BF16;DT_BF16;FLOAT;UINT64;FLOAT;FLOAT16;FLOAT16;INT64"
+    return Launch(
+        "GroupedMatmul", "aclnnGroupedMatmulV4_GroupedMatmul_GroupedMatmul", "MIX_AIC", shapes, dtypes, out_shapes
+    )
+
+
 def _per_rank(recv: list[int], fmt) -> list[str]:
     return [fmt(n) for n in recv]
 
 
-def _gmm_shapes(recv: list[int], k_in: int, n_out: int, e: int) -> list[str]:
+def _gmm_shapes(recv: list[int], k_in: int, n_out: int, experts: int) -> list[str]:
     """x, weight, bias, scale, offset, antiquant_scale, antiquant_offset, group_list (observed layout)."""
-    return [f'"{n},{k_in};{e},{k_in},{n_out};;;;;;{e}"' for n in recv]
+    return [f'"{n},{k_in};{experts},{k_in},{n_out};;;;;;{experts}"' for n in recv]
 
 
 def _out(recv: list[int], width: int) -> list[str]:

@@ -8,7 +8,7 @@ import csv
 import json
 import random
 import re
-from dataclasses import asdict
+from dataclasses import asdict, dataclass
 from pathlib import Path
 
 from profan.synth.model import RANKS_PER_NODE, Group, Row, _Sim, group_of
@@ -147,11 +147,22 @@ def _block_dim(core: str) -> tuple[str, str]:
     }.get(core, ("48", "0"))
 
 
-def _comm_kernel_row(row: Row, dev: str, start: str, wait: float) -> list:
+@dataclass(frozen=True)
+class RowPlace:
+    """Where a task's row sits in its rank's kernel_details.csv: the rank, its device id, the start as written
+    (skewed epoch µs) and the wait since the previous task ended."""
+
+    rank: int
+    device: str
+    start: str
+    wait: float
+
+
+def _comm_kernel_row(row: Row, place: RowPlace) -> list:
     """An HCCL op's kernel_details row: no task id, shapes or PMU counters (N/A, as torch_npu writes them)."""
     return [
         row.step,
-        dev,
+        place.device,
         4294967295,
         "N/A",
         "N/A",
@@ -159,23 +170,23 @@ def _comm_kernel_row(row: Row, dev: str, start: str, wait: float) -> list:
         row.type,
         "N/A",
         row.core,
-        start,
+        place.start,
         f"{row.dur:.3f}",
-        f"{wait:.6f}",
+        f"{place.wait:.6f}",
         0,
         *["N/A"] * 34,
     ]
 
 
-def _compute_kernel_row(row: Row, r: int, dev: str, start: str, wait: float, task: int, rng: random.Random) -> list:
-    """A compute kernel's kernel_details row on rank ``r``: its shapes, block dims and PMU counters."""
-    bd, mbd = _block_dim(row.core)
-    shapes = _pick(row.shapes, r)
-    out_shapes = _pick(row.out_shapes, r)
-    nin = shapes.count(";") + 1
+def _compute_kernel_row(row: Row, place: RowPlace, task: int, rng: random.Random) -> list:
+    """A compute kernel's kernel_details row at ``place``: its shapes, block dims and PMU counters."""
+    block_dim, mix_block_dim = _block_dim(row.core)
+    shapes = _pick(row.shapes, place.rank)
+    out_shapes = _pick(row.out_shapes, place.rank)
+    inputs = shapes.count(";") + 1
     return [
         row.step,
-        dev,
+        place.device,
         4294967295,
         task,
         2,
@@ -183,15 +194,15 @@ def _compute_kernel_row(row: Row, r: int, dev: str, start: str, wait: float, tas
         row.type,
         "dynamic",
         row.core,
-        start,
+        place.start,
         f"{row.dur:.3f}",
-        f"{wait:.6f}",
-        bd,
-        mbd,
+        f"{place.wait:.6f}",
+        block_dim,
+        mix_block_dim,
         "NO",
         shapes,
         row.dtypes,
-        ";".join(["ND"] * nin),
+        ";".join(["ND"] * inputs),
         out_shapes,
         "DT_BF16",
         "ND",
@@ -274,12 +285,11 @@ class _Writer:
                 task += 1
                 wait = 0.0 if prev_end is None else max(0.0, row.start - prev_end)
                 prev_end = row.start + row.dur
-                start = _fmt_ts(self.clock(r, row.start)) + "\t"
-                dev = str(r % RANKS_PER_NODE)
+                place = RowPlace(r, str(r % RANKS_PER_NODE), _fmt_ts(self.clock(r, row.start)) + "\t", wait)
                 if row.core == "COMMUNICATION":
-                    w.writerow(_comm_kernel_row(row, dev, start, wait))
+                    w.writerow(_comm_kernel_row(row, place))
                 else:
-                    w.writerow(_compute_kernel_row(row, r, dev, start, wait, task, rng))
+                    w.writerow(_compute_kernel_row(row, place, task, rng))
 
     def _step_rows(self, r: int, step: int) -> list[Row]:
         return [x for x in self.sim.rows[r] if x.step == step]

@@ -7,6 +7,7 @@ its ``pp`` group. The wait the faster stages pay shows up as p2p wait in their `
 from __future__ import annotations
 
 import statistics
+from dataclasses import dataclass
 
 import polars as pl
 
@@ -74,18 +75,13 @@ def imbalance_findings(ranks: list[RankData], steps: pl.DataFrame, pack: RulePac
                 pl.col("rank").replace_strict(stage, return_dtype=pl.Int64).alias("_stage")
             ).group_by("_stage", maintain_order=True):
                 if g.height >= 2:
-                    sf = _spread_finding(
-                        step,
-                        g.drop("_stage"),
-                        pack,
-                        by_rank,
-                        scope=f"pipeline stage {st[0]}",
-                        dims=_replica_dims(ranks, g["rank"].to_list()),
-                    )
+                    dims = _replica_dims(ranks, g["rank"].to_list())
+                    spread = RankSpread(step, g.drop("_stage"), scope=f"pipeline stage {st[0]}", dims=dims)
+                    sf = _spread_finding(spread, pack, by_rank)
                     if sf is not None:
                         out.append(sf)
         else:
-            f = _spread_finding(step, s, pack, by_rank, dims=_replica_dims(ranks, s["rank"].to_list()))
+            f = _spread_finding(RankSpread(step, s, dims=_replica_dims(ranks, s["rank"].to_list())), pack, by_rank)
         if f is not None:
             out.append(f)
     return out
@@ -124,7 +120,7 @@ def trace_imbalance_findings(ranks: list[RankData], rows: pl.DataFrame, pack: Ru
     )
     if not (above["computing_us"] > above["_med"]).all():
         return []  # the top rank changes sides between steps: the host's jitter, not the rank's work
-    f = _spread_finding(None, s, pack, {r.rank: r for r in ranks}, steps=common)
+    f = _spread_finding(RankSpread(None, s, steps=common), pack, {r.rank: r for r in ranks})
     return [f] if f is not None else []
 
 
@@ -316,19 +312,26 @@ def _the_others(others: pl.DataFrame, med: float) -> tuple[int, str, str]:
     return near, "the median rank", f"a median of {ms(med)} over the other {others.height} ranks"
 
 
-def _spread_finding(
-    step,
-    s,
-    pack,
-    by_rank: dict[int, RankData],
-    scope: str | None = None,
-    dims: list[str] | None = None,
-    steps: list[int] | None = None,
-) -> Finding | None:
+@dataclass(frozen=True)
+class RankSpread:
+    """Ranks compared for compute imbalance: the step (None over ``steps``), their computing per rank (``rank``,
+    ``computing_us``, ``file``, and ``src_line`` from step_trace_time.csv), what they are — a pipeline stage
+    (``scope``), replicas of the parallel dimensions ``dims`` — and the ``steps`` each rank's median is taken
+    over."""
+
+    step: int | None
+    computing: pl.DataFrame
+    scope: str | None = None
+    dims: list[str] | None = None
+    steps: list[int] | None = None
+
+
+def _spread_finding(spread: RankSpread, pack: RulePack, by_rank: dict[int, RankData]) -> Finding | None:
     """The rank that computes most against the median of the other ranks, in one step — or, given ``steps``, in
     each rank's median step over them. The others, not all: of two ranks the median of both is their mean, which
     halves the gap (1.48× the other reads as 1.19× "the median")."""
-    chk = pack.check("compute-imbalance")
+    step, s, scope, dims, steps = spread.step, spread.computing, spread.scope, spread.dims, spread.steps
+    check = pack.check("compute-imbalance")
     top = s.sort("computing_us", descending=True).row(0, named=True)
     others = s.filter(pl.col("rank") != top["rank"])
     med = statistics.median(others["computing_us"].to_list()) if not others.is_empty() else 0.0
@@ -336,8 +339,8 @@ def _spread_finding(
         return None
     near, against, base = _the_others(others, med)
     ratio = top["computing_us"] / med
-    sev = graded(ratio, chk, "ratio")
-    if sev is None:
+    severity = graded(ratio, check, "ratio")
+    if severity is None:
         return None
     where = f" of {scope}" if scope else ""
     dim_txt = f" ({'/'.join(d.upper() for d in dims)} replicas per profiler_metadata.json)" if dims else ""
@@ -353,8 +356,8 @@ def _spread_finding(
     )
     when = f"Step {step}" if not steps else f"Steps {steps[0]}–{steps[-1]} (each rank's median step)"
     return Finding(
-        check=chk.id,
-        severity=sev,
+        check=check.id,
+        severity=severity,
         step=step,
         rank=top["rank"],
         title=f"{when}: rank {top['rank']} computes {ratio:.2f}× {against}{where}",

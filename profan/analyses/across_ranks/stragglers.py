@@ -15,6 +15,7 @@ rows and the kernel rows on both the slow and the typical rank (`profan.analyses
 from __future__ import annotations
 
 import statistics
+from dataclasses import dataclass
 
 import polars as pl
 
@@ -67,56 +68,62 @@ def straggler_findings(
         findings.append(_none_finding(late, inst, per, chk))
         return tables, findings
     for (slow,), h in hits.group_by(["rank"], maintain_order=True):
-        findings.append(_straggler_finding(int(slow), h.sort("step"), late, per, steps, ranks_by, pack))
+        findings.append(_straggler_finding(int(slow), h.sort("step"), Lateness(late, per, steps), ranks_by, pack))
     return tables, findings
 
 
+@dataclass(frozen=True)
+class Lateness:
+    """What every straggler of a job is judged against: each rank's lateness at each aligned collective
+    (`lateness_table`), the per rank and step table (`rank_step_table`, with ``step_us`` and ``holds_up``) and
+    the job's step times."""
+
+    late: pl.DataFrame
+    per_step: pl.DataFrame
+    steps: pl.DataFrame
+
+
 def _straggler_finding(
-    slow: int,
-    h: pl.DataFrame,
-    late: pl.DataFrame,
-    per: pl.DataFrame,
-    steps: pl.DataFrame,
-    ranks_by: dict[int, RankData],
-    pack: RulePack,
+    slow: int, held_up: pl.DataFrame, lateness: Lateness, ranks_by: dict[int, RankData], pack: RulePack
 ) -> Finding:
     """A named straggler (warning, critical from critical_share of the step) — or, when its own windows explain
-    too little of its lateness, a note that it only inherited the delay."""
-    chk = pack.check(CHECK)
-    lr = late_rank(slow, h, late, per, ranks_by, pack)
-    worst = lr.worst
-    metrics = _straggler_metrics(lr)
-    evidence = straggler_evidence(lr, late, steps)
-    n_coll, step_txt = int(worst["collectives"]), step_text(lr.step)
-    if inherited(lr, chk):
+    too little of its lateness, a note that it only inherited the delay. ``held_up``: its rows of the per rank
+    and step table where it holds the others up."""
+    check = pack.check(CHECK)
+    straggler = late_rank(slow, held_up, lateness.late, lateness.per_step, ranks_by, pack)
+    worst = straggler.worst
+    metrics = _straggler_metrics(straggler)
+    evidence = straggler_evidence(straggler, lateness.late, lateness.steps)
+    n_coll, step_txt = int(worst["collectives"]), step_text(straggler.step)
+    if inherited(straggler, check):
         return Finding(
             check=CHECK,
-            severity=chk.severity_for("inherited"),
+            severity=check.severity_for("inherited"),
             rank=slow,
-            step=lr.step,
+            step=straggler.step,
             title=f"Rank {slow} arrives late in {step_txt} only because of an earlier collective",
             message=(
                 f"Rank {slow} arrives last at {int(worst['times_last'])} of {n_coll} aligned collectives in "
-                f"{step_txt} ({where_last(lr)}), {ms(worst['lag_us'])} behind the second-latest rank in total, "
-                f"but its own pre-collective windows are no longer than rank {lr.typical}'s ("
-                f"{ms(lr.why.extra_window_us)} difference): it left its previous collective late, i.e. it "
+                f"{step_txt} ({where_last(straggler)}), {ms(worst['lag_us'])} behind the second-latest rank in total, "
+                f"but its own pre-collective windows are no longer than rank {straggler.typical}'s ("
+                f"{ms(straggler.why.extra_window_us)} difference): it left its previous collective late, i.e. it "
                 "waited there for a slower rank of another group. Not a straggler itself."
             ),
             metrics={**metrics, "cause_class": "propagated"},
             evidence=evidence,
         )
-    named = (graded(lr.share, chk) if lr.share is not None else None) or chk.severity
+    named = (graded(straggler.share, check) if straggler.share is not None else None) or check.severity
     return Finding(
         check=CHECK,
         severity=named,
         rank=slow,
-        step=lr.step,
+        step=straggler.step,
         title=(
             f"Rank {slow} is a straggler in {step_txt}: last at {int(worst['times_last'])} of "
             f"{n_coll} collectives, holding them up {ms(worst['lag_us'])} "
-            f"({lr.why.cause_class.replace('_', ' ')})"
+            f"({straggler.why.cause_class.replace('_', ' ')})"
         ),
-        message=straggler_message(lr, chk),
+        message=straggler_message(straggler, check),
         metrics=metrics,
         evidence=evidence,
     )
