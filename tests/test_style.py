@@ -27,16 +27,10 @@ MAX_PARAMETERS = 6  # of a function, `self` / `cls` not counted
 PARAMETER_RATCHET = {
     "profan/app/mcp_server.py:evidence": 10,
     "profan/analyses/moe/balance.py:_finding": 10,
-    "profan/analyses/per_rank/steps.py:share_finding": 9,
-    "profan/analyses/per_rank/breakdown.py:_ai_cpu_finding": 9,
     "profan/comparison/findings.py:total_finding": 8,
-    "profan/analyses/per_rank/breakdown.py:_unclassified_finding": 8,
-    "profan/analyses/per_rank/breakdown.py:_breakdown_finding": 8,
     "profan/pipeline.py:build_report": 7,
     "profan/comparison/compare.py:compare": 7,
     "profan/render/brief.py:evidence_doc": 7,
-    "profan/analyses/common.py:cite_kernels": 7,
-    "profan/analyses/per_rank/attention.py:_finding": 7,
 }
 PARAMETERS_EXCUSED = ("profan/app/commands/",)  # the CLI's commands: one parameter per option
 SHORT_NAME_SHARE = 0.2508  # bound names of one or two letters (`_` aside), of all bound names: may only fall

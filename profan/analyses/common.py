@@ -86,7 +86,6 @@ def cite_kernels(
     groups: pl.DataFrame | None,
     row_count: int,
     select: dict,
-    k: int | None = None,
     *,
     locs: list[int] | None = None,
     **kw,
@@ -100,7 +99,7 @@ def cite_kernels(
     from profan.model.evidence import MAX_CITED, cite_events, cite_lines
 
     if locs is None:
-        locs = top_lines(groups, k or MAX_CITED)
+        locs = top_lines(groups, MAX_CITED)
     cite = cite_events if getattr(r, "kernel_locator", "lines") == "events" else cite_lines
     kfile = getattr(r, "kernel_file", "kernel_details")
     return cite(r.files[kfile], locs, row_count, {**select, "source": kfile}, **kw)

@@ -76,7 +76,7 @@ def unfused_findings(ranks: list[RankData], pack: RulePack) -> list[Finding]:
             continue
         key = (row["rank"], row["step"])
         locs = tops.get(f"{row['rank']}|{'' if row['step'] is None else row['step']}", [])
-        out.append(_finding(by_rank[row["rank"]], chk, sev, row, share, names.get(key, []), locs))
+        out.append(_finding(by_rank[row["rank"]], chk, sev, row, names.get(key, []), locs))
     return out
 
 
@@ -85,8 +85,10 @@ def _key() -> pl.Expr:
     return pl.concat_str([pl.col("rank").cast(pl.String), pl.col("step").cast(pl.String).fill_null("")], separator="|")
 
 
-def _finding(r: RankData, chk, sev: str, row: dict, share: float, named: list[str], locs: list[int]) -> Finding:
+def _finding(r: RankData, chk, sev: str, row: dict, named: list[str], locs: list[int]) -> Finding:
+    """One rank's (step's) unfused attention: its softmax kernels' share of kernel time graded ``sev``."""
     step, total = row["step"], row["total_us"]
+    share = row["softmax_us"] / total if total else 0.0
     where = f"Rank {r.rank}" + (f", step {step}" if step is not None else "")
     return Finding(
         check=chk.id,

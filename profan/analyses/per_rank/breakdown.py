@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+
 import polars as pl
 
 from profan.analyses.common import cite_kernels, first_by_time, graded, kernel_table, top_lines_by, top_lines_frame
@@ -195,12 +197,14 @@ def step_breakdown_findings(ranks: list[RankData], pack: RulePack, table: pl.Dat
                     else "the profile (no steps)"
                 )
                 tops = {b: step_tops.get((r.rank, step, b), []) for b, _, _ in buckets_}
-                out.append(_breakdown_finding(r, buckets_, tops, chk, step, step_txt, {"step": step}))
+                where = BreakdownScope(step, step_txt, {"step": step})
+                out.append(_breakdown_finding(r, buckets_, tops, chk, where))
         elif r.rank in over_steps:
             known = r.groups["step"].unique().drop_nulls().sort()
             span = f"{known.len():,} steps ({known[0]}–{known[-1]})"
             tops = {b: all_tops.get((r.rank, b), []) for b, _, _ in over_steps[r.rank]}
-            out.append(_breakdown_finding(r, over_steps[r.rank], tops, chk, None, span, {}, ranges.get(r.rank)))
+            where = BreakdownScope(None, span, {}, ranges.get(r.rank))
+            out.append(_breakdown_finding(r, over_steps[r.rank], tops, chk, where))
     return [f for f in out if f is not None]
 
 
@@ -229,18 +233,23 @@ def _over_all_steps(
     return over_steps, ranges, all_tops
 
 
+@dataclass(frozen=True)
+class BreakdownScope:
+    """What one breakdown finding covers: its step (None: all steps), the words for it, the rows' select and, over
+    all steps, each bucket's (lowest, highest) share of one step."""
+
+    step: int | None
+    words: str
+    select: dict
+    ranges: dict[str, tuple[float, float]] | None = None
+
+
 def _breakdown_finding(
-    r: RankData,
-    per_bucket: list[tuple[str, float, int]],
-    tops: dict[str, list[int]],
-    chk,
-    step: int | None,
-    scope: str,
-    select: dict,
-    ranges: dict[str, tuple[float, float]] | None = None,
+    r: RankData, per_bucket: list[tuple[str, float, int]], tops: dict[str, list[int]], chk, where: BreakdownScope
 ) -> Finding | None:
     """One rank's (step's) breakdown finding from its (bucket, time, rows), largest first, with each bucket's
     cited rows."""
+    step, scope, select, ranges = where.step, where.words, where.select, where.ranges
     total = sum(t for _, t, _ in per_bucket)
     if total <= 0:
         return None
@@ -305,22 +314,33 @@ def coverage_findings(ranks: list[RankData], pack: RulePack) -> list[Finding]:
         ut, un = u_sum.get(r.rank, (0.0, 0))
         sev = graded(ut / total, unc) if un and total > 0 else None  # rows to cite, whatever the threshold
         if sev is not None:
-            out.append(_unclassified_finding(r, unc, sev, total, ut, un, u_ops[r.rank], u_tops.get(r.rank, [])))
+            part = KernelSlice(ut, un, u_ops[r.rank], u_tops.get(r.rank, []))
+            out.append(_unclassified_finding(r, unc, sev, total, part))
         if total > 0 and r.rank in a_sum:
             at, an = a_sum[r.rank]
             sev = graded(at / total, aicpu) or aicpu.severity
-            out.append(_ai_cpu_finding(r, aicpu, sev, ai_cpu, total, at, an, a_ops[r.rank], a_tops.get(r.rank, [])))
+            part = KernelSlice(at, an, a_ops[r.rank], a_tops.get(r.rank, []))
+            out.append(_ai_cpu_finding(r, aicpu, sev, ai_cpu, total, part))
     return out
 
 
 NO_NAME = "(no name)"  # a kernel whose name the file leaves out (a trace event without "name")
 
 
-def _unclassified_finding(
-    r: RankData, chk, sev: str, total: float, ut: float, un: int, ops: list[str], locs: list[int]
-) -> Finding:
-    """Rank ``r``'s kernel time that no bucket rule matched: ``ut`` µs in ``un`` rows of ``total``, the largest
-    ``ops`` named, ``locs`` cited."""
+@dataclass(frozen=True)
+class KernelSlice:
+    """The kernels of one rank a coverage finding names: their summed time, their rows, the ops named and the lines
+    cited."""
+
+    time_us: float
+    rows: int
+    ops: list[str]
+    lines: list[int]
+
+
+def _unclassified_finding(r: RankData, chk, sev: str, total: float, part: KernelSlice) -> Finding:
+    """Rank ``r``'s kernel time that no bucket rule matched (``part``) of its ``total``."""
+    ut, un, ops, locs = part.time_us, part.rows, part.ops, part.lines
     return Finding(
         check=chk.id,
         severity=sev,
@@ -345,10 +365,9 @@ def _unclassified_finding(
     )
 
 
-def _ai_cpu_finding(
-    r: RankData, chk, sev: str, core: str, total: float, at: float, an: int, ops: list[str], locs: list[int]
-) -> Finding:
-    """Rank ``r``'s kernels that fell back to the AI CPU (``core``): ``at`` µs in ``an`` rows of ``total``."""
+def _ai_cpu_finding(r: RankData, chk, sev: str, core: str, total: float, part: KernelSlice) -> Finding:
+    """Rank ``r``'s kernels that fell back to the AI CPU (``core``, ``part``) of its ``total``."""
+    at, an, ops, locs = part.time_us, part.rows, part.ops, part.lines
     return Finding(
         check=chk.id,
         severity=sev,

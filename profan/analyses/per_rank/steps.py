@@ -9,6 +9,7 @@ every source of a split is judged by the same thresholds and worded alike.
 from __future__ import annotations
 
 from collections.abc import Callable, Iterable
+from dataclasses import dataclass
 
 import polars as pl
 
@@ -78,8 +79,22 @@ SHARE_WHAT = {
     "comm_not_overlapped_us": "communication not overlapped with compute",
     "free_us": "the device is idle (Free)",
 }
-# (row, check id, column, share of the step, severity) -> the finding, in its source's words and rows
-ShareWording = Callable[[dict, str, str, float, str], Finding]
+
+
+@dataclass(frozen=True)
+class Share:
+    """One row's lane past its check's threshold: the row of the split, the check and the column it judges, the
+    column's share of the row's step and the severity that share earns."""
+
+    row: dict
+    check: str
+    column: str
+    share: float
+    severity: str
+
+
+# a Share -> the finding, in its source's words and rows
+ShareWording = Callable[[Share], Finding]
 
 
 def graded_share_findings(rows: Iterable[dict], pack: RulePack, word: ShareWording) -> list[Finding]:
@@ -97,7 +112,7 @@ def graded_share_findings(rows: Iterable[dict], pack: RulePack, word: ShareWordi
             share = row[col] / row["step_us"]
             sev = graded(share, pack.check(check_id))
             if sev is not None:
-                out.append(word(row, check_id, col, share, sev))
+                out.append(word(Share(row, check_id, col, share, sev)))
     return out
 
 
@@ -109,23 +124,13 @@ def split_text(row: dict) -> str:
     )
 
 
-def share_finding(
-    row: dict,
-    check_id: str,
-    col: str,
-    share: float,
-    sev: str,
-    where: str,
-    *,
-    source: str,
-    metrics: dict,
-    cited: Evidence,
-) -> Finding:
+def share_finding(found: Share, where: str, *, source: str, metrics: dict, cited: Evidence) -> Finding:
     """A share finding of a step split with per-step rows (step_trace_time.csv, trace_view.json's lanes): the lane's
     time against the step's, then the whole split; ``source`` ends the message with where the numbers come from."""
+    row, col, share = found.row, found.column, found.share
     return Finding(
-        check=check_id,
-        severity=sev,
+        check=found.check,
+        severity=found.severity,
         rank=row["rank"],
         step=row["step"],
         title=f"Rank {row['rank']}, {where}: {pct(share)} of the step {SHARE_WHAT[col]}",
@@ -145,7 +150,8 @@ def share_findings(steps: pl.DataFrame, pack: RulePack) -> list[Finding]:
     return graded_share_findings(steps.iter_rows(named=True), pack, _step_trace_share)
 
 
-def _step_trace_share(row: dict, check_id: str, col: str, share: float, sev: str) -> Finding:
+def _step_trace_share(found: Share) -> Finding:
+    row, col = found.row, found.column
     cited = cite_lines(
         row["file"],
         [row["src_line"]],
@@ -154,8 +160,8 @@ def _step_trace_share(row: dict, check_id: str, col: str, share: float, sev: str
         values={LANES[col]: row[col], "step_us": row["step_us"]},
     )
     where = f"step {row['step']}" if row["step"] is not None else "the profile"
-    metrics = {col: row[col], "step_us": row["step_us"], "share": round(share, 4)}
-    return share_finding(row, check_id, col, share, sev, where, source="", metrics=metrics, cited=cited)
+    metrics = {col: row[col], "step_us": row["step_us"], "share": round(found.share, 4)}
+    return share_finding(found, where, source="", metrics=metrics, cited=cited)
 
 
 def reconcile_findings(ranks: list[RankData], steps: pl.DataFrame, pack: RulePack) -> list[Finding]:

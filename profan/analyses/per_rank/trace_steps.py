@@ -14,7 +14,7 @@ import polars as pl
 from profan.analyses.across_ranks import imbalance
 from profan.analyses.common import graded
 from profan.analyses.contract import Job, Section
-from profan.analyses.per_rank.steps import LANES, graded_share_findings, share_finding, split_text
+from profan.analyses.per_rank.steps import LANES, Share, graded_share_findings, share_finding, split_text
 from profan.model.evidence import cite_events, cite_lines
 from profan.model.findings import Finding
 from profan.model.rank import RankData
@@ -75,7 +75,8 @@ def _device(row: dict) -> str:
     return row.get("device") or "GPU"
 
 
-def _device_share(roles: Roles, row: dict, check_id: str, col: str, share: float, sev: str) -> Finding:
+def _device_share(roles: Roles, found: Share) -> Finding:
+    row, check_id, col, share, sev = found.row, found.check, found.column, found.share, found.severity
     rank, device = row["rank"], _device(row)
     what = f"{device} idle" if col == "free_us" else "communication not overlapped with compute"
     where = f"step {row['step']}" if row["scope"] == "step" else "the whole trace (no ProfilerStep)"
@@ -325,7 +326,8 @@ def lane_share_findings(ranks: list[RankData], table: pl.DataFrame, pack: RulePa
     return graded_share_findings(rows.iter_rows(named=True), pack, _lane_share)
 
 
-def _lane_share(row: dict, check_id: str, col: str, share: float, sev: str) -> Finding:
+def _lane_share(found: Share) -> Finding:
+    row, col = found.row, found.column
     cited = cite_events(
         row["file"],
         row["top_events"],
@@ -337,10 +339,8 @@ def _lane_share(row: dict, check_id: str, col: str, share: float, sev: str) -> F
         " — from the Overlap Analysis lanes of trace_view.json (this rank has no step_trace_time.csv, which the "
         "profiler sums from the same lanes)"
     )
-    metrics = {col: round(row[col], 3), "step_us": round(row["step_us"], 3), "share": round(share, 4)}
-    return share_finding(
-        row, check_id, col, share, sev, f"step {row['step']}", source=source, metrics=metrics, cited=cited
-    )
+    metrics = {col: round(row[col], 3), "step_us": round(row["step_us"], 3), "share": round(found.share, 4)}
+    return share_finding(found, f"step {row['step']}", source=source, metrics=metrics, cited=cited)
 
 
 def overlap_check(ranks: list[RankData], pack: RulePack) -> tuple[pl.DataFrame, list[Finding]]:
