@@ -19,6 +19,8 @@ pack's thresholds.
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+
 import polars as pl
 
 from profan.analyses.common import graded, kernel_table, top_lines_frame
@@ -143,11 +145,29 @@ def moe_findings(ranks: list[RankData], pack: RulePack) -> tuple[pl.DataFrame, l
         if metric != "tokens" and SEVERITIES.index(sev) > SEVERITIES.index(chk["time_max_severity"]):
             sev = chk["time_max_severity"]  # time alone never proves a hot expert
         med = g.sort(metric).row(g.height // 2, named=True)
-        out.append(_finding(chk, sev, hot, med, g, members, metric, ratio, mean, hccl))
+        out.append(_finding(chk, sev, GroupLoad(hccl, members, g, metric, hot, med, ratio, mean)))
     return tab.drop("gmm_lines", "file", "source", "locator", "rows"), out
 
 
-def _finding(chk, sev, hot, med, g, members, metric, ratio, mean, hccl) -> Finding:
+@dataclass(frozen=True)
+class GroupLoad:
+    """One EP group's load by one measure (tokens, GroupedMatmul or MoE-bucket time): its HCCL name and ranks,
+    their rows, the hot rank's and the median rank's row, the hot rank's max/mean and the mean."""
+
+    hccl: str
+    members: list[int]
+    rows: pl.DataFrame
+    metric: str
+    hot: dict
+    median: dict
+    ratio: float
+    mean: float
+
+
+def _finding(chk, sev: str, load: GroupLoad) -> Finding:
+    """The imbalance finding of one EP group, graded ``sev``."""
+    hot, med, g, members = load.hot, load.median, load.rows, load.members
+    metric, ratio, mean, hccl = load.metric, load.ratio, load.mean, load.hccl
     local = hot["local_experts"]
     pos = sorted(members).index(hot["rank"])
     experts = list(range(pos * local, pos * local + local)) if local else []
