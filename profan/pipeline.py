@@ -30,7 +30,7 @@ from profan.rulepack.hardware import Hardware
 from profan.rulepack.hardware import load as load_hardware
 from profan.rulepack.pack import RulePack, load, require_known_checks
 from profan.sources.common.readback import file_sizes
-from profan.sources.discovery.discover import base_dir, discover
+from profan.sources.discovery.discover import Discovery, base_dir, discover
 from profan.sources.rl import timers as rl_timers
 
 Progress = Callable[[str], None]
@@ -89,24 +89,15 @@ def analyze(
     say(f"found {len(disc.ranks)} rank(s) in {root}")
     ranks: list[RankData] = load_ranks(disc.ranks, root, pack, jobs, say)
     t_read = time.perf_counter()
-    report = build_report(
-        ranks, pack, root=root, fmt=disc.format, warnings=disc.warnings, notes=disc.notes, hardware=hw
-    )
+    report = build_report(ranks, pack, disc, hardware=hw)
     report.meta["timings_s"] = {"read": round(t_read - t0, 3), "analyse": round(time.perf_counter() - t_read, 3)}
     return report
 
 
-def build_report(
-    ranks: list[RankData],
-    pack: RulePack,
-    *,
-    root: Path,
-    fmt: str,
-    warnings: list[str],
-    notes: list[str],
-    hardware: Hardware | None = None,
-) -> Report:
-    """The reduce: the analyses over the per-rank results, and the report around their merged sections."""
+def build_report(ranks: list[RankData], pack: RulePack, disc: Discovery, hardware: Hardware | None = None) -> Report:
+    """The reduce: the analyses over the per-rank results, and the report around their merged sections (with what
+    discovery found: its root, format, warnings and notes)."""
+    root, fmt, warnings, notes = disc.root, disc.format, disc.warnings, disc.notes
     from profan.model.version import __version__
 
     hw = hardware or load_hardware()

@@ -25,13 +25,16 @@ COMPLEX_BLOCKS = (
 MAX_PARAMETERS = 6  # of a function, `self` / `cls` not counted
 # the functions over MAX_PARAMETERS today, with their count: the list may only shrink, and a count only fall
 PARAMETER_RATCHET = {
-    "profan/app/mcp_server.py:evidence": 10,
     "profan/comparison/findings.py:total_finding": 8,
-    "profan/pipeline.py:build_report": 7,
-    "profan/comparison/compare.py:compare": 7,
     "profan/render/brief.py:evidence_doc": 7,
 }
-PARAMETERS_EXCUSED = ("profan/app/commands/",)  # the CLI's commands: one parameter per option
+# the front doors, one parameter per option a user passes: the CLI's commands, the MCP server's tools (their
+# parameters are the tools' JSON schema) and the library's entry point beside `profan.analyze`
+PARAMETERS_EXCUSED = (
+    "profan/app/commands/",
+    "profan/app/mcp_server.py:evidence",
+    "profan/comparison/compare.py:compare",
+)
 SHORT_NAME_SHARE = 0.2508  # bound names of one or two letters (`_` aside), of all bound names: may only fall
 
 
@@ -108,7 +111,7 @@ def many_parameters() -> dict[str, int]:
 
 
 def test_parameter_ceiling():
-    """No function over MAX_PARAMETERS but the CLI's commands and the ratchet's list, each at most its count;
+    """No function over MAX_PARAMETERS but the front doors (PARAMETERS_EXCUSED) and the ratchet's list, each at most its count;
     an entry that no longer offends (or offends less) must leave the list (or lower its count)."""
     found = {name: n for name, n in many_parameters().items() if not name.startswith(PARAMETERS_EXCUSED)}
     worse = {name: n for name, n in found.items() if n > PARAMETER_RATCHET.get(name, MAX_PARAMETERS)}
