@@ -111,8 +111,8 @@ def many_parameters() -> dict[str, int]:
 
 
 def test_parameter_ceiling():
-    """No function over MAX_PARAMETERS but the front doors (PARAMETERS_EXCUSED) and the ratchet's list, each at most its count;
-    an entry that no longer offends (or offends less) must leave the list (or lower its count)."""
+    """No function over MAX_PARAMETERS but the front doors (PARAMETERS_EXCUSED) and the ratchet's list, each at
+    most its count; an entry that no longer offends (or offends less) must leave the list (or lower its count)."""
     found = {name: n for name, n in many_parameters().items() if not name.startswith(PARAMETERS_EXCUSED)}
     worse = {name: n for name, n in found.items() if n > PARAMETER_RATCHET.get(name, MAX_PARAMETERS)}
     assert not worse, f"functions over {MAX_PARAMETERS} parameters (pass a small value instead): {worse}"
