@@ -9,6 +9,7 @@ step's batch from a ``torch.utils.data.DataLoader``, so the trace shows the load
 
     python bench/gloo_faults.py --fault loader --loader-ms 40 --out /tmp/gloo_loader
 
+Options of `gloo_moe.py`'s model (``--tokens``, ``--dim``, ``--hidden``, ``--layers``) pass through to it.
 ``--fault none`` is the clean side of the pair: the same loader, without the sleep. It needs PyTorch (run it with
 the torch venv's Python); the traces and ``ground_truth.toml`` are written by `gloo_run.run`.
 """
@@ -40,11 +41,13 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--seed", type=int, default=0, help="seed of weights and data (0)")
     p.add_argument("--no-gzip", action="store_true", help="write plain .json traces instead of .json.gz")
     p.add_argument("--out", type=Path, required=True, help="folder for the traces (created; old traces replaced)")
-    args = p.parse_args(argv)
+    args, model_options = p.parse_known_args(argv)
     slow = range(args.ranks) if args.loader_ranks == "all" else [int(r) for r in args.loader_ranks.split(",")]
     args.slow_ranks = sorted(set(slow)) if args.fault == "loader" else []
-    # the MoE generator's settings, at their defaults: the same model and step as its clean run
-    base = gloo_moe.parse_args(["--ranks", str(args.ranks), "--seed", str(args.seed), "--out", str(args.out)])
+    # the MoE generator's settings (its defaults, or its options given here: --tokens, --dim, ...): the same model
+    # and step as its clean run
+    own = ["--ranks", str(args.ranks), "--seed", str(args.seed), "--out", str(args.out), "--fault-rank", "0"]
+    base = gloo_moe.parse_args([*own, *model_options])
     for key, value in vars(base).items():
         if not hasattr(args, key):
             setattr(args, key, value)

@@ -180,6 +180,7 @@ SHRINK_MARKERS = {
     "steps_total",
     "members_total",
     "metrics_omitted",
+    "left_out",
     "rules_total",
     "checks_total",
 }

