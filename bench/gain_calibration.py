@@ -4,7 +4,7 @@ pairs of real CPU gloo runs that differ only by the fault (fixtures/torch/gloo_g
 Why: a cause's gain is an estimate with an assumption; it is worth acting on only if it is about what the fault
 costs. For each pair this prints the first cause's check, its estimated gain, the measured saving (the faulty
 run's step less the clean run's: each run's step is the median over its profiled steps of the mean ProfilerStep
-over ranks) and their ratio. `tests/test_gain_calibration.py` keeps each ratio inside bounds.
+over ranks) and their ratio. `tests/diagnosis/test_gain_calibration.py` keeps each ratio inside bounds.
 
     python bench/gain_calibration.py [PAIRS_DIR]
 """

@@ -105,9 +105,11 @@ def build_report(ranks: list[RankData], pack: RulePack, disc: Discovery, hardwar
     job = Job(ranks=ranks, pack=pack, hardware=hw, steps=steps.step_table(ranks), rl_timers=timers)
     merged = run_analyses(ANALYSES, job)
     all_warnings = [*warnings, *timer_warnings, *merged.warnings, *_other_jobs(ranks, pack)]
-    for r in ranks:
-        all_warnings += [f"rank {r.rank}: {w}" for w in r.warnings]
-    tables = {k: v for k, v in merged.tables.items() if isinstance(v, pl.DataFrame) and not v.is_empty()}
+    for rank in ranks:
+        all_warnings += [f"rank {rank.rank}: {warning}" for warning in rank.warnings]
+    tables = {
+        key: value for key, value in merged.tables.items() if isinstance(value, pl.DataFrame) and not value.is_empty()
+    }
     step = step_summary(tables, merged.causes)
     kind, per = run_kind(ranks, tables.get("trace_steps")), denominator(step)
     graded = grade_findings(merged.findings, pack.severity, kind, per)
@@ -135,19 +137,19 @@ def _source(ranks: list[RankData], root: Path, fmt: str) -> dict:
         "format": fmt,
         "ranks": [
             {
-                "rank": r.rank,
-                "path": r.path,
-                "kind": r.kind,
-                "rank_origin": r.rank_origin,
-                "files": r.files,
-                "info": r.info,
-                "kernel_header": r.kernel_variant or None,
-                "rows_read": r.rows_read,
-                "rows_skipped": r.rows_skipped,
+                "rank": rank.rank,
+                "path": rank.path,
+                "kind": rank.kind,
+                "rank_origin": rank.rank_origin,
+                "files": rank.files,
+                "info": rank.info,
+                "kernel_header": rank.kernel_variant or None,
+                "rows_read": rank.rows_read,
+                "rows_skipped": rank.rows_skipped,
             }
-            for r in ranks
+            for rank in ranks
         ],
-        "file_bytes": file_sizes(base_dir(root), {f for r in ranks for f in r.files.values()}),
+        "file_bytes": file_sizes(base_dir(root), {file for rank in ranks for file in rank.files.values()}),
     }
     source["root_seal"] = trust.seal(source["root_abs"], source["file_bytes"])
     return source
@@ -156,7 +158,7 @@ def _source(ranks: list[RankData], root: Path, fmt: str) -> dict:
 def _rl_timers(ranks: list[RankData], root: Path) -> tuple[pl.DataFrame, list[str]]:
     """An RL job's per-step timer log (each RL rank's file ``rl_timers``, `sources.rl.timers`) with its ``file``,
     and what could not be read of it; an empty frame for any other job."""
-    named = next((r.files["rl_timers"] for r in ranks if "rl_timers" in r.files), None)
+    named = next((rank.files["rl_timers"] for rank in ranks if "rl_timers" in rank.files), None)
     if named is None:
         return pl.DataFrame(), []
     timers, said = rl_timers.read(base_dir(root) / named)
@@ -166,12 +168,12 @@ def _rl_timers(ranks: list[RankData], root: Path) -> tuple[pl.DataFrame, list[st
 def _other_jobs(ranks: list[RankData], pack: RulePack) -> list[str]:
     """Ranks that cannot be one job: profiler end times too far apart, or other software versions."""
     out = []
-    ends = {r.rank: r.info["collection_end_ns"] for r in ranks if r.info.get("collection_end_ns")}
+    ends = {rank.rank: rank.info["collection_end_ns"] for rank in ranks if rank.info.get("collection_end_ns")}
     if len(ends) > 1:
         first, last = min(ends, key=ends.__getitem__), max(ends, key=ends.__getitem__)
         spread = (ends[last] - ends[first]) / 1e9
         if spread > pack.check("one-job")["max_end_spread_s"]:
-            path = {r.rank: r.path for r in ranks}
+            path = {rank.rank: rank.path for rank in ranks}
             out.append(
                 f"rank {first} ({path[first]}) and rank {last} ({path[last]}) stopped profiling "
                 f"{_span(spread)} apart (end_info in profiler_info_*.json): they may be different jobs, "
@@ -179,9 +181,9 @@ def _other_jobs(ranks: list[RankData], pack: RulePack) -> list[str]:
             )
     for key in ("torch_npu_version", "cann_version"):
         seen: dict[str, list[int]] = {}
-        for r in ranks:
-            if r.info.get(key):
-                seen.setdefault(str(r.info[key]), []).append(r.rank)
+        for rank in ranks:
+            if rank.info.get(key):
+                seen.setdefault(str(rank.info[key]), []).append(rank.rank)
         if len(seen) > 1:
             out.append(
                 f"ranks differ in {key} ("

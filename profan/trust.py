@@ -51,8 +51,8 @@ def _key() -> bytes | None:
         pass
     try:
         path.parent.mkdir(parents=True, exist_ok=True)
-        fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
-        with os.fdopen(fd, "w", encoding="ascii") as fh:
+        handle = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+        with os.fdopen(handle, "w", encoding="ascii") as fh:
             fh.write(secrets.token_hex(32))
     except FileExistsError:
         pass  # another process made it first: read theirs
@@ -78,7 +78,7 @@ def sealed(root_abs: object, files: object, mark: object) -> bool:
     """Whether ``mark`` is this user's seal of ``root_abs`` and ``files`` (values straight from a report: any type)."""
     if not (isinstance(root_abs, str) and isinstance(mark, str) and isinstance(files, (list, dict))):
         return False
-    if not all(isinstance(f, str) for f in files):
+    if not all(isinstance(file, str) for file in files):
         return False
     good = seal(root_abs, files)
     return good is not None and hmac.compare_digest(good, mark)

@@ -1,4 +1,9 @@
-"""Shared test helpers: fixture paths, running the real CLI, and an independent CSV reader for ground truth."""
+"""Shared test helpers: fixture paths, running the real CLI, and an independent CSV reader for ground truth.
+
+The tests mirror profan/'s tree (tests/sources, tests/analyses, …; tests/hostile for hostile input across the
+readers, tests/house for the code's own rules). The helpers every folder shares live here and in the modules
+beside it (hostile_corpus.py, prefork.py); the folders are on the import path so that a test may import another
+folder's module by name (test_mcp's wire, test_hostile_outputs' inertness checks)."""
 
 from __future__ import annotations
 
@@ -17,6 +22,7 @@ from typing import Any
 import pytest
 
 ROOT = Path(__file__).resolve().parent.parent
+sys.path[:0] = [str(folder) for folder in sorted(Path(__file__).resolve().parent.iterdir()) if folder.is_dir()]
 FIXTURES = ROOT / "fixtures"
 ASCEND = FIXTURES / "ascend"
 TORCH = FIXTURES / "torch"

@@ -3,7 +3,7 @@ traceback), hang, eat memory, read outside the analysed folder, write outside it
 measurement.
 
 Each class is one function ``make_<class>(dst) -> Case``. ``dst`` is a fresh, empty folder owned by the case
-(``tests/test_hostile_corpus.py`` passes ``<tmp>/<class>/case``); the builder writes the data under ``dst/data``,
+(``hostile/test_hostile_corpus.py`` passes ``<tmp>/<class>/case``); the builder writes the data under ``dst/data``,
 outputs go to ``dst/out``, and a *canary* folder beside the case (``<tmp>/<class>/case.canary``, outside ``dst``)
 holds a random secret: plain (``secret.txt``) and dressed as profiler data (a kernel file, a rank folder, a trace
 whose kernel names are the secret), so that following a link out of the data would put the secret in the report.

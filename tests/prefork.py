@@ -1,7 +1,7 @@
 """A fork server for tests that must run ``profan`` as a process of its own: one interpreter imports profan (its
 CLI, pipeline, renderers, polars, pyarrow, plotly, …) once, then forks a fresh process per command.
 
-Why: the hostile corpus (``tests/test_hostile_corpus.py``) runs ~110 commands, and a fresh ``python -m profan``
+Why: the hostile corpus (``tests/hostile/test_hostile_corpus.py``) runs ~110 commands, and a fresh ``python -m profan``
 spends ~0.7 s of CPU on interpreter start and imports before it reads a byte — more than most of its commands
 then spend on their input. A forked command is still a process of its own: its own exit code, its own stdout and
 stderr (files), its own session (a timeout kills it and its workers with ``killpg``), stdin on /dev/null, the

@@ -64,21 +64,26 @@ def kernel_table(
     once per rank. A polars query costs a fixed 0.1–0.3 ms however few its rows, and a cluster of small ranks
     would pay that per rank and query; one rank's result is the same either way. The ranks' columns are taken
     without a query (`stack`)."""
-    with_groups = [r for r in ranks if r.groups is not None and not r.groups.is_empty()]
+    with_groups = [
+        with_group for with_group in ranks if with_group.groups is not None and not with_group.groups.is_empty()
+    ]
     if not with_groups:
         return None
-    names = list(dict.fromkeys(n for c in cols for n in ([c] if isinstance(c, str) else c.meta.root_names())))
-    extra = [per_rank(r) for r in with_groups] if per_rank else []
-    keys = {"rank": [r.rank for r in with_groups], **{k: [e[k] for e in extra] for k in (extra[0] if extra else {})}}
+    names = list(dict.fromkeys(n for col in cols for n in ([col] if isinstance(col, str) else col.meta.root_names())))
+    extra = [per_rank(with_group) for with_group in with_groups] if per_rank else []
+    keys = {
+        "rank": [with_group.rank for with_group in with_groups],
+        **{key: [e[key] for e in extra] for key in (extra[0] if extra else {})},
+    }
     # relaxed: a rank from the cache or another source may hold a column in a wider type
-    t = stack([r.groups[names] for r in with_groups], keys, how="vertical_relaxed")
-    return t.select_seq("rank", *cols, *[k for k in keys if k != "rank"])
+    t = stack([with_group.groups[names] for with_group in with_groups], keys, how="vertical_relaxed")
+    return t.select_seq("rank", *cols, *[key for key in keys if key != "rank"])
 
 
 def first_by_time(cols: tuple[str, ...]) -> list[pl.Expr]:
     """Aggregations: each column's value in the group's row with the most time (ties: the first name) — the
     example a table names for a set of kernel groups, the same on every run whatever order grouping saw."""
-    return [pl.col(c).sort_by(["time_us", "name"], descending=[True, False]).first() for c in cols]
+    return [pl.col(col).sort_by(["time_us", "name"], descending=[True, False]).first() for col in cols]
 
 
 def cite_kernels(

@@ -84,17 +84,19 @@ def run_analyses(analyses: Sequence[Analysis], job: Job) -> Section:
 
     The `own_thread` ones are started first and joined at their place in the list, so the merged result does not
     depend on which finishes first."""
-    names = [a.name for a in analyses]
+    names = [analyse.name for analyse in analyses]
     if len(set(names)) != len(names):
         raise ValueError(f"analysis names repeat: {names}")
-    threaded = [a for a in analyses if a.own_thread]
+    threaded = [analyse for analyse in analyses if analyse.own_thread]
     pool = ThreadPoolExecutor(max_workers=len(threaded)) if threaded else None
     try:
-        started: dict[str, Future[Section]] = {a.name: pool.submit(a.run, job) for a in threaded} if pool else {}
+        started: dict[str, Future[Section]] = (
+            {analyse.name: pool.submit(analyse.run, job) for analyse in threaded} if pool else {}
+        )
         merged = Section()
-        for a in analyses:
-            section = started[a.name].result() if a.own_thread else a.run(_view(job, merged, a))
-            _merge(merged, section, a.name, job.pack)
+        for analyse in analyses:
+            section = started[analyse.name].result() if analyse.own_thread else analyse.run(_view(job, merged, analyse))
+            _merge(merged, section, analyse.name, job.pack)
         return merged
     finally:
         if pool is not None:
@@ -103,7 +105,7 @@ def run_analyses(analyses: Sequence[Analysis], job: Job) -> Section:
 
 def _view(job: Job, merged: Section, analysis: Analysis) -> Job:
     """The job as ``analysis`` may see it: the tables it declared, and the findings so far if it asked."""
-    missing = [t for t in analysis.reads if t not in merged.tables]
+    missing = [read for read in analysis.reads if read not in merged.tables]
     if missing:
         raise KeyError(f"analysis {analysis.name!r} reads table(s) {missing} that no earlier analysis made")
     return Job(
@@ -111,7 +113,7 @@ def _view(job: Job, merged: Section, analysis: Analysis) -> Job:
         pack=job.pack,
         hardware=job.hardware,
         steps=job.steps,
-        tables={t: merged.tables[t] for t in analysis.reads},
+        tables={read: merged.tables[read] for read in analysis.reads},
         findings=tuple(merged.findings) if analysis.reads_findings else (),
         rl_timers=job.rl_timers,
     )
@@ -133,5 +135,11 @@ def drop_superseded(findings: list[Finding], pack: RulePack) -> list[Finding]:
     """Where a check that `supersedes` others (rules/checks.toml) reports a rank and step, their findings for that
     rank and step go: the superseding finding says all they say, and more — one finding per rank and step, not two.
     Applied after every merge, so a later analysis reads the findings the report will have."""
-    covered = {(old, f.rank, f.step) for f in findings for old in pack.check(f.check).supersedes}
-    return [f for f in findings if (f.check, f.rank, f.step) not in covered] if covered else findings
+    covered = {
+        (old, finding.rank, finding.step) for finding in findings for old in pack.check(finding.check).supersedes
+    }
+    return (
+        [finding for finding in findings if (finding.check, finding.rank, finding.step) not in covered]
+        if covered
+        else findings
+    )

@@ -119,14 +119,14 @@ def detail(report) -> None:
     else:
         of = f"{len(ranks)} rank(s)"
     say(f"read {len(sizes)} file(s), {sum(sizes.values()) / 1e6:.1f} MB, of {of} under {src['root']}")
-    for r in ranks:
-        if skipped := {k: n for k, n in (r.get("rows_skipped") or {}).items() if n}:
-            say(f"rank {r['rank']}: rows skipped: " + ", ".join(f"{k} {n}" for k, n in skipped.items()))
-    for w in report.warnings:
-        say(f"warning: {w}")
+    for rank in ranks:
+        if skipped := {key: value for key, value in (rank.get("rows_skipped") or {}).items() if value}:
+            say(f"rank {rank['rank']}: rows skipped: " + ", ".join(f"{key} {value}" for key, value in skipped.items()))
+    for warning in report.warnings:
+        say(f"warning: {warning}")
     timings = report.meta.get("timings_s") or {}
     if timings:
-        say("time: " + ", ".join(f"{k} {v:.2f} s" for k, v in timings.items()))
+        say("time: " + ", ".join(f"{key} {v:.2f} s" for key, v in timings.items()))
     say(f"{len(report.causes)} cause(s), {len(report.findings)} finding(s), {len(report.warnings)} warning(s)")
 
 

@@ -27,15 +27,15 @@ def kind_of(path: Path) -> str:
     try:
         if not path.is_file():
             return "data"
-        with open_regular(path) as fh:
-            head = fh.read(HEAD_BYTES)
+        with open_regular(path) as handle:
+            head = handle.read(HEAD_BYTES)
             if head.startswith(b"\x1f\x8b"):
                 return "data"  # gzip: a trace
             if REPORT_HEAD.match(head):
                 return "report"
             if head.lstrip()[:1] in (b"{", b"["):
                 return "data"
-            text = (head + fh.read(MARK_BYTES)).decode("utf-8", "replace")
+            text = (head + handle.read(MARK_BYTES)).decode("utf-8", "replace")
     except OSError as exc:
         raise ProfanInputError(path, f"cannot read: {exc.strerror or exc}") from None
     return "text-report" if SOURCE_MARK.search(text) else "data"
@@ -45,8 +45,8 @@ def text_report_data(path: Path) -> Path:
     """The data a Markdown or HTML report was written from (its source line), where it still lies inside the
     report's folder — the same rule as a JSON report's (`trust.report_root`): a report handed over cannot send
     the drill-down elsewhere. Else one line saying to name the data."""
-    with open_regular(path, "report") as fh:
-        found = SOURCE_MARK.search(fh.read(HEAD_BYTES + MARK_BYTES).decode("utf-8", "replace"))
+    with open_regular(path, "report") as handle:
+        found = SOURCE_MARK.search(handle.read(HEAD_BYTES + MARK_BYTES).decode("utf-8", "replace"))
     home = path.resolve().parent
     named = json.loads(found.group(1)) if found else {}
     for c in (named.get("root_abs"), named.get("root")) if isinstance(named, dict) else ():
@@ -69,9 +69,9 @@ def load_report_or_analyze(path: Path, root: Path | None = None) -> tuple[Report
         path = root or text_report_data(path)
     if kind == "report":
         try:
-            with open_regular(path, "report") as fh:
-                limits.check_size(path, os.fstat(fh.fileno()).st_size, "max_report_bytes", "a report")
-                doc = json.loads(fh.read().decode("utf-8"))
+            with open_regular(path, "report") as handle:
+                limits.check_size(path, os.fstat(handle.fileno()).st_size, "max_report_bytes", "a report")
+                doc = json.loads(handle.read().decode("utf-8"))
             if not isinstance(doc, dict):
                 raise ValueError(f"a JSON {type(doc).__name__}, not an object")
             report = from_dict(doc)

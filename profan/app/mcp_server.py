@@ -127,11 +127,11 @@ class Roots:
     """The folders the server may read (resolved once, at start)."""
 
     def __init__(self, roots: list[Path]) -> None:
-        self.roots = [r.expanduser().resolve() for r in roots]
+        self.roots = [root.expanduser().resolve() for root in roots]
 
     def check(self, path: str | Path, what: str = "path") -> Path:
         p = Path(path).expanduser()
-        if not any(inside(p, r) for r in self.roots):
+        if not any(inside(p, root) for root in self.roots):
             raise ProfanInputError(
                 p,
                 f"{what} lies outside the folders this server may read "
@@ -345,7 +345,7 @@ def _tool(fn: Callable[..., CallToolResult], document: str) -> Tool:
     props = {}
     for name, prop in tool.parameters["properties"].items():
         kinds = [p for p in prop.get("anyOf", [prop]) if p != {"type": "null"}]
-        props[name] = {**{k: v for k, v in kinds[0].items() if k != "title"}, "description": PARAMS[name]}
+        props[name] = {**{key: value for key, value in kinds[0].items() if key != "title"}, "description": PARAMS[name]}
         if prop.get("default") is not None:
             props[name]["default"] = prop["default"]
     required = tool.parameters.get("required")

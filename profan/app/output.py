@@ -134,11 +134,11 @@ def is_report(path: Path) -> bool:
     names profan at its top; a workbook is a zip whose first sheets are profan's; a table's parquet footer holds
     `TABLE_MARK`. Reads a few kB at most."""
     try:
-        with path.open("rb") as fh:
-            head = fh.read(SNIFF_BYTES)
+        with path.open("rb") as handle:
+            head = handle.read(SNIFF_BYTES)
             if head.startswith(b"PAR1"):
-                fh.seek(max(0, path.stat().st_size - SNIFF_BYTES))
-                return b"\x06writer\x18\x06profan" in fh.read()
+                handle.seek(max(0, path.stat().st_size - SNIFF_BYTES))
+                return b"\x06writer\x18\x06profan" in handle.read()
         if not head.startswith(b"PK"):
             return REPORT_MARK in head
         with zipfile.ZipFile(path) as book, book.open("xl/workbook.xml") as xml:
@@ -165,9 +165,9 @@ def write(out: Path, inputs: Inputs, render: Callable[[Path], object], option: s
 
 def _refuse_an_input(out: Path, inputs: Inputs, option: str) -> None:
     target = out.resolve()
-    for p in inputs.files:
+    for file in inputs.files:
         try:
-            same = p.resolve() == target or (out.exists() and os.path.samefile(p, out))
+            same = file.resolve() == target or (out.exists() and os.path.samefile(file, out))
         except OSError:
             same = False
         if same:
@@ -217,16 +217,16 @@ def _write_stream(out: Path, render: Callable[[Path], object]) -> None:
     opened first (a FIFO nobody reads is one line, not a wait), the report rendered into a private temporary
     folder, then copied in. The node itself is never replaced."""
     try:
-        fd = os.open(out, os.O_WRONLY | os.O_NONBLOCK | os.O_NOCTTY | os.O_CLOEXEC)
+        handle = os.open(out, os.O_WRONLY | os.O_NONBLOCK | os.O_NOCTTY | os.O_CLOEXEC)
     except OSError as exc:
         if exc.errno == errno.ENXIO:
             raise ProfanInputError(out, "is a FIFO that no process is reading; start its reader first") from None
         raise
-    with os.fdopen(fd, "wb") as sink:
-        mode = os.fstat(fd).st_mode
+    with os.fdopen(handle, "wb") as sink:
+        mode = os.fstat(handle).st_mode
         if not (stat.S_ISFIFO(mode) or stat.S_ISCHR(mode)):  # swapped for a file since it was looked at
             raise ProfanInputError(out, "is no longer a FIFO or device; refusing to write into it")
-        os.set_blocking(fd, True)
+        os.set_blocking(handle, True)
         with tempfile.TemporaryDirectory(prefix="profan-") as private:
             tmp = Path(private) / out.name[:64]
             render(tmp)
@@ -253,8 +253,8 @@ def write_tables(folder: Path, report: Report, inputs: Inputs) -> list[Path]:
     except OSError as exc:
         raise ProfanInputError(folder, f"cannot write: {exc.strerror or exc}") from None
     written = []
-    for name, df in report.tables.items():
+    for name, value in report.tables.items():
         target = folder / f"{name}.parquet"
-        write(target, inputs, lambda tmp, df=df: df.write_parquet(tmp, metadata=TABLE_MARK), "--tables")
+        write(target, inputs, lambda tmp, value=value: value.write_parquet(tmp, metadata=TABLE_MARK), "--tables")
         written.append(target)
     return written

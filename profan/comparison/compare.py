@@ -39,7 +39,7 @@ from profan.sources.common.readback import file_sizes
 
 
 def compare(
-    a: str | Path,
+    path: str | Path,
     b: str | Path | None = None,
     *,
     ranks: tuple[int, int] | None = None,
@@ -54,7 +54,7 @@ def compare(
     say = progress or (lambda _m: None)
     pack = pack or load([Path(p) for p in rules or []])
     limits.use(pack.limits)
-    pa = Path(a)
+    pa = Path(path)
     if ranks is not None:
         if b is not None:
             raise ProfanInputError(Path(b), "give either two paths or one directory with --ranks, not both")
@@ -90,7 +90,7 @@ def build_compare(sa: Side, sb: Side, pack: RulePack, common: Path, mode: str, t
     sa.steps, sb.steps, how = align_steps(ka, kb, st_a, st_b)
     notes = [
         f"compare: {mode}; B minus A, per step and per rank; steps matched {how}: "
-        + ", ".join(f"{x}↔{y}" for x, y in zip(sa.steps, sb.steps, strict=True))
+        + ", ".join(f"{step}↔{y}" for step, y in zip(sa.steps, sb.steps, strict=True))
     ]
     if len(sa.ranks) != len(sb.ranks):
         notes.append(f"compare: A has {len(sa.ranks)} rank(s), B has {len(sb.ranks)}; totals are per-rank averages")
@@ -100,10 +100,10 @@ def build_compare(sa: Side, sb: Side, pack: RulePack, common: Path, mode: str, t
     tot_a, tot_b = step_totals(sa, st_a), step_totals(sb, st_b)
     steps_t = pair_steps(tot_a, tot_b)
     total_a, total_b = (
-        float(k.filter(kept(s))["time_us"].sum()) / max(1, len(s.steps)) / max(1, len(s.ranks))
-        for k, s in ((ka, sa), (kb, sb))
+        float(key.filter(kept(s))["time_us"].sum()) / max(1, len(s.steps)) / max(1, len(s.ranks))
+        for key, s in ((ka, sa), (kb, sb))
     )
-    left = {s.label: left_out(k, t, s) for k, t, s in ((ka, st_a, sa), (kb, st_b, sb))}
+    left = {s.label: left_out(key, t, s) for key, t, s in ((ka, st_a, sa), (kb, st_b, sb))}
     findings = [total_finding(total_a, total_b, steps_t, buckets, sa, sb, pack, left)]
     findings += regression_findings(buckets, kernels, total_a, pack)
     findings += new_missing_findings(kernels, total_a, pack)
@@ -112,12 +112,14 @@ def build_compare(sa: Side, sb: Side, pack: RulePack, common: Path, mode: str, t
         "compare_buckets": shown(buckets, ["bucket"]),
         "compare_kernels": shown(kernels, ["op", "name", "input_shapes", "bucket"]),
     }
-    tables = {k: v for k, v in tables.items() if not v.is_empty()}
+    tables = {key: value for key, value in tables.items() if not value.is_empty()}
     source = source_block(sa, sb, common, mode)
-    warnings = [f"{s.label} rank {r.rank}: {w}" for s in (sa, sb) for r in s.ranks for w in r.warnings]
+    warnings = [
+        f"{s.label} rank {rank.rank}: {warning}" for s in (sa, sb) for rank in s.ranks for warning in rank.warnings
+    ]
     warnings += left_out_warnings(left, sa, sb) + one_sided_pairs(ka, kb, sa, sb)
     warnings += step_rows_one_side(tot_a, tot_b, sa, sb)
-    findings = number_findings([f for f in findings if f is not None])
+    findings = number_findings([finding for finding in findings if finding is not None])
     require_known_checks(findings)
     return Report(
         source=source,
@@ -141,9 +143,9 @@ def source_block(sa: Side, sb: Side, common: Path, mode: str) -> dict:
     def side(s: Side) -> dict:
         return {
             "path": str(s.path),
-            "ranks": [r.rank for r in s.ranks],
+            "ranks": [rank.rank for rank in s.ranks],
             "steps": s.steps,
-            "files": [{k: s.file(v) for k, v in r.files.items()} for r in s.ranks],
+            "files": [{key: s.file(file) for key, file in rank.files.items()} for rank in s.ranks],
         }
 
     source = {
@@ -156,6 +158,8 @@ def source_block(sa: Side, sb: Side, common: Path, mode: str) -> dict:
         "b": side(sb),
         "ranks": [],
     }
-    source["file_bytes"] = file_sizes(common, {s.file(v) for s in (sa, sb) for r in s.ranks for v in r.files.values()})
+    source["file_bytes"] = file_sizes(
+        common, {s.file(file) for s in (sa, sb) for rank in s.ranks for file in rank.files.values()}
+    )
     source["root_seal"] = trust.seal(source["root_abs"], source["file_bytes"])
     return source

@@ -11,12 +11,12 @@ from profan.comparison.sides import Side, kept
 from profan.model.textfmt import id_list, ms
 
 
-def left_out(k: pl.DataFrame, steps_tab: pl.DataFrame, side: Side) -> pl.DataFrame:
+def left_out(frame: pl.DataFrame, steps_tab: pl.DataFrame, side: Side) -> pl.DataFrame:
     """Per step of the side that the alignment paired with nothing (null: kernel rows outside any profiled step):
     kernel launches, kernel time and ranks. A step with a step row and no kernel rows is listed with 0 launches.
     The per-step comparison cannot hold these, so the report must say what they are worth."""
     work = (
-        k.filter(~kept(side))
+        frame.filter(~kept(side))
         .group_by("step")
         .agg(
             pl.col("count").sum().cast(pl.Int64).alias("launches"),
@@ -24,7 +24,7 @@ def left_out(k: pl.DataFrame, steps_tab: pl.DataFrame, side: Side) -> pl.DataFra
             pl.col("rank").unique().sort().alias("ranks"),
         )
     )
-    if not steps_tab.is_empty() and any(s is not None for s in side.steps):
+    if not steps_tab.is_empty() and any(step is not None for step in side.steps):
         rows_only = (
             steps_tab.filter(~kept(side) & pl.col("step").is_not_null())
             .group_by("step")
@@ -63,19 +63,19 @@ def left_out_warnings(left: dict[str, pl.DataFrame], sa: Side, sb: Side) -> list
     return out
 
 
-def work_text(t: pl.DataFrame) -> str:
-    launches, us = int(t["launches"].sum()), float(t["kernel_us"].sum())
-    ranks = sorted(set(t["ranks"].explode().drop_nulls().to_list()))
+def work_text(frame: pl.DataFrame) -> str:
+    launches, us = int(frame["launches"].sum()), float(frame["kernel_us"].sum())
+    ranks = sorted(set(frame["ranks"].explode().drop_nulls().to_list()))
     return (
         f"{launches:,} kernel launch{'es' if launches != 1 else ''}, {ms(us)} of kernel time, "
         f"rank{'s' if len(ranks) != 1 else ''} {id_list(ranks)}"
     )
 
 
-def one_sided_pairs(ka: pl.DataFrame, kb: pl.DataFrame, sa: Side, sb: Side) -> list[str]:
+def one_sided_pairs(frame: pl.DataFrame, kb: pl.DataFrame, sa: Side, sb: Side) -> list[str]:
     """Aligned steps with device work on one side and none on the other (a step row without kernel rows): they
     stay in the comparison, at 0 on the empty side, and the report says which they are."""
-    if not any(s is not None for s in sa.steps) or not any(s is not None for s in sb.steps):
+    if not any(step is not None for step in sa.steps) or not any(step is not None for step in sb.steps):
         return []
     pairs = pl.DataFrame({"a_step": sa.steps, "b_step": sb.steps}, schema={"a_step": pl.Int64, "b_step": pl.Int64})
     work = [
@@ -85,14 +85,14 @@ def one_sided_pairs(ka: pl.DataFrame, kb: pl.DataFrame, sa: Side, sb: Side) -> l
             right_on="step",
             how="left",
         )[f"{p}_n"].fill_null(0)
-        for k, side, p in ((ka, sa, "a"), (kb, sb, "b"))
+        for k, side, p in ((frame, sa, "a"), (kb, sb, "b"))
     ]
     pairs = pairs.with_columns(a_n=work[0], b_n=work[1]).filter((pl.col("a_n") == 0) != (pl.col("b_n") == 0))
     return [
-        f"compare: step {r['a_step']}↔{r['b_step']} has device work in {'A' if r['a_n'] else 'B'} only "
-        f"({int(r['a_n'] or r['b_n']):,} kernel launches; {'B' if r['a_n'] else 'A'} has the step but no kernel "
+        f"compare: step {row['a_step']}↔{row['b_step']} has device work in {'A' if row['a_n'] else 'B'} only "
+        f"({int(row['a_n'] or row['b_n']):,} kernel launches; {'B' if row['a_n'] else 'A'} has the step but no kernel "
         f"rows in it): counted as 0 there"
-        for r in pairs.iter_rows(named=True)
+        for row in pairs.iter_rows(named=True)
     ]
 
 
@@ -111,10 +111,11 @@ def step_rows_one_side(tot_a: pl.DataFrame, tot_b: pl.DataFrame, sa: Side, sb: S
     for t, o, side, other in ((tot_a, tot_b, sa, sb), (tot_b, tot_a, sb, sa)):
         alone = t.join(o.select("pair"), on="pair", how="anti")
         out += [
-            f"compare: step {r['step']} has a step_trace_time.csv row in {side.label} only ({ms(r['step_us'])}, mean "
-            f"over {r['ranks']} rank(s)); {other.label} has kernel rows in its counterpart "
-            f"{other.steps[r['pair']]} but no step row: that step's time is not compared"
-            for r in alone.iter_rows(named=True)
+            f"compare: step {row['step']} has a step_trace_time.csv row in {side.label} only "
+            f"({ms(row['step_us'])}, mean "
+            f"over {row['ranks']} rank(s)); {other.label} has kernel rows in its counterpart "
+            f"{other.steps[row['pair']]} but no step row: that step's time is not compared"
+            for row in alone.iter_rows(named=True)
         ]
     return out
 
@@ -122,18 +123,18 @@ def step_rows_one_side(tot_a: pl.DataFrame, tot_b: pl.DataFrame, sa: Side, sb: S
 def left_out_text(left: dict[str, pl.DataFrame]) -> tuple[str, dict]:
     """What the comparison leaves out, per side, for the total finding's message and metrics."""
     parts, metrics = [], {}
-    for label, t in left.items():
-        if t.is_empty():
+    for label, value in left.items():
+        if value.is_empty():
             continue
-        steps = t.filter(pl.col("step").is_not_null())["step"].to_list()
+        steps = value.filter(pl.col("step").is_not_null())["step"].to_list()
         metrics[label.lower()] = {
             "steps": steps,
-            "outside_any_step": bool(t["step"].is_null().any()),
-            "launches": int(t["launches"].sum()),
-            "kernel_us": round(float(t["kernel_us"].sum()), 3),
+            "outside_any_step": bool(value["step"].is_null().any()),
+            "launches": int(value["launches"].sum()),
+            "kernel_us": round(float(value["kernel_us"].sum()), 3),
         }
         what = [f"step{'s' if len(steps) > 1 else ''} {id_list(steps)}"] if steps else []
         what += ["kernels outside any profiled step"] if metrics[label.lower()]["outside_any_step"] else []
-        parts.append(f"{label}: {' and '.join(what)} ({work_text(t)})")
+        parts.append(f"{label}: {' and '.join(what)} ({work_text(value)})")
     text = f" Not compared, having no counterpart: {'; '.join(parts)} (see the warnings)." if parts else ""
     return text, metrics

@@ -52,11 +52,11 @@ def _bucket_evidence(buckets: pl.DataFrame) -> list[Evidence]:
         return []
     top = buckets.sort(pl.col("delta_us").abs(), descending=True, maintain_order=True).head(1)
     return [
-        ev
+        evidence
         for row in top.iter_rows(named=True)
         for p in ("a", "b")
         if (
-            ev := cite_side(
+            evidence := cite_side(
                 row,
                 p,
                 {"source": "kernels", "bucket": row["bucket"], "side": p.upper()},
@@ -129,20 +129,22 @@ def regression_findings(buckets: pl.DataFrame, kernels: pl.DataFrame, total_a: f
 def _moved_kernels(kernels: pl.DataFrame, bucket: str, up: bool) -> pl.DataFrame:
     """The (at most 3) kernels of ``bucket`` that moved most in the bucket's direction, those on one side only
     included: a bucket that grew by kernels B alone runs grew mostly by them, not by the largest shared one."""
-    ks = kernels.filter((pl.col("bucket") == bucket) & ((pl.col("delta_us") > 0) if up else (pl.col("delta_us") < 0)))
-    return ks.sort("delta_us", descending=up, maintain_order=True).head(3)
+    frame = kernels.filter(
+        (pl.col("bucket") == bucket) & ((pl.col("delta_us") > 0) if up else (pl.col("delta_us") < 0))
+    )
+    return frame.sort("delta_us", descending=up, maintain_order=True).head(3)
 
 
-def _bucket_change_finding(row: dict, ks: pl.DataFrame, up: bool, share: float | None, sev: str) -> Finding:
+def _bucket_change_finding(row: dict, frame: pl.DataFrame, up: bool, share: float | None, sev: str) -> Finding:
     """A bucket's per-step change from A to B (``row`` of the bucket comparison), explained by the kernels that
     moved most (``ks``)."""
     k_txt = "; ".join(
         f"{k['op']}{' [' + k['input_shapes'] + ']' if k['input_shapes'] else ''} "
         f"{'+' if up else ''}{ms(k['delta_us'])} ({k['a_count']:g}→{k['b_count']:g} launches, "
         f"{k['a_time_us'] / max(k['a_count'], 1):,.1f}→{k['b_time_us'] / max(k['b_count'], 1):,.1f} µs each)"
-        for k in ks.iter_rows(named=True)
+        for k in frame.iter_rows(named=True)
     )
-    top = ks.row(0, named=True) if ks.height else None
+    top = frame.row(0, named=True) if frame.height else None
     word = "Regression" if up else "Improvement"
     sign = "+" if up else ""
     return Finding(
@@ -184,14 +186,14 @@ def _bucket_change_finding(row: dict, ks: pl.DataFrame, up: bool, share: float |
                     "a_count": k["a_count"],
                     "b_count": k["b_count"],
                 }
-                for k in ks.iter_rows(named=True)
+                for k in frame.iter_rows(named=True)
             ],
         },
-        evidence=_bucket_change_evidence(row, ks),
+        evidence=_bucket_change_evidence(row, frame),
     )
 
 
-def _bucket_change_evidence(row: dict, ks: pl.DataFrame) -> tuple:
+def _bucket_change_evidence(row: dict, frame: pl.DataFrame) -> tuple:
     """The bucket's kernel rows on each side, then the rows of the kernel that moved most on each side."""
     evidence = []
     for p in ("a", "b"):
@@ -203,7 +205,7 @@ def _bucket_change_evidence(row: dict, ks: pl.DataFrame) -> tuple:
         )
         if ev is not None:
             evidence.append(ev)
-    for k in ks.head(1).iter_rows(named=True):
+    for k in frame.head(1).iter_rows(named=True):
         for p in ("a", "b"):
             ev = cite_side(
                 k,
@@ -238,19 +240,19 @@ def new_missing_findings(kernels: pl.DataFrame, total_a: float, pack: RulePack) 
             continue
         evidence = [
             e
-            for r in rows.iter_rows(named=True)
+            for row in rows.iter_rows(named=True)
             if (
                 e := cite_side(
-                    r,
+                    row,
                     p,
                     {
                         "source": "kernels",
-                        "op": r["op"],
-                        "name": r["name"],
-                        "input_shapes": r["input_shapes"],
+                        "op": row["op"],
+                        "name": row["name"],
+                        "input_shapes": row["input_shapes"],
                         "status": status,
                     },
-                    {"time_us_per_step": round(r[f"{p}_time_us"], 3)},
+                    {"time_us_per_step": round(row[f"{p}_time_us"], 3)},
                 )
             )
             is not None
@@ -258,10 +260,10 @@ def new_missing_findings(kernels: pl.DataFrame, total_a: float, pack: RulePack) 
         if not evidence:
             continue
         txt = "; ".join(
-            f"{r['op']}{' [' + r['input_shapes'] + ']' if r['input_shapes'] else ''} "
-            f"{ms(r[f'{p}_time_us'])}"
-            + (" (same name, other shape on the other side)" if r["same_name_other_shape"] else "")
-            for r in rows.iter_rows(named=True)
+            f"{row['op']}{' [' + row['input_shapes'] + ']' if row['input_shapes'] else ''} "
+            f"{ms(row[f'{p}_time_us'])}"
+            + (" (same name, other shape on the other side)" if row["same_name_other_shape"] else "")
+            for row in rows.iter_rows(named=True)
         )
         out.append(
             Finding(

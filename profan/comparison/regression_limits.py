@@ -16,21 +16,23 @@ def regression_limits(values: list[str], pack: RulePack) -> tuple[float | None, 
     """``--fail-on-regression`` values: ``PCT`` (the step time) or ``BUCKET=PCT`` (a bucket's time per step),
     percent of A that B may grow by. Checked before any file is read, so a typo fails at once instead of after
     the comparison (or, worse, never fails the build)."""
-    known = {b for order in pack.buckets.values() for b in order} | {r.bucket for r in pack.rules}
+    known = {b for order in pack.buckets.values() for b in order} | {rule.bucket for rule in pack.rules}
     step: float | None = None
     buckets: dict[str, float] = {}
-    for v in values:
-        name, _, num = v.rpartition("=")
+    for value in values:
+        name, _, num = value.rpartition("=")
         name = name.strip()
         try:
             limit = float(num.strip().removesuffix("%"))
         except ValueError:
             limit = float("nan")
         if not limit >= 0 or limit == float("inf"):
-            raise ProfanInputError(None, f"--fail-on-regression takes PCT or BUCKET=PCT, PCT a number ≥ 0 (got {v!r})")
-        if "=" not in v:
+            raise ProfanInputError(
+                None, f"--fail-on-regression takes PCT or BUCKET=PCT, PCT a number ≥ 0 (got {value!r})"
+            )
+        if "=" not in value:
             if step is not None:
-                raise ProfanInputError(None, f"--fail-on-regression: the step-time limit is given twice ({v!r})")
+                raise ProfanInputError(None, f"--fail-on-regression: the step-time limit is given twice ({value!r})")
             step = limit
         elif name not in known:
             raise ProfanInputError(
@@ -47,7 +49,10 @@ def regressions(report: Report, step_pct: float | None, bucket_pct: dict[str, fl
     rank) and the bucket table's time per step. B growing from nothing exceeds any limit."""
     out = []
     if step_pct is not None:
-        total = next((f for f in report.findings if f.check == CHECK and "a_kernel_us" in f.metrics), None)
+        total = next(
+            (finding for finding in report.findings if finding.check == CHECK and "a_kernel_us" in finding.metrics),
+            None,
+        )
         if total is not None:
             m = total.metrics
             kind = (

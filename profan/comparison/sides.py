@@ -34,7 +34,7 @@ class Side:
 
     @property
     def desc(self) -> str:
-        rk = ", ".join(str(r.rank) for r in self.ranks)
+        rk = ", ".join(str(rank.rank) for rank in self.ranks)
         return f"{self.path} (rank{'s' if len(self.ranks) != 1 else ''} {rk})"
 
 
@@ -49,14 +49,15 @@ def load_side(
         if missing:
             raise ProfanInputError(
                 path,
-                f"no rank {', '.join(map(str, missing))} here (ranks: {', '.join(str(r.rank) for r in disc.ranks)})",
+                f"no rank {', '.join(map(str, missing))} here "
+                f"(ranks: {', '.join(str(rank.rank) for rank in disc.ranks)})",
             )
     say(f"reading {len(ranks)} rank(s) of {path}")
     return base_dir(disc.root), load_ranks(ranks, disc.root, pack, jobs, say)
 
 
-def common_root(a: Path, b: Path) -> Path:
-    return Path(os.path.commonpath([str(a.resolve()), str(b.resolve())]))
+def common_root(path: Path, b: Path) -> Path:
+    return Path(os.path.commonpath([str(path.resolve()), str(b.resolve())]))
 
 
 def side_prefix(side_root: Path, common: Path) -> str:
@@ -85,38 +86,38 @@ def side_kernels(side: Side, pack: RulePack) -> pl.DataFrame:
     return pl.DataFrame() if k is None else _named_groups(k, side, pack)
 
 
-def _named_groups(k: pl.DataFrame, side: Side, pack: RulePack) -> pl.DataFrame:
+def _named_groups(frame: pl.DataFrame, side: Side, pack: RulePack) -> pl.DataFrame:
     """``kname`` of an HCCL op with its group's framework name (``hcom_reduceScatter__dp_cp``) in place of the
     number that ends its group's hash (``__097``): two ranks of one job are in different groups of the same kind
     (each pipeline stage its own data-parallel group), whose hashes differ, and their reduce-scatter is the same
     collective. The number stays where no parallel_group_info names it, or two groups of a rank end alike."""
     rows = [
-        (r.rank, str(double_hash(g.hccl_name))[-3:], g.group_name)
-        for r in side.ranks
-        if r.metadata is not None
-        for g in r.metadata.groups
-        if g.group_name
+        (rank.rank, str(double_hash(group.hccl_name))[-3:], group.group_name)
+        for rank in side.ranks
+        if rank.metadata is not None
+        for group in rank.metadata.groups
+        if group.group_name
     ]
     if not rows:
-        return k
+        return frame
     names = pl.DataFrame(rows, schema={"rank": pl.Int64, "_n": pl.String, "_g": pl.String}, orient="row")
     names = names.filter(pl.len().over("rank", "_n") == 1)
     hccl = pl.col("name").str.contains(pack.roles.hccl_op_sequence)  # the HCCL ops (roles hccl_op_sequence)
     number = pl.when(hccl).then(pl.col("kname").str.extract(r"__(\d+)$", 1)).alias("_n")
-    k = k.with_columns(number).join(names, on=["rank", "_n"], how="left", maintain_order="left")
+    frame = frame.with_columns(number).join(names, on=["rank", "_n"], how="left", maintain_order="left")
     named = pl.col("kname").str.replace(r"__\d+$", "__") + pl.col("_g")
-    return k.with_columns(pl.when(pl.col("_g").is_not_null()).then(named).otherwise("kname").alias("kname")).drop(
+    return frame.with_columns(pl.when(pl.col("_g").is_not_null()).then(named).otherwise("kname").alias("kname")).drop(
         "_n", "_g"
     )
 
 
 def align_steps(ka: pl.DataFrame, kb: pl.DataFrame, sa: pl.DataFrame, sb: pl.DataFrame) -> tuple[list, list, str]:
-    def ids(k: pl.DataFrame, s: pl.DataFrame) -> list:
+    def ids(frame: pl.DataFrame, s: pl.DataFrame) -> list:
         vals = set()
-        for f in (k, s):
+        for f in (frame, s):
             if not f.is_empty() and "step" in f.columns:
                 vals |= set(f["step"].to_list())
-        real = sorted(v for v in vals if v is not None)
+        real = sorted(val for val in vals if val is not None)
         return real or [None]
 
     a, b = ids(ka, sa), ids(kb, sb)
@@ -130,7 +131,7 @@ def align_steps(ka: pl.DataFrame, kb: pl.DataFrame, sa: pl.DataFrame, sb: pl.Dat
 def kept(side: Side) -> pl.Expr:
     """Rows inside the side's aligned steps. A side without step numbers keeps every row; a row without a step
     (outside any profiled step) is kept only there, never counted as an aligned step's."""
-    real = [s for s in side.steps if s is not None]
+    real = [step for step in side.steps if step is not None]
     return pl.col("step").is_in(real).fill_null(False) if real else pl.lit(True)
 
 
@@ -138,17 +139,17 @@ def step_totals(side: Side, steps_tab: pl.DataFrame) -> pl.DataFrame:
     """Per aligned step (index), mean over ranks of the step split, with the step rows as locators."""
     if steps_tab.is_empty():
         return pl.DataFrame()
-    idx = {s: i for i, s in enumerate(side.steps)}
-    t = steps_tab.filter(kept(side))
-    if t.is_empty():
+    idx = {step: index for index, step in enumerate(side.steps)}
+    frame = steps_tab.filter(kept(side))
+    if frame.is_empty():
         return pl.DataFrame()
-    t = t.with_columns(
+    frame = frame.with_columns(
         pl.col("step").replace_strict(idx, default=None, return_dtype=pl.Int64).alias("pair"),
         ((pl.lit(f"{side.prefix}/") + pl.col("file")) if side.prefix else pl.col("file")).alias("file"),
     )
     mid = pl.len() // 2  # the median rank's row is the one cited; the values are means over ranks
     return (
-        t.group_by("pair")
+        frame.group_by("pair")
         .agg(
             pl.col("step").first(),
             pl.col("step_us").mean(),

@@ -14,14 +14,14 @@ from profan.model.evidence import MAX_CITED
 KEY = ["op", "kname", "input_shapes"]
 
 
-def per_key(k: pl.DataFrame, side: Side, keys: list[str]) -> pl.DataFrame:
+def per_key(frame: pl.DataFrame, side: Side, keys: list[str]) -> pl.DataFrame:
     """Per key: time and launches per step and rank (averaged), and the largest rows of the largest rank."""
     steps_n = max(1, len(side.steps))
     ranks_n = max(1, len(side.ranks))
-    k = k.filter(kept(side))
-    if k.is_empty():
+    frame = frame.filter(kept(side))
+    if frame.is_empty():
         return pl.DataFrame()
-    tot = k.group_by(keys).agg(
+    tot = frame.group_by(keys).agg(
         *(
             [pl.col("name").sort_by(["time_us", "name"], descending=[True, False]).first()]
             if "name" not in keys and "kname" in keys
@@ -31,30 +31,30 @@ def per_key(k: pl.DataFrame, side: Side, keys: list[str]) -> pl.DataFrame:
         (pl.col("count").sum() / (steps_n * ranks_n)).alias("count"),
         pl.col("count").sum().alias("rows"),
     )
-    per_rank = k.group_by([*keys, "rank", "file", "loc_kind"]).agg(pl.col("time_us").sum().alias("_t"))
+    per_rank = frame.group_by([*keys, "rank", "file", "loc_kind"]).agg(pl.col("time_us").sum().alias("_t"))
     top = (
         per_rank.sort(["_t", "rank"], descending=[True, False])  # ties: the lower rank, every run
         .group_by(keys, maintain_order=True)
         .first()
     )
     locs = top_lines_frame(
-        k.join(top.select(*keys, "rank"), on=[*keys, "rank"], how="semi", nulls_equal=True), keys, MAX_CITED
+        frame.join(top.select(*keys, "rank"), on=[*keys, "rank"], how="semi", nulls_equal=True), keys, MAX_CITED
     ).rename({"lines": "locs"})
     return tot.join(top.select(*keys, "rank", "file", "loc_kind"), on=keys, how="left", nulls_equal=True).join(
         locs, on=keys, how="left", nulls_equal=True
     )
 
 
-def pair(a: pl.DataFrame, b: pl.DataFrame, keys: list[str]) -> pl.DataFrame:
-    if a.is_empty() and b.is_empty():
+def pair(frame: pl.DataFrame, b: pl.DataFrame, keys: list[str]) -> pl.DataFrame:
+    if frame.is_empty() and b.is_empty():
         return pl.DataFrame()
     cols = ["time_us", "count", "rows", "rank", "file", "loc_kind", "locs", "name"]
-    cols = [c for c in cols if (a.is_empty() or c in a.columns) and (b.is_empty() or c in b.columns)]
-    a = a.rename({c: f"a_{c}" for c in cols}) if not a.is_empty() else None
-    b = b.rename({c: f"b_{c}" for c in cols}) if not b.is_empty() else None
-    if a is None or b is None:  # one order for the same input: later rankings keep it for equal deltas
-        return (a if a is not None else b).sort(keys, nulls_last=True)
-    j = a.join(b, on=keys, how="full", coalesce=True, nulls_equal=True).sort(keys, nulls_last=True)
+    cols = [col for col in cols if (frame.is_empty() or col in frame.columns) and (b.is_empty() or col in b.columns)]
+    frame = frame.rename({col: f"a_{col}" for col in cols}) if not frame.is_empty() else None
+    b = b.rename({col: f"b_{col}" for col in cols}) if not b.is_empty() else None
+    if frame is None or b is None:  # one order for the same input: later rankings keep it for equal deltas
+        return (frame if frame is not None else b).sort(keys, nulls_last=True)
+    j = frame.join(b, on=keys, how="full", coalesce=True, nulls_equal=True).sort(keys, nulls_last=True)
     j = j.with_columns(
         pl.col("a_time_us").fill_null(0.0),
         pl.col("b_time_us").fill_null(0.0),
@@ -74,7 +74,7 @@ def pair(a: pl.DataFrame, b: pl.DataFrame, keys: list[str]) -> pl.DataFrame:
     return j
 
 
-def fold_shapes(kernels: pl.DataFrame, ka: pl.DataFrame, kb: pl.DataFrame, sa: Side, sb: Side) -> pl.DataFrame:
+def fold_shapes(kernels: pl.DataFrame, frame: pl.DataFrame, kb: pl.DataFrame, sa: Side, sb: Side) -> pl.DataFrame:
     """Kernels whose name runs on both sides but whose shapes differ are compared by name ('shape changed')
     instead of being listed as new on one side and missing on the other (e.g. GroupedMatmul token counts).
 
@@ -97,7 +97,7 @@ def fold_shapes(kernels: pl.DataFrame, ka: pl.DataFrame, kb: pl.DataFrame, sa: S
         return kernels
     keys = [*KEY, "bucket"]
     fa = per_key(
-        ka.join(moved.filter(pl.col("status") == "missing").select(keys), on=keys, how="semi", nulls_equal=True),
+        frame.join(moved.filter(pl.col("status") == "missing").select(keys), on=keys, how="semi", nulls_equal=True),
         sa,
         two,
     )
@@ -124,8 +124,8 @@ def fold_shapes(kernels: pl.DataFrame, ka: pl.DataFrame, kb: pl.DataFrame, sa: S
     )
 
 
-def shown(t: pl.DataFrame, keys: list[str]) -> pl.DataFrame:
-    if t.is_empty() or "delta_us" not in t.columns:
+def shown(frame: pl.DataFrame, keys: list[str]) -> pl.DataFrame:
+    if frame.is_empty() or "delta_us" not in frame.columns:
         return pl.DataFrame()
     cols = [
         *keys,
@@ -143,14 +143,14 @@ def shown(t: pl.DataFrame, keys: list[str]) -> pl.DataFrame:
         "b_locs",
     ]
     return (
-        t.select([c for c in cols if c in t.columns])
+        frame.select([col for col in cols if col in frame.columns])
         .with_columns(pl.col("a_locs").list.head(5), pl.col("b_locs").list.head(5))
         .sort(pl.col("delta_us").abs(), descending=True, maintain_order=True)
     )
 
 
-def pair_steps(a: pl.DataFrame, b: pl.DataFrame) -> pl.DataFrame:
-    if a.is_empty() or b.is_empty():
+def pair_steps(frame: pl.DataFrame, b: pl.DataFrame) -> pl.DataFrame:
+    if frame.is_empty() or b.is_empty():
         return pl.DataFrame()
     cols = [
         "step",
@@ -164,7 +164,9 @@ def pair_steps(a: pl.DataFrame, b: pl.DataFrame) -> pl.DataFrame:
         "cited_step_us",
         "ranks",
     ]
-    j = a.rename({c: f"a_{c}" for c in cols}).join(b.rename({c: f"b_{c}" for c in cols}), on="pair", how="inner")
+    j = frame.rename({col: f"a_{col}" for col in cols}).join(
+        b.rename({col: f"b_{col}" for col in cols}), on="pair", how="inner"
+    )
     return j.with_columns(
         (pl.col("b_step_us") - pl.col("a_step_us")).alias("delta_us"),
         (pl.col("b_computing_us") - pl.col("a_computing_us")).alias("delta_computing_us"),

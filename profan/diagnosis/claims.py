@@ -41,26 +41,30 @@ class Claims:
         step_set = None if steps is None else set(steps)
         rank_set = None if ranks is None else set(ranks)
         out = [
-            f
-            for f in self.findings
-            if f.key not in self.taken
-            and (f.rank is not None or f.step is not None)
-            and f.check in checks
-            and f.severity in severities
-            and (step_set is None or f.step is None or f.step in step_set)
-            and (rank_set is None or f.rank is None or f.rank in rank_set)
-            and (f.rank is None or f.rank not in exclude)
-            and (where is None or where(f))
+            finding
+            for finding in self.findings
+            if finding.key not in self.taken
+            and (finding.rank is not None or finding.step is not None)
+            and finding.check in checks
+            and finding.severity in severities
+            and (step_set is None or finding.step is None or finding.step in step_set)
+            and (rank_set is None or finding.rank is None or finding.rank in rank_set)
+            and (finding.rank is None or finding.rank not in exclude)
+            and (where is None or where(finding))
         ]
-        self.taken.update(f.key for f in out)
+        self.taken.update(finding.key for finding in out)
         return out
 
     def own(self, sources: Iterable[Finding]) -> None:
         """Claim a cause's own source findings."""
-        self.taken.update(f.key for f in sources)
+        self.taken.update(source.key for source in sources)
 
     def unclaimed(self, check: str) -> list[Finding]:
-        return [f for f in self.findings if f.check == check and f.key not in self.taken and f.severity in SYMPTOMS]
+        return [
+            finding
+            for finding in self.findings
+            if finding.check == check and finding.key not in self.taken and finding.severity in SYMPTOMS
+        ]
 
 
 def step_times(job: Job) -> dict[int, float]:
@@ -108,9 +112,9 @@ def make_cause(job: Job, check: str, values: dict[str, Any], grounds: Grounds, w
     """A cause of ``check`` on ``grounds``, its texts filled from rules/checks.toml with ``values``."""
     rule = job.pack.check(check).cause
     sources = grounds.sources
-    steps = sorted({*grounds.steps, *(s for f in sources for s in f.steps)})
-    ranks = sorted(set(grounds.ranks) or {r for f in sources for r in f.ranks})
-    measured = [grounds.steps_us[s] for s in steps if s in grounds.steps_us] or list(grounds.steps_us.values())
+    steps = sorted({*grounds.steps, *(step for source in sources for step in source.steps)})
+    ranks = sorted(set(grounds.ranks) or {rank for source in sources for rank in source.ranks})
+    measured = [grounds.steps_us[step] for step in steps if step in grounds.steps_us] or list(grounds.steps_us.values())
     step_us = statistics.fmean(measured) if measured else None
     impact_us, bound_us = grounds.impact_us, grounds.bound_us
     if impact_us is not None and step_us:
@@ -129,8 +133,8 @@ def make_cause(job: Job, check: str, values: dict[str, Any], grounds: Grounds, w
     return Cause(
         check=check,
         title=fill(text("title")),
-        message=message if message is not None else " ".join(f.message for f in sources[:1]),
-        evidence=tuple(e for f in sources for e in f.evidence),
+        message=message if message is not None else " ".join(source.message for source in sources[:1]),
+        evidence=tuple(e for source in sources for e in source.evidence),
         impact_us=impact_us,
         assumption=fill(text("assumption")),
         action=fill(action),
@@ -140,7 +144,7 @@ def make_cause(job: Job, check: str, values: dict[str, Any], grounds: Grounds, w
         steps=tuple(steps),
         step_us=step_us,
         metrics=values,
-        explains_keys=tuple(f.key for f in [*sources, *grounds.explained]),
+        explains_keys=tuple(source.key for source in [*sources, *grounds.explained]),
         bound_us=None if impact_us is not None else bound_us,
     )
 

@@ -51,10 +51,10 @@ def waited_peer(job: Job, claims: Claims, steps_us: dict[int, float]) -> list[Ca
     by_peer: dict[int, list[Finding]] = {}
     for f in claims.unclaimed(check):
         by_peer.setdefault(int(f.metrics["peer"]), []).append(f)
-    captured = {r.rank for r in job.ranks}
+    captured = {rank.rank for rank in job.ranks}
     out = []
     for peer, found in by_peer.items():
-        waiting = sorted({r for f in found for r in f.ranks})
+        waiting = sorted({rank for f in found for rank in f.ranks})
         per_step = [float(f.metrics["wait_us"]) / max(len(steps_us), 1) for f in found]
         values = {
             "peer": peer,
@@ -97,12 +97,12 @@ def late_peers(job: Job, claims: Claims, steps_us: dict[int, float]) -> list[Cau
         return []
     waits: dict[int, float] = {}
     for f in found:
-        for r in f.ranks:
-            waits[r] = waits.get(r, 0.0) + float(f.metrics["waiting_ms"])
-    per_step = {r: w / max(len(steps_us), 1) for r, w in waits.items()}
-    captured = {r.rank for r in job.ranks}
+        for rank in f.ranks:
+            waits[rank] = waits.get(rank, 0.0) + float(f.metrics["waiting_ms"])
+    per_step = {rank: value / max(len(steps_us), 1) for rank, value in waits.items()}
+    captured = {rank.rank for rank in job.ranks}
     peer_lists = [f.metrics.get("peers") for f in found]
-    peers = {p for ps in peer_lists if ps is not None for p in ps}
+    peers = {p for peer_list in peer_lists if peer_list is not None for p in peer_list}
     late = sorted((peers & captured) - set(waits))
     outside = sorted(peers - captured)
     # no group names a peer (each holds the rank alone): whom they wait for is as unknown as unrecorded
@@ -157,10 +157,10 @@ def _largest_transfers(job: Job, least: Finding, unhidden: list[str]) -> str:
     if rows.is_empty():
         return ""
     named = [
-        f"{str(r['op']).split('@')[0]}"
-        + (f" (group {r['group_name']})" if r.get("group_name") else "")
-        + f" {r['transfer_ms']:,.1f} ms"
-        for r in rows.iter_rows(named=True)
+        f"{str(row['op']).split('@')[0]}"
+        + (f" (group {row['group_name']})" if row.get("group_name") else "")
+        + f" {row['transfer_ms']:,.1f} ms"
+        for row in rows.iter_rows(named=True)
     ]
     where = f"rank {least.rank}" + (f", step {least.step}" if least.step is not None else "")
     return f" The largest transfers ({where}): {'; '.join(named)}."
@@ -212,24 +212,24 @@ def exposed_transfer(job: Job, claims: Claims, steps_us: dict[int, float]) -> li
     cause stands too. It cites such findings but leaves them under their cause (the waiting is what they say)."""
     check = "comm-exposed-split"
     # a finding whose ops record no transfer/wait split claims no transfer to overlap: it stays a symptom
-    found = [f for f in claims.unclaimed(check) if f.metrics.get("split_recorded", True)]
+    found = [finding for finding in claims.unclaimed(check) if finding.metrics.get("split_recorded", True)]
     share = job.pack.check(check)["min_share"]
     held = [
-        f
-        for f in claims.findings
-        if f.check == check
-        and f.key in claims.taken
-        and f.severity in SYMPTOMS
-        and f.metrics.get("split_recorded", True)
-        and f.metrics["transfer_ms"] * 1000 >= share * f.metrics["step_us"]
+        finding
+        for finding in claims.findings
+        if finding.check == check
+        and finding.key in claims.taken
+        and finding.severity in SYMPTOMS
+        and finding.metrics.get("split_recorded", True)
+        and finding.metrics["transfer_ms"] * 1000 >= share * finding.metrics["step_us"]
     ]
     if not found and not held:
         return []
     cited = [*found, *held]
-    steps = sorted({s for f in cited for s in f.steps})
+    steps = sorted({step for finding in cited for step in finding.steps})
     unhidden = list(job.pack.check(check)["unhidden_groups"])
     exposed = job.tables.get("comm_exposed")
-    transfer = [f.metrics["transfer_ms"] for f in cited]
+    transfer = [finding.metrics["transfer_ms"] for finding in cited]
     fixed = _unhidden_transfer(job, steps, unhidden)
     if exposed is not None and not exposed.is_empty():
         per_rank = exposed.filter(pl.col("step").is_in(steps)).join(fixed, on=["rank", "step"], how="left")
@@ -241,13 +241,15 @@ def exposed_transfer(job: Job, claims: Claims, steps_us: dict[int, float]) -> li
     values = {
         "min_transfer_ms": floor_ms,
         "transfer": span(transfer, "{:,.1f}") + " ms",
-        "n_ranks": len({r for f in cited for r in f.ranks}),
-        "largest": _largest_transfers(job, min(cited, key=lambda f: f.metrics["transfer_ms"]), unhidden),
+        "n_ranks": len({rank for finding in cited for rank in finding.ranks}),
+        "largest": _largest_transfers(job, min(cited, key=lambda finding: finding.metrics["transfer_ms"]), unhidden),
         "unhidden": _unhidden_note(job, check, fixed),
     }
     claims.own(found)
     explained = claims.take(explainable(job, check) - {check}, steps=steps) if found else []
-    each = [f"rank {f.rank}, step {f.step}: {f.metrics['transfer_ms']:,.1f} ms" for f in cited[:4]]
+    each = [
+        f"rank {finding.rank}, step {finding.step}: {finding.metrics['transfer_ms']:,.1f} ms" for finding in cited[:4]
+    ]
     more = f"; and {len(cited) - 4} more" if len(cited) > 4 else ""
     message = f"Transfer inside the exposed communication (communication.json): {'; '.join(each)}{more}."
     cause = make_cause(
@@ -257,15 +259,15 @@ def exposed_transfer(job: Job, claims: Claims, steps_us: dict[int, float]) -> li
         Grounds(sources=cited, steps_us=steps_us, explained=explained, impact_us=floor_ms * 1000),
         Wording(message=message),
     )
-    kept = {f.key for f in held}
-    return [replace(cause, explains_keys=tuple(k for k in cause.explains_keys if k not in kept))]
+    kept = {finding.key for finding in held}
+    return [replace(cause, explains_keys=tuple(key for key in cause.explains_keys if key not in kept))]
 
 
 def unsplit_exposed(job: Job, claims: Claims, steps_us: dict[int, float]) -> list[Cause]:
     """Exposed communication no other cause explains, on ranks whose capture holds no communication.json (Level0):
     nothing splits it into transfer and waiting, so the next step is a capture that does. No estimate."""
     check = "exposed-communication"
-    bare = {r.rank for r in job.ranks if r.kind == "ascend" and "communication" not in r.files}
+    bare = {rank.rank for rank in job.ranks if rank.kind == "ascend" and "communication" not in rank.files}
     found = [f for f in claims.unclaimed(check) if f.rank in bare]
     if not found:
         return []

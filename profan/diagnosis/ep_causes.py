@@ -21,7 +21,7 @@ def exposed_ep(job: Job, claims: Claims, steps_us: dict[int, float]) -> list[Cau
     parts = least.metrics["by_part"]
     values = {
         "shares": span([float(f.metrics["share"]) for f in found], "{:.1%}"),
-        "n_ranks": len({r for f in found for r in f.ranks}),
+        "n_ranks": len({rank for f in found for rank in f.ranks}),
         "min_exposed_ms": least.metrics["exposed_us"] / 1000,
         "by_part": ", ".join(
             f"{p} {ms(v['exposed_us'])} exposed and {ms(v['hidden_us'])} hidden on rank {least.rank}"
@@ -29,8 +29,8 @@ def exposed_ep(job: Job, claims: Claims, steps_us: dict[int, float]) -> list[Cau
         ),
     }
     claims.own(found)
-    steps = sorted({s for f in found for s in f.steps})
-    ranks = sorted({r for f in found for r in f.ranks})
+    steps = sorted({step for f in found for step in f.steps})
+    ranks = sorted({rank for f in found for rank in f.ranks})
     explained = claims.take(explainable(job, check) - {check}, steps=steps, ranks=ranks)
     grounds = Grounds(sources=found, steps_us=steps_us, explained=explained, impact_us=least.metrics["exposed_us"])
     return [make_cause(job, check, values, grounds)]

@@ -24,26 +24,41 @@ def fold(
     no more than the step; group and number the findings; link each symptom to its cause and back. ``step_us``:
     the verdict's step (`profan.diagnosis.step.denominator`), which every cause is then measured against."""
     if step_us:
-        causes = [replace(c, step_us=step_us) if c.step_us else c for c in causes]
+        causes = [replace(cause, step_us=step_us) if cause.step_us else cause for cause in causes]
     ordered = _capped(sorted(causes, key=Cause.sort_key))
     cause_of: dict[tuple, str] = {}
-    for i, c in enumerate(ordered, start=1):
-        for key in c.explains_keys:
-            cause_of.setdefault(key, f"C{i}")
+    for index, cause in enumerate(ordered, start=1):
+        for key in cause.explains_keys:
+            cause_of.setdefault(key, f"C{index}")
     groups: dict[tuple, list[Finding]] = {}
     alone: list[Finding] = []
-    for f in findings:
-        f = replace(f, explained_by=cause_of.get(f.key))
-        if f.rank is None and f.step is None:
-            alone.append(f)
+    for finding in findings:
+        finding = replace(finding, explained_by=cause_of.get(finding.key))
+        if finding.rank is None and finding.step is None:
+            alone.append(finding)
         else:
-            groups.setdefault((f.check, f.explained_by), []).append(f)
-    folded = number_findings([g[0] if len(g) == 1 else _group(g, pack) for g in groups.values()] + alone)
-    folded = [replace(f, members=tuple(m.with_id(f"{f.id}.{i}") for i, m in enumerate(f.members, 1))) for f in folded]
-    id_of = {m.key: f.id for f in folded for m in (f.members or (f,))}
+            groups.setdefault((finding.check, finding.explained_by), []).append(finding)
+    folded = number_findings(
+        [group[0] if len(group) == 1 else _group(group, pack) for group in groups.values()] + alone
+    )
+    folded = [
+        replace(
+            finding,
+            members=tuple(member.with_id(f"{finding.id}.{index}") for index, member in enumerate(finding.members, 1)),
+        )
+        for finding in folded
+    ]
+    id_of = {member.key: finding.id for finding in folded for member in (finding.members or (finding,))}
     linked = [
-        c.with_ids(f"C{i}", tuple(sorted({id_of[k] for k in c.explains_keys if k in id_of}, key=_number)))
-        for i, c in enumerate(ordered, start=1)
+        cause.with_ids(
+            f"C{index}",
+            tuple(
+                sorted(
+                    {id_of[explains_key] for explains_key in cause.explains_keys if explains_key in id_of}, key=_number
+                )
+            ),
+        )
+        for index, cause in enumerate(ordered, start=1)
     ]
     return folded, linked
 
@@ -56,10 +71,10 @@ def _group(members: list[Finding], pack: RulePack) -> Finding:
     """One finding for the members: the worst member's claim and evidence, the span they cover, and the members,
     worst first (`_worst_first`)."""
     by = pack.check(members[0].check).params.get("worst_by")
-    members = sorted(members, key=lambda m: _worst_first(m, by))
+    members = sorted(members, key=lambda member: _worst_first(member, by))
     worst = members[0]
-    ranks = sorted({r for m in members for r in m.ranks})
-    steps = sorted({s for m in members for s in m.steps})
+    ranks = sorted({rank for member in members for rank in member.ranks})
+    steps = sorted({step for member in members for step in member.steps})
     span = "; ".join(
         part
         for part in (
@@ -87,12 +102,12 @@ def _group(members: list[Finding], pack: RulePack) -> Finding:
     )
 
 
-def _worst_first(f: Finding, by: str | None) -> tuple:
+def _worst_first(finding: Finding, by: str | None) -> tuple:
     """Most severe first; within a severity, the largest value of the check's ``worst_by`` metric (members
     without it after), then rank and step order."""
-    value = f.metrics.get(by) if by else None
+    value = finding.metrics.get(by) if by else None
     measured = isinstance(value, int | float) and not isinstance(value, bool)
-    severity, *rest = f.sort_key()
+    severity, *rest = finding.sort_key()
     return (severity, not measured, -value if measured else 0.0, *rest)
 
 
@@ -103,24 +118,24 @@ def _capped(causes: list[Cause]) -> list[Cause]:
     spent: dict[int, float] = {}  # per step, the gains of the causes of that step
     everywhere = 0.0  # the gains of causes that name no step
     out = []
-    for c in causes:
-        if c.impact_us is None or c.step_us is None:
-            out.append(c)
+    for cause in causes:
+        if cause.impact_us is None or cause.step_us is None:
+            out.append(cause)
             continue
-        taken = [spent.get(k, 0.0) for k in c.steps] if c.steps else list(spent.values())
-        room = c.step_us - everywhere - max(taken, default=0.0)
-        impact = min(c.impact_us, max(room, 0.0))
-        if c.steps:
-            for k in c.steps:
-                spent[k] = spent.get(k, 0.0) + impact
+        taken = [spent.get(step, 0.0) for step in cause.steps] if cause.steps else list(spent.values())
+        room = cause.step_us - everywhere - max(taken, default=0.0)
+        impact = min(cause.impact_us, max(room, 0.0))
+        if cause.steps:
+            for step in cause.steps:
+                spent[step] = spent.get(step, 0.0) + impact
         else:
             everywhere += impact
-        if impact < c.impact_us:
-            c = replace(
-                c,
+        if impact < cause.impact_us:
+            cause = replace(
+                cause,
                 impact_us=impact,
-                assumption=f"{c.assumption} Capped at {impact / 1000:,.1f} ms: the causes above it already account "
+                assumption=f"{cause.assumption} Capped at {impact / 1000:,.1f} ms: the causes above it already account "
                 "for the rest of the step.",
             )
-        out.append(c)
+        out.append(cause)
     return out

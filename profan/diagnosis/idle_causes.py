@@ -24,8 +24,8 @@ def idle(job: Job, claims: Claims, steps_us: dict[int, float], cost: pl.DataFram
         return []
     shares = [float(f.metrics["share"]) for f in found]
     free = [float(f.metrics["free_us"]) for f in found]
-    steps = sorted({s for f in found for s in f.steps})
-    host = _host_waits(job, cost, steps, {r for f in found for r in f.ranks})
+    steps = sorted({step for f in found for step in f.steps})
+    host = _host_waits(job, cost, steps, {rank for f in found for rank in f.ranks})
     measured = not host.is_empty() and host["idle_host_us"].null_count() == 0
     floor_us = (
         float(host.group_by("step").agg(pl.col("idle_host_us").min())["idle_host_us"].mean()) if measured else None
@@ -34,11 +34,11 @@ def idle(job: Job, claims: Claims, steps_us: dict[int, float], cost: pl.DataFram
         "device": _device(job),
         "shares": span(shares, "{:.1%}"),
         "window": "the step" if steps else "the traced span (no steps)",
-        "n_ranks": len({r for f in found for r in f.ranks}),
+        "n_ranks": len({rank for f in found for rank in f.ranks}),
         "min_ms": min(free) / 1000,
         "host_ms": span([v / 1000 for v in host["idle_host_us"].to_list()], "{:,.1f}") + " ms" if measured else "",
         "min_host_ms": (floor_us or 0.0) / 1000,
-        "graph_events": _graph_events(job, {r for f in found for r in f.ranks}),
+        "graph_events": _graph_events(job, {rank for f in found for rank in f.ranks}),
         "longest_gap": _longest_gap(found),
     }
     preparing = _preparing(job, found)
@@ -61,7 +61,7 @@ def idle(job: Job, claims: Claims, steps_us: dict[int, float], cost: pl.DataFram
                 sources=sources,
                 steps_us=steps_us,
                 explained=found,
-                ranks=[r for f in found for r in f.ranks],
+                ranks=[rank for f in found for rank in f.ranks],
                 steps=steps,
             ),
             _wording(
@@ -82,7 +82,7 @@ def _cited(found: list[Finding], blocked_by: Finding | None) -> list[Finding]:
     least = min(found, key=lambda f: float(f.metrics["share"]))
     sources = [worst]
     for finding in (least, blocked_by):
-        if finding is not None and all(finding is not g for g in sources):
+        if finding is not None and all(finding is not source for source in sources):
             sources.append(finding)
     return sources
 
@@ -124,7 +124,7 @@ def _preparing_values(job: Job, preparing: pl.DataFrame) -> dict:
     """The ``preparing`` case's values: the time before each step's first task per rank, of it the data loader's
     where trace_view.json gives it for every rank, and where the host's ops in that time are to be read."""
     loader = preparing["loading_before_us"].drop_nulls()
-    files = {f for r in job.ranks if r.rank in set(preparing["rank"].to_list()) for f in r.files}
+    files = {file for rank in job.ranks if rank.rank in set(preparing["rank"].to_list()) for file in rank.files}
     return {
         "host_ops": "trace_view.json's CPU ops between the step's start (ProfilerStep#N) and its first task"
         if "trace_view" in files
@@ -202,12 +202,12 @@ def _blocked(found: list[Finding], share: float) -> dict | None:
 def _device(job: Job) -> str:
     """The device the idle time was measured on: NPU for Ascend output, else what the traces' step windows say
     (GPU, or CPU for CPU-only traces); "device" when ranks disagree."""
-    kinds = {r.kind for r in job.ranks}
+    kinds = {rank.kind for rank in job.ranks}
     traced = job.tables.get("trace_steps")
     devices = (
         set(traced["device"].drop_nulls().unique()) if traced is not None and "device" in traced.columns else set()
     )
-    words = {"NPU"} if kinds == {"ascend"} else {str(d) for d in devices} or {"GPU"}
+    words = {"NPU"} if kinds == {"ascend"} else {str(device) for device in devices} or {"GPU"}
     return words.pop() if len(words) == 1 else "device"
 
 
@@ -217,7 +217,7 @@ def _others_loading(text: str, others: pl.DataFrame) -> str:
         return ""
     return text.format(
         others=fmt_ranks(others["rank"].to_list()),
-        others_ms=span([x / 1000 for x in others["loading"]], "{:,.1f}") + " ms",
+        others_ms=span([other / 1000 for other in others["loading"]], "{:,.1f}") + " ms",
     )
 
 
@@ -241,7 +241,7 @@ def idle_between(job: Job, claims: Claims, steps_us: dict[int, float]) -> list[C
         )
         .sort("rank")
     )
-    named = {r for f in found for r in f.ranks}
+    named = {rank for f in found for rank in f.ranks}
     mine = per_rank.filter(pl.col("rank").is_in(list(named)))
     # the ranks below the share that load about as long: a loader every rank has, not a few ranks' own
     least = float(mine["loading"].min() or 0.0)

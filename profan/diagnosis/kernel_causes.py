@@ -28,7 +28,7 @@ def unfused_attention(job: Job, claims: Claims, steps_us: dict[int, float]) -> l
             per_rank.setdefault(r, []).append(float(f.metrics["softmax_us"]))
     worst = max(found, key=lambda f: float(f.metrics["softmax_us"]))
     values = {"other_ms": float(worst.metrics["other_us"]) / 1000, "kernels": "; ".join(worst.metrics["largest"])}
-    saving = {r: statistics.fmean(v) for r, v in per_rank.items()}
+    saving = {r: statistics.fmean(value) for r, value in per_rank.items()}
     change = KernelChange(check, found, saving, "softmax_ms", values, lambda rank: rank.groups)
     return _kernel_change(job, claims, steps_us, change)
 
@@ -103,11 +103,11 @@ def boundness(job: Job, claims: Claims, steps_us: dict[int, float]) -> list[Caus
     found = claims.unclaimed(check)
     if not found:
         return []
-    ranks = sorted({r for f in found for r in f.ranks})
+    ranks = sorted({rank for f in found for rank in f.ranks})
     by_rank: dict[int, float] = {}
     for f in found:
-        for r in f.ranks:
-            by_rank[r] = by_rank.get(r, 0.0) + float(f.metrics["time_us"])
+        for rank in f.ranks:
+            by_rank[rank] = by_rank.get(rank, 0.0) + float(f.metrics["time_us"])
     names = sorted({f.title.split(": ", 1)[-1] for f in found})
     values = {
         "n_kernels": len(found),
@@ -135,7 +135,7 @@ def ai_cpu(job: Job, claims: Claims, steps_us: dict[int, float]) -> list[Cause]:
         return []
     ops = sorted({str(op) for f in found for op in f.metrics.get("ops", [])})
     values = {
-        "ranks": fmt_ranks(sorted({r for f in found for r in f.ranks})),
+        "ranks": fmt_ranks(sorted({rank for f in found for rank in f.ranks})),
         "total_ms": max(float(f.metrics.get("time_us", 0.0)) for f in found) / 1000,
         "ops": ", ".join(ops[:8]) or "see the findings",
     }

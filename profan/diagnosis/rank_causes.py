@@ -24,9 +24,9 @@ def stage(job: Job, claims: Claims, steps_us: dict[int, float]) -> list[Cause]:
     out = []
     for f in claims.unclaimed(check):
         m = f.metrics
-        s = job.steps.filter(pl.col("step") == f.step, pl.col("rank").is_in(list(stage_of)))
+        frame = job.steps.filter(pl.col("step") == f.step, pl.col("rank").is_in(list(stage_of)))
         means = (
-            s.with_columns(pl.col("rank").replace_strict(stage_of, return_dtype=pl.Int64).alias("stage"))
+            frame.with_columns(pl.col("rank").replace_strict(stage_of, return_dtype=pl.Int64).alias("stage"))
             .group_by("stage")
             .agg(pl.col("computing_us").mean())["computing_us"]
             .to_list()
@@ -115,7 +115,7 @@ def straggler(job: Job, claims: Claims, steps_us: dict[int, float]) -> list[Caus
         m = f.metrics
         if f.rank is None or "lag_us" not in m:
             continue
-        per_step = {int(s): float(v) for s, v in (m.get("lag_us_per_step") or {}).items()}
+        per_step = {int(key): float(value) for key, value in (m.get("lag_us_per_step") or {}).items()}
         steps = sorted({*f.steps, *per_step})
         # per step of the job: a rank late in some steps only saves in those
         lag_us = sum(per_step.values()) / max(len(steps_us), len(per_step), 1) if per_step else m["lag_us"]

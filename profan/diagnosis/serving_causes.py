@@ -22,7 +22,7 @@ def _cause(job: Job, claims: Claims, check: str) -> list[Cause]:
     worst = max(found, key=lambda f: float(f.metrics["worst_us"]))
     w = worst.metrics
     values = {
-        "ranks": fmt_ranks(sorted({r for f in found for r in f.ranks})),
+        "ranks": fmt_ranks(sorted({rank for f in found for rank in f.ranks})),
         "device": w["device"],
         "idle": ms(least.metrics[cost]),
         "gap": ms(least.metrics[cost]),
@@ -34,10 +34,10 @@ def _cause(job: Job, claims: Claims, check: str) -> list[Cause]:
         "worst_idle": ms(w["worst_us"]),
         "worst_gap": ms(w["worst_us"]),
         "worst_period": ms(w["worst_us"]),
-        "iterations": ", ".join(str(i) for i in w["iteration_periods"]),
+        "iterations": ", ".join(str(key) for key in w["iteration_periods"]),
     }
     claims.own(found)
-    periods = {int(i): float(p) for i, p in least.metrics["iteration_periods"].items()}
+    periods = {int(key): float(value) for key, value in least.metrics["iteration_periods"].items()}
     grounds = Grounds(sources=found, steps_us=periods, bound_us=float(least.metrics[cost]))
     return [make_cause(job, check, values, grounds)]
 

@@ -23,7 +23,7 @@ from profan.rulepack.severity import SeverityRules
 def run_kind(ranks: list[RankData], trace_steps: pl.DataFrame | None) -> str:
     """The kind of run the baselines are for: npu (Ascend output), cpu (CPU-only traces: every traced rank's
     device is the host), else gpu."""
-    if ranks and all(r.kind == "ascend" for r in ranks):
+    if ranks and all(rank.kind == "ascend" for rank in ranks):
         return "npu"
     devices = (
         set(trace_steps["device"].drop_nulls().unique())
@@ -53,58 +53,58 @@ def above_normal(cost_us: float, step_us: float | None, check: str, kind: str, r
     return max(cost_us - rules.normal_share(kind, check) * (step_us or 0.0), 0.0)
 
 
-def finding_cost(f: Finding, rules: SeverityRules) -> float | None:
+def finding_cost(finding: Finding, rules: SeverityRules) -> float | None:
     """What a finding costs per step (µs), from its check's cost metric (or the difference of two); None where
     the check names none or the finding lacks it."""
-    metric = rules.cost.get(f.check)
+    metric = rules.cost.get(finding.check)
     if metric is None:
         return None
     names = [metric] if isinstance(metric, str) else list(metric)
-    values = [f.metrics.get(n) for n in names]
-    if not all(isinstance(v, int | float) and not isinstance(v, bool) for v in values):
+    values = [finding.metrics.get(name) for name in names]
+    if not all(isinstance(value, int | float) and not isinstance(value, bool) for value in values):
         return None
-    return float(values[0]) - sum(float(v) for v in values[1:])
+    return float(values[0]) - sum(float(value) for value in values[1:])
 
 
 def grade_findings(findings: list[Finding], rules: SeverityRules, kind: str, step_us: float | None) -> list[Finding]:
     """Each finding at most as severe as its cost makes it (`level` of its cost above normal, of its own step
     where it has one, else ``step_us``); the rest unchanged. Idempotent: grading twice gives the same."""
     out = []
-    for f in findings:
-        cost = finding_cost(f, rules)
-        if cost is None or f.severity == "info":
-            out.append(f)
+    for finding in findings:
+        cost = finding_cost(finding, rules)
+        if cost is None or finding.severity == "info":
+            out.append(finding)
             continue
-        step = f.metrics.get("step_us") or f.metrics.get("period_us") or step_us
-        own_kind = f"{kind}-unstepped" if unstepped(f) else kind
-        by_cost = level(above_normal(cost, step, f.check, own_kind, rules), step, rules) or "info"
-        milder: Severity = max(f.severity, by_cost, key=SEVERITY_ORDER.__getitem__)  # type: ignore[assignment]
-        out.append(f if milder == f.severity else replace(f, severity=milder))
+        step = finding.metrics.get("step_us") or finding.metrics.get("period_us") or step_us
+        own_kind = f"{kind}-unstepped" if unstepped(finding) else kind
+        by_cost = level(above_normal(cost, step, finding.check, own_kind, rules), step, rules) or "info"
+        milder: Severity = max(finding.severity, by_cost, key=SEVERITY_ORDER.__getitem__)  # type: ignore[assignment]
+        out.append(finding if milder == finding.severity else replace(finding, severity=milder))
     return out
 
 
-def unstepped(f: Finding) -> bool:
+def unstepped(finding: Finding) -> bool:
     """Whether the finding's window is a whole trace without steps (its evidence selects scope 'trace'): there the
     span is the capture, and the time a process waits for its next call is in it."""
-    return any(e.select.get("scope") == "trace" for e in f.evidence)
+    return any(e.select.get("scope") == "trace" for e in finding.evidence)
 
 
-def events_cited(c: Cause) -> int:
+def events_cited(cause: Cause) -> int:
     """How many rows or events the cause's evidence covers."""
-    return sum(e.row_count for e in c.evidence)
+    return sum(e.row_count for e in cause.evidence)
 
 
 def keep(causes: list[Cause], rules: SeverityRules, kind: str, step_us: float | None) -> list[Cause]:
     """The causes that are causes: worth at least the floor above normal (a cause with neither gain nor bound
     stays), and resting on more than one event."""
     out = []
-    for c in causes:
-        if events_cited(c) < rules.min_events:
+    for cause in causes:
+        if events_cited(cause) < rules.min_events:
             continue
-        worth, step = c.worth_us, step_us or c.step_us
-        if worth is not None and level(above_normal(worth, step, c.check, kind, rules), step, rules) is None:
+        worth, step = cause.worth_us, step_us or cause.step_us
+        if worth is not None and level(above_normal(worth, step, cause.check, kind, rules), step, rules) is None:
             continue
-        out.append(c)
+        out.append(cause)
     return out
 
 
@@ -112,10 +112,12 @@ def grade_causes(causes: list[Cause], rules: SeverityRules, kind: str) -> list[C
     """Each cause's severity from its gain, else its bound, above normal, of its step: info for one with
     neither (nothing says what it costs)."""
     out = []
-    for c in causes:
-        worth = c.worth_us
+    for cause in causes:
+        worth = cause.worth_us
         graded = (
-            None if worth is None else level(above_normal(worth, c.step_us, c.check, kind, rules), c.step_us, rules)
+            None
+            if worth is None
+            else level(above_normal(worth, cause.step_us, cause.check, kind, rules), cause.step_us, rules)
         )
-        out.append(replace(c, severity=graded or "info"))
+        out.append(replace(cause, severity=graded or "info"))
     return out

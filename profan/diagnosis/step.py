@@ -26,20 +26,20 @@ def step_summary(tables: dict[str, pl.DataFrame], causes: list[Cause]) -> dict[s
         ("trace_steps", "the trace's step windows"),
     )
     for name, source in named:
-        df = tables.get(name)
-        if df is None or df.is_empty() or not {"step", "step_us"} <= set(df.columns):
+        frame = tables.get(name)
+        if frame is None or frame.is_empty() or not {"step", "step_us"} <= set(frame.columns):
             continue
-        if "scope" in df.columns:
-            df = df.filter(pl.col("scope") == "step")
-        per = df.drop_nulls(["step", "step_us"]).group_by("step").agg(pl.col("step_us").max()).sort("step")
+        if "scope" in frame.columns:
+            frame = frame.filter(pl.col("scope") == "step")
+        per = frame.drop_nulls(["step", "step_us"]).group_by("step").agg(pl.col("step_us").max()).sort("step")
         if per.is_empty():
             continue
-        if name == "steps" and "file" in df.columns and df["file"].str.ends_with("#STEP_TIME").all():
+        if name == "steps" and "file" in frame.columns and frame["file"].str.ends_with("#STEP_TIME").all():
             source = "the DB export's STEP_TIME table"
-        return {"step_us": per["step_us"].mean(), "steps": per["step"].to_list(), "source": source, **_period(df)}
-    measured = [c.step_us for c in causes if c.step_us]
+        return {"step_us": per["step_us"].mean(), "steps": per["step"].to_list(), "source": source, **_period(frame)}
+    measured = [cause.step_us for cause in causes if cause.step_us]
     if measured:
-        steps = sorted({s for c in causes for s in c.steps})
+        steps = sorted({step for cause in causes for step in cause.steps})
         return {"step_us": max(measured), "steps": steps, "source": "the causes' steps"}
     return None
 

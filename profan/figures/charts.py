@@ -37,43 +37,45 @@ SCATTER_POINTS = 1500  # transfers the bandwidth chart draws; beyond, the slowes
 def breakdown(report: Report) -> go.Figure | None:
     """Summed kernel time per rank (and step) by bucket, stacked. A bar leads (click, on the page) to the
     step-breakdown finding that holds its rank and step: a group finding stands for its members."""
-    df = _table(report, "breakdown")
-    if df.is_empty() or not {"rank", "bucket", "time_us"} <= set(df.columns):
+    frame = _table(report, "breakdown")
+    if frame.is_empty() or not {"rank", "bucket", "time_us"} <= set(frame.columns):
         return None
     links = {
-        (m.rank, m.step): f.id
-        for f in reversed(report.findings)
-        if f.check == "step-breakdown"
-        for m in (f.members or (f,))
+        (m.rank, m.step): finding.id
+        for finding in reversed(report.findings)
+        if finding.check == "step-breakdown"
+        for m in (finding.members or (finding,))
     }
-    if many_ranks(df):
-        return breakdown_heatmap(report, df, links)
-    many, by_r = _many_steps(df), _many_ranks(df)
+    if many_ranks(frame):
+        return breakdown_heatmap(report, frame, links)
+    many, by_r = _many_steps(frame), _many_ranks(frame)
     xs: list[str] = []
     traces: dict[str, dict[str, Any]] = {}
-    for rec in df.iter_rows(named=True):
+    for rec in frame.iter_rows(named=True):
         x = _label(rec["rank"], rec.get("step"), many, by_r)
         if x not in xs:
             xs.append(x)
         b = str(rec["bucket"])
-        t = traces.setdefault(b, {"name": b, "x": [], "y": [], "customdata": [], "color": bucket_color(b, len(traces))})
-        t["x"].append(x)
-        t["y"].append(_ms(rec["time_us"]))
+        trace = traces.setdefault(
+            b, {"name": b, "x": [], "y": [], "customdata": [], "color": bucket_color(b, len(traces))}
+        )
+        trace["x"].append(x)
+        trace["y"].append(_ms(rec["time_us"]))
         fid = links.get((rec["rank"], rec.get("step")), "")
-        t["customdata"].append(
+        trace["customdata"].append(
             [fmt_cell(rec.get("share"), "pct"), rec.get("kernels", ""), f"click: rows in {fid}" if fid else "", fid]
         )
     bars = [
         go.Bar(
-            name=_esc(t["name"]),
-            x=t["x"],
-            y=t["y"],
-            customdata=t["customdata"],
-            marker={"color": t["color"]},
-            hovertemplate="%{x}<br>" + _esc(t["name"]) + ": %{y:,.2f} ms"
+            name=_esc(trace["name"]),
+            x=trace["x"],
+            y=trace["y"],
+            customdata=trace["customdata"],
+            marker={"color": trace["color"]},
+            hovertemplate="%{x}<br>" + _esc(trace["name"]) + ": %{y:,.2f} ms"
             "<br>share %{customdata[0]}<br>%{customdata[1]} kernels<br>%{customdata[2]}<extra></extra>",
         )
-        for t in traces.values()
+        for trace in traces.values()
     ]
     layout = _layout("summed kernel time (ms)")
     layout["xaxis"].update(categoryorder="array", categoryarray=xs)
@@ -82,11 +84,11 @@ def breakdown(report: Report) -> go.Figure | None:
 
 def _rank_annotations(recs: list[dict], xs: list[str], highlights: dict, parts: list) -> list[dict[str, Any]]:
     out = []
-    for r, x in zip(recs, xs, strict=True):
-        fs = highlights.get(r["rank"])
+    for rec, x in zip(recs, xs, strict=True):
+        fs = highlights.get(rec["rank"])
         if not fs:
             continue
-        top = _ms(r.get("step_us")) if r.get("step_us") is not None else sum(_ms(r[c]) or 0 for c, _, _ in parts)
+        top = _ms(rec.get("step_us")) if rec.get("step_us") is not None else sum(_ms(rec[c]) or 0 for c, _, _ in parts)
         out.append(
             {
                 "x": x,
@@ -108,28 +110,28 @@ def _rank_annotations(recs: list[dict], xs: list[str], highlights: dict, parts: 
 def rank_comparison(report: Report) -> go.Figure | None:
     """Computing / communication not overlapped / free per rank (and step). Ranks a finding names as holding the
     job back are outlined and tagged with it; a bar leads to the first finding citing its step row."""
-    df = step_table(report)[1]
-    parts = [p for p in STEP_PARTS if p[0] in df.columns]
-    if df.is_empty() or "rank" not in df.columns or not parts:
+    frame = step_table(report)[1]
+    parts = [p for p in STEP_PARTS if p[0] in frame.columns]
+    if frame.is_empty() or "rank" not in frame.columns or not parts:
         return None
     highlights = highlighted_ranks(report.findings)
     cites = _citers(report.findings)
-    if many_ranks(df):
-        return rank_comparison_heatmap(report, df, parts, cites)
-    many, by_r = _many_steps(df), _many_ranks(df)
-    recs = list(df.iter_rows(named=True))
-    xs = [_label(r["rank"], r.get("step"), many, by_r) for r in recs]
-    hot = [r["rank"] in highlights for r in recs]
+    if many_ranks(frame):
+        return rank_comparison_heatmap(report, frame, parts, cites)
+    many, by_r = _many_steps(frame), _many_ranks(frame)
+    recs = list(frame.iter_rows(named=True))
+    xs = [_label(rec["rank"], rec.get("step"), many, by_r) for rec in recs]
+    hot = [rec["rank"] in highlights for rec in recs]
     src = []
-    for r in recs:
-        fid = cites.get((str(r.get("file")), str(r.get("src_line"))), "")
-        src.append([_esc(f"{r.get('file', '')}:{r.get('src_line', '')}"), f"click: {fid}" if fid else "", fid])
+    for rec in recs:
+        fid = cites.get((str(rec.get("file")), str(rec.get("src_line"))), "")
+        src.append([_esc(f"{rec.get('file', '')}:{rec.get('src_line', '')}"), f"click: {fid}" if fid else "", fid])
     outline = {"color": [HIGHLIGHT if h else "rgba(0,0,0,0)" for h in hot], "width": [2.5 if h else 0 for h in hot]}
     bars = [
         go.Bar(
             name=name,
             x=xs,
-            y=[_ms(r[col]) for r in recs],
+            y=[_ms(rec[col]) for rec in recs],
             customdata=src,
             marker={"color": color, "line": outline},
             hovertemplate="%{x}<br>" + name + ": %{y:,.2f} ms<br>%{customdata[0]}<br>%{customdata[1]}<extra></extra>",
@@ -143,21 +145,21 @@ def rank_comparison(report: Report) -> go.Figure | None:
 def boundness(report: Report) -> go.Figure | None:
     """What bounds the hot kernels: their pipe utilisation ratios (PipeUtilization columns), as a heatmap of the
     first HEATMAP_ROWS rows of the boundness table."""
-    df = _table(report, "boundness")
-    pipes = [p for p in PIPE_COLUMNS if p in df.columns]
-    if df.is_empty() or not pipes:
+    frame = _table(report, "boundness")
+    pipes = [pipe for pipe in PIPE_COLUMNS if pipe in frame.columns]
+    if frame.is_empty() or not pipes:
         return None
-    recs = list(df.head(HEATMAP_ROWS).iter_rows(named=True))
+    recs = list(frame.head(HEATMAP_ROWS).iter_rows(named=True))
     labels, hover = [], []
-    for i, r in enumerate(recs):
-        name = str(r.get("op") or r.get("name") or i)
+    for index, rec in enumerate(recs):
+        name = str(rec.get("op") or rec.get("name") or index)
         short = name if len(name) <= 36 else name[:35] + "…"
-        labels.append(_esc(f"{i + 1}. r{r.get('rank', '?')} {short}"))
-        hover.append(_esc(f"{name} ({r.get('input_shapes') or ''})"[:200]))
+        labels.append(_esc(f"{index + 1}. r{rec.get('rank', '?')} {short}"))
+        hover.append(_esc(f"{name} ({rec.get('input_shapes') or ''})"[:200]))
     heat = go.Heatmap(
         x=list(pipes),
         y=labels,
-        z=[[r.get(p) for p in pipes] for r in recs],
+        z=[[rec.get(pipe) for pipe in pipes] for rec in recs],
         zmin=0,
         zmax=1,
         colorscale=[[0, "#f4f7fb"], [0.5, "#7fa7d6"], [1, "#173f7a"]],
@@ -168,7 +170,9 @@ def boundness(report: Report) -> go.Figure | None:
         colorbar={"title": {"text": "ratio"}, "tickformat": ".0%"},
     )
     note = (
-        f"heatmap of the first {len(recs)} of {df.height} rows; the table has them all" if df.height > len(recs) else ""
+        f"heatmap of the first {len(recs)} of {frame.height} rows; the table has them all"
+        if frame.height > len(recs)
+        else ""
     )
     layout = _layout(
         "",
@@ -236,10 +240,10 @@ def _drawn_transfers(rows: pl.DataFrame, named: list[int]) -> tuple[pl.DataFrame
 def bandwidth(report: Report) -> go.Figure | None:
     """Measured bandwidth per transfer against its size, one colour per transport, with the prior (the link's
     expected bandwidth from rules/hardware) as a dashed line where one applies."""
-    df = _table(report, "comm_bandwidth")
-    if df.is_empty() or not {"bandwidth_gbps", "size_mb", "transport"} <= set(df.columns):
+    frame = _table(report, "comm_bandwidth")
+    if frame.is_empty() or not {"bandwidth_gbps", "size_mb", "transport"} <= set(frame.columns):
         return None
-    rows = df.filter(pl.col("bandwidth_gbps").is_not_null() & (pl.col("size_mb") > 0))
+    rows = frame.filter(pl.col("bandwidth_gbps").is_not_null() & (pl.col("size_mb") > 0))
     if "is_link" in rows.columns:
         rows = rows.filter(pl.col("is_link").fill_null(True))
     if rows.is_empty():
@@ -253,8 +257,8 @@ def bandwidth(report: Report) -> go.Figure | None:
     rows = rows.with_columns(what.alias("_what"))
     rows = rows.with_columns(_esc_col(rows, "_what"))
     points, shapes, annotations = [], [], []
-    for i, ((transport,), part) in enumerate(rows.group_by("transport", maintain_order=True)):
-        color = PALETTE[i % len(PALETTE)]
+    for index, ((transport,), part) in enumerate(rows.group_by("transport", maintain_order=True)):
+        color = PALETTE[index % len(PALETTE)]
         points.append(
             go.Scatter(
                 mode="markers",
@@ -289,15 +293,15 @@ def bandwidth(report: Report) -> go.Figure | None:
 
 def compare_buckets(report: Report) -> go.Figure | None:
     """`profan compare`: summed time per bucket on side A and side B, side by side."""
-    df = _table(report, "compare_buckets")
-    if df.is_empty() or not {"bucket", "a_time_us", "b_time_us"} <= set(df.columns):
+    frame = _table(report, "compare_buckets")
+    if frame.is_empty() or not {"bucket", "a_time_us", "b_time_us"} <= set(frame.columns):
         return None
-    xs = [_esc(b) for b in df.get_column("bucket").to_list()]
+    xs = [_esc(b) for b in frame.get_column("bucket").to_list()]
     bars = [
         go.Bar(
             name=name,
             x=xs,
-            y=(df.get_column(col) / 1000.0).to_list(),
+            y=(frame.get_column(col) / 1000.0).to_list(),
             marker={"color": color},
             hovertemplate="%{x}<br>" + name + ": %{y:,.2f} ms<extra></extra>",
         )

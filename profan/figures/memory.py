@@ -37,8 +37,8 @@ def memory(report: Report) -> go.Figure | None:
         return None
     ranks = drawn_ranks(peaks)
     traces: list[go.Scatter] = []
-    for i, rank in enumerate(ranks):
-        color = COLORS[i % len(COLORS)]
+    for index, rank in enumerate(ranks):
+        color = COLORS[index % len(COLORS)]
         c = curve.filter(pl.col("rank") == rank).sort("t_ms")
         traces += _rank_traces(rank, c, color)
         traces.append(_peak_marker(rank, peaks.filter(pl.col("rank") == rank).row(0, named=True), color))
@@ -83,14 +83,14 @@ def _capacity_lines(peaks: pl.DataFrame) -> list[dict[str, Any]]:
     ]
 
 
-def _rank_traces(rank: int, c: pl.DataFrame, color: str) -> list[go.Scatter]:
-    what = pl.concat_str(pl.col("event").fill_null(""), pl.lit(" "), _esc_col(c, "op")).str.strip_chars()
-    at = pl.concat_str(_esc_col(c, "file"), pl.lit(":"), pl.col("loc").cast(pl.Utf8))
-    custom = c.select(what.alias("what"), at.alias("at")).rows()
+def _rank_traces(rank: int, frame: pl.DataFrame, color: str) -> list[go.Scatter]:
+    what = pl.concat_str(pl.col("event").fill_null(""), pl.lit(" "), _esc_col(frame, "op")).str.strip_chars()
+    at = pl.concat_str(_esc_col(frame, "file"), pl.lit(":"), pl.col("loc").cast(pl.Utf8))
+    custom = frame.select(what.alias("what"), at.alias("at")).rows()
     out = [
         go.Scatter(
-            x=c["t_ms"].to_list(),
-            y=c["allocated_mb"].to_list(),
+            x=frame["t_ms"].to_list(),
+            y=frame["allocated_mb"].to_list(),
             mode="lines",
             line={"color": color, "width": 1.5, "shape": "hv"},
             name=f"rank {rank} allocated",
@@ -99,11 +99,11 @@ def _rank_traces(rank: int, c: pl.DataFrame, color: str) -> list[go.Scatter]:
             "<br>%{customdata[1]}<extra></extra>",
         )
     ]
-    if c["reserved_mb"].drop_nulls().len():
+    if frame["reserved_mb"].drop_nulls().len():
         out.append(
             go.Scatter(
-                x=c["t_ms"].to_list(),
-                y=c["reserved_mb"].to_list(),
+                x=frame["t_ms"].to_list(),
+                y=frame["reserved_mb"].to_list(),
                 mode="lines",
                 line={"color": color, "width": 1, "dash": "dot", "shape": "hv"},
                 name=f"rank {rank} reserved",

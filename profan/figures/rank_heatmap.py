@@ -29,37 +29,37 @@ COLORSCALE = [[0.0, "#2b5ea7"], [0.35, "#b9cde9"], [0.5, "#f7f7f7"], [0.65, "#f3
 SPAN_LEAST, SPAN_MOST = 0.10, 1.0
 
 
-def many_ranks(df: pl.DataFrame) -> bool:
+def many_ranks(frame: pl.DataFrame) -> bool:
     """Whether a per-rank table holds too many ranks for a bar each."""
-    return "rank" in df.columns and df.get_column("rank").n_unique() > HEATMAP_RANKS
+    return "rank" in frame.columns and frame.get_column("rank").n_unique() > HEATMAP_RANKS
 
 
 def marked_ranks(report: Report) -> dict[int, list[dict[str, str]]]:
     """The ranks to mark on a heatmap: those of a cause that points at a place (a straggler, a slow stage of a
     few ranks) and those a finding names as holding the job back, each with the ids that name it."""
     out: dict[int, list[dict[str, str]]] = {}
-    for c in report.causes:
-        ranks = [r for r in (c.ranks or ()) if r is not None]
-        for r in ranks if len(ranks) <= CAUSE_RANKS else ():
-            out.setdefault(r, []).append({"id": c.id, "title": c.title})
-    for r, fs in highlighted_ranks(report.findings).items():
-        out.setdefault(r, []).extend(fs)
+    for cause in report.causes:
+        ranks = [key for key in (cause.ranks or ()) if key is not None]
+        for key in ranks if len(ranks) <= CAUSE_RANKS else ():
+            out.setdefault(key, []).append({"id": cause.id, "title": cause.title})
+    for key, value in highlighted_ranks(report.findings).items():
+        out.setdefault(key, []).extend(value)
     return out
 
 
-def step_rows(df: pl.DataFrame, part: str, value: str, parts: list[str]) -> tuple[pl.DataFrame, list[str], str]:
+def step_rows(frame: pl.DataFrame, part: str, value: str, parts: list[str]) -> tuple[pl.DataFrame, list[str], str]:
     """``df`` (rank, step, part, value in µs) as heatmap cells (rank, row label, ms) and the row labels in order:
     ``parts`` in order, each as one row per step up to HEATMAP_STEPS steps, else as one row of the mean per step
     (and a note saying so)."""
-    steps = df.get_column("step").drop_nulls().unique().sort().to_list() if "step" in df.columns else []
+    steps = frame.get_column("step").drop_nulls().unique().sort().to_list() if "step" in frame.columns else []
     if 1 < len(steps) <= HEATMAP_STEPS:
         label = pl.format("{} · step {}", pl.col(part).cast(pl.Utf8), pl.col("step").cast(pl.Utf8).fill_null("—"))
-        cells = df.select(pl.col("rank").cast(pl.Int64), label.alias("row"), (pl.col(value) / 1000.0).alias("ms"))
+        cells = frame.select(pl.col("rank").cast(pl.Int64), label.alias("row"), (pl.col(value) / 1000.0).alias("ms"))
         have = set(cells.get_column("row").to_list())
         rows = [f"{p} · step {s}" for p in parts for s in [*steps, "—"] if f"{p} · step {s}" in have]
         return cells, rows, ""
     per_step = pl.col(value).sum() / 1000.0 / max(len(steps), 1)
-    cells = df.group_by(pl.col("rank").cast(pl.Int64), pl.col(part).cast(pl.Utf8).alias("row")).agg(
+    cells = frame.group_by(pl.col("rank").cast(pl.Int64), pl.col(part).cast(pl.Utf8).alias("row")).agg(
         per_step.alias("ms")
     )
     note = f"each cell is the mean over steps {steps[0]}–{steps[-1]}" if len(steps) > 1 else ""
@@ -105,7 +105,7 @@ def rank_heatmap(
         yaxis={"type": "category", "autorange": "reversed", "automargin": True},
         shapes=shapes,
         annotations=labels,
-        meta={"note": _note(what, note), "rank_links": {str(r): f for r, f in links.items() if f}},
+        meta={"note": _note(what, note), "rank_links": {str(key): value for key, value in links.items() if value}},
     )
     return _figure([heat], layout)
 
@@ -113,15 +113,15 @@ def rank_heatmap(
 def _grid(cells: pl.DataFrame, rows: list[str], ranks: list[int]) -> list[list[float | None]]:
     """The cells as a matrix, ``rows`` by ``ranks`` (None where a rank has no value in a row); several values of
     one cell add up."""
-    at_row = {r: i for i, r in enumerate(rows)}
+    at_row = {r: index for index, r in enumerate(rows)}
     at_rank = {r: j for j, r in enumerate(ranks)}
     grid: list[list[float | None]] = [[None] * len(ranks) for _ in rows]
     for rank, row, ms in cells.select("rank", "row", "ms").iter_rows():
-        i = at_row.get(row)
-        if i is None or ms is None:
+        index = at_row.get(row)
+        if index is None or ms is None:
             continue
         j = at_rank[rank]
-        grid[i][j] = (grid[i][j] or 0.0) + ms
+        grid[index][j] = (grid[index][j] or 0.0) + ms
     return [[None if v is None else round(v, 4) for v in row] for row in grid]
 
 
@@ -140,11 +140,11 @@ def _deviation(row: list[float | None]) -> list[float | None]:
 def _runs(ranks: list[int]) -> list[tuple[int, int]]:
     """Consecutive ranks as (first, last) runs."""
     out: list[tuple[int, int]] = []
-    for r in sorted(ranks):
-        if out and r == out[-1][1] + 1:
-            out[-1] = (out[-1][0], r)
+    for rank in sorted(ranks):
+        if out and rank == out[-1][1] + 1:
+            out[-1] = (out[-1][0], rank)
         else:
-            out.append((r, r))
+            out.append((rank, rank))
     return out
 
 
@@ -152,11 +152,11 @@ def _marks(marks: dict[int, list[dict[str, str]]], ranks: list[int]) -> tuple[li
     """A bar above each run of named ranks' columns and a label above it with the ids naming them, which leads
     to the first (a slow pipeline stage, or eight hot-expert ranks side by side, is one label). Labels closer
     than LABEL_GAP of the axis to the previous one go on a second line, so none covers another."""
-    shown = [r for r in sorted(marks) if r in ranks]
+    shown = [mark for mark in sorted(marks) if mark in ranks]
     span = max(max(ranks) - min(ranks), 1) if ranks else 1
     shapes, labels, last_x, lifted = [], [], None, False
     for a, b in _runs(shown):
-        found = [f for r in range(a, b + 1) for f in marks.get(r, [])]
+        found = [f for mark in range(a, b + 1) for f in marks.get(mark, [])]
         ids = sorted(dict.fromkeys(f["id"] for f in found), key=_id_order)
         shapes.append(  # a bar above the column(s), outside the cells: their colour stays in view
             {
@@ -204,11 +204,11 @@ def _note(what: str, note: str) -> str:
     return "; ".join([*parts, note] if note else parts)
 
 
-def breakdown_heatmap(report: Report, df: pl.DataFrame, links: dict[tuple[Any, Any], str]) -> go.Figure:
+def breakdown_heatmap(report: Report, frame: pl.DataFrame, links: dict[tuple[Any, Any], str]) -> go.Figure:
     """Many ranks: the breakdown as a heatmap, a row per bucket (and step), the largest buckets first."""
-    df = df.with_columns(pl.col("bucket").cast(pl.Utf8)).filter(pl.col("rank").is_not_null())
-    totals = df.group_by("bucket").agg(pl.col("time_us").sum()).sort("time_us", "bucket", descending=[True, False])
-    escaped = df.with_columns(_esc_col(df, "bucket"))
+    frame = frame.with_columns(pl.col("bucket").cast(pl.Utf8)).filter(pl.col("rank").is_not_null())
+    totals = frame.group_by("bucket").agg(pl.col("time_us").sum()).sort("time_us", "bucket", descending=[True, False])
+    escaped = frame.with_columns(_esc_col(frame, "bucket"))
     order = [_esc(b) for b in totals.get_column("bucket").to_list()]
     cells, rows, note = step_rows(escaped, "bucket", "time_us", order)
     by_rank: dict[int, str] = {}
@@ -225,20 +225,20 @@ def breakdown_heatmap(report: Report, df: pl.DataFrame, links: dict[tuple[Any, A
 
 
 def rank_comparison_heatmap(
-    report: Report, df: pl.DataFrame, parts: list, cites: dict[tuple[str, str], str]
+    report: Report, frame: pl.DataFrame, parts: list, cites: dict[tuple[str, str], str]
 ) -> go.Figure:
     """Many ranks: computing / communication not overlapped / free as a heatmap, a row per part (and step); a
     click on a rank's column leads to the first finding citing one of its step rows."""
-    cols = [c for c, _, _ in parts]
-    names = {c: name for c, name, _ in parts}
-    df = df.filter(pl.col("rank").is_not_null())
-    keep = [c for c in ("rank", "step") if c in df.columns]
-    long = df.select(*keep, *cols).unpivot(index=keep, on=cols, variable_name="part", value_name="us")
+    cols = [col for col, _, _ in parts]
+    names = {col: name for col, name, _ in parts}
+    frame = frame.filter(pl.col("rank").is_not_null())
+    keep = [col for col in ("rank", "step") if col in frame.columns]
+    long = frame.select(*keep, *cols).unpivot(index=keep, on=cols, variable_name="part", value_name="us")
     long = long.with_columns(pl.col("part").replace_strict(names, return_dtype=pl.Utf8))
-    cells, rows, note = step_rows(long, "part", "us", [names[c] for c in cols])
+    cells, rows, note = step_rows(long, "part", "us", [names[col] for col in cols])
     links: dict[int, str] = {}
-    if {"file", "src_line"} <= set(df.columns):
-        for rank, file, line in df.select("rank", "file", "src_line").iter_rows():
+    if {"file", "src_line"} <= set(frame.columns):
+        for rank, file, line in frame.select("rank", "file", "src_line").iter_rows():
             fid = cites.get((str(file), str(line)), "")
             if fid and rank not in links:
                 links[rank] = fid

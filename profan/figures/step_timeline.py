@@ -37,11 +37,11 @@ def _lanes(tl: Timeline) -> tuple[list[str], dict[int, tuple[str, str]]]:
     has_comm = not tl.every.is_empty()
     per_rank = {}
     lanes = [f"all {tl.total} ranks · arrivals"] if tl.aggregated and has_comm else []
-    for r in tl.ranks:
-        tag = " · ".join(tl.tags.get(r, [])) if tl.aggregated or r in tl.hot else ""
-        split = f"rank {r}" + (f" · {tag}" if tag else "")
-        per_rank[r] = (split, f"rank {r} · comm" if has_comm else split)
-        lanes += [split, f"rank {r} · comm"] if has_comm else [split]
+    for rank in tl.ranks:
+        tag = " · ".join(tl.tags.get(rank, [])) if tl.aggregated or rank in tl.hot else ""
+        split = f"rank {rank}" + (f" · {tag}" if tag else "")
+        per_rank[rank] = (split, f"rank {rank} · comm" if has_comm else split)
+        lanes += [split, f"rank {rank} · comm"] if has_comm else [split]
     return lanes, per_rank
 
 
@@ -54,15 +54,15 @@ class BarLook:
     hover: str
 
 
-def _bars(look: BarLook, df: pl.DataFrame, y: pl.Expr, base: str, length: str, custom: list[pl.Expr]):
+def _bars(look: BarLook, frame: pl.DataFrame, y: pl.Expr, base: str, length: str, custom: list[pl.Expr]):
     """One horizontal bar per row of ``df`` on lane ``y``, from column ``base`` for column ``length`` (ms), with
     ``custom`` as the hover's data; None when ``df`` is empty."""
-    if df.is_empty():
+    if frame.is_empty():
         return None
-    cols = df.select(y.alias("y"), pl.col(base), pl.col(length), pl.concat_list(custom).alias("cd"))
+    cols = frame.select(y.alias("y"), pl.col(base), pl.col(length), pl.concat_list(custom).alias("cd"))
     marker: dict[str, Any] = {"color": look.color, "line": {"width": 0}}
-    if "pieces" in df.columns and (df.get_column("pieces") > 1).any():  # merged blocks paler
-        marker["opacity"] = df.select(pl.when(pl.col("pieces") > 1).then(0.55).otherwise(1.0)).to_series().to_list()
+    if "pieces" in frame.columns and (frame.get_column("pieces") > 1).any():  # merged blocks paler
+        marker["opacity"] = frame.select(pl.when(pl.col("pieces") > 1).then(0.55).otherwise(1.0)).to_series().to_list()
     return go.Bar(
         name=look.name,
         orientation="h",
@@ -82,19 +82,19 @@ def _click(owner: pl.Expr) -> pl.Expr:
 
 def _split_traces(tl: Timeline, lane_of: dict[int, tuple[str, str]]) -> list:
     """One bar trace per part: compute, exposed communication, idle (in time, or a rank's totals)."""
-    y = pl.col("rank").replace_strict({r: v[0] for r, v in lane_of.items()}, return_dtype=pl.Utf8)
+    y = pl.col("rank").replace_strict({key: value[0] for key, value in lane_of.items()}, return_dtype=pl.Utf8)
     hover = (
         "%{y}<br><b>%{customdata[0]}</b>: %{customdata[1]}<br>%{customdata[2]}<br>%{customdata[3]}"
         "<br>%{customdata[4]}<extra></extra>"
     )
     colors = {name: color for _, name, color in (*BLOCK_PARTS, *COST_PARTS, *TABLE_PARTS)}
-    order = {name: i for i, name in enumerate(colors)}
+    order = {name: index for index, name in enumerate(colors)}
     out = []
     split = tl.split.with_columns(pl.col("part").replace_strict(order, return_dtype=pl.Int64).alias("_o"))
-    for (part,), df in split.sort("_o", "rank", "start_ms").group_by("part", maintain_order=True):
+    for (part,), frame in split.sort("_o", "rank", "start_ms").group_by("part", maintain_order=True):
         custom = [pl.col("part"), pl.col("when"), pl.col("detail"), pl.col("evidence"), _click(pl.col("owner"))]
         look = BarLook(str(part), colors[str(part)], hover)
-        out.append(_bars(look, df, y, "start_ms", "dur_ms", [*custom, pl.col("owner")]))
+        out.append(_bars(look, frame, y, "start_ms", "dur_ms", [*custom, pl.col("owner")]))
     return [t for t in out if t is not None]
 
 
@@ -104,7 +104,7 @@ def _comm_traces(tl: Timeline, lane_of: dict[int, tuple[str, str]]) -> list:
     blocks = tl.blocks
     if blocks.is_empty():
         return []
-    y = pl.col("rank").replace_strict({r: v[1] for r, v in lane_of.items()}, return_dtype=pl.Utf8)
+    y = pl.col("rank").replace_strict({key: value[1] for key, value in lane_of.items()}, return_dtype=pl.Utf8)
     last = pl.col("last_rank").cast(pl.Utf8).fill_null("?")
     note_wait = pl.format("waits {} ms for rank {} to arrive", pl.col("wait_ms").round(3), last)
     note_rest = pl.when(pl.col("aligned") & (pl.col("rank") == pl.col("last_rank"))).then(pl.lit("the last to arrive"))
@@ -197,19 +197,21 @@ def _arrival_traces(tl: Timeline, lane: str) -> list:
 
 def _link_traces(tl: Timeline, lane_of: dict[int, tuple[str, str]]) -> list:
     """A line joining one collective's arrivals across the lanes (the cause's collectives in its colour)."""
-    b = tl.blocks.filter(pl.col("aligned"))
-    if b.is_empty():
+    frame = tl.blocks.filter(pl.col("aligned"))
+    if frame.is_empty():
         return []
-    order = {r: i for i, r in enumerate(tl.ranks)}
-    b = b.with_columns(
+    order = {rank: index for index, rank in enumerate(tl.ranks)}
+    frame = frame.with_columns(
         pl.col("rank").replace_strict(order, return_dtype=pl.Int64).alias("lane"),
-        pl.col("rank").replace_strict({r: v[1] for r, v in lane_of.items()}, return_dtype=pl.Utf8).alias("y"),
+        pl.col("rank")
+        .replace_strict({rank: value[1] for rank, value in lane_of.items()}, return_dtype=pl.Utf8)
+        .alias("y"),
         pl.col("by_cause").any().over("group", "seq").alias("hot"),
         (pl.col("last_us") - pl.col("first_us")).alias("spread"),
     )
-    keys = b.group_by("group", "seq").agg(pl.len().alias("n"), pl.col("spread").first(), pl.col("hot").first())
+    keys = frame.group_by("group", "seq").agg(pl.len().alias("n"), pl.col("spread").first(), pl.col("hot").first())
     keys = keys.filter(pl.col("n") > 1).sort("hot", "spread", descending=True).head(TIMELINE_LINKS)
-    pts = b.join(keys.select("group", "seq"), on=["group", "seq"]).select(
+    pts = frame.join(keys.select("group", "seq"), on=["group", "seq"]).select(
         "group", "seq", "hot", "lane", "start_ms", "y"
     )
     # a gap (null point) after each collective's arrivals: one trace draws every line without joining them
@@ -340,7 +342,7 @@ def _placement_note(tl: Timeline) -> list[str]:
             else ""
         )
         out.append(f"upper lanes: compute, exposed communication and idle where they happened{merged}")
-    totals = [r for r in tl.ranks if r not in tl.placed and r in set(tl.split.get_column("rank").to_list())]
+    totals = [rank for rank in tl.ranks if rank not in tl.placed and rank in set(tl.split.get_column("rank").to_list())]
     if totals:
         out.append(
             f"rank{'s' if len(totals) > 1 else ''} {', '.join(map(str, totals))}: the step's totals end to end "
@@ -358,7 +360,7 @@ def _timeline_meta(tl: Timeline, lanes: list[str]) -> dict[str, Any]:
         "ranks": tl.ranks,
         "total_ranks": tl.total,
         "lanes": lanes,
-        "windows": [list(w) for w in tl.windows],
+        "windows": [list(window) for window in tl.windows],
         "clock": tl.clock,
         "in_time": tl.placed,
         "note": _note(tl),

@@ -56,10 +56,15 @@ def _esc(s: Any) -> str:
     return html.escape(visible(str(s)), quote=False)
 
 
-def _esc_col(df: pl.DataFrame, name: str) -> pl.Expr:
+def _esc_col(frame: pl.DataFrame, name: str) -> pl.Expr:
     """``_esc`` over a column, computed once per distinct value (names and files repeat across many rows)."""
-    values = df.get_column(name).cast(pl.Utf8).fill_null("").unique().to_list()
-    return pl.col(name).cast(pl.Utf8).fill_null("").replace_strict({v: _esc(v) for v in values}, return_dtype=pl.Utf8)
+    values = frame.get_column(name).cast(pl.Utf8).fill_null("").unique().to_list()
+    return (
+        pl.col(name)
+        .cast(pl.Utf8)
+        .fill_null("")
+        .replace_strict({value: _esc(value) for value in values}, return_dtype=pl.Utf8)
+    )
 
 
 def _num(name: str, dtype: pl.DataType) -> pl.Expr:
@@ -81,13 +86,13 @@ def _label(rank: Any, step: Any, many_steps: bool, many_ranks: bool = False) -> 
     return f"r{rank}" if many_ranks else f"rank {rank}"
 
 
-def _many_steps(df: pl.DataFrame) -> bool:
+def _many_steps(frame: pl.DataFrame) -> bool:
     """Label bars with their step when a rank has more than one (kernels outside any step count as one)."""
-    return "step" in df.columns and df.get_column("step").n_unique() > 1
+    return "step" in frame.columns and frame.get_column("step").n_unique() > 1
 
 
-def _many_ranks(df: pl.DataFrame) -> bool:
-    return "rank" in df.columns and df.get_column("rank").n_unique() > 16
+def _many_ranks(frame: pl.DataFrame) -> bool:
+    return "rank" in frame.columns and frame.get_column("rank").n_unique() > 16
 
 
 def _layout(ytitle: str, **kw: Any) -> dict[str, Any]:
@@ -113,25 +118,25 @@ def _figure(traces: list, layout: dict[str, Any]) -> go.Figure:
 
 
 def _table(report: Report, name: str) -> pl.DataFrame:
-    df = report.tables.get(name)
-    return pl.DataFrame() if df is None else df
+    frame = report.tables.get(name)
+    return pl.DataFrame() if frame is None else frame
 
 
 def highlighted_ranks(findings: list[Finding]) -> dict[int, list[dict[str, str]]]:
     """Ranks a finding names as holding the job back (straggler, slow pipeline stage), with those findings."""
     out: dict[int, list[dict[str, str]]] = {}
-    for f in findings:
+    for finding in findings:
         ranks: list[int] = []
         for key in _SLOW_RANK_KEYS:
-            v = f.metrics.get(key)
+            v = finding.metrics.get(key)
             if isinstance(v, list | tuple):
                 ranks += [int(x) for x in v if isinstance(x, int)]
             elif isinstance(v, int) and not isinstance(v, bool):
                 ranks.append(v)
-        if not ranks and "straggler" in f.check and f.rank is not None:
-            ranks = [f.rank]
+        if not ranks and "straggler" in finding.check and finding.rank is not None:
+            ranks = [finding.rank]
         for r in dict.fromkeys(ranks):
-            out.setdefault(r, []).append({"id": f.id, "check": f.check, "title": f.title})
+            out.setdefault(r, []).append({"id": finding.id, "check": finding.check, "title": finding.title})
     return out
 
 
@@ -139,12 +144,12 @@ def step_table(report: Report) -> tuple[str, pl.DataFrame]:
     """The table the rank comparison draws: step_trace_time rows (Ascend) or per-step rows of a trace; when a
     table also holds whole-trace rows (``scope``), the per-step ones are drawn if there are any."""
     for name in STEP_TABLES:
-        df = report.tables.get(name)
-        if df is None or df.is_empty() or not {"rank", "computing_us"} <= set(df.columns):
+        frame = report.tables.get(name)
+        if frame is None or frame.is_empty() or not {"rank", "computing_us"} <= set(frame.columns):
             continue
-        if "scope" in df.columns and (df.get_column("scope") == "step").any():
-            df = df.filter(pl.col("scope") == "step")
-        return name, df
+        if "scope" in frame.columns and (frame.get_column("scope") == "step").any():
+            frame = frame.filter(pl.col("scope") == "step")
+        return name, frame
     return "", pl.DataFrame()
 
 
@@ -154,7 +159,7 @@ def _citers(items: Iterable[Cause | Finding]) -> dict[tuple[str, str], str]:
     out: dict[tuple[str, str], str] = {}
     for item in items:
         for m in (item, *getattr(item, "members", ())):
-            for ev in m.evidence:
-                for loc in ev.locators:
-                    out.setdefault((ev.file, str(loc)), item.id)
+            for evidence in m.evidence:
+                for loc in evidence.locators:
+                    out.setdefault((evidence.file, str(loc)), item.id)
     return out

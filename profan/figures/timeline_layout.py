@@ -102,19 +102,19 @@ class Timeline:
 def _split_rows(report: Report, step: Any) -> pl.DataFrame:
     """Per rank of ``step``: its compute, exposed communication and idle time (µs) in lane order, each with the
     row that holds it (a step_trace_time.csv line, or the trace events that bound the step)."""
-    df, parts = _table(report, "step_cost"), COST_PARTS
-    if df.is_empty() or "rank" not in df.columns:
-        df, parts = step_table(report)[1], TABLE_PARTS
-    cols = [c for c, _, _ in parts if c in df.columns]
-    if df.is_empty() or "rank" not in df.columns or not cols:
+    frame, parts = _table(report, "step_cost"), COST_PARTS
+    if frame.is_empty() or "rank" not in frame.columns:
+        frame, parts = step_table(report)[1], TABLE_PARTS
+    cols = [col for col, _, _ in parts if col in frame.columns]
+    if frame.is_empty() or "rank" not in frame.columns or not cols:
         return pl.DataFrame(schema={**SPLIT_SCHEMA, "loc": pl.Utf8, "at": pl.Utf8})
-    if "step" in df.columns:
-        df = df.filter(pl.col("step").eq_missing(step))
-    line = next((c for c in ("line", "src_line") if c in df.columns), None)
-    first, last = (pl.col(c) if c in df.columns else pl.lit(None) for c in ("first_event", "last_event"))
+    if "step" in frame.columns:
+        frame = frame.filter(pl.col("step").eq_missing(step))
+    line = next((col for col in ("line", "src_line") if col in frame.columns), None)
+    first, last = (pl.col(col) if col in frame.columns else pl.lit(None) for col in ("first_event", "last_event"))
     at_line = pl.col(line) if line else pl.lit(None)
-    df = df.with_columns(
-        pl.col("file").cast(pl.Utf8).fill_null("") if "file" in df.columns else pl.lit("").alias("file"),
+    frame = frame.with_columns(
+        pl.col("file").cast(pl.Utf8).fill_null("") if "file" in frame.columns else pl.lit("").alias("file"),
         pl.coalesce(at_line, first).cast(pl.Utf8).alias("loc"),
         pl.when(at_line.is_not_null())
         .then(pl.format(":{}", at_line))
@@ -124,12 +124,14 @@ def _split_rows(report: Report, step: Any) -> pl.DataFrame:
         .alias("at"),
     )
     order = pl.DataFrame(
-        [(c, name, i) for i, (c, name, _) in enumerate(parts)], schema=["col", "part", "order"], orient="row"
+        [(col, name, index) for index, (col, name, _) in enumerate(parts)],
+        schema=["col", "part", "order"],
+        orient="row",
     )
-    df = df.with_columns(_num("rank", pl.Int64), *[_num(c, pl.Float64) for c in cols]).filter(
+    frame = frame.with_columns(_num("rank", pl.Int64), *[_num(col, pl.Float64) for col in cols]).filter(
         pl.col("rank").is_not_null()
     )
-    long = df.select("rank", "file", "loc", "at", *cols).unpivot(
+    long = frame.select("rank", "file", "loc", "at", *cols).unpivot(
         index=["rank", "file", "loc", "at"], on=cols, variable_name="col", value_name="dur_us"
     )
     long = long.join(order, on="col").filter(pl.col("dur_us") > 0)
@@ -141,20 +143,20 @@ def _split_rows(report: Report, step: Any) -> pl.DataFrame:
 def _block_rows(report: Report, step: Any) -> pl.DataFrame:
     """The blocks in time of ``step`` (table step_blocks): per rank, compute, exposed communication and idle where
     they happened, each with the exact time of each part it holds (a block may merge short stretches)."""
-    df = _table(report, "step_blocks")
-    if df.is_empty() or not {"rank", "step", "part", "start_us", "end_us"} <= set(df.columns):
+    frame = _table(report, "step_blocks")
+    if frame.is_empty() or not {"rank", "step", "part", "start_us", "end_us"} <= set(frame.columns):
         return pl.DataFrame(schema=BLOCK_SCHEMA)
-    df = df.filter(pl.col("step").eq_missing(step))
+    frame = frame.filter(pl.col("step").eq_missing(step))
     cols = [
-        _num(c, pl.Float64) if c in df.columns else pl.lit(None, pl.Float64).alias(c)
+        _num(c, pl.Float64) if c in frame.columns else pl.lit(None, pl.Float64).alias(c)
         for c in ("start_us", "end_us", "compute_us", "comm_us", "idle_us")
     ]
-    out = df.select(
+    out = frame.select(
         _num("rank", pl.Int64),
         pl.col("part").cast(pl.Utf8),
         *cols,
-        (_num("pieces", pl.Int64) if "pieces" in df.columns else pl.lit(1, pl.Int64)).fill_null(1).alias("pieces"),
-        (pl.col("source").cast(pl.Utf8) if "source" in df.columns else pl.lit(None, pl.Utf8)).alias("source"),
+        (_num("pieces", pl.Int64) if "pieces" in frame.columns else pl.lit(1, pl.Int64)).fill_null(1).alias("pieces"),
+        (pl.col("source").cast(pl.Utf8) if "source" in frame.columns else pl.lit(None, pl.Utf8)).alias("source"),
     )
     out = out.join(_block_files(report), on=["rank", "source"], how="left").with_columns(pl.col("file").fill_null(""))
     known = pl.col("part").is_in([p for p, _, _ in BLOCK_PARTS])
@@ -167,7 +169,7 @@ def _block_files(report: Report) -> pl.DataFrame:
     for r in report.source.get("ranks") or []:
         files = r.get("files") if isinstance(r, dict) else None
         if isinstance(files, dict) and isinstance(r.get("rank"), int):
-            found += [(r["rank"], src, str(files[f])) for src, f in SOURCE_FILES.items() if f in files]
+            found += [(r["rank"], src, str(files[value])) for src, value in SOURCE_FILES.items() if value in files]
     return pl.DataFrame(found, schema={"rank": pl.Int64, "source": pl.Utf8, "file": pl.Utf8}, orient="row")
 
 
@@ -177,58 +179,60 @@ def _step_windows(report: Report, step: Any, blocks: pl.DataFrame | None = None)
     schema = {"rank": pl.Int64, "start_us": pl.Float64, "end_us": pl.Float64}
     blocks = _block_rows(report, step) if blocks is None else blocks
     spans = blocks.group_by("rank").agg(pl.col("start_us").min(), pl.col("end_us").max()).select(*schema)
-    ts = _table(report, "trace_steps")
-    if ts.is_empty() or not {"rank", "step", "start_us", "end_us"} <= set(ts.columns):
+    frame = _table(report, "trace_steps")
+    if frame.is_empty() or not {"rank", "step", "start_us", "end_us"} <= set(frame.columns):
         return spans.sort("rank")
-    if "scope" in ts.columns:
-        ts = ts.filter(pl.col("scope") == "step")
-    ts = ts.filter(pl.col("step").eq_missing(step) & pl.col("start_us").is_not_null())
-    traced = ts.unique("rank", keep="first", maintain_order=True).select(
+    if "scope" in frame.columns:
+        frame = frame.filter(pl.col("scope") == "step")
+    frame = frame.filter(pl.col("step").eq_missing(step) & pl.col("start_us").is_not_null())
+    traced = frame.unique("rank", keep="first", maintain_order=True).select(
         _num("rank", pl.Int64), _num("start_us", pl.Float64), _num("end_us", pl.Float64)
     )
     return pl.concat([spans, traced.filter(~pl.col("rank").is_in(spans.get_column("rank").implode()))]).sort("rank")
 
 
-def _ops_rows(c: pl.DataFrame, step: Any) -> pl.DataFrame:
+def _ops_rows(frame: pl.DataFrame, step: Any) -> pl.DataFrame:
     """communication.json ops (Ascend): start and elapsed time per op, cited by JSON pointer."""
-    if "step" in c.columns:
-        c = c.filter(pl.col("step").eq_missing(step))
-    name = [pl.col(n).cast(pl.Utf8) for n in ("op_name", "op") if n in c.columns]
-    return c.select(
+    if "step" in frame.columns:
+        frame = frame.filter(pl.col("step").eq_missing(step))
+    name = [pl.col(n).cast(pl.Utf8) for n in ("op_name", "op") if n in frame.columns]
+    return frame.select(
         _num("rank", pl.Int64),
         pl.coalesce([*name, pl.lit("")]).alias("name"),
-        (pl.col("group_hash").cast(pl.Utf8) if "group_hash" in c.columns else pl.lit("")).fill_null("").alias("group"),
+        (pl.col("group_hash").cast(pl.Utf8) if "group_hash" in frame.columns else pl.lit(""))
+        .fill_null("")
+        .alias("group"),
         _num("start_us", pl.Float64),
         (_num("elapse_ms", pl.Float64) * 1000.0).alias("dur_us"),
-        pl.col("file").cast(pl.Utf8) if "file" in c.columns else pl.lit("").alias("file"),
-        (pl.col("pointer").cast(pl.Utf8) if "pointer" in c.columns else pl.lit(None, pl.Utf8)).alias("loc"),
-        pl.format(" {}", pl.col("pointer")).alias("at") if "pointer" in c.columns else pl.lit("").alias("at"),
+        pl.col("file").cast(pl.Utf8) if "file" in frame.columns else pl.lit("").alias("file"),
+        (pl.col("pointer").cast(pl.Utf8) if "pointer" in frame.columns else pl.lit(None, pl.Utf8)).alias("loc"),
+        pl.format(" {}", pl.col("pointer")).alias("at") if "pointer" in frame.columns else pl.lit("").alias("at"),
     )
 
 
-def _trace_rows(t: pl.DataFrame, step: Any, windows: pl.DataFrame) -> pl.DataFrame:
+def _trace_rows(frame: pl.DataFrame, step: Any, windows: pl.DataFrame) -> pl.DataFrame:
     """Collective events of a trace: the device kernels where the trace has them (a host op spans its launch,
     not the transfer), else the annotations; cited by event index."""
-    if "source" in t.columns:
+    if "source" in frame.columns:
         for src in (SOURCE_KERNEL, SOURCE_ANNOTATION):
-            if (t.get_column("source") == src).any():
-                t = t.filter(pl.col("source") == src)
+            if (frame.get_column("source") == src).any():
+                frame = frame.filter(pl.col("source") == src)
                 break
-    if "step" in t.columns:
-        t = t.filter(pl.col("step").eq_missing(step))
+    if "step" in frame.columns:
+        frame = frame.filter(pl.col("step").eq_missing(step))
     elif not windows.is_empty():
-        t = t.join(windows, on="rank").filter(pl.col("ts_us").is_between(pl.col("start_us"), pl.col("end_us")))
+        frame = frame.join(windows, on="rank").filter(pl.col("ts_us").is_between(pl.col("start_us"), pl.col("end_us")))
     else:
         return pl.DataFrame(schema=COMM_SCHEMA)
-    group = [pl.col(g).cast(pl.Utf8) for g in ("pg_name", "group") if g in t.columns]
-    idx = pl.col("event_idx").cast(pl.Utf8) if "event_idx" in t.columns else pl.lit(None, pl.Utf8)
-    return t.select(
+    group = [pl.col(g).cast(pl.Utf8) for g in ("pg_name", "group") if g in frame.columns]
+    idx = pl.col("event_idx").cast(pl.Utf8) if "event_idx" in frame.columns else pl.lit(None, pl.Utf8)
+    return frame.select(
         _num("rank", pl.Int64),
-        pl.col("name").cast(pl.Utf8).fill_null("") if "name" in t.columns else pl.lit("").alias("name"),
+        pl.col("name").cast(pl.Utf8).fill_null("") if "name" in frame.columns else pl.lit("").alias("name"),
         pl.coalesce([*group, pl.lit("")]).alias("group"),
         _num("ts_us", pl.Float64).alias("start_us"),
         _num("dur_us", pl.Float64),
-        pl.col("file").cast(pl.Utf8) if "file" in t.columns else pl.lit("").alias("file"),
+        pl.col("file").cast(pl.Utf8) if "file" in frame.columns else pl.lit("").alias("file"),
         idx.alias("loc"),
         pl.format(" event {}", idx).fill_null("").alias("at"),
     )
@@ -275,9 +279,9 @@ def focus(report: Report) -> Cause | None:
     """The cause the timeline shows: the first that names a place — some ranks, not every one (shading every lane
     says nothing, and a cause of every rank, exposed transfer say, has no rank to point at) — else the first."""
     every = {r.get("rank") for r in report.source.get("ranks", [])} if isinstance(report.source, dict) else set()
-    for c in report.causes:
-        if c.ranks and set(c.ranks) < every:
-            return c
+    for cause in report.causes:
+        if cause.ranks and set(cause.ranks) < every:
+            return cause
     return report.causes[0] if report.causes else None
 
 
@@ -290,18 +294,18 @@ def _step_choices(report: Report, step: Any) -> list[tuple[Any, str]]:
     cause = focus(report)
     if cause is not None and cause.steps:
         out.append((cause.steps[0], f"the step of {cause.id}"))
-    df = _split_source(report)
-    cols = [c for c in ("step_us", *(c for c, _, _ in (*COST_PARTS, *TABLE_PARTS))) if c in df.columns]
-    if "step" in df.columns and cols:
-        slowest = df.filter(pl.col("step").is_not_null()).sort(cols[0], descending=True, nulls_last=True)
+    frame = _split_source(report)
+    cols = [c for c in ("step_us", *(c for c, _, _ in (*COST_PARTS, *TABLE_PARTS))) if c in frame.columns]
+    if "step" in frame.columns and cols:
+        slowest = frame.filter(pl.col("step").is_not_null()).sort(cols[0], descending=True, nulls_last=True)
         if slowest.height:
             out.append((slowest.get_column("step")[0], "the slowest step"))
     return [*out, (None, "the only step")]
 
 
 def _split_source(report: Report) -> pl.DataFrame:
-    df = _table(report, "step_cost")
-    return df if not df.is_empty() and "rank" in df.columns else step_table(report)[1]
+    frame = _table(report, "step_cost")
+    return frame if not frame.is_empty() and "rank" in frame.columns else step_table(report)[1]
 
 
 def _lane_ranks(
@@ -391,12 +395,12 @@ def _clock(step: Any, windows: pl.DataFrame, comm: pl.DataFrame) -> str:
     return f"ms into {which}"
 
 
-def _owner_col(df: pl.DataFrame, owners: dict[tuple[str, str], str]) -> pl.DataFrame:
+def _owner_col(frame: pl.DataFrame, owners: dict[tuple[str, str], str]) -> pl.DataFrame:
     """``owner``: the cause or finding citing each row's (file, loc), '' when none does."""
-    keys = df.select("file", "loc").unique().drop_nulls()
+    keys = frame.select("file", "loc").unique().drop_nulls()
     found = [(f, loc, owners[(f, loc)]) for f, loc in keys.iter_rows() if (f, loc) in owners]
     table = pl.DataFrame(found, schema={"file": pl.Utf8, "loc": pl.Utf8, "owner": pl.Utf8}, orient="row")
-    return df.join(table, on=["file", "loc"], how="left").with_columns(pl.col("owner").fill_null(""))
+    return frame.join(table, on=["file", "loc"], how="left").with_columns(pl.col("owner").fill_null(""))
 
 
 def _lane_split(
@@ -418,21 +422,21 @@ def _place_blocks(placed: pl.DataFrame, step_row: pl.DataFrame, t0: float) -> pl
     not kept), so each part's bars on a lane add up to exactly the rank's time in that part."""
     names = {p: name for p, name, _ in BLOCK_PARTS}
     amounts = [f"{p}_us" for p, _, _ in BLOCK_PARTS]
-    b = placed.with_row_index("_b").join(step_row, on="rank", how="left")
-    b = b.with_columns(
+    frame = placed.with_row_index("_b").join(step_row, on="rank", how="left")
+    frame = frame.with_columns(
         pl.col("evidence", "owner").fill_null(""),
         pl.format("{} ms from {} ms", _ms3(pl.col("end_us") - pl.col("start_us")), _ms3(pl.col("start_us") - t0)).alias(
             "_span"
         ),
-        pl.concat_str(pl.lit("in time from "), _esc_col(b, "file")).alias("_from"),
+        pl.concat_str(pl.lit("in time from "), _esc_col(frame, "file")).alias("_from"),
     )
-    long = b.drop("part").unpivot(
+    long = frame.drop("part").unpivot(
         index=["_b", "rank", "start_us", "pieces", "evidence", "owner", "_from", "_span"],
         on=amounts,
         variable_name="part",
         value_name="us",
     )
-    order = {f"{p}_us": i for i, p in enumerate(names)}
+    order = {f"{p}_us": index for index, p in enumerate(names)}
     long = long.with_columns(pl.col("part").replace_strict(order, return_dtype=pl.Int64).alias("_o"))
     long = long.with_columns(pl.col("part").str.strip_suffix("_us").replace_strict(names, return_dtype=pl.Utf8))
     long = (
@@ -455,8 +459,8 @@ def _place_blocks(placed: pl.DataFrame, step_row: pl.DataFrame, t0: float) -> pl
     )
 
 
-def _ms3(us: pl.Expr) -> pl.Expr:
-    return (us / 1000.0).round(3)
+def _ms3(expr: pl.Expr) -> pl.Expr:
+    return (expr / 1000.0).round(3)
 
 
 def _place_totals(rows: pl.DataFrame, windows: pl.DataFrame, t0: float) -> pl.DataFrame:
@@ -504,8 +508,8 @@ def _cause_windows(tl: Timeline) -> list[tuple[float, float]]:
 
 def _lane_blocks(tl: Timeline, owners: dict) -> tuple[pl.DataFrame, int]:
     """The collectives drawn on the lanes (the LANE_BLOCKS longest per rank), in ms, with their hover text."""
-    b = tl.every.filter(pl.col("rank").is_in(tl.ranks))
-    kept = b.sort("dur_us", descending=True).filter(pl.int_range(pl.len()).over("rank") < LANE_BLOCKS)
+    frame = tl.every.filter(pl.col("rank").is_in(tl.ranks))
+    kept = frame.sort("dur_us", descending=True).filter(pl.int_range(pl.len()).over("rank") < LANE_BLOCKS)
     kept = _owner_col(kept, owners).with_columns(
         ((pl.col("start_us") - tl.t0) / 1000.0).alias("start_ms"),
         (pl.col("dur_us") / 1000.0).alias("dur_ms"),
@@ -518,4 +522,4 @@ def _lane_blocks(tl: Timeline, owners: dict) -> tuple[pl.DataFrame, int]:
         _esc_col(kept, "name").alias("label"),
         pl.concat_str(_esc_col(kept, "file"), _esc_col(kept, "at")).alias("evidence"),
     )
-    return kept.sort("rank", "start_us"), b.height - kept.height
+    return kept.sort("rank", "start_us"), frame.height - kept.height

@@ -52,7 +52,7 @@ class Evidence:
             raise ValueError(f"evidence for {self.file}: row_count {self.row_count} < cited {len(kinds[0])}")
         if not self.file:
             raise ValueError("evidence needs a file")
-        if not all(isinstance(p, str) for p in self.pointers):
+        if not all(isinstance(pointer, str) for pointer in self.pointers):
             raise TypeError(f"evidence for {self.file}: pointers must be text")
 
     @property
@@ -120,7 +120,7 @@ def typed(d: Any, key: str, kind: type, default: Any = _MISSING) -> Any:
 
 def whole_numbers(d: dict[str, Any], key: str) -> tuple[int, ...]:
     items = typed(d, key, list, [])
-    if not all(isinstance(x, int) and not isinstance(x, bool) for x in items):
+    if not all(isinstance(item, int) and not isinstance(item, bool) for item in items):
         raise TypeError(f"{key!r} holds something other than whole numbers")
     return tuple(items)
 
@@ -143,7 +143,7 @@ def cite_events(file: str, events: Iterable[int], row_count: int, select: dict[s
 
 def make_pointer(*parts: str | int) -> str:
     """RFC 6901 pointer from its reference tokens (``~`` and ``/`` escaped); no tokens: the whole document."""
-    return "".join("/" + _escape_token(p) for p in parts)
+    return "".join("/" + _escape_token(part) for part in parts)
 
 
 @functools.lru_cache(maxsize=1 << 14)

@@ -35,21 +35,21 @@ def open_regular(path: str | Path, what: str = "") -> BinaryIO:
     ``what`` (e.g. "rules file") leads the problem. An OSError of the open itself is the caller's to say."""
     lead = f"{what} " if what else ""
     try:
-        fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_NOCTTY | os.O_CLOEXEC)
+        handle = os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_NOCTTY | os.O_CLOEXEC)
     except OSError as exc:
         if exc.errno == errno.ENXIO:  # a socket, or a device with nothing behind it
             raise NotRegularFile(path, lead + NOT_REGULAR) from None
         raise
     try:
-        mode = os.fstat(fd).st_mode
+        mode = os.fstat(handle).st_mode
         if stat.S_ISDIR(mode):
             raise NotRegularFile(path, f"{lead}is a folder, not a file")
         if not stat.S_ISREG(mode):
             raise NotRegularFile(path, lead + NOT_REGULAR)
-        os.set_blocking(fd, True)
-        return os.fdopen(fd, "rb")
+        os.set_blocking(handle, True)
+        return os.fdopen(handle, "rb")
     except BaseException:
-        os.close(fd)
+        os.close(handle)
         raise
 
 

@@ -79,7 +79,7 @@ class Finding:
             "explained_by": self.explained_by,
             "metrics": self.metrics,
             "evidence": [e.to_dict() for e in self.evidence],
-            "members": [m.to_dict() for m in self.members],
+            "members": [member.to_dict() for member in self.members],
         }
 
     @classmethod
@@ -109,4 +109,4 @@ def _optional_int(d: dict[str, Any], key: str) -> int | None:
 def number_findings(findings: list[Finding]) -> list[Finding]:
     """Sort by severity (then check, rank, step) and assign F1…Fn — deterministic for the same input."""
     ordered = sorted(findings, key=Finding.sort_key)
-    return [f.with_id(f"F{i}") for i, f in enumerate(ordered, start=1)]
+    return [f.with_id(f"F{index}") for index, f in enumerate(ordered, start=1)]

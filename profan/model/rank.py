@@ -32,9 +32,9 @@ class Metadata:
 
     def group(self, name: str, rank: int) -> ParallelGroup | None:
         """The group of framework name `name` ('pp', 'dp', …) that contains global `rank`."""
-        for g in self.groups:
-            if g.group_name == name and rank in g.global_ranks:
-                return g
+        for group in self.groups:
+            if group.group_name == name and rank in group.global_ranks:
+                return group
         return None
 
 

@@ -38,22 +38,22 @@ class Report:
 
     def finding(self, fid: str) -> Finding:
         """A finding by id, or a member of a group by its id (F3.2)."""
-        for f in self.findings:
-            if f.id == fid:
-                return f
-            for m in f.members:
-                if m.id == fid:
-                    return m
+        for finding in self.findings:
+            if finding.id == fid:
+                return finding
+            for member in finding.members:
+                if member.id == fid:
+                    return member
         raise KeyError(fid)
 
     def ungrouped(self) -> list[Finding]:
         """The findings as measured, one per rank and step: each single finding and each member of a group."""
-        return [m for f in self.findings for m in (f.members or (f,))]
+        return [m for finding in self.findings for m in (finding.members or (finding,))]
 
     def cause(self, cid: str) -> Cause:
-        for c in self.causes:
-            if c.id == cid:
-                return c
+        for cause in self.causes:
+            if cause.id == cid:
+                return cause
         raise KeyError(cid)
 
     @property
@@ -61,12 +61,16 @@ class Report:
         """What to read first: the causes, then the warning and critical findings no cause explains."""
         return [
             *self.causes,
-            *(f for f in self.findings if f.explained_by is None and f.severity in ("critical", "warning")),
+            *(
+                finding
+                for finding in self.findings
+                if finding.explained_by is None and finding.severity in ("critical", "warning")
+            ),
         ]
 
     @property
     def worst_severity(self) -> Severity | None:
-        sev = {f.severity for f in self.findings}
+        sev = {finding.severity for finding in self.findings}
         return next((s for s in SEVERITIES if s in sev), None)
 
     def to_dict(self, *, rows: Callable[[pl.DataFrame], Any] | None = None) -> dict[str, Any]:
@@ -78,8 +82,8 @@ class Report:
                 "schema": SCHEMA,
                 "source": self.source,
                 "headline": [item.id for item in self.headline],
-                "causes": [c.to_dict() for c in self.causes],
-                "findings": [f.to_dict() for f in self.findings],
+                "causes": [cause.to_dict() for cause in self.causes],
+                "findings": [finding.to_dict() for finding in self.findings],
                 "warnings": self.warnings,
                 "notes": self.notes,
                 "meta": self.meta,
@@ -89,7 +93,7 @@ class Report:
         ledger = ledger_summary(self.tables)
         if ledger is not None:  # an RL job's step ledger, said beside the verdict
             out["rl_ledger"] = clean(ledger)
-        out["tables"] = {k: rows(v) for k, v in self.tables.items() if k != "breakdown"}
+        out["tables"] = {key: rows(value) for key, value in self.tables.items() if key != "breakdown"}
         order = (
             "schema",
             "source",
@@ -103,31 +107,31 @@ class Report:
             "meta",
             "tables",
         )
-        return {k: out[k] for k in order if k in out}
+        return {key: out[key] for key in order if key in out}
 
 
-def records(df: pl.DataFrame) -> list[dict[str, Any]]:
+def records(frame: pl.DataFrame) -> list[dict[str, Any]]:
     """A table as JSON-safe rows, as `clean` makes them up to the last digit. Floats (and lists of floats) are
     rounded and NaN/inf nulled by polars, column by column: a cluster's report holds millions of values, and a
     recursive Python walk over them cost seconds. Two differences from `clean`, both below 1e-6: a value exactly
     half-way between two 6-decimal numbers may round the other way, and magnitudes from 1e9 up keep all their
     digits (`_json_float`). Tables with other column types take the walk."""
-    if df is None or df.is_empty():
+    if frame is None or frame.is_empty():
         return []
-    safe = _json_safe(df)
-    return clean(df.to_dicts()) if safe is None else safe.to_dicts()
+    safe = _json_safe(frame)
+    return clean(frame.to_dicts()) if safe is None else safe.to_dicts()
 
 
-def records_json(df: pl.DataFrame) -> bytes:
+def records_json(frame: pl.DataFrame) -> bytes:
     """`records` encoded as a JSON array, written by polars without Python rows in between: the same bytes as
     encoding `records` with msgspec, in half the time (a 64-rank report's tables are 37 MB)."""
-    if df is None or df.is_empty():
+    if frame is None or frame.is_empty():
         return b"[]"
-    safe = _json_safe(df)
+    safe = _json_safe(frame)
     if safe is None:
         import msgspec
 
-        return msgspec.json.encode(clean(df.to_dicts()))
+        return msgspec.json.encode(clean(frame.to_dicts()))
     return safe.write_json().encode("utf-8")
 
 
@@ -162,9 +166,9 @@ def clean(obj: Any) -> Any:
             return None
         return round(obj, 6)
     if isinstance(obj, dict):
-        return {str(k): clean(v) for k, v in obj.items()}
+        return {str(key): clean(value) for key, value in obj.items()}
     if isinstance(obj, list | tuple):
-        return [clean(v) for v in obj]
+        return [clean(value) for value in obj]
     if isinstance(obj, datetime | date):
         return obj.isoformat()
     return obj
@@ -175,7 +179,7 @@ def from_dict(d: dict[str, Any]) -> Report:
     if d.get("schema") != SCHEMA:
         raise ValueError(f"not a {SCHEMA} document (schema={d.get('schema')!r})")
     try:
-        tables = {k: pl.DataFrame(v) for k, v in typed(d, "tables", dict, {}).items() if v}
+        tables = {key: pl.DataFrame(value) for key, value in typed(d, "tables", dict, {}).items() if value}
         if d.get("breakdown"):
             tables["breakdown"] = pl.DataFrame(d["breakdown"])
     except (pl.exceptions.PolarsError, TypeError, ValueError) as exc:

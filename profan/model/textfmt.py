@@ -44,15 +44,15 @@ def fmt_pct(x) -> str:
     return "—" if x is None or not math.isfinite(x) else f"{100 * x:.1f}%"
 
 
-def locators(ev: dict, limit: int = 8) -> str:
+def locators(evidence: dict, limit: int = 8) -> str:
     """'kernel_details.csv:57, 58, 212 (+93 more)' style summary of an evidence item."""
-    kind = "lines" if "lines" in ev else "events" if "events" in ev else "pointers"
-    locs = [str(x) for x in ev.get(kind, [])]
+    kind = "lines" if "lines" in evidence else "events" if "events" in evidence else "pointers"
+    locs = [str(x) for x in evidence.get(kind, [])]
     shown = locs[:limit]
-    more = ev["row_count"] - len(shown)
+    more = evidence["row_count"] - len(shown)
     sep = ":" if kind == "lines" else "#" if kind == "events" else " "
     label = {"lines": "", "events": "events ", "pointers": ""}[kind]
-    text = f"{ev['file']}{sep}{label}{', '.join(shown)}"
+    text = f"{evidence['file']}{sep}{label}{', '.join(shown)}"
     if more > 0:
         text += f" (+{more:,} more rows)"
     return text
@@ -76,7 +76,7 @@ def cell(value) -> str:
 
 def selected(select: dict) -> str:
     """' [bucket=attention, step=13]': what an evidence item's rows were selected by (its source aside)."""
-    parts = [f"{k}={cell(v)}" for k, v in select.items() if k != "source" and v is not None]
+    parts = [f"{key}={cell(value)}" for key, value in select.items() if key != "source" and value is not None]
     return f" [{', '.join(parts)}]" if parts else ""
 
 
@@ -208,7 +208,7 @@ def fmt_ranks(ranks: Iterable[int]) -> str:
         j = i
         while j + 1 < len(values) and values[j + 1] == values[j] + 1:
             j += 1
-        out += [f"{values[i]}–{values[j]}"] if j - i >= 2 else [str(v) for v in values[i : j + 1]]
+        out += [f"{values[i]}–{values[j]}"] if j - i >= 2 else [str(value) for value in values[i : j + 1]]
         i = j + 1
     return ", ".join(out)
 

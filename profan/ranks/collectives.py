@@ -121,19 +121,19 @@ def _window_part(
     for its first kernel); windows already ``seen`` in an earlier batch (their keys) skip their first row here,
     whose predecessor is in that batch."""
     w = [*by, "cid"]
-    k = _next_op(batch, colls, by).join(
+    frame = _next_op(batch, colls, by).join(
         colls.select(*w, pl.col("win_start_us").alias("_ws")), on=w, maintain_order="left"
     )
-    k = k.filter(pl.col("_ws").is_null() | (pl.col("start_us") >= pl.col("_ws")))
-    agg = k.group_by([*w, *keys]).agg(
+    frame = frame.filter(pl.col("_ws").is_null() | (pl.col("start_us") >= pl.col("_ws")))
+    agg = frame.group_by([*w, *keys]).agg(
         pl.len().cast(pl.Int64).alias("count"), pl.col("dur_us").sum().alias("time_us"), *_largest("loc", "dur_us")
     )
-    k = k.sort(*w, "start_us").with_columns((pl.col("start_us") + pl.col("dur_us")).alias("_end"))
+    frame = frame.sort(*w, "start_us").with_columns((pl.col("start_us") + pl.col("dur_us")).alias("_end"))
     prev_end = pl.col("_end").cum_max().shift(1).over(w)
     first_here = (
         pl.struct(w).is_in(seen.select(pl.struct(w)).to_series().implode()) if seen is not None else pl.lit(False)
     )
-    k = k.with_columns(
+    frame = frame.with_columns(
         pl.when(prev_end.is_not_null())
         .then(pl.col("start_us") - prev_end)
         .when(~first_here)
@@ -141,7 +141,7 @@ def _window_part(
         .alias("_gap"),
         pl.col("loc").shift(1).over(w).alias("_prev"),
     )
-    gaps = k.group_by(w).agg(
+    gaps = frame.group_by(w).agg(
         pl.col("_gap").max().alias("gap_us"),
         pl.col("_prev").sort_by("_gap").last().alias("gap_prev_loc"),
         pl.col("loc").sort_by("_gap").last().alias("gap_loc"),
@@ -152,8 +152,8 @@ def _window_part(
 
 
 def _merge_gaps(gaps: list[pl.DataFrame], by: tuple[str, ...] = ()) -> pl.DataFrame:
-    g = pl.concat(gaps)
-    return g.group_by(*by, "cid").agg(
+    frame = pl.concat(gaps)
+    return frame.group_by(*by, "cid").agg(
         pl.col("gap_us").max(),
         pl.col("gap_prev_loc").sort_by("gap_us", nulls_last=False).last(),
         pl.col("gap_loc").sort_by("gap_us", nulls_last=False).last(),
@@ -166,15 +166,15 @@ def _with_gaps(colls: pl.DataFrame, gaps: pl.DataFrame | None, by: tuple[str, ..
     """Longest idle stretch per window: between two kernels, or after the last kernel up to the op itself."""
     if gaps is None or gaps.is_empty():
         return colls
-    c = colls.drop(*GAP_COLS).join(gaps, on=[*by, "cid"], how="left")
+    frame = colls.drop(*GAP_COLS).join(gaps, on=[*by, "cid"], how="left")
     trailing = pl.col("start_us") - pl.col("last_end")
     use_trailing = trailing > pl.col("gap_us").fill_null(float("-inf"))
-    c = c.with_columns(
+    frame = frame.with_columns(
         pl.when(use_trailing).then(trailing).otherwise(pl.col("gap_us")).alias("gap_us"),
         pl.when(use_trailing).then(pl.col("last_loc")).otherwise(pl.col("gap_prev_loc")).alias("gap_prev_loc"),
         pl.when(use_trailing).then(pl.col("kline")).otherwise(pl.col("gap_loc")).alias("gap_loc"),
     )
-    return c.select(*by, *COLL_SCHEMA)
+    return frame.select(*by, *COLL_SCHEMA)
 
 
 def _merge_parts(parts: list[pl.DataFrame], keys: list[str], by: tuple[str, ...] = ()) -> pl.DataFrame:
@@ -265,8 +265,8 @@ def _first_start(firsts: list[pl.DataFrame], by: tuple[str, ...]) -> float | pl.
     """The earliest kernel start of the batches' minima: one value, or per rank (``by``) as a table ``first``."""
     if not firsts:
         return None
-    f = pl.concat(firsts)
-    return f.group_by(by).agg(pl.col("start_us").min().alias("first")) if by else f["start_us"].min()
+    frame = pl.concat(firsts)
+    return frame.group_by(by).agg(pl.col("start_us").min().alias("first")) if by else frame["start_us"].min()
 
 
 def _classify(win: pl.DataFrame, rules: list, groups: pl.DataFrame | None) -> pl.DataFrame:
@@ -357,10 +357,10 @@ def _hccl_rows_from_groups(groups: pl.DataFrame | None, roles: Roles | None = No
     carry a sequence number, so they do): saves a pass over the kernel file."""
     if groups is None or groups.is_empty() or "first_start_us" not in groups.columns:
         return None
-    g = groups.filter((roles or default_roles()).is_comm())
-    if g.is_empty() or (g["count"] > 1).any():
+    frame = groups.filter((roles or default_roles()).is_comm())
+    if frame.is_empty() or (frame["count"] > 1).any():
         return None
-    return g.select(
+    return frame.select(
         "step",
         "name",
         pl.col("first_start_us").alias("start_us"),
@@ -419,11 +419,11 @@ def ascend_collectives(
     work on a small rank. Ranks without it take their ops from the kernel file's HCCL rows (`_from_hccl_rows`)."""
     out: list[tuple[pl.DataFrame | None, pl.DataFrame | None]] = [(None, None)] * len(ranks)
     for part in _parts(ranks):
-        for i, got in zip(part, _from_ops([ranks[i] for i in part], pack), strict=True):
-            out[i] = got
-    for i, r in enumerate(ranks):
-        if not _has_ops(r):
-            out[i] = _from_hccl_rows(r, pack)
+        for index, got in zip(part, _from_ops([ranks[index] for index in part], pack), strict=True):
+            out[index] = got
+    for index, rank in enumerate(ranks):
+        if not _has_ops(rank):
+            out[index] = _from_hccl_rows(rank, pack)
     return out
 
 
@@ -437,12 +437,12 @@ def _parts(ranks: list[AscendRank]) -> list[list[int]]:
     one table would need casts that a rank alone does not —, and each other rank on its own, its rows in
     batches of `BATCH_ROWS`. So a rank's rows are cut the same way whatever other ranks are read with it."""
     same: dict[object, list[int]] = {}
-    for i, r in enumerate(ranks):
-        if not _has_ops(r):
+    for index, rank in enumerate(ranks):
+        if not _has_ops(rank):
             continue
-        small = r.kernel_path is None or (r.timed is not None and r.timed.height <= BATCH_ROWS)
-        types = (tuple(r.comm_ops.schema.items()), r.timed is not None and tuple(r.timed.schema.items()))
-        same.setdefault(types if small else i, []).append(i)
+        small = rank.kernel_path is None or (rank.timed is not None and rank.timed.height <= BATCH_ROWS)
+        types = (tuple(rank.comm_ops.schema.items()), rank.timed is not None and tuple(rank.timed.schema.items()))
+        same.setdefault(types if small else index, []).append(index)
     return list(same.values())
 
 
@@ -452,9 +452,9 @@ def _from_ops(ranks: list[AscendRank], pack: RulePack) -> list[tuple[pl.DataFram
     windows; a rank without kernel rows has its ops alone."""
     by, f = ("_f",), pl.col("_f")
     ops = stack([r.comm_ops for r in ranks], {"_f": list(range(len(ranks)))}, how="vertical")
-    kfile = f.replace_strict({i: r.kernel_file for i, r in enumerate(ranks)}, return_dtype=pl.Utf8)
+    kfile = f.replace_strict({index: r.kernel_file for index, r in enumerate(ranks)}, return_dtype=pl.Utf8)
     colls = _colls_from_ops(
-        ops, f.replace_strict({i: r.comm_file for i, r in enumerate(ranks)}, return_dtype=pl.Utf8), kfile, by
+        ops, f.replace_strict({index: r.comm_file for index, r in enumerate(ranks)}, return_dtype=pl.Utf8), kfile, by
     )
     rows = _rows_of(ranks)
     windows = None
@@ -481,15 +481,15 @@ def _from_ops(ranks: list[AscendRank], pack: RulePack) -> list[tuple[pl.DataFram
         windows.partition_by("_f", as_dict=True, include_key=False, maintain_order=True) if windows is not None else {}
     )
     empty = colls.clear().drop("_f")
-    return [(out_c.get((i,), empty), out_w.get((i,))) for i in range(len(ranks))]
+    return [(out_c.get((index,), empty), out_w.get((index,))) for index in range(len(ranks))]
 
 
 def _rows_of(ranks: list[AscendRank]) -> pl.LazyFrame | list[pl.DataFrame] | None:
     """The kernel rows of a part (`_parts`) keyed by rank: the ranks' rows in memory as one batch; one rank's in
     batches of `BATCH_ROWS`, read again (streamed when big) if the kernel pass did not keep them."""
-    held = [(i, r.timed) for i, r in enumerate(ranks) if r.timed is not None]
+    held = [(index, rank.timed) for index, rank in enumerate(ranks) if rank.timed is not None]
     if held:
-        rows = stack([t for _, t in held], {"_f": [i for i, _ in held]}, how="vertical")
+        rows = stack([t for _, t in held], {"_f": [index for index, _ in held]}, how="vertical")
         return [rows] if len(held) > 1 else list(rows.iter_slices(BATCH_ROWS))
     if len(ranks) > 1 or ranks[0].kernel_path is None:
         return None
@@ -500,12 +500,12 @@ def _rows_of(ranks: list[AscendRank]) -> pl.LazyFrame | list[pl.DataFrame] | Non
 def _read_kernel_rows(r: AscendRank) -> pl.LazyFrame | pl.DataFrame:
     """The kernel file's usable rows with their place in time, read again: in memory when small, else lazily
     (to be streamed)."""
-    kf = ascend_kernels.inspect(r.kernel_path)
-    lf = ascend_kernels.scan(kf).filter(~pl.col("bad") & pl.col("dur_us").is_not_null())
+    kernel_file = ascend_kernels.inspect(r.kernel_path)
+    frame = ascend_kernels.scan(kernel_file).filter(~pl.col("bad") & pl.col("dur_us").is_not_null())
     if r.n_records is not None:
-        lf = ascend_kernels.with_exact_lines(kf, lf, r.n_records)
-    lf = lf.select("step", "op", "name", "type", "core", "start_us", "dur_us", pl.col("src_line").alias("loc"))
-    return lf.collect() if r.kernel_path.stat().st_size <= ascend_kernels.IN_MEMORY_BYTES else lf
+        frame = ascend_kernels.with_exact_lines(kernel_file, frame, r.n_records)
+    frame = frame.select("step", "op", "name", "type", "core", "start_us", "dur_us", pl.col("src_line").alias("loc"))
+    return frame.collect() if r.kernel_path.stat().st_size <= ascend_kernels.IN_MEMORY_BYTES else frame
 
 
 def _from_hccl_rows(rank: AscendRank, pack: RulePack) -> tuple[pl.DataFrame | None, pl.DataFrame | None]:
@@ -513,12 +513,12 @@ def _from_hccl_rows(rank: AscendRank, pack: RulePack) -> tuple[pl.DataFrame | No
     hold them (`_hccl_rows_from_groups`), else a pass of their own —, then the windows a second pass."""
     if rank.kernel_path is None:
         return None, None
-    lf = rank.timed if rank.timed is not None else _read_kernel_rows(rank)
-    is_comm = is_comm_row(lf, pack.roles)
+    lazy = rank.timed if rank.timed is not None else _read_kernel_rows(rank)
+    is_comm = is_comm_row(lazy, pack.roles)
     krows = _hccl_rows_from_groups(rank.groups, pack.roles)
     if krows is None:
         krows = (
-            lf.lazy()
+            lazy.lazy()
             .filter(is_comm)
             .select("step", pl.col("name").cast(pl.String), "start_us", "dur_us", "loc")
             .collect(engine="streaming")
@@ -545,7 +545,7 @@ def _from_hccl_rows(rank: AscendRank, pack: RulePack) -> tuple[pl.DataFrame | No
     )
     colls = _finish(colls.select([c for c in COLL_SCHEMA if c not in ("cid", "seq", "win_start_us", *GAP_COLS)]))
     source = WindowSource(pack, "ascend", rank.kernel_file or "", "lines", rank.groups)
-    windows, colls = build_windows(lf.filter(~is_comm), colls, source)
+    windows, colls = build_windows(lazy.filter(~is_comm), colls, source)
     return colls, (windows if not windows.is_empty() else None)
 
 
@@ -562,10 +562,10 @@ def kineto_collectives(
     if kt.collectives.is_empty():
         return None, None
     source = pl.col("includes_peer_wait") if kt.cpu_only else pl.col("source") == kineto.SOURCE_KERNEL
-    k = kt.collectives.filter(source)
-    if k.is_empty():
+    frame = kt.collectives.filter(source)
+    if frame.is_empty():
         return None, None
-    colls = k.select(
+    colls = frame.select(
         "step",
         pl.lit("collective").alias("kind"),
         pl.coalesce("pg_name", pl.col("name") if kt.cpu_only else pl.lit("nccl")).alias("group"),
@@ -582,7 +582,7 @@ def kineto_collectives(
     )
     colls = _finish(colls)
     kind = "cpu" if kt.cpu_only else "gpu"
-    work = ~pl.col("event_idx").is_in(k["event_idx"].implode())
+    work = ~pl.col("event_idx").is_in(frame["event_idx"].implode())
     if kt.cpu_only:  # the main thread's own collective ops only enqueue the collectives: no work before them
         work = work & (pl.col("bucket") != "communication")
     kernels = dev.filter(work).select(

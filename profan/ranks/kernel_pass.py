@@ -67,7 +67,7 @@ def _aggs(pipes: list[str], exact: bool, starts: bool) -> list[pl.Expr]:
             pl.col("src_line").min().alias("_first_line"),
             dur.sort_by("src_line").first().alias("_first_dur"),
         ]
-    aggs += [(pl.col(p) * dur).sum().alias(f"{p}_wsum") for p in pipes]  # their weights: see `_pmu_mask`
+    aggs += [(pl.col(pipe) * dur).sum().alias(f"{pipe}_wsum") for pipe in pipes]  # their weights: see `_pmu_mask`
     return aggs
 
 
@@ -79,24 +79,24 @@ def _pmu_mask(pipes: list[str]) -> pl.Expr:
     is aggregated over millions of rows; `_pmu_weights` derives the weights and `_merge` folds the masks."""
     if not pipes:
         return pl.lit(0, pl.Int32).alias("_pmu")
-    return pl.sum_horizontal([pl.col(p).is_not_null().cast(pl.Int32) * (1 << i) for i, p in enumerate(pipes)]).alias(
-        "_pmu"
-    )
+    return pl.sum_horizontal(
+        [pl.col(pipe).is_not_null().cast(pl.Int32) * (1 << index) for index, pipe in enumerate(pipes)]
+    ).alias("_pmu")
 
 
-def _pmu_weights(g: pl.DataFrame, pipes: list[str]) -> pl.DataFrame:
+def _pmu_weights(frame: pl.DataFrame, pipes: list[str]) -> pl.DataFrame:
     """``{pipe}_wden``: the duration of the group's rows that have the pipe's ratio (see `_pmu_mask`)."""
     bit = pl.col("_pmu")
-    return g.with_columns(
-        pl.when((bit & (1 << i)) != 0).then(pl.col("time_us")).otherwise(0.0).alias(f"{p}_wden")
-        for i, p in enumerate(pipes)
+    return frame.with_columns(
+        pl.when((bit & (1 << index)) != 0).then(pl.col("time_us")).otherwise(0.0).alias(f"{pipe}_wden")
+        for index, pipe in enumerate(pipes)
     ).drop("_pmu")
 
 
-def _merge_samples(g: pl.DataFrame) -> pl.DataFrame:
+def _merge_samples(frame: pl.DataFrame) -> pl.DataFrame:
     """Streaming groups: ``lines`` = [longest row, first row] (one when they coincide), durations alike."""
     same = pl.col("_top_line") == pl.col("_first_line")
-    return g.with_columns(
+    return frame.with_columns(
         pl.when(same)
         .then(pl.concat_list(pl.col("_top_line")))
         .otherwise(pl.concat_list("_top_line", "_first_line"))
@@ -108,25 +108,25 @@ def _merge_samples(g: pl.DataFrame) -> pl.DataFrame:
     ).drop("_top_line", "_first_line", "_first_dur")
 
 
-def _merge(g: pl.DataFrame, pipes: list[str], keys: list[str] = KEYS) -> pl.DataFrame:
+def _merge(frame: pl.DataFrame, pipes: list[str], keys: list[str] = KEYS) -> pl.DataFrame:
     """One row per key: raw keys that clean up to the same key (``"A "`` and ``"A"``) are combined — sums add,
     min/max fold, the sample lines are re-ranked. ``keys``: `KEYS`, led by the file index in a batch."""
-    sums = ["count", "time_us", *[f"{p}_{s}" for p in pipes for s in ("wsum", "wden")]]
-    starts = ["first_start_us"] if "first_start_us" in g.columns else []
+    sums = ["count", "time_us", *[f"{pipe}_{s}" for pipe in pipes for s in ("wsum", "wden")]]
+    starts = ["first_start_us"] if "first_start_us" in frame.columns else []
     cols = [
         "count",
         "time_us",
         "max_us",
         *starts,
-        *[f"{p}_{s}" for p in pipes for s in ("wsum", "wden")],
+        *[f"{pipe}_{s}" for pipe in pipes for s in ("wsum", "wden")],
         "lines",
         "line_durs",
     ]
-    g = g.select(*keys, *cols)
-    split = g.select(keys).is_duplicated()
+    frame = frame.select(*keys, *cols)
+    split = frame.select(keys).is_duplicated()
     if not split.any():
-        return g
-    s = g.filter(split)
+        return frame
+    s = frame.filter(split)
     scalars = s.group_by(keys).agg(
         *[pl.col(c).sum() for c in sums], pl.col("max_us").max(), *[pl.col(c).min() for c in starts]
     )
@@ -138,7 +138,7 @@ def _merge(g: pl.DataFrame, pipes: list[str], keys: list[str] = KEYS) -> pl.Data
         .agg(pl.col("lines").head(TOP_LINES), pl.col("line_durs").head(TOP_LINES))
     )
     merged = scalars.join(tops, on=keys, how="left", nulls_equal=True)
-    return pl.concat([g.filter(~split), merged.select(*keys, *cols)])
+    return pl.concat([frame.filter(~split), merged.select(*keys, *cols)])
 
 
 @dataclass(frozen=True)
@@ -154,8 +154,8 @@ class Grouping:
 
 
 def _group_rows(
-    lf: pl.LazyFrame,
-    kf: ascend_kernels.KernelFile | None,
+    lazy: pl.LazyFrame,
+    kernel_file: ascend_kernels.KernelFile | None,
     grouping: Grouping,
     keyed: tuple[list[str], list[pl.Expr]] | None = None,
     also: list[pl.LazyFrame] | None = None,
@@ -169,8 +169,12 @@ def _group_rows(
     by the file. ``keyed``: (raw key columns, `KEYS` expressions over them) of a table that is no kernel file
     (`reduce_table`), in place of ``kf``'s."""
     pipes, by = grouping.pipes, grouping.by
-    raw, keys = keyed if keyed is not None else (ascend_kernels.raw_key_columns(kf), ascend_kernels.key_exprs(kf))
-    query = lf.group_by(*by, *raw, "bad", _pmu_mask(pipes)).agg(_aggs(pipes, grouping.exact, grouping.starts))
+    raw, keys = (
+        keyed
+        if keyed is not None
+        else (ascend_kernels.raw_key_columns(kernel_file), ascend_kernels.key_exprs(kernel_file))
+    )
+    query = lazy.group_by(*by, *raw, "bad", _pmu_mask(pipes)).agg(_aggs(pipes, grouping.exact, grouping.starts))
     groups, *more = pl.collect_all([query, *(also or [])], engine="auto" if grouping.exact else "streaming")
     counts = (
         groups.group_by(*by).agg(
@@ -188,16 +192,18 @@ def _group_rows(
     return _merge(groups, pipes, [*by, *KEYS]), counts, more
 
 
-def _reduce_rows(lf: pl.LazyFrame, kf: ascend_kernels.KernelFile, grouping: Grouping) -> tuple[pl.DataFrame, int, int]:
+def _reduce_rows(
+    lazy: pl.LazyFrame, kernel_file: ascend_kernels.KernelFile, grouping: Grouping
+) -> tuple[pl.DataFrame, int, int]:
     """One file's pass (`_group_rows`): (groups, rows, bad rows)."""
-    groups, counts, _ = _group_rows(lf, kf, grouping)
+    groups, counts, _ = _group_rows(lazy, kernel_file, grouping)
     return groups, int(counts["rows"][0]), int(counts["bad"][0])
 
 
 def group_neighbors(
     groups: pl.DataFrame,
     rows: pl.DataFrame | None,
-    kf: ascend_kernels.KernelFile | None,
+    kernel_file: ascend_kernels.KernelFile | None,
     rules: list,
     by: tuple = (),
     keys: list[pl.Expr] | None = None,
@@ -209,18 +215,18 @@ def group_neighbors(
     the cache go without it, and their matmuls stay `gemm`."""
     if rows is None or not uses_neighbors(rules) or rows.is_empty():
         return groups
-    r = (
+    frame = (
         rows.lazy()
         .filter(~pl.col("bad") & pl.col("start_us").is_not_null())
-        .select(*by, *(keys or ascend_kernels.key_exprs(kf)), "start_us", "src_line")
+        .select(*by, *(keys or ascend_kernels.key_exprs(kernel_file)), "start_us", "src_line")
         .with_columns(ascend_kernels.op_expr())
         .collect()
     )
-    r = classify_distinct(r, rules)
+    frame = classify_distinct(frame, rules)
     anchors = default_roles().layer_anchor_buckets
-    r = with_neighbors(r, ["start_us", "src_line"], [*by, "step"], anchors, "op")
+    frame = with_neighbors(frame, ["start_us", "src_line"], [*by, "step"], anchors, "op")
     group_keys = [*by, *KEYS]
-    place = r.group_by(group_keys).agg(pl.col(NEIGHBORS).drop_nulls().mode().sort().first())
+    place = frame.group_by(group_keys).agg(pl.col(NEIGHBORS).drop_nulls().mode().sort().first())
     return groups.join(place, on=group_keys, how="left", nulls_equal=True, maintain_order="left")
 
 
@@ -278,9 +284,14 @@ def reduce_kernel_files(files: list[KernelRequest], pack: RulePack) -> list[Kern
     rules = pack.rules_for("ascend")
     out: list[KernelPass | ProfanInputError | None] = [None] * len(files)
     for part in _together(files):
-        for k, kp in _reduce_same_header([kf for _, kf, _ in part], rules, files[part[0][0]].rows_in_time).items():
-            out[part[k][0]] = kp
-    return [kp if kp is not None else _reduce_alone(f, rules, pack.roles) for f, kp in zip(files, out, strict=True)]
+        for key, value in _reduce_same_header(
+            [kernel_file for _, kernel_file, _ in part], rules, files[part[0][0]].rows_in_time
+        ).items():
+            out[part[key][0]] = value
+    return [
+        value if value is not None else _reduce_alone(file, rules, pack.roles)
+        for file, value in zip(files, out, strict=True)
+    ]
 
 
 _Member = tuple[int, ascend_kernels.KernelFile, int]  # (index in the request list, file, bytes)
@@ -290,26 +301,26 @@ def _together(files: list[KernelRequest]) -> list[list[_Member]]:
     """The small files that may be read together: of one header and one `rows_in_time`, in runs of at most
     `BATCH_BYTES` of text (a run of files just under `CACHE_BYTES` stays bounded by the cap, not the count)."""
     same: dict[tuple, list[_Member]] = {}
-    for i, f in enumerate(files):
+    for index, file in enumerate(files):
         try:
-            size = f.path.stat().st_size
+            size = file.path.stat().st_size
             if size >= CACHE_BYTES or size > ascend_kernels.IN_MEMORY_BYTES:
                 continue
-            kf = ascend_kernels.inspect(f.path)
-            check_lines(f.path)  # a file the CSV reader must not see is refused by `_reduce_alone`
+            kernel_file = ascend_kernels.inspect(file.path)
+            check_lines(file.path)  # a file the CSV reader must not see is refused by `_reduce_alone`
         except (OSError, ProfanInputError):
             continue
-        same.setdefault((tuple(kf.header), f.rows_in_time), []).append((i, kf, size))
+        same.setdefault((tuple(kernel_file.header), file.rows_in_time), []).append((index, kernel_file, size))
     parts: list[list[_Member]] = []
     for members in same.values():
         parts.append([])
         held = 0
-        for m in members:
-            if parts[-1] and held + m[2] > BATCH_BYTES:
+        for member in members:
+            if parts[-1] and held + member[2] > BATCH_BYTES:
                 parts.append([])
                 held = 0
-            parts[-1].append(m)
-            held += m[2]
+            parts[-1].append(member)
+            held += member[2]
     return parts
 
 
@@ -329,7 +340,7 @@ def _reduce_one(f: KernelRequest, rules: list, roles: Roles) -> KernelPass:
     so a changed rule pack never meets a stale verdict), and so are a streamed file's blocks in time: analysing it
     again — ``profan evidence DIR F3``, an agent's follow-up question — skips the pass (but for the timed rows,
     when asked: they are too big to cache)."""
-    kf = ascend_kernels.inspect(f.path)
+    kernel_file = ascend_kernels.inspect(f.path)
     size = f.path.stat().st_size
     starts = f.starts or size <= ascend_kernels.IN_MEMORY_BYTES  # in memory the starts cost next to nothing
     streamed = size > ascend_kernels.IN_MEMORY_BYTES
@@ -339,7 +350,9 @@ def _reduce_one(f: KernelRequest, rules: list, roles: Roles) -> KernelPass:
 
         # one pass for the groups and the timed rows, run only for what the cache does not hold
         placed = f.timed or f.blocks
-        scan = cache(lambda: _reduce_file(kf, starts, placed=roles if streamed and placed else None, loc=f.timed))
+        scan = cache(
+            lambda: _reduce_file(kernel_file, starts, placed=roles if streamed and placed else None, loc=f.timed)
+        )
         # the rows a group sums depend on the duration bound: a changed bound is another table
         kind = f"{'kernel_groups+starts' if starts else 'kernel_groups'}/dur<={limits.active().max_duration_us}"
         groups, counts, _ = cached_table(f.path, kind, lambda: scan()[:2])
@@ -348,45 +361,56 @@ def _reduce_one(f: KernelRequest, rules: list, roles: Roles) -> KernelPass:
         if streamed and f.blocks:
             blocks = intervals.kernel_file_blocks(f.path, roles.comm_variant(), lambda: _for_blocks(scan()[3]))
     else:
-        groups, counts, rows, _ = _reduce_file(kf, starts, f.rows_in_time or uses_neighbors(rules))
-        groups = group_neighbors(groups, rows, kf, rules)
-        timed = None if rows is None or not f.rows_in_time else ascend_kernels.timed_rows(kf, rows)
+        groups, counts, rows, _ = _reduce_file(kernel_file, starts, f.rows_in_time or uses_neighbors(rules))
+        groups = group_neighbors(groups, rows, kernel_file, rules)
+        timed = None if rows is None or not f.rows_in_time else ascend_kernels.timed_rows(kernel_file, rows)
     # one order for the same input: a hash grouping's order varies from run to run, and with it the order of
     # every later float sum — enough to swap two kernels of equal time in a ranking
     groups = classify_distinct(groups, rules).sort(KEYS, nulls_last=True)
     return KernelPass(
-        groups, {"rows": counts["rows"], "skipped": counts["skipped"]}, kf.variant, kf.has_pipe_ratios, timed, blocks
+        groups,
+        {"rows": counts["rows"], "skipped": counts["skipped"]},
+        kernel_file.variant,
+        kernel_file.has_pipe_ratios,
+        timed,
+        blocks,
     )
 
 
 def streamed_blocks(path: Path, roles: Roles) -> tuple[pl.DataFrame, int]:
     """A streamed kernel file's blocks in time (cached) when its kernel pass did not cut them (its rank was to
     take them from trace_view.json, which gave none): the timed rows read by a scan of their own."""
-    kf = ascend_kernels.inspect(path)
+    kernel_file = ascend_kernels.inspect(path)
 
     def rows() -> pl.DataFrame:
         return _for_blocks(
-            _placed(kf, ascend_kernels.scanned(kf, lambda lf: _timed_rows(kf, lf).collect(engine="streaming")), roles)
+            _placed(
+                kernel_file,
+                ascend_kernels.scanned(
+                    kernel_file, lambda lazy: _timed_rows(kernel_file, lazy).collect(engine="streaming")
+                ),
+                roles,
+            )
         )
 
     return intervals.kernel_file_blocks(path, roles.comm_variant(), rows)
 
 
-def _timed_rows(kf: ascend_kernels.KernelFile, lf: pl.LazyFrame, loc: bool = False) -> pl.LazyFrame:
+def _timed_rows(kernel_file: ascend_kernels.KernelFile, lazy: pl.LazyFrame, loc: bool = False) -> pl.LazyFrame:
     """The usable rows of a `scan_for_groups` scan with their place in time: the raw step, name, type and core
     (Categorical: a few bytes a row) and start_us, dur_us — what a streamed file's blocks in time are cut from —
     and, with ``loc``, each row's line, which the collectives' windows cite."""
-    raw = [kf.columns[k] for k in ("step", "name", "type", "core") if k in kf.columns]
+    raw = [kernel_file.columns[k] for k in ("step", "name", "type", "core") if k in kernel_file.columns]
     line = [pl.col("src_line").alias("loc")] if loc else []
-    return lf.filter(~pl.col("bad") & pl.col("dur_us").is_not_null()).select(*raw, "start_us", "dur_us", *line)
+    return lazy.filter(~pl.col("bad") & pl.col("dur_us").is_not_null()).select(*raw, "start_us", "dur_us", *line)
 
 
-def _placed(kf: ascend_kernels.KernelFile, timed: pl.DataFrame, roles: Roles) -> pl.LazyFrame:
+def _placed(kernel_file: ascend_kernels.KernelFile, timed: pl.DataFrame, roles: Roles) -> pl.LazyFrame:
     """`_timed_rows` with their kernel's keys (step, and op, name, type, core as Categorical: a few bytes a row)
     and ``_comm``, whether the row is communication (`Roles.is_comm`): the key clean-up, the op derivation and
     the roles' test run once per distinct raw value, not per row, and joined back only for the columns a caller
     selects (`_for_blocks`, `_for_windows`)."""
-    c, keys = kf.columns, ascend_kernels.key_exprs(kf)
+    c, keys = kernel_file.columns, ascend_kernels.key_exprs(kernel_file)
     kind = [c[k] for k in ("name", "type", "core") if k in c]
     kinds = (
         timed.lazy()
@@ -439,9 +463,9 @@ def reduce_table(
     groups, counts, _ = _group_rows(rows.lazy(), None, Grouping(pipes, exact, starts=True), keyed=keyed)
     groups = group_neighbors(groups, rows if exact else None, None, rules, keys=keyed[1])
     groups = classify_distinct(groups, rules).sort(KEYS, nulls_last=True)
-    t = None
+    frame = None
     if timed:
-        t = (
+        frame = (
             rows.lazy()
             .filter(~pl.col("bad"))
             .select(*keyed[1][:4], "start_us", "dur_us", pl.col("src_line").alias("loc"))
@@ -450,7 +474,7 @@ def reduce_table(
             .collect()
         )
     return KernelPass(
-        groups, {"rows": int(counts["rows"][0]), "skipped": int(counts["bad"][0])}, variant, bool(pipes), t
+        groups, {"rows": int(counts["rows"][0]), "skipped": int(counts["bad"][0])}, variant, bool(pipes), frame
     )
 
 
@@ -465,44 +489,47 @@ def _reduce_same_header(kfs: list[ascend_kernels.KernelFile], rules: list, timed
 
 
 def _reduce_same_header_rows(kfs: list[ascend_kernels.KernelFile], rules: list, timed: bool) -> dict[int, KernelPass]:
-    kf, by = kfs[0], ("_f",)
-    pipes = list(kf.pipe_columns)
+    kernel_file, by = kfs[0], ("_f",)
+    pipes = list(kernel_file.pipe_columns)
     rows = pl.concat(
-        [ascend_kernels.scan_for_groups(k).with_columns(pl.lit(i, pl.Int64).alias("_f")) for i, k in enumerate(kfs)]
+        [
+            ascend_kernels.scan_for_groups(k).with_columns(pl.lit(index, pl.Int64).alias("_f"))
+            for index, k in enumerate(kfs)
+        ]
     ).collect()
-    groups, counts, _ = _group_rows(rows.lazy(), kf, Grouping(pipes, exact=True, starts=True, by=by))
+    groups, counts, _ = _group_rows(rows.lazy(), kernel_file, Grouping(pipes, exact=True, starts=True, by=by))
     n_rows = dict(zip(counts["_f"].to_list(), counts["rows"].to_list(), strict=True))
     bad = dict(zip(counts["_f"].to_list(), counts["bad"].to_list(), strict=True))
     # one line per record (else src_line is not the physical line) and at least one row: what reading files
     # together can do; the other files' groups are dropped below, and each of them is read alone
-    ok = [i for i, k in enumerate(kfs) if n_rows.get(i, 0) and count_lines(k.path) == n_rows[i] + 1]
+    ok = [index for index, k in enumerate(kfs) if n_rows.get(index, 0) and count_lines(k.path) == n_rows[index] + 1]
     if not ok:
         return {}
     if len(ok) < len(kfs):
         rows = rows.filter(pl.col("_f").is_in(ok))
-    groups = group_neighbors(groups, rows, kf, rules, by)
+    groups = group_neighbors(groups, rows, kernel_file, rules, by)
     groups = classify_distinct(groups, rules).sort(["_f", *KEYS], nulls_last=True)
     parts = groups.partition_by("_f", as_dict=True, include_key=False, maintain_order=True)
     empty = groups.clear().drop("_f")
     times: dict = {}
     if timed:
-        t = ascend_kernels.timed_rows(kf, rows, by)
+        t = ascend_kernels.timed_rows(kernel_file, rows, by)
         times = t.partition_by("_f", as_dict=True, include_key=False, maintain_order=True)
         t_empty = t.clear().drop("_f")
     return {
-        i: KernelPass(
-            parts.get((i,), empty),
-            {"rows": n_rows[i], "skipped": int(bad[i])},
-            kfs[i].variant,
-            kfs[i].has_pipe_ratios,
-            times.get((i,), t_empty) if timed else None,
+        index: KernelPass(
+            parts.get((index,), empty),
+            {"rows": n_rows[index], "skipped": int(bad[index])},
+            kfs[index].variant,
+            kfs[index].has_pipe_ratios,
+            times.get((index,), t_empty) if timed else None,
         )
-        for i in ok
+        for index in ok
     }
 
 
 def _reduce_file(
-    kf: ascend_kernels.KernelFile,
+    kernel_file: ascend_kernels.KernelFile,
     starts: bool,
     keep_rows: bool = False,
     placed: Roles | None = None,
@@ -517,35 +544,35 @@ def _reduce_file(
     line per record comes from the pass `csvtext.check_lines` makes before polars may read the file (it refuses a
     line past ``max_line_bytes`` and a lone CR first, which the CSV parser must never see), so it costs no second
     read."""
-    path = kf.path
-    pipes = list(kf.pipe_columns)
+    path = kernel_file.path
+    pipes = list(kernel_file.pipe_columns)
     exact = path.stat().st_size <= ascend_kernels.IN_MEMORY_BYTES  # in memory: the TOP_LINES largest rows
     keep = keep_rows and exact
     grouping = Grouping(pipes, exact, starts)
     rows = timed = None
 
-    def reduce(lf: pl.LazyFrame) -> tuple[pl.LazyFrame, pl.DataFrame, int, int]:
+    def reduce(lazy: pl.LazyFrame) -> tuple[pl.LazyFrame, pl.DataFrame, int, int]:
         nonlocal rows, timed
         if keep:
-            rows = lf.collect()
-            lf = rows.lazy()
-        also = [_timed_rows(kf, lf, loc)] if placed is not None and not exact else []
-        groups, counts, also = _group_rows(lf, kf, grouping, also=also)
+            rows = lazy.collect()
+            lazy = rows.lazy()
+        also = [_timed_rows(kernel_file, lazy, loc)] if placed is not None and not exact else []
+        groups, counts, also = _group_rows(lazy, kernel_file, grouping, also=also)
         timed = also[0] if also else None
-        return lf, groups, int(counts["rows"][0]), int(counts["bad"][0])
+        return lazy, groups, int(counts["rows"][0]), int(counts["bad"][0])
 
-    lf, groups, n_rows, n_bad = ascend_kernels.scanned(kf, reduce)
+    lazy, groups, n_rows, n_bad = ascend_kernels.scanned(kernel_file, reduce)
     one_line_per_record = count_lines(path) == n_rows + 1
     if n_rows == 0:
         raise ProfanInputError(path, "no data rows (header only)")
     if not one_line_per_record:
         # A quoted field holds a line break: map record index -> true physical line, then redo the reduction.
-        lf = ascend_kernels.with_exact_lines(kf, lf, n_rows)
-        groups, _, _ = _reduce_rows(lf, kf, grouping)
+        lazy = ascend_kernels.with_exact_lines(kernel_file, lazy, n_rows)
+        groups, _, _ = _reduce_rows(lazy, kernel_file, grouping)
         if keep:
-            rows = lf.collect()
+            rows = lazy.collect()
         if timed is not None:  # its lines are records, not lines: left out (`_for_windows`)
             timed = timed.drop("loc", strict=False)
     if timed is not None and placed is not None:
-        timed = _placed(kf, timed, placed)
+        timed = _placed(kernel_file, timed, placed)
     return groups, {"rows": n_rows, "skipped": n_bad}, rows, timed

@@ -42,15 +42,15 @@ def select_kernel_rows(root: Path, file: str, select: dict[str, Any], rules: lis
     pack = load(rules or [])
     rules_ = pack.rules_for("ascend")
     if ascend_db_rows.is_db(base / file):
-        df = _db_kernel_rows(base / file, pack, rules_)
+        frame = _db_kernel_rows(base / file, pack, rules_)
     else:
-        kf = ascend_kernels.inspect(base / file)
-        lf = ascend_kernels.scan(kf)
-        n = lf.select(pl.len()).collect().item()
-        df = ascend_kernels.with_exact_lines(kf, lf, n).filter(~pl.col("bad")).collect()
-        df = group_neighbors(df, ascend_kernels.scanned(kf, pl.LazyFrame.collect), kf, rules_)
-    df = classify(df, rules_).filter(select_filter(select))
-    return df.select("src_line", "step", "name", "op", "core", "bucket", "rule_id", "dur_us").sort("src_line")
+        kernel_file = ascend_kernels.inspect(base / file)
+        lazy = ascend_kernels.scan(kernel_file)
+        n = lazy.select(pl.len()).collect().item()
+        frame = ascend_kernels.with_exact_lines(kernel_file, lazy, n).filter(~pl.col("bad")).collect()
+        frame = group_neighbors(frame, ascend_kernels.scanned(kernel_file, pl.LazyFrame.collect), kernel_file, rules_)
+    frame = classify(frame, rules_).filter(select_filter(select))
+    return frame.select("src_line", "step", "name", "op", "core", "bucket", "rule_id", "dur_us").sort("src_line")
 
 
 def _db_kernel_rows(path: Path, pack, rules: list):
@@ -63,5 +63,5 @@ def _db_kernel_rows(path: Path, pack, rules: list):
 
     got = ascend_db.read(path, None, pack.roles.comm_cores[0])
     rows = got.kernel_rows.filter(~pl.col("bad"))
-    df = rows.lazy().select("src_line", *got.keyed[1], "dur_us").with_columns(op_expr()).collect()
-    return group_neighbors(df, got.kernel_rows, None, rules, keys=got.keyed[1])
+    frame = rows.lazy().select("src_line", *got.keyed[1], "dur_us").with_columns(op_expr()).collect()
+    return group_neighbors(frame, got.kernel_rows, None, rules, keys=got.keyed[1])

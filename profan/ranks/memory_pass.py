@@ -188,7 +188,9 @@ def with_facts(tables: dict[str, pl.DataFrame], facts: dict[str, object]) -> dic
     unknown = set(facts) - set(FACTS_SCHEMA)
     if unknown:
         raise KeyError(f"memory facts not in FACTS_SCHEMA: {sorted(unknown)}")
-    peak = tables["peak"].with_columns(pl.lit(facts.get(k), dtype=t).alias(k) for k, t in FACTS_SCHEMA.items())
+    peak = tables["peak"].with_columns(
+        pl.lit(facts.get(key), dtype=value).alias(key) for key, value in FACTS_SCHEMA.items()
+    )
     return {**tables, "peak": peak}
 
 
@@ -215,7 +217,7 @@ def read_rank(rd, rs, pack) -> None:
             rd.memory = _kineto(rd, rs, chk, pack.roles)
     except ProfanInputError as exc:
         rd.memory = None
-        shown = {str(p): rd.files[k] for k, p in rs.files.items()}.get(str(exc.path), "a memory file")
+        shown = {str(value): rd.files[key] for key, value in rs.files.items()}.get(str(exc.path), "a memory file")
         rd.warnings.append(f"{shown}: {exc.problem}; memory not analysed for this rank")
 
 
@@ -351,16 +353,16 @@ def _kineto_build(path, chk, roles) -> tuple[pl.DataFrame, dict]:
     tm = km.read(path, chk["event_name"], (roles.kineto_cpu_op_cat, roles.kineto_annotation_cat))
     if tm is None or tm.events.is_empty():
         return empty, {"skipped": 0 if tm is None else tm.skipped, "peak": None, "holders": []}
-    ev, label = km.device_events(tm, chk["device_types"])
-    allocs = km.allocations(ev, tm.spans, roles.kineto_cpu_op_cat)
-    tables = reduce(km.points(ev), allocs, chk["curve_points"], chk["top_holders"])
+    evidence, label = km.device_events(tm, chk["device_types"])
+    allocs = km.allocations(evidence, tm.spans, roles.kineto_cpu_op_cat)
+    tables = reduce(km.points(evidence), allocs, chk["curve_points"], chk["top_holders"])
     if tables is None:
         return empty, {"skipped": tm.skipped, "peak": None, "holders": []}
     peak = tables["peak"].row(0, named=True)
-    tid = ev.filter(pl.col("event_idx") == peak["peak_loc"])["tid"][0]
+    tid = evidence.filter(pl.col("event_idx") == peak["peak_loc"])["tid"][0]
     step, _ = km.step_at(tm.spans, peak["peak_us"], roles.kineto_step, roles.kineto_annotation_cat)
     phase, phase_loc = km.phase_at(tm.spans, tid, peak["peak_us"], chk["phases"])
-    cap = km.capacity_mb(tm.meta, ev["device_id"][0])
+    cap = km.capacity_mb(tm.meta, evidence["device_id"][0])
     facts = {
         "device": label,
         "locator": "events",

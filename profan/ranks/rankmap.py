@@ -81,7 +81,7 @@ def load_ranks(
     other reports it."""
     say = say or (lambda _m: None)
     n = len(sources)
-    sizes = [source_bytes(rs) for rs in sources]
+    sizes = [source_bytes(source) for source in sources]
     threads = 1
     if isinstance(jobs, int | None):
         asked = _asked_jobs(jobs)
@@ -124,11 +124,11 @@ def _batches(sources: list[RankSource], sizes: list[int], most: int) -> list[lis
     """The ranks in order, cut into batches of at most ``most`` ranks and `BATCH_BYTES` bytes."""
     out: list[list[RankSource]] = []
     held = 0
-    for rs, size in zip(sources, sizes, strict=True):
+    for source, size in zip(sources, sizes, strict=True):
         if not out or len(out[-1]) == most or held + size > BATCH_BYTES:
             out.append([])
             held = 0
-        out[-1].append(rs)
+        out[-1].append(source)
         held += size
     return out
 
@@ -170,18 +170,18 @@ GZ_FACTOR = 8  # a .gz trace parses as about this many bytes of JSON per byte on
 def work_bytes(sources: list[RankSource]) -> int:
     """The bytes the rank sources' files hold to parse (a .gz file counted `GZ_FACTOR` times): what the automatic
     choice of processes weighs, as a rank's read costs about its bytes."""
-    return sum(source_bytes(rs) for rs in sources)
+    return sum(source_bytes(source) for source in sources)
 
 
 def source_bytes(rs: RankSource) -> int:
     """One rank's share of `work_bytes`."""
     total = 0
-    for p in rs.files.values():
+    for file in rs.files.values():
         try:
-            size = os.stat(p).st_size
+            size = os.stat(file).st_size
         except (OSError, TypeError, ValueError):
             continue
-        total += size * GZ_FACTOR if str(p).endswith(".gz") else size
+        total += size * GZ_FACTOR if str(file).endswith(".gz") else size
     return total
 
 
@@ -208,9 +208,9 @@ def read_batch(
         if len(sources) == 1:
             raise
         got = []
-        for rs in sources:  # a rank that causes it again raises it here, in order
+        for source in sources:  # a rank that causes it again raises it here, in order
             try:
-                got += read_ranks([rs], root, pack, peers=peers)
+                got += read_ranks([source], root, pack, peers=peers)
             except ProfanInputError as exc:
                 got.append(exc)
             if isinstance(got[-1], ProfanInputError):
@@ -239,28 +239,32 @@ def read_ranks(
     release the GIL while they run, so two threads keep two cores busy without a second process's start-up."""
     kernels = _kernel_passes(sources, pack, peers)
 
-    def one(i: int) -> tuple[RankData, _Later] | ProfanInputError:
+    def one(with_link: int) -> tuple[RankData, _Later] | ProfanInputError:
         try:
-            return _read_rank(sources[i], root, pack, peers, kernels[i])
+            return _read_rank(sources[with_link], root, pack, peers, kernels[with_link])
         except ProfanInputError as exc:
             return exc
 
     out: list[RankData | ProfanInputError] = []
     later: dict[int, _Later] = {}
-    for i, got in enumerate(_each(one, range(len(sources)), threads)):
+    for with_link, got in enumerate(_each(one, range(len(sources)), threads)):
         if isinstance(got, ProfanInputError):
             out.append(got)
         else:
             out.append(got[0])
-            later[i] = got[1]
-    with_links = [i for i in later if later[i].links is not None]
-    totals = ascend_matrix.rank_link_totals([(later[i].links, out[i].metadata) for i in with_links])
-    for i, t in zip(with_links, totals, strict=True):
-        out[i].comm_links = t
-    due = [i for i in later if later[i].collectives_due]
-    found = ascend_collectives([_ascend_rank(out[i], sources[i], later[i].timed) for i in due], pack)
-    for i, (colls, windows) in zip(due, found, strict=True):
-        out[i].collectives, out[i].windows = colls, windows
+            later[with_link] = got[1]
+    with_links = [with_link for with_link in later if later[with_link].links is not None]
+    totals = ascend_matrix.rank_link_totals(
+        [(later[with_link].links, out[with_link].metadata) for with_link in with_links]
+    )
+    for with_link, total in zip(with_links, totals, strict=True):
+        out[with_link].comm_links = total
+    due = [with_link for with_link in later if later[with_link].collectives_due]
+    found = ascend_collectives(
+        [_ascend_rank(out[with_link], sources[with_link], later[with_link].timed) for with_link in due], pack
+    )
+    for with_link, (colls, windows) in zip(due, found, strict=True):
+        out[with_link].collectives, out[with_link].windows = colls, windows
     return out
 
 
@@ -268,10 +272,10 @@ def _each(fn: Callable[[int], R], items: range, threads: int) -> list[R]:
     """``fn`` of each item in order, over ``threads`` threads when there are several items. Interrupted or
     failed, the items not begun are dropped: only those in flight finish (a thread cannot be stopped)."""
     if threads <= 1 or len(items) <= 1:
-        return [fn(i) for i in items]
+        return [fn(item) for item in items]
     pool = ThreadPoolExecutor(min(threads, len(items)))
     try:
-        return [_result(f) for f in [pool.submit(fn, i) for i in items]]
+        return [_result(f) for f in [pool.submit(fn, item) for item in items]]
     finally:
         pool.shutdown(wait=False, cancel_futures=True)
 
@@ -294,33 +298,33 @@ def _kernel_passes(
     (`intervals.kernel_blocks`); a streamed file has its blocks cut by the pass itself when no trace_view.json is
     to give them. Without communication.json the collectives take the HCCL rows' starts from the groups, so a
     streamed file keeps each group's first start."""
-    asked = [i for i, rs in enumerate(sources) if "kernel_details" in rs.files]
+    asked = [index for index, source in enumerate(sources) if "kernel_details" in source.files]
     made = reduce_kernel_files(
         [
             KernelRequest(
-                sources[i].files["kernel_details"],
-                starts=peers and "communication" not in sources[i].files,
-                timed=peers and sources[i].kind == "ascend",  # the collectives' windows
-                blocks=sources[i].kind == "ascend" and "trace_view" not in sources[i].files,
+                sources[index].files["kernel_details"],
+                starts=peers and "communication" not in sources[index].files,
+                timed=peers and sources[index].kind == "ascend",  # the collectives' windows
+                blocks=sources[index].kind == "ascend" and "trace_view" not in sources[index].files,
             )
-            for i in asked
+            for index in asked
         ],
         pack,
     )
     passes: list[KernelPass | ProfanInputError | None] = [None] * len(sources)
-    for i, kp in zip(asked, made, strict=True):
-        passes[i] = kp
+    for index, kp in zip(asked, made, strict=True):
+        passes[index] = kp
     return passes
 
 
-def _ascend_rank(rd: RankData, rs: RankSource, timed: pl.DataFrame | None) -> AscendRank:
+def _ascend_rank(rank_data: RankData, rs: RankSource, timed: pl.DataFrame | None) -> AscendRank:
     return AscendRank(
-        rd.comm_ops,
-        rd.files.get("communication"),
+        rank_data.comm_ops,
+        rank_data.files.get("communication"),
         rs.files.get("kernel_details") or rs.files.get("ascend_db"),
-        rd.files.get("kernel_details"),
-        rd.rows_read.get("kernel_details"),
-        rd.groups,
+        rank_data.files.get("kernel_details"),
+        rank_data.rows_read.get("kernel_details"),
+        rank_data.groups,
         timed,
     )
 
@@ -346,7 +350,7 @@ def _read_rank(
         path=relpath(rs.path, root) or ".",
         kind=rs.kind,
         rank_origin=rs.rank_origin,
-        files={k: relpath(p, root) for k, p in rs.files.items()},
+        files={key: relpath(value, root) for key, value in rs.files.items()},
     )
     _read_meta(rd, rs)
     if rs.role is not None:  # an RL job's trace: the program it profiled, read by the RL ledger
@@ -391,7 +395,7 @@ def _read_rank(
 
 
 def _kernel_blocks(
-    rd: RankData, rs: RankSource, kernels: KernelPass | None, timed: pl.DataFrame | None, pack: RulePack
+    rank_data: RankData, rs: RankSource, kernels: KernelPass | None, timed: pl.DataFrame | None, pack: RulePack
 ) -> None:
     """An Ascend rank's steps in time from its kernel file (no trace_view.json): the blocks the kernel pass cut
     from a file it streamed, else from the rows it kept, or (a file whose rank was to take them from
@@ -404,15 +408,15 @@ def _kernel_blocks(
     else:
         blocks, unplaced = streamed_blocks(rs.files["kernel_details"], pack.roles)
     source = "ascend_db" if "ascend_db" in rs.files else "kernel_details"
-    rd.step_blocks = blocks.with_columns(pl.lit(source).alias("source"))
+    rank_data.step_blocks = blocks.with_columns(pl.lit(source).alias("source"))
     if unplaced:
-        rd.warnings.append(
-            f"{rd.files['kernel_details']}: {unplaced} rows have no start time (not a number): left out of the "
+        rank_data.warnings.append(
+            f"{rank_data.files['kernel_details']}: {unplaced} rows have no start time (not a number): left out of the "
             "timeline's blocks in time, their durations still count"
         )
 
 
-def _read_db(rd: RankData, rs: RankSource, pack: RulePack, peers: bool) -> pl.DataFrame | None:
+def _read_db(rank_data: RankData, rs: RankSource, pack: RulePack, peers: bool) -> pl.DataFrame | None:
     """torch_npu's DB export (`profan.sources.ascend_db.reader`): the tables the text files give, reduced as they are,
     cited as rows of the DB (``<db>#TASK``, ``<db>#STEP_TIME``, ``/TABLE/ROWID`` pointers). Returns the timed
     kernel rows: the steps' blocks in time, and the collectives' windows when other ranks are analysed with it."""
@@ -420,13 +424,15 @@ def _read_db(rd: RankData, rs: RankSource, pack: RulePack, peers: bool) -> pl.Da
     from profan.sources.ascend_db import tasks as ascend_db_tasks
 
     got = ascend_db.read(rs.files["ascend_db"], rs.files.get("analysis_db"), pack.roles.comm_cores[0])
-    db = rd.files["ascend_db"]
-    rd.files["kernel_details"], rd.files["step_trace_time"] = f"{db}#TASK", f"{db}#STEP_TIME"
-    rd.files["communication"] = rd.files["analysis_db"] if got.comm_file == rs.files.get("analysis_db") else db
+    db = rank_data.files["ascend_db"]
+    rank_data.files["kernel_details"], rank_data.files["step_trace_time"] = f"{db}#TASK", f"{db}#STEP_TIME"
+    rank_data.files["communication"] = (
+        rank_data.files["analysis_db"] if got.comm_file == rs.files.get("analysis_db") else db
+    )
     # the timed rows are kept for every rank: the steps' blocks in time (and the collectives' windows) need them
     kp = reduce_table(got.kernel_rows, got.keyed, got.pipes, pack.rules_for("ascend"), got.variant, True)
-    rd.groups, rd.kernel_variant, rd.has_pipe_ratios = kp.groups, kp.variant, kp.has_pipe_ratios
-    rd.count(
+    rank_data.groups, rank_data.kernel_variant, rank_data.has_pipe_ratios = kp.groups, kp.variant, kp.has_pipe_ratios
+    rank_data.count(
         "kernel_details",
         kp.counts["rows"] + got.uncited_ops,
         kp.counts["skipped"] + got.uncited_ops,
@@ -435,18 +441,20 @@ def _read_db(rd: RankData, rs: RankSource, pack: RulePack, peers: bool) -> pl.Da
         empty="holds no compute task or communication op",
     )
     if not got.steps.is_empty():
-        rd.steps = got.steps
-    rd.count("step_trace_time", got.steps.height, 0, "steps", empty="holds no STEP_TIME rows; no step times from it")
-    rd.comm_ops, rd.comm_bw, rd.comm_packets = got.comm_ops, got.comm_bw, got.comm_packets
-    rd.count("communication", got.comm_ops.height, 0, "communication ops")
-    rd.warnings += [f"{db}: {n}" for n in got.notes]
+        rank_data.steps = got.steps
+    rank_data.count(
+        "step_trace_time", got.steps.height, 0, "steps", empty="holds no STEP_TIME rows; no step times from it"
+    )
+    rank_data.comm_ops, rank_data.comm_bw, rank_data.comm_packets = got.comm_ops, got.comm_bw, got.comm_packets
+    rank_data.count("communication", got.comm_ops.height, 0, "communication ops")
+    rank_data.warnings += [f"{db}: {note}" for note in got.notes]
     try:  # trace_view's HCCL plane tasks, from the DB: what the waited-for peer is read from
         tasks = ascend_db_tasks.plane_tasks(rs.files["ascend_db"])
     except ProfanInputError as exc:
         tasks = pl.DataFrame()
-        rd.warnings.append(f"{db}: {exc.problem}; the peers the collectives wait for are not analysed")
+        rank_data.warnings.append(f"{db}: {exc.problem}; the peers the collectives wait for are not analysed")
     if not tasks.is_empty():
-        rd.trace_tasks, rd.files["hccl_tasks"] = tasks, f"{db}#{ascend_db_tasks.TABLE}"
+        rank_data.trace_tasks, rank_data.files["hccl_tasks"] = tasks, f"{db}#{ascend_db_tasks.TABLE}"
     return kp.timed
 
 
@@ -465,46 +473,46 @@ def _read_meta(rd: RankData, rs: RankSource) -> None:
             rd.warnings.append(f"ignored {rd.files['profiler_metadata']}: {exc.problem}")
 
 
-def _read_tables(rd: RankData, rs: RankSource) -> None:
+def _read_tables(rank_data: RankData, rs: RankSource) -> None:
     """op_statistic.csv, step_trace_time.csv and communication.json, with the rows each skipped."""
     if "op_statistic" in rs.files:
-        rd.op_stats, skipped = ascend_opstat.read(rs.files["op_statistic"])
-        rd.count(
+        rank_data.op_stats, skipped = ascend_opstat.read(rs.files["op_statistic"])
+        rank_data.count(
             "op_statistic",
-            rd.op_stats.height + skipped,
+            rank_data.op_stats.height + skipped,
             skipped,
             "unreadable rows (text, NaN, ids past 64 bits or times past max_duration_us)",
             empty="no data rows (header only); kernel rows not cross-checked",
         )
     if "step_trace_time" in rs.files:
-        rd.steps, why = ascend_steps.read(rs.files["step_trace_time"])
+        rank_data.steps, why = ascend_steps.read(rs.files["step_trace_time"])
         skipped = sum(why.values())
-        rd.count(
+        rank_data.count(
             "step_trace_time",
-            rd.steps.height + skipped,
+            rank_data.steps.height + skipped,
             skipped,
             ascend_steps.skipped_what(why),
             empty="no data rows (header only); no step times from it",
         )
     if "communication" in rs.files:
         items, bad = ascend_comm.entries(rs.files["communication"])
-        rd.comm_ops, rd.comm_bw, skipped = ascend_comm.tables(items, bad)
-        rd.count(
+        rank_data.comm_ops, rank_data.comm_bw, skipped = ascend_comm.tables(items, bad)
+        rank_data.count(
             "communication",
-            rd.comm_ops.height + skipped,
+            rank_data.comm_ops.height + skipped,
             skipped,
             ascend_comm.SKIPPED_WHAT,
             empty="holds no communication ops",
         )
-        rd.comm_packets, bad_sizes = ascend_packets.read(items)
+        rank_data.comm_packets, bad_sizes = ascend_packets.read(items)
         if bad_sizes:
-            rd.warnings.append(
-                f"{rd.files['communication']}: skipped {bad_sizes} packet-size entries that are not "
+            rank_data.warnings.append(
+                f"{rank_data.files['communication']}: skipped {bad_sizes} packet-size entries that are not "
                 "[count, ms] pairs of numbers"
             )
 
 
-def _read_traces(rd: RankData, rs: RankSource, pack: RulePack, peers: bool) -> None:
+def _read_traces(rank_data: RankData, rs: RankSource, pack: RulePack, peers: bool) -> None:
     """A Kineto trace (with its collectives when other ranks are analysed with it: they serve cross-rank alignment
     alone), or an Ascend trace_view.json with its HCCL plane tasks; and the device's platform. Each trace is
     parsed once and its device events classified once, for all of these."""
@@ -513,16 +521,22 @@ def _read_traces(rd: RankData, rs: RankSource, pack: RulePack, peers: bool) -> N
 
         path = rs.files["kineto_trace"]
         kt, hit = kineto_rank.load_cached(path, pack.roles)
-        captures = [p for k, p in rs.files.items() if k.startswith("graph_capture")]  # `discover._graph_captures`
-        dev = kineto_rank.device_events(rd, kt, path, pack, captures)
+        captures = [
+            value for key, value in rs.files.items() if key.startswith("graph_capture")
+        ]  # `discover._graph_captures`
+        dev = kineto_rank.device_events(rank_data, kt, path, pack, captures)
         if peers:
-            rd.collectives, rd.windows = kineto_collectives(kt, dev, rd.files["kineto_trace"], pack)
-        kineto_rank.load_rank_trace(rd, kt, hit, dev, pack)
+            rank_data.collectives, rank_data.windows = kineto_collectives(
+                kt, dev, rank_data.files["kineto_trace"], pack
+            )
+        kineto_rank.load_rank_trace(rank_data, kt, hit, dev, pack)
     if "trace_view" in rs.files:
         from profan.sources.trace import ascend_view as trace_view
         from profan.sources.trace import hccl_tasks
 
-        rd.trace_tasks = hccl_tasks.plane_tasks(trace_view.load_rank_trace(rd, rs.files["trace_view"], pack.roles))
+        rank_data.trace_tasks = hccl_tasks.plane_tasks(
+            trace_view.load_rank_trace(rank_data, rs.files["trace_view"], pack.roles)
+        )
     platform = ascend_device.platform_version(rs.path)
     if platform is not None:
-        rd.info["platform_version"] = platform
+        rank_data.info["platform_version"] = platform

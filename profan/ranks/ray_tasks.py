@@ -35,7 +35,7 @@ class RayTasks:
         ray = _connect(self)
         task = ray.remote(_in_folder)
         fn_ref, cwd = ray.put(fn), os.getcwd()
-        refs = [task.remote(fn_ref, cwd, b) for b in batches]
+        refs = [task.remote(fn_ref, cwd, batch) for batch in batches]
         done = 0
         try:
             for ref in refs:

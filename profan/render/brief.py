@@ -117,56 +117,56 @@ def _ids(stub: dict[str, Any], key: str, values: tuple[int, ...] | list[Any], li
         stub[f"{key}_total"] = len(values)
 
 
-def finding_stub(f: Finding, lean: bool = False) -> dict[str, Any]:
+def finding_stub(finding: Finding, lean: bool = False) -> dict[str, Any]:
     """One finding, cut down to what an agent needs to decide whether to drill into it; ``lean``: one evidence
     item with one locator (what a tight budget keeps)."""
     stub: dict[str, Any] = {
-        "id": f.id,
-        "severity": f.severity,
-        "check": f.check,
-        "rank": f.rank,
-        "step": f.step,
-        "title": _clip(f.title, TITLE_CHARS),
+        "id": finding.id,
+        "severity": finding.severity,
+        "check": finding.check,
+        "rank": finding.rank,
+        "step": finding.step,
+        "title": _clip(finding.title, TITLE_CHARS),
     }
-    _ids(stub, "ranks", f.ranks)
-    _ids(stub, "steps", f.steps)
-    if f.members:
-        stub["members"] = len(f.members)
+    _ids(stub, "ranks", finding.ranks)
+    _ids(stub, "steps", finding.steps)
+    if finding.members:
+        stub["members"] = len(finding.members)
     items = 1 if lean else ITEMS_PER_FINDING
-    stub["evidence"] = _evidence_stub(f.evidence, items, 1 if lean else LOCATORS_PER_ITEM)
-    if len(f.evidence) > items:
-        stub["evidence_items"] = len(f.evidence)
+    stub["evidence"] = _evidence_stub(finding.evidence, items, 1 if lean else LOCATORS_PER_ITEM)
+    if len(finding.evidence) > items:
+        stub["evidence_items"] = len(finding.evidence)
     return stub
 
 
-def cause_stub(c: Cause, level: int = 0) -> dict[str, Any]:
+def cause_stub(cause: Cause, level: int = 0) -> dict[str, Any]:
     """One cause at a detail level of CAUSE_LEVELS: what it is, what removing it would save per step, what to
     change and how to tell it worked, and the ids of the findings it explains (not repeated as findings)."""
     lv = CAUSE_LEVELS[level]
     n = lv["chars"]
-    share = c.impact_share
+    share = cause.impact_share
     stub: dict[str, Any] = {
-        "id": c.id,
-        "check": c.check,
-        "title": _clip(c.title, n),
-        "impact_us": None if c.impact_us is None else round(c.impact_us, 3),
+        "id": cause.id,
+        "check": cause.check,
+        "title": _clip(cause.title, n),
+        "impact_us": None if cause.impact_us is None else round(cause.impact_us, 3),
         "impact_share": None if share is None else round(share, 4),
-        "step_us": None if c.step_us is None else round(c.step_us, 3),
-        "severity": c.severity,
+        "step_us": None if cause.step_us is None else round(cause.step_us, 3),
+        "severity": cause.severity,
     }
-    if c.impact_us is None and c.bound_us is not None:
-        stub["bound_us"] = round(c.bound_us, 3)  # no estimate: the most it could save, ordered by
+    if cause.impact_us is None and cause.bound_us is not None:
+        stub["bound_us"] = round(cause.bound_us, 3)  # no estimate: the most it could save, ordered by
     if lv["assumption"]:
-        stub["assumption"] = _clip(c.assumption, n)
-    stub["action"] = _clip(c.action, n)
-    stub["verify"] = _clip(c.verify, n)
-    stub["alternatives"] = [_clip(a, n) for a in c.alternatives[: lv["alternatives"]]]
-    stub["explains"] = list(c.explains)
-    _ids(stub, "ranks", c.ranks)
-    _ids(stub, "steps", c.steps)
-    stub["evidence"] = _evidence_stub(c.evidence, lv["items"], lv["locators"])
-    if len(c.evidence) > lv["items"]:
-        stub["evidence_items"] = len(c.evidence)
+        stub["assumption"] = _clip(cause.assumption, n)
+    stub["action"] = _clip(cause.action, n)
+    stub["verify"] = _clip(cause.verify, n)
+    stub["alternatives"] = [_clip(alternative, n) for alternative in cause.alternatives[: lv["alternatives"]]]
+    stub["explains"] = list(cause.explains)
+    _ids(stub, "ranks", cause.ranks)
+    _ids(stub, "steps", cause.steps)
+    stub["evidence"] = _evidence_stub(cause.evidence, lv["items"], lv["locators"])
+    if len(cause.evidence) > lv["items"]:
+        stub["evidence_items"] = len(cause.evidence)
     return stub
 
 
@@ -182,8 +182,8 @@ def bucket_shares(report: Report) -> list[dict[str, Any]]:
         .sort("time_us", descending=True)
     )
     return [
-        {"bucket": r["bucket"], "share": r["share"], "time_ms": round(r["time_us"] / 1000, 3)}
-        for r in tab.iter_rows(named=True)
+        {"bucket": row["bucket"], "share": row["share"], "time_ms": round(row["time_us"] / 1000, 3)}
+        for row in tab.iter_rows(named=True)
     ]
 
 
@@ -204,7 +204,7 @@ def serving_summary(report: Report) -> dict[str, Any]:
         "rank",
         "phase",
         "iterations",
-        *[(pl.col(c) / 1000).round(3).alias(n) for c, n in ms_cols.items()],
+        *[(pl.col(key) / 1000).round(3).alias(value) for key, value in ms_cols.items()],
         pl.col("busy_share").round(4),
         pl.col("tokens_per_iteration").round(2),
         (pl.col("us_per_token") / 1000).round(4).alias("ms_per_token"),
@@ -214,14 +214,14 @@ def serving_summary(report: Report) -> dict[str, Any]:
 
 
 def _clipped_list(items: list[str], keep: int = LIST_ITEMS) -> dict[str, Any]:
-    return {"count": len(items), "first": [_clip(s, 240) for s in items[:keep]]}
+    return {"count": len(items), "first": [_clip(item, 240) for item in items[:keep]]}
 
 
 def _skeleton(report: Report, report_file: str | None, drill: str | None) -> dict[str, Any]:
     """Everything of the brief but its causes and findings, in the order it is read: what to read first leads."""
     from profan.diagnosis.step import step_summary
 
-    counts = {s: sum(f.severity == s for f in report.findings) for s in SEVERITIES}
+    counts = {s: sum(finding.severity == s for finding in report.findings) for s in SEVERITIES}
     target = report_file or report.source.get("root_abs") or report.source.get("root", "")
     step = step_summary(report.tables, report.causes)
     return {
@@ -232,7 +232,7 @@ def _skeleton(report: Report, report_file: str | None, drill: str | None) -> dic
         "summary": {
             "causes": len(report.causes),
             "findings": len(report.findings),
-            "explained": sum(f.explained_by is not None for f in report.findings),
+            "explained": sum(finding.explained_by is not None for finding in report.findings),
             **counts,
             "worst": report.worst_severity,
             "step_us": None if step is None else round(step["step_us"], 3),
@@ -280,7 +280,7 @@ def _plans(causes: int, findings: int, headline: int) -> Iterator[_Plan]:
     steps += [{"lean": n} for n in range(1, min(findings, headline) + 1)]
     steps += [{"notes": 1}, {"notes": 0}]
     for level in range(1, len(CAUSE_LEVELS)):
-        steps += [{"level": (i, level)} for i in range(causes - 1, 0, -1)]
+        steps += [{"level": (index, level)} for index in range(causes - 1, 0, -1)]
     steps += [{"warnings": 1}]
     keep = 0 if causes else min(1, findings)
     steps += [{"findings": n} for n in range(min(findings, headline) - 1, keep - 1, -1)]
@@ -293,8 +293,8 @@ def _plans(causes: int, findings: int, headline: int) -> Iterator[_Plan]:
         if "findings" in step:
             p = replace(p, findings=step["findings"], lean=min(p.lean, step["findings"]))
         elif "level" in step:
-            i, level = step["level"]
-            p = replace(p, levels=(*p.levels[:i], level, *p.levels[i + 1 :]))
+            index, level = step["level"]
+            p = replace(p, levels=(*p.levels[:index], level, *p.levels[index + 1 :]))
         elif "causes" in step:
             p = replace(p, levels=p.levels[: step["causes"]])
         else:
@@ -318,20 +318,20 @@ def brief(
     tool).
     """
     skeleton = clean(_skeleton(report, report_file, drill))
-    unexplained = [f for f in report.findings if f.explained_by is None]
+    unexplained = [finding for finding in report.findings if finding.explained_by is None]
     order = _priority(unexplained)
-    headline = sum(f.severity in ("critical", "warning") for f in unexplained)
+    headline = sum(finding.severity in ("critical", "warning") for finding in unexplained)
     causes: dict[tuple[str, int], dict[str, Any]] = {}
     stubs: dict[tuple[str, bool], dict[str, Any]] = {}
 
     def render(p: _Plan) -> dict[str, Any]:
-        for c, level in zip(report.causes, p.levels, strict=False):
-            causes.setdefault((c.id, level), clean(cause_stub(c, level)))
+        for cause, level in zip(report.causes, p.levels, strict=False):
+            causes.setdefault((cause.id, level), clean(cause_stub(cause, level)))
         shown = order[: p.findings]
-        lean = {f.id for f in shown[len(shown) - p.lean :]} if p.lean else set()
-        for f in shown:
-            stubs.setdefault((f.id, f.id in lean), clean(finding_stub(f, f.id in lean)))
-        return _render(report, skeleton, p, causes, stubs, {f.id: f.id in lean for f in shown})
+        lean = {finding.id for finding in shown[len(shown) - p.lean :]} if p.lean else set()
+        for finding in shown:
+            stubs.setdefault((finding.id, finding.id in lean), clean(finding_stub(finding, finding.id in lean)))
+        return _render(report, skeleton, p, causes, stubs, {finding.id: finding.id in lean for finding in shown})
 
     forms = (render(p) for p in _plans(len(report.causes), len(order), headline))
     doc, fits = fit(forms, max_bytes, size)
@@ -349,14 +349,14 @@ def _render(
     """One form of the brief: ``shown`` maps the ids of the findings shown to whether each is lean; what is left
     out (a cause that did not fit, a finding no cause explains that is not shown) is named as check -> ids."""
     doc = dict(skeleton)
-    doc["causes"] = [causes[(c.id, level)] for c, level in zip(report.causes, p.levels, strict=False)]
-    doc["findings"] = [stubs[(f.id, shown[f.id])] for f in report.findings if f.id in shown]
+    doc["causes"] = [causes[(cause.id, level)] for cause, level in zip(report.causes, p.levels, strict=False)]
+    doc["findings"] = [stubs[(finding.id, shown[finding.id])] for finding in report.findings if finding.id in shown]
     omitted: dict[str, list[str]] = {}
-    for c in report.causes[len(p.levels) :]:
-        omitted.setdefault(c.check, []).append(c.id)
-    for f in report.findings:
-        if f.explained_by is None and f.id not in shown:
-            omitted.setdefault(f.check, []).append(f.id)
+    for cause in report.causes[len(p.levels) :]:
+        omitted.setdefault(cause.check, []).append(cause.id)
+    for finding in report.findings:
+        if finding.explained_by is None and finding.id not in shown:
+            omitted.setdefault(finding.check, []).append(finding.id)
     doc["omitted"] = omitted
     if p.warnings < LIST_ITEMS:
         doc["warnings"] = _clipped_list(report.warnings, p.warnings)
@@ -372,11 +372,11 @@ def _priority(findings: list[Finding]) -> list[Finding]:
     shows four ranks' 'device idle' and no 'kernel boundness' answers fewer questions)."""
     seen: dict[str, int] = {}
     keyed = []
-    for pos, f in enumerate(findings):
-        nth = seen.get(f.check, 0)
-        seen[f.check] = nth + 1
-        keyed.append(((SEVERITIES.index(f.severity), nth, pos), f))
-    return [f for _, f in sorted(keyed, key=lambda kv: kv[0])]
+    for pos, finding in enumerate(findings):
+        nth = seen.get(finding.check, 0)
+        seen[finding.check] = nth + 1
+        keyed.append(((SEVERITIES.index(finding.severity), nth, pos), finding))
+    return [finding for _, finding in sorted(keyed, key=lambda kv: kv[0])]
 
 
 # ---------------------------------------------------------------------------------------------- evidence
@@ -395,9 +395,9 @@ def find_item(report: Report, ident: str, where: str | Path | None) -> Cause | F
                 f"{ident} is one of the members this JSON report left out (it keeps {group['kept']} of "
                 f"{group['members']}); run profan evidence on the data directory to read it back",
             ) from None
-        ids = ", ".join(f.id for f in report.findings[:12]) or "none"
+        ids = ", ".join(finding.id for finding in report.findings[:12]) or "none"
         more = "…" if len(report.findings) > 12 else ""
-        causes = f"; causes {', '.join(c.id for c in report.causes)}" if report.causes else ""
+        causes = f"; causes {', '.join(cause.id for cause in report.causes)}" if report.causes else ""
         what = "cause" if ident.startswith("C") else "finding"
         raise ProfanInputError(where, f"no {what} {ident} (report has {ids}{more}{causes})") from None
 
@@ -438,7 +438,7 @@ def _item_fields(report: Report, item: Cause | Finding) -> dict[str, Any]:
             explains=list(item.explains),
         )
     else:
-        fields.update(explained_by=item.explained_by, members=[m.id for m in item.members])
+        fields.update(explained_by=item.explained_by, members=[member.id for member in item.members])
     return fields
 
 
@@ -464,14 +464,16 @@ def evidence_doc(
 
     item = find_item(report, finding_id, where)
     base = base_dir(data_root)
-    check_sizes(base, report.source.get("file_bytes"), {ev.file for ev in item.evidence}, trust.vouched(report))
+    check_sizes(
+        base, report.source.get("file_bytes"), {evidence.file for evidence in item.evidence}, trust.vouched(report)
+    )
     items = evidence_rows(data_root, item, limit)
     for row in items:
         row["cited"] = len(row.get("lines") or row.get("events") or row.get("pointers") or [])
         if "lines" in row and row["rows"]:
             row["header"] = read_lines(base / row["file"], [1]).get(1, "").lstrip("\ufeff")
     doc = clean({"schema": EVIDENCE_SCHEMA, **_item_fields(report, item), "root": str(data_root), "evidence": items})
-    full, with_rows = size(doc), [n for n, row in enumerate(items) if row.get("rows")]
+    full, with_rows = size(doc), [index for index, row in enumerate(items) if row.get("rows")]
     # room for the note that names what the cap leaves out (`_say_left_out`), kept at every cap alike
     room = None if max_bytes is None else max(max_bytes - LEFT_OUT_BYTES, 0)
     doc, fits = fit(_evidence_forms(doc), room, size)
@@ -485,7 +487,7 @@ def _say_left_out(doc: dict, with_rows: list[int], full: int, max_bytes: int | N
     later items went, and the call that gets them (a cap the whole document fits, or one item at a time), so an
     item never comes back empty without saying so. Dropped again if the note itself does not fit."""
     kept = doc["evidence"]
-    emptied = [n for n in with_rows if n >= len(kept) or not kept[n].get("rows")]
+    emptied = [with_row for with_row in with_rows if with_row >= len(kept) or not kept[with_row].get("rows")]
     if not emptied:
         return doc
     gone = doc.get("evidence_items", len(kept)) - len(kept)
@@ -506,19 +508,19 @@ def _evidence_forms(doc: dict[str, Any]) -> Iterator[dict[str, Any]]:
     item's file and first locator always stay."""
     yield doc
     items = doc["evidence"]
-    for n in range(max((len(i["rows"]) for i in items), default=0) - 1, 0, -1):
-        for i in items:
-            i["rows"] = i["rows"][:n]
+    for index in range(max((len(item["rows"]) for item in items), default=0) - 1, 0, -1):
+        for item in items:
+            item["rows"] = item["rows"][:index]
         yield doc
-    for i in reversed(items[1:]):
-        if i["rows"]:
-            _no_rows(i)
+    for item in reversed(items[1:]):
+        if item["rows"]:
+            _no_rows(item)
             yield doc
-    for n in (LOCATORS_PER_ITEM, 1):
-        for i in items:
+    for index in (LOCATORS_PER_ITEM, 1):
+        for item in items:
             for kind in LOCATOR_KINDS:
-                if kind in i:
-                    i[kind] = i[kind][:n]
+                if kind in item:
+                    item[kind] = item[kind][:index]
         yield doc
     for key in ("ranks", "steps", "members"):
         if len(doc.get(key, ())) > IDS_LISTED:
@@ -533,13 +535,13 @@ def _evidence_forms(doc: dict[str, Any]) -> Iterator[dict[str, Any]]:
         _no_rows(items[0])
         yield doc
     yield from _shorter_texts(doc)
-    nested = [k for k, v in doc["metrics"].items() if isinstance(v, dict | list)]
+    nested = [k for k, value in doc["metrics"].items() if isinstance(value, dict | list)]
     if nested:
-        doc["metrics"] = {k: v for k, v in doc["metrics"].items() if k not in nested}
+        doc["metrics"] = {k: value for k, value in doc["metrics"].items() if k not in nested}
         doc["metrics_omitted"] = nested
         yield doc
-    for i in items:
-        i["select"] = {}
+    for item in items:
+        item["select"] = {}
     yield doc
 
 
@@ -587,8 +589,8 @@ def rules_doc(
             {
                 "schema": RULES_SCHEMA,
                 "files": pack.files,
-                "rules": [_rule_entry(r) for r in pack.rules],
-                "checks": [_check_entry(c) for c in pack.checks.values()],
+                "rules": [_rule_entry(rule) for rule in pack.rules],
+                "checks": [_check_entry(check) for check in pack.checks.values()],
             }
         )
     doc, fits = fit(_rule_forms(doc), max_bytes, size)

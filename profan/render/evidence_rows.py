@@ -122,8 +122,8 @@ def flatten(obj: Any, prefix: tuple[str, ...] = ()) -> list[tuple[str, str]]:
     """Scalars of a JSON value as (path, text) pairs; deep or list values stay compact JSON."""
     if isinstance(obj, dict) and obj and len(prefix) < MAX_FLAT_DEPTH:
         out: list[tuple[str, str]] = []
-        for k, v in obj.items():
-            out += flatten(v, (*prefix, str(k)))
+        for k, value in obj.items():
+            out += flatten(value, (*prefix, str(k)))
         return out
     key = KEY_SEP.join(prefix) or "value"
     if isinstance(obj, str):
@@ -172,14 +172,14 @@ class RowReader:
         got = read_lines(path, {1, *locs})
         header = split_csv_line(got.get(1, "").lstrip("\ufeff"))  # a BOM is not part of the first name
         self._headers[file] = header
-        for n in locs:
-            text = got.get(n)
+        for loc in locs:
+            text = got.get(loc)
             if text is None:
-                self._rows[(file, f"line {n}")] = SourceRow(f"line {n}", ["(row)"], ["<beyond end of file>"], "")
+                self._rows[(file, f"line {loc}")] = SourceRow(f"line {loc}", ["(row)"], ["<beyond end of file>"], "")
                 continue
             cells = split_csv_line(text)
-            cols = header[: len(cells)] + [f"column {i + 1}" for i in range(len(header), len(cells))]
-            self._rows[(file, f"line {n}")] = SourceRow(f"line {n}", cols, cells, text)
+            cols = header[: len(cells)] + [f"column {index + 1}" for index in range(len(header), len(cells))]
+            self._rows[(file, f"line {loc}")] = SourceRow(f"line {loc}", cols, cells, text)
 
     def _load_db(self, file: str, path: Path, locs: set) -> None:
         """Rows of a DB (``/TABLE/ROWID``), one query per table, shown like a JSON object's columns."""
@@ -205,20 +205,20 @@ class RowReader:
             )
         del doc
 
-    def table(self, finding: str, index: int, ev: Evidence, locators: Iterable) -> EvidenceTable:
-        out = EvidenceTable(finding=finding, index=index, evidence=ev, error=self._errors.get(ev.file, ""))
+    def table(self, finding: str, index: int, evidence: Evidence, locators: Iterable) -> EvidenceTable:
+        out = EvidenceTable(finding=finding, index=index, evidence=evidence, error=self._errors.get(evidence.file, ""))
         if out.error:
             return out
-        rows = [self._rows[(ev.file, locator_label(ev.kind, loc))] for loc in locators]
+        rows = [self._rows[(evidence.file, locator_label(evidence.kind, loc))] for loc in locators]
         out.rows = rows
-        if ev.kind == "lines":
-            header = self._headers.get(ev.file, [])
-            longest = max((len(r.columns) for r in rows), default=0)
-            out.columns = header if len(header) >= longest else max((r.columns for r in rows), key=len)
+        if evidence.kind == "lines":
+            header = self._headers.get(evidence.file, [])
+            longest = max((len(row.columns) for row in rows), default=0)
+            out.columns = header if len(header) >= longest else max((row.columns for row in rows), key=len)
         else:
             seen: dict[str, None] = {}
-            for r in rows:
-                seen.update(dict.fromkeys(r.columns))
+            for row in rows:
+                seen.update(dict.fromkeys(row.columns))
             out.columns = list(seen)
         return out
 
@@ -230,38 +230,38 @@ def read_evidence(
     (default: every cited row)."""
     plan: list[tuple[Finding | Cause, int, Evidence, tuple]] = []
     wanted: dict[str, tuple[str, set]] = {}
-    for f in findings:
-        for i, ev in enumerate(f.evidence, start=1):
-            n = len(ev.locators) if limit is None else limit.get((f.id, i), len(ev.locators))
-            locs = ev.locators[:n]
-            plan.append((f, i, ev, locs))
-            kind, acc = wanted.setdefault(ev.file, (ev.kind, set()))
-            if kind == ev.kind:
+    for finding in findings:
+        for index, evidence in enumerate(finding.evidence, start=1):
+            n = len(evidence.locators) if limit is None else limit.get((finding.id, index), len(evidence.locators))
+            locs = evidence.locators[:n]
+            plan.append((finding, index, evidence, locs))
+            kind, acc = wanted.setdefault(evidence.file, (evidence.kind, set()))
+            if kind == evidence.kind:
                 acc.update(locs)
     reader = RowReader(root)
     reader.load(wanted)
-    out: dict[str, list[EvidenceTable]] = {f.id: [] for f in findings}
-    for f, i, ev, locs in plan:
-        out[f.id].append(reader.table(f.id, i, ev, locs))
+    out: dict[str, list[EvidenceTable]] = {finding.id: [] for finding in findings}
+    for finding, index, evidence, locs in plan:
+        out[finding.id].append(reader.table(finding.id, index, evidence, locs))
     return out
 
 
 def pick(row: SourceRow, names: Iterable[str]) -> str:
     d = row.as_dict()
-    return next((d[n] for n in names if d.get(n, "") not in ("", None)), "")
+    return next((d[name] for name in names if d.get(name, "") not in ("", None)), "")
 
 
-def key_values(row: SourceRow, ev: Evidence, limit: int = 8) -> list[tuple[str, str]]:
+def key_values(row: SourceRow, evidence: Evidence, limit: int = 8) -> list[tuple[str, str]]:
     """The values that identify and size a row: the ones the finding sums or filters on, then common keys."""
     d = row.as_dict()
-    wanted = [*ev.values.keys(), *KEY_COLUMNS]
+    wanted = [*evidence.values.keys(), *KEY_COLUMNS]
     out: dict[str, str] = {}
-    for k in wanted:
-        if k in d and k not in NAME_COLUMNS and k not in out:
-            out[k] = d[k]
-    for k in row.columns:  # unknown file layout: fall back to the first columns
+    for column in wanted:
+        if column in d and column not in NAME_COLUMNS and column not in out:
+            out[column] = d[column]
+    for column in row.columns:  # unknown file layout: fall back to the first columns
         if len(out) >= limit:
             break
-        if k not in out and k not in NAME_COLUMNS:
-            out[k] = d[k]
+        if column not in out and column not in NAME_COLUMNS:
+            out[column] = d[column]
     return list(out.items())[:limit]

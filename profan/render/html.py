@@ -165,7 +165,7 @@ def build_html(report: Report, *, row_budget: int = ROW_BUDGET) -> str:
     caps = item_caps(owners, row_budget if scale is None else min(row_budget, SCALE_ROW_BUDGET), shown)
     tables = read_evidence(root, owners, caps)
     if shown is not None:
-        tables = {fid: [t for t in ts if t.index in shown[fid]] for fid, ts in tables.items()}
+        tables = {fid: [t for t in value if t.index in shown[fid]] for fid, value in tables.items()}
     highlights = highlighted_ranks(report.findings)
     is_compare = report.source.get("kind") == "compare"
     ctx = {
@@ -187,14 +187,14 @@ def build_html(report: Report, *, row_budget: int = ROW_BUDGET) -> str:
         "warnings": report.warnings,
         "notes": report.notes,
         "meta": report.meta,
-        "counts": {s: sum(f.severity == s for f in report.findings) for s in SEVERITIES},
+        "counts": {s: sum(finding.severity == s for finding in report.findings) for s in SEVERITIES},
         **findings_context(report, tables, scale),
         "highlights": highlights,
         "sections": table_sections(report, scale),
         "rank_table": step_table(report)[0],
         "charts": chart_specs(report),
         "row_budget": row_budget,
-        "embedded_rows": sum(t.shown for ts in tables.values() for t in ts),
+        "embedded_rows": sum(t.shown for value in tables.values() for t in value),
         "css": Markup(_asset("report.css")),
         "js": Markup(_asset("report.js")),
         "plotly_packed": plotly_packed(),
@@ -210,40 +210,40 @@ def findings_context(
     """The verdict (causes with their evidence tables) and the findings: those a cause explains under it, the
     rest by severity."""
     grouped, unexplained = findings_by_cause(report)
-    titles = {c.id: c.title for c in report.causes}
+    titles = {cause.id: cause.title for cause in report.causes}
     keep = set(scale["keep"]) if scale else None
 
-    def view_of(f: Finding) -> dict[str, Any]:
-        return finding_view(f, tables[f.id], titles, keep)
+    def view_of(finding: Finding) -> dict[str, Any]:
+        return finding_view(finding, tables[finding.id], titles, keep)
 
-    groups = [(s, [view_of(f) for f in unexplained if f.severity == s]) for s in SEVERITIES]
+    groups = [(s, [view_of(finding) for finding in unexplained if finding.severity == s]) for s in SEVERITIES]
     view = verdict(report)
     per = share_of(view["step"])
-    view["causes"] = [html_cause_view(c, tables[c.id], per) for c in report.causes]
+    view["causes"] = [html_cause_view(cause, tables[cause.id], per) for cause in report.causes]
     return {
         "verdict": view,
-        "cause_groups": [(cause_view(c, per), [view_of(f) for f in fs]) for c, fs in grouped],
+        "cause_groups": [(cause_view(cause, per), [view_of(finding) for finding in fs]) for cause, fs in grouped],
         "groups": groups,
         "unexplained_count": len(unexplained),
         "sev_anchors": {s for s, items in groups if items},
     }
 
 
-def html_cause_view(c: Cause, tables: list[EvidenceTable], per: str) -> dict[str, Any]:
+def html_cause_view(cause: Cause, tables: list[EvidenceTable], per: str) -> dict[str, Any]:
     """A cause of the verdict callout, with its cited rows read back and a short gain for its summary line.
     ``per``: what its share is of (`share_of`)."""
-    share = c.impact_share
+    share = cause.impact_share
     short = (
         "no estimate"
-        if c.impact_us is None
-        else f"{fmt_ms(c.impact_us)} ms per step" + (f" · {fmt_pct(share)}" if share is not None else "")
+        if cause.impact_us is None
+        else f"{fmt_ms(cause.impact_us)} ms per step" + (f" · {fmt_pct(share)}" if share is not None else "")
     )
     return {
-        **cause_view(c, per),
+        **cause_view(cause, per),
         "gain_short": short,
-        "evidence": [evidence_view(t, c.id) for t in tables],
-        "sources": len(c.evidence),
-        "sources_note": sources_note(c, tables),
+        "evidence": [evidence_view(table, cause.id) for table in tables],
+        "sources": len(cause.evidence),
+        "sources_note": sources_note(cause, tables),
     }
 
 
@@ -299,16 +299,20 @@ def item_caps(
     keeps the page within budget (each table's header row counts as a row: a kernel_details.csv header is as wide
     as a row); if even one row each is too many, the first items (the causes, then the most severe findings) keep
     one row and the rest show their locators only. Items ``shown`` leaves out (at scale) get no rows."""
-    every = [(f.id, i, len(ev.locators)) for f in owners for i, ev in enumerate(f.evidence, start=1)]
-    items = [(fid, i, n) for fid, i, n in every if shown is None or i in shown[fid]]
-    out = {(fid, i): 0 for fid, i, _ in every}
+    every = [
+        (owner.id, index, len(evidence.locators))
+        for owner in owners
+        for index, evidence in enumerate(owner.evidence, start=1)
+    ]
+    items = [(fid, index, n) for fid, index, n in every if shown is None or index in shown[fid]]
+    out = {(fid, index): 0 for fid, index, _ in every}
     for cap in ITEM_CAPS:
         if sum(min(n, cap) + 1 for _, _, n in items if n) <= budget:
-            return out | {(fid, i): min(n, cap) for fid, i, n in items}
+            return out | {(fid, index): min(n, cap) for fid, index, n in items}
     left = budget
-    for fid, i, n in items:
-        out[(fid, i)] = 1 if left >= 2 and n else 0
-        left -= 2 * out[(fid, i)]
+    for fid, index, n in items:
+        out[(fid, index)] = 1 if left >= 2 and n else 0
+        left -= 2 * out[(fid, index)]
     return out
 
 
@@ -326,12 +330,12 @@ def shown_items(
         if r.get("rank") in keep and r.get("path")
     )
     return {
-        f.id: {
-            i
-            for i, ev in enumerate(f.evidence, start=1)
-            if i <= SCALE_ITEMS or (folders and str(ev.file).startswith(folders))
+        owner.id: {
+            index
+            for index, evidence in enumerate(owner.evidence, start=1)
+            if index <= SCALE_ITEMS or (folders and str(evidence.file).startswith(folders))
         }
-        for f in owners
+        for owner in owners
     }
 
 
@@ -340,11 +344,11 @@ def sources_note(owner: Cause | Finding, tables: list[EvidenceTable]) -> str:
     left = len(owner.evidence) - len(tables)
     if left <= 0:
         return ""
-    shown = {t.index for t in tables}
+    shown = {table.index for table in tables}
     files: dict[str, int] = {}
-    for i, ev in enumerate(owner.evidence, start=1):
-        if i not in shown:
-            name = Path(str(ev.file)).name
+    for index, evidence in enumerate(owner.evidence, start=1):
+        if index not in shown:
+            name = Path(str(evidence.file)).name
             files[name] = files.get(name, 0) + 1
     which = ", ".join(f"{name} ×{n:,}" for name, n in sorted(files.items(), key=lambda kv: -kv[1])[:4])
     return (
@@ -360,28 +364,30 @@ def _cut(text: str, limit: int = CELL_CHARS) -> dict[str, str]:
 
 
 def evidence_view(t: EvidenceTable, finding_id: str) -> dict[str, Any]:
-    ev = t.evidence
+    evidence = t.evidence
     rows = []
-    for r in t.rows:
-        d = r.as_dict()
-        rows.append({"loc": r.locator, "cells": [_cut(d.get(c, "")) for c in t.columns]})
-    more = ev.row_count - t.shown
+    for row in t.rows:
+        d = row.as_dict()
+        rows.append({"loc": row.locator, "cells": [_cut(d.get(column, "")) for column in t.columns]})
+    more = evidence.row_count - t.shown
     return {
         "id": f"{finding_id}-e{t.index}",
-        "file": ev.file,
-        "kind": ev.kind,
-        "summary": locators(ev.to_dict()),
-        "row_count": ev.row_count,
+        "file": evidence.file,
+        "kind": evidence.kind,
+        "summary": locators(evidence.to_dict()),
+        "row_count": evidence.row_count,
         "cited": t.cited,
         "shown": t.shown,
         "truncated": more > 0,
-        "select": json.dumps(ev.select, ensure_ascii=False, default=str),
-        "vals": [(k, fmt_value(v)) for k, v in ev.values.items()],
-        "ev_note": ev.note,
+        "select": json.dumps(evidence.select, ensure_ascii=False, default=str),
+        "vals": [(key, fmt_value(value)) for key, value in evidence.values.items()],
+        "ev_note": evidence.note,
         "columns": t.columns,
         "rows": rows,
         "error": t.error,
-        "hl": [c in ev.values or c in ev.select for c in t.columns],  # the columns the claim sums or filters on
+        "hl": [
+            column in evidence.values or column in evidence.select for column in t.columns
+        ],  # the columns the claim sums or filters on
     }
 
 
@@ -393,22 +399,22 @@ def fmt_value(v: Any) -> str:
     if isinstance(v, float):
         return f"{v:,.1f}" if abs(v) >= 1000 else f"{v:.4g}"
     if isinstance(v, list | tuple):
-        return ", ".join(fmt_value(x) for x in v)
+        return ", ".join(fmt_value(value) for value in v)
     if isinstance(v, dict):
-        return ", ".join(f"{k}: {fmt_value(x)}" for k, x in v.items())
+        return ", ".join(f"{key}: {fmt_value(value)}" for key, value in v.items())
     return str(v)
 
 
-def shown_members(f: Finding, keep: set[int] | None) -> list[Finding]:
+def shown_members(finding: Finding, keep: set[int] | None) -> list[Finding]:
     """The members of a group listed on the page: the first MEMBER_ROWS; at scale (``keep``: the ranks the
     verdict names) the first SCALE_MEMBERS — they come worst first — and those of the named ranks."""
     if keep is None:
-        return list(f.members[:MEMBER_ROWS])
-    return list(kept_members(f, SCALE_MEMBERS, keep))
+        return list(finding.members[:MEMBER_ROWS])
+    return list(kept_members(finding, SCALE_MEMBERS, keep))
 
 
 def finding_view(
-    f: Finding,
+    finding: Finding,
     tables: list[EvidenceTable],
     cause_titles: dict[str, str] | None = None,
     keep: set[int] | None = None,
@@ -423,43 +429,43 @@ def finding_view(
             "evidence": locators(m.evidence[0].to_dict(), limit=3),
             "more": len(m.evidence) - 1,
         }
-        for m in shown_members(f, keep)
+        for m in shown_members(finding, keep)
     ]
     return {
-        "id": f.id,
-        "check": f.check,
-        "severity": f.severity,
-        "title": f.title,
-        "message": f.message,
-        "rank": f.rank,
-        "step": f.step,
-        "span": span_text(f.ranks, f.steps),
-        "explained_by": f.explained_by,
-        "cause_title": (cause_titles or {}).get(f.explained_by or "", ""),
-        "metrics": [(k, fmt_value(v)) for k, v in f.metrics.items()],
-        "evidence": [evidence_view(t, f.id) for t in tables],
-        "sources": len(f.evidence),
-        "sources_note": sources_note(f, tables),
-        "rows_total": sum(ev.row_count for ev in f.evidence),
+        "id": finding.id,
+        "check": finding.check,
+        "severity": finding.severity,
+        "title": finding.title,
+        "message": finding.message,
+        "rank": finding.rank,
+        "step": finding.step,
+        "span": span_text(finding.ranks, finding.steps),
+        "explained_by": finding.explained_by,
+        "cause_title": (cause_titles or {}).get(finding.explained_by or "", ""),
+        "metrics": [(key, fmt_value(value)) for key, value in finding.metrics.items()],
+        "evidence": [evidence_view(table, finding.id) for table in tables],
+        "sources": len(finding.evidence),
+        "sources_note": sources_note(finding, tables),
+        "rows_total": sum(evidence.row_count for evidence in finding.evidence),
         "members": members,
-        "members_total": len(f.members),
-        "members_note": members_note(f, len(members), keep),
+        "members_total": len(finding.members),
+        "members_note": members_note(finding, len(members), keep),
     }
 
 
-def members_note(f: Finding, shown: int, keep: set[int] | None) -> str:
+def members_note(finding: Finding, shown: int, keep: set[int] | None) -> str:
     """Which members the page lists, and where the rest are."""
-    total = len(f.members)
+    total = len(finding.members)
     if shown >= total:
         return ""
     which = f"the first {shown}"
     if keep is not None:
         which = f"the {SCALE_MEMBERS} worst and those of rank{'s' if len(keep) > 1 else ''} {fmt_ranks(keep)}"
-    where = f"all are in the JSON report (members of {f.id})"
+    where = f"all are in the JSON report (members of {finding.id})"
     if keep is not None:
         where = (
             f"the JSON report has them, a group of thousands cut to its worst members and those of the named ranks "
-            f"(meta.members_cut); profan evidence DATA_DIR {f.id}.N reads any member back from the data"
+            f"(meta.members_cut); profan evidence DATA_DIR {finding.id}.N reads any member back from the data"
         )
     return f"Showing {shown:,} of {total:,} members: {which}; {where}."
 
@@ -474,9 +480,12 @@ def rank_view(r: dict[str, Any]) -> dict[str, Any]:
         "path": r.get("path", ""),
         "origin": r.get("rank_origin", ""),
         "files": sorted((r.get("files") or {}).items()),
-        "rows_read": ", ".join(f"{k} {fmt_value(v)}" for k, v in (r.get("rows_read") or {}).items()) or "—",
-        "skipped": ", ".join(f"{k} {fmt_value(v)}" for k, v in (r.get("rows_skipped") or {}).items() if v) or "none",
-        "info": ", ".join(f"{k} {v}" for k, v in info.items() if v not in (None, "")),
+        "rows_read": ", ".join(f"{key} {fmt_value(value)}" for key, value in (r.get("rows_read") or {}).items()) or "—",
+        "skipped": ", ".join(
+            f"{key} {fmt_value(value)}" for key, value in (r.get("rows_skipped") or {}).items() if value
+        )
+        or "none",
+        "info": ", ".join(f"{key} {value}" for key, value in info.items() if value not in (None, "")),
     }
 
 
@@ -487,7 +496,7 @@ def scale_view(report: Report) -> dict[str, Any] | None:
     ranks = sorted(r["rank"] for r in report.source.get("ranks") or [] if isinstance(r.get("rank"), int))
     if len(ranks) <= SCALE_RANKS or report.source.get("kind") == "compare":
         return None
-    typical = [c.metrics.get("typical_rank") for c in report.causes]
+    typical = [cause.metrics.get("typical_rank") for cause in report.causes]
     keep = sorted({*named_ranks(report), ranks[0], *(r for r in typical if isinstance(r, int) and r in ranks)})
     return {"keep": keep, "keep_text": fmt_ranks(keep), "ranks": len(ranks)}
 
@@ -497,15 +506,17 @@ def read_view(report: Report, scale: dict[str, Any] | None) -> dict[str, Any]:
     with skipped rows first), with a line counting the ranks that hold each file."""
     ranks = report.source.get("ranks") or []
     if scale is None:
-        return {"rows": [rank_view(r) for r in ranks], "note": ""}
+        return {"rows": [rank_view(rank) for rank in ranks], "note": ""}
     keep = set(scale["keep"])
-    skipped = [r for r in ranks if r.get("rank") not in keep and any((r.get("rows_skipped") or {}).values())]
-    rest = [r for r in ranks if r.get("rank") not in keep and r not in skipped]
-    listed = {id(r) for r in [*skipped, *rest][:SCALE_READ]}
-    rows = [rank_view(r) for r in ranks if r.get("rank") in keep or id(r) in listed]
+    skipped = [
+        rank for rank in ranks if rank.get("rank") not in keep and any((rank.get("rows_skipped") or {}).values())
+    ]
+    rest = [rank for rank in ranks if rank.get("rank") not in keep and rank not in skipped]
+    listed = {id(rank) for rank in [*skipped, *rest][:SCALE_READ]}
+    rows = [rank_view(rank) for rank in ranks if rank.get("rank") in keep or id(rank) in listed]
     files: dict[str, int] = {}
-    for r in ranks:
-        for name in r.get("files") or {}:
+    for rank in ranks:
+        for name in rank.get("files") or {}:
             files[name] = files.get(name, 0) + 1
     held = ", ".join(f"{name} {n:,}" for name, n in sorted(files.items()))
     note = (
@@ -528,34 +539,34 @@ def side_view(side: dict[str, Any]) -> dict[str, str]:
 
 def steps_seen(report: Report) -> list[Any]:
     for name in ("steps", "breakdown"):
-        df = report.tables.get(name)
-        if df is not None and "step" in df.columns:
-            return [s for s in df.get_column("step").unique(maintain_order=True).to_list() if s is not None]
+        frame = report.tables.get(name)
+        if frame is not None and "step" in frame.columns:
+            return [s for s in frame.get_column("step").unique(maintain_order=True).to_list() if s is not None]
     return []
 
 
 # ------------------------------------------------------------------------------------------ tables
 
 
-def table_view(name: str, df: pl.DataFrame, max_rows: int = TABLE_ROWS, rows_in_report: int = 0) -> dict[str, Any]:
+def table_view(name: str, frame: pl.DataFrame, max_rows: int = TABLE_ROWS, rows_in_report: int = 0) -> dict[str, Any]:
     """A table as the page lists it: its first ``max_rows`` rows, formatted, with a note on where the rest is
     (``rows_in_report``: the rows of the whole report table, when ``df`` is a part of it)."""
     cols = []
-    for c, dt in df.schema.items():
-        kind = column_kind(c, str(dt))
+    for key, value in frame.schema.items():
+        kind = column_kind(key, str(value))
         num = kind not in ("text", "file", "list")
-        code = kind in ("file", "list") or c in ("op", "name", "op_name", "kernel")
+        code = kind in ("file", "list") or key in ("op", "name", "op_name", "kernel")
         cols.append(
             {
-                "name": c,
-                "label": column_label(c, kind, ms_for_us=True),
+                "name": key,
+                "label": column_label(key, kind, ms_for_us=True),
                 "kind": kind,
                 "num": num,
                 "cls": "num" if num else "code" if code else "",
             }
         )
     rows = []
-    for rec in df.head(max_rows).iter_rows():
+    for rec in frame.head(max_rows).iter_rows():
         cells = []
         for col, v in zip(cols, rec, strict=True):
             cell = _cut(fmt_cell(v, col["kind"]), 120)
@@ -570,11 +581,11 @@ def table_view(name: str, df: pl.DataFrame, max_rows: int = TABLE_ROWS, rows_in_
         "intro": intro,
         "columns": cols,
         "rows": rows,
-        "total": df.height,
-        "shown": min(df.height, max_rows),
+        "total": frame.height,
+        "shown": min(frame.height, max_rows),
         "full_rows": (
             "all rows are in the JSON and Excel reports"
-            if max(df.height, rows_in_report) <= ROW_LIMIT
+            if max(frame.height, rows_in_report) <= ROW_LIMIT
             else "all rows are in the Excel report and --tables DIR"
         ),
     }
@@ -582,27 +593,31 @@ def table_view(name: str, df: pl.DataFrame, max_rows: int = TABLE_ROWS, rows_in_
 
 def table_sections(report: Report, scale: dict[str, Any] | None = None) -> list[dict[str, Any]]:
     """A section per report table, known ones first; tables added later get a generic section."""
-    names = [n for n in SECTION_ORDER if n in report.tables]
-    names += [n for n in report.tables if n not in names]
-    return [section_view(n, df, scale) for n in names if (df := report.tables[n]) is not None and not df.is_empty()]
+    names = [table for table in SECTION_ORDER if table in report.tables]
+    names += [table for table in report.tables if table not in names]
+    return [
+        section_view(table, frame, scale)
+        for table in names
+        if (frame := report.tables[table]) is not None and not frame.is_empty()
+    ]
 
 
-def section_view(name: str, df: pl.DataFrame, scale: dict[str, Any] | None) -> dict[str, Any]:
+def section_view(name: str, frame: pl.DataFrame, scale: dict[str, Any] | None) -> dict[str, Any]:
     """One table's section: its rows (the first TABLE_ROWS), the top kernels per bucket. At scale a per-rank
     table lists the rows of the ranks ``scale`` keeps, under a summary across all ranks (``cut``), and every
     table its first SCALE_TABLE_ROWS rows."""
     rows = TABLE_ROWS if scale is None else SCALE_TABLE_ROWS
-    full = df
-    cut = scale is not None and "rank" in df.columns and df.get_column("rank").n_unique() > SCALE_RANKS
+    full = frame
+    cut = scale is not None and "rank" in frame.columns and frame.get_column("rank").n_unique() > SCALE_RANKS
     if cut:
-        df = df.filter(pl.col("rank").is_in(scale["keep"]))  # type: ignore[index]
-    sec = {"name": name, **table_view(name, df, rows, full.height), "groups": [], "cut": None}
+        frame = frame.filter(pl.col("rank").is_in(scale["keep"]))  # type: ignore[index]
+    sec = {"name": name, **table_view(name, frame, rows, full.height), "groups": [], "cut": None}
     if cut:
-        sec["cut"] = cut_view(name, full, df, scale)  # type: ignore[arg-type]
-    if name == "top_kernels" and "bucket" in df.columns:
+        sec["cut"] = cut_view(name, full, frame, scale)  # type: ignore[arg-type]
+    if name == "top_kernels" and "bucket" in frame.columns:
         sec["groups"] = [
             (str(b), table_view(name, part.drop("bucket"), rows, full.height))
-            for (b,), part in df.group_by("bucket", maintain_order=True)
+            for (b,), part in frame.group_by("bucket", maintain_order=True)
         ]
     return sec
 
@@ -657,7 +672,7 @@ def cut_view(name: str, full: pl.DataFrame, shown: pl.DataFrame, scale: dict[str
     if name in CLASSES:
         keys, values = CLASSES[name]
         summary = class_summary(full, keys, values)
-        heavy = next((f"max_{v}" for v in values if f"max_{v}" in summary.columns), None)
+        heavy = next((f"max_{value}" for value in values if f"max_{value}" in summary.columns), None)
         if heavy is not None:  # the kinds of row with the largest values first: those a reader looks for
             summary = summary.sort(heavy, descending=True, nulls_last=True)
         across = table_view(name, summary, SCALE_TABLE_ROWS)
@@ -670,40 +685,41 @@ def cut_view(name: str, full: pl.DataFrame, shown: pl.DataFrame, scale: dict[str
     return {"note": note, "across": across, "across_what": what}
 
 
-def class_summary(df: pl.DataFrame, keys: list[str], values: list[str]) -> pl.DataFrame:
+def class_summary(frame: pl.DataFrame, keys: list[str], values: list[str]) -> pl.DataFrame:
     """`by_class` (the JSON report's summary per class) with columns named for the page: ``min_time_us`` keeps
     the unit suffix that says how to show it, ``rank_of_min_time`` is a rank number."""
-    out = by_class(df, keys, values)
+    out = by_class(frame, keys, values)
     names = {}
-    for v in values:
-        stem = v.rsplit("_", 1)[0] if v.endswith(("_us", "_ms", "_mb")) else v
-        names |= {f"{v}_{s}": f"{s}_{v}" for s in ("min", "median", "max")}
-        names |= {f"{v}_min_rank": f"rank_of_min_{stem}", f"{v}_max_rank": f"rank_of_max_{stem}"}
-    out = out.rename({k: x for k, x in names.items() if k in out.columns})
-    return out.with_columns(pl.col(c).cast(pl.Utf8) for c in out.columns if c.startswith("rank_of_"))
+    for value in values:
+        stem = value.rsplit("_", 1)[0] if value.endswith(("_us", "_ms", "_mb")) else value
+        names |= {f"{value}_{s}": f"{s}_{value}" for s in ("min", "median", "max")}
+        names |= {f"{value}_min_rank": f"rank_of_min_{stem}", f"{value}_max_rank": f"rank_of_max_{stem}"}
+    out = out.rename({key: x for key, x in names.items() if key in out.columns})
+    return out.with_columns(pl.col(column).cast(pl.Utf8) for column in out.columns if column.startswith("rank_of_"))
 
 
-def column_summary(df: pl.DataFrame) -> dict[str, Any]:
+def column_summary(frame: pl.DataFrame) -> dict[str, Any]:
     """A table view with one row per measuring column of ``df``: its min, median and max over all rows, and
     the rank (and step) of the rows holding the min and the max."""
     cols = [
-        (c, kind)
-        for c, dt in df.schema.items()
-        if c not in ID_COLUMNS and (kind := column_kind(c, str(dt))) not in ("text", "file", "list", "id", "timestamp")
+        (key, kind)
+        for key, value in frame.schema.items()
+        if key not in ID_COLUMNS
+        and (kind := column_kind(key, str(value))) not in ("text", "file", "list", "id", "timestamp")
     ]
-    where = pl.format("rank {} · step {}", "rank", "step") if "step" in df.columns else pl.format("rank {}", "rank")
-    at = df.select(where.alias("at")).get_column("at")
+    where = pl.format("rank {} · step {}", "rank", "step") if "step" in frame.columns else pl.format("rank {}", "rank")
+    at = frame.select(where.alias("at")).get_column("at")
     rows = []
-    for c, kind in cols:
-        s = df.get_column(c)
+    for key, kind in cols:
+        s = frame.get_column(key)
         if s.null_count() == s.len():
             continue
         lo, hi = s.arg_min(), s.arg_max()
-        cells = [column_label(c, kind, ms_for_us=True), s.min(), at[lo], s.median(), s.max(), at[hi]]
+        cells = [column_label(key, kind, ms_for_us=True), s.min(), at[lo], s.median(), s.max(), at[hi]]
         rows.append(
             [
-                {"t": fmt_cell(v, kind) if i in (1, 3, 4) else str(v), "title": "", "wrap": False}
-                for i, v in enumerate(cells)
+                {"t": fmt_cell(cell, kind) if index in (1, 3, 4) else str(cell), "title": "", "wrap": False}
+                for index, cell in enumerate(cells)
             ]
         )
     heads = [("measure", False), ("min", True), ("at", False), ("median", True), ("max", True), ("at", False)]

@@ -49,7 +49,7 @@ def render_json(report: Report, out: Path | None = None) -> str | None:
     (`records_json`) and spliced in as raw JSON; the rest by msgspec, ~10x faster than the stdlib. The bytes equal
     the cut report's ``to_dict()`` encoded whole. Written as bytes: a cluster's report is tens of MB."""
     bounded = cut_members(cut_tables(report, ROW_LIMIT), MEMBER_LIMIT)
-    doc = bounded.to_dict(rows=lambda df: msgspec.Raw(records_json(df)))
+    doc = bounded.to_dict(rows=lambda frame: msgspec.Raw(records_json(frame)))
     data = msgspec.json.format(msgspec.json.encode(doc), indent=1)
     if out is not None:
         out.write_bytes(data + b"\n")
@@ -61,23 +61,23 @@ def cut_tables(report: Report, limit: int = ROW_LIMIT) -> Report:
     """``report`` with each per-rank table over ``limit`` rows cut to the rows of `named_ranks` (and, for links,
     the links findings name), a ``<table>_by_class`` summary beside it for the tables of `CLASSES`, and
     ``meta.tables_cut`` saying what was left out; the report itself is unchanged."""
-    big = [n for n, df in report.tables.items() if df.height > limit and "rank" in df.columns]
+    big = [key for key, value in report.tables.items() if value.height > limit and "rank" in value.columns]
     if not big:
         return report
     ranks = named_ranks(report)
     tables: dict[str, pl.DataFrame] = {}
     cut: dict[str, dict] = {}
-    for name, df in report.tables.items():
+    for name, value in report.tables.items():
         if name not in big:
-            tables[name] = df
+            tables[name] = value
             continue
         keep = pl.col("rank").is_in(ranks)
         if name == "comm_links":
             keep = keep | _named_links(report)
-        tables[name] = df.filter(keep)
-        cut[name] = {"rows": df.height, "kept": tables[name].height, "ranks_kept": ranks, "summary": None}
+        tables[name] = value.filter(keep)
+        cut[name] = {"rows": value.height, "kept": tables[name].height, "ranks_kept": ranks, "summary": None}
         if name in CLASSES:
-            tables[f"{name}_by_class"] = by_class(df, *CLASSES[name])
+            tables[f"{name}_by_class"] = by_class(value, *CLASSES[name])
             cut[name]["summary"] = f"{name}_by_class"
         cut[name]["full"] = f"profan analyze DIR --tables OUT_DIR writes it as OUT_DIR/{name}.parquet"
     return replace(report, tables=tables, meta={**report.meta, "tables_cut": cut})
@@ -87,27 +87,31 @@ def cut_members(report: Report, limit: int = MEMBER_LIMIT) -> Report:
     """``report`` with each group finding of more than ``limit`` members cut to its first ``limit`` members (the
     worst) and those naming a rank of `named_ranks`, their ids unchanged, and ``meta.members_cut`` saying what
     was left out; the report itself is unchanged."""
-    big = [f for f in report.findings if len(f.members) > limit]
+    big = [finding for finding in report.findings if len(finding.members) > limit]
     if not big:
         return report
     ranks = set(named_ranks(report))
     findings, cut = [], {}
-    for f in report.findings:
-        if len(f.members) > limit:
-            kept = kept_members(f, limit, ranks)
-            cut[f.id] = {
-                "members": len(f.members),
+    for finding in report.findings:
+        if len(finding.members) > limit:
+            kept = kept_members(finding, limit, ranks)
+            cut[finding.id] = {
+                "members": len(finding.members),
                 "kept": len(kept),
-                "full": f"profan evidence DATA_DIR {f.id}.N reads any member back from the data",
+                "full": f"profan evidence DATA_DIR {finding.id}.N reads any member back from the data",
             }
-            f = replace(f, members=kept)
-        findings.append(f)
+            finding = replace(finding, members=kept)
+        findings.append(finding)
     return replace(report, findings=findings, meta={**report.meta, "members_cut": cut})
 
 
-def kept_members(f: Finding, limit: int, ranks: set[int]) -> tuple[Finding, ...]:
+def kept_members(finding: Finding, limit: int, ranks: set[int]) -> tuple[Finding, ...]:
     """A group's first ``limit`` members (they come worst first) and every member naming one of ``ranks``."""
-    return tuple(m for i, m in enumerate(f.members) if i < limit or ranks.intersection(m.ranks or ()))
+    return tuple(
+        member
+        for index, member in enumerate(finding.members)
+        if index < limit or ranks.intersection(member.ranks or ())
+    )
 
 
 def named_ranks(report: Report) -> list[int]:
@@ -125,8 +129,8 @@ def _named_links(report: Report) -> pl.Expr:
     """Link rows (either direction) of the links a finding names by their two global ranks (``link_ranks``)."""
     pairs = [
         sorted(m.metrics["link_ranks"])
-        for f in report.findings
-        for m in (f, *f.members)
+        for finding in report.findings
+        for m in (finding, *finding.members)
         if len(m.metrics.get("link_ranks") or ()) == 2
     ]
     lo = pl.min_horizontal("src_rank", "dst_rank")
@@ -148,18 +152,18 @@ def _rank_at(col: pl.Expr, value: pl.Expr, is_float: bool) -> pl.Expr:
     return pl.col("rank").filter(near).min().fill_null(pl.col("rank").min())
 
 
-def by_class(df: pl.DataFrame, keys: list[str], values: list[str]) -> pl.DataFrame:
+def by_class(frame: pl.DataFrame, keys: list[str], values: list[str]) -> pl.DataFrame:
     """One row per class of ``df`` (``keys``): how many rows and ranks, and per value its min, median and max,
     with the rank holding the min and the max (the slowest link, the rank that waited least)."""
-    keys = [k for k in keys if k in df.columns]
+    keys = [key for key in keys if key in frame.columns]
     aggs: list[pl.Expr] = [pl.len().alias("rows"), pl.col("rank").n_unique().alias("ranks")]
-    for v in (v for v in values if v in df.columns):
-        col = pl.col(v)
+    for value in (value for value in values if value in frame.columns):
+        col = pl.col(value)
         aggs += [
-            col.min().alias(f"{v}_min"),
-            col.median().alias(f"{v}_median"),
-            col.max().alias(f"{v}_max"),
-            _rank_at(col, col.min(), df.schema[v].is_float()).alias(f"{v}_min_rank"),
-            _rank_at(col, col.max(), df.schema[v].is_float()).alias(f"{v}_max_rank"),
+            col.min().alias(f"{value}_min"),
+            col.median().alias(f"{value}_median"),
+            col.max().alias(f"{value}_max"),
+            _rank_at(col, col.min(), frame.schema[value].is_float()).alias(f"{value}_min_rank"),
+            _rank_at(col, col.max(), frame.schema[value].is_float()).alias(f"{value}_max_rank"),
         ]
-    return df.group_by(keys, maintain_order=True).agg(aggs).sort(keys, nulls_last=True, maintain_order=True)
+    return frame.group_by(keys, maintain_order=True).agg(aggs).sort(keys, nulls_last=True, maintain_order=True)

@@ -159,7 +159,7 @@ def render_markdown(report: Report, out: Path | None = None) -> str | None:
             v=verdict(report),
             groups=[(cause_view(c, per), [as_dict[f.id] for f in fs]) for c, fs in grouped],
             unexplained=[as_dict[f.id] for f in unexplained],
-            sizes={name: df.height for name, df in report.tables.items()},
+            sizes={name: value.height for name, value in report.tables.items()},
             full=FULL_TABLES,
             drill=markupsafe.Markup(drill_target(report.source)),  # shell-quoted, no backtick: a code span holds it
             mark=markupsafe.Markup(source_mark(report.source)),
@@ -176,7 +176,7 @@ def render_markdown(report: Report, out: Path | None = None) -> str | None:
 def small_context(report: Report) -> dict:
     """A job of a few ranks: every rank read, the tables with a section of their own in full, the first TABLE_ROWS
     rows of the others, the first MEMBER_ROWS members of a group."""
-    tables = {name: df if name in FULL_TABLES else df.head(TABLE_ROWS) for name, df in report.tables.items()}
+    tables = {name: value if name in FULL_TABLES else value.head(TABLE_ROWS) for name, value in report.tables.items()}
     return {
         "report": replace(report, tables=tables),
         "limit": TABLE_ROWS,
@@ -193,8 +193,8 @@ def scale_context(report: Report) -> dict:
     ranks = report.source.get("ranks") or []
     keep = listed_ranks(report)
     tables, cuts, summaries = scale_tables(report, keep)
-    notes = [RANK_LIST.sub(_as_runs, n) for n in report.notes] + [scale_note(len(ranks), keep)]
-    warnings = [RANK_LIST.sub(_as_runs, w) for w in report.warnings]
+    notes = [RANK_LIST.sub(_as_runs, note) for note in report.notes] + [scale_note(len(ranks), keep)]
+    warnings = [RANK_LIST.sub(_as_runs, warning) for warning in report.warnings]
     return {
         "report": replace(report, tables=tables, notes=notes, warnings=warnings),
         "limit": ROWS_AT_SCALE,
@@ -214,16 +214,16 @@ def scale_tables(report: Report, keep: list[int]) -> tuple[dict[str, pl.DataFram
     cut = cut_tables(report, limit=0)
     tables: dict[str, pl.DataFrame] = {}
     cuts: dict[str, dict] = {}
-    for name, df in report.tables.items():
-        if name in FULL_TABLES and "rank" in df.columns:
-            tables[name] = df.filter(pl.col("rank").is_in(keep))
+    for name, value in report.tables.items():
+        if name in FULL_TABLES and "rank" in value.columns:
+            tables[name] = value.filter(pl.col("rank").is_in(keep))
             continue
-        if name not in cut.meta.get("tables_cut", {}) or df.height <= ROWS_AT_SCALE:
-            tables[name] = df.head(ROWS_AT_SCALE)
+        if name not in cut.meta.get("tables_cut", {}) or value.height <= ROWS_AT_SCALE:
+            tables[name] = value.head(ROWS_AT_SCALE)
             continue
         rows = cut.tables[name]
         if rows.is_empty():  # no rank named, or none of its rows is of one: its first rows, for the columns
-            tables[name] = df.head(ROWS_AT_SCALE)
+            tables[name] = value.head(ROWS_AT_SCALE)
             why = f"rank{'s' if len(named) > 1 else ''} {fmt_ranks(named)}: no rows" if named else NONE_NAMED
             cuts[name] = {"kept": 0, "ranks": "", "links": False, "why": why}
             continue
@@ -272,18 +272,18 @@ def class_rows(summary: pl.DataFrame, classes: tuple[list[str], list[str]], name
     one cell 'min (rank) · median · max (rank)'. The classes whose extremes are named ranks are picked first,
     then the first of the others, CLASSES_AT_SCALE in all, shown in the summary's order."""
     keys = [k for k in classes[0] if k in summary.columns]
-    values = [v for v in classes[1] if f"{v}_min" in summary.columns]
-    rank_cols = [f"{v}_{end}_rank" for v in values for end in ("min", "max")]
+    values = [value for value in classes[1] if f"{value}_min" in summary.columns]
+    rank_cols = [f"{value}_{end}_rank" for value in values for end in ("min", "max")]
     records = summary.to_dicts()
-    first = [i for i, rec in enumerate(records) if named.intersection(rec[c] for c in rank_cols)]
+    first = [index for index, rec in enumerate(records) if named.intersection(rec[rank_col] for rank_col in rank_cols)]
     picked = _first(first, len(records), CLASSES_AT_SCALE)
     rows = []
-    for rec in (records[i] for i in picked):
+    for rec in (records[index] for index in picked):
         row = {k: rec[k] for k in keys} | {"rows": rec["rows"], "ranks": rec["ranks"]}
-        for v in values:
-            kind = column_kind(v, str(summary.schema[f"{v}_min"]))
-            low, mid, high = (fmt_cell(rec[f"{v}_{s}"], kind) for s in ("min", "median", "max"))
-            row[v] = f"{low} (rank {rec[f'{v}_min_rank']}) · {mid} · {high} (rank {rec[f'{v}_max_rank']})"
+        for value in values:
+            kind = column_kind(value, str(summary.schema[f"{value}_min"]))
+            low, mid, high = (fmt_cell(rec[f"{value}_{s}"], kind) for s in ("min", "median", "max"))
+            row[value] = f"{low} (rank {rec[f'{value}_min_rank']}) · {mid} · {high} (rank {rec[f'{value}_max_rank']})"
         rows.append(row)
     return {"rows": rows, "total": summary.height}
 
@@ -294,25 +294,25 @@ def read_summary(report: Report, keep: set[int]) -> dict:
     in ``keep`` and those with skipped rows (ROWS_AT_SCALE of them)."""
     ranks = report.source.get("ranks") or []
     per_file: dict[str, list] = {}
-    for rk in ranks:
-        for kind, n in (rk.get("rows_read") or {}).items():
-            per_file.setdefault(kind, []).append((rk["rank"], n, (rk.get("rows_skipped") or {}).get(kind, 0)))
+    for rank in ranks:
+        for kind, value in (rank.get("rows_read") or {}).items():
+            per_file.setdefault(kind, []).append((rank["rank"], value, (rank.get("rows_skipped") or {}).get(kind, 0)))
     files = [
         {
             "file": kind,
             "ranks": len(got),
-            "rows": sum(n for _r, n, _s in got),
-            "least": min(n for _r, n, _s in got),
-            "most": max(n for _r, n, _s in got),
+            "rows": sum(value for _r, value, _s in got),
+            "least": min(value for _r, value, _s in got),
+            "most": max(value for _r, value, _s in got),
             "skipped": sum(s for _r, _n, s in got),
         }
         for kind, got in per_file.items()
     ]
-    skipped = [rk["rank"] for rk in ranks if sum((rk.get("rows_skipped") or {}).values())]
-    shown = [rk for rk in ranks if rk["rank"] in keep or rk["rank"] in skipped[:ROWS_AT_SCALE]]
+    skipped = [rank["rank"] for rank in ranks if sum((rank.get("rows_skipped") or {}).values())]
+    shown = [rank for rank in ranks if rank["rank"] in keep or rank["rank"] in skipped[:ROWS_AT_SCALE]]
     return {
         "files": files,
-        "origins": _groups(ranks, lambda rk: re.sub(r"\d+", "N", str(rk.get("rank_origin") or "unknown"))),
+        "origins": _groups(ranks, lambda rank: re.sub(r"\d+", "N", str(rank.get("rank_origin") or "unknown"))),
         "profilers": _groups(ranks, _profiler),
         "skipped": fmt_ranks(skipped),
         "shown": shown,
@@ -321,16 +321,18 @@ def read_summary(report: Report, keep: set[int]) -> dict:
 
 def _profiler(rank: dict) -> str:
     """The profiler a rank was captured with (its info without the rank id): ranks captured alike group."""
-    info = {k: v for k, v in (rank.get("info") or {}).items() if v not in (None, "") and k != "rank_id"}
-    return ", ".join(f"{k} {v}" for k, v in info.items()) or "not recorded"
+    info = {
+        key: value for key, value in (rank.get("info") or {}).items() if value not in (None, "") and key != "rank_id"
+    }
+    return ", ".join(f"{key} {value}" for key, value in info.items()) or "not recorded"
 
 
 def _groups(ranks: list[dict], key: Callable[[dict], str]) -> list[tuple[str, str, int]]:
     """Ranks grouped by ``key``: (the key, its ranks as runs, how many), the largest group first."""
     by: dict[str, list[int]] = {}
-    for rk in ranks:
-        by.setdefault(key(rk), []).append(rk["rank"])
-    return sorted(((k, fmt_ranks(v), len(v)) for k, v in by.items()), key=lambda g: -g[2])
+    for rank in ranks:
+        by.setdefault(key(rank), []).append(rank["rank"])
+    return sorted(((k, fmt_ranks(value), len(value)) for k, value in by.items()), key=lambda g: -g[2])
 
 
 def trim_findings(report: Report) -> tuple[Report, dict[str, dict]]:
@@ -339,33 +341,36 @@ def trim_findings(report: Report) -> tuple[Report, dict[str, dict]]:
     each with its own evidence. Returns the trimmed report and, per finding, how many sources were left out and
     how many members it has (``profan evidence`` and the workbook have them all)."""
     named = set(named_ranks(report))
-    folders = {rk["path"]: rk["rank"] for rk in report.source.get("ranks") or []}
+    folders = {rank["path"]: rank["rank"] for rank in report.source.get("ranks") or []}
     findings, extra = [], {}
-    for f in report.findings:
-        on_named = [i for i, e in enumerate(f.evidence) if _rank_of(e.file, folders) in named]
-        evidence = tuple(f.evidence[i] for i in _first(on_named, len(f.evidence), SOURCES_AT_SCALE))
-        on_named = [i for i, m in enumerate(f.members) if m.rank in named]
-        members = tuple(f.members[i] for i in _first(on_named, len(f.members), ROWS_AT_SCALE))
-        extra[f.id] = {"evidence_more": len(f.evidence) - len(evidence), "members_total": len(f.members)}
-        findings.append(replace(f, evidence=evidence, members=members))
+    for finding in report.findings:
+        on_named = [index for index, e in enumerate(finding.evidence) if _rank_of(e.file, folders) in named]
+        evidence = tuple(finding.evidence[index] for index in _first(on_named, len(finding.evidence), SOURCES_AT_SCALE))
+        on_named = [index for index, member in enumerate(finding.members) if member.rank in named]
+        members = tuple(finding.members[index] for index in _first(on_named, len(finding.members), ROWS_AT_SCALE))
+        extra[finding.id] = {
+            "evidence_more": len(finding.evidence) - len(evidence),
+            "members_total": len(finding.members),
+        }
+        findings.append(replace(finding, evidence=evidence, members=members))
     return replace(report, findings=findings), extra
 
 
 def _first(preferred: list[int], n: int, limit: int) -> list[int]:
     """Up to ``limit`` of the indexes 0..n-1, in order: the ``preferred`` ones first, then the lowest."""
     picked = set(preferred[:limit])
-    for i in range(n):
+    for index in range(n):
         if len(picked) >= limit:
             break
-        picked.add(i)
+        picked.add(index)
     return sorted(picked)
 
 
 def _rank_of(file: str, folders: dict[str, int]) -> int | None:
     """The rank whose folder holds ``file`` (a path relative to the analysed root)."""
     parts = file.split("/")
-    for i in range(len(parts) - 1, 0, -1):
-        got = folders.get("/".join(parts[:i]))
+    for index in range(len(parts) - 1, 0, -1):
+        got = folders.get("/".join(parts[:index]))
         if got is not None:
             return got
     return None

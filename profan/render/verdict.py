@@ -90,39 +90,39 @@ def also_worth_a_look(report: Report) -> list[Finding]:
 def findings_by_cause(report: Report) -> tuple[list[tuple[Cause, list[Finding]]], list[Finding]]:
     """Each cause with the findings it explains (in the order it lists them), and the findings no cause explains
     (in report order)."""
-    by_id = {f.id: f for f in report.findings}
+    by_id = {finding.id: finding for finding in report.findings}
     grouped = []
     placed: set[str] = set()
-    for c in report.causes:
-        ids = [i for i in c.explains if i in by_id]
-        ids += [f.id for f in report.findings if f.explained_by == c.id and f.id not in ids]
+    for cause in report.causes:
+        ids = [explain for explain in cause.explains if explain in by_id]
+        ids += [finding.id for finding in report.findings if finding.explained_by == cause.id and finding.id not in ids]
         placed.update(ids)
-        grouped.append((c, [by_id[i] for i in ids]))
-    return grouped, [f for f in report.findings if f.id not in placed]
+        grouped.append((cause, [by_id[explain] for explain in ids]))
+    return grouped, [finding for finding in report.findings if finding.id not in placed]
 
 
-def cause_view(c: Cause, per: str = "the step") -> dict[str, Any]:
+def cause_view(cause: Cause, per: str = "the step") -> dict[str, Any]:
     """A cause as the templates show it (texts raw: each renderer escapes them its own way). ``per``: what its
     share is of (`gain_text`)."""
     return {
-        "id": c.id,
-        "check": c.check,
-        "title": c.title,
-        "message": c.message,
-        "gain": gain_text(c, per),
-        "impact_us": c.impact_us,
-        "impact_share": c.impact_share,
-        "bound_us": c.bound_us,
-        "severity": c.severity,
-        "has_estimate": c.impact_us is not None,
-        "assumption": c.assumption,
-        "action": c.action,
-        "verify": c.verify,
-        "alternatives": list(c.alternatives),
-        "explains": list(c.explains),
-        "span": span_text(c.ranks, c.steps),
-        "evidence": [e.to_dict() for e in c.evidence],
-        "rows_total": sum(e.row_count for e in c.evidence),
+        "id": cause.id,
+        "check": cause.check,
+        "title": cause.title,
+        "message": cause.message,
+        "gain": gain_text(cause, per),
+        "impact_us": cause.impact_us,
+        "impact_share": cause.impact_share,
+        "bound_us": cause.bound_us,
+        "severity": cause.severity,
+        "has_estimate": cause.impact_us is not None,
+        "assumption": cause.assumption,
+        "action": cause.action,
+        "verify": cause.verify,
+        "alternatives": list(cause.alternatives),
+        "explains": list(cause.explains),
+        "span": span_text(cause.ranks, cause.steps),
+        "evidence": [e.to_dict() for e in cause.evidence],
+        "rows_total": sum(e.row_count for e in cause.evidence),
     }
 
 
@@ -133,11 +133,16 @@ def verdict(report: Report) -> dict[str, Any]:
     return {
         "step": step,
         "step_text": step_text(step),
-        "causes": [cause_view(c, per) for c in report.causes],
+        "causes": [cause_view(cause, per) for cause in report.causes],
         "also": [
-            {"id": f.id, "severity": f.severity, "title": f.title, "span": span_text(f.ranks, f.steps)}
-            for f in also_worth_a_look(report)
+            {
+                "id": finding.id,
+                "severity": finding.severity,
+                "title": finding.title,
+                "span": span_text(finding.ranks, finding.steps),
+            }
+            for finding in also_worth_a_look(report)
         ],
-        "explained": sum(f.explained_by is not None for f in report.findings),
+        "explained": sum(finding.explained_by is not None for finding in report.findings),
         "findings": len(report.findings),
     }

@@ -102,32 +102,32 @@ def build_workbook(report: Report) -> Workbook:
     evidence = read_evidence(data_root(report), owners)
     tables = cut_tables(report, limit=ROW_LIMIT)
     cut: dict[str, dict] = tables.meta.get("tables_cut") or {}
-    wb = Workbook(write_only=True)
-    summary, causes_ws, findings_ws = Sheet(wb, "Summary"), Sheet(wb, "Causes"), Sheet(wb, "Findings")
-    sheets = [summary, causes_ws, findings_ws, Sheet(wb, "Members")]
+    workbook = Workbook(write_only=True)
+    summary, causes_ws, findings_ws = Sheet(workbook, "Summary"), Sheet(workbook, "Causes"), Sheet(workbook, "Findings")
+    sheets = [summary, causes_ws, findings_ws, Sheet(workbook, "Members")]
     members_cut = members_sheet(sheets[-1], report)
     titles: dict[str, str] = dict.fromkeys(members_cut, "Members")  # table (or group's members) -> its sheet
     for name, title in NAMED_SHEETS.items():  # the sheets the issue promises exist even when empty
-        sheets.append(Sheet(wb, title))
+        sheets.append(Sheet(workbook, title))
         titles[name] = title
         table_sheet(sheets[-1], tables.tables.get(name, pl.DataFrame()), NONE_KEPT if name in cut else NO_ROWS)
-    for name, df in tables.tables.items():
+    for name, value in tables.tables.items():
         if name not in NAMED_SHEETS:
-            sheets.append(Sheet(wb, sheet_name(name, [s.title for s in sheets])))
+            sheets.append(Sheet(workbook, sheet_name(name, [s.title for s in sheets])))
             titles[name] = sheets[-1].title
-            table_sheet(sheets[-1], df, NONE_KEPT if name in cut else NO_ROWS)
+            table_sheet(sheets[-1], value, NONE_KEPT if name in cut else NO_ROWS)
     cut = {**cut, **members_cut}
     if cut:
-        sheets.append(Sheet(wb, CUT_SHEET))
+        sheets.append(Sheet(workbook, CUT_SHEET))
         cut_sheet(sheets[-1], cut, titles)
-    sheets.append(ev_ws := Sheet(wb, "Evidence"))
+    sheets.append(ev_ws := Sheet(workbook, "Evidence"))
     first_rows = evidence_sheet(ev_ws, owners, evidence)
     causes_sheet(causes_ws, report, first_rows)
     findings_sheet(findings_ws, report, first_rows)
     summary_sheet(summary, report, first_rows, cut)
     for sheet in sheets:
         sheet.flush()
-    return wb
+    return workbook
 
 
 class Sheet:
@@ -135,8 +135,8 @@ class Sheet:
     `flush`. The verdict and findings sheets place cells as they go; `append` adds a table's rows after them
     without a cell object for each plain value."""
 
-    def __init__(self, wb: Workbook, title: str) -> None:
-        self.ws = wb.create_sheet(title)
+    def __init__(self, workbook: Workbook, title: str) -> None:
+        self.ws = workbook.create_sheet(title)
         self.title = title
         self.column_dimensions = self.ws.column_dimensions
         self.cells: dict[int, dict[int, Cell]] = {}
@@ -168,12 +168,12 @@ class Sheet:
         """The values of ``column`` from row ``first`` to ``last`` (placed or appended rows, not streamed ones)."""
         placed = max(self.cells, default=0)
         last = min(last, placed + len(self.rows))
-        for r in range(first, last + 1):
-            if r <= placed:
-                got = self.cells.get(r, {}).get(column)
+        for index in range(first, last + 1):
+            if index <= placed:
+                got = self.cells.get(index, {}).get(column)
                 yield None if got is None else got.value
             else:
-                row = self.rows[r - placed - 1]
+                row = self.rows[index - placed - 1]
                 v = row[column - 1] if column <= len(row) else None
                 yield v.value if isinstance(v, Cell) else v
 
@@ -184,7 +184,7 @@ class Sheet:
             self.ws.auto_filter.ref = self.filter
         for r in range(1, max(self.cells, default=0) + 1):
             line = self.cells.get(r, {})
-            self.ws.append([line.get(c) for c in range(1, max(line, default=0) + 1)])
+            self.ws.append([line.get(index) for index in range(1, max(line, default=0) + 1)])
         for row in self.rows:
             self.ws.append(row)
         for row in self.tail:
@@ -210,9 +210,9 @@ def link(cell: Cell, row: int | None, what: str) -> None:
         cell.font = LINK_FONT
 
 
-def put(ws: Sheet, row: int, col: int, value: Any, number_format: str | None = None) -> Cell:
+def put(sheet: Sheet, row: int, col: int, value: Any, number_format: str | None = None) -> Cell:
     """Write one cell; strings are always text, never formulas."""
-    cell = ws.cell(row=row, column=col)
+    cell = sheet.cell(row=row, column=col)
     value = plain(value)
     if isinstance(value, str):
         cell.value = safe_text(value)
@@ -237,45 +237,45 @@ def plain(value: Any) -> Any:
     return value
 
 
-def table_value(ws: Sheet, value: Any, number_format: str | None) -> Any:
+def table_value(sheet: Sheet, value: Any, number_format: str | None) -> Any:
     """A table cell as `put` writes it, as a plain value where openpyxl writes that the same way: a cell object
     only for text that could read as a formula and for numbers with a format."""
     value = plain(value)
     if isinstance(value, str):
         if value.startswith(FORMULA_START):
-            cell = WriteOnlyCell(ws.ws, value=safe_text(value))
+            cell = WriteOnlyCell(sheet.ws, value=safe_text(value))
             cell.data_type, cell.quotePrefix = "s", True
             return cell
         return safe_text(value)
     if number_format and isinstance(value, int | float) and not isinstance(value, bool):
-        cell = WriteOnlyCell(ws.ws, value=value)
+        cell = WriteOnlyCell(sheet.ws, value=value)
         cell.number_format = number_format
         return cell
     return value
 
 
-def header(ws: Sheet, labels: list[str], row: int = 1) -> None:
-    for i, label in enumerate(labels, start=1):
-        c = put(ws, row, i, label)
+def header(sheet: Sheet, labels: list[str], row: int = 1) -> None:
+    for index, label in enumerate(labels, start=1):
+        c = put(sheet, row, index, label)
         c.font, c.fill = HEADER_FONT, HEADER_FILL
         c.alignment = Alignment(vertical="center")
 
 
-def finish(ws: Sheet, header_row: int = 1, widths: dict[int, float] | None = None) -> None:
+def finish(sheet: Sheet, header_row: int = 1, widths: dict[int, float] | None = None) -> None:
     """Frozen header, autofilter, column widths from the content (capped)."""
-    ws.freeze_panes = f"A{header_row + 1}"
-    if ws.max_row > header_row and ws.max_column:
-        ws.filter = f"A{header_row}:{get_column_letter(ws.max_column)}{ws.max_row}"
-    for col in range(1, ws.max_column + 1):
+    sheet.freeze_panes = f"A{header_row + 1}"
+    if sheet.max_row > header_row and sheet.max_column:
+        sheet.filter = f"A{header_row}:{get_column_letter(sheet.max_column)}{sheet.max_row}"
+    for col in range(1, sheet.max_column + 1):
         letter = get_column_letter(col)
         if widths and col in widths:
-            ws.column_dimensions[letter].width = widths[col]
+            sheet.column_dimensions[letter].width = widths[col]
             continue
         longest = 0
-        for value in ws.values(col, header_row, header_row + WIDTH_ROWS):
+        for value in sheet.values(col, header_row, header_row + WIDTH_ROWS):
             if value is not None:
                 longest = max(longest, len(str(value)) if not isinstance(value, float) else 12)
-        ws.column_dimensions[letter].width = max(8, min(60, longest + 2))
+        sheet.column_dimensions[letter].width = max(8, min(60, longest + 2))
 
 
 def sheet_name(name: str, taken: list[str]) -> str:
@@ -290,20 +290,20 @@ def sheet_name(name: str, taken: list[str]) -> str:
 # ------------------------------------------------------------------------------------------ sheets
 
 
-def table_sheet(ws: Sheet, df: pl.DataFrame, empty: str = NO_ROWS) -> None:
+def table_sheet(sheet: Sheet, frame: pl.DataFrame, empty: str = NO_ROWS) -> None:
     """Any report table, with number formats from the column names; values keep their source units. ``empty``:
     what the sheet says when it has no rows."""
-    if df is None or df.is_empty():
-        put(ws, 1, 1, empty)
+    if frame is None or frame.is_empty():
+        put(sheet, 1, 1, empty)
         return
-    columns = [table_column(c, str(dt), ws.title) for c, dt in df.schema.items()]
-    header(ws, [label for _kind, label in columns])
+    columns = [table_column(key, str(value), sheet.title) for key, value in frame.schema.items()]
+    header(sheet, [label for _kind, label in columns])
     formats = [NUMBER_FORMATS.get(kind) for kind, _label in columns]
-    rows = ([table_value(ws, v, f) for v, f in zip(rec, formats, strict=True)] for rec in df.iter_rows())
+    rows = ([table_value(sheet, v, f) for v, f in zip(rec, formats, strict=True)] for rec in frame.iter_rows())
     for row in islice(rows, WIDTH_ROWS):  # held: `finish` sizes the columns on them
-        ws.append(row)
-    ws.stream(rows, df.height - min(df.height, WIDTH_ROWS))
-    finish(ws)
+        sheet.append(row)
+    sheet.stream(rows, frame.height - min(frame.height, WIDTH_ROWS))
+    finish(sheet)
 
 
 SUMMARY_STATS = ("_min_rank", "_max_rank", "_median", "_min", "_max")  # the columns of `json_report.by_class`
@@ -326,21 +326,23 @@ def table_column(name: str, dtype: str, title: str) -> tuple[str, str]:
     return kind, f"{head} {words}{unit}"
 
 
-def cut_sheet(ws: Sheet, cut: dict[str, dict], titles: dict[str, str]) -> None:
+def cut_sheet(sheet: Sheet, cut: dict[str, dict], titles: dict[str, str]) -> None:
     """What the workbook left out of each cut table, the sheet holding what it kept and the summary of every
     row, and the command that writes the whole table."""
-    header(ws, ["Table", "Sheet", "Rows in the analysis", "Rows here", "Ranks kept", "Summary per class", "Full table"])
-    for r, (name, what) in enumerate(cut.items(), start=2):
-        put(ws, r, 1, name)
-        sheet_link(put(ws, r, 2, titles.get(name, "")), titles.get(name))
-        put(ws, r, 3, what["rows"], NUMBER_FORMATS["int"])
-        put(ws, r, 4, what["kept"], NUMBER_FORMATS["int"])
+    header(
+        sheet, ["Table", "Sheet", "Rows in the analysis", "Rows here", "Ranks kept", "Summary per class", "Full table"]
+    )
+    for index, (name, what) in enumerate(cut.items(), start=2):
+        put(sheet, index, 1, name)
+        sheet_link(put(sheet, index, 2, titles.get(name, "")), titles.get(name))
+        put(sheet, index, 3, what["rows"], NUMBER_FORMATS["int"])
+        put(sheet, index, 4, what["kept"], NUMBER_FORMATS["int"])
         ranks = what.get("ranks_kept") or []
-        put(ws, r, 5, fmt_ranks(ranks) if ranks else "none: no cause or headline finding names a few ranks")
+        put(sheet, index, 5, fmt_ranks(ranks) if ranks else "none: no cause or headline finding names a few ranks")
         summary = titles.get(what.get("summary") or "")
-        sheet_link(put(ws, r, 6, summary or "(none)"), summary)
-        put(ws, r, 7, what.get("full", ""))
-    finish(ws, widths={1: 18, 2: 22, 3: 12, 4: 12, 5: 40, 6: 24, 7: 80})
+        sheet_link(put(sheet, index, 6, summary or "(none)"), summary)
+        put(sheet, index, 7, what.get("full", ""))
+    finish(sheet, widths={1: 18, 2: 22, 3: 12, 4: 12, 5: 40, 6: 24, 7: 80})
 
 
 def sheet_link(cell: Cell, title: str | None) -> None:
@@ -375,49 +377,59 @@ def cut_text(cut: dict[str, dict]) -> str:
     )
 
 
-def summary_sheet(ws: Sheet, report: Report, first_rows: dict[str, int], cut: dict[str, dict] | None = None) -> None:
+def summary_sheet(sheet: Sheet, report: Report, first_rows: dict[str, int], cut: dict[str, dict] | None = None) -> None:
     """The verdict first (the step, the causes, the headline findings no cause explains), then what was read and,
     when tables were cut (``cut``: `json_report.cut_tables`'s ``meta.tables_cut``), what and where they are whole."""
-    put(ws, 1, 1, "profan report").font = Font(bold=True, size=14)
-    r = verdict_block(ws, report, first_rows, 3) + 2
+    put(sheet, 1, 1, "profan report").font = Font(bold=True, size=14)
+    r = verdict_block(sheet, report, first_rows, 3) + 2
     src = report.source
     rows: list[tuple[str, Any]] = [
         ("Source", src.get("root", "")),
         ("Format", src.get("format", "")),
         ("Ranks", len(src.get("ranks", []))),
-        *((f"Findings: {s}", sum(f.severity == s for f in report.findings)) for s in SEVERITIES),
+        *((f"Findings: {s}", sum(finding.severity == s for finding in report.findings)) for s in SEVERITIES),
         ("profan", report.meta.get("profan", "")),
         ("Rule files", report.meta.get("rule_files", [])),
     ]
     if cut:
         rows.append((CUT_SHEET, cut_text(cut)))
-    for k, v in rows:
-        put(ws, r, 1, k).font = Font(bold=True)
-        put(ws, r, 2, v)
+    for key, value in rows:
+        put(sheet, r, 1, key).font = Font(bold=True)
+        put(sheet, r, 2, value)
         r += 1
     if cut:
-        sheet_link(ws.cell(row=r - 1, column=2), CUT_SHEET)
-        ws.cell(row=r - 1, column=2).alignment = Alignment(wrap_text=True, vertical="top")
+        sheet_link(sheet.cell(row=r - 1, column=2), CUT_SHEET)
+        sheet.cell(row=r - 1, column=2).alignment = Alignment(wrap_text=True, vertical="top")
     r += 1
-    header(ws, ["Rank", "Folder", "Rank from", "Files", "Rows read", "Rows skipped", "Profiler"], row=r)
-    for rk in src.get("ranks", []):
+    header(sheet, ["Rank", "Folder", "Rank from", "Files", "Rows read", "Rows skipped", "Profiler"], row=r)
+    for rank in src.get("ranks", []):
         r += 1
-        put(ws, r, 1, rk.get("rank"))
-        put(ws, r, 2, rk.get("path", ""))
-        put(ws, r, 3, rk.get("rank_origin", ""))
-        put(ws, r, 4, ", ".join(sorted((rk.get("files") or {}).keys())))
-        put(ws, r, 5, ", ".join(f"{k} {v}" for k, v in (rk.get("rows_read") or {}).items()))
-        put(ws, r, 6, ", ".join(f"{k} {v}" for k, v in (rk.get("rows_skipped") or {}).items()) or "none")
-        put(ws, r, 7, ", ".join(f"{k} {v}" for k, v in (rk.get("info") or {}).items() if v not in (None, "")))
+        put(sheet, r, 1, rank.get("rank"))
+        put(sheet, r, 2, rank.get("path", ""))
+        put(sheet, r, 3, rank.get("rank_origin", ""))
+        put(sheet, r, 4, ", ".join(sorted((rank.get("files") or {}).keys())))
+        put(sheet, r, 5, ", ".join(f"{key} {value}" for key, value in (rank.get("rows_read") or {}).items()))
+        put(
+            sheet,
+            r,
+            6,
+            ", ".join(f"{key} {value}" for key, value in (rank.get("rows_skipped") or {}).items()) or "none",
+        )
+        put(
+            sheet,
+            r,
+            7,
+            ", ".join(f"{key} {value}" for key, value in (rank.get("info") or {}).items() if value not in (None, "")),
+        )
     for title, items in (("Warnings", report.warnings), ("Notes", report.notes)):
         if items:
             r += 2
-            put(ws, r, 1, title).font = Font(bold=True)
-            for w in items:
+            put(sheet, r, 1, title).font = Font(bold=True)
+            for item in items:
                 r += 1
-                put(ws, r, 1, w)
+                put(sheet, r, 1, item)
     for col, width in zip("ABCDEFGHIJ", (22, 60, 16, 12, 70, 60, 60, 22, 22, 70), strict=True):
-        ws.column_dimensions[col].width = width
+        sheet.column_dimensions[col].width = width
 
 
 VERDICT_HEADER = [
@@ -434,88 +446,103 @@ VERDICT_HEADER = [
 ]
 
 
-def verdict_block(ws: Sheet, report: Report, first_rows: dict[str, int], r: int) -> int:
+def verdict_block(sheet: Sheet, report: Report, first_rows: dict[str, int], r: int) -> int:
     """The verdict from row ``r``: the step, one row per cause (largest estimated gain first), the headline
     findings no cause explains. Returns the last row written."""
-    put(ws, r, 1, "Verdict").font = Font(bold=True, size=12)
-    put(ws, r + 1, 1, "The step").font = Font(bold=True)
+    put(sheet, r, 1, "Verdict").font = Font(bold=True, size=12)
+    put(sheet, r + 1, 1, "The step").font = Font(bold=True)
     step = step_summary(report.tables, report.causes)
-    put(ws, r + 1, 2, step_text(step))
+    put(sheet, r + 1, 2, step_text(step))
     r += 3
-    header(ws, VERDICT_HEADER, row=r)
-    for c in report.causes:
+    header(sheet, VERDICT_HEADER, row=r)
+    for cause in report.causes:
         r += 1
-        link(put(ws, r, 1, c.id), first_rows.get(c.id), c.id)
-        put(ws, r, 2, c.title)
-        if c.impact_us is None:
-            put(ws, r, 3, gain_text(c, share_of(step)))
+        link(put(sheet, r, 1, cause.id), first_rows.get(cause.id), cause.id)
+        put(sheet, r, 2, cause.title)
+        if cause.impact_us is None:
+            put(sheet, r, 3, gain_text(cause, share_of(step)))
         else:
-            put(ws, r, 3, c.impact_us / 1000, NUMBER_FORMATS["ms2"])
-        put(ws, r, 4, c.impact_share, NUMBER_FORMATS["pct"])
+            put(sheet, r, 3, cause.impact_us / 1000, NUMBER_FORMATS["ms2"])
+        put(sheet, r, 4, cause.impact_share, NUMBER_FORMATS["pct"])
         for col, value in enumerate(
-            (c.action, c.verify, "\n".join(c.alternatives), ", ".join(c.explains), span_text(c.ranks, c.steps)),
+            (
+                cause.action,
+                cause.verify,
+                "\n".join(cause.alternatives),
+                ", ".join(cause.explains),
+                span_text(cause.ranks, cause.steps),
+            ),
             start=5,
         ):
-            put(ws, r, col, value)
-        put(ws, r, 10, c.assumption)
+            put(sheet, r, col, value)
+        put(sheet, r, 10, cause.assumption)
         for col in (2, 3, 5, 6, 7, 10):
-            ws.cell(row=r, column=col).alignment = Alignment(wrap_text=True, vertical="top")
+            sheet.cell(row=r, column=col).alignment = Alignment(wrap_text=True, vertical="top")
     if not report.causes:
         put(
-            ws,
+            sheet,
             r + 1,
             1,
             "No cause found: no finding names a rank, stage, link or kind of time that holds the step back.",
         )
         r += 1
     r += 2
-    put(ws, r, 1, "Also worth a look").font = Font(bold=True)
+    put(sheet, r, 1, "Also worth a look").font = Font(bold=True)
     also = also_worth_a_look(report)
     for f in also:
         r += 1
-        link(put(ws, r, 1, f.id), first_rows.get(f.id), f.id)
-        put(ws, r, 2, f.title)
-        put(ws, r, 3, f.severity).fill = SEVERITY_FILL[f.severity]
+        link(put(sheet, r, 1, f.id), first_rows.get(f.id), f.id)
+        put(sheet, r, 2, f.title)
+        put(sheet, r, 3, f.severity).fill = SEVERITY_FILL[f.severity]
     if not also:
         r += 1
-        put(ws, r, 1, "Nothing else at warning or critical.")
+        put(sheet, r, 1, "Nothing else at warning or critical.")
     return r
 
 
-def causes_sheet(ws: Sheet, report: Report, first_rows: dict[str, int]) -> None:
+def causes_sheet(sheet: Sheet, report: Report, first_rows: dict[str, int]) -> None:
     """Every field of every cause; values in their source units (µs)."""
     cols = ["ID", "Check", "Title", "Gain per step", "Share of step", "Step", "Assumption", "Action", "Verify"]
-    header(ws, [*cols, "Competing explanations", "Explains", "Ranks", "Steps", "Message", "Rows in claim"])
+    header(sheet, [*cols, "Competing explanations", "Explains", "Ranks", "Steps", "Message", "Rows in claim"])
     if not report.causes:
-        put(ws, 2, 1, "(no causes in this report)")
-    for r, c in enumerate(report.causes, start=2):
-        link(put(ws, r, 1, c.id), first_rows.get(c.id), c.id)
-        put(ws, r, 2, c.check)
-        put(ws, r, 3, c.title)
-        put(ws, r, 4, c.impact_us if c.impact_us is not None else gain_text(c), NUMBER_FORMATS["us"])
-        put(ws, r, 5, c.impact_share, NUMBER_FORMATS["pct"])
-        put(ws, r, 6, c.step_us, NUMBER_FORMATS["us"])
+        put(sheet, 2, 1, "(no causes in this report)")
+    for index, cause in enumerate(report.causes, start=2):
+        link(put(sheet, index, 1, cause.id), first_rows.get(cause.id), cause.id)
+        put(sheet, index, 2, cause.check)
+        put(sheet, index, 3, cause.title)
+        put(sheet, index, 4, cause.impact_us if cause.impact_us is not None else gain_text(cause), NUMBER_FORMATS["us"])
+        put(sheet, index, 5, cause.impact_share, NUMBER_FORMATS["pct"])
+        put(sheet, index, 6, cause.step_us, NUMBER_FORMATS["us"])
         for col, value in enumerate(
-            (c.assumption, c.action, c.verify, "\n".join(c.alternatives), c.explains, c.ranks, c.steps, c.message),
+            (
+                cause.assumption,
+                cause.action,
+                cause.verify,
+                "\n".join(cause.alternatives),
+                cause.explains,
+                cause.ranks,
+                cause.steps,
+                cause.message,
+            ),
             start=7,
         ):
-            put(ws, r, col, value)
-        put(ws, r, 15, sum(e.row_count for e in c.evidence), NUMBER_FORMATS["int"])
+            put(sheet, index, col, value)
+        put(sheet, index, 15, sum(e.row_count for e in cause.evidence), NUMBER_FORMATS["int"])
         for col in (3, 7, 8, 9, 10, 14):
-            ws.cell(row=r, column=col).alignment = Alignment(wrap_text=True, vertical="top")
+            sheet.cell(row=index, column=col).alignment = Alignment(wrap_text=True, vertical="top")
     finish(
-        ws,
+        sheet,
         widths={1: 7, 2: 26, 3: 60, 4: 16, 5: 10, 6: 14, 7: 60, 8: 80, 9: 60, 10: 60, 11: 18, 12: 14, 13: 10, 14: 90},
     )
 
 
-def members_sheet(ws: Sheet, report: Report) -> dict[str, dict]:
+def members_sheet(sheet: Sheet, report: Report) -> dict[str, dict]:
     """One row per member of a group finding, with the first of its own cited rows (`profan evidence` prints
     all of them by the member's id). A group of more than MEMBER_LIMIT members (one per rank and step of a check
     measured everywhere) lists its first MEMBER_LIMIT, the worst, and those of the ranks the verdict names, as the
     JSON report does (`json_report.cut_members`); returns what was left out of each group, for the sheet Tables
     cut."""
-    header(ws, ["Group", "ID", "Severity", "Check", "Rank", "Step", "Title", "Message", "First source", "Locators"])
+    header(sheet, ["Group", "ID", "Severity", "Check", "Rank", "Step", "Title", "Message", "First source", "Locators"])
     bounded = cut_members(report, MEMBER_LIMIT)
     cut = {
         f"members of {group}": {
@@ -528,59 +555,61 @@ def members_sheet(ws: Sheet, report: Report) -> dict[str, dict]:
         for group, left in (bounded.meta.get("members_cut") or {}).items()
     }
     r = 1
-    for f in bounded.findings:
-        for m in f.members:
+    for finding in bounded.findings:
+        for member in finding.members:
             r += 1
-            put(ws, r, 1, f.id)
-            put(ws, r, 2, m.id)
-            put(ws, r, 3, m.severity).fill = SEVERITY_FILL[m.severity]
-            put(ws, r, 4, m.check)
-            put(ws, r, 5, m.rank)
-            put(ws, r, 6, m.step)
-            put(ws, r, 7, m.title)
-            put(ws, r, 8, m.message)
-            put(ws, r, 9, m.evidence[0].file)
-            put(ws, r, 10, locators(m.evidence[0].to_dict(), limit=20))
+            put(sheet, r, 1, finding.id)
+            put(sheet, r, 2, member.id)
+            put(sheet, r, 3, member.severity).fill = SEVERITY_FILL[member.severity]
+            put(sheet, r, 4, member.check)
+            put(sheet, r, 5, member.rank)
+            put(sheet, r, 6, member.step)
+            put(sheet, r, 7, member.title)
+            put(sheet, r, 8, member.message)
+            put(sheet, r, 9, member.evidence[0].file)
+            put(sheet, r, 10, locators(member.evidence[0].to_dict(), limit=20))
     if r == 1:
-        put(ws, 2, 1, "(no group findings in this report)")
-    finish(ws, widths={1: 8, 2: 8, 3: 10, 4: 26, 5: 6, 6: 6, 7: 60, 8: 90, 9: 60, 10: 60})
+        put(sheet, 2, 1, "(no group findings in this report)")
+    finish(sheet, widths={1: 8, 2: 8, 3: 10, 4: 26, 5: 6, 6: 6, 7: 60, 8: 90, 9: 60, 10: 60})
     return cut
 
 
 def evidence_sheet(
-    ws: Sheet, owners: list[Cause | Finding], evidence: dict[str, list[EvidenceTable]]
+    sheet: Sheet, owners: list[Cause | Finding], evidence: dict[str, list[EvidenceTable]]
 ) -> dict[str, int]:
     """One row per cited source row, the causes' first; returns the first row of each cause and finding (for the
     links to it)."""
-    header(ws, ["ID", "Severity", "Item", "File", "Locator", "Name", "Type", "Key values", "Rows in claim", "Raw row"])
+    header(
+        sheet, ["ID", "Severity", "Item", "File", "Locator", "Name", "Type", "Key values", "Rows in claim", "Raw row"]
+    )
     first: dict[str, int] = {}
     r = 1
-    for f in owners:
-        severity = getattr(f, "severity", "cause")
-        for t in evidence[f.id]:
+    for owner in owners:
+        severity = getattr(owner, "severity", "cause")
+        for t in evidence[owner.id]:
             ev = t.evidence
             rows = t.rows or [None]
-            for sr in rows:
+            for row in rows:
                 r += 1
-                first.setdefault(f.id, r)
-                put(ws, r, 1, f.id)
-                put(ws, r, 2, severity).fill = SEVERITY_FILL[severity]
-                put(ws, r, 3, t.index)
-                put(ws, r, 4, ev.file)
-                if sr is None:
-                    put(ws, r, 5, ", ".join(str(x) for x in ev.locators))
-                    put(ws, r, 8, t.error or "(no rows read back)")
+                first.setdefault(owner.id, r)
+                put(sheet, r, 1, owner.id)
+                put(sheet, r, 2, severity).fill = SEVERITY_FILL[severity]
+                put(sheet, r, 3, t.index)
+                put(sheet, r, 4, ev.file)
+                if row is None:
+                    put(sheet, r, 5, ", ".join(str(locator) for locator in ev.locators))
+                    put(sheet, r, 8, t.error or "(no rows read back)")
                 else:
-                    put(ws, r, 5, sr.locator)
-                    name = pick(sr, NAME_COLUMNS)
+                    put(sheet, r, 5, row.locator)
+                    name = pick(row, NAME_COLUMNS)
                     if not name and ev.kind == "pointers":  # communication.json: the op is the pointer's last key
-                        name = sr.locator.rsplit("/", 1)[-1].replace("~1", "/").replace("~0", "~")
-                    put(ws, r, 6, name)
-                    put(ws, r, 7, pick(sr, TYPE_COLUMNS))
-                    put(ws, r, 8, "; ".join(f"{k}={v}" for k, v in key_values(sr, ev)))
-                    put(ws, r, 10, sr.raw)
-                put(ws, r, 9, ev.row_count, NUMBER_FORMATS["int"])
-    finish(ws, widths={1: 9, 2: 10, 3: 6, 4: 58, 5: 16, 6: 48, 7: 20, 8: 80, 9: 12, 10: 100})
+                        name = row.locator.rsplit("/", 1)[-1].replace("~1", "/").replace("~0", "~")
+                    put(sheet, r, 6, name)
+                    put(sheet, r, 7, pick(row, TYPE_COLUMNS))
+                    put(sheet, r, 8, "; ".join(f"{k}={v}" for k, v in key_values(row, ev)))
+                    put(sheet, r, 10, row.raw)
+                put(sheet, r, 9, ev.row_count, NUMBER_FORMATS["int"])
+    finish(sheet, widths={1: 9, 2: 10, 3: 6, 4: 58, 5: 16, 6: 48, 7: 20, 8: 80, 9: 12, 10: 100})
     return first
 
 
@@ -603,25 +632,25 @@ FINDING_COLUMNS = [
 ]
 
 
-def findings_sheet(ws: Sheet, report: Report, first_rows: dict[str, int]) -> None:
-    header(ws, FINDING_COLUMNS)
-    for r, f in enumerate(report.findings, start=2):
-        target = first_rows.get(f.id)
-        link(put(ws, r, 1, f.id), target, f.id)
-        put(ws, r, 2, f.severity).fill = SEVERITY_FILL[f.severity]
-        put(ws, r, 3, f.check)
-        put(ws, r, 4, f.rank)
-        put(ws, r, 5, f.step)
-        put(ws, r, 6, f.title)
-        put(ws, r, 7, f.message)
-        put(ws, r, 8, f"{len(f.evidence)} source(s) → Evidence row {target}" if target else "")
-        put(ws, r, 9, sum(len(e.locators) for e in f.evidence), NUMBER_FORMATS["int"])
-        put(ws, r, 10, sum(e.row_count for e in f.evidence), NUMBER_FORMATS["int"])
-        put(ws, r, 11, f.evidence[0].file)
-        put(ws, r, 12, f.ranks)
-        put(ws, r, 13, f.steps)
-        put(ws, r, 14, f.explained_by)
-        put(ws, r, 15, len(f.members) or None, NUMBER_FORMATS["int"])
-        ws.cell(row=r, column=7).alignment = Alignment(wrap_text=True, vertical="top")
+def findings_sheet(sheet: Sheet, report: Report, first_rows: dict[str, int]) -> None:
+    header(sheet, FINDING_COLUMNS)
+    for index, finding in enumerate(report.findings, start=2):
+        target = first_rows.get(finding.id)
+        link(put(sheet, index, 1, finding.id), target, finding.id)
+        put(sheet, index, 2, finding.severity).fill = SEVERITY_FILL[finding.severity]
+        put(sheet, index, 3, finding.check)
+        put(sheet, index, 4, finding.rank)
+        put(sheet, index, 5, finding.step)
+        put(sheet, index, 6, finding.title)
+        put(sheet, index, 7, finding.message)
+        put(sheet, index, 8, f"{len(finding.evidence)} source(s) → Evidence row {target}" if target else "")
+        put(sheet, index, 9, sum(len(e.locators) for e in finding.evidence), NUMBER_FORMATS["int"])
+        put(sheet, index, 10, sum(e.row_count for e in finding.evidence), NUMBER_FORMATS["int"])
+        put(sheet, index, 11, finding.evidence[0].file)
+        put(sheet, index, 12, finding.ranks)
+        put(sheet, index, 13, finding.steps)
+        put(sheet, index, 14, finding.explained_by)
+        put(sheet, index, 15, len(finding.members) or None, NUMBER_FORMATS["int"])
+        sheet.cell(row=index, column=7).alignment = Alignment(wrap_text=True, vertical="top")
     widths = {1: 7, 2: 10, 3: 26, 4: 6, 5: 6, 6: 60, 7: 90, 8: 26, 9: 10, 10: 12, 11: 60, 12: 14, 13: 10, 14: 10}
-    finish(ws, widths={**widths, 15: 9})
+    finish(sheet, widths={**widths, 15: 9})

@@ -50,7 +50,7 @@ def _evidence(rule: BucketRule, columns: set[str]) -> pl.Expr:
 def rule_fields(rules: list[BucketRule]) -> list[str]:
     """The columns the rules read: a kernel's verdict depends on these alone, so it can be reused for any row
     with the same values."""
-    return sorted({f for r in rules for f in r.match})
+    return sorted({f for rule in rules for f in rule.match})
 
 
 def classify(frame: pl.DataFrame | pl.LazyFrame, rules: list[BucketRule]):
@@ -70,8 +70,8 @@ def classify(frame: pl.DataFrame | pl.LazyFrame, rules: list[BucketRule]):
         cond, n = _condition(r, columns), pl.lit(i, pl.Int32)
         first = pl.when(cond).then(n) if first is None else first.when(cond).then(n)  # type: ignore[union-attr]
         if any(f in r.match and f in columns for f in CONTEXT_FIELDS):
-            ev = _evidence(r, columns)
-            why = pl.when(rule == i).then(ev) if why is None else why.when(rule == i).then(ev)  # type: ignore[union-attr]
+            evidence = _evidence(r, columns)
+            why = pl.when(rule == i).then(evidence) if why is None else why.when(rule == i).then(evidence)  # type: ignore[union-attr]
     index = list(range(len(rules)))
     return (
         frame.with_columns(first.otherwise(pl.lit(None, pl.Int32)).alias("_rule"))  # type: ignore[union-attr]
@@ -100,7 +100,9 @@ def classify_distinct(frame: pl.DataFrame, rules: list[BucketRule]) -> pl.DataFr
     their kernels, and a classification costs its rules' regexes, which polars compiles at every call (about
     10 ms for 30 rules on 100 kernels), not its rows. Threads may read ranks at once: two that miss together
     both classify, and either's verdicts are the same."""
-    fields = [f for f in rule_fields(rules) if f in frame.columns]  # a context column a frame lacks matches nothing
+    fields = [
+        field for field in rule_fields(rules) if field in frame.columns
+    ]  # a context column a frame lacks matches nothing
     if not fields or frame.is_empty():
         return classify(frame, rules)
     kinds = frame.select(fields).unique()
@@ -108,7 +110,7 @@ def classify_distinct(frame: pl.DataFrame, rules: list[BucketRule]) -> pl.DataFr
         if kinds.height * 4 > frame.height:  # … nor to save by joining
             return classify(frame, rules)
         return frame.join(classify(kinds, rules), on=fields, how="left", nulls_equal=True, maintain_order="left")
-    key = (_rules_key(rules), *((f, str(frame.schema[f])) for f in fields))
+    key = (_rules_key(rules), *((field, str(frame.schema[field])) for field in fields))
     known = _verdicts.get(key)
     new = kinds if known is None else kinds.join(known, on=fields, how="anti", nulls_equal=True)
     if not new.is_empty():
@@ -121,11 +123,11 @@ def classify_distinct(frame: pl.DataFrame, rules: list[BucketRule]) -> pl.DataFr
 
 
 def _rules_key(rules: list[BucketRule]) -> tuple:
-    return tuple((r.id, r.bucket, tuple(r.match.items())) for r in rules)
+    return tuple((rule.id, rule.bucket, tuple(rule.match.items())) for rule in rules)
 
 
 def uses_neighbors(rules: list[BucketRule]) -> bool:
-    return any(NEIGHBORS in r.match for r in rules)
+    return any(NEIGHBORS in rule.match for rule in rules)
 
 
 def with_neighbors(frame: pl.DataFrame, order: list[str], over: list[str], anchors: tuple[str, ...], label: str):

@@ -71,9 +71,9 @@ class Hardware:
             return self.devices[self.assume["device"]]
         if not name:
             return None
-        for d in self.devices.values():
-            if d.match and re.search(d.match, name):
-                return d
+        for device in self.devices.values():
+            if device.match and re.search(device.match, name):
+                return device
         return None
 
     def detect_ascend(self, platform_version: int | None) -> tuple[Device | None, str]:
@@ -82,9 +82,9 @@ class Hardware:
         if assumed in self.devices:
             return self.devices[assumed], f"assumed by {self.assume.get('_file', 'the hardware file')}"
         if platform_version is not None:
-            for d in self.devices.values():
-                if d.vendor == "ascend" and platform_version in d.platform_version:
-                    return d, f"msprof info.json platform_version {platform_version}"
+            for device in self.devices.values():
+                if device.vendor == "ascend" and platform_version in device.platform_version:
+                    return device, f"msprof info.json platform_version {platform_version}"
         return None, "not recorded in the profile"
 
 
@@ -111,7 +111,7 @@ def _check_keys(path: Path, what: str, got: dict[str, Any], allowed: set[str]) -
         raise ProfanInputError(path, f"unknown {what} key(s) {', '.join(bad)} (use {', '.join(sorted(allowed))})")
 
 
-def _add(hw: Hardware, path: Path, doc: dict[str, Any], label: str) -> None:
+def _add(hardware: Hardware, path: Path, doc: dict[str, Any], label: str) -> None:
     _check_keys(path, "top-level", doc, TOP_KEYS)
     for d in doc.get("device", []):
         _check_keys(path, "[[device]]", d, DEVICE_KEYS)
@@ -122,7 +122,7 @@ def _add(hw: Hardware, path: Path, doc: dict[str, Any], label: str) -> None:
                 re.compile(str(d["match"]))
             except re.error as exc:
                 raise ProfanInputError(path, f"device {d['id']}: invalid regular expression: {exc}") from None
-        hw.devices[d["id"]] = Device(
+        hardware.devices[d["id"]] = Device(
             id=d["id"],
             vendor=str(d.get("vendor", "")),
             name=str(d.get("name", d["id"])),
@@ -134,7 +134,7 @@ def _add(hw: Hardware, path: Path, doc: dict[str, Any], label: str) -> None:
         _check_keys(path, "[[link]]", e, LINK_KEYS)
         if not e.get("device") or not e.get("link"):
             raise ProfanInputError(path, "a [[link]] entry needs device and link")
-        hw.links[(e["device"], e["link"])] = LinkPrior(
+        hardware.links[(e["device"], e["link"])] = LinkPrior(
             device=e["device"],
             link=e["link"],
             usable_gbps=_num(path, e, "usable_gbps"),
@@ -145,22 +145,22 @@ def _add(hw: Hardware, path: Path, doc: dict[str, Any], label: str) -> None:
             file=label,
         )
     if isinstance(doc.get("assume"), dict):
-        hw.assume = {**doc["assume"], "_file": label}
+        hardware.assume = {**doc["assume"], "_file": label}
 
 
 def load(user: str | Path | None = None) -> Hardware:
     """Built-in priors (``rules/hardware/*.toml``), then the user's file on top (its entries win)."""
-    hw = Hardware()
+    hardware = Hardware()
     for path in sorted((rules_dir() / "hardware").glob("*.toml")):
-        _add(hw, path, load_toml(path, "hardware file"), f"rules/hardware/{path.name}")
-        hw.files.append(f"rules/hardware/{path.name}")
+        _add(hardware, path, load_toml(path, "hardware file"), f"rules/hardware/{path.name}")
+        hardware.files.append(f"rules/hardware/{path.name}")
     if user is not None:
         p = Path(user)
-        _add(hw, p, load_toml(p, "hardware file"), str(p))
-        hw.files.append(str(p))
-        dev = hw.assume.get("device")
-        if dev is not None and dev not in hw.devices:
+        _add(hardware, p, load_toml(p, "hardware file"), str(p))
+        hardware.files.append(str(p))
+        dev = hardware.assume.get("device")
+        if dev is not None and dev not in hardware.devices:
             raise ProfanInputError(
-                p, f"[assume] device {dev!r} is not a known device ({', '.join(sorted(hw.devices))})"
+                p, f"[assume] device {dev!r} is not a known device ({', '.join(sorted(hardware.devices))})"
             )
-    return hw
+    return hardware

@@ -100,7 +100,7 @@ class RulePack:
     severity: SeverityRules = field(default_factory=default_severity)  # rules/severity.toml, a [severity] on top
 
     def rules_for(self, applies_to: str) -> list[BucketRule]:
-        return [r for r in self.rules if r.applies_to in (applies_to, "any")]
+        return [rule for rule in self.rules if rule.applies_to in (applies_to, "any")]
 
     def check(self, check_id: str) -> Check:
         """The check of that id; an id the pack does not have is a bug in the caller, raised at once."""
@@ -111,12 +111,12 @@ class RulePack:
 
     def rule_parts(self) -> dict[str, str]:
         """rule id -> the part its kernels are (only the rules that name one)."""
-        return {r.id: r.part for r in self.rules if r.part}
+        return {rule.id: rule.part for rule in self.rules if rule.part}
 
     def find(self, ident: str) -> BucketRule | Check | None:
         if ident in self.checks:
             return self.checks[ident]
-        return next((r for r in self.rules if r.id == ident), None)
+        return next((rule for rule in self.rules if rule.id == ident), None)
 
 
 def _validate_regex(path: Path | str, what: str, pattern: str) -> None:
@@ -136,7 +136,7 @@ def _read_rules(path: Path, doc: dict[str, Any], seen: set[str]) -> tuple[list[B
     applies = str(pack.get("applies_to", "any"))
     parts = pack.get("parts", {})
     rules = []
-    for i, r in enumerate(_tables(path, doc, "rule"), start=1):
+    for index, r in enumerate(_tables(path, doc, "rule"), start=1):
         rid = r.get("id")
         if (
             not isinstance(rid, str)
@@ -146,10 +146,10 @@ def _read_rules(path: Path, doc: dict[str, Any], seen: set[str]) -> tuple[list[B
             or not isinstance(r.get("match"), dict)
             or not r["match"]
         ):
-            raise ProfanInputError(path, f"rule #{i} needs a text id, a text bucket and a non-empty match table")
+            raise ProfanInputError(path, f"rule #{index} needs a text id, a text bucket and a non-empty match table")
         if rid in seen:
             raise ProfanInputError(path, f"rule id {rid} is defined twice")
-        bad = [k for k in r["match"] if k not in MATCH_FIELDS]
+        bad = [key for key in r["match"] if key not in MATCH_FIELDS]
         if bad:
             raise ProfanInputError(
                 path, f"rule {rid}: unknown match field(s) {', '.join(bad)} (use {', '.join(MATCH_FIELDS)})"
@@ -166,7 +166,7 @@ def _read_rules(path: Path, doc: dict[str, Any], seen: set[str]) -> tuple[list[B
                 id=rid,
                 name=r.get("name", rid),
                 bucket=r["bucket"],
-                match={k: str(v) for k, v in r["match"].items()},
+                match={key: str(value) for key, value in r["match"].items()},
                 why=r.get("why", ""),
                 example=r.get("example", ""),
                 applies_to=str(r.get("applies_to", applies)),
@@ -180,7 +180,7 @@ def _read_rules(path: Path, doc: dict[str, Any], seen: set[str]) -> tuple[list[B
 def _tables(path: Path, doc: dict[str, Any], key: str) -> list[dict[str, Any]]:
     """The ``[[key]]`` entries of a rules file; anything else there is one line naming the file."""
     items = doc.get(key, [])
-    if not isinstance(items, list) or not all(isinstance(x, dict) for x in items):
+    if not isinstance(items, list) or not all(isinstance(item, dict) for item in items):
         raise ProfanInputError(path, f"'{key}' must be a list of tables ([[{key}]] entries)")
     return items
 
@@ -293,38 +293,40 @@ def _check_severities(path: Path | str, cid: str, params: dict[str, Any]) -> Non
 
 def _check_supersedes(pack: RulePack) -> None:
     """``supersedes`` lists ids of checks of the pack (a misspelt one would silently keep both findings)."""
-    for c in pack.checks.values():
-        wrong = [x for x in c.params.get("supersedes", ()) if x not in pack.checks]
-        if not isinstance(c.params.get("supersedes", []), list) or wrong:
+    for check in pack.checks.values():
+        wrong = [x for x in check.params.get("supersedes", ()) if x not in pack.checks]
+        if not isinstance(check.params.get("supersedes", []), list) or wrong:
             raise ProfanInputError(
-                c.source,
-                f"check {c.id}: supersedes must list check ids, not {str(wrong or c.params['supersedes'])[:60]}",
+                check.source,
+                f"check {check.id}: supersedes must list check ids, "
+                f"not {str(wrong or check.params['supersedes'])[:60]}",
             )
 
 
 def _check_patterns(pack: RulePack) -> None:
     """A check's `PATTERN_SETTINGS` hold regular expressions (``score_kernel``, ``phases``' values): one a rules
     file got wrong is refused in one line naming it, not met deep inside an analysis."""
-    for c in pack.checks.values():
-        for key, value in c.params.items():
+    for check in pack.checks.values():
+        for key, value in check.params.items():
             if key.endswith(PATTERN_SETTINGS):
                 for name, pattern in value.items() if isinstance(value, dict) else [(None, value)]:
                     where = f"{key}.{name}" if name is not None else key
-                    _validate_regex(c.source, f"check {c.id}: {where}", str(pattern))
+                    _validate_regex(check.source, f"check {check.id}: {where}", str(pattern))
 
 
 def _check_rule_ids(pack: RulePack) -> None:
     """A check's ``<kind>_rules`` setting lists ids of bucket rules of the pack (``fused_rules``: a misspelt id, or
     one a team's file renamed, would make every fused attention kernel look unfused)."""
-    ids = {r.id for r in pack.rules}
-    for c in pack.checks.values():
-        for key, value in c.params.items():
+    ids = {rule.id for rule in pack.rules}
+    for check in pack.checks.values():
+        for key, value in check.params.items():
             if not key.endswith("_rules"):
                 continue
             wrong = [x for x in value if x not in ids] if isinstance(value, list) else [value]
             if wrong:
                 raise ProfanInputError(
-                    c.source, f"check {c.id}: {key} must list bucket rule ids, and {str(wrong[0])[:40]!r} is none"
+                    check.source,
+                    f"check {check.id}: {key} must list bucket rule ids, and {str(wrong[0])[:40]!r} is none",
                 )
 
 
@@ -332,7 +334,7 @@ def _add_check(pack: RulePack, path: Path, c: dict[str, Any], *, override: bool)
     cid = c.get("id")
     if not isinstance(cid, str) or not cid:
         raise ProfanInputError(path, "a [[check]] entry has no text id")
-    params = {k: v for k, v in c.items() if k not in ("id", "name", "detects", "why")}
+    params = {key: value for key, value in c.items() if key not in ("id", "name", "detects", "why")}
     _check_severities(path, cid, params)
     if cid in pack.checks:
         if override:
@@ -341,7 +343,13 @@ def _add_check(pack: RulePack, path: Path, c: dict[str, Any], *, override: bool)
         # entry: setting one transport's or one pipe's value keeps the others)
         existing = pack.checks[cid]
         _check_overrides(existing, params)
-        merged = {**params, **{k: {**params[k], **v} if isinstance(v, dict) else v for k, v in existing.params.items()}}
+        merged = {
+            **params,
+            **{
+                key: {**params[key], **value} if isinstance(value, dict) else value
+                for key, value in existing.params.items()
+            },
+        }
         pack.checks[cid] = Check(
             cid, c.get("name", cid), c.get("detects", ""), c.get("why", ""), merged, existing.source
         )

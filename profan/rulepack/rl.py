@@ -40,11 +40,11 @@ class RlRules:
 
     def phase_of(self, annotation: str) -> str | None:
         """The phase an annotation marks, None for any other annotation."""
-        return next((p.name for p in self.phases if annotation in p.annotations), None)
+        return next((phase.name for phase in self.phases if annotation in phase.annotations), None)
 
     @property
     def annotation_phase(self) -> dict[str, str]:
-        return {a: p.name for p in self.phases for a in p.annotations}
+        return {annotation: phase.name for phase in self.phases for annotation in phase.annotations}
 
     def role(self, name: str) -> str | None:
         return self.roles.get(name)
@@ -54,10 +54,10 @@ class RlRules:
         its name (``[<prefix>_]prof_rank-<N>.json[.gz]``) and folder; None for a name of another form. The prefix
         names the role where it is one, else the folder does (discrete mode's role folders, ``e2e``'s prefix);
         neither: the unknown role, never a dropped trace."""
-        m = self.trace_name.match(path.name)
-        if m is None:
+        match = self.trace_name.match(path.name)
+        if match is None:
             return None
-        prefix, rank, folder = m.group(1), int(m.group(2)), path.parent.name
+        prefix, rank, folder = match.group(1), int(match.group(2)), path.parent.name
         if prefix and self.role(prefix):
             return self.roles[prefix], rank, f"file name {path.name}"
         if folder != self.e2e_folder and self.role(folder):

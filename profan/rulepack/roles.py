@@ -97,7 +97,7 @@ class Roles:
     def kineto_device_cats_all(self) -> tuple[str, ...]:
         """Device activity under every name a writer gives it (`kineto_category_aliases` read as a device one)."""
         device = set(self.kineto_device_cats)
-        old = [k for k, v in self.kineto_category_aliases.items() if v in device]
+        old = [key for key, value in self.kineto_category_aliases.items() if value in device]
         return tuple(dict.fromkeys((*self.kineto_device_cats, *old)))
 
     @property
@@ -128,7 +128,7 @@ class Roles:
     def override(self, table: Any, source: str | Path) -> Roles:
         """These roles with a rules file's ``[roles]`` on top (each ``[roles.<name>]`` replaces that value)."""
         values = _read(table, source, partial=True)
-        why = {**self.why, **{k: v for k, v in values.pop("why").items() if v}}
+        why = {**self.why, **{key: value for key, value in values.pop("why").items() if value}}
         return replace(self, **values, why=why, source=f"{self.source}, {source}")
 
 
@@ -284,7 +284,9 @@ def _as_collectives(name: str, value: Any, source: str | Path) -> object:
     keys = {f.name for f in fields(CollectiveKind)}
     _require(isinstance(value, list) and bool(value))
     _require(
-        all(isinstance(entry, dict) and set(entry) == keys and all(_text(entry[k]) for k in keys) for entry in value)
+        all(
+            isinstance(entry, dict) and set(entry) == keys and all(_text(entry[key]) for key in keys) for entry in value
+        )
     )
     out = []
     for entry in value:
@@ -295,7 +297,7 @@ def _as_collectives(name: str, value: Any, source: str | Path) -> object:
                 f"and bus_factor one of {', '.join(BUS_FACTORS)}",
             )
         _check_regex(name, entry["match"], "regex", source)
-        out.append(CollectiveKind(**{k: entry[k] for k in keys}))
+        out.append(CollectiveKind(**{key: entry[key] for key in keys}))
     return tuple(out)
 
 

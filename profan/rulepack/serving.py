@@ -44,12 +44,12 @@ class ServingRules:
     phase_kernels: tuple[PhaseRule, ...]
 
     def marker(self, rule_id: str) -> Marker:
-        return next(m for m in self.markers if m.id == rule_id)
+        return next(marker for marker in self.markers if marker.id == rule_id)
 
 
 def _phase_rules(doc: dict, key: str) -> tuple[PhaseRule, ...]:
-    rules = tuple(PhaseRule(r["id"], r["pattern"], r["phase"], r["source"]) for r in doc.get(key, []))
-    bad = [r.id for r in rules if r.phase not in PHASES[:3]]
+    rules = tuple(PhaseRule(rule["id"], rule["pattern"], rule["phase"], rule["source"]) for rule in doc.get(key, []))
+    bad = [rule.id for rule in rules if rule.phase not in PHASES[:3]]
     if bad:
         raise ValueError(f"rules/serving.toml: [[{key}]] {bad}: phase must be one of {PHASES[:3]}")
     return rules

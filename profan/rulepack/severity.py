@@ -39,7 +39,10 @@ class SeverityRules:
         return replace(
             merged,
             cost={**self.cost, **merged.cost},
-            baseline={k: {**self.baseline.get(k, {}), **v} for k, v in {**self.baseline, **merged.baseline}.items()},
+            baseline={
+                key: {**self.baseline.get(key, {}), **value}
+                for key, value in {**self.baseline, **merged.baseline}.items()
+            },
         )
 
 
@@ -68,7 +71,7 @@ def _parse(table: dict[str, Any], source: str | Path) -> SeverityRules:
         times_ms={level: float(table[f"{level}_ms"]) for level in LEVELS},
         min_events=int(table.get("min_events", 1)),
         cost=dict(table.get("cost", {})),
-        baseline={k: {c: float(s) for c, s in v.items()} for k, v in baseline.items()},
+        baseline={k: {key: float(s) for key, s in v.items()} for k, v in baseline.items()},
     )
 
 

@@ -22,11 +22,11 @@ from profan.rulepack.paths import rules_dir
 def load_toml(path: Path, what: str = "rules file") -> dict[str, Any]:
     """A TOML file of the rule pack (rules, checks, hardware priors); unreadable or invalid -> one-line error."""
     try:
-        with open_regular(path) as fh:
+        with open_regular(path) as handle:
             if not Path(path).resolve().is_relative_to(rules_dir().resolve()):  # the shipped pack holds the bounds
-                size = os.fstat(fh.fileno()).st_size
+                size = os.fstat(handle.fileno()).st_size
                 check_size(path, size, "max_rules_bytes", f"a {what}", bounds=defaults())
-            return tomllib.load(fh)
+            return tomllib.load(handle)
     except OSError as exc:
         raise ProfanInputError(path, f"cannot read {what}: {exc.strerror or exc}") from None
     except tomllib.TOMLDecodeError as exc:

@@ -126,14 +126,14 @@ def build_groups(p: SynthParams) -> dict[str, list[Group]]:
         return f"group_name_{n - 1}"
 
     world = [Group(name(), "default_group", list(range(p.ranks)))]
-    tp = [Group(name(), "tp", list(range(b * p.tp, (b + 1) * p.tp))) for b in range(p.ranks // p.tp)]
+    tp = [Group(name(), "tp", list(range(index * p.tp, (index + 1) * p.tp))) for index in range(p.ranks // p.tp)]
     dp = [Group(name(), "dp", list(range(i, p.ranks, p.tp))) for i in range(p.tp)]
     exp = [Group(name(), "exp", list(g.ranks)) for g in dp]
     return {"world": world, "tp": tp, "dp": dp, "exp": exp}
 
 
 def group_of(groups: dict[str, list[Group]], kind: str, rank: int) -> Group:
-    return next(g for g in groups[kind] if rank in g.ranks)
+    return next(group for group in groups[kind] if rank in group.ranks)
 
 
 def expert_tokens(p: SynthParams, rng: random.Random) -> list[list[int]]:
@@ -141,7 +141,7 @@ def expert_tokens(p: SynthParams, rng: random.Random) -> list[list[int]]:
     total = p.ranks * p.tokens * p.topk // p.tp
     out = []
     for _ in range(p.layers):
-        w = [(p.hot_factor if e == p.hot_expert else 1.0) * (1 + rng.gauss(0, 0.01)) for e in range(p.experts)]
+        w = [(p.hot_factor if index == p.hot_expert else 1.0) * (1 + rng.gauss(0, 0.01)) for index in range(p.experts)]
         s = sum(w)
         out.append([round(total * x / s) for x in w])
     return out
@@ -199,50 +199,50 @@ class _Sim:
     def collective(self, step: int, op: str, kind: str, size_mb: list[float] | float, dtype: str = "BF16") -> None:
         p = self.p
         done: set[int] = set()
-        for r in range(p.ranks):
-            if r in done:
+        for index in range(p.ranks):
+            if index in done:
                 continue
-            g = group_of(self.groups, kind, r)
+            g = group_of(self.groups, kind, index)
             done.update(g.ranks)
             idx = self.seq.get(g.hccl_name, 0) + 1
             self.seq[g.hccl_name] = idx
             name = f"hcom_{op}__{str(g.hash)[-3:]}_{idx}_1"
-            arrive = {m: self.t[m] + 2.0 + abs(self.rng.gauss(0, 0.5)) for m in g.ranks}
+            arrive = {rank: self.t[rank] + 2.0 + abs(self.rng.gauss(0, 0.5)) for rank in g.ranks}
             links: dict[int, dict[int, float]] = {}
             transfer = 0.0
-            for m in g.ranks:
-                sz = size_mb[m] if isinstance(size_mb, list) else size_mb
-                peers = [q for q in g.ranks if q != m]
+            for rank in g.ranks:
+                sz = size_mb[rank] if isinstance(size_mb, list) else size_mb
+                peers = [peer for peer in g.ranks if peer != rank]
                 per_link = sz / max(1, len(peers))
-                links[m] = {}
-                for q in peers:
-                    bw = HCCS_GBPS if m // RANKS_PER_NODE == q // RANKS_PER_NODE else RDMA_GBPS
-                    if p.slow_link and {m, q} == set(p.slow_link):
+                links[rank] = {}
+                for peer in peers:
+                    bw = HCCS_GBPS if rank // RANKS_PER_NODE == peer // RANKS_PER_NODE else RDMA_GBPS
+                    if p.slow_link and {rank, peer} == set(p.slow_link):
                         bw /= p.slow_link_factor
-                    links[m][q] = per_link / bw  # MB / (GB/s) = ms
-                    transfer = max(transfer, links[m][q])
+                    links[rank][peer] = per_link / bw  # MB / (GB/s) = ms
+                    transfer = max(transfer, links[rank][peer])
             transfer_us = 15.0 + transfer * 1000.0
             end = max(arrive.values()) + transfer_us
             last = max(arrive.values())
-            for m in g.ranks:
-                sz = size_mb[m] if isinstance(size_mb, list) else size_mb
-                self.rows[m].append(
+            for rank in g.ranks:
+                sz = size_mb[rank] if isinstance(size_mb, list) else size_mb
+                self.rows[rank].append(
                     Row(
                         step,
                         name,
                         f"hcom_{op}_",
                         "COMMUNICATION",
-                        arrive[m],
-                        end - arrive[m],
+                        arrive[rank],
+                        end - arrive[rank],
                         group=g,
                         size_mb=sz,
                         transit_ms=transfer_us / 1000.0,
-                        wait_ms=(last - arrive[m]) / 1000.0,
+                        wait_ms=(last - arrive[rank]) / 1000.0,
                         count=int(sz * 1e6 / 2),
-                        links=links[m],
+                        links=links[rank],
                     )
                 )
-                self.t[m] = end
+                self.t[rank] = end
 
     # -- the model ---------------------------------------------------------------------------------------------
 
@@ -432,8 +432,8 @@ class _Sim:
         p = self.p
         per_e = self.tokens[layer]
         out = []
-        for r in range(p.ranks):
-            local = group_of(self.groups, "exp", r).ranks.index(r)
+        for index in range(p.ranks):
+            local = group_of(self.groups, "exp", index).ranks.index(index)
             out.append(sum(per_e[local * p.experts_per_rank : (local + 1) * p.experts_per_rank]))
         return out
 

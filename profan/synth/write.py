@@ -211,38 +211,43 @@ def _compute_kernel_row(row: Row, place: RowPlace, task: int, rng: random.Random
     ]
 
 
-def _trace_metadata(pid: int, hw: int, hccl: int, ov: int, groups: list[Group], gtid: dict[str, int]) -> list[dict]:
+def _trace_metadata(
+    pid: int, hardware: int, hccl: int, ov: int, groups: list[Group], gtid: dict[str, int]
+) -> list[dict]:
     """The process and lane names of a rank's trace: host, Ascend Hardware (stream 2), HCCL (a lane per group and
     up to 8 plane lanes after it) and Overlap Analysis (its four lanes)."""
-    ev: list[dict] = [
+    evidence: list[dict] = [
         {"ph": "M", "name": "process_name", "pid": pid, "tid": 0, "args": {"name": "Python"}},
         {"ph": "M", "name": "process_labels", "pid": pid, "tid": 0, "args": {"labels": "CPU"}},
-        {"name": "process_name", "pid": hw, "tid": 0, "args": {"name": "Ascend Hardware"}, "ph": "M"},
-        {"name": "process_labels", "pid": hw, "tid": 0, "args": {"labels": "NPU"}, "ph": "M"},
-        {"name": "thread_name", "pid": hw, "tid": 2, "args": {"name": "Stream 2"}, "ph": "M"},
+        {"name": "process_name", "pid": hardware, "tid": 0, "args": {"name": "Ascend Hardware"}, "ph": "M"},
+        {"name": "process_labels", "pid": hardware, "tid": 0, "args": {"labels": "NPU"}, "ph": "M"},
+        {"name": "thread_name", "pid": hardware, "tid": 2, "args": {"name": "Stream 2"}, "ph": "M"},
         {"name": "process_name", "pid": hccl, "tid": 0, "args": {"name": "HCCL"}, "ph": "M"},
         {"name": "process_labels", "pid": hccl, "tid": 0, "args": {"labels": "NPU"}, "ph": "M"},
         {"name": "process_name", "pid": ov, "tid": 0, "args": {"name": "Overlap Analysis"}, "ph": "M"},
         {"name": "process_labels", "pid": ov, "tid": 0, "args": {"labels": "NPU"}, "ph": "M"},
     ]
     lanes = ["Computing", "Communication", "Communication(Not Overlapped)", "Free"]
-    ev += [{"name": "thread_name", "pid": ov, "tid": i, "args": {"name": n}, "ph": "M"} for i, n in enumerate(lanes)]
-    for g in groups:
-        tid = gtid[g.hccl_name]
-        ev.append(
+    evidence += [
+        {"name": "thread_name", "pid": ov, "tid": index, "args": {"name": lane}, "ph": "M"}
+        for index, lane in enumerate(lanes)
+    ]
+    for group in groups:
+        tid = gtid[group.hccl_name]
+        evidence.append(
             {
                 "name": "thread_name",
                 "pid": hccl,
                 "tid": tid,
-                "args": {"name": f"Group {g.hash} Communication"},
+                "args": {"name": f"Group {group.hash} Communication"},
                 "ph": "M",
             }
         )
-        for pl_ in range(min(8, len(g.ranks) - 1)):
-            ev.append(
+        for pl_ in range(min(8, len(group.ranks) - 1)):
+            evidence.append(
                 {"name": "thread_name", "pid": hccl, "tid": tid + 1 + pl_, "args": {"name": f"Plane {pl_}"}, "ph": "M"}
             )
-    return ev
+    return evidence
 
 
 class _Writer:
@@ -259,25 +264,25 @@ class _Writer:
         return self.out / f"synth-node{r // RANKS_PER_NODE}_{HOST_PID + r}_20251127190000{r % 1000:03d}_ascend_pt"
 
     def write(self) -> dict:
-        for r in range(self.p.ranks):
-            d = self.rank_dir(r)
+        for index in range(self.p.ranks):
+            d = self.rank_dir(index)
             (d / "ASCEND_PROFILER_OUTPUT").mkdir(parents=True, exist_ok=True)
-            self.kernel_details(r, d)
-            self.step_trace(r, d)
-            self.communication(r, d)
-            self.matrix(r, d)
+            self.kernel_details(index, d)
+            self.step_trace(index, d)
+            self.communication(index, d)
+            self.matrix(index, d)
             if self.p.trace:
-                self.trace_view(r, d)
-            self.info(r, d)
-            self.metadata(r, d)
+                self.trace_view(index, d)
+            self.info(index, d)
+            self.metadata(index, d)
         text = json.dumps(self.ground_truth(), indent=1)
         (self.out / "ground_truth.json").write_text(text)
         return json.loads(text)  # as a reader sees it (rank keys are strings)
 
-    def kernel_details(self, r: int, d: Path) -> None:
+    def kernel_details(self, r: int, path: Path) -> None:
         rng = random.Random(self.p.seed * 1000 + r)
-        with open(d / "ASCEND_PROFILER_OUTPUT" / "kernel_details.csv", "w", newline="", encoding="utf-8") as fh:
-            w = csv.writer(fh, lineterminator="\n")
+        with open(path / "ASCEND_PROFILER_OUTPUT" / "kernel_details.csv", "w", newline="", encoding="utf-8") as handle:
+            w = csv.writer(handle, lineterminator="\n")
             w.writerow(KERNEL_HEADER)
             prev_end = None
             task = 30000
@@ -292,20 +297,20 @@ class _Writer:
                     w.writerow(_compute_kernel_row(row, place, task, rng))
 
     def _step_rows(self, r: int, step: int) -> list[Row]:
-        return [x for x in self.sim.rows[r] if x.step == step]
+        return [row for row in self.sim.rows[r] if row.step == step]
 
-    def step_trace(self, r: int, d: Path) -> None:
-        with open(d / "ASCEND_PROFILER_OUTPUT" / "step_trace_time.csv", "w", newline="", encoding="utf-8") as fh:
-            w = csv.writer(fh, lineterminator="\n")
+    def step_trace(self, r: int, path: Path) -> None:
+        with open(path / "ASCEND_PROFILER_OUTPUT" / "step_trace_time.csv", "w", newline="", encoding="utf-8") as handle:
+            w = csv.writer(handle, lineterminator="\n")
             w.writerow(STEP_HEADER)
             for step, (s0, s1) in self.sim.step_bounds.items():
                 rows = self._step_rows(r, step)
-                comp = _union([(x.start, x.start + x.dur) for x in rows if x.core != "COMMUNICATION"])
-                comm = _union([(x.start, x.start + x.dur) for x in rows if x.core == "COMMUNICATION"])
+                comp = _union([(row.start, row.start + row.dur) for row in rows if row.core != "COMMUNICATION"])
+                comm = _union([(row.start, row.start + row.dur) for row in rows if row.core == "COMMUNICATION"])
                 notov = _subtract(comm, comp)
                 busy = _length(_union(comp + comm))
                 free = (s1 - s0) - busy
-                prep = min(x.start for x in rows) - s0
+                prep = min(row.start for row in rows) - s0
                 w.writerow(
                     [
                         r % RANKS_PER_NODE,
@@ -328,16 +333,16 @@ class _Writer:
     def _bw_info(self, r: int, x: Row) -> dict:
         """Bandwidth per transport of one op on rank r: intra-node peers over HCCS, others over RDMA."""
         info = {}
-        for tr in TRANSPORTS:
+        for trace in TRANSPORTS:
             peers = {
-                q: ms
-                for q, ms in x.links.items()
-                if (tr == "HCCS" and q // RANKS_PER_NODE == r // RANKS_PER_NODE)
-                or (tr == "RDMA" and q // RANKS_PER_NODE != r // RANKS_PER_NODE)
+                key: value
+                for key, value in x.links.items()
+                if (trace == "HCCS" and key // RANKS_PER_NODE == r // RANKS_PER_NODE)
+                or (trace == "RDMA" and key // RANKS_PER_NODE != r // RANKS_PER_NODE)
             }
             size = x.size_mb * len(peers) / max(1, len(x.links)) if peers else 0
             t = max(peers.values()) if peers else 0
-            info[tr] = {
+            info[trace] = {
                 "Transit Size(MB)": size,
                 "Transit Time(ms)": round(t, 5),
                 "Bandwidth(GB/s)": round(size / t, 4) if t else 0,
@@ -346,7 +351,7 @@ class _Writer:
             }
         return info
 
-    def communication(self, r: int, d: Path) -> None:
+    def communication(self, r: int, path: Path) -> None:
         doc = {}
         for step in self.sim.step_bounds:
             ops = {}
@@ -388,9 +393,9 @@ class _Writer:
                     "Communication Bandwidth Info": {},
                 }
             doc[f"step{step}"] = {"p2p": {}, "collective": ops}
-        (d / "ASCEND_PROFILER_OUTPUT" / "communication.json").write_text(json.dumps(doc))
+        (path / "ASCEND_PROFILER_OUTPUT" / "communication.json").write_text(json.dumps(doc))
 
-    def matrix(self, r: int, d: Path) -> None:
+    def matrix(self, r: int, path: Path) -> None:
         """Aggregated shape: ``<type>-top1/middle/bottom1-3/total@hash`` -> ``{"src-dst": link}`` (group-local)."""
         doc = {}
         for step in self.sim.step_bounds:
@@ -398,8 +403,8 @@ class _Writer:
             by_key: dict[tuple[str, int], list[Row]] = {}
             for x in self._comm_ops(r, step):
                 low = x.type.lower()
-                m = _MATRIX_TYPE.search(low)  # first regex hit, as torch_npu does (alltoallv -> alltoall)
-                t = m.group(0) if m else "invalid"
+                match = _MATRIX_TYPE.search(low)  # first regex hit, as torch_npu does (alltoallv -> alltoall)
+                t = match.group(0) if match else "invalid"
                 by_key.setdefault((t, x.group.hash), []).append(x)
             for (t, h), xs in by_key.items():
                 g = xs[0].group
@@ -407,13 +412,17 @@ class _Writer:
                 xs = sorted(xs, key=lambda x: x.dur, reverse=True)
                 picks = {"top1": xs[0], "middle": xs[len(xs) // 2], "bottom1": xs[-1]}
                 for label, x in picks.items():
-                    sect[f"{t}-{label}@{h}"] = {f"{me}-{g.ranks.index(q)}": self._link(r, q, x, True) for q in x.links}
+                    sect[f"{t}-{label}@{h}"] = {
+                        f"{me}-{g.ranks.index(link)}": self._link(r, link, x, True) for link in x.links
+                    }
                 sect[f"{t}-total@{h}"] = {
-                    f"{me}-{g.ranks.index(q)}": {k: v for k, v in self._link(r, q, xs[0], False, xs).items()}
-                    for q in xs[0].links
+                    f"{me}-{g.ranks.index(link)}": {
+                        key: value for key, value in self._link(r, link, xs[0], False, xs).items()
+                    }
+                    for link in xs[0].links
                 }
             doc[f"step{step}"] = {"p2p": {}, "collective": sect}
-        (d / "ASCEND_PROFILER_OUTPUT" / "communication_matrix.json").write_text(json.dumps(doc))
+        (path / "ASCEND_PROFILER_OUTPUT" / "communication_matrix.json").write_text(json.dumps(doc))
 
     def _link(self, r: int, q: int, x: Row, with_name: bool, xs: list[Row] | None = None) -> dict:
         xs = xs or [x]
@@ -430,7 +439,7 @@ class _Writer:
             link["Op Name"] = x.name
         return link
 
-    def trace_view(self, r: int, d: Path) -> None:
+    def trace_view(self, r: int, path: Path) -> None:
         """The rank's trace_view.json: process and lane names, ProfilerStep spans, device tasks (compute on the
         hardware stream, HCCL ops and their per-peer copies on group lanes) and the Overlap Analysis lanes."""
         dev = r % RANKS_PER_NODE
@@ -439,14 +448,15 @@ class _Writer:
         def fpid(sort_index: int) -> int:
             return (pid << 10) | (sort_index << 5) | dev
 
-        hw, hccl, ov = fpid(13), fpid(15), fpid(23)
+        hardware, hccl, ov = fpid(13), fpid(15), fpid(23)
         groups = sorted(
-            {x.group.hccl_name: x.group for x in self.sim.rows[r] if x.group}.values(), key=lambda g: g.hccl_name
+            {row.group.hccl_name: row.group for row in self.sim.rows[r] if row.group}.values(),
+            key=lambda group: group.hccl_name,
         )
-        gtid = {g.hccl_name: i * 16 for i, g in enumerate(groups)}
-        ev = _trace_metadata(pid, hw, hccl, ov, groups, gtid)
+        gtid = {group.hccl_name: index * 16 for index, group in enumerate(groups)}
+        evidence = _trace_metadata(pid, hardware, hccl, ov, groups, gtid)
         for step, (s0, s1) in self.sim.step_bounds.items():
-            ev.append(
+            evidence.append(
                 {
                     "ph": "X",
                     "name": f"ProfilerStep#{step}",
@@ -459,21 +469,21 @@ class _Writer:
                 }
             )
         conn = 1000
-        for x in self.sim.rows[r]:
+        for row in self.sim.rows[r]:
             conn += 1
-            if x.core != "COMMUNICATION":
-                ev.append(self._compute_event(r, x, hw, conn))
+            if row.core != "COMMUNICATION":
+                evidence.append(self._compute_event(r, row, hardware, conn))
             else:
-                ev += self._hccl_events(r, x, hccl, gtid[x.group.hccl_name], conn)
-        ev += self._overlap_events(r, ov)
-        with open(d / "ASCEND_PROFILER_OUTPUT" / "trace_view.json", "w", encoding="utf-8") as fh:
-            json.dump(ev, fh, separators=(",", ":"))
+                evidence += self._hccl_events(r, row, hccl, gtid[row.group.hccl_name], conn)
+        evidence += self._overlap_events(r, ov)
+        with open(path / "ASCEND_PROFILER_OUTPUT" / "trace_view.json", "w", encoding="utf-8") as handle:
+            json.dump(evidence, handle, separators=(",", ":"))
 
-    def _compute_event(self, r: int, x: Row, hw: int, conn: int) -> dict:
+    def _compute_event(self, r: int, x: Row, hardware: int, conn: int) -> dict:
         """A compute kernel on the Ascend Hardware stream."""
         return {
             "name": x.name,
-            "pid": hw,
+            "pid": hardware,
             "tid": 2,
             "ts": _fmt_ts(self.clock(r, x.start)),
             "dur": round(x.dur, 6),
@@ -492,7 +502,7 @@ class _Writer:
     def _hccl_events(self, r: int, x: Row, hccl: int, tid: int, conn: int) -> list[dict]:
         """An HCCL op on its group's lane, then one Memcpy per peer (at most 8) on the group's plane lanes, all
         ending with the op: the transfer is its last ``transit_ms``."""
-        ev = [
+        evidence = [
             {
                 "name": x.name,
                 "pid": hccl,
@@ -510,13 +520,13 @@ class _Writer:
             }
         ]
         t0 = x.start + x.dur - x.transit_ms * 1000
-        for i, q in enumerate(sorted(x.links)[:8]):
+        for index, q in enumerate(sorted(x.links)[:8]):
             same_node = q // RANKS_PER_NODE == r // RANKS_PER_NODE
-            ev.append(
+            evidence.append(
                 {
                     "name": "Memcpy",
                     "pid": hccl,
-                    "tid": tid + 1 + i,
+                    "tid": tid + 1 + index,
                     "ts": _fmt_ts(self.clock(r, t0)),
                     "dur": round(x.links[q] * 1000, 6),
                     "args": {
@@ -524,7 +534,7 @@ class _Writer:
                         "duration estimated(us)": round(x.links[q] * 1000, 3),
                         "stream id": 3,
                         "task id": conn,
-                        "context id": i,
+                        "context id": index,
                         "task type": "Memcpy",
                         "src rank": x.group.ranks.index(r),
                         "dst rank": x.group.ranks.index(q),
@@ -540,15 +550,15 @@ class _Writer:
                     "ph": "X",
                 }
             )
-        return ev
+        return evidence
 
     def _overlap_events(self, r: int, ov: int) -> list[dict]:
         """The Overlap Analysis lanes per step: Computing, Communication, Communication(Not Overlapped), Free."""
-        ev: list[dict] = []
+        evidence: list[dict] = []
         for step, (s0, s1) in self.sim.step_bounds.items():
             rows = self._step_rows(r, step)
-            comp = _union([(x.start, x.start + x.dur) for x in rows if x.core != "COMMUNICATION"])
-            comm = _union([(x.start, x.start + x.dur) for x in rows if x.core == "COMMUNICATION"])
+            comp = _union([(row.start, row.start + row.dur) for row in rows if row.core != "COMMUNICATION"])
+            comm = _union([(row.start, row.start + row.dur) for row in rows if row.core == "COMMUNICATION"])
             free = _subtract([(s0, s1)], _union(comp + comm))
             for tid, name, spans in (
                 (0, "Computing", comp),
@@ -556,7 +566,7 @@ class _Writer:
                 (2, "Communication(Not Overlapped)", _subtract(comm, comp)),
                 (3, "Free", free),
             ):
-                ev += [
+                evidence += [
                     {
                         "name": name,
                         "pid": ov,
@@ -567,9 +577,9 @@ class _Writer:
                     }
                     for a, b in spans
                 ]
-        return ev
+        return evidence
 
-    def info(self, r: int, d: Path) -> None:
+    def info(self, r: int, path: Path) -> None:
         doc = {
             "config": {
                 "common_config": {
@@ -604,9 +614,9 @@ class _Writer:
             "cann_version": "8.3.RC1",
             "rank_id": str(r),
         }
-        (d / f"profiler_info_{r}.json").write_text(json.dumps(doc, indent=4))
+        (path / f"profiler_info_{r}.json").write_text(json.dumps(doc, indent=4))
 
-    def metadata(self, r: int, d: Path) -> None:
+    def metadata(self, r: int, path: Path) -> None:
         p = self.p
         info = {}
         for kind in ("world", "tp", "dp", "exp"):
@@ -626,18 +636,18 @@ class _Writer:
             "ENV_VARIABLES": {"ASCEND_GLOBAL_LOG_LEVEL": "3"},
             "parallel_group_info": info,
         }
-        (d / "profiler_metadata.json").write_text(json.dumps(doc))
+        (path / "profiler_metadata.json").write_text(json.dumps(doc))
 
     def ground_truth(self) -> dict:
         p, sim = self.p, self.sim
         truth: dict = {
-            "params": {k: (list(v) if isinstance(v, tuple) else v) for k, v in asdict(p).items()},
+            "params": {key: (list(value) if isinstance(value, tuple) else value) for key, value in asdict(p).items()},
             "steps": list(sim.step_bounds),
             "rank_dirs": {r: self.rank_dir(r).name for r in range(p.ranks)},
             "groups": {
                 g.hccl_name: {"group_name": g.group_name, "ranks": g.ranks, "hash": str(g.hash)}
-                for gs in sim.groups.values()
-                for g in gs
+                for group in sim.groups.values()
+                for g in group
             },
             "straggler": None,
             "expert_imbalance": None,
@@ -657,7 +667,7 @@ class _Writer:
             per_rank = [sum(x[r] for x in recv) for r in range(p.ranks)]
             mean = sum(per_rank) / len(per_rank)
             hot_rank = max(range(p.ranks), key=lambda r: per_rank[r])
-            per_expert = [sum(t[e] for t in sim.tokens) for e in range(p.experts)]
+            per_expert = [sum(token[index] for token in sim.tokens) for index in range(p.experts)]
             truth["expert_imbalance"] = {
                 "hot_expert": p.hot_expert,
                 "hot_rank": hot_rank,

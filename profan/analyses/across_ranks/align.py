@@ -49,20 +49,22 @@ def group_members(ranks: list[RankData]) -> dict[str, tuple[str, list[int]]]:
     is enough to map local indices to global ranks.
     """
     out: dict[str, tuple[str, list[int]]] = {}
-    for r in ranks:
-        if r.metadata is None:
+    for rank in ranks:
+        if rank.metadata is None:
             continue
-        for g in r.metadata.groups:
-            out.setdefault(str(double_hash(g.hccl_name)), (g.group_name, sorted(g.global_ranks)))
+        for group in rank.metadata.groups:
+            out.setdefault(str(double_hash(group.hccl_name)), (group.group_name, sorted(group.global_ranks)))
     return out
 
 
 def collective_table(ranks: list[RankData]) -> pl.DataFrame:
     """All ranks' communication ops (one row per rank and op) with a ``rank`` column."""
-    have = [r for r in ranks if getattr(r, "collectives", None) is not None and not r.collectives.is_empty()]
+    have = [
+        rank for rank in ranks if getattr(rank, "collectives", None) is not None and not rank.collectives.is_empty()
+    ]
     if not have:
         return pl.DataFrame()
-    return stack([r.collectives for r in have], {"rank": [r.rank for r in have]})
+    return stack([rank.collectives for rank in have], {"rank": [rank.rank for rank in have]})
 
 
 def align(ranks: list[RankData], *, kinds: tuple[str, ...] = ("collective",)) -> pl.DataFrame:
@@ -75,24 +77,24 @@ def align(ranks: list[RankData], *, kinds: tuple[str, ...] = ("collective",)) ->
     meta = pl.DataFrame(
         {
             "group": list(members),
-            "group_name": [v[0] for v in members.values()],
-            "members": [len(v[1]) for v in members.values()],
+            "group_name": [member[0] for member in members.values()],
+            "members": [len(member[1]) for member in members.values()],
         },
         schema={"group": pl.Utf8, "group_name": pl.Utf8, "members": pl.Int64},
     )
     key = ["step", "group", "seq"]
-    t = table.join(meta, on="group", how="left")
-    t = t.with_columns(
+    frame = table.join(meta, on="group", how="left")
+    frame = frame.with_columns(
         (pl.col("start_us") + pl.col("dur_us")).alias("end_us"),
         pl.len().over(key).cast(pl.Int64).alias("present"),
     ).filter(pl.col("present") >= 2)
-    t = t.with_columns(
+    frame = frame.with_columns(
         pl.col("members").fill_null(pl.col("present")),
         (pl.col("dur_us").median().over(key) - pl.col("dur_us")).alias("lateness_us"),
         (pl.col("start_us").max().over(key) - pl.col("start_us").min().over(key)).alias("start_spread_us"),
         (pl.col("end_us").max().over(key) - pl.col("end_us").min().over(key)).alias("end_spread_us"),
     )
-    return t.select(list(ALIGNED_SCHEMA)).sort(["step", "group", "seq", "rank"], nulls_last=True)
+    return frame.select(list(ALIGNED_SCHEMA)).sort(["step", "group", "seq", "rank"], nulls_last=True)
 
 
 def consistency_notes(ranks: list[RankData], aligned: pl.DataFrame) -> list[str]:

@@ -26,18 +26,18 @@ def pp_stages(ranks: list[RankData]) -> tuple[dict[int, int], dict[int, tuple[st
     stage: dict[int, int] = {}
     source: dict[int, tuple[str, ParallelGroup]] = {}
     groups: list[tuple[str, ParallelGroup]] = []
-    for r in ranks:
-        if r.metadata is not None:
+    for rank in ranks:
+        if rank.metadata is not None:
             groups += [
-                (r.files["profiler_metadata"], g)
-                for g in r.metadata.groups
-                if g.group_name == default_roles().pipeline_group
+                (rank.files["profiler_metadata"], group)
+                for group in rank.metadata.groups
+                if group.group_name == default_roles().pipeline_group
             ]
-    for r in ranks:
-        for file, g in groups:
-            if r.rank in g.global_ranks and len(g.global_ranks) > 1:
-                stage[r.rank] = sorted(g.global_ranks).index(r.rank)
-                source[r.rank] = (file, g)
+    for rank in ranks:
+        for file, group in groups:
+            if rank.rank in group.global_ranks and len(group.global_ranks) > 1:
+                stage[rank.rank] = sorted(group.global_ranks).index(rank.rank)
+                source[rank.rank] = (file, group)
                 break
     return stage, source
 
@@ -62,16 +62,16 @@ def imbalance_findings(ranks: list[RankData], steps: pl.DataFrame, pack: RulePac
     if steps.is_empty() or steps["rank"].n_unique() < 2:
         return []
     stage, source = pp_stages(ranks)
-    by_rank = {r.rank: r for r in ranks}
+    by_rank = {rank.rank: rank for rank in ranks}
     out: list[Finding] = []
-    for (step,), s in steps.group_by(["step"], maintain_order=True):
-        s = s.filter(pl.col("computing_us").is_not_null())
-        if s.height < 2:
+    for (step,), frame in steps.group_by(["step"], maintain_order=True):
+        frame = frame.filter(pl.col("computing_us").is_not_null())
+        if frame.height < 2:
             continue
-        if stage and all(rk in stage for rk in s["rank"].to_list()) and len(set(stage.values())) > 1:
-            f = _pp_finding(step, s, stage, source, by_rank, pack)
+        if stage and all(rk in stage for rk in frame["rank"].to_list()) and len(set(stage.values())) > 1:
+            f = _pp_finding(step, frame, stage, source, by_rank, pack)
             # within a stage the DP/TP replicas run the same layers: their spread is its own question
-            for st, g in s.with_columns(
+            for st, g in frame.with_columns(
                 pl.col("rank").replace_strict(stage, return_dtype=pl.Int64).alias("_stage")
             ).group_by("_stage", maintain_order=True):
                 if g.height >= 2:
@@ -81,7 +81,9 @@ def imbalance_findings(ranks: list[RankData], steps: pl.DataFrame, pack: RulePac
                     if sf is not None:
                         out.append(sf)
         else:
-            f = _spread_finding(RankSpread(step, s, dims=_replica_dims(ranks, s["rank"].to_list())), pack, by_rank)
+            f = _spread_finding(
+                RankSpread(step, frame, dims=_replica_dims(ranks, frame["rank"].to_list())), pack, by_rank
+            )
         if f is not None:
             out.append(f)
     return out
@@ -90,12 +92,12 @@ def imbalance_findings(ranks: list[RankData], steps: pl.DataFrame, pack: RulePac
 def _replica_dims(ranks: list[RankData], members: list[int]) -> list[str]:
     """Names of the parallel dimensions (parallel_group_info: dp, tp, cp, exp, …) that span these ranks."""
     names: set[str] = set()
-    for r in ranks:
-        if r.metadata is None:
+    for rank in ranks:
+        if rank.metadata is None:
             continue
-        for g in r.metadata.groups:
-            if len(set(g.global_ranks) & set(members)) >= 2 and g.group_name in default_roles().replica_groups:
-                names.add(g.group_name)
+        for group in rank.metadata.groups:
+            if len(set(group.global_ranks) & set(members)) >= 2 and group.group_name in default_roles().replica_groups:
+                names.add(group.group_name)
     return sorted(names)
 
 
@@ -120,17 +122,19 @@ def trace_imbalance_findings(ranks: list[RankData], rows: pl.DataFrame, pack: Ru
     )
     if not (above["computing_us"] > above["_med"]).all():
         return []  # the top rank changes sides between steps: the host's jitter, not the rank's work
-    f = _spread_finding(RankSpread(None, s, steps=common), pack, {r.rank: r for r in ranks})
+    f = _spread_finding(RankSpread(None, s, steps=common), pack, {rank.rank: rank for rank in ranks})
     return [f] if f is not None else []
 
 
-def _step_evidence(s: pl.DataFrame, by_rank: dict[int, RankData], steps: list[int] | None = None) -> list[Evidence]:
+def _step_evidence(frame: pl.DataFrame, by_rank: dict[int, RankData], steps: list[int] | None = None) -> list[Evidence]:
     """Per rank, the row its Computing comes from: its step_trace_time.csv line, or for a trace's own split (no
     such file) the compute events of the step (or of the ``steps`` its median is taken over), the longest
     first."""
-    if "src_line" not in s.columns:
+    if "src_line" not in frame.columns:
         return [
-            e for row in s.sort("rank").iter_rows(named=True) if (e := _trace_compute(by_rank, row, steps)) is not None
+            e
+            for row in frame.sort("rank").iter_rows(named=True)
+            if (e := _trace_compute(by_rank, row, steps)) is not None
         ]
     return [
         cite_lines(
@@ -140,7 +144,7 @@ def _step_evidence(s: pl.DataFrame, by_rank: dict[int, RankData], steps: list[in
             {"source": "step_trace_time", "step": row["step"]},
             values={"rank": row["rank"], "Computing": row["computing_us"]},
         )
-        for row in s.sort("rank").iter_rows(named=True)
+        for row in frame.sort("rank").iter_rows(named=True)
     ]
 
 
@@ -150,32 +154,32 @@ def _trace_compute(by_rank: dict[int, RankData], row: dict, steps: list[int] | N
         return None
     where = {"steps": steps} if steps else {"step": row["step"]}
     in_step = pl.col("step").is_in(steps) if steps else pl.col("step").eq_missing(row["step"])
-    g = r.groups.filter(in_step & (pl.col("bucket") != "communication"))
-    if g.is_empty():
+    frame = r.groups.filter(in_step & (pl.col("bucket") != "communication"))
+    if frame.is_empty():
         return None
     return cite_kernels(
         r,
-        g,
-        int(g["count"].sum()),
+        frame,
+        int(frame["count"].sum()),
         {**where, "bucket_not": "communication"},
         values={"rank": row["rank"], "Computing": round(row["computing_us"], 3)},
     )
 
 
-def _pp_finding(step, s, stage, source, by_rank, pack) -> Finding | None:
+def _pp_finding(step, frame, stage, source, by_rank, pack) -> Finding | None:
     chk = pack.check("pipeline-stage-imbalance")
-    s = s.with_columns(pl.col("rank").replace_strict(stage, return_dtype=pl.Int64).alias("stage"))
-    per = s.group_by("stage").agg(pl.col("computing_us").mean().alias("mean_us"), pl.col("rank")).sort("stage")
+    frame = frame.with_columns(pl.col("rank").replace_strict(stage, return_dtype=pl.Int64).alias("stage"))
+    per = frame.group_by("stage").agg(pl.col("computing_us").mean().alias("mean_us"), pl.col("rank")).sort("stage")
     hi = per.sort("mean_us", descending=True).row(0, named=True)
     lo = per.sort("mean_us").row(0, named=True)
     ratio = hi["mean_us"] / lo["mean_us"] if lo["mean_us"] else float("inf")
     sev = graded(ratio, chk, "ratio")
     if sev is None:
         return None
-    evidence = _step_evidence(s, by_rank)
+    evidence = _step_evidence(frame, by_rank)
     waits, wait_evidence = _pp_waits(sorted(lo["rank"]), step, source, by_rank)
     evidence += wait_evidence
-    files = sorted({source[rk][0] for rk in s["rank"].to_list()})
+    files = sorted({source[rank][0] for rank in frame["rank"].to_list()})
     for file in files[:1]:
         hccl = source[hi["rank"][0]][1].hccl_name
         evidence.append(
@@ -192,7 +196,7 @@ def _pp_finding(step, s, stage, source, by_rank, pack) -> Finding | None:
         wait_txt = (
             f" Stage {lo['stage']} ranks wait "
             + " / ".join(f"{w:,.1f}" for _, w in waits)
-            + f" ms in PP send/receive (ranks {fmt_ranks([rk for rk, _ in waits])}; the ops' Wait and Idle time)."
+            + f" ms in PP send/receive (ranks {fmt_ranks([rank for rank, _ in waits])}; the ops' Wait and Idle time)."
         )
     return Finding(
         check=chk.id,
@@ -216,7 +220,7 @@ def _pp_finding(step, s, stage, source, by_rank, pack) -> Finding | None:
             "fast_stage": lo["stage"],
             "fast_ranks": sorted(lo["rank"]),
             "fast_computing_us": round(lo["mean_us"], 3),
-            "pp_wait_ms": {str(rk): round(w, 3) for rk, w in waits},
+            "pp_wait_ms": {str(rank): round(w, 3) for rank, w in waits},
             **cause_metrics,
         },
         evidence=tuple(evidence),
@@ -227,18 +231,18 @@ def _pp_waits(ranks: list[int], step, source: dict, by_rank: dict) -> tuple[list
     """How long each of the fast stage's ``ranks`` waited in PP send/receive this step (ms), for the ranks whose
     communication.json records it, each cited: the fast stage's waiting is the slow stage's cost made visible."""
     waits, evidence = [], []
-    for rk in ranks:
-        r = by_rank[rk]
-        group = source[rk][1]
+    for rank in ranks:
+        r = by_rank[rank]
+        group = source[rank][1]
         w, ptrs = _pp_wait(r, group, step)
         if ptrs:
-            waits.append((rk, w))
+            waits.append((rank, w))
             evidence.append(
                 cite_pointers(
                     r.files["communication"],
                     ptrs,
                     {"source": "communication", "step": step, "kind": "p2p", "group": group.hccl_name},
-                    values={"rank": rk, "wait_ms": round(w, 3)},
+                    values={"rank": rank, "wait_ms": round(w, 3)},
                 )
             )
     return waits, evidence
@@ -281,14 +285,14 @@ def _stage_cause(by_rank: dict, slow: list[int], fast: list[int], step) -> tuple
         shapes = f" ({row['input_shapes']})" if row["input_shapes"] else ""
         only = " — not on the fast stage" if row["fast_us"] is None else ""
         kern.append(f"{row['op']}{shapes} +{ms(row['delta_us'])}{only}")
-        g = gs.filter((pl.col("op") == row["op"]) & pl.col("input_shapes").eq_missing(row["input_shapes"]))
+        frame = gs.filter((pl.col("op") == row["op"]) & pl.col("input_shapes").eq_missing(row["input_shapes"]))
         evidence.append(
             cite_kernels(
                 rs,
-                g,
+                frame,
                 int(row["n"]),
                 {"step": step, "op": row["op"], "input_shapes": row["input_shapes"], "bucket_not": "communication"},
-                values={"time_us": round(float(g["time_us"].sum()), 3)},
+                values={"time_us": round(float(frame["time_us"].sum()), 3)},
             )
         )
     text = (
@@ -343,7 +347,7 @@ def _spread_finding(spread: RankSpread, pack: RulePack, by_rank: dict[int, RankD
     if severity is None:
         return None
     where = f" of {scope}" if scope else ""
-    dim_txt = f" ({'/'.join(d.upper() for d in dims)} replicas per profiler_metadata.json)" if dims else ""
+    dim_txt = f" ({'/'.join(dim.upper() for dim in dims)} replicas per profiler_metadata.json)" if dims else ""
     why = (
         f"The ranks{where}{dim_txt} run the same layers, so their compute should match; the slowest one holds "
         "every collective back."

@@ -33,7 +33,7 @@ def section(job: Job) -> Section:
                 f"stragglers: at most {int(aligned['present'].max())} ranks share a collective; naming an "
                 f"outlier needs at least {need}"
             )
-    elif len(ranks) > 1 and any(r.collectives is not None for r in ranks):
+    elif len(ranks) > 1 and any(rank.collectives is not None for rank in ranks):
         notes.append("stragglers: no collective was found on two or more ranks, so arrivals could not be compared")
     moe_tab, moe_f = moe_balance.moe_findings(ranks, pack)
     if not moe_tab.is_empty():
@@ -47,10 +47,10 @@ def _step_times(ranks: list[RankData], steps: pl.DataFrame) -> pl.DataFrame:
     if not steps.is_empty():
         return steps
     parts = [
-        r.trace_steps.filter(pl.col("scope") == "step")
+        rank.trace_steps.filter(pl.col("scope") == "step")
         .select("step", "step_us", "free_us", "computing_us")
-        .with_columns(pl.lit(r.rank, pl.Int64).alias("rank"))
-        for r in ranks
-        if getattr(r, "trace_steps", None) is not None and not r.trace_steps.is_empty()
+        .with_columns(pl.lit(rank.rank, pl.Int64).alias("rank"))
+        for rank in ranks
+        if getattr(rank, "trace_steps", None) is not None and not rank.trace_steps.is_empty()
     ]
     return pl.concat(parts, how="diagonal_relaxed") if parts else steps

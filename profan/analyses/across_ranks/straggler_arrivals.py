@@ -23,21 +23,21 @@ CHECK = "straggler"
 def lateness_table(aligned: pl.DataFrame, pack: RulePack) -> pl.DataFrame:
     """aligned rows + is_last, second lateness, robust scale, instance outlier, caused/peer wait, start lag."""
     chk = pack.check(CHECK)
-    a = aligned.filter(pl.col("present") >= chk["min_ranks"])
-    if a.is_empty():
-        return a
-    a = a.with_columns(
+    frame = aligned.filter(pl.col("present") >= chk["min_ranks"])
+    if frame.is_empty():
+        return frame
+    frame = frame.with_columns(
         (pl.col("lateness_us").rank("ordinal", descending=True).over(KEY) == 1).alias("is_last"),
         pl.col("lateness_us").sort(descending=True).get(1).over(KEY).alias("second_us"),
         pl.col("lateness_us").sum().over(KEY).alias("_sum"),
         (pl.col("start_us") - pl.col("start_us").min().over(KEY)).alias("start_lag_us"),
     )
-    a = a.with_columns(
+    frame = frame.with_columns(
         (1.4826 * (pl.col("lateness_us") - pl.col("lateness_us").median().over(KEY)).abs().median().over(KEY)).alias(
             "sigma_us"
         )
     )
-    a = a.with_columns(
+    frame = frame.with_columns(
         (
             pl.col("is_last")
             & (pl.col("lateness_us") >= chk["min_lag_us"])
@@ -47,7 +47,7 @@ def lateness_table(aligned: pl.DataFrame, pack: RulePack) -> pl.DataFrame:
         # every peer waited (its lateness gap to the last rank); summed over peers
         (pl.col("present") * pl.col("lateness_us") - pl.col("_sum")).alias("peers_wait_us"),
     ).drop("_sum")
-    return a
+    return frame
 
 
 def rank_step_table(late: pl.DataFrame) -> pl.DataFrame:

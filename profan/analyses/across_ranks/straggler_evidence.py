@@ -81,16 +81,16 @@ def _gap_evidence(gap: dict | None, step) -> list[Evidence]:
 def step_row_evidence(steps: pl.DataFrame, rank: int, step_list: list) -> list[Evidence]:
     if steps.is_empty() or "src_line" not in steps.columns:
         return []
-    s = steps.filter((pl.col("rank") == rank) & pl.col("step").is_in([x for x in step_list if x is not None]))
-    if s.is_empty():
+    frame = steps.filter((pl.col("rank") == rank) & pl.col("step").is_in([x for x in step_list if x is not None]))
+    if frame.is_empty():
         return []
     return [
         cite_lines(
-            s["file"][0],
-            s["src_line"].to_list(),
-            s.height,
+            frame["file"][0],
+            frame["src_line"].to_list(),
+            frame.height,
             {"source": "step_trace_time", "rank": rank},
-            values={"Free": s["free_us"].to_list(), "Computing": s["computing_us"].to_list()},
+            values={"Free": frame["free_us"].to_list(), "Computing": frame["computing_us"].to_list()},
         )
     ]
 
@@ -100,9 +100,9 @@ def straggler_evidence(lr: LateRank, late: pl.DataFrame, steps: pl.DataFrame) ->
     differ in their windows, and for a host gap the rows around the longest idle stretch and the step rows."""
     evidence: list[Evidence] = []
     sel = {"source": "aligned collectives", "step": lr.step, "straggler": lr.rank}
-    for rk, label in ((lr.rank, "slow"), (lr.typical, "typical")):
-        rows = late.join(lr.last_rows.select(KEY), on=KEY, how="semi").filter(pl.col("rank") == rk)
-        ev = cite_ops(rows, rk, {**sel, "rank": rk, "role": label})
+    for rank, label in ((lr.rank, "slow"), (lr.typical, "typical")):
+        rows = late.join(lr.last_rows.select(KEY), on=KEY, how="semi").filter(pl.col("rank") == rank)
+        ev = cite_ops(rows, rank, {**sel, "rank": rank, "role": label})
         if ev is not None:
             evidence.append(ev)
     evidence += _kernel_evidence(lr.why.kernel_rows, "slow", lr.rank, lr.step)

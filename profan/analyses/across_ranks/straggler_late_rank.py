@@ -35,10 +35,10 @@ class LateRank:
 
 
 def late_rank(
-    slow: int, h: pl.DataFrame, late: pl.DataFrame, per: pl.DataFrame, ranks_by: dict[int, RankData], pack: RulePack
+    slow: int, frame: pl.DataFrame, late: pl.DataFrame, per: pl.DataFrame, ranks_by: dict[int, RankData], pack: RulePack
 ) -> LateRank:
     chk = pack.check(CHECK)
-    worst = h.sort("lag_us", descending=True).row(0, named=True)
+    worst = frame.sort("lag_us", descending=True).row(0, named=True)
     step = worst["step"]
     in_step = pl.col("step").eq_missing(step)
     mine = late.filter((pl.col("rank") == slow) & in_step)
@@ -65,7 +65,7 @@ def late_rank(
         rank=slow,
         step=step,
         worst=worst,
-        steps=h,
+        steps=frame,
         last_rows=last_rows,
         picked=picked,
         top=last_rows.sort("start_lag_us", descending=True).row(0, named=True),
@@ -78,10 +78,10 @@ def late_rank(
 
 
 def _typical_rank(per: pl.DataFrame, step, exclude: set[int], candidates: set[int]) -> int:
-    s = per.filter(
+    frame = per.filter(
         pl.col("step").eq_missing(step) & ~pl.col("rank").is_in(list(exclude)) & pl.col("rank").is_in(list(candidates))
     )
-    vals = sorted(s.select("lateness_sum_us", "rank").iter_rows())
+    vals = sorted(frame.select("lateness_sum_us", "rank").iter_rows())
     return int(vals[len(vals) // 2][1])
 
 

@@ -24,7 +24,7 @@ def where_last(lr: LateRank) -> str:
 
 def _ordinal_list(seqs: list[int]) -> str:
     """[0,1,2,3,4] -> 'collectives 1–5'; [5,6] -> 'collectives 6, 7'."""
-    n = sorted(x + 1 for x in seqs)
+    n = sorted(seq + 1 for seq in seqs)
     if len(n) == 1:
         return f"collective {n[0]}"
     if len(n) > 2 and n == list(range(n[0], n[-1] + 1)):
@@ -85,8 +85,8 @@ def _also_text(lr: LateRank) -> str:
     return (
         " Also last, below the straggler threshold: "
         + "; ".join(
-            f"rank {rk} at {_ordinal_list(g['seq'].to_list())} ({ms(float(g['lateness_us'].max()))})"
-            for (rk,), g in lr.also.sort("rank", "seq").group_by(["rank"], maintain_order=True)
+            f"rank {rank} at {_ordinal_list(g['seq'].to_list())} ({ms(float(g['lateness_us'].max()))})"
+            for (rank,), g in lr.also.sort("rank", "seq").group_by(["rank"], maintain_order=True)
         )
         + "."
     )
@@ -127,8 +127,9 @@ def _cause_text(why: WindowComparison) -> str:
         parts.append(f" — a host-side gap ({w['gap']}).{_gap_text(why.gap, w['none'])}")
     else:
         ks = "; ".join(
-            f"{k['op']} +{k['delta_us'] / 1000:,.2f} ms ({k['how']}: {k['count']} vs {k['typical_count']} {w['calls']})"
-            for k in why.kernels[:3]
+            f"{kernel['op']} +{kernel['delta_us'] / 1000:,.2f} ms ({kernel['how']}: {kernel['count']} vs "
+            f"{kernel['typical_count']} {w['calls']})"
+            for kernel in why.kernels[:3]
         )
         buckets = ", ".join(f"{b} {v / 1000:+,.2f} ms" for b, v in list(why.by_bucket.items())[:3])
         parts.append(f" — extra compute, by bucket {buckets}; largest: {ks}.")

@@ -20,8 +20,8 @@ from profan.rulepack.pack import RulePack
 def _window(ranks_by: dict[int, RankData], rank: int, cids: list[int]) -> tuple[float, pl.DataFrame | None]:
     """(summed window length, summed kernels per (op, name)) over the given ops of one rank."""
     r = ranks_by[rank]
-    c = r.collectives.filter(pl.col("cid").is_in(cids))
-    length = float((c["start_us"] - c["win_start_us"]).fill_null(0).sum())
+    frame = r.collectives.filter(pl.col("cid").is_in(cids))
+    length = float((frame["start_us"] - frame["win_start_us"]).fill_null(0).sum())
     if r.windows is None or r.windows.is_empty():
         return length, None
     w = (
@@ -102,7 +102,7 @@ def explain(
     return WindowComparison(
         **lengths,
         cause_class="host_gap" if extra_idle >= chk["host_gap_share"] * total else "compute",
-        kernels=[_kernel_delta(r) for r in top.iter_rows(named=True)],
+        kernels=[_kernel_delta(row) for row in top.iter_rows(named=True)],
         by_bucket={
             b: round(v, 3)
             for b, v in both.group_by("bucket")

@@ -62,7 +62,7 @@ def straggler_findings(
     per = per.with_columns((pl.col("holds_up") & (pl.col("holds_up").sum().over("rank") >= need)).alias("straggler"))
     tables["straggler_ranks"] = per
     hits = per.filter(pl.col("straggler"))
-    ranks_by = {r.rank: r for r in ranks}
+    ranks_by = {rank.rank: rank for rank in ranks}
     findings: list[Finding] = []
     if hits.is_empty():
         findings.append(_none_finding(late, inst, per, chk))
@@ -132,8 +132,8 @@ def _straggler_finding(
 def _straggler_metrics(lr: LateRank) -> dict:
     worst, share, top = lr.worst, lr.share, lr.top
     also = {
-        str(rk): sorted(int(x) + 1 for x in g["seq"])
-        for (rk,), g in lr.also.sort("rank").group_by(["rank"], maintain_order=True)
+        str(rank): sorted(int(last_row) + 1 for last_row in g["seq"])
+        for (rank,), g in lr.also.sort("rank").group_by(["rank"], maintain_order=True)
     }
     return {
         "rank": lr.rank,
@@ -144,7 +144,7 @@ def _straggler_metrics(lr: LateRank) -> dict:
         "times_flagged": int(worst["times_flagged"]),
         "lag_us_per_step": {str(s): round(v, 3) for s, v in lr.steps.select("step", "lag_us").iter_rows()},
         "times_last": int(worst["times_last"]),
-        "last_at": sorted(int(x) + 1 for x in lr.last_rows["seq"]),
+        "last_at": sorted(int(last_row) + 1 for last_row in lr.last_rows["seq"]),
         "collectives": int(worst["collectives"]),
         "peers_wait_us": round(worst["peers_wait_us"], 3),
         "caused_wait_us": round(worst["caused_wait_us"], 3),

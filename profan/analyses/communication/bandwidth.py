@@ -31,16 +31,16 @@ PEERS_JOB = ["step", "op_type", "transport"]  # … or, for groups with too few 
 # ------------------------------------------------------------------------------------------------- devices
 
 
-def device_table(ranks: list[RankData], hw: Hardware) -> pl.DataFrame:
+def device_table(ranks: list[RankData], hardware: Hardware) -> pl.DataFrame:
     """Per rank: the device whose priors apply (or null) and how that was decided."""
     rows = []
-    for r in ranks:
-        if r.kind not in ("ascend", "msprof"):
+    for rank in ranks:
+        if rank.kind not in ("ascend", "msprof"):
             continue
-        dev, how = hw.detect_ascend(r.info.get("platform_version"))
+        dev, how = hardware.detect_ascend(rank.info.get("platform_version"))
         rows.append(
             {
-                "rank": r.rank,
+                "rank": rank.rank,
                 "device": dev.id if dev else None,
                 "device_name": dev.name if dev else None,
                 "detected_by": how,
@@ -50,12 +50,12 @@ def device_table(ranks: list[RankData], hw: Hardware) -> pl.DataFrame:
     return pl.DataFrame(rows, schema=schema, orient="row") if rows else pl.DataFrame(schema=schema)
 
 
-def prior_frame(devices: pl.DataFrame, hw: Hardware, links: list[str]) -> pl.DataFrame:
+def prior_frame(devices: pl.DataFrame, hardware: Hardware, links: list[str]) -> pl.DataFrame:
     """(rank, transport) → usable GB/s and a label naming the prior and its source."""
     rows = []
     for rank, dev in devices.select("rank", "device").iter_rows():
         for link in links:
-            p = hw.prior(dev, link) if dev else None
+            p = hardware.prior(dev, link) if dev else None
             if p is not None and p.usable_gbps is not None:
                 rows.append(
                     {
@@ -92,21 +92,21 @@ def device_notes(devices: pl.DataFrame) -> list[str]:
 # ------------------------------------------------------------------------------------- per op and transport
 
 
-def transport_table(ranks: list[RankData], devices: pl.DataFrame, hw: Hardware) -> pl.DataFrame:
+def transport_table(ranks: list[RankData], devices: pl.DataFrame, hardware: Hardware) -> pl.DataFrame:
     """Per rank, op and transport with data: bytes, busy time, GB/s (= size/time), and the prior it is held to.
 
     ``is_link`` is false for SDMA, which repeats the HCCS/PCIE/SIO entries of the same transfer (never add both).
     """
-    with_bw = [r for r in ranks if r.comm_bw is not None and not r.comm_bw.is_empty()]
+    with_bw = [rank for rank in ranks if rank.comm_bw is not None and not rank.comm_bw.is_empty()]
     if not with_bw:
         return pl.DataFrame()
-    groups = ascend_matrix.rank_group_table([(r.rank, r.metadata) for r in with_bw]).select(
+    groups = ascend_matrix.rank_group_table([(rank.rank, rank.metadata) for rank in with_bw]).select(
         "rank", "group_hash", "group_name", "group_ranks"
     )
     t = (
         stack(
-            [r.comm_bw for r in with_bw],
-            {"rank": [r.rank for r in with_bw], "file": [r.files["communication"] for r in with_bw]},
+            [rank.comm_bw for rank in with_bw],
+            {"rank": [rank.rank for rank in with_bw], "file": [rank.files["communication"] for rank in with_bw]},
         )
         .filter((pl.col("size_mb").fill_null(0) > 0) & (pl.col("time_ms").fill_null(0) > 0))
         .with_columns(
@@ -116,7 +116,7 @@ def transport_table(ranks: list[RankData], devices: pl.DataFrame, hw: Hardware) 
         .join(groups, on=["rank", "group_hash"], how="left", maintain_order="left")
     )
     engine = default_roles().ascend_copy_engine  # the copy engine's total over the node links: no link of its own
-    priors = prior_frame(devices, hw, sorted(set(t["transport"].to_list()) - {engine}))
+    priors = prior_frame(devices, hardware, sorted(set(t["transport"].to_list()) - {engine}))
     t = t.join(priors, on=["rank", "transport"], how="left")
     return t.select(
         "rank",
@@ -141,13 +141,13 @@ def transport_table(ranks: list[RankData], devices: pl.DataFrame, hw: Hardware) 
     ).sort("rank", "step", "op", "transport")
 
 
-def below_prior_findings(tt: pl.DataFrame, pack: RulePack) -> list[Finding]:
+def below_prior_findings(frame: pl.DataFrame, pack: RulePack) -> list[Finding]:
     """Large transfers on a link that reach less than `min_share` of the link's prior (device known only)."""
     chk = pack.check("comm-below-prior")
     out: list[Finding] = []
-    if tt.is_empty():
+    if frame.is_empty():
         return out
-    slow = tt.filter(
+    slow = frame.filter(
         pl.col("is_link")
         & pl.col("prior_gbps").is_not_null()
         & (pl.col("size_mb") >= chk["min_size_mb"])
@@ -229,14 +229,14 @@ def link_table(ranks: list[RankData], pack: RulePack) -> pl.DataFrame:
     """
     chk = pack.check("comm-slow-link")
     # per-link totals, reduced in the per-rank map (ascend_matrix.link_totals)
-    have = [r for r in ranks if r.comm_links is not None and not r.comm_links.is_empty()]
+    have = [rank for rank in ranks if rank.comm_links is not None and not rank.comm_links.is_empty()]
     if not have:
         return pl.DataFrame()
     # ranks² rows at scale: each rank's matrix pointers stay with the rank (`LinkPointers`), its file name is kept
     # once as a category
-    t = stack(
-        [r.comm_links.drop("pointers") for r in have],
-        {"rank": [r.rank for r in have], "file": [r.files["communication_matrix"] for r in have]},
+    frame = stack(
+        [rank.comm_links.drop("pointers") for rank in have],
+        {"rank": [rank.rank for rank in have], "file": [rank.files["communication_matrix"] for rank in have]},
     ).with_columns(
         (pl.col("size_mb") / pl.col("time_ms")).alias("bandwidth_gbps"),
         pl.col("file").cast(pl.Categorical),
@@ -249,9 +249,9 @@ def link_table(ranks: list[RankData], pack: RulePack) -> pl.DataFrame:
     in_g = (pl.col("size_mb") >= med / ratio) & (pl.col("size_mb") <= med * ratio)
     # a group with too few links (2-rank PP/DP groups) is compared across the job's groups instead, size class =
     # the same power-of-`ratio` bin (a job pool mixes tiny and large transfers, so its median size is no anchor)
-    t = t.with_columns((pl.col("size_mb").log(ratio).floor()).cast(pl.Int64).alias("size_bin"))
+    frame = frame.with_columns((pl.col("size_mb").log(ratio).floor()).cast(pl.Int64).alias("size_bin"))
     job = [*PEERS_JOB, "size_bin"]
-    t = t.with_columns(
+    frame = frame.with_columns(
         in_g.alias("in_class_g"),
         in_g.sum().over(PEERS_GROUP).alias("peers_g"),
         pl.col("bandwidth_gbps").filter(in_g).median().over(PEERS_GROUP).alias("median_g"),
@@ -260,13 +260,15 @@ def link_table(ranks: list[RankData], pack: RulePack) -> pl.DataFrame:
         pl.col("bandwidth_gbps").median().over(job).alias("median_j"),
     )
     use_group = pl.col("peers_g") >= chk["min_peers"]
-    t = t.with_columns(
+    frame = frame.with_columns(
         pl.when(use_group).then(pl.lit("group")).otherwise(pl.lit("job")).cast(pl.Categorical).alias("peer_scope"),
         pl.when(use_group).then(pl.col("in_class_g")).otherwise(pl.col("in_class_j")).alias("in_class"),
         pl.when(use_group).then(pl.col("peers_g")).otherwise(pl.col("peers_j")).alias("peers"),
         pl.when(use_group).then(pl.col("median_g")).otherwise(pl.col("median_j")).alias("peer_median_gbps"),
     ).with_columns((pl.col("bandwidth_gbps") / pl.col("peer_median_gbps")).alias("peer_ratio"))
-    return t.select(LINK_COLUMNS).sort("step", "group_hash", "op_type", "transport", "rank", "src_local", "dst_local")
+    return frame.select(LINK_COLUMNS).sort(
+        "step", "group_hash", "op_type", "transport", "rank", "src_local", "dst_local"
+    )
 
 
 def _pair(row: dict) -> tuple:
@@ -287,10 +289,10 @@ class LinkPointers:
     """The matrix pointers of `link_table` rows, read from their ranks' `comm_links` only for the rows cited."""
 
     def __init__(self, ranks: list[RankData]) -> None:
-        self.by_rank = {r.rank: r.comm_links["pointers"] for r in ranks if r.comm_links is not None}
+        self.by_rank = {rank.rank: rank.comm_links["pointers"] for rank in ranks if rank.comm_links is not None}
 
     def of(self, rows: list[dict]) -> list[str]:
-        return [p for r in rows for p in self.by_rank[r["rank"]][r["link_row"]]]
+        return [p for row in rows for p in self.by_rank[row["rank"]][row["link_row"]]]
 
 
 def slow_link_findings(links: pl.DataFrame, pointers: LinkPointers, pack: RulePack) -> list[Finding]:
@@ -314,7 +316,7 @@ def slow_link_findings(links: pl.DataFrame, pointers: LinkPointers, pack: RulePa
         where = sorted({f"{r['group_name'] or 'group @' + str(r['group_hash'])} {r['op_type']}" for r in rows})
         steps_ = sorted({r["step"] for r in rows if r["step"] is not None})
         scope_group = worst["peer_scope"] == "group"
-        ev = _slow_link_evidence(key, rows, links, pointers)
+        evidence = _slow_link_evidence(key, rows, links, pointers)
         bw = size / t
         out.append(
             Finding(
@@ -345,7 +347,7 @@ def slow_link_findings(links: pl.DataFrame, pointers: LinkPointers, pack: RulePa
                     "lost_us_per_step": _lost_us(rows, len(steps_)),
                     "link_ranks": [key[2], key[3]] if key[1] is None else [],
                 },
-                evidence=ev,
+                evidence=evidence,
             )
         )
     return out
@@ -353,17 +355,17 @@ def slow_link_findings(links: pl.DataFrame, pointers: LinkPointers, pack: RulePa
 
 def _lost_us(rows: list[dict], steps: int) -> float:
     """The transfer time over a slow link beyond what its peers' rate would take, per step it is slow in."""
-    lost_ms = sum(r["time_ms"] * (1 - r["bandwidth_gbps"] / r["peer_median_gbps"]) for r in rows)
+    lost_ms = sum(row["time_ms"] * (1 - row["bandwidth_gbps"] / row["peer_median_gbps"]) for row in rows)
     return round(1000 * lost_ms / max(steps, 1), 3)
 
 
 def _slow_link_evidence(key: tuple, rows: list[dict], links: pl.DataFrame, pointers: LinkPointers) -> tuple:
     """The slow link's matrix entries (per file), and the entries of the links of its class where it is slowest."""
     worst = rows[0]
-    ev = []
-    for file in dict.fromkeys(r["file"] for r in rows):
-        mine = [r for r in rows if r["file"] == file]
-        ev.append(
+    evidence = []
+    for file in dict.fromkeys(row["file"] for row in rows):
+        mine = [row for row in rows if row["file"] == file]
+        evidence.append(
             cite_pointers(
                 file,
                 pointers.of(mine),
@@ -371,11 +373,11 @@ def _slow_link_evidence(key: tuple, rows: list[dict], links: pl.DataFrame, point
                     "source": "communication_matrix",
                     "link": _pair_name(key),
                     "transport": key[0],
-                    "entries": [f"{r['op_type']}@{r['group_hash']} step {r['step']}" for r in mine],
+                    "entries": [f"{row['op_type']}@{row['group_hash']} step {row['step']}" for row in mine],
                 },
                 values={
-                    "size_mb": round(sum(r["size_mb"] for r in mine), 6),
-                    "time_ms": round(sum(r["time_ms"] for r in mine), 6),
+                    "size_mb": round(sum(row["size_mb"] for row in mine), 6),
+                    "time_ms": round(sum(row["time_ms"] for row in mine), 6),
                 },
                 note="the slow link",
             )
@@ -392,7 +394,7 @@ def _slow_link_evidence(key: tuple, rows: list[dict], links: pl.DataFrame, point
         )
     )
     for (file,), g in peers.group_by(["file"], maintain_order=True):
-        ev.append(
+        evidence.append(
             cite_pointers(
                 file,
                 pointers.of(g.select("rank", "link_row").to_dicts()),
@@ -407,7 +409,7 @@ def _slow_link_evidence(key: tuple, rows: list[dict], links: pl.DataFrame, point
                 note="the links of its class where it is slowest (itself included)",
             )
         )
-    return tuple(ev)
+    return tuple(evidence)
 
 
 # ----------------------------------------------------------------------------------------- small packets
@@ -418,22 +420,22 @@ def packet_table(ranks: list[RankData], pack: RulePack) -> pl.DataFrame:
     the rate of the large ones, and the time the small ones cost beyond moving the same bytes at the large rate."""
     chk = pack.check("comm-small-packets")
     small_mb: dict = chk["small_mb"]
-    have = [r for r in ranks if r.comm_packets is not None and not r.comm_packets.is_empty()]
+    have = [rank for rank in ranks if rank.comm_packets is not None and not rank.comm_packets.is_empty()]
     if not have:
         return pl.DataFrame()
-    p = stack(
-        [r.comm_packets for r in have],
-        {"rank": [r.rank for r in have], "file": [r.files["communication"] for r in have]},
+    frame = stack(
+        [rank.comm_packets for rank in have],
+        {"rank": [rank.rank for rank in have], "file": [rank.files["communication"] for rank in have]},
     )
-    p = p.filter(pl.col("transport") != pack.roles.ascend_copy_engine).with_columns(
+    frame = frame.filter(pl.col("transport") != pack.roles.ascend_copy_engine).with_columns(
         pl.col("transport").replace_strict(small_mb, default=None, return_dtype=pl.Float64).alias("small_limit_mb")
     )
-    p = p.with_columns(
+    frame = frame.with_columns(
         (pl.col("packet_mb") < pl.col("small_limit_mb")).alias("small"),
         (pl.col("packet_mb") * pl.col("count")).alias("bytes_mb"),
     )
     keys = ["rank", "step", "transport", "file"]
-    t = p.group_by(keys, maintain_order=True).agg(
+    t = frame.group_by(keys, maintain_order=True).agg(
         pl.col("small_limit_mb").first(),
         pl.col("count").sum().alias("transfers"),
         pl.col("count").filter(pl.col("small")).sum().alias("small_transfers"),
@@ -462,12 +464,12 @@ def packet_table(ranks: list[RankData], pack: RulePack) -> pl.DataFrame:
     )
 
 
-def small_packet_findings(pt: pl.DataFrame, pack: RulePack) -> list[Finding]:
+def small_packet_findings(frame: pl.DataFrame, pack: RulePack) -> list[Finding]:
     chk = pack.check("comm-small-packets")
     out: list[Finding] = []
-    if pt.is_empty():
+    if frame.is_empty():
         return out
-    hits = pt.filter(
+    hits = frame.filter(
         (pl.col("small_share") >= chk["min_share"]) & (pl.col("lost_ms").fill_null(0) >= chk["min_lost_ms"])
     )
     for row in hits.iter_rows(named=True):

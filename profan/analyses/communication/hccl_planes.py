@@ -17,16 +17,16 @@ def hccl_link_summary(ranks: list[RankData]) -> pl.DataFrame:
     """Per rank and link type: HCCL plane data tasks (Memcpy, Reduce_Inline…) from trace_view.json — planes,
     tasks, bytes, busy time and GB/s — from the per-plane table the trace_view reader keeps (``trace_links``)."""
     parts = []
-    for r in ranks:
-        tl = getattr(r, "trace_links", None)
-        if tl is None or tl.is_empty() or "trace_view" not in r.files:
+    for rank in ranks:
+        tl = getattr(rank, "trace_links", None)
+        if tl is None or tl.is_empty() or "trace_view" not in rank.files:
             continue
         not_links = [*default_roles().ascend_not_links, "", "N/A"]  # on-chip copies, waits, none recorded
-        d = tl.filter(~pl.col("link_type").fill_null("").is_in(not_links) & (pl.col("bytes").fill_null(0) > 0))
-        if d.is_empty():
+        frame = tl.filter(~pl.col("link_type").fill_null("").is_in(not_links) & (pl.col("bytes").fill_null(0) > 0))
+        if frame.is_empty():
             continue
         parts.append(
-            d.group_by("link_type", "transport_type", maintain_order=True)
+            frame.group_by("link_type", "transport_type", maintain_order=True)
             .agg(
                 pl.col("plane").n_unique().alias("planes"),
                 pl.col("tasks").sum(),
@@ -36,8 +36,8 @@ def hccl_link_summary(ranks: list[RankData]) -> pl.DataFrame:
             )
             .with_columns(
                 (pl.col("bytes") / pl.col("time_us") / 1e3).alias("bandwidth_gbps"),
-                pl.lit(r.rank, pl.Int64).alias("rank"),
-                pl.lit(r.files["trace_view"]).alias("file"),
+                pl.lit(rank.rank, pl.Int64).alias("rank"),
+                pl.lit(rank.files["trace_view"]).alias("file"),
             )
         )
     return pl.concat(parts, how="diagonal_relaxed").sort("rank", "link_type") if parts else pl.DataFrame()
@@ -49,13 +49,15 @@ def hccl_wait_table(tasks: pl.DataFrame) -> pl.DataFrame:
     Input: one row per plane task with ``event_idx``, ``plane``, ``task_type`` (or the event ``name``), ``dst_rank``,
     ``dur_us``. A long Notify_Wait towards one peer is this rank waiting for that peer's signal: the late peer."""
     kind = pl.coalesce(pl.col("task_type"), pl.col("name")) if "task_type" in tasks.columns else pl.col("name")
-    w = tasks.filter(kind == "Notify_Wait")
-    if w.is_empty():
+    frame = tasks.filter(kind == "Notify_Wait")
+    if frame.is_empty():
         return pl.DataFrame()
     # tasks of the database export name no process: they are on the HCCL one (roles ascend_comm_processes)
-    process = pl.col("process").first() if "process" in w.columns else pl.lit(default_roles().ascend_comm_processes[0])
+    process = (
+        pl.col("process").first() if "process" in frame.columns else pl.lit(default_roles().ascend_comm_processes[0])
+    )
     return (
-        w.group_by("dst_rank")
+        frame.group_by("dst_rank")
         .agg(
             pl.len().alias("waits"),
             pl.col("dur_us").sum().alias("wait_us"),
@@ -72,17 +74,17 @@ def waited_peer_findings(ranks: list[RankData], pack: RulePack) -> list[Finding]
     """Per rank: the peer its HCCL Notify_Waits were mostly for (from trace_view plane tasks, ``trace_tasks``)."""
     chk = pack.check("comm-waited-peer")
     out: list[Finding] = []
-    captured = sorted(r.rank for r in ranks)
-    for r in ranks:
-        tasks = getattr(r, "trace_tasks", None)
-        source = "trace_view" if "trace_view" in r.files else "hccl_tasks"  # trace_view.json, or the DB's table
-        if tasks is None or tasks.is_empty() or source not in r.files:
+    captured = sorted(rank.rank for rank in ranks)
+    for rank in ranks:
+        tasks = getattr(rank, "trace_tasks", None)
+        source = "trace_view" if "trace_view" in rank.files else "hccl_tasks"  # trace_view.json, or the DB's table
+        if tasks is None or tasks.is_empty() or source not in rank.files:
             continue
         # a task whose args name no peer (cut or rewritten args) waits for nobody this finding could name
-        w = hccl_wait_table(tasks)
-        if w.is_empty() or (w := w.filter(pl.col("dst_rank").is_not_null())).is_empty():
+        frame = hccl_wait_table(tasks)
+        if frame.is_empty() or (frame := frame.filter(pl.col("dst_rank").is_not_null())).is_empty():
             continue
-        top = w.row(0, named=True)
+        top = frame.row(0, named=True)
         if top["wait_us"] < chk["min_wait_ms"] * 1000 or top["share"] < chk["min_share"]:
             continue
         peer = top["dst_rank"]
@@ -96,10 +98,10 @@ def waited_peer_findings(ranks: list[RankData], pack: RulePack) -> list[Finding]
             Finding(
                 check=chk.id,
                 severity=chk.severity,
-                rank=r.rank,
-                title=f"Rank {r.rank} waits {ms(top['wait_us'])} in HCCL Notify_Wait for peer {peer}",
+                rank=rank.rank,
+                title=f"Rank {rank.rank} waits {ms(top['wait_us'])} in HCCL Notify_Wait for peer {peer}",
                 message=(
-                    f"Rank {r.rank}: {top['waits']} Notify_Wait task(s) towards peer {peer} (group-local index in "
+                    f"Rank {rank.rank}: {top['waits']} Notify_Wait task(s) towards peer {peer} (group-local index in "
                     f"the HCCL task args; {', '.join(top['planes'])}) last {ms(top['wait_us'])}, "
                     f"{pct(top['share'])} of all its Notify_Wait time{note}. The collective was waiting for that "
                     "peer's signal: look at what peer did before the collective (straggler analysis)."
@@ -107,7 +109,7 @@ def waited_peer_findings(ranks: list[RankData], pack: RulePack) -> list[Finding]
                 metrics={"peer": peer, "wait_us": round(top["wait_us"], 3), "share": round(top["share"], 4)},
                 evidence=(
                     cite_events(
-                        r.files[source],
+                        rank.files[source],
                         top["events"],
                         top["waits"],
                         {"source": source, "process": top["process"], "task": "Notify_Wait", "dst_rank": peer},

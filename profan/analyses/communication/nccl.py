@@ -39,12 +39,12 @@ def collective_kind(name: pl.Expr, roles: Roles | None = None) -> pl.Expr:
     → the kind of the first roles ``collectives`` entry matching its lower-cased letters (else null)."""
     n = name.cast(pl.String).str.to_lowercase().str.replace_all(r"[^a-z]", "")
     kinds = (roles or default_roles()).collectives
-    return _first_match([(n.str.contains(k.match), pl.lit(k.kind)) for k in kinds], pl.lit(None, pl.String))
+    return _first_match([(n.str.contains(kind.match), pl.lit(kind.kind)) for kind in kinds], pl.lit(None, pl.String))
 
 
-def _bus_factor(formula: str, n: pl.Expr) -> pl.Expr:
+def _bus_factor(formula: str, expr: pl.Expr) -> pl.Expr:
     """One of `roles.BUS_FACTORS` for a group of n ranks."""
-    return {"2(n-1)/n": 2 * (n - 1) / n, "(n-1)/n": (n - 1) / n, "1": pl.lit(1.0)}[formula]
+    return {"2(n-1)/n": 2 * (expr - 1) / expr, "(n-1)/n": (expr - 1) / expr, "1": pl.lit(1.0)}[formula]
 
 
 def nccl_bandwidth(coll: pl.DataFrame, world_size: int | None = None, roles: Roles | None = None) -> pl.DataFrame:
@@ -73,24 +73,32 @@ def nccl_bandwidth(coll: pl.DataFrame, world_size: int | None = None, roles: Rol
     largest = pl.max_horizontal("in_nelems", "out_nelems")
     size = {"in": pl.col("in_nelems"), "out": pl.col("out_nelems"), "max": largest}
     elems = _first_match(
-        [(kind == k.kind, size[k.nelems]) for k in roles.collectives if k.nelems != "max"], largest
+        [
+            (kind == collective.kind, size[collective.nelems])
+            for collective in roles.collectives
+            if collective.nelems != "max"
+        ],
+        largest,
     ).cast(pl.Float64)
-    factor = _first_match([(kind == k.kind, _bus_factor(k.bus_factor, n)) for k in roles.collectives], pl.lit(None))
-    t = coll.with_columns(
+    factor = _first_match(
+        [(kind == collective.kind, _bus_factor(collective.bus_factor, n)) for collective in roles.collectives],
+        pl.lit(None),
+    )
+    frame = coll.with_columns(
         collective_kind(pl.col("coll_name"), roles).alias("collective"),
         pl.col("dtype").replace_strict(roles.dtype_bytes, default=None, return_dtype=pl.Int64).alias("dtype_bytes"),
         n.alias("ranks_in_group"),
     )
-    t = t.with_columns((elems * pl.col("dtype_bytes")).alias("bytes"), factor.alias("bus_factor"))
+    frame = frame.with_columns((elems * pl.col("dtype_bytes")).alias("bytes"), factor.alias("bus_factor"))
     algbw = pl.col("bytes") / (pl.col("dur_us") * 1e3)  # B / (µs · 1e3) = GB/s
-    return t.with_columns(algbw.alias("algbw_gbps")).with_columns(
+    return frame.with_columns(algbw.alias("algbw_gbps")).with_columns(
         (pl.col("algbw_gbps") * pl.col("bus_factor")).alias("busbw_gbps")
     )
 
 
-def nccl_link_prior(device_name: str | None, hw: Hardware) -> tuple[str | None, float | None, str]:
+def nccl_link_prior(device_name: str | None, hardware: Hardware) -> tuple[str | None, float | None, str]:
     """(link, usable GB/s, what was assumed) for intra-node collectives of a GPU named `device_name`."""
-    dev = hw.detect_gpu(device_name)
+    dev = hardware.detect_gpu(device_name)
     if dev is None or not dev.scale_up:
         return (
             None,
@@ -101,7 +109,7 @@ def nccl_link_prior(device_name: str | None, hw: Hardware) -> tuple[str | None, 
                 else "link unknown: the trace records no deviceProperties"
             ),
         )
-    p = hw.prior(dev.id, dev.scale_up)
+    p = hardware.prior(dev.id, dev.scale_up)
     if p is None or p.usable_gbps is None:
         return dev.scale_up, None, f"{dev.name}: no usable {dev.scale_up} figure in rules/hardware"
     return (
@@ -115,20 +123,20 @@ def nccl_link_prior(device_name: str | None, hw: Hardware) -> tuple[str | None, 
 
 
 def nccl_findings(
-    table: pl.DataFrame, hw: Hardware, pack: RulePack, *, device_name: str | None, file: str, rank: int | None
+    table: pl.DataFrame, hardware: Hardware, pack: RulePack, *, device_name: str | None, file: str, rank: int | None
 ) -> list[Finding]:
     """Per rank and collective type: bytes moved, algbw/busbw spread, and the prior they are held to (info)."""
     chk = pack.check("nccl-bandwidth")
     out: list[Finding] = []
-    k = table.filter(pl.col("busbw_gbps").is_not_null() & (pl.col("dur_us") > 0))
-    if k.is_empty():
+    frame = table.filter(pl.col("busbw_gbps").is_not_null() & (pl.col("dur_us") > 0))
+    if frame.is_empty():
         return out
-    link, prior, assumed = nccl_link_prior(device_name, hw)
-    formula = {k.kind: k.bus_factor for k in pack.roles.collectives}
-    aligned = "ranks_aligned" in k.columns and (k["ranks_aligned"].fill_null(1) >= 2).any()
+    link, prior, assumed = nccl_link_prior(device_name, hardware)
+    formula = {frame.kind: frame.bus_factor for frame in pack.roles.collectives}
+    aligned = "ranks_aligned" in frame.columns and (frame["ranks_aligned"].fill_null(1) >= 2).any()
     suffix = "_transfer" if aligned else ""
     basis = ALIGNED_BASIS if aligned else SINGLE_BASIS
-    for (kind,), g in k.group_by(["collective"], maintain_order=True):
+    for (kind,), g in frame.group_by(["collective"], maintain_order=True):
         g = g.sort(f"busbw{suffix}_gbps", descending=True)
         bus = g[f"busbw{suffix}_gbps"]
         top = g.row(0, named=True)
@@ -184,20 +192,20 @@ def _against_prior(best_gbps: float, largest_bytes: float, prior: float | None, 
     )
 
 
-def _cite_collectives(file: str, kind: str, g: pl.DataFrame) -> Evidence:
+def _cite_collectives(file: str, kind: str, frame: pl.DataFrame) -> Evidence:
     """Every kernel event of one collective type, with the bytes they moved."""
     return cite_events(
         file,
-        g["event_idx"].to_list(),
-        g.height,
-        {"source": "kineto", "collective": kind, **_category(g)},
-        values={"bytes": float(g["bytes"].sum())},
+        frame["event_idx"].to_list(),
+        frame.height,
+        {"source": "kineto", "collective": kind, **_category(frame)},
+        values={"bytes": float(frame["bytes"].sum())},
     )
 
 
-def _category(g: pl.DataFrame) -> dict[str, str]:
+def _category(frame: pl.DataFrame) -> dict[str, str]:
     """The trace category of the cited events, for the evidence's filter, when they share one."""
-    cats = g["cat"].drop_nulls().unique().to_list() if "cat" in g.columns else []
+    cats = frame["cat"].drop_nulls().unique().to_list() if "cat" in frame.columns else []
     return {"cat": cats[0]} if len(cats) == 1 else {}
 
 
@@ -236,7 +244,7 @@ def last_arrival(ranks: list[RankData]) -> pl.DataFrame:
     from profan.analyses.across_ranks.align import align
 
     schema = {"rank": pl.Int64, "event_idx": pl.Int64, "transfer_us": pl.Float64, "ranks_aligned": pl.Int64}
-    if sum(1 for r in ranks if getattr(r, "trace_comm", None) is not None) < 2:
+    if sum(1 for rank in ranks if getattr(rank, "trace_comm", None) is not None) < 2:
         return pl.DataFrame(schema=schema)
     a = align(ranks)
     if a.is_empty():
@@ -250,25 +258,27 @@ def last_arrival(ranks: list[RankData]) -> pl.DataFrame:
     )
 
 
-def nccl_section(ranks: list[RankData], hw: Hardware, pack: RulePack) -> tuple[pl.DataFrame, list[Finding], list[str]]:
+def nccl_section(
+    ranks: list[RankData], hardware: Hardware, pack: RulePack
+) -> tuple[pl.DataFrame, list[Finding], list[str]]:
     """Per Kineto rank: every NCCL kernel with message-size args → bytes, algbw, busbw, and the findings."""
     parts: list[pl.DataFrame] = []
     findings: list[Finding] = []
     no_args: list[int] = []
     transfer = last_arrival(ranks)
-    for r in ranks:
-        tc = getattr(r, "trace_comm", None)
-        file = r.files.get("kineto_trace")
+    for rank in ranks:
+        tc = getattr(rank, "trace_comm", None)
+        file = rank.files.get("kineto_trace")
         if tc is None or tc.is_empty() or file is None or "coll_name" not in tc.columns:
             continue
-        k = tc.filter(pl.col("source") == SOURCE_KERNEL) if "source" in tc.columns else tc
-        if not k.is_empty() and k["coll_name"].null_count() == k.height:
-            no_args.append(r.rank)
-        k = k.filter(pl.col("coll_name").is_not_null())
-        if k.is_empty():
+        frame = tc.filter(pl.col("source") == SOURCE_KERNEL) if "source" in tc.columns else tc
+        if not frame.is_empty() and frame["coll_name"].null_count() == frame.height:
+            no_args.append(rank.rank)
+        frame = frame.filter(pl.col("coll_name").is_not_null())
+        if frame.is_empty():
             continue
-        t = nccl_bandwidth(k.drop("bytes", strict=False), world_size=r.info.get("world_size"), roles=pack.roles)
-        mine = transfer.filter(pl.col("rank") == r.rank).drop("rank")
+        t = nccl_bandwidth(frame.drop("bytes", strict=False), world_size=rank.info.get("world_size"), roles=pack.roles)
+        mine = transfer.filter(pl.col("rank") == rank.rank).drop("rank")
         t = (
             t.join(mine, on="event_idx", how="left")
             if not mine.is_empty()
@@ -281,12 +291,12 @@ def nccl_section(ranks: list[RankData], hw: Hardware, pack: RulePack) -> tuple[p
             .with_columns((pl.col("bytes") / (pl.col("transfer_us") * 1e3)).alias("algbw_transfer_gbps"))
             .with_columns((pl.col("algbw_transfer_gbps") * pl.col("bus_factor")).alias("busbw_transfer_gbps"))
         )
-        device = r.info.get("device")
-        link, prior, assumed = nccl_link_prior(device, hw)
-        findings += nccl_findings(t, hw, pack, device_name=device, file=file, rank=r.rank)
+        device = rank.info.get("device")
+        link, prior, assumed = nccl_link_prior(device, hardware)
+        findings += nccl_findings(t, hardware, pack, device_name=device, file=file, rank=rank.rank)
         parts.append(
             t.with_columns(
-                pl.lit(r.rank, pl.Int64).alias("rank"),
+                pl.lit(rank.rank, pl.Int64).alias("rank"),
                 pl.lit(link, pl.String).alias("link"),
                 pl.lit(prior, pl.Float64).alias("prior_gbps"),
                 pl.lit(assumed).alias("assumed"),
@@ -299,7 +309,7 @@ def nccl_section(ranks: list[RankData], hw: Hardware, pack: RulePack) -> tuple[p
     table = pl.concat(parts, how="diagonal_relaxed") if parts else pl.DataFrame()
     notes = (
         [
-            f"communication: NCCL kernels of rank(s) {', '.join(str(x) for x in no_args)} carry no message-size "
+            f"communication: NCCL kernels of rank(s) {', '.join(map(str, no_args))} carry no message-size "
             "args (older PyTorch/Kineto), so their bytes and bandwidth cannot be computed"
         ]
         if no_args

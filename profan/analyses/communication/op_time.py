@@ -16,7 +16,7 @@ from profan.sources.ascend_text import matrix as ascend_matrix
 from profan.sources.common.rowframe import stack
 
 
-def op_bytes(bw: pl.DataFrame) -> pl.DataFrame:
+def op_bytes(frame: pl.DataFrame) -> pl.DataFrame:
     """Per rank and op: bytes moved (MB), link busy time (ms) and the transports that carried data.
 
     One transfer is listed under the SDMA engine *and* under the link it crossed (HCCS, PCIE or SIO), so the op's
@@ -28,7 +28,7 @@ def op_bytes(bw: pl.DataFrame) -> pl.DataFrame:
     size, t = pl.col("size_mb").fill_null(0), pl.col("transport")
     moved = t.filter((size > 0) & (t != roles.ascend_copy_engine))
     return (
-        bw.group_by(keys)
+        frame.group_by(keys)
         .agg(
             size.filter(t == roles.ascend_network_link).sum().alias("_rdma"),
             size.filter(t == roles.ascend_copy_engine).sum().alias("_sdma"),
@@ -51,36 +51,39 @@ def comm_table(ranks: list[RankData]) -> pl.DataFrame:
     ``waiting_ms`` = elapse − transfer: time inside the op not moving data (waiting for peers, synchronising).
     All ranks go through each query at once, keyed by rank (see `analyses.common.kernel_table`).
     """
-    with_ops = [r for r in ranks if r.comm_ops is not None and not r.comm_ops.is_empty()]
+    with_ops = [with_op for with_op in ranks if with_op.comm_ops is not None and not with_op.comm_ops.is_empty()]
     if not with_ops:
         return pl.DataFrame()
-    t = stack(
-        [r.comm_ops for r in with_ops],
-        {"rank": [r.rank for r in with_ops], "file": [r.files["communication"] for r in with_ops]},
+    frame = stack(
+        [with_op.comm_ops for with_op in with_ops],
+        {
+            "rank": [with_op.rank for with_op in with_ops],
+            "file": [with_op.files["communication"] for with_op in with_ops],
+        },
     )
-    with_bw = [r for r in with_ops if r.comm_bw is not None and not r.comm_bw.is_empty()]
+    with_bw = [with_op for with_op in with_ops if with_op.comm_bw is not None and not with_op.comm_bw.is_empty()]
     if with_bw:
-        bws = stack([r.comm_bw for r in with_bw], {"rank": [r.rank for r in with_bw]})
-        t = t.join(
+        bws = stack([with_op.comm_bw for with_op in with_bw], {"rank": [with_op.rank for with_op in with_bw]})
+        frame = frame.join(
             op_bytes(bws), on=["rank", "step", "kind", "op"], how="left", nulls_equal=True, maintain_order="left"
         )
     else:
-        t = t.with_columns(
+        frame = frame.with_columns(
             pl.lit(None, pl.Float64).alias("bw_transit_ms"),
             pl.lit(None, pl.Float64).alias("size_mb"),
             pl.lit(None, pl.Utf8).alias("transports"),
         )
-    groups = ascend_matrix.rank_group_table([(r.rank, r.metadata) for r in with_ops]).select(
+    groups = ascend_matrix.rank_group_table([(with_op.rank, with_op.metadata) for with_op in with_ops]).select(
         "rank", "group_hash", "group_name", pl.col("group_ranks").cast(pl.List(pl.Utf8)).list.join(",")
     )
-    t = t.join(groups, on=["rank", "group_hash"], how="left", maintain_order="left")
-    t = t.select(pl.exclude("rank", "file"), "rank", "file")  # the op's own columns first
+    frame = frame.join(groups, on=["rank", "group_hash"], how="left", maintain_order="left")
+    frame = frame.select(pl.exclude("rank", "file"), "rank", "file")  # the op's own columns first
     transit = pl.col("transit_ms").fill_null(0)
     bw_t = pl.col("bw_transit_ms").fill_null(0)
     quirk = (transit == 0) & (bw_t > 0)
     # ops with no transit, no bandwidth info and no wait recorded: their split is unknown, not "all waiting"
     unknown = (transit == 0) & (bw_t == 0) & (pl.col("wait_ms").fill_null(0) == 0)
-    return t.with_columns(
+    return frame.with_columns(
         # bandwidth-info time sums the links, which run in parallel: never more than the op's elapse
         pl.when(quirk).then(pl.min_horizontal("bw_transit_ms", "elapse_ms")).otherwise(transit).alias("transfer_ms"),
         pl.when(quirk)
@@ -251,14 +254,14 @@ def exposed_table(comm: pl.DataFrame, steps: pl.DataFrame) -> pl.DataFrame:
     ).sort("rank", "step")
 
 
-def exposed_findings(et: pl.DataFrame, pack: RulePack, waited: dict[int, Finding] | None = None) -> list[Finding]:
+def exposed_findings(frame: pl.DataFrame, pack: RulePack, waited: dict[int, Finding] | None = None) -> list[Finding]:
     """`waited`: per rank, its comm-waited-peer finding (named in the message when the time is waiting)."""
     chk = pack.check("comm-exposed-split")
     level = pack.check("exposed-communication")  # this finding supersedes the plain one: its thresholds grade it
     out: list[Finding] = []
-    if et.is_empty():
+    if frame.is_empty():
         return out
-    for row in et.filter(pl.col("exposed_share") >= chk["min_share"]).iter_rows(named=True):
+    for row in frame.filter(pl.col("exposed_share") >= chk["min_share"]).iter_rows(named=True):
         waiting_dominates = (row["waiting_share_of_comm"] or 0) >= chk["waiting_share"]
         sev = graded(row["exposed_share"], level) or chk.severity
         peer = (waited or {}).get(row["rank"]) if waiting_dominates else None

@@ -16,13 +16,15 @@ def section(job: Job) -> Section:
     """The communication tables, findings and notes of the report, from the ``communication`` table of the
     communication-ops analysis and the step table."""
     ranks, step_tab, comm_tab, pack = job.ranks, job.steps, job.table("communication"), job.pack
-    hw = job.hardware or load_hardware()
-    devices = bw.device_table(ranks, hw)
-    tt = bw.transport_table(ranks, devices, hw)
+    hardware = job.hardware or load_hardware()
+    devices = bw.device_table(ranks, hardware)
+    tt = bw.transport_table(ranks, devices, hardware)
     links = bw.link_table(ranks, pack)
     if not links.is_empty():  # the absolute view next to the relative one, where the device is known
         links = links.join(
-            bw.prior_frame(devices, hw, sorted(set(links["transport"].to_list()))), on=["rank", "transport"], how="left"
+            bw.prior_frame(devices, hardware, sorted(set(links["transport"].to_list()))),
+            on=["rank", "transport"],
+            how="left",
         ).with_columns((pl.col("bandwidth_gbps") / pl.col("prior_gbps")).alias("prior_share"))
     packets = bw.packet_table(ranks, pack)
     exposed = comm.exposed_table(comm_tab, step_tab)
@@ -34,18 +36,18 @@ def section(job: Job) -> Section:
     ]
     notes = bw.device_notes(devices) if not tt.is_empty() else []
     local_only = [
-        r.rank
-        for r in ranks
-        if r.comm_links is not None
-        and not r.comm_links.is_empty()
-        and r.comm_links["src_rank"].null_count() == r.comm_links.height
+        rank.rank
+        for rank in ranks
+        if rank.comm_links is not None
+        and not rank.comm_links.is_empty()
+        and rank.comm_links["src_rank"].null_count() == rank.comm_links.height
     ]
     if local_only:
         notes.append(
             "communication: communication_matrix.json ranks are group-local where profiler_metadata.json "
             f"has no parallel_group_info (ranks {', '.join(str(x) for x in local_only)})"
         )
-    unread = [r.rank for r in ranks if "trace_view" in r.files and getattr(r, "trace_links", None) is None]
+    unread = [rank.rank for rank in ranks if "trace_view" in rank.files and getattr(rank, "trace_links", None) is None]
     if unread:
         notes.append(
             "communication: HCCL plane tasks of trace_view.json not summarised for rank(s) "
@@ -53,7 +55,7 @@ def section(job: Job) -> Section:
             + " (no HCCL plane lanes read); link figures come from "
             "communication.json and communication_matrix.json"
         )
-    nccl_tab, nccl_found, nccl_notes = nccl.nccl_section(ranks, hw, pack)
+    nccl_tab, nccl_found, nccl_notes = nccl.nccl_section(ranks, hardware, pack)
     notes += nccl_notes
     waited = hccl_planes.waited_peer_findings(ranks, pack)
     findings += [*nccl_found, *waited, *comm.exposed_findings(exposed, pack, {f.rank: f for f in waited})]

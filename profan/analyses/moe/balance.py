@@ -105,14 +105,14 @@ def moe_table(ranks: list[RankData]) -> pl.DataFrame:
 
 def _ep_groups(ranks: list[RankData], present: list[int]) -> list[tuple[str, list[int]]]:
     seen: dict[tuple[int, ...], str] = {}
-    for r in ranks:
-        if r.metadata is None:
+    for rank in ranks:
+        if rank.metadata is None:
             continue
-        for g in r.metadata.groups:
-            if g.group_name == default_roles().expert_group and len(g.global_ranks) > 1:
-                seen.setdefault(tuple(sorted(g.global_ranks)), g.hccl_name)
+        for group in rank.metadata.groups:
+            if group.group_name == default_roles().expert_group and len(group.global_ranks) > 1:
+                seen.setdefault(tuple(sorted(group.global_ranks)), group.hccl_name)
     if seen:
-        return [(name, list(k)) for k, name in seen.items() if len(set(k) & set(present)) > 1]
+        return [(name, list(key)) for key, name in seen.items() if len(set(key) & set(present)) > 1]
     return [("", sorted(present))]
 
 
@@ -128,24 +128,24 @@ def moe_findings(ranks: list[RankData], pack: RulePack) -> tuple[pl.DataFrame, l
         ) if not tab.is_empty() else tab, []
     out: list[Finding] = []
     for hccl, members in _ep_groups(ranks, tab["rank"].to_list()):
-        g = tab.filter(pl.col("rank").is_in(members))
-        if g.height < chk["min_ranks"]:
+        frame = tab.filter(pl.col("rank").is_in(members))
+        if frame.height < chk["min_ranks"]:
             continue
-        use_tokens = g["tokens"].null_count() == 0
-        metric = "tokens" if use_tokens else ("gmm_us" if g["gmm_us"].sum() > 0 else "moe_us")
-        vals = g[metric].cast(pl.Float64)
+        use_tokens = frame["tokens"].null_count() == 0
+        metric = "tokens" if use_tokens else ("gmm_us" if frame["gmm_us"].sum() > 0 else "moe_us")
+        vals = frame[metric].cast(pl.Float64)
         mean = float(vals.mean())
         if not mean:
             continue
-        hot = g.sort(metric, descending=True).row(0, named=True)
+        hot = frame.sort(metric, descending=True).row(0, named=True)
         ratio = float(hot[metric]) / mean
         sev = graded(ratio, chk, "bucket_ratio" if metric == "moe_us" else "ratio")
         if sev is None:
             continue
         if metric != "tokens" and SEVERITIES.index(sev) > SEVERITIES.index(chk["time_max_severity"]):
             sev = chk["time_max_severity"]  # time alone never proves a hot expert
-        med = g.sort(metric).row(g.height // 2, named=True)
-        out.append(_finding(chk, sev, GroupLoad(hccl, members, g, metric, hot, med, ratio, mean)))
+        med = frame.sort(metric).row(frame.height // 2, named=True)
+        out.append(_finding(chk, sev, GroupLoad(hccl, members, frame, metric, hot, med, ratio, mean)))
     return tab.drop("gmm_lines", "file", "source", "locator", "rows"), out
 
 

@@ -22,15 +22,15 @@ def ep_cost(ranks: list[RankData]) -> pl.DataFrame:
     where several ranks were captured, ``waiting_us``: the exposed time beyond the least exposed rank's in the
     same step and part — the exchange ends when its slowest peer's does, so that much a rank waited for a peer,
     and the least rank's exposed time is the transfer every rank shares (an upper bound: it waits too)."""
-    have = [r for r in ranks if r.ep_time is not None and not r.ep_time.is_empty()]
+    have = [rank for rank in ranks if rank.ep_time is not None and not rank.ep_time.is_empty()]
     if not have:
         return pl.DataFrame()
-    t = stack([r.ep_time for r in have], {"rank": [r.rank for r in have]}, how="vertical_relaxed")
-    t = t.with_columns((pl.col("exposed_us") / pl.col("window_us")).alias("exposed_share"))
+    frame = stack([rank.ep_time for rank in have], {"rank": [rank.rank for rank in have]}, how="vertical_relaxed")
+    frame = frame.with_columns((pl.col("exposed_us") / pl.col("window_us")).alias("exposed_share"))
     if len(have) > 1:
         least = pl.col("exposed_us").min().over("step", "part")
-        t = t.with_columns((pl.col("exposed_us") - least).alias("waiting_us"))
-    return t.select("rank", *[c for c in t.columns if c != "rank"]).sort("rank", "step", "part")
+        frame = frame.with_columns((pl.col("exposed_us") - least).alias("waiting_us"))
+    return frame.select("rank", *[column for column in frame.columns if column != "rank"]).sort("rank", "step", "part")
 
 
 def ep_findings(ranks: list[RankData], table: pl.DataFrame, pack: RulePack) -> list[Finding]:
@@ -49,7 +49,7 @@ def ep_findings(ranks: list[RankData], table: pl.DataFrame, pack: RulePack) -> l
         pl.col("step").sort(),
     )
     named = set(table.filter(pl.col("part").is_in(list(chk["named_parts"])))["rank"].to_list())
-    by_rank = {r.rank: r for r in ranks}
+    by_rank = {rank.rank: rank for rank in ranks}
     out = []
     for row in per_rank.sort("rank").iter_rows(named=True):
         share = row["exposed_us"] / row["window_us"] if row["window_us"] else 0.0

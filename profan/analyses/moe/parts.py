@@ -43,17 +43,17 @@ def moe_parts(ranks: list[RankData], pack: RulePack, moe_bucket: str = "moe") ->
     """Per rank, step and part: time, share of the step's summed kernel time, kernel count, the rules that decided
     it and the context they matched (the most common), the op with the most time. Empty when no kernel of the job
     is MoE or has a part."""
-    k = kernel_table(ranks, ["step", "bucket", "rule_id", "decided_by", "op", "time_us", "count"])
-    if k is None:
+    frame = kernel_table(ranks, ["step", "bucket", "rule_id", "decided_by", "op", "time_us", "count"])
+    if frame is None:
         return pl.DataFrame(schema=PARTS_SCHEMA)
-    total = k.group_by("rank", "step").agg(pl.col("time_us").sum().alias("_step_us"))
-    k = k.join(parts_of(pack), on="rule_id", how="left")
-    k = k.filter(pl.col("part").is_not_null() | (pl.col("bucket") == moe_bucket))
-    if k.is_empty():
+    total = frame.group_by("rank", "step").agg(pl.col("time_us").sum().alias("_step_us"))
+    frame = frame.join(parts_of(pack), on="rule_id", how="left")
+    frame = frame.filter(pl.col("part").is_not_null() | (pl.col("bucket") == moe_bucket))
+    if frame.is_empty():
         return pl.DataFrame(schema=PARTS_SCHEMA)
-    k = k.with_columns(pl.col("part").fill_null(NO_PART))
+    frame = frame.with_columns(pl.col("part").fill_null(NO_PART))
     out = (
-        k.group_by("rank", "step", "part", "bucket")
+        frame.group_by("rank", "step", "part", "bucket")
         .agg(
             pl.col("time_us").sum(),
             pl.col("count").sum().cast(pl.Int64).alias("kernels"),

@@ -13,4 +13,4 @@ def section(job: Job) -> Section:
     moe_ep_cost (dispatch / combine exposed or hidden, per rank and step), and findings of exposed EP time."""
     tables = {"moe_parts": parts.moe_parts(job.ranks, job.pack), "moe_ep_cost": ep_cost.ep_cost(job.ranks)}
     findings = ep_cost.ep_findings(job.ranks, tables["moe_ep_cost"], job.pack)
-    return Section(tables={k: v for k, v in tables.items() if not v.is_empty()}, findings=findings)
+    return Section(tables={key: value for key, value in tables.items() if not value.is_empty()}, findings=findings)

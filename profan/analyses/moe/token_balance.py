@@ -52,7 +52,7 @@ def token_findings(ranks: list[RankData], pack: RulePack) -> tuple[pl.DataFrame,
     if sev is None:
         return table, []
     facts = {"rank_ratio": rank_ratio, "expert_ratio": expert_ratio, "rank_mean": rank_mean}
-    files = {r.rank: r.files.get("kineto_trace") for r in ranks}
+    files = {rank.rank: rank.files.get("kineto_trace") for rank in ranks}
     evidence = _evidence(hot, top, files)
     if not evidence:
         return table, []

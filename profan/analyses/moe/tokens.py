@@ -67,19 +67,19 @@ def token_tables(ranks: list[RankData], expert_pattern: str) -> tuple[pl.DataFra
     """(per expert range: rank, step, expert, tokens, locators; per dispatch call: rank, step, rows received,
     locator, split sizes) over every rank whose trace recorded them, profiled steps only."""
     experts, dispatch = [], []
-    for r in ranks:
-        ev = r.moe_tokens
-        if ev is None or ev.is_empty():
+    for rank in ranks:
+        evidence = rank.moe_tokens
+        if evidence is None or evidence.is_empty():
             continue
-        e = expert_rows(ev, expert_pattern)
-        d = dispatch_rows(ev, e)
-        experts.append(e.with_columns(pl.lit(r.rank, pl.Int64).alias("rank")))
-        dispatch.append(d.with_columns(pl.lit(r.rank, pl.Int64).alias("rank")))
+        e = expert_rows(evidence, expert_pattern)
+        d = dispatch_rows(evidence, e)
+        experts.append(e.with_columns(pl.lit(rank.rank, pl.Int64).alias("rank")))
+        dispatch.append(d.with_columns(pl.lit(rank.rank, pl.Int64).alias("rank")))
     if not experts:
         return pl.DataFrame(), pl.DataFrame()
     ex = pl.concat(experts).filter(pl.col("step").is_not_null(), pl.col("expert_id").is_not_null())
-    dp = pl.concat(dispatch).filter(pl.col("step").is_not_null())
-    return ex.select(EXPERT_COLUMNS), dp.select(RANK_COLUMNS)
+    frame = pl.concat(dispatch).filter(pl.col("step").is_not_null())
+    return ex.select(EXPERT_COLUMNS), frame.select(RANK_COLUMNS)
 
 
 def load_tables(experts: pl.DataFrame, dispatch: pl.DataFrame) -> tuple[pl.DataFrame, pl.DataFrame]:

@@ -29,17 +29,17 @@ def unfused_findings(ranks: list[RankData], pack: RulePack) -> list[Finding]:
     softmax is what a fused kernel surely absorbs; the other kernels between the matmuls (masking, scaling,
     copies, and rotary embedding where it is written as elementwise ops) are said beside it, not counted."""
     chk = pack.check(CHECK)
-    k = kernel_table(ranks, ["step", "bucket", "rule_id", "op", "name", "count", "time_us", "lines", "line_durs"])
-    if k is None:
+    frame = kernel_table(ranks, ["step", "bucket", "rule_id", "op", "name", "count", "time_us", "lines", "line_durs"])
+    if frame is None:
         return []
     kernel = pl.col("name").fill_null("") + " " + pl.col("op").fill_null("")
-    k = k.with_columns(
+    frame = frame.with_columns(
         pl.col("rule_id").is_in(chk["fused_rules"]).fill_null(False).alias("_fused"),
         kernel.str.contains(chk["score_kernel"]).alias("_score_kernel"),
         kernel.str.contains(chk["matmul_kernel"]).alias("_matmul"),
     )
-    totals = k.group_by("rank", "step").agg(pl.col("time_us").sum().alias("total_us"))
-    att = k.filter(pl.col("bucket") == chk["bucket"])
+    totals = frame.group_by("rank", "step").agg(pl.col("time_us").sum().alias("total_us"))
+    att = frame.filter(pl.col("bucket") == chk["bucket"])
     steps = (
         att.group_by("rank", "step")
         .agg(
@@ -65,9 +65,9 @@ def unfused_findings(ranks: list[RankData], pack: RulePack) -> list[Finding]:
         .group_by("rank", "step", maintain_order=True)
         .agg(pl.format("{} {} ms ({} calls)", "op", (pl.col("time_us") / 1000).round(1), "count").head(NAMED))
     )
-    names = {(r, s): ops for r, s, ops in named.iter_rows()}
+    names = {(rank, s): ops for rank, s, ops in named.iter_rows()}
     tops = top_lines_by(att.with_columns(_key().alias("_key")), "_key", MAX_CITED)
-    by_rank = {r.rank: r for r in ranks}
+    by_rank = {rank.rank: rank for rank in ranks}
     out: list[Finding] = []
     for row in steps.iter_rows(named=True):
         share = row["softmax_us"] / row["total_us"] if row["total_us"] else 0.0

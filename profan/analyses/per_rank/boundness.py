@@ -38,12 +38,12 @@ def boundness(ranks: list[RankData], pack: RulePack) -> pl.DataFrame:
     profiler level); the table is the per-rank tables one after the other."""
     chk = pack.check("kernel-boundness")
     by_pipes: dict[tuple[str, ...], list[RankData]] = {}
-    for r in ranks:
-        if r.groups is None or r.groups.is_empty() or not r.has_pipe_ratios:
+    for rank in ranks:
+        if rank.groups is None or rank.groups.is_empty() or not rank.has_pipe_ratios:
             continue
-        by_pipes.setdefault(tuple(p for p in PIPES if f"{p}_wsum" in r.groups.columns), []).append(r)
+        by_pipes.setdefault(tuple(part for part in PIPES if f"{part}_wsum" in rank.groups.columns), []).append(rank)
     parts = [_hottest(same, list(pipes), chk) for pipes, same in by_pipes.items()]
-    parts = [p for p in parts if not p.is_empty()]
+    parts = [part for part in parts if not part.is_empty()]
     if not parts:
         return pl.DataFrame()
     return pl.concat(parts, how="diagonal_relaxed").sort("rank", maintain_order=True)
@@ -126,7 +126,7 @@ def boundness_findings(ranks: list[RankData], table: pl.DataFrame, pack: RulePac
     out: list[Finding] = []
     if table.is_empty():
         return out
-    by_rank = {r.rank: r for r in ranks}
+    by_rank = {rank.rank: rank for rank in ranks}
     judged = [
         (row, v)
         for row in table.iter_rows(named=True)
@@ -140,7 +140,7 @@ def boundness_findings(ranks: list[RankData], table: pl.DataFrame, pack: RulePac
     )
     tops = _cited_rows(ranks, keys)
     for row, (label, sev, why) in judged:
-        r = by_rank[row["rank"]]
+        rank = by_rank[row["rank"]]
         shapes = f" ({row['input_shapes']})" if row["input_shapes"] else ""
         ratios = ", ".join(f"{p} {row[p]:.2f}" for p in PIPES if p in row and row[p] is not None)
         out.append(
@@ -163,7 +163,7 @@ def boundness_findings(ranks: list[RankData], table: pl.DataFrame, pack: RulePac
                 },
                 evidence=(
                     cite_kernels(
-                        r,
+                        rank,
                         None,
                         int(row["count"]),
                         {

@@ -29,9 +29,9 @@ def breakdown(ranks: list[RankData]) -> pl.DataFrame:
     k = kernel_table(ranks, ["step", "bucket", "time_us", "count"])
     if k is None:
         return pl.DataFrame(schema=BREAKDOWN_SCHEMA)
-    df = k.group_by("rank", "step", "bucket").agg(pl.col("time_us").sum(), pl.col("count").sum().alias("kernels"))
-    df = df.with_columns((pl.col("time_us") / pl.col("time_us").sum().over("rank", "step")).alias("share"))
-    return sort_breakdown(df.select(list(BREAKDOWN_SCHEMA)).cast({"kernels": pl.Int64}))
+    frame = k.group_by("rank", "step", "bucket").agg(pl.col("time_us").sum(), pl.col("count").sum().alias("kernels"))
+    frame = frame.with_columns((pl.col("time_us") / pl.col("time_us").sum().over("rank", "step")).alias("share"))
+    return sort_breakdown(frame.select(list(BREAKDOWN_SCHEMA)).cast({"kernels": pl.Int64}))
 
 
 def sort_breakdown(table: pl.DataFrame) -> pl.DataFrame:
@@ -134,19 +134,19 @@ def top_kernels(ranks: list[RankData], steps_max: int | None = None, per_bucket:
         pl.when(per_step).then(pl.col("step")).alias("step"),
     )
     keys = ["rank", "step", "bucket", "op", "input_shapes"]
-    g = k.group_by(keys).agg(
+    frame = k.group_by(keys).agg(
         pl.col("time_us").sum(),
         pl.col("count").sum(),
         pl.col("max_us").max(),
         *first_by_time(("name", "core", "rule_id", "decided_by")),
         pl.col("steps").first(),
     )
-    g = g.with_columns(
+    frame = frame.with_columns(
         (pl.col("time_us") / pl.col("time_us").sum().over("rank", "step", "bucket")).alias("share_of_bucket")
     )
     # ties: by op, shapes, then step and bucket — equal kernels in two steps must not swap the steps' order
-    g = (
-        g.sort(
+    frame = (
+        frame.sort(
             ["rank", "time_us", "op", "input_shapes", "step", "bucket"],
             descending=[False, True, False, False, False, False],
             nulls_last=True,
@@ -155,9 +155,9 @@ def top_kernels(ranks: list[RankData], steps_max: int | None = None, per_bucket:
         .head(per_bucket)
     )
     # sample lines only for the kept kernels: exploding every group's lines costs more than the ranking
-    lines = top_lines_frame(k.join(g.select(keys), on=keys, how="semi", nulls_equal=True), keys, 5)
-    g = g.join(lines, on=keys, how="left", nulls_equal=True, maintain_order="left")
-    return g.select(_TOP_KERNEL_COLUMNS)
+    lines = top_lines_frame(k.join(frame.select(keys), on=keys, how="semi", nulls_equal=True), keys, 5)
+    frame = frame.join(lines, on=keys, how="left", nulls_equal=True, maintain_order="left")
+    return frame.select(_TOP_KERNEL_COLUMNS)
 
 
 def step_breakdown_findings(ranks: list[RankData], pack: RulePack, table: pl.DataFrame | None = None) -> list[Finding]:
@@ -174,12 +174,12 @@ def step_breakdown_findings(ranks: list[RankData], pack: RulePack, table: pl.Dat
     if k is None or table.is_empty():
         return []
     n_steps = dict(table.group_by("rank").agg(pl.col("step").n_unique()).iter_rows())
-    long_ranks = [r for r, n in n_steps.items() if n > chk["per_step_max"]]
+    long_ranks = [r for r, value in n_steps.items() if value > chk["per_step_max"]]
     is_long = pl.col("rank").is_in(long_ranks)
     per_step: dict[int, dict] = {}  # rank -> step -> [(bucket, time, kernels)], largest first (the table's order)
     short = table.filter(~is_long).select("rank", "step", "bucket", "time_us", "kernels")
-    for rank, step, b, t, n in short.iter_rows():
-        per_step.setdefault(rank, {}).setdefault(step, []).append((b, t, n))
+    for rank, step, b, t, value in short.iter_rows():
+        per_step.setdefault(rank, {}).setdefault(step, []).append((b, t, value))
     step_tops = {
         (r, s, b): lines
         for r, s, b, lines in top_lines_frame(k.filter(~is_long), ["rank", "step", "bucket"], MAX_CITED).iter_rows()
@@ -209,7 +209,7 @@ def step_breakdown_findings(ranks: list[RankData], pack: RulePack, table: pl.Dat
 
 
 def _over_all_steps(
-    long: pl.DataFrame, k: pl.DataFrame
+    long: pl.DataFrame, frame: pl.DataFrame
 ) -> tuple[dict[int, list], dict[int, dict[str, tuple[float, float]]], dict[tuple, list[int]]]:
     """For the ranks of a long capture (``long``: their `breakdown` rows, ``k``: their kernel groups), what the
     all-steps finding says: rank -> [(bucket, time, kernels)] largest first, rank -> bucket -> (lowest, highest)
@@ -229,7 +229,7 @@ def _over_all_steps(
         step_share_ranges(long, ["rank"]).select("rank", "bucket", "step_share_min", "step_share_max").iter_rows()
     ):
         ranges.setdefault(rank, {})[b] = (lo, hi)
-    all_tops = {(r, b): lines for r, b, lines in top_lines_frame(k, ["rank", "bucket"], MAX_CITED).iter_rows()}
+    all_tops = {(r, b): lines for r, b, lines in top_lines_frame(frame, ["rank", "bucket"], MAX_CITED).iter_rows()}
     return over_steps, ranges, all_tops
 
 

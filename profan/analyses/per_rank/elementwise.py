@@ -26,16 +26,16 @@ def chain_findings(ranks: list[RankData], pack: RulePack) -> list[Finding]:
     no window: what the step would lose, not only its kernels."""
     chk = pack.check(CHECK)
     out: list[Finding] = []
-    for r in ranks:
-        if r.fusible is None:
+    for rank in ranks:
+        if rank.fusible is None:
             continue
-        windows = _windows(r)
-        for row in r.fusible.iter_rows(named=True):
+        windows = _windows(rank)
+        for row in rank.fusible.iter_rows(named=True):
             basis = windows.get(row["step"]) or row["total_us"]
             share = row["saving_us"] / basis if basis else 0.0
             sev = graded(share, chk)
             if sev is not None:
-                out.append(_finding(r, chk, sev, row, share, basis))
+                out.append(_finding(rank, chk, sev, row, share, basis))
     return out
 
 

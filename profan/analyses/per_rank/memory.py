@@ -46,7 +46,9 @@ def section(job: Job) -> Section:
     unknown = [r.rank for r in ranks if _peak(r)["capacity_mb"] is None]
     if unknown:
         notes.append(f"memory, rank(s) {fmt_ranks(unknown)}: " + job.pack.check("memory-peak")["capacity_unknown"])
-    return Section(tables={k: v for k, v in tables.items() if not v.is_empty()}, findings=findings, notes=notes)
+    return Section(
+        tables={key: value for key, value in tables.items() if not value.is_empty()}, findings=findings, notes=notes
+    )
 
 
 def _peak(r: RankData) -> dict:
@@ -64,20 +66,20 @@ def _peak(r: RankData) -> dict:
 
 
 def _stacked(ranks: list[RankData], key: str, rows) -> pl.DataFrame:
-    parts = [rows(r, r.memory[key]) for r in ranks if key in r.memory and not r.memory[key].is_empty()]
+    parts = [rows(rank, rank.memory[key]) for rank in ranks if key in rank.memory and not rank.memory[key].is_empty()]
     return pl.concat(parts, how="diagonal_relaxed") if parts else pl.DataFrame()
 
 
 def peak_table(ranks: list[RankData]) -> pl.DataFrame:
     """One row per rank: the peak and what surrounds it, in MB, times in ms from the rank's first memory row."""
     rows = []
-    for r in ranks:
-        p = _peak(r)
+    for rank in ranks:
+        p = _peak(rank)
         reserved = p["reserved_at_peak_mb"]
         worst = p["peak_reserved_mb"] if p["peak_reserved_mb"] is not None else p["peak_allocated_mb"]
         rows.append(
             {
-                "rank": r.rank,
+                "rank": rank.rank,
                 "device": p["device"],
                 "peak_allocated_mb": p["peak_allocated_mb"],
                 "reserved_at_peak_mb": reserved,
@@ -92,16 +94,16 @@ def peak_table(ranks: list[RankData]) -> pl.DataFrame:
                 "peak_op": p["peak_op"],
                 "live_mb": p["live_mb"],
                 "before_capture_mb": max(0.0, p["peak_allocated_mb"] - p["live_mb"]),
-                "file": r.files[p["peak_file"]],
+                "file": rank.files[p["peak_file"]],
                 "loc": p["peak_loc"],
             }
         )
     return pl.DataFrame(rows, infer_schema_length=None)
 
 
-def _holder_rows(r: RankData, t: pl.DataFrame) -> pl.DataFrame:
+def _holder_rows(r: RankData, frame: pl.DataFrame) -> pl.DataFrame:
     p = _peak(r)
-    return t.select(
+    return frame.select(
         pl.lit(r.rank, pl.Int64).alias("rank"),
         "name",
         "live_mb",
@@ -113,9 +115,9 @@ def _holder_rows(r: RankData, t: pl.DataFrame) -> pl.DataFrame:
     )
 
 
-def _curve_rows(r: RankData, t: pl.DataFrame) -> pl.DataFrame:
+def _curve_rows(r: RankData, frame: pl.DataFrame) -> pl.DataFrame:
     p = _peak(r)
-    return t.select(
+    return frame.select(
         pl.lit(r.rank, pl.Int64).alias("rank"),
         ((pl.col("ts_us") - p["start_us"]) / 1000).alias("t_ms"),
         "allocated_mb",
@@ -134,7 +136,7 @@ def _cite(r: RankData, logical: str, locs: list[int], count: int, select: dict, 
     p = _peak(r)
     cite = cite_events if p["locator"] == "events" else cite_lines
     source = logical if p["locator"] == "lines" else "kineto_memory"
-    sel = {"source": source, **{k: v for k, v in select.items() if v is not None}}
+    sel = {"source": source, **{key: value for key, value in select.items() if value is not None}}
     return cite(r.files[logical], locs, count, sel, **kw)
 
 
@@ -222,8 +224,8 @@ def _metrics(p: dict, share: float | None) -> dict:
         "capacity_mb",
         "process_reserved_mb",
     )
-    out = {k: round(p[k], 4) for k in keys if p[k] is not None}
-    out.update({k: p[k] for k in ("step", "phase", "peak_op", "device") if p[k] is not None})
+    out = {key: round(p[key], 4) for key in keys if p[key] is not None}
+    out.update({key: p[key] for key in ("step", "phase", "peak_op", "device") if p[key] is not None})
     if share is not None:
         out["capacity_share"] = round(share, 4)
     return out
@@ -325,7 +327,7 @@ def _imbalance_findings(ranks: list[RankData], pack: RulePack) -> list[Finding]:
     high = max(ranks, key=lambda r: (peaks[r.rank], -r.rank))
     low = min(ranks, key=lambda r: (peaks[r.rank], r.rank))
     # against the other ranks: of two, the median of both is their mean and halves the gap
-    median = float(pl.Series([v for k, v in peaks.items() if k != high.rank]).median())
+    median = float(pl.Series([value for key, value in peaks.items() if key != high.rank]).median())
     against = f"rank {low.rank}'s" if len(ranks) == 2 else "the median rank's"
     ratio = peaks[high.rank] / median if median > 0 else None
     severity = graded(ratio, chk, "ratio") if ratio is not None else None

@@ -27,24 +27,24 @@ def section(job: Job) -> Section:
 def op_statistic_table(ranks: list[RankData]) -> pl.DataFrame:
     """Per rank and (op type, core): the op_statistic totals beside the kernel_details sums."""
     parts = []
-    for r in ranks:
-        if r.op_stats is None or r.groups is None:
+    for rank in ranks:
+        if rank.op_stats is None or rank.groups is None:
             continue
         k = (
-            r.groups.filter(pl.col("bucket") != "communication")
+            rank.groups.filter(pl.col("bucket") != "communication")
             .group_by("type", "core")
             .agg(pl.col("count").sum().alias("kernel_count"), pl.col("time_us").sum().alias("kernel_time_us"))
         )
-        j = r.op_stats.join(k, left_on=["op_type", "core"], right_on=["type", "core"], how="full", coalesce=True).sort(
-            ["src_line", "op_type", "core"], nulls_last=True
-        )  # file order; kernel-only types after
+        j = rank.op_stats.join(
+            k, left_on=["op_type", "core"], right_on=["type", "core"], how="full", coalesce=True
+        ).sort(["src_line", "op_type", "core"], nulls_last=True)  # file order; kernel-only types after
         parts.append(
-            j.with_columns(pl.lit(r.rank, pl.Int64).alias("rank"), pl.lit(r.files["op_statistic"]).alias("file"))
+            j.with_columns(pl.lit(rank.rank, pl.Int64).alias("rank"), pl.lit(rank.files["op_statistic"]).alias("file"))
         )
     if not parts:
         return pl.DataFrame()
-    df = pl.concat(parts, how="diagonal_relaxed")
-    return df.with_columns(
+    frame = pl.concat(parts, how="diagonal_relaxed")
+    return frame.with_columns(
         (
             (pl.col("count").fill_null(0) == pl.col("kernel_count").fill_null(0))
             & ((pl.col("total_us").fill_null(0) - pl.col("kernel_time_us").fill_null(0)).abs() <= 0.01)

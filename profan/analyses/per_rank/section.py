@@ -55,20 +55,24 @@ def unassessed_section(job: Job) -> Section:
     """Notes on what could not be assessed for want of kernel rows or their pipe ratios."""
     notes = []
     ranks = job.ranks
-    no_pipes = [r for r in ranks if r.groups is not None and not r.has_pipe_ratios and r.kernel_locator == "lines"]
+    no_pipes = [
+        rank
+        for rank in ranks
+        if rank.groups is not None and not rank.has_pipe_ratios and rank.kernel_locator == "lines"
+    ]
     if no_pipes:
         notes.append(
             "kernel boundness not assessed for ranks whose kernel_details.csv has no PipeUtilization "
-            "ratios: " + ", ".join(str(r.rank) for r in no_pipes)
+            "ratios: " + ", ".join(str(rank.rank) for rank in no_pipes)
         )
-    if not any(r.groups is not None for r in ranks):
+    if not any(rank.groups is not None for rank in ranks):
         notes.append("no kernel_details.csv / op_summary found: no per-kernel breakdown")
-    unordered = [r for r in ranks if r.groups is not None and r.fusible is None]
+    unordered = [rank for rank in ranks if rank.groups is not None and rank.fusible is None]
     if unordered:
         notes.append(
             "chains of elementwise kernels (unfused-elementwise) not assessed for ranks without a Kineto trace "
             "of their device events (a kernel file is read as groups, not in issue order): "
-            + fmt_ranks(r.rank for r in unordered)
+            + fmt_ranks(rank.rank for rank in unordered)
         )
     return Section(notes=notes)
 

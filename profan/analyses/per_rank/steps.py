@@ -41,13 +41,13 @@ STEP_COLUMNS = [
 
 
 def step_table(ranks: list[RankData]) -> pl.DataFrame:
-    have = [r for r in ranks if r.steps is not None and not r.steps.is_empty()]
+    have = [rank for rank in ranks if rank.steps is not None and not rank.steps.is_empty()]
     if not have:
         return pl.DataFrame()
     return (
         stack(
-            [r.steps for r in have],
-            {"rank": [r.rank for r in have], "file": [r.files["step_trace_time"] for r in have]},
+            [rank.steps for rank in have],
+            {"rank": [rank.rank for rank in have], "file": [rank.files["step_trace_time"] for rank in have]},
         )
         .select(STEP_COLUMNS)
         .sort("rank", "step")
@@ -173,33 +173,35 @@ def reconcile_findings(ranks: list[RankData], steps: pl.DataFrame, pack: RulePac
     k = kernel_table(ranks, ["step", "bucket", "time_us", "count"])
     if k is None:
         return out
-    kernel_ranks = [r for r in ranks if r.groups is not None and not r.groups.is_empty()]
+    kernel_ranks = [
+        kernel_rank for kernel_rank in ranks if kernel_rank.groups is not None and not kernel_rank.groups.is_empty()
+    ]
     per_step, whole = _compute_kernel_time(k)
     step_rows: dict[int, list[dict]] = {}
     for row in steps.iter_rows(named=True):
         step_rows.setdefault(row["rank"], []).append(row)
-    for r in kernel_ranks:
-        for row in step_rows.get(r.rank, ()):
+    for kernel_rank in kernel_ranks:
+        for row in step_rows.get(kernel_rank.rank, ()):
             k_us, n = (
-                per_step.get((r.rank, row["step"]), (0.0, 0))
+                per_step.get((kernel_rank.rank, row["step"]), (0.0, 0))
                 if row["step"] is not None
-                else whole.get(r.rank, (0.0, 0))
+                else whole.get(kernel_rank.rank, (0.0, 0))
             )
             k_us, n = float(k_us), int(n)
             comp = row["computing_us"] or 0.0
             if comp <= 0 or k_us / comp >= chk["min_ratio"]:
                 continue
-            out.append(_reconcile_finding(r, row, chk, k_us, n, comp))
+            out.append(_reconcile_finding(kernel_rank, row, chk, k_us, n, comp))
     return out
 
 
 def _compute_kernel_time(
-    k: pl.DataFrame,
+    frame: pl.DataFrame,
 ) -> tuple[dict[tuple[int, int], tuple[float, int]], dict[int, tuple[float, int]]]:
     """Every rank's compute (non-communication) kernel time and rows: per (rank, step), and per rank over all its
     steps (what a step_trace row without a step number covers) — in one query, not two per rank."""
     compute = (
-        k.filter(pl.col("bucket") != "communication")
+        frame.filter(pl.col("bucket") != "communication")
         .group_by("rank", "step", maintain_order=True)
         .agg(pl.col("time_us").sum(), pl.col("count").sum())
     )

@@ -31,18 +31,20 @@ def _trace_file(r: RankData) -> str | None:
 
 def trace_step_table(ranks: list[RankData]) -> pl.DataFrame:
     parts = []
-    for r in ranks:
-        if r.trace_steps is None or r.trace_steps.is_empty():
+    for rank in ranks:
+        if rank.trace_steps is None or rank.trace_steps.is_empty():
             continue
-        t = r.trace_steps
+        t = rank.trace_steps
         if "source" not in t.columns:
             t = t.with_columns(pl.lit("device_lanes").alias("source"))
-        parts.append(t.with_columns(pl.lit(r.rank, pl.Int64).alias("rank"), pl.lit(_trace_file(r)).alias("file")))
+        parts.append(t.with_columns(pl.lit(rank.rank, pl.Int64).alias("rank"), pl.lit(_trace_file(rank)).alias("file")))
     if not parts:
         return pl.DataFrame()
-    df = pl.concat(parts, how="diagonal_relaxed")
+    frame = pl.concat(parts, how="diagonal_relaxed")
     first = ["rank", "source", "scope", "step", "step_us", "computing_us", "comm_not_overlapped_us", "free_us"]
-    return df.select(*first, *[c for c in df.columns if c not in first]).sort("rank", "scope", "step", nulls_last=True)
+    return frame.select(*first, *[column for column in frame.columns if column not in first]).sort(
+        "rank", "scope", "step", nulls_last=True
+    )
 
 
 BLOCK_COLUMNS = ["rank", "step", "source", "part", "start_us", "end_us", "compute_us", "comm_us", "idle_us", "pieces"]
@@ -52,11 +54,11 @@ def block_table(ranks: list[RankData]) -> pl.DataFrame:
     """Every rank's step blocks in time (`sources.common.intervals`), one table: what the report's timeline draws.
     Bounded per rank and step by the map, so it stays small however many kernels a step runs; the file a block
     was read from is the rank's file its ``source`` names (`intervals.SOURCE_FILES`), not repeated on every row."""
-    have = [r for r in ranks if r.step_blocks is not None and not r.step_blocks.is_empty()]
+    have = [rank for rank in ranks if rank.step_blocks is not None and not rank.step_blocks.is_empty()]
     if not have:
         return pl.DataFrame()
-    df = stack([r.step_blocks for r in have], {"rank": [r.rank for r in have]})
-    return df.select(BLOCK_COLUMNS).sort("rank", "step", "start_us", nulls_last=True)
+    frame = stack([rank.step_blocks for rank in have], {"rank": [rank.rank for rank in have]})
+    return frame.select(BLOCK_COLUMNS).sort("rank", "step", "start_us", nulls_last=True)
 
 
 def device_share_findings(table: pl.DataFrame, pack: RulePack) -> list[Finding]:
@@ -189,7 +191,7 @@ def host_text(row: dict, prefix: str, stretch: str) -> str:
 def host_metrics(row: dict, prefix: str) -> dict:
     """The host op and runtime call of an idle stretch, for the cause to name (null where none covers it)."""
     keys = ("op", "op_us", "call", "call_us")
-    return {f"host_{k}": row.get(f"{prefix}_{k}") for k in keys} | (
+    return {f"host_{key}": row.get(f"{prefix}_{key}") for key in keys} | (
         {"gap_us": row["gap_us"]} if prefix == "gap" else {}
     )
 
@@ -324,7 +326,7 @@ def lane_share_findings(ranks: list[RankData], table: pl.DataFrame, pack: RulePa
     without step_trace_time.csv (the profiler writes that file by summing these same lanes)."""
     if table.is_empty() or "source" not in table.columns:
         return []
-    covered = [r.rank for r in ranks if r.steps is not None and not r.steps.is_empty()]
+    covered = [rank.rank for rank in ranks if rank.steps is not None and not rank.steps.is_empty()]
     rows = table.filter((pl.col("source") == "overlap_analysis") & ~pl.col("rank").is_in(covered))
     return graded_share_findings(rows.iter_rows(named=True), pack, _lane_share)
 
@@ -350,17 +352,23 @@ def overlap_check(ranks: list[RankData], pack: RulePack) -> tuple[pl.DataFrame, 
     """Overlap-Analysis lanes of trace_view.json vs step_trace_time.csv, per rank, step and lane."""
     chk = pack.check("trace-vs-step-trace")
     rows, findings = [], []
-    for r in ranks:
-        t = r.trace_steps
-        if t is None or t.is_empty() or r.steps is None or r.steps.is_empty() or "source" not in t.columns:
+    for rank in ranks:
+        frame = rank.trace_steps
+        if (
+            frame is None
+            or frame.is_empty()
+            or rank.steps is None
+            or rank.steps.is_empty()
+            or "source" not in frame.columns
+        ):
             continue
-        t = t.filter(pl.col("source") == "overlap_analysis")
-        j = t.join(r.steps, on="step", how="inner", suffix="_csv", nulls_equal=True)
+        frame = frame.filter(pl.col("source") == "overlap_analysis")
+        j = frame.join(rank.steps, on="step", how="inner", suffix="_csv", nulls_equal=True)
         for row in j.iter_rows(named=True):
             diffs = _lane_diffs(row)
             rows += [
                 {
-                    "rank": r.rank,
+                    "rank": rank.rank,
                     "step": row["step"],
                     "lane": lane,
                     "trace_view_us": a,
@@ -370,7 +378,7 @@ def overlap_check(ranks: list[RankData], pack: RulePack) -> tuple[pl.DataFrame, 
                 for lane, (a, b, rel) in diffs.items()
             ]
             if diffs:
-                findings.append(_overlap_finding(r, row, {k: v[2] for k, v in diffs.items()}, chk))
+                findings.append(_overlap_finding(rank, row, {key: value[2] for key, value in diffs.items()}, chk))
     return pl.DataFrame(rows) if rows else pl.DataFrame(), findings
 
 
@@ -388,7 +396,7 @@ def _overlap_finding(r: RankData, row: dict, diffs: dict[str, float], chk: Check
     """One step's agreement (or not) of the two files, citing the step_trace_time.csv line and the lane events."""
     worst = max(diffs, key=lambda k: diffs[k])
     ok = diffs[worst] <= chk["tolerance"]
-    lanes = ", ".join(f"{lane} {ms(row[c])}" for c, lane in LANES.items() if lane in diffs)
+    lanes = ", ".join(f"{lane} {ms(row[key])}" for key, lane in LANES.items() if lane in diffs)
     return Finding(
         check=chk.id,
         severity=chk.severity_for("agreement") if ok else chk.severity,
@@ -414,7 +422,7 @@ def _overlap_finding(r: RankData, row: dict, diffs: dict[str, float], chk: Check
                 row["top_events"],
                 row["events"],
                 {"source": "trace_view", "process": "Overlap Analysis", "step": row["step"]},
-                values={c: round(row[c], 3) for c in LANES},
+                values={key: round(row[key], 3) for key in LANES},
             ),
         ),
     )
@@ -423,28 +431,28 @@ def _overlap_finding(r: RankData, row: dict, diffs: dict[str, float], chk: Check
 def comm_tables(ranks: list[RankData]) -> dict[str, pl.DataFrame]:
     out = {}
     for name, attr in (("trace_communication", "trace_comm"), ("hccl_links", "trace_links")):
-        have = [r for r in ranks if getattr(r, attr) is not None and not getattr(r, attr).is_empty()]
+        have = [rank for rank in ranks if getattr(rank, attr) is not None and not getattr(rank, attr).is_empty()]
         if have:
             out[name] = stack(
-                [getattr(r, attr) for r in have],
-                {"rank": [r.rank for r in have], "file": [_trace_file(r) for r in have]},
+                [getattr(rank, attr) for rank in have],
+                {"rank": [rank.rank for rank in have], "file": [_trace_file(rank) for rank in have]},
             )
     return out
 
 
 def trace_notes(ranks: list[RankData]) -> list[str]:
     notes = []
-    kin = [r for r in ranks if r.kind == "kineto" and r.groups is not None]
+    kin = [rank for rank in ranks if rank.kind == "kineto" and rank.groups is not None]
     if kin:
         parts = []
-        for r in kin:
-            total = float(r.groups["time_us"].sum())
-            unc = float(r.groups.filter(pl.col("bucket") == UNCLASSIFIED)["time_us"].sum())
-            parts.append(f"rank {r.rank} {pct(unc / total) if total else 'n/a'}")
+        for rank in kin:
+            total = float(rank.groups["time_us"].sum())
+            unc = float(rank.groups.filter(pl.col("bucket") == UNCLASSIFIED)["time_us"].sum())
+            parts.append(f"rank {rank.rank} {pct(unc / total) if total else 'n/a'}")
         notes.append("share of device time matching no bucket rule (Kineto traces): " + ", ".join(parts))
-        for r in kin:
-            notes += [f"rank {r.rank}: {n}" for n in r.info.get("trace_notes", [])]
-        world = {r.info.get("world_size") for r in kin} - {None}
+        for rank in kin:
+            notes += [f"rank {rank.rank}: {n}" for n in rank.info.get("trace_notes", [])]
+        world = {rank.info.get("world_size") for rank in kin} - {None}
         if world and max(world) > len(kin):
             notes.append(
                 f"{len(kin)} of {max(world)} ranks (distributedInfo.world_size) are present: "

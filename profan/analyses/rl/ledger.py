@@ -32,7 +32,7 @@ class Ledger:
 
 def rl_ranks(ranks: list[RankData]) -> list[RankData]:
     """The ranks of an RL job's traces that carry what the ledger reads."""
-    return [r for r in ranks if "role" in r.info and r.rl_spans is not None and r.rl_busy is not None]
+    return [rank for rank in ranks if "role" in rank.info and rank.rl_spans is not None and rank.rl_busy is not None]
 
 
 def build(ranks: list[RankData], rules: RlRules, timers: pl.DataFrame) -> Ledger | None:
@@ -43,7 +43,7 @@ def build(ranks: list[RankData], rules: RlRules, timers: pl.DataFrame) -> Ledger
     if "step" not in timers.columns:  # no timer log beside the traces
         timers = pl.DataFrame(schema=TIMER_SCHEMA)
     spans, left_out = _same_time(spans)
-    busy = pl.concat([r.rl_busy.with_columns(pl.lit(r.rank).alias("rank")) for r in ranks])
+    busy = pl.concat([rank.rl_busy.with_columns(pl.lit(rank.rank).alias("rank")) for rank in ranks])
     busy = busy.filter(pl.col("rank").is_in(spans["rank"].unique().to_list()))
     win = windows(spans, busy, rules)
     step_of, said = _step_numbers(win, timers)
@@ -57,16 +57,16 @@ def build(ranks: list[RankData], rules: RlRules, timers: pl.DataFrame) -> Ledger
 
 def _busy_of(ranks: list[RankData]) -> pl.DataFrame:
     """What each rank's busy time is of: its device, or its host where the trace has no device activity."""
-    host = [r.kernel_variant.startswith("Kineto trace, CPU-only") for r in ranks]
+    host = [rank.kernel_variant.startswith("Kineto trace, CPU-only") for rank in ranks]
     return pl.DataFrame(
-        {"rank": [r.rank for r in ranks], "busy_of": ["host (CPU-only trace)" if h else "device" for h in host]},
+        {"rank": [rank.rank for rank in ranks], "busy_of": ["host (CPU-only trace)" if h else "device" for h in host]},
         schema_overrides={"rank": pl.Int32},
     )
 
 
 def _inside(win: pl.DataFrame, busy: pl.DataFrame, spans: pl.DataFrame, rules: RlRules) -> pl.DataFrame:
     """The work inside each unannotated phase's window (the weight sync): what the trace shows of it."""
-    names = [p.name for p in rules.phases if p.unannotated]
+    names = [phase.name for phase in rules.phases if phase.unannotated]
     w = win.filter(pl.col("phase").is_in(names)).select("step", "phase", "start_us", "end_us")
     files = spans.select("rank", "file").unique()
     ops = busy.join(w.rename({"start_us": "_w0", "end_us": "_w1"}), how="cross").filter(
@@ -124,16 +124,16 @@ def _step_numbers(win: pl.DataFrame, timers: pl.DataFrame) -> tuple[dict[int, in
 def _reconciled(win: pl.DataFrame, timers: pl.DataFrame, rules: RlRules) -> pl.DataFrame:
     """Each phase's window time beside the framework's timer for it, and the difference in percent; the
     driver's phases (no trace holds them) from the timer alone."""
-    timer_of = {p.name: p.timer for p in rules.phases}
+    timer_of = {phase.name: phase.timer for phase in rules.phases}
     measured = win.with_columns(
         (pl.col("end_us") - pl.col("start_us")).alias("phase_us"),
         pl.col("phase").replace_strict(timer_of).alias("timer"),
         pl.lit("trace").alias("measured"),
     )
     steps = measured.select("step").unique()
-    driver = [p for p in rules.phases if p.driver]
+    driver = [phase for phase in rules.phases if phase.driver]
     if driver and not timers.is_empty():
-        named = pl.DataFrame({"phase": [p.name for p in driver], "timer": [p.timer for p in driver]})
+        named = pl.DataFrame({"phase": [phase.name for phase in driver], "timer": [phase.timer for phase in driver]})
         rows = steps.join(named, how="cross").with_columns(
             pl.lit(None, pl.Float64).alias("start_us"),
             pl.lit(None, pl.Float64).alias("end_us"),
@@ -150,7 +150,7 @@ def _reconciled(win: pl.DataFrame, timers: pl.DataFrame, rules: RlRules) -> pl.D
     else:
         measured = measured.drop("occurrence")
     out = measured.join(timers.select("step", "timer", "timer_us", "line"), on=["step", "timer"], how="left")
-    order = {p.name: i for i, p in enumerate(rules.phases)}
+    order = {phase.name: index for index, phase in enumerate(rules.phases)}
     return (
         out.with_columns(
             ((pl.col("phase_us") - pl.col("timer_us")) / pl.col("timer_us") * 100).alias("diff_pct"),

@@ -18,12 +18,16 @@ from profan.rulepack.rl import RlRules
 def workers(spans: pl.DataFrame, ranks: list[RankData], rules: RlRules) -> pl.DataFrame:
     """Per step and generating rank: start_us, end_us, behind_us, forwards, and the step's tail_us and
     wait_share (the same on each of its rows)."""
-    first = next(p.name for p in rules.phases if not p.driver and not p.unannotated)
+    first = next(phase.name for phase in rules.phases if not phase.driver and not phase.unannotated)
     gen = spans.filter((pl.col("phase") == first) & pl.col("step").is_not_null())
     if gen.is_empty():
         return pl.DataFrame()
     marks = pl.concat(
-        [r.rl_forwards.with_columns(pl.lit(r.rank).alias("rank")) for r in ranks if r.rl_forwards is not None]
+        [
+            rank.rl_forwards.with_columns(pl.lit(rank.rank).alias("rank"))
+            for rank in ranks
+            if rank.rl_forwards is not None
+        ]
     )
     inside = gen.join(marks, on="rank").filter(pl.col("ts_us").is_between(pl.col("start_us"), pl.col("end_us")))
     counts = inside.group_by("rank", "step").agg(pl.len().alias("forwards"))

@@ -22,17 +22,17 @@ SPAN_COLS = ("rank", "role", "role_rank", "file", "phase", "occurrence", "event_
 def phase_spans(ranks: list[RankData], rules: RlRules) -> pl.DataFrame:
     """Every annotation that marks a phase, with its rank, role and occurrence (1 for the first profiled step)."""
     frames = []
-    for r in ranks:
-        spans = r.rl_spans.with_columns(
+    for rank in ranks:
+        spans = rank.rl_spans.with_columns(
             pl.col("name").replace_strict(rules.annotation_phase, default=None, return_dtype=pl.String).alias("phase")
         ).filter(pl.col("phase").is_not_null())
         spans = spans.sort("start_us").with_columns(pl.int_range(1, pl.len() + 1).over("phase").alias("occurrence"))
         frames.append(
             spans.with_columns(
-                pl.lit(r.rank).alias("rank"),
-                pl.lit(r.info["role"]).alias("role"),
-                pl.lit(r.info["role_rank"]).alias("role_rank"),
-                pl.lit(r.files["kineto_trace"]).alias("file"),
+                pl.lit(rank.rank).alias("rank"),
+                pl.lit(rank.info["role"]).alias("role"),
+                pl.lit(rank.info["role_rank"]).alias("role_rank"),
+                pl.lit(rank.files["kineto_trace"]).alias("file"),
             ).select(SPAN_COLS)
         )
     return pl.concat(frames) if frames else pl.DataFrame()
@@ -56,25 +56,25 @@ def lead_in(spans: pl.DataFrame, busy: pl.DataFrame, rules: RlRules) -> pl.DataF
 def windows(spans: pl.DataFrame, busy: pl.DataFrame, rules: RlRules) -> pl.DataFrame:
     """Per step (occurrence) and phase in step order: start_us, end_us of its window, and the driver and
     unannotated phases with the window the trace gives them (a driver phase none: the timer alone has it)."""
-    order = [p.name for p in rules.phases if p.name in set(spans["phase"])]
+    order = [phase.name for phase in rules.phases if phase.name in set(spans["phase"])]
     first = order[0]
     spans = lead_in(spans, busy, rules)
     ends = spans.group_by("occurrence", "phase").agg(pl.col("end_us").max(), pl.col("lead_us").min())
     rows = []
     prev_end = None
     steps = sorted(set(ends["occurrence"]))
-    for k in steps:
-        mine = ends.filter(pl.col("occurrence") == k)
+    for step in steps:
+        mine = ends.filter(pl.col("occurrence") == step)
         at = dict(zip(mine["phase"], mine["end_us"], strict=True))
         start = prev_end if prev_end is not None else mine.filter(pl.col("phase") == first)["lead_us"].min()
         for name in order:
             if name in at:
-                rows.append((k, name, start, at[name]))
+                rows.append((step, name, start, at[name]))
                 start = at[name]
-        sync_end = _sync_end(spans, busy, k, start, first)
-        for p in rules.phases:
-            if p.unannotated:
-                rows.append((k, p.name, start, sync_end))
+        sync_end = _sync_end(spans, busy, step, start, first)
+        for phase in rules.phases:
+            if phase.unannotated:
+                rows.append((step, phase.name, start, sync_end))
         prev_end = sync_end
     return pl.DataFrame(rows, schema=["occurrence", "phase", "start_us", "end_us"], orient="row")
 

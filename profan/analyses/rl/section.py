@@ -24,7 +24,7 @@ def section(job: Job) -> Section:
     ranks = ledger_mod.rl_ranks(job.ranks)
     none = {"rl_steps": pl.DataFrame(), "rl_ledger": pl.DataFrame()}  # what the diagnosis reads, made always
     if not ranks:
-        roles = [r for r in job.ranks if "role" in r.info]
+        roles = [rank for rank in job.ranks if "role" in rank.info]
         said = "RL job: its roles are read, but the step ledger reads the phases' annotations of Kineto traces only"
         return Section(tables=none, notes=[said] if roles else [])
     rules = rl.rules()
@@ -41,7 +41,7 @@ def section(job: Job) -> Section:
 def _unmarked(led: ledger_mod.Ledger) -> list[str]:
     """The step's first phase (generation) unmarked in every trace: from the second step on, its time lies in the
     window of the first phase that is marked, which the ledger then overstates."""
-    first = next(p for p in rl.rules().phases if not p.driver and not p.unannotated)
+    first = next(phase for phase in rl.rules().phases if not phase.driver and not phase.unannotated)
     if first.name in set(led.spans["phase"]):
         return []
     return [

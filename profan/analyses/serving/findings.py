@@ -37,9 +37,9 @@ def _finding(pack: RulePack, check: str, rows: pl.DataFrame, cost_us: float, det
         "iteration_periods": dict(zip(rows["iteration"].to_list(), rows["period_us"].to_list(), strict=True)),
     }
     events = rows.sort(detail["worst_col"], descending=True)["event_idx"].to_list()
-    ev = cite_events(file, events, rows.height, {"table": "serving_iterations", "rank": rank, "check": check})
+    evidence = cite_events(file, events, rows.height, {"table": "serving_iterations", "rank": rank, "check": check})
     text = f"Rank {rank}: {detail['what']} {ms(cost_us)} per iteration, {pct(share)} of its {ms(period)}"
-    return Finding(check, sev, pack.check(check).name, text, (ev,), rank=rank, metrics=metrics)
+    return Finding(check, sev, pack.check(check).name, text, (evidence,), rank=rank, metrics=metrics)
 
 
 def rank_findings(its: pl.DataFrame, pack: RulePack, device: str) -> list[Finding]:

@@ -18,7 +18,7 @@ FIRST = ["rank", "iteration", "phase", "period_us", "busy_us", "idle_us", "betwe
 
 def serving_ranks(ranks: list[RankData]) -> list[RankData]:
     """The ranks read as serving captures (an iteration table of at least one row)."""
-    return [r for r in ranks if r.iterations is not None and not r.iterations.is_empty()]
+    return [rank for rank in ranks if rank.iterations is not None and not rank.iterations.is_empty()]
 
 
 def iteration_table(ranks: list[RankData]) -> pl.DataFrame:
@@ -27,5 +27,5 @@ def iteration_table(ranks: list[RankData]) -> pl.DataFrame:
     if not have:
         return pl.DataFrame()
     files = [r.files.get("kineto_trace", "") for r in have]
-    df = stack([r.iterations for r in have], {"rank": [r.rank for r in have], "file": files})
-    return df.select(*FIRST, pl.exclude(*FIRST)).sort("rank", "iteration")
+    frame = stack([r.iterations for r in have], {"rank": [r.rank for r in have], "file": files})
+    return frame.select(*FIRST, pl.exclude(*FIRST)).sort("rank", "iteration")

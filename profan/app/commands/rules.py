@@ -33,7 +33,7 @@ def rules(
             typer.echo(
                 f"{item['id']} ({item['name']}) -> bucket '{item['bucket']}'  [{item['source']}, {item['applies_to']}]"
             )
-            typer.echo("matches: " + "; ".join(f"{k} ~ /{v}/" for k, v in item["match"].items()))
+            typer.echo("matches: " + "; ".join(f"{key} ~ /{value}/" for key, value in item["match"].items()))
             typer.echo(f"why: {item['why']}")
             if item["example"]:
                 typer.echo(f"example: {item['example']}")
@@ -58,9 +58,9 @@ def _print_check(item: dict) -> None:
     typer.echo(f"{item['id']} ({item['name']})  [{item['source']}]")
     typer.echo(f"detects: {item['detects']}")
     typer.echo(f"why: {item['why']}")
-    shown = {k: v for k, v in params.items() if k != "cause"}
+    shown = {k: value for k, value in params.items() if k != "cause"}
     if shown:
-        typer.echo("parameters: " + ", ".join(f"{k}={v}" for k, v in shown.items()))
+        typer.echo("parameters: " + ", ".join(f"{k}={value}" for k, value in shown.items()))
     for key in ("action", "verify"):
         if text := item.get(key) or cause.get(key):
             typer.echo(f"{key}: {text}")

@@ -38,7 +38,7 @@ def comm_tables(db: Db, analysis: Path | None) -> tuple[pl.DataFrame, pl.DataFra
                     "(their bytes cannot be held to a link)"
                 )
             return *_measured(ops, bw, packets, f"{analysis.name}: CommAnalyzerTime", db.notes), analysis
-        if not any(analysis.name in n for n in db.notes):
+        if not any(analysis.name in note for note in db.notes):
             db.notes.append(f"{analysis.name} has no CommAnalyzerTime table: communication from COMMUNICATION_OP")
     no_bw, no_packets = pl.DataFrame(schema=ascend_comm.BW_SCHEMA), pl.DataFrame(schema=ascend_packets.SCHEMA)
     return *_measured(_op_comm(db), no_bw, no_packets, "COMMUNICATION_OP", db.notes), db.path
@@ -184,11 +184,11 @@ def _analysis_comm(adb: Db) -> tuple[pl.DataFrame, pl.DataFrame, pl.DataFrame, i
     return ops, *_bandwidth(typed, op), b.height - typed.height
 
 
-def _bandwidth(b: pl.DataFrame, op: pl.Expr) -> tuple[pl.DataFrame, pl.DataFrame]:
+def _bandwidth(b: pl.DataFrame, expr: pl.Expr) -> tuple[pl.DataFrame, pl.DataFrame]:
     """(bandwidth rows: one per op and transport, citing its first row; packet sizes: one per row that has a
     packet size and count)."""
     f = pl.Float64
-    b = b.with_columns(_step_number("step").alias("step"), pl.col("type").cast(pl.Utf8).alias("kind"), op.alias("op"))
+    b = b.with_columns(_step_number("step").alias("step"), pl.col("type").cast(pl.Utf8).alias("kind"), expr.alias("op"))
     bw = (
         b.group_by("step", "kind", "op", pl.col("transport_type").cast(pl.Utf8).alias("transport"), maintain_order=True)
         .agg(

@@ -69,7 +69,7 @@ def first_tasks(db: Db) -> dict[int, int]:
     firsts = dict(db.conn.execute("SELECT opId, min(globalTaskId) FROM COMMUNICATION_TASK_INFO GROUP BY opId"))
     if not firsts:
         return {}
-    want = json.dumps(sorted({int(t) for t in firsts.values() if isinstance(t, int)}))
+    want = json.dumps(sorted({int(value) for value in firsts.values() if isinstance(value, int)}))
     rowid = dict(
         db.conn.execute(
             "SELECT globalTaskId, min(rowid) FROM TASK WHERE globalTaskId IN (SELECT value FROM json_each(?)) "
@@ -77,7 +77,7 @@ def first_tasks(db: Db) -> dict[int, int]:
             (want,),
         )
     )
-    return {int(op): rowid[t] for op, t in firsts.items() if isinstance(op, int) and t in rowid}
+    return {int(key): rowid[value] for key, value in firsts.items() if isinstance(key, int) and value in rowid}
 
 
 def pmu_ratios(db: Db) -> pl.DataFrame | None:
@@ -93,7 +93,7 @@ def pmu_ratios(db: Db) -> pl.DataFrame | None:
     rows = frame(db.conn, sql, {"task_id": pl.Int64, "metric": pl.Int64, "value": pl.Float64}, tuple(ids))
     if rows.is_empty():
         return None
-    pipe = {i: names[v] for i, v in ids.items()}
+    pipe = {key: names[value] for key, value in ids.items()}
     rows = rows.with_columns(pl.col("metric").replace_strict(pipe, return_dtype=pl.Utf8).alias("pipe"))
     # Float32: a ratio of 0..1 needs no more, and millions of kernel rows carry seven of them
     got = rows.pivot("pipe", index="task_id", values="value", aggregate_function="max")

@@ -65,7 +65,8 @@ def memory_tables(path: Path) -> dict[str, Read]:
 def _read(db: ascend_db_sqlite.Db, kind: str) -> Read:
     table, cols = TABLES[kind]
     present = {src: dst for src, dst in cols.items() if db.has(table, src)}
-    sql = f"SELECT rowid, {', '.join(ascend_db_sqlite.quote(c) for c in present)} FROM {ascend_db_sqlite.quote(table)}"
+    columns = ", ".join(ascend_db_sqlite.quote(column) for column in present)
+    sql = f"SELECT rowid, {columns} FROM {ascend_db_sqlite.quote(table)}"
     raw = ascend_db_sqlite.frame(db.conn, sql, {"src_line": pl.Int64, **{d: pl.Float64 for d in present.values()}})
     names = _names(db, kind, raw)
     exprs = []
@@ -81,9 +82,10 @@ def _read(db: ascend_db_sqlite.Db, kind: str) -> Read:
     typed = raw.select("src_line", *exprs)
     if kind == "ops":  # the DB writes no release time as null or 0 (still allocated when the capture ended)
         typed = typed.with_columns(pl.when(pl.col("release_us") > 0).then(pl.col("release_us")).alias("release_us"))
-    nums = [c for c in typed.columns if c not in TEXT and c != "src_line"]
+    nums = [column for column in typed.columns if column not in TEXT and column != "src_line"]
     bad = pl.any_horizontal(
-        *(pl.col(c).is_null() for c in MUST[kind]), *((pl.col(c) < 0) | ~pl.col(c).is_finite() for c in nums)
+        *(pl.col(column).is_null() for column in MUST[kind]),
+        *((pl.col(column) < 0) | ~pl.col(column).is_finite() for column in nums),
     ).fill_null(False)
     good = typed.filter(~bad)
     return Read(good, typed.height - good.height, 0)

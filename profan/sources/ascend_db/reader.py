@@ -77,13 +77,13 @@ def _read(db: Db, analysis: Path | None, comm_core: str) -> DbRank:
     compute_iv = compute.select(pl.col("start_ns").alias("s"), pl.col("end_ns").alias("e"))
     device = _device(db)
     steps, why = ascend_steps.usable(steps_table(spans, compute_iv.filter(pl.col("e") >= pl.col("s")), comm_iv, device))
-    if why := {k: n for k, n in why.items() if n}:
+    if why := {key: value for key, value in why.items() if value}:
         db.notes.append(f"STEP_TIME: skipped {sum(why.values())} of {spans.height} {ascend_steps.skipped_what(why)}")
     del compute_iv
     rows, pipes = kernel_table(db, spans, compute, ops)
     del compute
-    names = strings(db, pl.concat([rows[k] for k in ID_KEYS]))
-    text = {k: pl.col(k).replace_strict(names, default=None, return_dtype=pl.Utf8) for k in ID_KEYS}
+    names = strings(db, pl.concat([rows[key] for key in ID_KEYS]))
+    text = {key: pl.col(key).replace_strict(names, default=None, return_dtype=pl.Utf8) for key in ID_KEYS}
     keys = [
         pl.col("step"),
         text["name_id"].alias("name"),

@@ -62,7 +62,7 @@ def parse(path: Path, pointer: str) -> tuple[str, int]:
 
 def read_rows(path: Path, pointers: Sequence[str]) -> list[tuple[str, dict[str, Any]]]:
     """The cited rows, in the cited order, as {column: value} with STRING_IDS resolved."""
-    wanted = [(p, *parse(path, p)) for p in pointers]
+    wanted = [(pointer, *parse(path, pointer)) for pointer in pointers]
     conn = connect(path)
     try:
         tables = schema(conn)
@@ -71,8 +71,8 @@ def read_rows(path: Path, pointers: Sequence[str]) -> list[tuple[str, dict[str, 
             if table not in tables:
                 raise ProfanInputError(path, f"has no table {table[:60]!r}: the report does not fit this file")
             ids = sorted({r for _, t, r in wanted if t == table})
-            for k in range(0, len(ids), CHUNK):
-                for rowid, row in _fetch(conn, tables, table, ids[k : k + CHUNK]):
+            for index in range(0, len(ids), CHUNK):
+                for rowid, row in _fetch(conn, tables, table, ids[index : index + CHUNK]):
                     got[(table, rowid)] = row
         _resolve(conn, tables, list(got.values()))
     except sqlite3.Error as exc:
@@ -80,12 +80,12 @@ def read_rows(path: Path, pointers: Sequence[str]) -> list[tuple[str, dict[str, 
     finally:
         conn.close()
     out = []
-    for p, table, rowid in wanted:
+    for pointer, table, rowid in wanted:
         if (table, rowid) not in got:
             raise ProfanInputError(
                 path, f"has no row {rowid} in {table} any more: the file changed since the report; analyse it again"
             )
-        out.append((p, got[(table, rowid)]))
+        out.append((pointer, got[(table, rowid)]))
     return out
 
 
@@ -119,7 +119,7 @@ def _fetch(
     for rowid, *values in conn.execute(sql, ids):
         row = {"table": table, "rowid": rowid, **dict(zip(names[:own], values[:own], strict=True))}
         # the joined table's columns only where it has the task (a compute task has no COMMUNICATION_OP)
-        row.update((k, v) for k, v in zip(names[own:], values[own:], strict=True) if v is not None)
+        row.update((name, value) for name, value in zip(names[own:], values[own:], strict=True) if value is not None)
         out.append((rowid, row))
     return out
 
@@ -134,8 +134,8 @@ def _resolve(conn: sqlite3.Connection, tables: dict[str, list[str]], rows: list[
     table does not hold stays the number it is."""
     if "STRING_IDS" not in tables:
         return
-    keys = [(r, k) for r in rows for k in r if _string_keys(r["table"], k) and isinstance(r[k], int)]
-    ids = sorted({r[k] for r, k in keys})
+    keys = [(row, k) for row in rows for k in row if _string_keys(row["table"], k) and isinstance(row[k], int)]
+    ids = sorted({row[k] for row, k in keys})
     text, _ = texts(conn, "STRING_IDS", ids)  # a value past max_string_bytes is shown cut, as the report read it
-    for r, k in keys:
-        r[k] = str(text[r[k]]) if r[k] in text else r[k]
+    for row, k in keys:
+        row[k] = str(text[row[k]]) if row[k] in text else row[k]

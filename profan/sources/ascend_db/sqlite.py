@@ -40,8 +40,8 @@ def is_sqlite(path: Path) -> bool:
 
 
 def _head(path: Path) -> bytes:
-    with open_regular(path) as fh:
-        return fh.read(len(SQLITE_MAGIC))
+    with open_regular(path) as handle:
+        return handle.read(len(SQLITE_MAGIC))
 
 
 @contextmanager
@@ -122,7 +122,7 @@ def connect(path: Path) -> sqlite3.Connection:
 def schema(conn: sqlite3.Connection) -> dict[str, list[str]]:
     """Table name -> column names, as the DB declares them (extra columns are kept, never required)."""
     tables = [r[0] for r in conn.execute("SELECT name FROM sqlite_master WHERE type = 'table'")]
-    return {t: [r[1] for r in conn.execute(f"PRAGMA table_info({quote(t)})")] for t in tables}
+    return {table: [r[1] for r in conn.execute(f"PRAGMA table_info({quote(table)})")] for table in tables}
 
 
 def quote(name: str) -> str:
@@ -152,7 +152,7 @@ def big_frame(db: Db, sql: str, schema_: dict[str, pl.DataType]) -> pl.DataFrame
     """A query of millions of rows as a DataFrame of ``schema_``: through the ADBC SQLite driver when it is
     installed (the rows reach polars as Arrow columns, never as Python tuples: half the CPU time of the stdlib
     cursor on the 1 GB DB of bench/bench_db.py), else through `frame`. The same rows and types either way
-    (tests/test_ascend_db.py compares them)."""
+    (tests/sources/test_ascend_db.py compares them)."""
     adbc = _adbc() if not NO_ADBC else None
     if adbc is None:
         return frame(db.conn, sql, schema_)
@@ -181,7 +181,7 @@ class Db:
     notes: list[str] = field(default_factory=list)
 
     def has(self, table: str, *cols: str) -> bool:
-        return table in self.tables and all(c in self.tables[table] for c in cols)
+        return table in self.tables and all(col in self.tables[table] for col in cols)
 
     def col(self, table: str, column: str, alias: str, prefix: str = "") -> str:
         """``prefix.column AS alias``, or NULL when the column is not in this version of the table."""
@@ -198,7 +198,7 @@ def open_db(path: Path) -> Db:
         raise ProfanInputError(path, f"cannot be read as an SQLite database ({exc})") from None
     db = Db(path, conn, tables)
     if sides := side_files(path):
-        names = " and ".join(p.name for p in sides)
+        names = " and ".join(side.name for side in sides)
         db.notes.append(f"read with {names} beside it applied, as SQLite would (on a private copy of the file)")
     missing = [t for t in KERNEL_TABLES if t not in tables]
     if missing:
@@ -208,7 +208,7 @@ def open_db(path: Path) -> Db:
             f"it holds {', '.join(sorted(tables)[:8]) or 'no table'}",
         )
     for table, cols in (("TASK", ("startNs", "endNs", "globalTaskId")), ("COMPUTE_TASK_INFO", ("globalTaskId",))):
-        lacking = [c for c in cols if not db.has(table, c)]
+        lacking = [col for col in cols if not db.has(table, col)]
         if lacking:
             raise ProfanInputError(path, f"table {table} has no column {', '.join(lacking)}")
     if db.has("META_DATA", "name", "value"):
@@ -220,11 +220,11 @@ def open_db(path: Path) -> Db:
 def strings(db: Db, ids: pl.Series) -> dict[int, str]:
     """STRING_IDS values of the given ids (the distinct ids of the groups: never the whole table), each at most
     ``max_string_bytes`` long (`texts`; the cut ones are noted)."""
-    want = [int(i) for i in ids.drop_nulls().unique().to_list()]
+    want = [int(key) for key in ids.drop_nulls().unique().to_list()]
     got, cut = texts(db.conn, "STRING_IDS", want)
     if cut:
         db.notes.append(cut_note("STRING_IDS", cut))
-    return {int(i): "" if v is None else v for i, v in got.items()}
+    return {int(key): "" if value is None else value for key, value in got.items()}
 
 
 def texts(conn: sqlite3.Connection, table: str, ids: list[int]) -> tuple[dict[int, str | None], int]:
@@ -235,8 +235,8 @@ def texts(conn: sqlite3.Connection, table: str, ids: list[int]) -> tuple[dict[in
     most = limits.active().max_string_bytes
     out: dict[int, str | None] = {}
     cut = 0
-    for k in range(0, len(ids), 30_000):  # below SQLite's bound on bound parameters
-        part = ids[k : k + 30_000]
+    for index in range(0, len(ids), 30_000):  # below SQLite's bound on bound parameters
+        part = ids[index : index + 30_000]
         sql = (
             "SELECT rowid, id, typeof(value), CASE WHEN typeof(value) IN ('text', 'blob') THEN NULL ELSE value END "
             f"FROM {quote(table)} WHERE id IN ({','.join('?' * len(part))})"

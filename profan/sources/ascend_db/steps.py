@@ -46,7 +46,7 @@ def steps_table(spans: pl.DataFrame, compute: pl.DataFrame, comm: pl.DataFrame, 
     of the communication ops that start in it. Computing = |compute|, Communication = |comm|, Not Overlapped =
     |compute ∪ comm| − |compute|, Stage = the span from the step's first device task to its last, Free = Stage −
     |compute ∪ comm|, Preparing = the first task's start − the step's start (the profiler's own definitions;
-    tests/test_ascend_db.py checks them against OVERLAP_ANALYSIS and analysis.db). ``compute``/``comm``: columns
+    tests/sources/test_ascend_db.py checks them against OVERLAP_ANALYSIS and analysis.db). ``compute``/``comm``: columns
     ``s``, ``e`` (ns)."""
     if spans.is_empty():
         return pl.DataFrame(schema={**ascend_steps.SCHEMA, "step_us": pl.Float64})
@@ -58,10 +58,10 @@ def steps_table(spans: pl.DataFrame, compute: pl.DataFrame, comm: pl.DataFrame, 
     off = max(int(spans["s1"].max()) - base, int(pl.concat([compute["e"], comm["e"]]).max() or base) - base) + 1
 
     def in_steps(iv: pl.DataFrame) -> pl.LazyFrame:
-        lf = with_steps(iv.lazy().rename({"s": "start_ns"}), spans, keep_index=True).rename({"start_ns": "s"})
+        lazy = with_steps(iv.lazy().rename({"s": "start_ns"}), spans, keep_index=True).rename({"start_ns": "s"})
         shift = pl.col("_i") * off - base
-        lf = lf.filter(pl.col("step").is_not_null()).select("step", "_i", pl.col("s") + shift, pl.col("e") + shift)
-        return lf.select("step", "_i", "s", pl.max_horizontal("s", "e").alias("e"))
+        lazy = lazy.filter(pl.col("step").is_not_null()).select("step", "_i", pl.col("s") + shift, pl.col("e") + shift)
+        return lazy.select("step", "_i", "s", pl.max_horizontal("s", "e").alias("e"))
 
     cp, cm = in_steps(compute).collect(), in_steps(comm).collect()
     both = pl.concat([cp, cm])
@@ -95,10 +95,10 @@ def steps_table(spans: pl.DataFrame, compute: pl.DataFrame, comm: pl.DataFrame, 
     ).with_columns((pl.col("stage_us") + pl.col("bubble_us")).alias("step_us"))
 
 
-def _covered(iv: pl.LazyFrame, name: str) -> pl.LazyFrame:
+def _covered(lazy: pl.LazyFrame, name: str) -> pl.LazyFrame:
     """Per step, the µs the union of intervals ``s``..``e`` (ns) covers: in start order, each interval adds what
     it takes the running end past both its start and the end before it (steps are apart: see `steps_table`).
     One sort and a sum, where building the union's intervals would group millions of rows."""
     end = pl.col("e").cum_max()
     gain = (end - pl.max_horizontal("s", end.shift(1))).clip(lower_bound=0)
-    return iv.sort("s").with_columns(gain.alias("_g")).group_by("step").agg((pl.col("_g").sum() / 1000).alias(name))
+    return lazy.sort("s").with_columns(gain.alias("_g")).group_by("step").agg((pl.col("_g").sum() / 1000).alias(name))

@@ -72,9 +72,9 @@ def entries(path: Path) -> tuple[list[tuple[str, int | None, str, str, object]],
 def step_of(step_key: str) -> tuple[bool, int | None]:
     """(whether a top-level key names a step, its number): ``step12`` → (True, 12), ``step`` → (True, None).
     A number past int64 names no step: its entries are skipped and counted (a step column is Int64)."""
-    m = _STEP.match(step_key)
-    digits = m.group(1) if m else ""
-    if m is None or len(digits) > 19 or (digits and int(digits) >= 2**63):
+    match = _STEP.match(step_key)
+    digits = match.group(1) if match else ""
+    if match is None or len(digits) > 19 or (digits and int(digits) >= 2**63):
         return False, None
     return True, int(digits) if digits else None
 
@@ -178,7 +178,7 @@ def bandwidth_measured() -> pl.Expr:
 def _within(cols: tuple[str, ...], least: float, most: float) -> pl.Expr:
     """Every column null, or a finite number from ``least`` to ``most``."""
     return pl.all_horizontal(
-        [pl.col(c).is_null() | (pl.col(c).is_finite() & pl.col(c).is_between(least, most)) for c in cols]
+        [pl.col(col).is_null() | (pl.col(col).is_finite() & pl.col(col).is_between(least, most)) for col in cols]
     )
 
 

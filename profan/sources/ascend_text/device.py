@@ -18,8 +18,8 @@ def platform_version(rank_dir: Path) -> int | None:
     for pattern in ("device_*/info.json*", "PROF_*/device_*/info.json*"):
         for path in sorted(rank_dir.glob(pattern)):
             try:
-                with open_regular(path) as fh:
-                    doc = json.loads(fh.read())
+                with open_regular(path) as handle:
+                    doc = json.loads(handle.read())
                 return int(doc["platform_version"])
             except (OSError, ValueError, KeyError, TypeError, OverflowError):  # OverflowError: Infinity
                 continue

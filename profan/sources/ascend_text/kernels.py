@@ -77,13 +77,13 @@ def inspect(path: Path) -> KernelFile:
     header = read_header(path)
     cols: dict[str, str] = {}
     for canon, names in ALIASES.items():
-        for n in names:
-            if n in header:
-                cols[canon] = n
+        for name in names:
+            if name in header:
+                cols[canon] = name
                 break
     missing = [ALIASES[c][0] for c in REQUIRED if c not in cols]
     if missing:
-        raise missing_columns(path, missing, header, [n for names in ALIASES.values() for n in names])
+        raise missing_columns(path, missing, header, [name for names in ALIASES.values() for name in names])
     pipes: dict[str, list[str]] = {}
     for pipe in PIPES:
         matches = [h for h in header if h in (f"{pipe}_ratio", f"aic_{pipe}_ratio", f"aiv_{pipe}_ratio")]
@@ -92,11 +92,11 @@ def inspect(path: Path) -> KernelFile:
     return KernelFile(path=path, header=header, columns=cols, pipe_columns=pipes)
 
 
-def key_exprs(kf: KernelFile) -> list[pl.Expr]:
+def key_exprs(kernel_file: KernelFile) -> list[pl.Expr]:
     """The text columns kernels are grouped by (step, name, type, core, input_shapes), as expressions over the
     raw header columns. Shared by `scan` (per row) and the reduction in `profan.ranks.rankmap` (per distinct raw value,
     after grouping — far fewer evaluations than rows on big files)."""
-    c = kf.columns
+    c = kernel_file.columns
     return [
         # a cell that is no step number makes its row bad (`number_exprs`): never cast here
         (num(c["step"]).cast(pl.Int64, strict=False) if "step" in c else pl.lit(None, pl.Int64)).alias("step"),
@@ -112,20 +112,26 @@ def key_exprs(kf: KernelFile) -> list[pl.Expr]:
     ]
 
 
-def raw_key_columns(kf: KernelFile) -> list[str]:
+def raw_key_columns(kernel_file: KernelFile) -> list[str]:
     """Header names of the key columns present in this file (what `key_exprs` reads)."""
-    return [kf.columns[k] for k in ("step", "name", "type", "core", "input_shapes") if k in kf.columns]
+    return [
+        kernel_file.columns[k] for k in ("step", "name", "type", "core", "input_shapes") if k in kernel_file.columns
+    ]
 
 
-def float_columns(kf: KernelFile) -> tuple[str, ...]:
+def float_columns(kernel_file: KernelFile) -> tuple[str, ...]:
     """Columns a fast scan lets the CSV reader parse as numbers (see `scan_text_csv`): step id, duration, wait
     time, the block dims and the pipe ratios. Not start time: torch_npu appends a TAB the reader refuses. Text in any of
     them (a misaligned row, ``NA``) makes the fast scan raise and the caller re-reads them as text."""
-    names = [kf.columns[k] for k in ("step", "dur_us", "wait_us", "block_dim", "mix_block_dim") if k in kf.columns]
-    return tuple(names + [col for cols_ in kf.pipe_columns.values() for col in cols_])
+    names = [
+        kernel_file.columns[k]
+        for k in ("step", "dur_us", "wait_us", "block_dim", "mix_block_dim")
+        if k in kernel_file.columns
+    ]
+    return tuple(names + [col for cols_ in kernel_file.pipe_columns.values() for col in cols_])
 
 
-def number_exprs(kf: KernelFile, *, typed: tuple[str, ...] = ()) -> list[pl.Expr]:
+def number_exprs(kernel_file: KernelFile, *, typed: tuple[str, ...] = ()) -> list[pl.Expr]:
     """Per-row numbers: start_us, dur_us, wait_us, ``bad``, and one column per pipe (the larger of its aic_/aiv_
     ratios). ``typed``: columns the scan already parsed as floats.
 
@@ -138,7 +144,7 @@ def number_exprs(kf: KernelFile, *, typed: tuple[str, ...] = ()) -> list[pl.Expr
     Bad rows are skipped and counted. The start time does not decide: a start of ``N/A`` or any other text that
     is not a number reads as null, and the row's duration still counts (it only has no place in time) — the
     same on both scans, so whether a row counts never depends on another cell of the file."""
-    c = kf.columns
+    c = kernel_file.columns
 
     def number(col: str) -> pl.Expr:
         return pl.col(col) if col in typed else num(col)
@@ -164,7 +170,7 @@ def number_exprs(kf: KernelFile, *, typed: tuple[str, ...] = ()) -> list[pl.Expr
             *([_bad_step(c["step"], typed)] if "step" in c else []),
         ).alias("bad"),
     ]
-    for pipe, cols in kf.pipe_columns.items():
+    for pipe, cols in kernel_file.pipe_columns.items():
         exprs.append(pl.max_horizontal([number(x) for x in cols]).alias(pipe))
     return exprs
 
@@ -177,21 +183,21 @@ def _bad_step(col: str, typed: tuple[str, ...]) -> pl.Expr:
     return odd if col in typed else is_bad_number(col) | odd
 
 
-def _scan_raw(kf: KernelFile, floats: tuple[str, ...] = (), categorical: tuple[str, ...] = ()) -> pl.LazyFrame:
-    c = kf.columns
-    wanted = sorted(set(c.values()) | {col for cols in kf.pipe_columns.values() for col in cols})
-    return scan_text_csv(kf.path, wanted, floats, categorical).with_row_index("src_line", offset=2)
+def _scan_raw(kernel_file: KernelFile, floats: tuple[str, ...] = (), categorical: tuple[str, ...] = ()) -> pl.LazyFrame:
+    c = kernel_file.columns
+    wanted = sorted(set(c.values()) | {col for cols in kernel_file.pipe_columns.values() for col in cols})
+    return scan_text_csv(kernel_file.path, wanted, floats, categorical).with_row_index("src_line", offset=2)
 
 
-def scan(kf: KernelFile, *, line_offset_check: bool = True) -> pl.LazyFrame:
+def scan(kernel_file: KernelFile, *, line_offset_check: bool = True) -> pl.LazyFrame:
     """Canonical lazy table: src_line, step, name, type, core, start_us, dur_us, wait_us, input_shapes,
     op_state, pipe ratios, and ``bad`` (row whose start/duration cannot be parsed).
 
     ``src_line`` assumes one physical line per record; ``verify_lines`` checks that and the caller falls back to
     ``exact_line_map`` when a quoted field holds a line break.
     """
-    c = kf.columns
-    keys, nums = key_exprs(kf), number_exprs(kf)
+    c = kernel_file.columns
+    keys, nums = key_exprs(kernel_file), number_exprs(kernel_file)
     exprs: list[pl.Expr] = [
         pl.col("src_line").cast(pl.Int64),
         *keys[:4],  # step, name, type, core
@@ -200,20 +206,20 @@ def scan(kf: KernelFile, *, line_offset_check: bool = True) -> pl.LazyFrame:
         (text(c["op_state"]) if "op_state" in c else pl.lit(None, pl.Utf8)).alias("op_state"),
         *nums[3:],  # bad, pipes
     ]
-    return _scan_raw(kf).select(exprs).with_columns(op_expr())
+    return _scan_raw(kernel_file).select(exprs).with_columns(op_expr())
 
 
-def scan_for_groups(kf: KernelFile, *, fast: bool = True, categories: bool = True) -> pl.LazyFrame:
+def scan_for_groups(kernel_file: KernelFile, *, fast: bool = True, categories: bool = True) -> pl.LazyFrame:
     """The lean per-row table a reduction streams: src_line, the *raw* key columns (under their header names,
     untouched — apply `key_exprs` after grouping), and `number_exprs`. Reading big files, the per-row text
     clean-up of the keys and the op derivation are what this saves; ``fast`` also lets the CSV reader parse
     `float_columns` (raises on a cell it cannot take). ``categories`` reads the key columns as Categorical:
     grouping millions of rows on them then hashes integers, not strings (raises on text that is not UTF-8, which
     polars reads as text with U+FFFD in place of the bad bytes, `not_utf8_rows`). `scanned` tries them in turn."""
-    floats = float_columns(kf) if fast else ()
-    raw = raw_key_columns(kf)
-    return _scan_raw(kf, floats, tuple(raw) if categories else ()).select(
-        pl.col("src_line").cast(pl.Int64), *raw, *number_exprs(kf, typed=floats)
+    floats = float_columns(kernel_file) if fast else ()
+    raw = raw_key_columns(kernel_file)
+    return _scan_raw(kernel_file, floats, tuple(raw) if categories else ()).select(
+        pl.col("src_line").cast(pl.Int64), *raw, *number_exprs(kernel_file, typed=floats)
     )
 
 
@@ -225,16 +231,16 @@ READINGS = (
 )
 
 
-def scanned(kf: KernelFile, query: Callable[[pl.LazyFrame], T]) -> T:
+def scanned(kernel_file: KernelFile, query: Callable[[pl.LazyFrame], T]) -> T:
     """``query`` over the file's `scan_for_groups` scan, read the cheapest way its cells allow: numbers parsed by
     the CSV reader and keys as categories; else numbers as text (a cell that fast reader refuses); else keys as
     text too (text that is not UTF-8). The last reading's error is the file's."""
     for reading in READINGS[:-1]:
         try:
-            return query(scan_for_groups(kf, **reading))
+            return query(scan_for_groups(kernel_file, **reading))
         except pl.exceptions.PolarsError:
             continue
-    return query(scan_for_groups(kf, **READINGS[-1]))
+    return query(scan_for_groups(kernel_file, **READINGS[-1]))
 
 
 def not_utf8_rows(groups: pl.DataFrame) -> int:
@@ -247,14 +253,14 @@ def not_utf8_rows(groups: pl.DataFrame) -> int:
     return int(groups.filter(hit.fill_null(False))["count"].sum())
 
 
-def timed_rows(kf: KernelFile, rows: pl.DataFrame, by: tuple[str, ...] = ()) -> pl.DataFrame:
+def timed_rows(kernel_file: KernelFile, rows: pl.DataFrame, by: tuple[str, ...] = ()) -> pl.DataFrame:
     """The usable rows of a `scan_for_groups` table (read in memory) with their place in time: step, op, name,
     type, core, start_us, dur_us, loc (the CSV line) — what `scan` gives the collectives, without a second read
     of the file. ``by``: columns kept in front (the file index of a batch of files)."""
     return (
         rows.lazy()
         .filter(~pl.col("bad") & pl.col("dur_us").is_not_null())
-        .select(*by, *key_exprs(kf)[:4], "start_us", "dur_us", pl.col("src_line").alias("loc"))
+        .select(*by, *key_exprs(kernel_file)[:4], "start_us", "dur_us", pl.col("src_line").alias("loc"))
         .with_columns(op_expr())
         .select(*by, "step", "op", "name", "type", "core", "start_us", "dur_us", "loc")
         .collect(engine="in-memory")
@@ -277,19 +283,19 @@ def op_expr() -> pl.Expr:
     return (pl.when(typ.is_null() | typ.is_in(["N/A", "", "0"])).then(derived).otherwise(typ)).alias("op")
 
 
-def verify_lines(kf: KernelFile, n_records: int) -> bool:
+def verify_lines(kernel_file: KernelFile, n_records: int) -> bool:
     """True when the file has exactly one physical line per record (the fast src_line is then exact)."""
-    return count_lines(kf.path) == n_records + 1
+    return count_lines(kernel_file.path) == n_records + 1
 
 
-def exact_line_map(kf: KernelFile, n_records: int) -> pl.DataFrame:
+def exact_line_map(kernel_file: KernelFile, n_records: int) -> pl.DataFrame:
     """record index (as the fast src_line) -> true physical line, for files with multi-line quoted fields. The
     exact reader must find the records the CSV reader found: where they disagree (a quote that is never closed,
     which each reader ends its own way), no row can be told its line, and the file is one line naming it."""
-    starts = record_start_lines(kf.path)
+    starts = record_start_lines(kernel_file.path)
     if len(starts) != n_records:
         raise ProfanInputError(
-            kf.path,
+            kernel_file.path,
             f"its records cannot be matched to their lines ({n_records} read as CSV, {len(starts)} found line by "
             "line): a quoted field is not closed",
         )
@@ -301,13 +307,13 @@ def exact_line_map(kf: KernelFile, n_records: int) -> pl.DataFrame:
     )
 
 
-def with_exact_lines(kf: KernelFile, lf: pl.LazyFrame, n_records: int) -> pl.LazyFrame:
+def with_exact_lines(kernel_file: KernelFile, lazy: pl.LazyFrame, n_records: int) -> pl.LazyFrame:
     """`lf` with src_line corrected to the true physical line when quoted fields hold line breaks."""
-    if verify_lines(kf, n_records):
-        return lf
-    line_map = exact_line_map(kf, n_records).lazy()
+    if verify_lines(kernel_file, n_records):
+        return lazy
+    line_map = exact_line_map(kernel_file, n_records).lazy()
     return (
-        lf.join(line_map, on="src_line", how="left")
+        lazy.join(line_map, on="src_line", how="left")
         .with_columns(pl.col("true_line").alias("src_line"))
         .drop("true_line")
     )

@@ -58,8 +58,8 @@ SCHEMA = {
 def op_type(op_name: str) -> str:
     """torch_npu's coarse type of an op name: ``hcom_reduceScatter__1`` → ``reduce`` (the first hit of its regex,
     roles ``hccl_matrix_op_types``), so per-op keys get the same coarse type as aggregated ones."""
-    m = re.search(default_roles().hccl_matrix_op_types, op_name.lower())
-    return m.group(0) if m else "unknown"
+    match = re.search(default_roles().hccl_matrix_op_types, op_name.lower())
+    return match.group(0) if match else "unknown"
 
 
 def read(path: Path) -> tuple[pl.DataFrame, int]:
@@ -81,9 +81,9 @@ _LINKS = re.compile(r"[0-9]{1,18}-[0-9]{1,18}(?:,[0-9]{1,18}-[0-9]{1,18})*")  # 
 def _count_valid(links: dict) -> int:
     """How many entries of ``links`` are links (`_valid_link`): every one, checked by one regex over the joined
     keys, in the usual case — a matrix of a large group has thousands per op — else entry by entry."""
-    if _keys_are_links(links) and all(isinstance(v, _OBJECTS) for v in links.values()):
+    if _keys_are_links(links) and all(isinstance(value, _OBJECTS) for value in links.values()):
         return len(links)
-    return sum(1 for link, v in links.items() if _valid_link(link, v))
+    return sum(1 for link, value in links.items() if _valid_link(link, value))
 
 
 def _keys_are_links(links: dict) -> bool:
@@ -132,9 +132,9 @@ def _typed_entries(path: Path) -> tuple[list[ascend_comm.Entry], int] | None:
     and words. Decoding only what is used is what makes this the fast way: three quarters of a current
     matrix are entries that are only counted, and their links are never made into Python objects."""
     try:
-        with open_regular(path) as fh:
-            limits.check_size(path, os.fstat(fh.fileno()).st_size, "max_side_file_bytes", "a JSON side file")
-            data = fh.read()
+        with open_regular(path) as handle:
+            limits.check_size(path, os.fstat(handle.fileno()).st_size, "max_side_file_bytes", "a JSON side file")
+            data = handle.read()
         if not data.isascii():
             data.decode("utf-8")  # msgspec checks only the text it decodes, not the text it skips
         doc = _DOCUMENT.decode(data)
@@ -297,13 +297,13 @@ def link_totals(links: pl.DataFrame, by: tuple[str, ...] = ()) -> pl.DataFrame:
     (top/middle/bottom are picks of the same ops); per-op matrices are summed per link. Entries without bytes or
     time, and on-chip copies, are not links. ``by``: keys leading the link's (the rank of a batch of ranks)."""
     not_links = [*default_roles().ascend_not_links, "", "N/A"]  # on-chip copies, waits, no transport recorded
-    m = links.filter(
+    frame = links.filter(
         ~pl.col("transport").is_in(not_links)
         & (pl.col("size_mb").fill_null(0) > 0)
         & (pl.col("time_ms").fill_null(0) > 0)
     )
-    m = m.filter((pl.col("shape") == "per-op") | (pl.col("rank_class") == "total"))
-    totals = m.group_by([*by, *LINK_KEYS], maintain_order=True).agg(
+    frame = frame.filter((pl.col("shape") == "per-op") | (pl.col("rank_class") == "total"))
+    totals = frame.group_by([*by, *LINK_KEYS], maintain_order=True).agg(
         pl.col("size_mb").sum(), pl.col("time_ms").sum(), pl.col("pointer").alias("pointers"), pl.col("shape").first()
     )
     # a cluster's ranks hold ranks² of these rows, their text a few values repeated: as categories, 4 bytes a value
@@ -317,11 +317,11 @@ def rank_link_totals(parts: list[tuple[pl.DataFrame, Metadata | None]]) -> list[
     if len(parts) <= 1 or len({tuple(lk.schema.items()) for lk, _ in parts}) > 1:
         return [_own_pointers(link_totals(map_ranks(lk, meta))) for lk, meta in parts]
     links = stack([lk for lk, _ in parts], {"_f": list(range(len(parts)))}, how="vertical")
-    groups = rank_group_table([(i, meta) for i, (_, meta) in enumerate(parts)]).rename({"rank": "_f"})
+    groups = rank_group_table([(index, meta) for index, (_, meta) in enumerate(parts)]).rename({"rank": "_f"})
     totals = link_totals(_with_global_ranks(links, groups, ["_f", "group_hash"]), by=("_f",))
     out = totals.partition_by("_f", as_dict=True, include_key=False, maintain_order=True)
     empty = totals.clear().drop("_f")
-    return [_own_pointers(out.get((i,), empty)) for i in range(len(parts))]
+    return [_own_pointers(out.get((index,), empty)) for index in range(len(parts))]
 
 
 def _own_pointers(totals: pl.DataFrame) -> pl.DataFrame:

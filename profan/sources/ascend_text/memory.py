@@ -105,16 +105,16 @@ def read(path: Path, kind: str) -> Read:
     missing = [names[c] for c in REQUIRED[kind] if names[c] not in header]
     if missing:
         raise missing_columns(path, missing, header, names.values())
-    present = {k: v for k, v in names.items() if v in header}
+    present = {key: value for key, value in names.items() if value in header}
     raw = scan_text_csv(path, sorted(set(present.values()))).with_row_index("src_line", offset=2)
     typed = _typed(raw, kind, present).collect()
     if count_lines(path) != typed.height + 1:  # a quoted field holds a line break: map records to their lines
         starts = record_start_lines(path)
         typed = typed.with_columns(pl.Series("src_line", starts[: typed.height], dtype=pl.Int64))
     good = typed.filter(~pl.col("_bad"))
-    schema = {"src_line": pl.Int64, **{k: pl.Utf8 if k in TEXT else pl.Float64 for k in COLUMNS[kind]}}
+    schema = {"src_line": pl.Int64, **{key: pl.Utf8 if key in TEXT else pl.Float64 for key in COLUMNS[kind]}}
     table = good.select(
-        *(pl.col(k) if k in good.columns else pl.lit(None, dtype).alias(k) for k, dtype in schema.items())
+        *(pl.col(key) if key in good.columns else pl.lit(None, dtype).alias(key) for key, dtype in schema.items())
     )
     return Read(table, typed.height - good.height, int(good["_rounded"].sum()))
 

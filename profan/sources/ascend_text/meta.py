@@ -18,9 +18,9 @@ from profan.rulepack import limits
 
 def load_json(path: Path) -> Any:
     try:
-        with open_regular(path) as fh:
-            limits.check_size(path, os.fstat(fh.fileno()).st_size, "max_side_file_bytes", "a JSON side file")
-            raw = fh.read()
+        with open_regular(path) as handle:
+            limits.check_size(path, os.fstat(handle.fileno()).st_size, "max_side_file_bytes", "a JSON side file")
+            raw = handle.read()
     except OSError as exc:
         raise ProfanInputError(path, f"cannot read: {exc.strerror or exc}") from None
     if not raw.strip():
@@ -101,13 +101,13 @@ def read_metadata(path: Path) -> Metadata:
     if info is not None and not isinstance(info, dict):
         raise ProfanInputError(path, f"parallel_group_info is a JSON {type(info).__name__}, not an object of groups")
     groups = []
-    for key, g in (info or {}).items():
-        ranks = g.get("global_ranks") if isinstance(g, dict) else None
-        ranks = [whole(r) for r in ranks] if isinstance(ranks, list) else None
+    for key, value in (info or {}).items():
+        ranks = value.get("global_ranks") if isinstance(value, dict) else None
+        ranks = [whole(rank) for rank in ranks] if isinstance(ranks, list) else None
         if ranks is not None and None in ranks:  # a rank that is no int64: the group cannot map ranks
             ranks = None
         if ranks is not None:
-            groups.append(ParallelGroup(hccl_name=key, group_name=str(g.get("group_name", "")), global_ranks=ranks))
+            groups.append(ParallelGroup(hccl_name=key, group_name=str(value.get("group_name", "")), global_ranks=ranks))
     args = data.get("distributed_args")
     return Metadata(distributed_args=args if isinstance(args, dict) else {}, groups=groups)
 

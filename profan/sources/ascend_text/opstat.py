@@ -22,7 +22,7 @@ def read(path: Path) -> tuple[pl.DataFrame, int]:
     """(table, skipped row count)."""
     header, rows = small_csv(path)
     require_columns(path, header, REQUIRED)
-    idx = {h: i for i, h in enumerate(header)}
+    idx = {h: index for index, h in enumerate(header)}
     records, skipped = [], 0
     longest = limits.active().max_duration_us
     for line, cells in rows:
@@ -42,5 +42,5 @@ def read(path: Path) -> tuple[pl.DataFrame, int]:
             )
         except (ValueError, IndexError):
             skipped += 1
-    df = pl.DataFrame(records, schema=SCHEMA, orient="row") if records else pl.DataFrame(schema=SCHEMA)
-    return df, skipped
+    frame = pl.DataFrame(records, schema=SCHEMA, orient="row") if records else pl.DataFrame(schema=SCHEMA)
+    return frame, skipped

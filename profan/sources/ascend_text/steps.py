@@ -78,12 +78,12 @@ def read(path: Path) -> tuple[pl.DataFrame, dict[str, int]]:
     table, unreadable = _parse(path)
     table, why = usable(table)
     why = {"unreadable": unreadable, **why}
-    return table, {k: n for k, n in why.items() if n}
+    return table, {key: value for key, value in why.items() if value}
 
 
 def skipped_what(why: dict[str, int]) -> str:
     """What a warning says the skipped rows were, by reason (`read`): 'rows: 1 with a negative time, …'."""
-    return "rows: " + ", ".join(f"{n} {REASONS[k]}" for k, n in why.items())
+    return "rows: " + ", ".join(f"{value} {REASONS[key]}" for key, value in why.items())
 
 
 def _parse(path: Path) -> tuple[pl.DataFrame, int]:
@@ -92,7 +92,7 @@ def _parse(path: Path) -> tuple[pl.DataFrame, int]:
     of the three lanes."""
     header, rows = small_csv(path)
     require_columns(path, header, REQUIRED)
-    idx = {h: i for i, h in enumerate(header)}
+    idx = {h: index for index, h in enumerate(header)}
     records = []
     skipped = 0
     for line, cells in rows:
@@ -109,10 +109,12 @@ def _parse(path: Path) -> tuple[pl.DataFrame, int]:
             records.append(rec)
         except (ValueError, IndexError):
             skipped += 1
-    df = pl.DataFrame(records, schema=SCHEMA, orient="row") if records else pl.DataFrame(schema=SCHEMA)
+    frame = pl.DataFrame(records, schema=SCHEMA, orient="row") if records else pl.DataFrame(schema=SCHEMA)
     lanes = pl.col("computing_us") + pl.col("comm_not_overlapped_us") + pl.col("free_us")
-    df = df.with_columns(pl.coalesce(pl.col("stage_us") + pl.col("bubble_us").fill_null(0.0), lanes).alias("step_us"))
-    return df, skipped
+    frame = frame.with_columns(
+        pl.coalesce(pl.col("stage_us") + pl.col("bubble_us").fill_null(0.0), lanes).alias("step_us")
+    )
+    return frame, skipped
 
 
 def usable(table: pl.DataFrame) -> tuple[pl.DataFrame, dict[str, int]]:

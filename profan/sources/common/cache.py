@@ -72,10 +72,10 @@ def _key(path: Path, variant: str) -> str | None:
     if not stat.S_ISREG(st.st_mode):  # a FIFO would block the read below
         return None
     h = hashlib.sha256(json.dumps([str(path.resolve()), st.st_size, st.st_mtime_ns, SCHEMA_VERSION, variant]).encode())
-    with open_regular(path) as fh:
-        h.update(fh.read(EDGE_BYTES))
-        fh.seek(max(0, st.st_size - EDGE_BYTES))
-        h.update(fh.read(EDGE_BYTES))
+    with open_regular(path) as handle:
+        h.update(handle.read(EDGE_BYTES))
+        handle.seek(max(0, st.st_size - EDGE_BYTES))
+        h.update(handle.read(EDGE_BYTES))
     return h.hexdigest()[:32]
 
 
@@ -85,15 +85,16 @@ def _digest(doc: dict[str, Any]) -> str:
 
 def _frames_spec(frames: dict[str, pl.DataFrame]) -> dict[str, Any]:
     return {
-        name: {"columns": [[c, str(t)] for c, t in df.schema.items()], "rows": df.height} for name, df in frames.items()
+        name: {"columns": [[c, str(t)] for c, t in value.schema.items()], "rows": value.height}
+        for name, value in frames.items()
     }
 
 
 def _write_doc(file: Path, doc: dict[str, Any], frames: dict[str, pl.DataFrame]) -> None:
     """Write ``frames`` as Parquet beside ``file`` and ``doc`` as its JSON, with the frames' shape and a digest
     taken of the JSON as it will read back (a round trip turns tuples into lists and keys into text)."""
-    for name, df in frames.items():
-        df.write_parquet(file.parent / f"{name}.parquet", compression="zstd")
+    for name, value in frames.items():
+        value.write_parquet(file.parent / f"{name}.parquet", compression="zstd")
     doc = json.loads(json.dumps({**doc, "frames": _frames_spec(frames)}))
     file.write_text(json.dumps({**doc, "check": _digest(doc)}), encoding="utf-8")
 
@@ -156,16 +157,16 @@ def cached_parse(path: Path, variant: str, parse: Callable[[Path], Trace]) -> tu
             meta=doc["meta"],
             no_phase=doc["no_phase"],
         ), True
-    tr = parse(path)
+    trace = parse(path)
     _write_entry(
         entry,
         lambda tmp: _write_doc(
             tmp / "meta.json",
-            {"layout": tr.layout, "meta": tr.meta, "source": str(tr.path), "no_phase": tr.no_phase},
-            {"events": tr.events, "details": tr.details},
+            {"layout": trace.layout, "meta": trace.meta, "source": str(trace.path), "no_phase": trace.no_phase},
+            {"events": trace.events, "details": trace.details},
         ),
     )
-    return tr, False
+    return trace, False
 
 
 def cached_table(
@@ -177,15 +178,15 @@ def cached_table(
     base = cache_dir()
     name = None if base is None else key(path, f"{kind}/{TABLE_VERSION}")
     if base is None or name is None:
-        df, facts = build()
-        return df, facts, False
+        frame, facts = build()
+        return frame, facts, False
     entry = base / "tables" / name
     hit = _read_doc(entry / "facts.json", ("facts",)) if entry.is_dir() else None
     if hit is not None:
         doc, frames = hit
         return frames["table"], doc["facts"], True
-    df, facts = build()
+    frame, facts = build()
     _write_entry(
-        entry, lambda tmp: _write_doc(tmp / "facts.json", {"facts": facts, "source": str(path)}, {"table": df})
+        entry, lambda tmp: _write_doc(tmp / "facts.json", {"facts": facts, "source": str(path)}, {"table": frame})
     )
-    return df, facts, False
+    return frame, facts, False

@@ -30,9 +30,9 @@ def header_cells(path: Path) -> list[str]:
     longer than ``max_line_bytes`` is refused (`too_long`): no more than that much of it is read."""
     most = limits.active().max_line_bytes
     try:
-        with open_regular(path) as fh:
-            limits.check_size(path, os.fstat(fh.fileno()).st_size, "max_csv_bytes", "a CSV file")
-            first = fh.readline(most + 1)
+        with open_regular(path) as handle:
+            limits.check_size(path, os.fstat(handle.fileno()).st_size, "max_csv_bytes", "a CSV file")
+            first = handle.readline(most + 1)
     except OSError as exc:
         raise ProfanInputError(path, f"cannot read: {exc.strerror or exc}") from None
     if len(first.rstrip(b"\r\n")) > most:
@@ -156,8 +156,8 @@ def _count_lines(path: str, size: int, _mtime_ns: int, most: int) -> tuple[int, 
     n = 0
     pos = line_start = 0  # file offsets of buf[0] and of the current line's first byte
     last = 10
-    with open_regular(path) as fh:
-        while k := fh.readinto(buf):
+    with open_regular(path) as handle:
+        while k := handle.readinto(buf):
             if last == 13 and buf[0] != 10:
                 return n, _lone_cr(n + 1)
             block = pl.from_arrow(pa.Array.from_buffers(pa.uint8(), k, [None, view]))
@@ -196,11 +196,11 @@ def record_start_lines(path: Path) -> list[int]:
     """Physical line (1-based) where each data record starts — the slow, exact path for files whose quoted
     fields contain line breaks. Record 0 is the first data row."""
     starts: list[int] = []
-    with io.TextIOWrapper(open_regular(path), encoding="utf-8-sig", errors="replace", newline="") as fh:
-        reader = csv.reader(fh)
+    with io.TextIOWrapper(open_regular(path), encoding="utf-8-sig", errors="replace", newline="") as handle:
+        reader = csv.reader(handle)
         prev = 0
-        for i, _row in enumerate(reader):
-            if i > 0:
+        for index, _row in enumerate(reader):
+            if index > 0:
                 starts.append(prev + 1)
             prev = reader.line_num
     return starts
@@ -233,7 +233,7 @@ def scan_text_csv(
     check_lines(path)
     written = header_cells(path)
     padded = {w: w.strip() for w in written if w != w.strip() and w.strip() not in written}
-    as_written = {v: k for k, v in padded.items()}
+    as_written = {value: key for key, value in padded.items()}
     overrides: dict[str, pl.DataType] = {
         **{as_written.get(c, c): pl.Categorical() for c in categorical},
         **{as_written.get(c, c): pl.Float64() for c in floats},
@@ -263,8 +263,8 @@ def small_csv(path: Path) -> tuple[list[str], list[tuple[int, list[str]]]]:
     limits.check_size(path, size, "max_side_file_bytes", "a CSV file read whole")
     check_lines(path)
     try:
-        with io.TextIOWrapper(open_regular(path), encoding="utf-8-sig", errors="replace", newline="") as fh:
-            data = fh.read()
+        with io.TextIOWrapper(open_regular(path), encoding="utf-8-sig", errors="replace", newline="") as handle:
+            data = handle.read()
     except OSError as exc:  # unreadable, or a folder of that name
         raise ProfanInputError(path, f"cannot read: {exc.strerror or exc}") from None
     reader = csv.reader(io.StringIO(data, newline=""))
@@ -272,10 +272,10 @@ def small_csv(path: Path) -> tuple[list[str], list[tuple[int, list[str]]]]:
     header: list[str] = []
     prev = 0
     try:
-        for i, row in enumerate(reader):
+        for index, row in enumerate(reader):
             start = prev + 1
             prev = reader.line_num
-            if i == 0:
+            if index == 0:
                 header = [c.strip() for c in row]
                 continue
             if not any(c.strip() for c in row):

@@ -111,16 +111,16 @@ def _chunks(
         .select("_g", (pl.col("len").fill_null(0).cum_sum() // SWEEP_ROWS).alias("_chunk"))
     )
 
-    def split(f: pl.DataFrame) -> dict:
-        return f.join(chunk, on="_g").partition_by("_chunk", as_dict=True, include_key=False)
+    def split(frame: pl.DataFrame) -> dict:
+        return frame.join(chunk, on="_g").partition_by("_chunk", as_dict=True, include_key=False)
 
     windows, comps, comms = split(w), split(compute), split(comm)
     return [(windows[key], comps.get(key, compute.clear()), comms.get(key, comm.clear())) for key in sorted(windows)]
 
 
-def _clipped(runs: pl.DataFrame, w: pl.DataFrame, by: list[str]) -> pl.DataFrame:
+def _clipped(runs: pl.DataFrame, frame: pl.DataFrame, by: list[str]) -> pl.DataFrame:
     """Intervals joined to their window (``_g``) and clipped to it."""
-    win = w.select("_g", *by, pl.col("start_us").alias("_w0"), pl.col("end_us").alias("_w1"))
+    win = frame.select("_g", *by, pl.col("start_us").alias("_w0"), pl.col("end_us").alias("_w1"))
     j = runs.join(win, on=by, nulls_equal=True)
     ts, end = pl.max_horizontal("ts_us", "_w0"), pl.min_horizontal("end_us", "_w1")
     return j.select("_g", ts.alias("ts_us"), end.alias("end_us")).filter(pl.col("end_us") > pl.col("ts_us"))
@@ -146,7 +146,7 @@ def _stretches(w: pl.DataFrame, compute: pl.DataFrame, comm: pl.DataFrame) -> pl
             for col, sign in ((start, 1), (end, -1))
         ]
 
-    ev = pl.concat(
+    frame = pl.concat(
         [
             *edges(w, "start_us", "end_us", 0, 0),
             *edges(compute, "ts_us", "end_us", 1, 0),
@@ -157,7 +157,7 @@ def _stretches(w: pl.DataFrame, compute: pl.DataFrame, comm: pl.DataFrame) -> pl
     # them: that row starts the stretch to the next time (the others, of length 0, are dropped)
     g, a, b, code = pl.col("_g"), pl.col("a"), pl.col("b"), pl.col("_p")
     # by window, then time: polars' stable sort on both keys is the fastest order here (bench/README.md)
-    segs = ev.sort("_g", "a", maintain_order=True).with_columns(
+    segs = frame.sort("_g", "a", maintain_order=True).with_columns(
         pl.col("dc").cum_sum().alias("_c"), pl.col("dm").cum_sum().alias("_m"), a.shift(-1).alias("b")
     )
     segs = segs.filter((g.shift(-1) == g) & (b > a))
@@ -189,12 +189,16 @@ def _merge_short(segs: pl.DataFrame, keep: int) -> pl.DataFrame:
         g.first(),
         pl.col("a").first().alias("start_us"),
         pl.col("b").last().alias("end_us"),
-        *[length.filter(pl.col("_p") == i).sum().alias(f"{p}_us") for i, p in enumerate(PARTS)],
+        *[length.filter(pl.col("_p") == index).sum().alias(f"{p}_us") for index, p in enumerate(PARTS)],
         pl.len().cast(pl.UInt32).alias("pieces"),
     )
-    c, m, i = pl.col("compute_us"), pl.col("comm_us"), pl.col("idle_us")
+    c, m, index = pl.col("compute_us"), pl.col("comm_us"), pl.col("idle_us")
     part = (
-        pl.when((c >= m) & (c >= i)).then(pl.lit("compute")).when(m >= i).then(pl.lit("comm")).otherwise(pl.lit("idle"))
+        pl.when((c >= m) & (c >= index))
+        .then(pl.lit("compute"))
+        .when(m >= index)
+        .then(pl.lit("comm"))
+        .otherwise(pl.lit("idle"))
     )
     return blocks.select("_g", part.alias("part"), "start_us", "end_us", "compute_us", "comm_us", "idle_us", "pieces")
 
@@ -215,14 +219,16 @@ def kernel_blocks(rows: pl.DataFrame, is_comm: pl.Expr) -> pl.DataFrame:
     first kernel to the end of its last one, by ``Step Id`` — on the Qwen3 sample exactly step_trace_time.csv's
     Stage. A row without a start (not a number) has no place in time and is left out here, as the README says;
     its duration still counts in the step's totals elsewhere."""
-    r = rows.filter(placed())
-    r = r.select("step", "start_us", (pl.col("start_us") + pl.col("dur_us")).alias("end_us"), is_comm.alias("_comm"))
-    r = r.rename({"start_us": "ts_us"})
-    if r.is_empty():
+    frame = rows.filter(placed())
+    frame = frame.select(
+        "step", "start_us", (pl.col("start_us") + pl.col("dur_us")).alias("end_us"), is_comm.alias("_comm")
+    )
+    frame = frame.rename({"start_us": "ts_us"})
+    if frame.is_empty():
         return pl.DataFrame(schema=BLOCK_SCHEMA)
-    windows = r.group_by("step").agg(pl.col("ts_us").min().alias("start_us"), pl.col("end_us").max())
+    windows = frame.group_by("step").agg(pl.col("ts_us").min().alias("start_us"), pl.col("end_us").max())
     by = ["step"]
-    return step_blocks(windows, r.filter(~pl.col("_comm")), r.filter("_comm"), by)  # no totals: no runs needed
+    return step_blocks(windows, frame.filter(~pl.col("_comm")), frame.filter("_comm"), by)  # no totals: no runs needed
 
 
 def kernel_file_blocks(path: Path, variant: str, rows: Callable[[], pl.DataFrame]) -> tuple[pl.DataFrame, int]:

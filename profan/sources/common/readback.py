@@ -35,12 +35,12 @@ def read_lines(path: Path, wanted: Iterable[int]) -> dict[int, str]:
     out: dict[int, str] = {}
     last = want[-1]
     targets = set(want)
-    with open_regular(path) as fh:
-        for no, raw in enumerate(fh, start=1):
-            if no in targets:
+    with open_regular(path) as handle:
+        for index, raw in enumerate(handle, start=1):
+            if index in targets:
                 raw = raw[:-1] if raw.endswith(b"\n") else raw
-                out[no] = (raw[:-1] if raw.endswith(b"\r") else raw).decode("utf-8", errors="replace")
-            if no >= last:
+                out[index] = (raw[:-1] if raw.endswith(b"\r") else raw).decode("utf-8", errors="replace")
+            if index >= last:
                 break
     return out
 
@@ -94,54 +94,57 @@ def source_path(base: Path, file: str) -> Path:
     return path
 
 
-def read_back(root: Path, ev: Evidence) -> list[tuple[str, str]]:
+def read_back(root: Path, evidence: Evidence) -> list[tuple[str, str]]:
     """The raw text behind one evidence item, as (locator, text) pairs in the cited order."""
-    path = source_path(root, ev.file)
-    if ev.lines:
-        if any(n < 1 for n in ev.lines):
-            raise ProfanInputError(path, f"cited as line {min(ev.lines)}, which is no line number")
-        got = read_lines(path, ev.lines)
-        past = [n for n in ev.lines if n not in got]
+    path = source_path(root, evidence.file)
+    if evidence.lines:
+        if any(line < 1 for line in evidence.lines):
+            raise ProfanInputError(path, f"cited as line {min(evidence.lines)}, which is no line number")
+        got = read_lines(path, evidence.lines)
+        past = [line for line in evidence.lines if line not in got]
         if past:
             raise ProfanInputError(
                 path,
                 f"has no line {past[0]} any more (it has fewer lines than when the report "
                 "was made): the file changed since; analyse it again",
             )
-        return [(f"line {n}", got[n]) for n in ev.lines]
-    if ev.pointers:
+        return [(f"line {line}", got[line]) for line in evidence.lines]
+    if evidence.pointers:
         from profan.sources.ascend_db import rows as ascend_db_rows
 
         if ascend_db_rows.is_db(path):
-            return [(p, json.dumps(row, ensure_ascii=False)) for p, row in ascend_db_rows.read_rows(path, ev.pointers)]
+            return [
+                (pointer, json.dumps(row, ensure_ascii=False))
+                for pointer, row in ascend_db_rows.read_rows(path, evidence.pointers)
+            ]
     try:
         doc = load_json_document(path)
     except (ValueError, RecursionError, OSError, EOFError) as exc:
         raise ProfanInputError(
             path,
-            f"is cited by {ev.kind} but cannot be read as JSON "
+            f"is cited by {evidence.kind} but cannot be read as JSON "
             f"({type(exc).__name__}); the report does not fit its data",
         ) from None
-    if ev.events:
+    if evidence.events:
         events = trace_events(doc)
-        past = [i for i in ev.events if not 0 <= i < len(events)]
+        past = [event for event in evidence.events if not 0 <= event < len(events)]
         if past:
             raise ProfanInputError(
                 path,
                 f"has no event {past[0]} any more ({len(events)} events): the file "
                 "changed since the report; analyse it again",
             )
-        return [(f"event {i}", json.dumps(events[i], ensure_ascii=False)) for i in ev.events]
-    return [(p, json.dumps(resolve_pointer(doc, p), ensure_ascii=False)) for p in ev.pointers]
+        return [(f"event {event}", json.dumps(events[event], ensure_ascii=False)) for event in evidence.events]
+    return [(pointer, json.dumps(resolve_pointer(doc, pointer), ensure_ascii=False)) for pointer in evidence.pointers]
 
 
 def file_sizes(base: Path, files: set[str]) -> dict[str, int]:
     """Bytes of each source file (paths relative to ``base``), recorded in the report: `check_sizes` compares
     them when evidence is read back, so rows are never quoted from a file that changed since the analysis."""
     out = {}
-    for f in sorted({db_table(f)[0] for f in files}):  # a DB table's rows are the DB file's
+    for file in sorted({db_table(file)[0] for file in files}):  # a DB table's rows are the DB file's
         try:
-            out[f] = (base / f).stat().st_size
+            out[file] = (base / file).stat().st_size
         except OSError:
             continue
     return out
@@ -156,29 +159,31 @@ def check_sizes(base: Path, recorded: dict[str, int] | None, files: set[str], vo
     this process). Otherwise the list is only the report's word, so a cited file must also be listed and be named
     as a profiler file: a report handed over cannot make `profan evidence` print ``.ssh/id_rsa`` beside it."""
     if not vouched:
-        for f in sorted(files):
-            if not profiler_file_name(PurePosixPath(f).name):
-                raise ProfanInputError(f, "is cited, but is no profiler file and the report is not sealed; refused")
-            if not isinstance(recorded, dict) or f not in recorded:
-                raise ProfanInputError(f, "is cited, but the report does not list it as read; refused")
+        for file in sorted(files):
+            if not profiler_file_name(PurePosixPath(file).name):
+                raise ProfanInputError(file, "is cited, but is no profiler file and the report is not sealed; refused")
+            if not isinstance(recorded, dict) or file not in recorded:
+                raise ProfanInputError(file, "is cited, but the report does not list it as read; refused")
     if not isinstance(recorded, dict):
         return
-    unread = sorted(f for f in files if f not in recorded)
+    unread = sorted(file for file in files if file not in recorded)
     if unread:
         if not inside_root(unread[0]):
             raise ProfanInputError(unread[0], "cited file lies outside the analysed folder; refused")
         raise ProfanInputError(unread[0], "is cited, but the analysis the report records did not read it; refused")
-    for f in sorted(files):
+    for file in sorted(files):
         try:
-            now = (base / f).stat().st_size
+            now = (base / file).stat().st_size
         except OSError:
             continue  # read_back says the file is gone
-        if not isinstance(recorded[f], int) or isinstance(recorded[f], bool):
-            raise ProfanInputError(f, f"the report records its size as {str(recorded[f])[:40]!r}, not a byte count")
-        if now != recorded[f]:
+        if not isinstance(recorded[file], int) or isinstance(recorded[file], bool):
             raise ProfanInputError(
-                base / f,
-                f"changed since the report ({recorded[f]:,} bytes then, {now:,} now): "
+                file, f"the report records its size as {str(recorded[file])[:40]!r}, not a byte count"
+            )
+        if now != recorded[file]:
+            raise ProfanInputError(
+                base / file,
+                f"changed since the report ({recorded[file]:,} bytes then, {now:,} now): "
                 "its cited rows may be other rows; analyse it again",
             )
 
@@ -189,12 +194,22 @@ def evidence_rows(root: Path, finding: Finding | Cause, limit: int | None = None
     that wants only the locators should not pay for a scan of a large CSV)."""
     base = base_dir(root)
     out = []
-    for ev in finding.evidence:
+    for evidence in finding.evidence:
         rows = []
         if limit != 0:
-            cited = ev if limit is None or limit >= len(ev.locators) else replace(ev, **{ev.kind: ev.locators[:limit]})
+            cited = (
+                evidence
+                if limit is None or limit >= len(evidence.locators)
+                else replace(evidence, **{evidence.kind: evidence.locators[:limit]})
+            )
             rows = [{"locator": loc, "text": text} for loc, text in read_back(base, cited)]
         out.append(
-            {"file": ev.file, "row_count": ev.row_count, "select": ev.select, "rows": rows, ev.kind: list(ev.locators)}
+            {
+                "file": evidence.file,
+                "row_count": evidence.row_count,
+                "select": evidence.select,
+                "rows": rows,
+                evidence.kind: list(evidence.locators),
+            }
         )
     return out

@@ -22,7 +22,7 @@ def columns_frame(columns: dict[str, list | tuple], schema: dict[str, pl.DataTyp
     except UnicodeEncodeError:
         # JSON may escape a lone surrogate ("\ud800"), which decodes to a str no UTF-8 column can hold: such a
         # character becomes "?" (the rest of the text, and of the file, stays as it is)
-        return _frame({k: [_utf8(v) for v in col] for k, col in columns.items()}, schema)
+        return _frame({key: [_utf8(v) for v in col] for key, col in columns.items()}, schema)
 
 
 def _frame(columns: dict[str, list | tuple], schema: dict[str, pl.DataType]) -> pl.DataFrame:
@@ -48,9 +48,9 @@ def stack(frames: list[pl.DataFrame], keys: dict[str, list], how: str = "diagona
     over a batch of ranks in the map most of a step. Here the key columns are built by one query over one row per
     frame."""
     out = pl.concat(frames, how=how)  # type: ignore[arg-type]
-    types = {k: pl.Int64 if v and all(type(x) is int for x in v) else pl.Utf8 for k, v in keys.items()}
+    types = {key: pl.Int64 if value and all(type(x) is int for x in value) else pl.Utf8 for key, value in keys.items()}
     lead = (
-        pl.DataFrame({**keys, "_n": [f.height for f in frames]}, schema={**types, "_n": pl.Int64})
+        pl.DataFrame({**keys, "_n": [frame.height for frame in frames]}, schema={**types, "_n": pl.Int64})
         .filter(pl.col("_n") > 0)
         .select(pl.exclude("_n").repeat_by(pl.col("_n")).explode())
     )

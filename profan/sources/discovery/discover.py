@@ -82,7 +82,7 @@ class Discovery:
 
     @property
     def format(self) -> str:
-        kinds = sorted({r.kind for r in self.ranks})
+        kinds = sorted({rank.kind for rank in self.ranks})
         return kinds[0] if len(kinds) == 1 else "+".join(kinds)
 
     def relpath(self, path: Path) -> str:
@@ -195,7 +195,7 @@ def _graph_captures(disc: Discovery, captures: list[Path]) -> None:
         if not to:
             unmatched.append(relpath(cap, disc.root))
             continue
-        n = sum(k.startswith("graph_capture") for k in to[0].files)
+        n = sum(file.startswith("graph_capture") for file in to[0].files)
         to[0].files[f"graph_capture_{n}"] = cap
     if unmatched:
         disc.warnings.append(
@@ -234,51 +234,53 @@ def _discover_file(path: Path) -> Discovery:
     )
 
 
-def _rank_dir(d: Path, dirnames: list[str], filenames: list[str], walk: Walk) -> RankSource | None:
-    infos = [f for f in filenames if INFO_FILE.match(f)]
-    if d.name == OUTPUT_DIR:
+def _rank_dir(path: Path, dirnames: list[str], filenames: list[str], walk: Walk) -> RankSource | None:
+    infos = [filename for filename in filenames if INFO_FILE.match(filename)]
+    if path.name == OUTPUT_DIR:
         # A bare ASCEND_PROFILER_OUTPUT: its parent may hold profiler_info_*.json, read only when the parent is
         # inside the analysed folder too.
-        infos = [p.name for p in d.parent.glob("profiler_info*.json") if INFO_FILE.match(p.name)]
-        if infos and d == walk.root:
+        infos = [p.name for p in path.parent.glob("profiler_info*.json") if INFO_FILE.match(p.name)]
+        if infos and path == walk.root:
             walk.notes.append(
                 f"{', '.join(sorted(infos))} in the parent folder not read (profan reads only inside "
                 "the folder it was given; analyse the rank folder to use it)"
             )
             infos = []
-        return _ascend_rank(d.parent, d, infos, walk)
+        return _ascend_rank(path.parent, path, infos, walk)
     if OUTPUT_DIR in dirnames or infos:
-        out = d / OUTPUT_DIR
-        rs = _ascend_rank(d, out if out.is_dir() and trust.inside(out, walk.real) else None, infos, walk)
-        rs.ignored += [(d / f, "is a folder, not a file") for f in sorted(dirnames) if INFO_FILE.match(f)]
+        out = path / OUTPUT_DIR
+        rs = _ascend_rank(path, out if out.is_dir() and trust.inside(out, walk.real) else None, infos, walk)
+        rs.ignored += [
+            (path / filename, "is a folder, not a file") for filename in sorted(dirnames) if INFO_FILE.match(filename)
+        ]
         return rs
-    if PROF_DIR.match(d.name) and (
-        "mindstudio_profiler_output" in dirnames or any(MSPROF_DB.match(f) for f in filenames)
+    if PROF_DIR.match(path.name) and (
+        "mindstudio_profiler_output" in dirnames or any(MSPROF_DB.match(filename) for filename in filenames)
     ):
-        return _msprof_rank(d, walk)
-    if d.name == "mindstudio_profiler_output" and any(OP_SUMMARY.match(f) for f in filenames):
+        return _msprof_rank(path, walk)
+    if path.name == "mindstudio_profiler_output" and any(OP_SUMMARY.match(filename) for filename in filenames):
         # the msprof output folder itself (passed directly, or its PROF_* parent was renamed)
-        return _msprof_rank(d.parent, walk)
+        return _msprof_rank(path.parent, walk)
     if {"kernel_details.csv", "trace_view.json", "step_trace_time.csv"} & set(filenames) or any(
-        ASCEND_DB.match(f) for f in filenames
+        ASCEND_DB.match(filename) for filename in filenames
     ):
         # the integrated files copied out of ASCEND_PROFILER_OUTPUT into a folder of their own
-        return _ascend_rank(d, d, [], walk)
+        return _ascend_rank(path, path, [], walk)
     return None
 
 
-def _ascend_rank(d: Path, out: Path | None, infos: list[str], walk: Walk) -> RankSource:
-    rs = RankSource(path=d, kind="ascend")
+def _ascend_rank(path: Path, out: Path | None, infos: list[str], walk: Walk) -> RankSource:
+    rs = RankSource(path=path, kind="ascend")
     if out is not None:
         for logical, fname in ASCEND_FILES.items():
             if _is_file(out / fname, rs, walk):
                 rs.files[logical] = out / fname
         _ascend_db_files(rs, out, walk)
-    for f in sorted(infos):
-        if _is_file(d / f, rs, walk):
-            rs.files["profiler_info"] = d / f
-    if _is_file(d / "profiler_metadata.json", rs, walk):
-        rs.files["profiler_metadata"] = d / "profiler_metadata.json"
+    for info in sorted(infos):
+        if _is_file(path / info, rs, walk):
+            rs.files["profiler_info"] = path / info
+    if _is_file(path / "profiler_metadata.json", rs, walk):
+        rs.files["profiler_metadata"] = path / "profiler_metadata.json"
     return rs
 
 
@@ -287,7 +289,7 @@ def _ascend_db_files(rs: RankSource, out: Path, walk: Walk) -> None:
     never kernels from one export and steps from the other (two captures of a job differ). Which one is read is
     said (a note naming both)."""
     try:
-        dbs = sorted(p for p in out.iterdir() if ASCEND_DB.match(p.name) and _is_file(p, rs, walk))
+        dbs = sorted(value for value in out.iterdir() if ASCEND_DB.match(value.name) and _is_file(value, rs, walk))
     except OSError:
         return
     if not dbs:
@@ -299,11 +301,11 @@ def _ascend_db_files(rs: RankSource, out: Path, walk: Walk) -> None:
             "(kernel_details.csv, …), the DB not read"
         )
         return
-    text = sorted(p.name for k, p in rs.files.items() if k in ASCEND_FILES)
+    text = sorted(value.name for key, value in rs.files.items() if key in ASCEND_FILES)
     if text:
         walk.notes.append(f"{where}: read {dbs[-1].name}; its text files ({', '.join(text)}) not read")
-        for k in [k for k in rs.files if k in ASCEND_FILES]:
-            del rs.files[k]
+        for key in [key for key in rs.files if key in ASCEND_FILES]:
+            del rs.files[key]
     rs.files["ascend_db"] = dbs[-1]
     if len(dbs) > 1:
         walk.notes.append(f"{where}: holds {len(dbs)} DB files; read the last by name, {dbs[-1].name}")
@@ -311,22 +313,22 @@ def _ascend_db_files(rs: RankSource, out: Path, walk: Walk) -> None:
         rs.files["analysis_db"] = out / ANALYSIS_DB
 
 
-def _is_file(p: Path, rs: RankSource, walk: Walk) -> bool:
+def _is_file(path: Path, rs: RankSource, walk: Walk) -> bool:
     """A readable regular file inside the analysed folder. A folder of that name is noted on the rank (and said
     as a warning); a folder whose entries cannot be listed is one clear input error, not a traceback."""
     try:
-        if p.is_dir():
-            rs.ignored.append((p, "is a folder, not a file"))
+        if path.is_dir():
+            rs.ignored.append((path, "is a folder, not a file"))
             return False
     except OSError as exc:
-        raise ProfanInputError(p.parent, f"cannot read: {exc.strerror or exc}") from None
-    return walk.readable(p)
+        raise ProfanInputError(path.parent, f"cannot read: {exc.strerror or exc}") from None
+    return walk.readable(path)
 
 
-def _msprof_unread(d: Path, out: Path) -> str:
+def _msprof_unread(path: Path, out: Path) -> str:
     """What an msprof collection without ``op_summary_*.csv`` holds instead, and why profan cannot read it; empty
     when it holds neither of the known cases."""
-    dbs = sorted(p.name for p in [*d.glob("msprof_*.db"), *out.glob("msprof_*.db")] if MSPROF_DB.match(p.name))
+    dbs = sorted(p.name for p in [*path.glob("msprof_*.db"), *out.glob("msprof_*.db")] if MSPROF_DB.match(p.name))
     sampled = sorted(p.name for p in out.glob("*.csv") if MSPROF_SAMPLED.match(p.name))
     if dbs:
         return (
@@ -341,9 +343,9 @@ def _msprof_unread(d: Path, out: Path) -> str:
     return ""
 
 
-def _msprof_rank(d: Path, walk: Walk) -> RankSource:
-    out = d / "mindstudio_profiler_output"
-    rs = RankSource(path=d, kind="msprof")
+def _msprof_rank(path: Path, walk: Walk) -> RankSource:
+    out = path / "mindstudio_profiler_output"
+    rs = RankSource(path=path, kind="msprof")
     summaries = sorted(p for p in out.glob("op_summary_*.csv") if _is_file(p, rs, walk))
     if summaries:
         rs.files["kernel_details"] = summaries[-1]
@@ -351,11 +353,11 @@ def _msprof_rank(d: Path, walk: Walk) -> RankSource:
     if stats:
         rs.files["op_statistic"] = stats[-1]
     if not summaries:
-        rs.unread = _msprof_unread(d, out)
-    infos = sorted(d.glob("device_*/info.json.*"))
-    if infos and not trust.inside(d, walk.real):  # mindstudio_profiler_output given: its PROF_* is outside
+        rs.unread = _msprof_unread(path, out)
+    infos = sorted(path.glob("device_*/info.json.*"))
+    if infos and not trust.inside(path, walk.real):  # mindstudio_profiler_output given: its PROF_* is outside
         walk.notes.append(
-            f"{infos[0].relative_to(d).as_posix()} of the PROF_* folder not read (profan reads only "
+            f"{infos[0].relative_to(path).as_posix()} of the PROF_* folder not read (profan reads only "
             "inside the folder it was given; analyse the PROF_* folder to use it)"
         )
         infos = []
@@ -366,15 +368,15 @@ def _msprof_rank(d: Path, walk: Walk) -> RankSource:
     return rs
 
 
-def _kineto_ranks(d: Path, filenames: list[str], rejected: list[str], walk: Walk) -> list[RankSource]:
+def _kineto_ranks(path: Path, filenames: list[str], rejected: list[str], walk: Walk) -> list[RankSource]:
     """One rank per Kineto trace file in this directory (``*.json`` / ``*.json.gz``, sniffed, not parsed)."""
     out = []
-    for f in sorted(filenames):
-        if not f.endswith(TRACE_SUFFIXES) or not walk.readable(d / f):
+    for filename in sorted(filenames):
+        if not filename.endswith(TRACE_SUFFIXES) or not walk.readable(path / filename):
             continue
-        ok, _, why = sniff_kineto(d / f)
+        ok, _, why = sniff_kineto(path / filename)
         if ok:
-            out.append(RankSource(path=d / f, kind="kineto", files={"kineto_trace": d / f}))
+            out.append(RankSource(path=path / filename, kind="kineto", files={"kineto_trace": path / filename}))
         elif why:
             rejected.append(why)
     return out

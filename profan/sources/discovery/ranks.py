@@ -25,24 +25,24 @@ def rank_of(rs: RankSource) -> tuple[int | None, str]:
         return trace_rank(rs.files["kineto_trace"])
     info = rs.files.get("profiler_info")
     if info is not None:
-        m = INFO_FILE.match(info.name)
-        if m and rank_id(m.group(1)) is not None:
-            return int(m.group(1)), f"file name {info.name}"
+        match = INFO_FILE.match(info.name)
+        if match and rank_id(match.group(1)) is not None:
+            return int(match.group(1)), f"file name {info.name}"
         rid = rank_id((read_json_quiet(info) or {}).get("rank_id"))
         if rid is not None:
             return rid, f"rank_id in {info.name}"
     db = rs.files.get("ascend_db")
-    m = ASCEND_DB.match(db.name) if db is not None else None
-    if m and m.group(1) and rank_id(m.group(1)) is not None:
-        return int(m.group(1)), f"file name {db.name}"
+    match = ASCEND_DB.match(db.name) if db is not None else None
+    if match and match.group(1) and rank_id(match.group(1)) is not None:
+        return int(match.group(1)), f"file name {db.name}"
     dev = rs.files.get("device_info")
     if dev is not None:
         rid = rank_id((read_json_quiet(dev) or {}).get("rank_id"))
         if rid is not None:
             return rid, f"rank_id in {dev.name}"
-    m = rank_in_name("folder").search(rs.path.name)
-    if m and rank_id(m.group(1)) is not None:
-        return int(m.group(1)), f"folder name {rs.path.name}"
+    match = rank_in_name("folder").search(rs.path.name)
+    if match and rank_id(match.group(1)) is not None:
+        return int(match.group(1)), f"folder name {rs.path.name}"
     return None, ""
 
 
@@ -50,9 +50,9 @@ def _read_ids(disc: Discovery) -> None:
     """Each rank's id from its files; an RL job's traces from their role and rank (`rl_roles`), with the job's
     timer log beside them."""
     rl_job = assign_roles(disc, rank_of)
-    for rs in disc.ranks:
-        if rs.role is None:
-            rs.rank, rs.rank_origin = rank_of(rs)
+    for rank in disc.ranks:
+        if rank.role is None:
+            rank.rank, rank.rank_origin = rank_of(rank)
     if rl_job:  # an RL job's roles sit in folders of their own (discrete mode) by design: no mixed collections
         find_timers(disc)
     else:
@@ -104,20 +104,20 @@ def refuse_mixed_collections(disc: Discovery) -> None:
     if len(disc.ranks) < 2:
         return
     parents: dict[Path, list[RankSource]] = {}
-    for rs in disc.ranks:
-        parents.setdefault(rs.path.parent, []).append(rs)
+    for rank in disc.ranks:
+        parents.setdefault(rank.path.parent, []).append(rank)
     if len(parents) < 2:
         return
     clash = False
     seen: dict[int, Path] = {}
     for parent, members in parents.items():
-        for rs in members:
-            if rs.rank is None or (rs.rank in seen and seen[rs.rank] != parent):
+        for rank in members:
+            if rank.rank is None or (rank.rank in seen and seen[rank.rank] != parent):
                 clash = True
             else:
-                seen.setdefault(rs.rank, parent)
+                seen.setdefault(rank.rank, parent)
     if clash:
-        names = sorted(disc.relpath(m[0].path if len(m) == 1 else p) or "." for p, m in parents.items())
+        names = sorted(disc.relpath(value[0].path if len(value) == 1 else key) or "." for key, value in parents.items())
         raise ProfanInputError(
             disc.root,
             f"holds {len(parents)} separate profiler collections whose ranks "

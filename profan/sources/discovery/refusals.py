@@ -24,7 +24,7 @@ def _unreadable(rs: RankSource, disc: Discovery) -> str:
         return f"{where} holds {rs.unread}"
     out = rs.path / OUTPUT_DIR if (rs.path / OUTPUT_DIR).is_dir() else rs.path
     try:
-        held = sorted(p.name for p in out.iterdir() if p.is_file())
+        held = sorted(path.name for path in out.iterdir() if path.is_file())
     except OSError:
         held = []
     return (
@@ -36,30 +36,30 @@ def _unreadable(rs: RankSource, disc: Discovery) -> str:
 def refuse_unreadable(disc: Discovery) -> None:
     """Ranks with nothing profan reads: all of them is one input error naming the files and what is missing (never
     an empty report); some of them are skipped with a warning that names them."""
-    why = {id(rs): _unreadable(rs, disc) for rs in disc.ranks}
-    bad = [rs for rs in disc.ranks if why[id(rs)]]
+    why = {id(rank): _unreadable(rank, disc) for rank in disc.ranks}
+    bad = [rank for rank in disc.ranks if why[id(rank)]]
     if not bad:
         return
     if len(bad) == len(disc.ranks):
         more = f" (and {len(bad) - 1} more folder(s) alike)" if len(bad) > 1 else ""
         raise ProfanInputError(disc.root, f"nothing profan can read: {why[id(bad[0])]}{more}")
-    disc.ranks = [rs for rs in disc.ranks if not why[id(rs)]]
+    disc.ranks = [rank for rank in disc.ranks if not why[id(rank)]]
     disc.warnings.append(
-        f"skipped {len(bad)} rank(s) with nothing profan reads: " + "; ".join(why[id(rs)] for rs in bad[:3])
+        f"skipped {len(bad)} rank(s) with nothing profan reads: " + "; ".join(why[id(rank)] for rank in bad[:3])
     )
 
 
 def note_missing_files(disc: Discovery) -> None:
     wanted = ("kernel_details", "step_trace_time")
-    for rs in disc.ranks:
-        for p, why in rs.ignored:
-            disc.warnings.append(f"rank {rs.rank}: {disc.relpath(p)} {why}; ignored")
-        if rs.kind != "ascend" or "ascend_db" in rs.files:
+    for rank in disc.ranks:
+        for value, why in rank.ignored:
+            disc.warnings.append(f"rank {rank.rank}: {disc.relpath(value)} {why}; ignored")
+        if rank.kind != "ascend" or "ascend_db" in rank.files:
             continue
-        missing = [ASCEND_FILES[w] for w in wanted if w not in rs.files]
-        if missing and rs.files:
-            have = sorted(Path(p).name for k, p in rs.files.items() if k in ASCEND_FILES)
+        missing = [ASCEND_FILES[w] for w in wanted if w not in rank.files]
+        if missing and rank.files:
+            have = sorted(Path(value).name for key, value in rank.files.items() if key in ASCEND_FILES)
             disc.warnings.append(
-                f"rank {rs.rank} ({disc.relpath(rs.path)}) has no {', '.join(missing)}; "
+                f"rank {rank.rank} ({disc.relpath(rank.path)}) has no {', '.join(missing)}; "
                 f"using what it has: {', '.join(have) or 'nothing'}"
             )

@@ -43,24 +43,24 @@ def assign_roles(disc: Discovery, rank_of: RankOf) -> bool:
     id, where its name does not give it (`ranks.rank_of`)."""
     rules = rl.rules()
     traces = disc.ranks
-    told = {id(rs): _told(rs, rank_of) for rs in traces}
+    told = {id(trace): _told(trace, rank_of) for trace in traces}
     if not any(t is not None and t[0] != rules.unknown_role for t in told.values()):
         return False
-    for rs in traces:
-        found = told[id(rs)]
+    for trace in traces:
+        found = told[id(trace)]
         if found is None:  # a rank of another name in the job: its rank as any rank's, its role unknown
-            rank, origin = rank_of(rs)
+            rank, origin = rank_of(trace)
             found = (rules.unknown_role, rank or 0, origin or "no rank in its name")
-        rs.role, rs.role_rank, rs.rank_origin = found[0], found[1], f"{found[0]} rank {found[1]} ({found[2]})"
+        trace.role, trace.role_rank, trace.rank_origin = found[0], found[1], f"{found[0]} rank {found[1]} ({found[2]})"
     order = list(dict.fromkeys([*rules.roles.values(), rules.unknown_role]))
 
-    def key(rs: RankSource) -> tuple[int, int, str]:
+    def key(trace: RankSource) -> tuple[int, int, str]:
         # discrete mode writes a role's rank once per annotated call, in a folder per call: each is a trace
-        return (order.index(rs.role) if rs.role in order else len(order), rs.role_rank, rs.path.parent.name)
+        return (order.index(trace.role) if trace.role in order else len(order), trace.role_rank, trace.path.parent.name)
 
-    number = {k: n for n, k in enumerate(sorted({key(rs) for rs in traces}))}
-    for rs in traces:
-        rs.rank = number[key(rs)]
+    number = {k: index for index, k in enumerate(sorted({key(trace) for trace in traces}))}
+    for trace in traces:
+        trace.rank = number[key(trace)]
     _say_gaps(disc, traces, rules.unknown_role)
     return True
 
@@ -68,16 +68,16 @@ def assign_roles(disc: Discovery, rank_of: RankOf) -> bool:
 def _say_gaps(disc: Discovery, traces: list[RankSource], unknown: str) -> None:
     """Warn of traces whose role is unknown and of ranks missing from a role (its ranks are 0..N-1 in every
     framework: a gap is a trace not written, not copied, or profiled only on some ranks)."""
-    odd = [rs for rs in traces if rs.role == unknown]
+    odd = [trace for trace in traces if trace.role == unknown]
     if odd:
         disc.warnings.append(
             f"{len(odd)} trace(s) of this RL job whose role cannot be told from the file name or folder, read as "
-            f"'{unknown}': " + short_list(f"{disc.relpath(rs.path)} (rank {rs.role_rank})" for rs in odd)
+            f"'{unknown}': " + short_list(f"{disc.relpath(trace.path)} (rank {trace.role_rank})" for trace in odd)
         )
     by_role: dict[str, set[int]] = {}
-    for rs in traces:
-        if rs.role != unknown:
-            by_role.setdefault(rs.role, set()).add(rs.role_rank)
+    for trace in traces:
+        if trace.role != unknown:
+            by_role.setdefault(trace.role, set()).add(trace.role_rank)
     for role, ranks in sorted(by_role.items()):
         missing = sorted(set(range(max(ranks) + 1)) - ranks)
         if missing:
@@ -91,18 +91,18 @@ def find_timers(disc: Discovery) -> None:
     """The framework's per-step timer log of an RL job (rules/rl.toml ``metrics_files``), in the analysed folder
     or a folder holding its traces up to it, as each RL trace's file ``rl_timers`` (read once, by the pipeline)."""
     found = _timer_file(disc)
-    for rs in disc.ranks:
-        if found is not None and rs.role is not None:
-            rs.files["rl_timers"] = found
+    for rank in disc.ranks:
+        if found is not None and rank.role is not None:
+            rank.files["rl_timers"] = found
 
 
 def _timer_file(disc: Discovery) -> Path | None:
-    if not disc.root.is_dir() or not any(rs.role is not None for rs in disc.ranks):
+    if not disc.root.is_dir() or not any(rank.role is not None for rank in disc.ranks):
         return None
     root = disc.root.resolve()
     folders = [root]
-    for rs in disc.ranks:
-        folder = rs.path.resolve().parent
+    for rank in disc.ranks:
+        folder = rank.path.resolve().parent
         while folder != root and root in folder.parents:
             folders.append(folder)
             folder = folder.parent

@@ -35,16 +35,16 @@ def rank_in_name(kind: str) -> re.Pattern[str]:
 def _trace_head(path: Path) -> bytes:
     """The first 64 KiB of a (possibly gzipped) trace; raises OSError/EOFError/zlib errors on unreadable files."""
     if path.name.endswith(".gz"):
-        with open_regular(path) as raw, gzip.GzipFile(fileobj=raw) as fh:
-            return fh.read(_SNIFF_BYTES)
-    with open_regular(path) as fh:
-        return fh.read(_SNIFF_BYTES)
+        with open_regular(path) as raw, gzip.GzipFile(fileobj=raw) as handle:
+            return handle.read(_SNIFF_BYTES)
+    with open_regular(path) as handle:
+        return handle.read(_SNIFF_BYTES)
 
 
 def _kineto_array(head: bytes) -> bool:
     """A bare event array (the 2020-21 PyTorch profiler wrote no top-level object) is Kineto's when its head holds
     an event of a Kineto category (roles ``kineto_keep_cats``, other writers' names included)."""
-    cats = b"|".join(re.escape(c.encode()) for c in roles.defaults().kineto_keep_cats)
+    cats = b"|".join(re.escape(kineto_keep_cat.encode()) for kineto_keep_cat in roles.defaults().kineto_keep_cats)
     return re.search(rb'"cat"\s*:\s*"(?:' + cats + rb')"', head) is not None
 
 
@@ -65,8 +65,8 @@ def sniff_kineto(path: Path) -> tuple[bool, int | None, str]:
         return True, None, ""
     if not body.startswith(b"{") or not any(k in head for k in _KINETO_KEYS):
         return False, None, f"{path.name} is not a PyTorch/Kineto trace (no traceEvents)"
-    m = _DIST_RANK.search(head)
-    return True, (rank_id(m.group(1)) if m else None), ""
+    match = _DIST_RANK.search(head)
+    return True, (rank_id(match.group(1)) if match else None), ""
 
 
 def trace_rank(path: Path) -> tuple[int | None, str]:
@@ -74,9 +74,9 @@ def trace_rank(path: Path) -> tuple[int | None, str]:
     _, rank, _ = sniff_kineto(path)
     if rank_id(rank) is not None:
         return rank, f"distributedInfo.rank in {path.name}"
-    m = rank_in_name("trace").search(path.name)
-    if m and rank_id(m.group(1)) is not None:
-        return int(m.group(1)), f"file name {path.name}"
+    match = rank_in_name("trace").search(path.name)
+    if match and rank_id(match.group(1)) is not None:
+        return int(match.group(1)), f"file name {path.name}"
     return None, ""
 
 
@@ -85,8 +85,8 @@ def read_json_quiet(path: Path) -> dict | None:
     try:
         if path.stat().st_size > SIDE_FILE_BYTES:
             return None
-        with open_regular(path) as fh:
-            data = json.loads(fh.read())
+        with open_regular(path) as handle:
+            data = json.loads(handle.read())
         return data if isinstance(data, dict) else None
     except (OSError, ValueError, RecursionError):
         return None

@@ -36,7 +36,7 @@ class Walk:
 
     def __iter__(self):
         for dirpath, dirnames, filenames in os.walk(self.root, onerror=self._unlisted):
-            d = Path(dirpath)
+            path = Path(dirpath)
             dirnames.sort()
             self.entries += len(dirnames) + len(filenames)
             if self.entries > self.limits.max_entries:
@@ -47,46 +47,50 @@ class Walk:
                     "in a rules file raises the bound)",
                 )
             keep = []
-            filenames[:] = [n for n in filenames if self._decodable(d, n)]
-            for n in dirnames:
-                if not self._decodable(d, n):
+            filenames[:] = [dirname for dirname in filenames if self._decodable(path, dirname)]
+            for dirname in dirnames:
+                if not self._decodable(path, dirname):
                     continue
-                if n in DERIVED_DIRS:
-                    self.notes.append(f"skipped {self.rel(d / n)}/: derived output of another tool, not profiler data")
-                elif n.startswith("."):
+                if dirname in DERIVED_DIRS:
+                    self.notes.append(
+                        f"skipped {self.rel(path / dirname)}/: derived output of another tool, not profiler data"
+                    )
+                elif dirname.startswith("."):
                     continue
-                elif (d / n).is_symlink() and not trust.inside(d / n, self.real):
-                    self.outside.append(self.rel(d / n))
+                elif (path / dirname).is_symlink() and not trust.inside(path / dirname, self.real):
+                    self.outside.append(self.rel(path / dirname))
                 else:
-                    keep.append(n)  # a link to a folder inside is not followed (os.walk): it is read where it lies
+                    keep.append(
+                        dirname
+                    )  # a link to a folder inside is not followed (os.walk): it is read where it lies
             dirnames[:] = keep
-            yield d, dirnames, filenames  # the caller sees every name, and clears them under a rank folder
-            if len(d.relative_to(self.root).parts) >= self.limits.max_depth and dirnames:
-                self.too_deep += [self.rel(d / n) for n in dirnames]
+            yield path, dirnames, filenames  # the caller sees every name, and clears them under a rank folder
+            if len(path.relative_to(self.root).parts) >= self.limits.max_depth and dirnames:
+                self.too_deep += [self.rel(path / dirname) for dirname in dirnames]
                 dirnames[:] = []
 
-    def _decodable(self, d: Path, name: str) -> bool:
+    def _decodable(self, path: Path, name: str) -> bool:
         """Whether a name is UTF-8 (the walk hands non-UTF-8 bytes over as surrogates, which polars cannot open
         and no output can hold); one that is not is remembered, escaped, to be said."""
         if is_utf8(name):
             return True
-        self.undecodable.append(escaped(f"{self.rel(d)}/{name}" if is_utf8(self.rel(d)) else name))
+        self.undecodable.append(escaped(f"{self.rel(path)}/{name}" if is_utf8(self.rel(path)) else name))
         return False
 
     def _unlisted(self, exc: OSError) -> None:
         self.unlisted.append(f"{self.rel(Path(exc.filename)) if exc.filename else '?'} ({exc.strerror or exc})")
 
-    def readable(self, p: Path) -> bool:
+    def readable(self, path: Path) -> bool:
         """A regular file inside the folder (links resolved); what is not is remembered and said."""
         try:
-            if not p.is_file():
-                if p.exists() and not p.is_dir():
-                    self.irregular.append(self.rel(p))
+            if not path.is_file():
+                if path.exists() and not path.is_dir():
+                    self.irregular.append(self.rel(path))
                 return False
         except OSError:
             return False
-        if not trust.inside(p, self.real):
-            self.outside.append(self.rel(p))
+        if not trust.inside(path, self.real):
+            self.outside.append(self.rel(path))
             return False
         return True
 

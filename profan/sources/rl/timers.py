@@ -25,8 +25,8 @@ def read(path: Path | None) -> tuple[pl.DataFrame, list[str]]:
         return pl.DataFrame(schema=SCHEMA), [f"{path.name}: larger than {MAX_BYTES >> 20} MB, not read as timers"]
     prefix = rl.rules().timer_prefix
     rows, bad = [], 0
-    with open_regular(path) as fh:
-        text = fh.read().decode("utf-8", errors="replace")
+    with open_regular(path) as handle:
+        text = handle.read().decode("utf-8", errors="replace")
     for line_no, line in enumerate(text.splitlines(), 1):
         record = _record(line)
         if record is None:
@@ -34,9 +34,9 @@ def read(path: Path | None) -> tuple[pl.DataFrame, list[str]]:
             continue
         step, data = record
         rows += [
-            (step, key[len(prefix) :], float(v) * 1e6, line_no)
-            for key, v in data.items()
-            if key.startswith(prefix) and isinstance(v, int | float) and not isinstance(v, bool) and v >= 0
+            (step, key[len(prefix) :], float(value) * 1e6, line_no)
+            for key, value in data.items()
+            if key.startswith(prefix) and isinstance(value, int | float) and not isinstance(value, bool) and value >= 0
         ]
     said = [f"{path.name}: skipped {bad} line(s) that are no {{step, data}} JSON record"] if bad else []
     return pl.DataFrame(rows, schema=SCHEMA, orient="row"), said

@@ -44,27 +44,29 @@ LANES = {
 TOP_EVENTS = 20
 
 
-def _names(ev: pl.DataFrame, kind: str, keys: list[str]) -> pl.DataFrame:
+def _names(frame: pl.DataFrame, kind: str, keys: list[str]) -> pl.DataFrame:
     return (
-        ev.filter((pl.col("ph") == "M") & (pl.col("name").cast(pl.String) == kind))
-        .select(*[pl.col(k).cast(pl.String) for k in keys], pl.col("arg_name").alias(kind))
+        frame.filter((pl.col("ph") == "M") & (pl.col("name").cast(pl.String) == kind))
+        .select(*[pl.col(key).cast(pl.String) for key in keys], pl.col("arg_name").alias(kind))
         .unique(keys, keep="last")
     )
 
 
-def usable(ev: pl.DataFrame) -> pl.Expr:
+def usable(frame: pl.DataFrame) -> pl.Expr:
     """X events whose duration can be summed and whose start can be placed in the capture (`usable_duration`,
     `placeable_start` over ``ev``: the rules of the Kineto reader): the others are left out of every lane, and
     `load_rank_trace` counts them."""
-    return usable_duration() & placeable_start(ev)
+    return usable_duration() & placeable_start(frame)
 
 
-def lanes(ev: pl.DataFrame) -> pl.DataFrame:
+def lanes(frame: pl.DataFrame) -> pl.DataFrame:
     """X events (`usable`) with their ``process_name`` and ``thread_name``."""
-    x = ev.filter((pl.col("ph") == "X") & usable(ev)).with_columns(pl.col("pid", "tid", "name", "cat").cast(pl.String))
+    x = frame.filter((pl.col("ph") == "X") & usable(frame)).with_columns(
+        pl.col("pid", "tid", "name", "cat").cast(pl.String)
+    )
     return (
-        x.join(_names(ev, "process_name", ["pid"]), on="pid", how="left")
-        .join(_names(ev, "thread_name", ["pid", "tid"]), on=["pid", "tid"], how="left")
+        x.join(_names(frame, "process_name", ["pid"]), on="pid", how="left")
+        .join(_names(frame, "thread_name", ["pid", "tid"]), on=["pid", "tid"], how="left")
         .with_columns((pl.col("ts_us") + pl.col("dur_us")).alias("end_us"))
     )
 
@@ -72,8 +74,8 @@ def lanes(ev: pl.DataFrame) -> pl.DataFrame:
 def steps(x: pl.DataFrame, step_name: str) -> pl.DataFrame:
     """ProfilerStep spans on the Python lane (``step_name``: roles ``kineto_step``); one whose number is no int64
     has step null (`load` drops it)."""
-    s = x.filter((pl.col("process_name") == "Python") & pl.col("name").str.contains(step_name))
-    return s.select(
+    frame = x.filter((pl.col("process_name") == "Python") & pl.col("name").str.contains(step_name))
+    return frame.select(
         step_number(pl.col("name"), step_name).alias("step"),
         pl.col("event_idx").alias("step_event"),
         pl.col("ts_us").alias("start_us"),
@@ -123,25 +125,25 @@ def overlap_blocks(x: pl.DataFrame, step_spans: pl.DataFrame) -> pl.DataFrame:
 
 def _overlap_events(x: pl.DataFrame, step_spans: pl.DataFrame) -> pl.DataFrame:
     """The Overlap Analysis lane events (``lane``) with the step whose span holds their start."""
-    ov = (
+    frame = (
         x.filter(pl.col("process_name") == "Overlap Analysis")
         .with_columns(pl.coalesce("thread_name", "name").alias("lane"))
         .filter(pl.col("lane").is_in(list(LANES)))
     )
-    if ov.is_empty():
-        return ov
+    if frame.is_empty():
+        return frame
     if step_spans.is_empty():
-        ov = ov.with_columns(pl.lit(None, pl.Int64).alias("step"), pl.lit(None, pl.Int64).alias("step_event"))
+        frame = frame.with_columns(pl.lit(None, pl.Int64).alias("step"), pl.lit(None, pl.Int64).alias("step_event"))
     else:
         sp = step_spans.select("step", "step_event", pl.col("start_us").alias("_s0"), pl.col("end_us").alias("_s1"))
-        ov = ov.sort("ts_us").join_asof(sp.sort("_s0"), left_on="ts_us", right_on="_s0", strategy="backward")
-        ov = ov.filter(pl.col("ts_us") <= pl.col("_s1"))
-    return ov
+        frame = frame.sort("ts_us").join_asof(sp.sort("_s0"), left_on="ts_us", right_on="_s0", strategy="backward")
+        frame = frame.filter(pl.col("ts_us") <= pl.col("_s1"))
+    return frame
 
 
-def hccl(x: pl.DataFrame, tr: Trace) -> tuple[pl.DataFrame, pl.DataFrame]:
+def hccl(x: pl.DataFrame, trace: Trace) -> tuple[pl.DataFrame, pl.DataFrame]:
     """(HCCL ops on Group threads, plane tasks aggregated per plane / transport / link type)."""
-    h = tr.with_details(x.filter(pl.col("process_name").is_in(default_roles().ascend_comm_processes)))
+    h = trace.with_details(x.filter(pl.col("process_name").is_in(default_roles().ascend_comm_processes)))
     thread = pl.col("thread_name").fill_null("")
     ops = h.filter(thread.str.contains(r"^Group .*Communication")).select(
         "event_idx", pl.col("thread_name").alias("group"), "name", "ts_us", "dur_us", "data_type", "alg_type", "count"
@@ -178,16 +180,16 @@ def _load(
     ``roles``: the rule pack's (the step markers' name)."""
     from profan.sources.common.cache import cached_parse
 
-    tr, _ = cached_parse(path, "trace_view", parse)
-    x = lanes(tr.events)
-    st = steps(x, (roles or default_roles()).kineto_step)
-    bad_steps = st["step"].null_count()
-    st = st.filter(pl.col("step").is_not_null())
-    ops, links = hccl(x, tr)
-    split = overlap_split(x, st)
+    trace, _ = cached_parse(path, "trace_view", parse)
+    x = lanes(trace.events)
+    frame = steps(x, (roles or default_roles()).kineto_step)
+    bad_steps = frame["step"].null_count()
+    frame = frame.filter(pl.col("step").is_not_null())
+    ops, links = hccl(x, trace)
+    split = overlap_split(x, frame)
     if loading is not None:
-        split = loading_before(x, st, split, loading)
-    return tr, st, split, ops, links, bad_steps, overlap_blocks(x, st)
+        split = loading_before(x, frame, split, loading)
+    return trace, frame, split, ops, links, bad_steps, overlap_blocks(x, frame)
 
 
 def loading_before(x: pl.DataFrame, step_spans: pl.DataFrame, split: pl.DataFrame, pattern: str) -> pl.DataFrame:
@@ -222,12 +224,12 @@ def load_rank_trace(rd, path: Path, roles: Roles | None = None) -> Trace:
     that are no object. Returns the parsed trace, for the HCCL plane tasks (`hccl_tasks.plane_tasks`). ``roles``:
     the rule pack's (the data loader's name, for the time it holds before each step's first task)."""
     roles = roles or default_roles()
-    tr, _st, split, ops, links, bad_steps, blocks = _load(path, roles.kineto_data_loading, roles)
+    trace, _st, split, ops, links, bad_steps, blocks = _load(path, roles.kineto_data_loading, roles)
     file = rd.files["trace_view"]
-    skipped = tr.events.select(((pl.col("ph") == "X") & ~usable(tr.events)).sum()).item()
+    skipped = trace.events.select(((pl.col("ph") == "X") & ~usable(trace.events)).sum()).item()
     rd.count(
         "trace_view",
-        int(tr.events.height),
+        int(trace.events.height),
         int(skipped),
         "trace events (events whose start or duration is missing or not a number, whose duration is negative "
         f"or longer than {limits.active().max_duration_us:,} µs (max_duration_us), or whose start is past int64 "
@@ -235,12 +237,12 @@ def load_rank_trace(rd, path: Path, roles: Roles | None = None) -> Trace:
     )
     if bad_steps:
         rd.warnings.append(bad_steps_warning(file, bad_steps))
-    if tr.not_utf8:
-        rd.warnings.append(not_utf8_warning(file, tr.not_utf8))
-    if tr.no_phase:
-        rd.warnings.append(no_phase_warning(file, tr.no_phase))
-    if tr.bad_args:
-        rd.warnings.append(bad_args_warning(file, tr.bad_args))
+    if trace.not_utf8:
+        rd.warnings.append(not_utf8_warning(file, trace.not_utf8))
+    if trace.no_phase:
+        rd.warnings.append(no_phase_warning(file, trace.no_phase))
+    if trace.bad_args:
+        rd.warnings.append(bad_args_warning(file, trace.bad_args))
     if not split.is_empty():
         rd.trace_steps = split.with_columns(pl.lit("overlap_analysis").alias("source"))
     if not blocks.is_empty():
@@ -250,4 +252,4 @@ def load_rank_trace(rd, path: Path, roles: Roles | None = None) -> Trace:
     if not links.is_empty():
         rd.info["hccl_planes"] = int(links["plane"].n_unique())
         rd.trace_links = links
-    return tr
+    return trace

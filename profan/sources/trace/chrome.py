@@ -205,7 +205,7 @@ def _chunk_tables(
     element that is no event), not as an error."""
     text, raws, not_utf8 = _utf8_text(raws)
     if text.startswith(b"null") or b"\nnull" in text:  # rare: the loop over elements runs only then
-        raws = [_EMPTY if bytes(r) == b"null" else r for r in raws]
+        raws = [_EMPTY if bytes(raw) == b"null" else raw for raw in raws]
         text = b"\n".join(raws)
     lean = layout == "array" and detail is None
     core, bad_args = _read_core(text, "lean" if lean else layout)
@@ -371,16 +371,16 @@ def _arrow(text: bytes, schema: pa.Schema) -> pl.DataFrame | None:
 
 def _read_core(text: bytes, layout: str) -> tuple[pl.DataFrame, int]:
     """The chunk's core fields, and how many events had args that are no object (read as none)."""
-    df = _arrow(text, _ARROW_CORE[layout])
+    frame = _arrow(text, _ARROW_CORE[layout])
     bad = 0
-    if df is None:
-        df, bad = _ndjson_text(text, _LEAN_CORE_SCHEMA if layout == "lean" else _CORE_SCHEMA)
-    return (df if layout != "lean" else df.with_columns(pl.lit(None, _CORE_SCHEMA["args"]).alias("args"))), bad
+    if frame is None:
+        frame, bad = _ndjson_text(text, _LEAN_CORE_SCHEMA if layout == "lean" else _CORE_SCHEMA)
+    return (frame if layout != "lean" else frame.with_columns(pl.lit(None, _CORE_SCHEMA["args"]).alias("args"))), bad
 
 
 def _read_detail(text: bytes, layout: str) -> tuple[pl.DataFrame, int]:
-    df = _arrow(text, _ARROW_DETAIL[layout])
-    return (df, 0) if df is not None else _ndjson_text(text, _DETAIL_SCHEMA[layout])
+    frame = _arrow(text, _ARROW_DETAIL[layout])
+    return (frame, 0) if frame is not None else _ndjson_text(text, _DETAIL_SCHEMA[layout])
 
 
 def _ndjson_text(text: bytes, schema: dict) -> tuple[pl.DataFrame, int]:
@@ -388,15 +388,15 @@ def _ndjson_text(text: bytes, schema: dict) -> tuple[pl.DataFrame, int]:
     not an object is refused, never skipped. polars refuses a whole chunk for one ``"args": "x"`` (or a list):
     such a chunk is read again with args as text (`_args_as_text`)."""
     try:
-        df, bad = pl.read_ndjson(text, schema=schema), 0
+        frame, bad = pl.read_ndjson(text, schema=schema), 0
     except pl.exceptions.PolarsError:
         if "args" not in schema:
             raise
-        df, bad = _args_as_text(text, schema)
+        frame, bad = _args_as_text(text, schema)
     lines = text.count(b"\n") + 1
-    if df.height != lines:
-        raise ValueError(f"parsed {df.height} of {lines} events")
-    return df, bad
+    if frame.height != lines:
+        raise ValueError(f"parsed {frame.height} of {lines} events")
+    return frame, bad
 
 
 def _args_as_text(text: bytes, schema: dict) -> tuple[pl.DataFrame, int]:
@@ -404,13 +404,13 @@ def _args_as_text(text: bytes, schema: dict) -> tuple[pl.DataFrame, int]:
     is a valid object; the others (a string, a number, a list, text that is no JSON) are read as having no args
     and counted, so one odd event costs its own args, not the whole trace. Runs only for a chunk the strict
     readers refused."""
-    df = pl.read_ndjson(text, schema={**schema, "args": pl.String})
+    frame = pl.read_ndjson(text, schema={**schema, "args": pl.String})
     args = pl.col("args")
     is_object = (args.str.starts_with("{") & args.str.json_path_match("$").is_not_null()).fill_null(False)
-    bad = int(df.select((args.is_not_null() & ~is_object).sum()).item())
+    bad = int(frame.select((args.is_not_null() & ~is_object).sum()).item())
     obj = pl.when(is_object).then(args)
     fields = [obj.str.json_path_match(f"$[{json.dumps(k)}]").alias(k) for k in schema["args"].to_schema()]
-    return df.with_columns(pl.struct(fields).alias("args")), bad
+    return frame.with_columns(pl.struct(fields).alias("args")), bad
 
 
 def usable_duration(col: str = "dur_us") -> pl.Expr:
@@ -460,8 +460,8 @@ def _int(col: str) -> pl.Expr:
     return _number(col).cast(pl.Int64, strict=False)
 
 
-def _core(df: pl.DataFrame, offset: int) -> pl.DataFrame:
-    return df.with_row_index("event_idx", offset=offset).select(
+def _core(frame: pl.DataFrame, offset: int) -> pl.DataFrame:
+    return frame.with_row_index("event_idx", offset=offset).select(
         pl.col("event_idx").cast(pl.Int64),
         *[pl.col(c).cast(pl.String).cast(pl.Categorical) for c in ("ph", "cat", "pid", "tid")],
         pl.col("name").cast(pl.Categorical),
@@ -481,9 +481,9 @@ def _detail_dtype(c: str) -> pl.DataType:
     return pl.Int64() if c in INT_ARGS else pl.Float64() if c in FLOAT_ARGS else pl.String()
 
 
-def _details(df: pl.DataFrame, idx: pl.Series) -> pl.DataFrame:
-    args = df.get_column("args").struct.unnest()
-    args = args.rename({k: v for k, v in ARGS.items() if k in args.columns})
+def _details(frame: pl.DataFrame, idx: pl.Series) -> pl.DataFrame:
+    args = frame.get_column("args").struct.unnest()
+    args = args.rename({key: value for key, value in ARGS.items() if key in args.columns})
     detail = [c for c in ARGS.values() if c not in _CORE_ARGS.values()]
     return args.select(
         *[
@@ -528,8 +528,8 @@ def _parse(path: Path, keep: pl.Expr | None, detail: tuple[str, ...] | None = No
         nonlocal no_phase, not_utf8, bad_args
         core, det, n, bad, left, odd = fut.result()
         bad_args += odd
-        for cat, k in left.items():
-            dropped[cat] = dropped.get(cat, 0) + k
+        for cat, value in left.items():
+            dropped[cat] = dropped.get(cat, 0) + value
         parts.append(core)
         no_phase += n
         not_utf8 += bad

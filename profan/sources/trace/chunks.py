@@ -47,12 +47,12 @@ _ARRAY = msgspec.json.Decoder(list[msgspec.Raw])
 _OBJECT = msgspec.json.Decoder(_Top)
 
 
-def _gzip_size_hint(fh) -> int:
+def _gzip_size_hint(handle) -> int:
     """Uncompressed size from the gzip trailer (exact below 4 GiB, a hint above; anything at all in a cut-off or
     crafted file)."""
-    fh.seek(-4, 2)
-    size = int.from_bytes(fh.read(4), "little")
-    fh.seek(0)
+    handle.seek(-4, 2)
+    size = int.from_bytes(handle.read(4), "little")
+    handle.seek(0)
     return size
 
 
@@ -122,18 +122,18 @@ def read_bytes(path: Path) -> bytearray:
     the growth of a .gz that inflates more than its trailer or `_Inflation.first_size` allows for).
     """
     try:
-        with open_regular(path) as fh:
+        with open_regular(path) as handle:
             gz = path.name.endswith(".gz")
-            if gz and fh.read(2) != b"\x1f\x8b":
+            if gz and handle.read(2) != b"\x1f\x8b":
                 raise ProfanInputError(path, "named .gz but is not gzip-compressed (no gzip header)")
-            disk = os.fstat(fh.fileno()).st_size
+            disk = os.fstat(handle.fileno()).st_size
             limits.check_size(path, disk, "max_trace_bytes", "a trace")
             if not gz:
-                return _fill(fh, disk)
-            bound = _Inflation(path, disk, fh)
-            size = bound.first_size(_gzip_size_hint(fh))
+                return _fill(handle, disk)
+            bound = _Inflation(path, disk, handle)
+            size = bound.first_size(_gzip_size_hint(handle))
             try:
-                return _fill(gzip.GzipFile(fileobj=fh), size, bound)
+                return _fill(gzip.GzipFile(fileobj=handle), size, bound)
             except EOFError:
                 raise ProfanInputError(path, "gzip stream is truncated (file cut off)") from None
             except (zlib.error, gzip.BadGzipFile) as exc:
@@ -150,12 +150,12 @@ def trace_text(path: Path) -> bytearray | mmap.mmap:
     if path.name.endswith(".gz"):
         return read_bytes(path)
     try:
-        with open_regular(path) as fh:
-            st = os.fstat(fh.fileno())
+        with open_regular(path) as handle:
+            st = os.fstat(handle.fileno())
             if st.st_size < max(MAP_FROM, 1) or not stat.S_ISREG(st.st_mode):
                 return read_bytes(path)
             limits.check_size(path, st.st_size, "max_trace_bytes", "a trace")
-            mapped = mmap.mmap(fh.fileno(), 0, access=mmap.ACCESS_READ)
+            mapped = mmap.mmap(handle.fileno(), 0, access=mmap.ACCESS_READ)
     except OSError as exc:
         raise ProfanInputError(path, f"cannot read: {exc.strerror or exc}") from None
     mapped.madvise(mmap.MADV_SEQUENTIAL)
@@ -186,12 +186,12 @@ def _fill(src, size: int, bound: _Inflation | None = None) -> bytearray:
         if n == len(buf):  # grown by half, but never past what the bounds let through (then `check` raises)
             more = len(buf) // 2 + BLOCK
             buf.extend(_zeros(more if bound is None else bound.grown(n, more)))
-        with memoryview(buf) as mv:
-            k = src.readinto(mv[n : n + BLOCK])
+        with memoryview(buf) as handle:
+            k = src.readinto(handle[n : n + BLOCK])
             if not k:
                 break
             if buf.find(b"\n", n, n + k) != -1 or buf.find(b"\r", n, n + k) != -1:
-                mv[n : n + k] = bytes(mv[n : n + k]).translate(_FLATTEN)
+                handle[n : n + k] = bytes(handle[n : n + k]).translate(_FLATTEN)
         n += k
         if bound is not None:
             bound.check(n)
@@ -205,8 +205,8 @@ _NON_WS = re.compile(rb"[^ \t\r\n]")
 def _first_index(buf: bytes | bytearray | mmap.mmap) -> int:
     """Index of the first character that is not whitespace or a UTF-8 byte-order mark (-1 when there is none)."""
     start = 3 if buf[:3] == b"\xef\xbb\xbf" else 0
-    m = _NON_WS.search(buf, start)
-    return -1 if m is None else m.start()
+    match = _NON_WS.search(buf, start)
+    return -1 if match is None else match.start()
 
 
 def _last_index(buf: bytes | bytearray | mmap.mmap, first: int) -> int:
@@ -289,15 +289,15 @@ def _locate_events(buf: bytes | bytearray | mmap.mmap, start: int) -> tuple[memo
     top-level object and the text after its closing ']' as the rest of it (then the key is at depth 1, not
     inside a string or a nested value), and ``event_chunks`` validates the array itself. None when unsure: the
     caller then validates the whole document."""
-    m = _EVENTS_KEY.search(buf, start, start + (1 << 24))
-    if m is None:
+    match = _EVENTS_KEY.search(buf, start, start + (1 << 24))
+    if match is None:
         return None
     try:
-        head = _OBJECT.decode(_flat(bytes(buf[start : m.start()])) + b'"traceEvents": null}')
+        head = _OBJECT.decode(_flat(bytes(buf[start : match.start()])) + b'"traceEvents": null}')
     except (msgspec.DecodeError, msgspec.ValidationError):
         return None
     end = len(buf)
-    tail_from = max(m.end(), end - _TAIL)
+    tail_from = max(match.end(), end - _TAIL)
     j = end
     while True:
         j = buf.rfind(b"]", tail_from, j)
@@ -307,7 +307,7 @@ def _locate_events(buf: bytes | bytearray | mmap.mmap, start: int) -> tuple[memo
             tail = _OBJECT.decode(b'{"traceEvents": null' + _flat(bytes(buf[j + 1 : end])))
         except (msgspec.DecodeError, msgspec.ValidationError):
             continue
-        if _closes_array(buf, m.end() - 1, j):
+        if _closes_array(buf, match.end() - 1, j):
             break
     meta = {}
     for k in ("distributedInfo", "deviceProperties", "schemaVersion", "traceName"):
@@ -316,7 +316,7 @@ def _locate_events(buf: bytes | bytearray | mmap.mmap, start: int) -> tuple[memo
             v = _raw_json(getattr(tail, k))
         if v is not None:
             meta[k] = v
-    return memoryview(buf)[m.end() - 1 : j + 1], "object", meta
+    return memoryview(buf)[match.end() - 1 : j + 1], "object", meta
 
 
 def _closes_array(buf: bytes | bytearray | mmap.mmap, open_at: int, j: int) -> bool:
@@ -375,8 +375,8 @@ def _exact_chunk(path: Path, arr: memoryview, pos: int, hi: int) -> tuple[list[m
 
 def _error_byte(exc: msgspec.DecodeError) -> int | None:
     """Where in its input msgspec found bad JSON (None when the input was cut short)."""
-    m = _ERROR_BYTE.search(str(exc))
-    return None if m is None else int(m.group(1))
+    match = _ERROR_BYTE.search(str(exc))
+    return None if match is None else int(match.group(1))
 
 
 def event_chunks(path: Path, arr: memoryview, text: mmap.mmap | None = None) -> Iterator[list[msgspec.Raw]]:

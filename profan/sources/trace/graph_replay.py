@@ -46,7 +46,7 @@ def _keep(roles: Roles) -> pl.Expr:
 def _detail(roles: Roles) -> tuple[str, ...]:
     """Runtime categories (under every name): their launch calls name the kernel they launch on ROCm."""
     runtime = set(roles.kineto_runtime_cats)
-    return (*runtime, *[k for k, v in roles.kineto_category_aliases.items() if v in runtime])
+    return (*runtime, *[key for key, value in roles.kineto_category_aliases.items() if value in runtime])
 
 
 def capture_nodes(path: Path, roles: Roles) -> pl.DataFrame:
@@ -57,14 +57,16 @@ def capture_nodes(path: Path, roles: Roles) -> pl.DataFrame:
 
     cats = sorted({*roles.kineto_keep_cats, roles.kineto_python_cat})
     variant = f"graph_capture/1/keep={','.join(cats)}/detail={','.join(sorted(_detail(roles)))}"
-    tr, _ = cached_parse(path, variant, lambda p: parse(p, keep=_keep(roles), detail=_detail(roles)))
-    ev, _ = normalised(tr.events, roles)
-    ev = ev.with_columns(pl.col("name").cast(pl.String), pl.col("tid").cast(pl.String), pl.col("cat").cast(pl.String))
-    runtime = ev.filter(pl.col("cat").is_in(list(roles.kineto_runtime_cats)))
+    trace, _ = cached_parse(path, variant, lambda p: parse(p, keep=_keep(roles), detail=_detail(roles)))
+    frame, _ = normalised(trace.events, roles)
+    frame = frame.with_columns(
+        pl.col("name").cast(pl.String), pl.col("tid").cast(pl.String), pl.col("cat").cast(pl.String)
+    )
+    runtime = frame.filter(pl.col("cat").is_in(list(roles.kineto_runtime_cats)))
     nodes = _in_captures(runtime, roles)
     if nodes.is_empty():
         return pl.DataFrame(schema=_NODE_SCHEMA)
-    nodes = tr.with_details(nodes).select(
+    nodes = trace.with_details(nodes).select(
         "graph", "event_idx", "tid", "ts_us", "ext_id", pl.col("launch_kernel").alias("launched")
     )
     nodes = nodes.sort("graph", "ts_us", "event_idx").with_columns(
@@ -72,8 +74,8 @@ def capture_nodes(path: Path, roles: Roles) -> pl.DataFrame:
         pl.int_range(pl.len()).over("graph", "launched").alias("occurrence"),
         pl.len().over("graph").alias("nodes"),
     )
-    ops = ev.filter(pl.col("cat") == roles.kineto_cpu_op_cat)
-    frames = ev.filter(pl.col("cat") == roles.kineto_python_cat).filter(
+    ops = frame.filter(pl.col("cat") == roles.kineto_cpu_op_cat)
+    frames = frame.filter(pl.col("cat") == roles.kineto_python_cat).filter(
         pl.col("name").str.contains(roles.kineto_module_frame)
     )
     by_ext = ops.filter(pl.col("ext_id").is_not_null()).unique("ext_id", keep="first")
@@ -83,7 +85,7 @@ def capture_nodes(path: Path, roles: Roles) -> pl.DataFrame:
         _innermost(nodes, frames).str.extract(roles.kineto_module_frame, 1).alias("module"),
     )
     nodes = nodes.rename({"event_idx": "capture_event"})
-    return nodes.select(pl.col(c).cast(t) for c, t in _NODE_SCHEMA.items())
+    return nodes.select(pl.col(key).cast(value) for key, value in _NODE_SCHEMA.items())
 
 
 def _in_captures(runtime: pl.DataFrame, roles: Roles) -> pl.DataFrame:
@@ -114,20 +116,20 @@ def _innermost(points: pl.DataFrame, spans: pl.DataFrame) -> pl.Series:
     """Name of the latest-starting span of the same thread that holds each point (``tid``, ``ts_us``): the
     innermost op or frame around a launch; null where none does."""
     p = points.select("tid", "ts_us").with_row_index("_i")
-    s = spans.select(
+    frame = spans.select(
         pl.col("tid").alias("_tid"),
         pl.col("ts_us").alias("_s0"),
         (pl.col("ts_us") + pl.col("dur_us")).alias("_s1"),
         pl.col("name").alias("_name"),
     )
     # only the spans around the capture's launches (an inequality join: few pairs per launch)
-    s = s.filter(
+    frame = frame.filter(
         (pl.col("_s1") >= p["ts_us"].min())
         & (pl.col("_s0") <= p["ts_us"].max())
         & pl.col("_tid").is_in(p["tid"].unique().implode())
     )
     j = p.join_where(
-        s, pl.col("tid") == pl.col("_tid"), pl.col("_s0") <= pl.col("ts_us"), pl.col("_s1") >= pl.col("ts_us")
+        frame, pl.col("tid") == pl.col("_tid"), pl.col("_s0") <= pl.col("ts_us"), pl.col("_s1") >= pl.col("ts_us")
     )
     best = j.sort("_s0").group_by("_i").agg(pl.col("_name").last())
     return p.join(best, on="_i", how="left").sort("_i")["_name"]
@@ -177,13 +179,13 @@ def apply(
     if replayed.is_empty():
         return 0, 0
     parts = [pl.DataFrame(schema=_NODE_SCHEMA).with_columns(pl.lit(-1).alias("_file"))]
-    for i, path in enumerate(captures):
+    for index, path in enumerate(captures):
         try:
-            parts.append(capture_nodes(path, roles).with_columns(pl.lit(i).alias("_file")))
+            parts.append(capture_nodes(path, roles).with_columns(pl.lit(index).alias("_file")))
         except ProfanInputError as exc:
             if problems is None:
                 raise
-            problems.append((i, exc.problem))
+            problems.append((index, exc.problem))
     nodes = pl.concat(parts).with_columns(pl.format("{}:{}", "_file", "graph").alias("graph")).drop("_file")
     paired = pair(replayed, nodes).rename({"context": "_ctx", "module": "_mod"}).drop("capture_event")
     dev = kt.device
@@ -199,7 +201,7 @@ def apply(
 def fill(rd, kt: KinetoTrace, captures: list[Path], roles: Roles) -> None:
     """Map the rank's replayed kernels onto its capture traces (`apply`) and say so: ``rd.info["graph_replay"]``
     holds the counts, the trace notes say them, and replayed kernels left without an op are a warning."""
-    shown = [v for k, v in rd.files.items() if k.startswith("graph_capture")]
+    shown = [value for key, value in rd.files.items() if key.startswith("graph_capture")]
     problems: list[tuple[int, str]] = []
     replayed, mapped = apply(kt, captures, roles, problems) if captures else (int(kt.device["graph"].sum()), 0)
     rd.warnings += [f"{shown[i]}: {problem}; this graph capture is not used" for i, problem in problems]

@@ -30,17 +30,17 @@ COLUMNS = [
 ]
 
 
-def plane_tasks(tr: Trace) -> pl.DataFrame:
+def plane_tasks(trace: Trace) -> pl.DataFrame:
     """Task events on Plane threads of a parsed trace_view.json (the trace the trace_view reader parsed: a GB
     trace is parsed once)."""
-    x = trace_view.lanes(tr.events)
+    x = trace_view.lanes(trace.events)
     planes = x.filter(
         pl.col("process_name").is_in(default_roles().ascend_comm_processes)
         & pl.col("thread_name").fill_null("").str.contains(r"^Plane \d+")
     )
     if planes.is_empty():
         return pl.DataFrame()
-    return tr.with_details(planes).select(
+    return trace.with_details(planes).select(
         "event_idx",
         pl.col("process_name").alias("process"),
         pl.col("thread_name").alias("plane"),

@@ -28,10 +28,10 @@ def _matches(frame: pl.DataFrame, rules: tuple[PhaseRule, ...]) -> pl.DataFrame:
     """Rows of ``frame`` (``iteration, event_idx, name``) that a rule matches, with its phase and id (the first
     rule that matches a row; one pass per rule, not per row)."""
     parts = [
-        frame.filter(pl.col("name").str.contains(r.pattern)).select(
-            "iteration", "event_idx", pl.lit(r.phase).alias("phase"), pl.lit(r.id).alias("phase_by")
+        frame.filter(pl.col("name").str.contains(rule.pattern)).select(
+            "iteration", "event_idx", pl.lit(rule.phase).alias("phase"), pl.lit(rule.id).alias("phase_by")
         )
-        for r in rules
+        for rule in rules
     ]
     if not parts:
         return pl.DataFrame(
@@ -109,7 +109,7 @@ def phases(
     )
     told = [by_annotation(marked, win, rules), by_kernels(work, rules), by_shape]
     cols = ["iteration", "phase", "phase_by", "phase_event"]
-    ranked = pl.concat([t.select(cols).with_columns(pl.lit(i).alias("_rank")) for i, t in enumerate(told)])
+    ranked = pl.concat([t.select(cols).with_columns(pl.lit(index).alias("_rank")) for index, t in enumerate(told)])
     best = ranked.sort("iteration", "_rank").group_by("iteration", maintain_order=True).first().drop("_rank")
     out = win.select("iteration").join(best, on="iteration", how="left")
     return out.with_columns(pl.col("phase").fill_null("unknown")).cast(PHASE_SCHEMA)  # type: ignore[arg-type]

@@ -134,19 +134,19 @@ def parse_trace(path: Path, roles: Roles | None = None) -> Trace:
     return parse(path, keep=keep_expr(roles), detail=roles.kineto_detail_cats)
 
 
-def normalised(ev: pl.DataFrame, roles: Roles) -> tuple[pl.DataFrame, dict[str, int]]:
+def normalised(frame: pl.DataFrame, roles: Roles) -> tuple[pl.DataFrame, dict[str, int]]:
     """The events with other writers' categories read as today's (roles ``kineto_category_aliases``: the
     2020-21 profiler's Operator / Kernel / Memcpy…, MTIA's mtia_ccp_events…), and how many of each were. Such a
     writer records ProfilerStep#N as an operator: that one is the step annotation, not an op."""
     aliases = roles.kineto_category_aliases
     cat = pl.col("cat").cast(pl.String)
-    counts = ev.filter(cat.is_in(list(aliases))).group_by(cat).len().sort("cat")
+    counts = frame.filter(cat.is_in(list(aliases))).group_by(cat).len().sort("cat")
     if counts.is_empty():
-        return ev, {}
-    as_op = [k for k, v in aliases.items() if v == roles.kineto_cpu_op_cat]
+        return frame, {}
+    as_op = [key for key, value in aliases.items() if value == roles.kineto_cpu_op_cat]
     step = cat.is_in(as_op) & pl.col("name").cast(pl.String).str.contains(roles.kineto_step)
     new = pl.when(step).then(pl.lit(roles.kineto_annotation_cat)).otherwise(cat.replace(aliases))
-    return ev.with_columns(new.cast(pl.Categorical).alias("cat")), dict(counts.iter_rows())
+    return frame.with_columns(new.cast(pl.Categorical).alias("cat")), dict(counts.iter_rows())
 
 
 def rank_of(meta: dict, path: Path, roles: Roles | None = None) -> tuple[int, str, str | None]:
@@ -161,8 +161,8 @@ def rank_of(meta: dict, path: Path, roles: Roles | None = None) -> tuple[int, st
             return rank, "distributedInfo.rank", None
         shown = json.dumps(raw)  # a value of any length and shape: cut for the one-line warning
         problem = f"distributedInfo.rank {shown if len(shown) <= 40 else shown[:39] + '…'} is not a rank number"
-    m = re.search((roles or default_roles()).rank_in_trace_name, path.name)
-    if m and (rank := _whole_number(m.group(1))) is not None:
+    match = re.search((roles or default_roles()).rank_in_trace_name, path.name)
+    if match and (rank := _whole_number(match.group(1))) is not None:
         return rank, f"file name {path.name}", problem
     return 0, "assumed 0 (no distributedInfo.rank, no rank in the file name)", problem
 
@@ -176,11 +176,11 @@ def op_of(name: pl.Expr, roles: Roles | None = None) -> pl.Expr:
     return (s.str.extract(r"^([^<(]+)", 1).str.strip_chars().fill_null(s)).alias("op")
 
 
-def step_table(ev: pl.DataFrame, roles: Roles | None = None) -> pl.DataFrame:
+def step_table(frame: pl.DataFrame, roles: Roles | None = None) -> pl.DataFrame:
     """One row per ProfilerStep annotation. One whose number does not fit an int64 has step null here: `load`
     drops and counts it."""
     roles = roles or default_roles()
-    s = ev.filter(
+    s = frame.filter(
         pl.col("cat").is_in(list(roles.kineto_step_cats))
         & pl.col("name").cast(pl.String).str.contains(roles.kineto_step)
     )
@@ -201,9 +201,9 @@ def _in_span(points: pl.DataFrame, spans: pl.DataFrame, at: str) -> pl.DataFrame
         return points.with_columns(pl.lit(None, pl.Int64).alias("step"))
     sp = spans.select(pl.col("start_us").alias("_s0"), pl.col("end_us").alias("_s1"), "step").sort("_s0")
     p = points.with_row_index("_i").sort(at)
-    j = p.join_asof(sp, left_on=at, right_on="_s0", strategy="backward")
-    j = j.with_columns(pl.when(pl.col(at) < pl.col("_s1")).then(pl.col("step")).alias("step"))
-    return j.sort("_i").drop("_i", "_s0", "_s1")
+    frame = p.join_asof(sp, left_on=at, right_on="_s0", strategy="backward")
+    frame = frame.with_columns(pl.when(pl.col(at) < pl.col("_s1")).then(pl.col("step")).alias("step"))
+    return frame.sort("_i").drop("_i", "_s0", "_s1")
 
 
 def _main_thread(cpu: pl.DataFrame, steps: pl.DataFrame, roles: Roles) -> str | None:
@@ -218,9 +218,9 @@ def _main_thread(cpu: pl.DataFrame, steps: pl.DataFrame, roles: Roles) -> str | 
 
 def _top_level(ops: pl.DataFrame) -> pl.DataFrame:
     """cpu_ops not nested in an earlier op of the same thread (their time is the thread's busy time)."""
-    o = ops.sort(["tid", "ts_us", "end_us"], descending=[False, False, True])
-    o = o.with_columns(pl.col("end_us").cum_max().shift(1).over("tid").alias("_prev_end"))
-    return o.filter(pl.col("_prev_end").is_null() | (pl.col("ts_us") >= pl.col("_prev_end"))).drop("_prev_end")
+    frame = ops.sort(["tid", "ts_us", "end_us"], descending=[False, False, True])
+    frame = frame.with_columns(pl.col("end_us").cum_max().shift(1).over("tid").alias("_prev_end"))
+    return frame.filter(pl.col("_prev_end").is_null() | (pl.col("ts_us") >= pl.col("_prev_end"))).drop("_prev_end")
 
 
 def _without_waiting(ops: pl.DataFrame, roles: Roles) -> pl.DataFrame:
@@ -267,15 +267,15 @@ def _enclosing_op(points: pl.DataFrame, ops: pl.DataFrame) -> pl.Series:
     return res["ctx"]
 
 
-def _device_events(tr: Trace, ev: pl.DataFrame, steps: pl.DataFrame, roles: Roles) -> pl.DataFrame:
-    dev = ev.filter(pl.col("cat").is_in(list(roles.kineto_device_cats)) & (pl.col("ph") == "X"))
-    dev = tr.with_details(dev).with_columns(
+def _device_events(trace: Trace, frame: pl.DataFrame, steps: pl.DataFrame, roles: Roles) -> pl.DataFrame:
+    dev = frame.filter(pl.col("cat").is_in(list(roles.kineto_device_cats)) & (pl.col("ph") == "X"))
+    dev = trace.with_details(dev).with_columns(
         pl.col("cat").cast(pl.String),
         pl.col("name").cast(pl.String),
         (pl.col("ts_us") + pl.col("dur_us")).alias("end_us"),
     )
     runtime = (
-        ev.filter(pl.col("cat").is_in(list(roles.kineto_runtime_cats)) & pl.col("correlation").is_not_null())
+        frame.filter(pl.col("cat").is_in(list(roles.kineto_runtime_cats)) & pl.col("correlation").is_not_null())
         .select(
             "correlation",
             pl.col("ts_us").alias("launch_us"),
@@ -293,7 +293,7 @@ def _device_events(tr: Trace, ev: pl.DataFrame, steps: pl.DataFrame, roles: Role
         pl.when(~pl.col("graph")).then(pl.col("launch_tid")).alias("launch_tid"),
     )
     ops = (
-        ev.filter(pl.col("cat").is_in(list(roles.kineto_op_cats)) & pl.col("ext_id").is_not_null())
+        frame.filter(pl.col("cat").is_in(list(roles.kineto_op_cats)) & pl.col("ext_id").is_not_null())
         .sort(pl.col("cat").cast(pl.String))  # cpu_op before user_annotation
         .select("ext_id", pl.col("name").cast(pl.String).alias("context"))
         .unique("ext_id", keep="first")
@@ -304,14 +304,14 @@ def _device_events(tr: Trace, ev: pl.DataFrame, steps: pl.DataFrame, roles: Role
         ops, left_on="link_ext", right_on="ext_id", how="left", suffix="_op"
     )
     if dev["context"].null_count():
-        cpu = ev.filter(pl.col("cat") == roles.kineto_cpu_op_cat).select(
+        cpu = frame.filter(pl.col("cat") == roles.kineto_cpu_op_cat).select(
             pl.col("tid").cast(pl.String),
             "ts_us",
             (pl.col("ts_us") + pl.col("dur_us")).alias("end_us"),
             pl.col("name").cast(pl.String),
         )
         dev = dev.with_columns(pl.coalesce(pl.col("context"), _enclosing_op(dev, cpu)).alias("context"))
-    dev = kineto_context.add_context(ev, dev, roles)  # fwd_context and module: more for the rules to match
+    dev = kineto_context.add_context(frame, dev, roles)  # fwd_context and module: more for the rules to match
     cpu_spans = steps.filter(pl.col("cat") == roles.kineto_annotation_cat)
     gpu_spans = steps.filter(pl.col("cat") == roles.kineto_gpu_annotation_cat)
     dev = _in_span(dev, cpu_spans, "launch_us").rename({"step": "_cpu_step"})
@@ -367,15 +367,15 @@ def _cpu_activity(ev: pl.DataFrame, steps: pl.DataFrame, roles: Roles) -> pl.Dat
 
 
 def _collectives(
-    tr: Trace, ev: pl.DataFrame, dev: pl.DataFrame | None, steps: pl.DataFrame, roles: Roles
+    trace: Trace, ev: pl.DataFrame, dev: pl.DataFrame | None, steps: pl.DataFrame, roles: Roles
 ) -> pl.DataFrame:
     name = pl.col("name")
-    c = ev.filter(
+    frame = ev.filter(
         (pl.col("ph") == "X")
         & pl.col("cat").is_in(list(roles.kineto_op_cats))
         & name.cast(pl.String).str.contains(roles.kineto_comm_ops)
     )
-    c = tr.with_details(c).with_columns(
+    frame = trace.with_details(frame).with_columns(
         pl.col("cat").cast(pl.String),
         name.cast(pl.String),
         (pl.col("ts_us") + pl.col("dur_us")).alias("end_us"),
@@ -384,7 +384,7 @@ def _collectives(
         .otherwise(pl.lit(SOURCE_ANNOTATION))
         .alias("source"),
     )
-    c = _in_span(c, steps.filter(pl.col("cat") == roles.kineto_annotation_cat), "ts_us")
+    frame = _in_span(frame, steps.filter(pl.col("cat") == roles.kineto_annotation_cat), "ts_us")
     cols = [
         "event_idx",
         "source",
@@ -404,7 +404,7 @@ def _collectives(
         "pg_name",
         "pg_ranks",
     ]
-    parts = [c.with_columns(pl.col("tid").cast(pl.String)).select(cols)]
+    parts = [frame.with_columns(pl.col("tid").cast(pl.String)).select(cols)]
     if dev is not None:
         k = dev.filter(name.str.contains(roles.kineto_comm_kernels)).with_columns(pl.lit(SOURCE_KERNEL).alias("source"))
         parts.insert(0, k.with_columns(pl.col("tid").cast(pl.String)).select(cols))
@@ -422,25 +422,25 @@ def load(path: Path, trace: Trace | None = None, roles: Roles | None = None) -> 
     when None)."""
     roles = roles or default_roles()
     tr = trace if trace is not None else parse_trace(path, roles)
-    ev, aliased = normalised(tr.events, roles)
-    ev, adopted = _uncategorised(tr, ev, roles)
-    marks, trains = kineto_iterations.marks(ev)
-    no_category, not_complete = _unread_device(ev, roles)
+    evidence, aliased = normalised(tr.events, roles)
+    evidence, adopted = _uncategorised(tr, evidence, roles)
+    marks, trains = kineto_iterations.marks(evidence)
+    no_category, not_complete = _unread_device(evidence, roles)
     rank, origin, rank_problem = rank_of(tr.meta, tr.path, roles)
-    steps = step_table(ev, roles)
+    steps = step_table(evidence, roles)
     bad_steps = steps["step"].null_count()
     steps = steps.filter(pl.col("step").is_not_null())
-    dev = _device_events(tr, ev, steps, roles)
+    dev = _device_events(tr, evidence, steps, roles)
     cpu_only = dev.is_empty()
     notes = [_aliases_note(aliased, roles)] if aliased else []
     if cpu_only:
-        dev = _cpu_activity(ev, steps, roles)
+        dev = _cpu_activity(evidence, steps, roles)
         notes += _cpu_only_notes(dev, tr, roles)
     # an event without a duration, or a duration that is not a number of 0 up to max_duration_us, cannot be
     # sized, and one without a start that can be placed in the capture (`placeable_start`) cannot be placed in
     # its step: left out and counted (the caller says how many), never summed as nothing, as a negative time or
     # as 1e300 µs, and never stretching a step window to 10^27 ms
-    placed = placeable_start(ev)
+    placed = placeable_start(evidence)
     usable = dev.filter(usable_duration() & placed)
     skipped, dev = dev.height - usable.height, usable
     info = tr.meta.get("distributedInfo") if isinstance(tr.meta.get("distributedInfo"), dict) else {}
@@ -453,9 +453,9 @@ def load(path: Path, trace: Trace | None = None, roles: Roles | None = None) -> 
         rank_problem=rank_problem,
         device=dev,
         steps=steps,
-        collectives=_collectives(tr, ev, None if cpu_only else dev, steps, roles),
+        collectives=_collectives(tr, evidence, None if cpu_only else dev, steps, roles),
         cpu_only=cpu_only,
-        events_read=int(ev.height),
+        events_read=int(evidence.height),
         device_skipped=skipped,
         no_category=no_category,
         not_complete=not_complete,
@@ -467,28 +467,28 @@ def load(path: Path, trace: Trace | None = None, roles: Roles | None = None) -> 
         world_size=_whole_number(info.get("world_size")) or None,
         device_name=dev_name if isinstance(dev_name, str) else None,
         notes=notes,
-        loading=_loading(ev, roles, placed),
-        host=host_spans(ev, roles, placed),
-        annotations=annotation_spans(ev, roles, placed),
-        forwards=_forward_starts(ev, roles, placed),
+        loading=_loading(evidence, roles, placed),
+        host=host_spans(evidence, roles, placed),
+        annotations=annotation_spans(evidence, roles, placed),
+        forwards=_forward_starts(evidence, roles, placed),
         marks=marks,
         trains=trains,
     )
 
 
-def _forward_starts(ev: pl.DataFrame, roles: Roles, placed: pl.Expr) -> pl.DataFrame:
+def _forward_starts(frame: pl.DataFrame, roles: Roles, placed: pl.Expr) -> pl.DataFrame:
     """The starts of the ops an RL generation counts its forwards by (rules/rl.toml forward_op)."""
     cat, name = pl.col("cat").cast(pl.String), pl.col("name").cast(pl.String)
-    ops = ev.filter((cat == roles.kineto_cpu_op_cat) & (name == rl.rules().forward_op) & placed)
+    ops = frame.filter((cat == roles.kineto_cpu_op_cat) & (name == rl.rules().forward_op) & placed)
     return ops.select("event_idx", "ts_us")
 
 
-def annotation_spans(ev: pl.DataFrame, roles: Roles, placed: pl.Expr) -> pl.DataFrame:
+def annotation_spans(frame: pl.DataFrame, roles: Roles, placed: pl.Expr) -> pl.DataFrame:
     """The host's ``record_function`` ranges but ProfilerStep's: what a framework marks its phases with (an RL
     step's generate_sequences, update_actor, …), each with its event index."""
     cat, name = pl.col("cat").cast(pl.String), pl.col("name").cast(pl.String)
     step = name.str.contains(roles.kineto_step)
-    s = ev.filter((cat == roles.kineto_annotation_cat) & ~step & usable_duration() & placed)
+    s = frame.filter((cat == roles.kineto_annotation_cat) & ~step & usable_duration() & placed)
     return s.select(
         "event_idx",
         name.alias("name"),
@@ -497,7 +497,7 @@ def annotation_spans(ev: pl.DataFrame, roles: Roles, placed: pl.Expr) -> pl.Data
     )
 
 
-def _cpu_only_notes(dev: pl.DataFrame, tr: Trace, roles: Roles) -> list[str]:
+def _cpu_only_notes(dev: pl.DataFrame, trace: Trace, roles: Roles) -> list[str]:
     """What a CPU-only reading of the trace analyses instead of device activity, and what it leaves unread."""
     waits = int((dev["cat"] != roles.kineto_cpu_op_cat).sum())
     note = "no GPU activity in the trace: the main thread's top-level cpu_ops are analysed instead" + (
@@ -506,37 +506,37 @@ def _cpu_only_notes(dev: pl.DataFrame, tr: Trace, roles: Roles) -> list[str]:
         if waits
         else ""
     )
-    return [note, *_unread_note(tr.meta.get(DROPPED) or {}, roles)]
+    return [note, *_unread_note(trace.meta.get(DROPPED) or {}, roles)]
 
 
-def _uncategorised(tr: Trace, ev: pl.DataFrame, roles: Roles) -> tuple[pl.DataFrame, int]:
+def _uncategorised(trace: Trace, frame: pl.DataFrame, roles: Roles) -> tuple[pl.DataFrame, int]:
     """The events with their categories, those with none that carry a ``stream`` and a launch's ``correlation``
     id read as device activity, and how many were. Only device work has both (a launch call has no stream), so
     such an event is a kernel, or a copy or fill when its name says so (``Memcpy …``/``Memset …``: the device
     categories of roles ``kineto_category_aliases``). Left out, they would leave the device looking idle."""
-    cand = ev.filter(pl.col("cat").is_null() & (pl.col("ph") == "X") & pl.col("correlation").is_not_null())
+    cand = frame.filter(pl.col("cat").is_null() & (pl.col("ph") == "X") & pl.col("correlation").is_not_null())
     if cand.is_empty():
-        return ev, 0
-    ids = tr.with_details(cand.select("event_idx")).filter(pl.col("stream").is_not_null())["event_idx"]
+        return frame, 0
+    ids = trace.with_details(cand.select("event_idx")).filter(pl.col("stream").is_not_null())["event_idx"]
     if ids.is_empty():
-        return ev, 0
+        return frame, 0
     device = roles.kineto_device_cats
-    by_word = {k: v for k, v in roles.kineto_category_aliases.items() if v in device}
+    by_word = {key: value for key, value in roles.kineto_category_aliases.items() if value in device}
     word = pl.col("name").cast(pl.String).str.extract(r"^(\w+)", 1)
     guess = word.replace_strict(by_word, default=device[0], return_dtype=pl.String).fill_null(device[0])
     cat = pl.when(pl.col("event_idx").is_in(ids.implode())).then(guess).otherwise(pl.col("cat").cast(pl.String))
-    return ev.with_columns(cat.cast(pl.Categorical).alias("cat")), ids.len()
+    return frame.with_columns(cat.cast(pl.Categorical).alias("cat")), ids.len()
 
 
-def _unread_device(ev: pl.DataFrame, roles: Roles) -> tuple[int, int]:
+def _unread_device(frame: pl.DataFrame, roles: Roles) -> tuple[int, int]:
     """(events with a launch's correlation id but no category, device-looking events of phase B or E): what
     `device_like` kept that no reader takes, for the caller to count and say. A B/E pair is two events."""
     x = pl.col("ph") == "X"
-    row = ev.filter(device_like(roles)).select(x.sum().alias("x"), (~x).sum().alias("not_x")).row(0)
+    row = frame.filter(device_like(roles)).select(x.sum().alias("x"), (~x).sum().alias("not_x")).row(0)
     return int(row[0]), int(row[1])
 
 
-def host_spans(ev: pl.DataFrame, roles: Roles, placed: pl.Expr | None = None) -> pl.DataFrame:
+def host_spans(frame: pl.DataFrame, roles: Roles, placed: pl.Expr | None = None) -> pl.DataFrame:
     """The host's spans of at least `HOST_SPAN_US`: CPU ops, annotations other than the steps' and Python frames
     (``kind`` op), runtime calls (``kind`` call). Inside an idle stretch of the device they say what the host
     was doing: preparing the input, or blocked in a copy or a synchronisation. ``placed``: which starts can be
@@ -544,12 +544,12 @@ def host_spans(ev: pl.DataFrame, roles: Roles, placed: pl.Expr | None = None) ->
     ts, cat, name = pl.col("ts_us"), pl.col("cat").cast(pl.String), pl.col("name").cast(pl.String)
     ops = [roles.kineto_cpu_op_cat, roles.kineto_annotation_cat, roles.kineto_python_cat]
     step = (cat == roles.kineto_annotation_cat) & name.str.contains(roles.kineto_step)
-    s = ev.filter(
+    s = frame.filter(
         cat.is_in([*ops, *roles.kineto_runtime_cats])
         & ~step
         & usable_duration()
         & (pl.col("dur_us") >= HOST_SPAN_US)
-        & (placeable_start(ev) if placed is None else placed)
+        & (placeable_start(frame) if placed is None else placed)
     )
     kind = pl.when(cat.is_in(list(roles.kineto_runtime_cats))).then(pl.lit("call")).otherwise(pl.lit("op"))
     return s.select(
@@ -561,14 +561,14 @@ def host_spans(ev: pl.DataFrame, roles: Roles, placed: pl.Expr | None = None) ->
     )
 
 
-def _loading(ev: pl.DataFrame, roles: Roles, placed: pl.Expr) -> pl.DataFrame:
+def _loading(frame: pl.DataFrame, roles: Roles, placed: pl.Expr) -> pl.DataFrame:
     """The host's data-loading spans (roles ``kineto_data_loading``, on a CPU op or annotation): what the device
     may wait for between steps. A span without a usable duration or start (``placed``: `placeable_start`) is left
     out (as device events are)."""
     ts = pl.col("ts_us")
-    s = ev.filter(
+    s = frame.filter(
         pl.col("cat").is_in([roles.kineto_cpu_op_cat, roles.kineto_annotation_cat])
-        & name_matches(ev, roles.kineto_data_loading)
+        & name_matches(frame, roles.kineto_data_loading)
         & usable_duration()
         & placed
     )
@@ -579,11 +579,13 @@ def _unread_note(dropped: dict[str, int], roles: Roles) -> list[str]:
     """Where a trace shows no device activity, the categories of complete events it holds that no reader reads
     (host-side ones aside: roles ``kineto_host_cats``): one of them may be an accelerator's activity under a name
     profan does not know, never analysed silently as CPU time."""
-    dropped = {c: n for c, n in dropped.items() if c not in roles.kineto_host_cats}
+    dropped = {key: value for key, value in dropped.items() if key not in roles.kineto_host_cats}
     if not dropped:
         return []
     top = sorted(dropped.items(), key=lambda kv: (-kv[1], kv[0]))
-    shown = ", ".join(f"{c or '(no category)'}: {n:,}" for c, n in top[:6]) + (", …" if len(top) > 6 else "")
+    shown = ", ".join(f"{key or '(no category)'}: {value:,}" for key, value in top[:6]) + (
+        ", …" if len(top) > 6 else ""
+    )
     return [
         f"the trace also holds {sum(dropped.values()):,} complete events of categories profan does not read "
         f"({shown}); if one of them is the device's activity, map it to today's category in roles "
@@ -592,7 +594,7 @@ def _unread_note(dropped: dict[str, int], roles: Roles) -> list[str]:
 
 
 def _aliases_note(aliased: dict[str, int], roles: Roles) -> str:
-    read = ", ".join(f"{n:,} {c} as {roles.kineto_category_aliases[c]}" for c, n in aliased.items())
+    read = ", ".join(f"{value:,} {key} as {roles.kineto_category_aliases[key]}" for key, value in aliased.items())
     return f"categories another writer gives these events, read as today's: {read} (roles kineto_category_aliases)"
 
 

@@ -28,22 +28,22 @@ MAX_DEPTH = 64  # module nesting levels resolved; deeper frames keep their ances
 _INSTANCE = r"_\d+$"  # the profiler numbers module instances (Linear_12): one path per layer kind, not per layer
 
 
-def add_context(ev: pl.DataFrame, dev: pl.DataFrame, roles: Roles) -> pl.DataFrame:
+def add_context(frame: pl.DataFrame, dev: pl.DataFrame, roles: Roles) -> pl.DataFrame:
     """``dev`` with ``fwd_context`` and ``module``. ``dev`` needs ``link_ext`` (the launching op's External id),
     ``launch_tid`` and ``launch_us`` (the launch call's thread and time), as `kineto._device_events` sets them."""
-    ops = _cpu_ops(ev, roles)
+    ops = _cpu_ops(frame, roles)
     at = _launch_points(dev, ops)
     at = _forward_points(at, ops)
-    at = _innermost(at, module_paths(ev, roles), "module")
-    at = _innermost(at, annotation_paths(ev, roles), "annotation")
+    at = _innermost(at, module_paths(frame, roles), "module")
+    at = _innermost(at, annotation_paths(frame, roles), "annotation")
     return dev.with_columns(at["fwd_context"], at["module"], at["annotation"])
 
 
-def _cpu_ops(ev: pl.DataFrame, roles: Roles) -> pl.DataFrame:
-    cols = set(ev.columns)
+def _cpu_ops(frame: pl.DataFrame, roles: Roles) -> pl.DataFrame:
+    cols = set(frame.columns)
     seq = pl.col("seq") if "seq" in cols else pl.lit(None, pl.Int64)
     fwd = pl.col("fwd_tid") if "fwd_tid" in cols else pl.lit(None, pl.Int64)
-    return ev.filter((pl.col("cat") == roles.kineto_cpu_op_cat) & (pl.col("ph") == "X")).select(
+    return frame.filter((pl.col("cat") == roles.kineto_cpu_op_cat) & (pl.col("ph") == "X")).select(
         "ext_id",
         pl.col("tid").cast(pl.String),
         "ts_us",
@@ -80,7 +80,7 @@ def _enclosing(points: pl.DataFrame, spans: pl.DataFrame, keep: list[str]) -> pl
     return j.select("_i", *[pl.when(inside).then(pl.col(c)).alias(c) for c in keep])
 
 
-def _forward_points(at: pl.DataFrame, ops: pl.DataFrame) -> pl.DataFrame:
+def _forward_points(frame: pl.DataFrame, ops: pl.DataFrame) -> pl.DataFrame:
     """``at`` with ``fwd_context`` (the forward op of the backward node around the launch) and the point where
     the module is looked up: the forward op's thread and start for backward work, the launch's otherwise.
 
@@ -89,7 +89,7 @@ def _forward_points(at: pl.DataFrame, ops: pl.DataFrame) -> pl.DataFrame:
     node (the number moves on once it has)."""
     backward = ops.filter(pl.col("seq").is_not_null() & (pl.col("fwd_tid") > 0))
     forward = ops.filter(pl.col("seq").is_not_null() & (pl.col("fwd_tid").fill_null(0) == 0))
-    empty = at.with_columns(pl.lit(None, pl.String).alias("fwd_context"))
+    empty = frame.with_columns(pl.lit(None, pl.String).alias("fwd_context"))
     if backward.is_empty() or forward.is_empty():
         return empty
     main = forward.group_by("tid").len().sort(["len", "tid"], descending=[True, False])["tid"][0]
@@ -100,8 +100,8 @@ def _forward_points(at: pl.DataFrame, ops: pl.DataFrame) -> pl.DataFrame:
         .agg(pl.col("name").last().alias("fwd_context"), pl.col("ts_us").last().alias("_fts"))
         .with_columns(pl.lit(main).alias("_ftid"))
     )
-    node = _enclosing(at, backward, ["seq"]).join(fwd, on="seq", how="left")
-    out = at.join(node.select("_i", "fwd_context", "_ftid", "_fts"), on="_i", how="left").sort("_i")
+    node = _enclosing(frame, backward, ["seq"]).join(fwd, on="seq", how="left")
+    out = frame.join(node.select("_i", "fwd_context", "_ftid", "_fts"), on="_i", how="left").sort("_i")
     has = pl.col("_fts").is_not_null()
     return out.select(
         "_i",
@@ -111,18 +111,18 @@ def _forward_points(at: pl.DataFrame, ops: pl.DataFrame) -> pl.DataFrame:
     )
 
 
-def module_paths(ev: pl.DataFrame, roles: Roles) -> pl.DataFrame:
+def module_paths(frame: pl.DataFrame, roles: Roles) -> pl.DataFrame:
     """The nn.Module frames with their full path (tid, ts_us, end_us, path), outermost module first."""
-    frames = ev.filter((pl.col("cat") == roles.kineto_python_cat) & (pl.col("ph") == "X"))
+    frames = frame.filter((pl.col("cat") == roles.kineto_python_cat) & (pl.col("ph") == "X"))
     name = pl.col("name").cast(pl.String).str.extract(roles.kineto_module_frame, 1).str.replace(_INSTANCE, "")
     return span_paths(frames, name)
 
 
-def annotation_paths(ev: pl.DataFrame, roles: Roles) -> pl.DataFrame:
+def annotation_paths(frame: pl.DataFrame, roles: Roles) -> pl.DataFrame:
     """The record_function ranges a program names its own parts with (``expert_4``, ``moe_layer``,
     ``## forward ##``) with their full path, outermost first; not the step markers, which every event is in."""
     name = pl.col("name").cast(pl.String)
-    spans = ev.filter(
+    spans = frame.filter(
         (pl.col("cat") == roles.kineto_annotation_cat) & (pl.col("ph") == "X") & ~name.str.contains(roles.kineto_step)
     )
     return span_paths(spans, name)
@@ -171,14 +171,14 @@ def _under(top: pl.DataFrame, parent: pl.DataFrame) -> pl.DataFrame:
     return j.with_columns(path.alias("path")).drop("_p0", "_pp")
 
 
-def _innermost(at: pl.DataFrame, modules: pl.DataFrame, column: str) -> pl.DataFrame:
+def _innermost(frame: pl.DataFrame, modules: pl.DataFrame, column: str) -> pl.DataFrame:
     """``at`` with ``column``: the path of the innermost of the nested spans ``modules`` (`span_paths`) around
     each point on its thread.
 
     The frames cut each thread's time into pieces with one innermost module each: a frame's start begins its
     own piece, its end resumes its parent's. One as-of join on those boundaries names every point's piece."""
     if modules.is_empty():
-        return at.with_columns(pl.lit(None, pl.String).alias(column))
+        return frame.with_columns(pl.lit(None, pl.String).alias(column))
     parent = pl.col("path").str.replace(r"/[^/]*$", "")
     resumed = pl.when(pl.col("path").str.contains("/")).then(parent)
     depth = pl.col("path").str.count_matches("/").cast(pl.Int32)
@@ -193,6 +193,6 @@ def _innermost(at: pl.DataFrame, modules: pl.DataFrame, column: str) -> pl.DataF
             ),
         ]
     ).sort(["_b", "_o", "_d"])
-    p = at.filter(pl.col("tid").is_not_null() & pl.col("at_us").is_not_null()).sort("at_us")
+    p = frame.filter(pl.col("tid").is_not_null() & pl.col("at_us").is_not_null()).sort("at_us")
     j = p.join_asof(bounds, left_on="at_us", right_on="_b", by="tid", strategy="backward", check_sortedness=False)
-    return at.join(j.select("_i", pl.col("_m").alias(column)), on="_i", how="left").sort("_i")
+    return frame.join(j.select("_i", pl.col("_m").alias(column)), on="_i", how="left").sort("_i")

@@ -47,25 +47,25 @@ def ep_time(
         .join(lookup, on="rule_id", how="left")
     )
     is_comm = pl.col("bucket") == comm_bucket
-    ep = d.filter(is_comm & pl.col("part").is_in(list(ep_parts)))
-    if ep.is_empty():
+    frame = d.filter(is_comm & pl.col("part").is_in(list(ep_parts)))
+    if frame.is_empty():
         return pl.DataFrame(schema=EP_SCHEMA)
-    ep = pl.concat([ep, ep.with_columns(pl.lit(total).alias("part"))])
+    frame = pl.concat([frame, frame.with_columns(pl.lit(total).alias("part"))])
     compute = d.filter(~is_comm).drop("part")
-    per_part = ep.select("step", "part").unique()
+    per_part = frame.select("step", "part").unique()
     # the compute of each step, once per part it is compared with, so one union per (step, part) does both
     both = pl.concat(
         [
-            ep.select("step", "part", "ts_us", "end_us"),
+            frame.select("step", "part", "ts_us", "end_us"),
             compute.join(per_part, on="step").select("step", "part", "ts_us", "end_us"),
         ]
     )
     by = ["step", "part"]
-    busy = union_length(union_runs(ep, by), by, "busy_us")
+    busy = union_length(union_runs(frame, by), by, "busy_us")
     comp = union_length(union_runs(compute.join(per_part, on="step"), by), by, "_compute_us")
     joint = union_length(union_runs(both, by), by, "_joint_us")
     window = d.group_by("step").agg((pl.col("end_us").max() - pl.col("ts_us").min()).alias("window_us"))
-    stats = ep.group_by(by).agg(
+    stats = frame.group_by(by).agg(
         pl.len().alias("events"),
         pl.col("dur_us").sum().alias("time_us"),
         pl.col("event_idx").sort_by("dur_us", descending=True).first().alias("first_event"),
@@ -82,4 +82,4 @@ def ep_time(
         )
         .with_columns((pl.col("busy_us") - pl.col("hidden_us")).alias("exposed_us"))
     )
-    return out.select(list(EP_SCHEMA)).cast({k: v for k, v in EP_SCHEMA.items()}).sort(by)
+    return out.select(list(EP_SCHEMA)).cast({key: value for key, value in EP_SCHEMA.items()}).sort(by)

@@ -34,26 +34,26 @@ MARK_SCHEMA = {
 PROFILER_STEP = "profiler_step"
 
 
-def marks(ev: pl.DataFrame, rules: ServingRules | None = None) -> tuple[pl.DataFrame, bool]:
+def marks(frame: pl.DataFrame, rules: ServingRules | None = None) -> tuple[pl.DataFrame, bool]:
     """The parse's events that match a marker rule (`MARK_SCHEMA`, ``order`` the rule's place: lower is better),
     and whether any op of the trace is a training op (then no event is a serving marker)."""
     rules = rules or serving_rules()
     name = pl.col("name").cast(pl.String)
-    trains = bool(ev.select(name.str.contains(rules.training_op).any()).item()) if ev.height else False
-    if trains or ev.is_empty():
+    trains = bool(frame.select(name.str.contains(rules.training_op).any()).item()) if frame.height else False
+    if trains or frame.is_empty():
         return pl.DataFrame(schema=MARK_SCHEMA), trains
-    complete = ev.filter((pl.col("ph") == "X") & pl.col("dur_us").is_not_null())
+    complete = frame.filter((pl.col("ph") == "X") & pl.col("dur_us").is_not_null())
     parts = [
-        complete.filter((pl.col("cat").cast(pl.String) == m.cat) & name.str.contains(m.pattern)).select(
+        complete.filter((pl.col("cat").cast(pl.String) == marker.cat) & name.str.contains(marker.pattern)).select(
             "event_idx",
-            pl.lit(m.id).alias("rule"),
-            pl.lit(m.kind).alias("kind"),
-            pl.lit(i, pl.Int64).alias("order"),
+            pl.lit(marker.id).alias("rule"),
+            pl.lit(marker.kind).alias("kind"),
+            pl.lit(index, pl.Int64).alias("order"),
             name.alias("name"),
             pl.col("ts_us").cast(pl.Float64),
             (pl.col("ts_us") + pl.col("dur_us")).cast(pl.Float64).alias("end_us"),
         )
-        for i, m in enumerate(rules.markers)
+        for index, marker in enumerate(rules.markers)
     ]
     return pl.concat(parts).cast(MARK_SCHEMA).sort("ts_us", "event_idx"), False  # type: ignore[arg-type]
 

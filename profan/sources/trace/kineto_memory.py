@@ -73,7 +73,7 @@ def read(path: Path, event_name: str, span_cats: tuple[str, ...]) -> TraceMemory
         if buf.find(marker) < 0:
             return None
         arr, _layout, meta = split_events(path, buf)
-        keys = [marker, *(f'"{c}"'.encode() for c in span_cats)]
+        keys = [marker, *(f'"{span_cat}"'.encode() for span_cat in span_cats)]
         parts = []
         offset = 0
         for raws in event_chunks(path, arr):
@@ -88,7 +88,7 @@ def read(path: Path, event_name: str, span_cats: tuple[str, ...]) -> TraceMemory
     is_mem = (pl.col("ph") == "i") & (pl.col("name") == event_name)
     mem = rows.filter(is_mem)
     usable = pl.col("ts_us").is_finite().fill_null(False) & pl.col("total_allocated").is_not_null()
-    events = mem.filter(usable).select("event_idx", "tid", "ts_us", *[c for c in MEMORY_ARGS.values()])
+    events = mem.filter(usable).select("event_idx", "tid", "ts_us", *[span_cat for span_cat in MEMORY_ARGS.values()])
     spans = rows.filter(~is_mem & (pl.col("ph") == "X") & pl.col("cat").is_in(list(span_cats))).select(
         "event_idx",
         "cat",
@@ -112,7 +112,7 @@ def _chunk(raws: list, offset: int, keys: list[bytes]) -> pl.DataFrame:
         pa.large_binary(), len(offsets) - 1, [None, offsets.buffers()[1], pa.py_buffer(text)]
     )
     elements = pl.Series(lines)  # zero-copy; polars' byte search is several times pyarrow's here
-    mask = functools.reduce(lambda a, b: a | b, [elements.bin.contains(k) for k in keys])
+    mask = functools.reduce(lambda a, b: a | b, [elements.bin.contains(key) for key in keys])
     picked = lines.filter(mask.to_arrow())
     idx = pl.int_range(len(lines), eager=True, dtype=pl.Int64).filter(mask) + offset
     if len(picked) == 0:
@@ -138,23 +138,25 @@ def _parse(text: bytes) -> pl.DataFrame:
     return pl.read_ndjson(text, schema=_TEXT_SCHEMA)
 
 
-def _typed(df: pl.DataFrame, idx: pl.Series) -> pl.DataFrame:
+def _typed(frame: pl.DataFrame, idx: pl.Series) -> pl.DataFrame:
     args = (
-        df.get_column("args").struct.unnest()
-        if df.height
+        frame.get_column("args").struct.unnest()
+        if frame.height
         else pl.DataFrame(schema=dict.fromkeys(MEMORY_ARGS, pl.String))
     )
     return (
         pl.DataFrame({"event_idx": idx})
         .hstack(
-            df.select(
+            frame.select(
                 *(pl.col(c).cast(pl.String) for c in ("ph", "cat", "name")),
                 pl.col("tid").cast(pl.String),
                 pl.col("ts").cast(pl.Float64, strict=False).alias("ts_us"),
                 pl.col("dur").cast(pl.Float64, strict=False).alias("dur_us"),
             )
         )
-        .hstack(args.select(pl.col(k).cast(pl.Int64, strict=False).alias(v) for k, v in MEMORY_ARGS.items()))
+        .hstack(
+            args.select(pl.col(key).cast(pl.Int64, strict=False).alias(value) for key, value in MEMORY_ARGS.items())
+        )
     )
 
 
@@ -164,23 +166,23 @@ MB = float(1 << 20)
 def device_events(tm: TraceMemory, names: dict[str, str]) -> tuple[pl.DataFrame, str]:
     """The memory events of the device profan analyses, and its label: an accelerator's when the trace has any
     (the one with the highest allocated total), else the CPU's. ``names``: c10 device type number -> name (rules)."""
-    ev = tm.events
+    evidence = tm.events
     totals = (
-        ev.group_by("device_type", "device_id")
+        evidence.group_by("device_type", "device_id")
         .agg(pl.col("total_allocated").max().alias("top"))
         .sort([pl.col("device_type") == 0, "top"], descending=[False, True])
     )
     kind, dev_id, _top = totals.row(0)
     label = names.get(str(kind), f"device type {kind}")
     label = label if kind == 0 or dev_id is None or dev_id < 0 else f"{label}:{dev_id}"
-    return ev.filter((pl.col("device_type") == kind) & (pl.col("device_id") == dev_id)), label
+    return evidence.filter((pl.col("device_type") == kind) & (pl.col("device_id") == dev_id)), label
 
 
-def points(ev: pl.DataFrame) -> pl.DataFrame:
+def points(frame: pl.DataFrame) -> pl.DataFrame:
     """The running totals as a curve. Reserved is null when the allocator never reports any (the CPU's)."""
     reserved = pl.col("total_reserved") / MB
-    has_reserved = bool((ev["total_reserved"].fill_null(0) > 0).any())
-    return ev.select(
+    has_reserved = bool((frame["total_reserved"].fill_null(0) > 0).any())
+    return frame.select(
         pl.col("ts_us"),
         (pl.col("total_allocated") / MB).alias("allocated_mb"),
         (reserved if has_reserved else pl.lit(None, pl.Float64)).alias("reserved_mb"),
@@ -188,10 +190,10 @@ def points(ev: pl.DataFrame) -> pl.DataFrame:
     )
 
 
-def allocations(ev: pl.DataFrame, spans: pl.DataFrame, op_cat: str) -> pl.DataFrame:
+def allocations(frame: pl.DataFrame, spans: pl.DataFrame, op_cat: str) -> pl.DataFrame:
     """One row per allocation (``Bytes`` > 0): freed when the next event at the same ``Addr`` is a free; named by
     the innermost op of its thread around it (`enclosing`)."""
-    paired = ev.sort("addr", "ts_us", "event_idx").with_columns(
+    paired = frame.sort("addr", "ts_us", "event_idx").with_columns(
         pl.col("bytes").shift(-1).over("addr").alias("_next_bytes"),
         pl.col("ts_us").shift(-1).over("addr").alias("_next_ts"),
     )
@@ -269,9 +271,9 @@ def capacity_mb(meta: dict, device_id: int | None) -> float | None:
     props = meta.get("deviceProperties")
     if not isinstance(props, list):
         return None
-    for p in props:
-        if isinstance(p, dict) and p.get("id") == device_id:
-            total = p.get("totalGlobalMem")
+    for prop in props:
+        if isinstance(prop, dict) and prop.get("id") == device_id:
+            total = prop.get("totalGlobalMem")
             if isinstance(total, (int, float)) and not isinstance(total, bool) and total > 0:
                 return total / MB
     return None

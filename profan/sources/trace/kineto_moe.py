@@ -53,8 +53,8 @@ def _dims(args: dict, k: int) -> list:
     return d if isinstance(d, list) else []
 
 
-def _row(idx: int, ev: _Event, kind: str) -> dict:
-    args = ev.args if isinstance(ev.args, dict) else {}
+def _row(idx: int, evidence: _Event, kind: str) -> dict:
+    args = evidence.args if isinstance(evidence.args, dict) else {}
     first, second = _dims(args, 0), _dims(args, 1)
     concrete = args.get("Concrete Inputs") or []
     split = [str(c) for c in concrete[3:5]] if isinstance(concrete, list) and len(concrete) >= 5 else [None, None]
@@ -62,10 +62,10 @@ def _row(idx: int, ev: _Event, kind: str) -> dict:
     return {
         "event_idx": idx,
         "kind": kind,
-        "name": ev.name,
-        "tid": str(ev.tid),
-        "ts_us": float(ev.ts or 0.0),
-        "end_us": float(ev.ts or 0.0) + float(ev.dur or 0.0),
+        "name": evidence.name,
+        "tid": str(evidence.tid),
+        "ts_us": float(evidence.ts or 0.0),
+        "end_us": float(evidence.ts or 0.0) + float(evidence.dur or 0.0),
         "rows_in": first[0] if two_d else None,
         "rows_out": second[0] if len(second) == 2 and isinstance(second[0], int) else None,
         "width": first[1] if two_d else None,
@@ -78,7 +78,7 @@ def token_events(path: Path, patterns: dict[str, str]) -> pl.DataFrame:
     """The trace's all-to-all ops, expert ranges and expert-input ops (``patterns``: ``all_to_all_op``,
     ``expert_range``, ``expert_input_op``, regexes on the name), one row each (`EVENT_SCHEMA`). Events that do
     not decode as chrome-trace objects are not MoE events and are passed over (the main parse counts them)."""
-    kinds = {k: re.compile(patterns[p]) for k, p in (("a2a", "all_to_all_op"), ("range", "expert_range"))}
+    kinds = {key: re.compile(patterns[p]) for key, p in (("a2a", "all_to_all_op"), ("range", "expert_range"))}
     kinds["input"] = re.compile(patterns["expert_input_op"])
     # a cheap byte test first: only elements naming one of the three can be one
     hint = re.compile(rb"all_?to_?all|alltoall|expert|aten::|record_param_comms", re.I)
@@ -86,18 +86,18 @@ def token_events(path: Path, patterns: dict[str, str]) -> pl.DataFrame:
     arr, _, _ = split_events(path, buf)
     rows, offset, decoder = [], 0, msgspec.json.Decoder(_Event)
     for raws in event_chunks(path, arr):
-        for i, raw in enumerate(raws):
+        for index, raw in enumerate(raws):
             if not hint.search(bytes(raw)):
                 continue
             try:
-                ev = decoder.decode(raw)
+                evidence = decoder.decode(raw)
             except (msgspec.DecodeError, msgspec.ValidationError):
                 continue
-            if ev.ph != "X":
+            if evidence.ph != "X":
                 continue
-            kind = next((k for k, rx in kinds.items() if rx.search(ev.name)), None)
+            kind = next((key for key, value in kinds.items() if value.search(evidence.name)), None)
             if kind is not None:
-                rows.append(_row(offset + i, ev, kind))
+                rows.append(_row(offset + index, evidence, kind))
         offset += len(raws)
     return pl.DataFrame(rows, schema=EVENT_SCHEMA, orient="row") if rows else pl.DataFrame(schema=EVENT_SCHEMA)
 

@@ -127,8 +127,8 @@ def device_split_blocks(
         "communication_us": intervals.union_runs(scoped.filter(pl.col("_comm")), by),
     }
     out = span.join(foreign.group_by(by).agg(pl.len().alias("other_events")), on=by, how="left", nulls_equal=True)
-    for name, r in runs.items():
-        out = out.join(_union_us(r, by, name), on=by, how="left", nulls_equal=True)
+    for name, value in runs.items():
+        out = out.join(_union_us(value, by, name), on=by, how="left", nulls_equal=True)
     out = out.with_columns(
         pl.col("computing_us", "communication_us").fill_null(0.0), pl.col("other_events").fill_null(0)
     )
@@ -159,7 +159,7 @@ def _host_columns(out: pl.DataFrame, host: pl.DataFrame | None) -> pl.DataFrame:
     return _host_during(_host_during(out, gaps, host, "gap"), before, host, "before")
 
 
-def _first_idle_start(d: pl.DataFrame, span: pl.DataFrame, steps: pl.DataFrame, roles: Roles) -> pl.DataFrame:
+def _first_idle_start(frame: pl.DataFrame, span: pl.DataFrame, steps: pl.DataFrame, roles: Roles) -> pl.DataFrame:
     """Where the idle time before the first step window begins (``step, _first_from, _first_event``): its
     ProfilerStep's start on the host, or later the end of the last device event of no step (or another) that
     began before the window (the tail of work launched before the capture's first step), with that event."""
@@ -171,7 +171,7 @@ def _first_idle_start(d: pl.DataFrame, span: pl.DataFrame, steps: pl.DataFrame, 
     host = steps.filter((pl.col("cat") == roles.kineto_annotation_cat) & (pl.col("step") == step))["start_us"].min()
     if host is None or host >= start:
         return pl.DataFrame(schema=schema)
-    tail = d.filter(pl.col("ts_us") < start).sort("end_us", "event_idx", descending=[True, False]).head(1)
+    tail = frame.filter(pl.col("ts_us") < start).sort("end_us", "event_idx", descending=[True, False]).head(1)
     later = not tail.is_empty() and float(tail["end_us"][0]) > host
     row = {"step": [step], "_first_from": [float(tail["end_us"][0]) if later else float(host)]}
     return pl.DataFrame({**row, "_first_event": [int(tail["event_idx"][0]) if later else None]}, schema=schema)
@@ -187,25 +187,26 @@ def _idle_before(out: pl.DataFrame, loading: pl.DataFrame | None, first_from: pl
     before the step) — a step that begins with the host preparing its input for longer than the device computes
     it is idle for most of its period. Null where the step has no host annotation, and for the whole trace's
     row."""
-    w = (
+    frame = (
         out.filter(pl.col("scope") == "step")
         .sort("start_us", "step")
         .select("scope", "step", "start_us", "end_us", "last_event")
         .join(first_from, on="step", how="left")
     )
     latest = pl.when(pl.col("end_us") == pl.col("end_us").cum_max()).then(pl.col("last_event")).forward_fill()
-    w = w.with_columns(  # the end the idle time starts at is the latest so far: a window inside another ends earlier
+    # the end the idle time starts at is the latest so far: a window inside another ends earlier
+    frame = frame.with_columns(
         pl.col("end_us").cum_max().shift(1).alias("_prev_end"), latest.shift(1).alias("before_event")
     )
     first = pl.col("_prev_end").is_null()
-    w = w.with_columns(
+    frame = frame.with_columns(
         pl.when(first).then(pl.col("_first_from")).otherwise(pl.col("_prev_end")).alias("_prev_end"),
         pl.when(first).then(pl.col("_first_event")).otherwise(pl.col("before_event")).alias("before_event"),
     )
-    w = w.with_columns((pl.col("start_us") - pl.col("_prev_end")).clip(0.0).alias("idle_before_us"))
+    frame = frame.with_columns((pl.col("start_us") - pl.col("_prev_end")).clip(0.0).alias("idle_before_us"))
     if loading is not None and not loading.is_empty():
         hit = (
-            w.filter(pl.col("idle_before_us") > 0)
+            frame.filter(pl.col("idle_before_us") > 0)
             .join_where(
                 loading.rename({"event_idx": "loading_event", "start_us": "_ls", "end_us": "_le"}),
                 pl.col("_ls") < pl.col("start_us"),
@@ -220,18 +221,18 @@ def _idle_before(out: pl.DataFrame, loading: pl.DataFrame | None, first_from: pl
                 pl.col("loading_event").sort_by("_overlap", "loading_event", descending=[True, False]).first(),
             )
         )
-        w = w.join(hit, on="step", how="left").with_columns(
+        frame = frame.join(hit, on="step", how="left").with_columns(
             pl.when(pl.col("idle_before_us").is_not_null())
             .then(pl.min_horizontal("loading_before_us", "idle_before_us").fill_null(0.0))
             .alias("loading_before_us")
         )
     else:
-        w = w.with_columns(
+        frame = frame.with_columns(
             pl.when(pl.col("idle_before_us").is_not_null()).then(0.0).alias("loading_before_us"),
             pl.lit(None, pl.Int64).alias("loading_event"),
         )
     cols = ["idle_before_us", "before_event", "loading_before_us", "loading_event"]
-    return out.join(w.select("scope", "step", *cols), on=["scope", "step"], how="left", nulls_equal=True)
+    return out.join(frame.select("scope", "step", *cols), on=["scope", "step"], how="left", nulls_equal=True)
 
 
 HOST_COVER = 0.5  # a host span tells what the host did in an idle stretch when it covers this share of it
@@ -247,13 +248,15 @@ def _host_during(out: pl.DataFrame, stretches: pl.DataFrame, host: pl.DataFrame 
     by = ["scope", "step"]
     stretches = stretches.filter(pl.col("_b") > pl.col("_a"))
     if host is None or host.is_empty() or stretches.is_empty():
-        empty = [pl.lit(None, t).alias(n) for n, t in zip(names, (pl.Int64, pl.String, pl.Float64) * 2, strict=True)]
+        empty = [
+            pl.lit(None, t).alias(name) for name, t in zip(names, (pl.Int64, pl.String, pl.Float64) * 2, strict=True)
+        ]
         return out.with_columns(empty)
     inside = pl.min_horizontal("end_us", "_b") - pl.max_horizontal("start_us", "_a")
-    j = stretches.join_where(host, pl.col("start_us") < pl.col("_b"), pl.col("end_us") > pl.col("_a"))
-    j = j.with_columns(inside.alias("_in")).filter(pl.col("_in") >= HOST_COVER * (pl.col("_b") - pl.col("_a")))
+    frame = stretches.join_where(host, pl.col("start_us") < pl.col("_b"), pl.col("end_us") > pl.col("_a"))
+    frame = frame.with_columns(inside.alias("_in")).filter(pl.col("_in") >= HOST_COVER * (pl.col("_b") - pl.col("_a")))
     length = pl.col("end_us") - pl.col("start_us")
-    best = j.sort(length, "event_idx").group_by(*by, "kind", maintain_order=True).first()
+    best = frame.sort(length, "event_idx").group_by(*by, "kind", maintain_order=True).first()
     for kind in ("op", "call"):
         picked = best.filter(pl.col("kind") == kind).select(
             *by,
@@ -322,11 +325,11 @@ SPLIT_COLUMNS = (
 )
 
 
-def _foreign_events(d: pl.DataFrame, windows: pl.DataFrame) -> pl.DataFrame:
+def _foreign_events(frame: pl.DataFrame, windows: pl.DataFrame) -> pl.DataFrame:
     """Device events of another step (or of none) that overlap a step's window, clipped to it: one row per
     (window, event). An inequality join, so an event is paired only with the few windows it overlaps."""
     w = windows.select("step", pl.col("start_us").alias("_w0"), pl.col("end_us").alias("_w1"))
-    j = d.rename({"step": "_own"}).join_where(w, pl.col("ts_us") < pl.col("_w1"), pl.col("end_us") > pl.col("_w0"))
+    j = frame.rename({"step": "_own"}).join_where(w, pl.col("ts_us") < pl.col("_w1"), pl.col("end_us") > pl.col("_w0"))
     j = j.filter(pl.col("_own").ne_missing(pl.col("step")))
     return j.select(
         "step",
@@ -504,8 +507,8 @@ def load_cached(path: Path, roles: Roles | None = None) -> tuple[KinetoTrace, bo
     from profan.sources.common.cache import cached_parse
 
     roles = roles or default_roles()
-    tr, hit = cached_parse(path, parse_variant(roles), lambda p: parse_trace(p, roles))
-    return load(path, tr, roles), hit
+    trace, hit = cached_parse(path, parse_variant(roles), lambda p: parse_trace(p, roles))
+    return load(path, trace, roles), hit
 
 
 def device_events(rd, kt: KinetoTrace, path: Path, pack, captures: list[Path] = ()) -> pl.DataFrame:
@@ -516,7 +519,7 @@ def device_events(rd, kt: KinetoTrace, path: Path, pack, captures: list[Path] = 
 
     roles: Roles = pack.roles
     if kt.device.is_empty():
-        device = ", ".join(dict.fromkeys(c.lower() for c in roles.kineto_device_cats))
+        device = ", ".join(dict.fromkeys(kineto_device_cat.lower() for kineto_device_cat in roles.kineto_device_cats))
         raise ProfanInputError(
             path, f"no device activity ({device}) and no {roles.kineto_cpu_op_cat} events: nothing to analyse"
         )
@@ -568,15 +571,15 @@ def load_rank_trace(rd, kt: KinetoTrace, hit: bool, dev: pl.DataFrame, pack) -> 
         rd.rl_busy = dev.select("event_idx", pl.col("ts_us").alias("start_us"), "end_us")
     rd.info.update(
         {
-            k: v
-            for k, v in {
+            key: value
+            for key, value in {
                 "device": kt.device_name,
                 "world_size": kt.world_size,
                 "rank_in_trace": kt.rank if kt.rank_origin == "distributedInfo.rank" else None,
                 "steps": sorted(set(kt.steps["step"].to_list())) or None,
                 "cache": "hit" if hit else None,
             }.items()
-            if v is not None
+            if value is not None
         }
     )
     if kt.notes:

@@ -28,8 +28,8 @@ class _Event(msgspec.Struct):
     args: dict | None = None
 
 
-def _dims(ev: _Event, k: int) -> list[int] | None:
-    dims = (ev.args or {}).get("Input Dims") if isinstance(ev.args, dict) else None
+def _dims(evidence: _Event, k: int) -> list[int] | None:
+    dims = (evidence.args or {}).get("Input Dims") if isinstance(evidence.args, dict) else None
     d = dims[k] if isinstance(dims, list) and len(dims) > k else None
     return d if isinstance(d, list) and d and all(type(v) is int for v in d) else None
 
@@ -44,16 +44,16 @@ def token_events(path: Path, rules: ServingRules) -> pl.DataFrame:
     arr, _, _ = split_events(path, buf)
     rows, offset, decoder = [], 0, msgspec.json.Decoder(_Event)
     for raws in event_chunks(path, arr):
-        for i, raw in enumerate(raws):
+        for index, raw in enumerate(raws):
             if hint not in bytes(raw):
                 continue
             try:
-                ev = decoder.decode(raw)
+                evidence = decoder.decode(raw)
             except (msgspec.DecodeError, msgspec.ValidationError):
                 continue
-            dims = _dims(ev, rules.token_input) if ev.ph == "X" and op.search(ev.name) else None
-            if dims is not None and ev.ts is not None:
-                rows.append({"event_idx": offset + i, "ts_us": float(ev.ts), "dims": dims})
+            dims = _dims(evidence, rules.token_input) if evidence.ph == "X" and op.search(evidence.name) else None
+            if dims is not None and evidence.ts is not None:
+                rows.append({"event_idx": offset + index, "ts_us": float(evidence.ts), "dims": dims})
         offset += len(raws)
     return pl.DataFrame(rows, schema=TOKEN_SCHEMA) if rows else pl.DataFrame(schema=TOKEN_SCHEMA)
 

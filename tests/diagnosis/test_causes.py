@@ -142,7 +142,7 @@ def test_dlrm_first_cause_is_rank_7():
     """Rank 7 reaches the NCCL collectives last (its host is slow); the gain is how much later than the
     second-latest rank it arrived, summed over the collectives of the step. Before it, one thing its host does
     late: at the step's start every rank but 1 waits 1.0-1.3 ms for its data loader with the GPU idle, 10% or more
-    of the period on ranks 2, 6 and 7 (tests/test_idle_between.py), a gain of the least of theirs."""
+    of the period on ranks 2, 6 and 7 (tests/analyses/test_idle_between.py), a gain of the least of theirs."""
     report = analysed(DLRM)
     loader, c = report.causes[:2]
     steps = report.tables["trace_steps"].filter(pl.col("scope") == "step")

@@ -13,7 +13,7 @@ import tomllib
 
 import profan
 
-SEEDS = Path(__file__).resolve().parent.parent / "fixtures" / "torch" / "gloo_moe_seeds"
+SEEDS = Path(__file__).resolve().parents[2] / "fixtures" / "torch" / "gloo_moe_seeds"
 RUNS = sorted(p.name for p in SEEDS.iterdir() if p.is_dir())
 
 

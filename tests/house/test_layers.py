@@ -16,7 +16,7 @@ from __future__ import annotations
 import ast
 from pathlib import Path
 
-PACKAGE = Path(__file__).resolve().parents[1] / "profan"
+PACKAGE = Path(__file__).resolve().parents[2] / "profan"
 
 # the floor of each top-level part of profan/ (a higher number is a higher floor)
 FLOORS = {

@@ -134,7 +134,7 @@ def test_qwen3_verdict_names_the_slow_stage_and_its_gain():
 
 def test_dlrm_verdict_names_rank_7():
     report = analysed(DLRM)
-    c2 = report.causes[1]  # after the data loader at the step's start (tests/test_causes.py)
+    c2 = report.causes[1]  # after the data loader at the step's start (tests/diagnosis/test_causes.py)
     assert c2.check == "straggler" and "Rank 7" in c2.title
     verdict = _verdict(render_markdown(report))
     second = verdict[verdict.index("\n### ") :].split("\n### ")[2]

@@ -15,7 +15,7 @@ import pytest
 from profan.model.textfmt import fmt_ms
 from profan.pipeline import analyze
 
-RUNS = Path(__file__).resolve().parent.parent / "fixtures" / "torch" / "rl_grpo_cpu"
+RUNS = Path(__file__).resolve().parents[2] / "fixtures" / "torch" / "rl_grpo_cpu"
 TIMER = {
     "generation": "gen",
     "reward": "reward",

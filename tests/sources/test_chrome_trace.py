@@ -18,7 +18,7 @@ from profan.sources.common.cache import cached_parse
 from profan.sources.trace import chunks as trace_json_module
 from profan.sources.trace.chrome import parse
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]
 TORCH = ROOT / "fixtures" / "torch"
 DLRM0 = TORCH / "dlrm_v100_8rank" / "worker0_step_12.1694128201545.pt.trace.json"
 QWEN = TORCH / "qwen1.5-0.5b_h100_1rank" / "Qwen_Qwen1.5-0.5B-Chat__1016005.json.gz"

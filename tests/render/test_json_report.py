@@ -14,7 +14,7 @@ from profan.model.report import records, records_json
 from profan.render.json_report import render_json
 from profan.synth import generate
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]
 
 
 def _whole(report) -> str:

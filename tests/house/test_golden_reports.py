@@ -4,7 +4,7 @@ Why: the structure work (layer order, rooms, smaller builders) must not change w
 `profan analyze DIR -o report.json` and compares the normalised report with `tests/golden/<name>.json` whole, so
 any moved word, number, row citation or ordering shows as a diff. Normalising drops only what varies between
 machines and runs: the timings, the version and the absolute root. Regenerate after an intended change with
-`PROFAN_UPDATE_GOLDEN=1 python -m pytest -q -n0 tests/test_golden_reports.py` and say why in the commit.
+`PROFAN_UPDATE_GOLDEN=1 python -m pytest -q -n0 tests/house/test_golden_reports.py` and say why in the commit.
 """
 
 from __future__ import annotations
@@ -17,8 +17,8 @@ from pathlib import Path
 
 import pytest
 
-REPO = Path(__file__).resolve().parents[1]
-GOLDEN = Path(__file__).resolve().parent / "golden"
+REPO = Path(__file__).resolve().parents[2]
+GOLDEN = Path(__file__).resolve().parents[1] / "golden"
 
 CASES = {
     "qwen3_4rank_ascend": "fixtures/ascend/msinsight-qwen3-4rank-2025q4",

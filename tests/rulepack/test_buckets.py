@@ -24,7 +24,7 @@ from profan.sources.trace import kineto, kineto_rank
 from profan.sources.trace.kineto_context import module_paths
 
 RULES = ROOT / "rules" / "buckets"
-LABELS = Path(__file__).parent / "labels"
+LABELS = Path(__file__).resolve().parents[1] / "labels"
 TIMESFORMER = FIXTURES / "torch" / "timesformer_h100_1rank"
 DEVICE_CATS = ("kernel", "gpu_memcpy", "gpu_memset", "Kernel", "Memcpy", "Memset")  # and the 2020-21 names
 

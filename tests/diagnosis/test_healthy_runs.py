@@ -6,8 +6,7 @@ from __future__ import annotations
 
 import pytest
 import tomllib
-
-from tests.conftest import TORCH, analysed, run_cli
+from conftest import TORCH, analysed, run_cli
 
 HEALTHY_SEEDS = sorted((TORCH / "gloo_healthy_seeds").glob("r*_seed*"))
 # the bundled captures with nothing planted (ground_truth.toml fault = "none", or a run the PROVENANCE says is so)
@@ -37,7 +36,7 @@ def test_the_healthy_seeds_are_what_they_say():
 
 # balanced_seed2: rank 1 last at 3 of 11 collectives in one step, 4.3 ms: a straggler warning by the check's own
 # thresholds. Grading the straggler finding by its lag would clear it but also DLRM's 0.795 ms rank-7 cause
-# (tests/test_causes.py, test_crossrank.py): not settled, so marked, strict
+# (tests/diagnosis/test_causes.py, test_crossrank.py): not settled, so marked, strict
 SEED2 = pytest.mark.xfail(strict=True, reason="straggler warning, 4.3 ms lag, on a run with nothing planted")
 HEALTHY = [
     pytest.param(p, marks=SEED2) if p.name == "balanced_seed2" else p for p in [*HEALTHY_SEEDS, *BUNDLED_HEALTHY]

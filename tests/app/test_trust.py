@@ -242,7 +242,7 @@ def test_a_folder_named_like_a_pattern_is_read_as_named(tmp_path):
 
 
 def test_output_through_a_link_to_an_input_touches_neither_the_link_nor_the_input(tmp_path):
-    """A link at -o is neither written through nor replaced (tests/test_hostile_targets.py has the rest)."""
+    """A link at -o is neither written through nor replaced (tests/hostile/test_hostile_targets.py has the rest)."""
     data = tmp_path / "data"
     rank = one_rank(data)
     before = _digest(data)

@@ -213,10 +213,10 @@ def test_qwen3_pipeline_imbalance_kept_and_no_collective_straggler(qwen3_report)
 
 
 def qwen3_report_root() -> Path:
-    return Path(__file__).resolve().parent.parent / "fixtures" / "ascend" / "msinsight-qwen3-4rank-2025q4"
+    return Path(__file__).resolve().parents[2] / "fixtures" / "ascend" / "msinsight-qwen3-4rank-2025q4"
 
 
-DLRM = Path(__file__).resolve().parent.parent / "fixtures" / "torch" / "dlrm_v100_8rank"
+DLRM = Path(__file__).resolve().parents[2] / "fixtures" / "torch" / "dlrm_v100_8rank"
 
 
 def _nccl_kernels(path: Path) -> list[dict]:

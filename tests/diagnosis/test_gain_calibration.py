@@ -9,8 +9,7 @@ import sys
 
 import pytest
 import tomllib
-
-from tests.conftest import ROOT
+from conftest import ROOT
 
 sys.path.insert(0, str(ROOT / "bench"))
 import gain_calibration

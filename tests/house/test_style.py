@@ -35,7 +35,7 @@ PARAMETERS_EXCUSED = (
     "profan/app/mcp_server.py:evidence",
     "profan/comparison/compare.py:compare",
 )
-SHORT_NAME_SHARE = 0.2508  # bound names of one or two letters (`_` aside), of all bound names: may only fall
+SHORT_NAME_SHARE = 0.1249  # bound names of one or two letters (`_` aside), of all bound names: may only fall
 
 
 def _ruff(*args: str) -> subprocess.CompletedProcess:

@@ -57,7 +57,7 @@ def test_eager_attention_is_the_cause_with_its_saving_and_rows():
     assert [e["dur"] for e in cited] == sorted((e["dur"] for e in cited), reverse=True)
     assert "cunn_SoftMaxForward" in cited[0]["name"]
     # the verdict: its cause, the finding under it, its saving the score work, and what to change (after the
-    # host's preprocessing before the step, tests/test_host_during.py)
+    # host's preprocessing before the step, tests/analyses/test_host_during.py)
     (cause,) = [c for c in report.causes if c.check == "unfused-attention"]
     assert cause.check == "unfused-attention" and f.key in cause.explains_keys
     assert cause.impact_us == pytest.approx(m["softmax_us"])

@@ -17,7 +17,7 @@ from conftest import analysed
 from profan.sources.trace import kineto_iterations
 from profan.sources.trace.kineto_rank import load_cached
 
-REPO = Path(__file__).resolve().parents[1]
+REPO = Path(__file__).resolve().parents[2]
 CPU = {
     "uniform": REPO / "fixtures/torch/serving_llama_cpu_uniform",
     "mixed": REPO / "fixtures/torch/serving_llama_cpu_mixed",

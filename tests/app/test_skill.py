@@ -80,7 +80,7 @@ def test_skill_says_to_read_the_causes_first_and_which_checks_make_them():
 
 
 def test_skill_leads_with_the_verdict_workflow():
-    """The first section is the workflow an agent follows (the one tests/test_agent_transcript.py scripts): causes
+    """The first section is the workflow an agent follows (the one tests/app/test_agent_transcript.py scripts): causes
     first, then `evidence` without rows (`limit=0`), rows last; and its table of causes and their usual symptoms
     is the rule pack's own ([check.cause] explains of every cause check that explains any)."""
     _, body = front_matter()

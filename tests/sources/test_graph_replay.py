@@ -172,7 +172,7 @@ def test_idle_inside_a_replayed_graph_is_not_the_hosts(replay, report):
 
 
 def test_the_idle_action_does_not_advise_graphs_to_a_graph_replay(replay, report, tmp_path):
-    """Most of this capture's idle time is one blocking copy (the ``blocked`` case, tests/test_host_during.py),
+    """Most of this capture's idle time is one blocking copy (the ``blocked`` case, tests/analyses/test_host_during.py),
     whose action advises no graph either; with that case set aside (a team's rules file), the general idle action
     is the one for a job that already replays graphs."""
     rule = load_pack().check("device-idle").cause

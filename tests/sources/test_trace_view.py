@@ -14,7 +14,7 @@ from conftest import analysed
 from profan.sources.common.readback import read_back
 from profan.sources.trace import ascend_view as trace_view
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]
 ALEXNET = ROOT / "fixtures" / "ascend" / "msinsight-alexnet-2rank-2025"
 CASES = [(level, rank) for level in ("level1", "level2") for rank in (0, 1)]
 LANES = {

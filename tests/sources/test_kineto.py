@@ -18,7 +18,7 @@ from profan.rulepack.pack import load as load_pack
 from profan.sources.common.readback import read_back
 from profan.sources.discovery.discover import discover
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]
 TORCH = ROOT / "fixtures" / "torch"
 SETS = ["dlrm_v100_8rank", "moe_b200_rank0", "nccl_a100_1rank", "qwen1.5-0.5b_h100_1rank"]
 DEVICE = ("kernel", "gpu_memcpy", "gpu_memset")

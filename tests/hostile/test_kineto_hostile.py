@@ -16,7 +16,7 @@ from conftest import analysed
 
 import profan
 
-QWEN = Path(__file__).resolve().parent.parent / "fixtures" / "torch" / "qwen1.5-0.5b_h100_1rank"
+QWEN = Path(__file__).resolve().parents[2] / "fixtures" / "torch" / "qwen1.5-0.5b_h100_1rank"
 TRACE = QWEN / "Qwen_Qwen1.5-0.5B-Chat__1016005.json.gz"
 DAY_US = 86400e6  # rules/limits.toml max_duration_us
 

@@ -1,7 +1,7 @@
 """The HTML report of a 64-rank job (profan.synth, a compute straggler on rank 33) stays small and readable: the
 per-rank charts are heatmaps with a column for every rank and the straggler labelled, the per-rank tables list the
 ranks the verdict names under a summary across all ranks, and every cut says where the rest is. A small job's page
-is unchanged (tests/test_html.py)."""
+is unchanged (tests/render/test_html.py)."""
 
 from __future__ import annotations
 
