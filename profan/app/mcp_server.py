@@ -235,15 +235,14 @@ class Tools:
     ) -> CallToolResult:
         """A cause's, finding's or member's message, metrics and the source rows behind it, verbatim (CSV lines
         with header, trace events, JSON values). Returns profan.evidence/1."""
-        from profan.render.brief import evidence_doc
+        from profan.render.brief import ByteCap, evidence_doc
 
         def make(size: Callable[[dict[str, Any]], int]) -> dict[str, Any]:
             if limit is not None and limit < 0:
                 raise ProfanInputError(None, f"limit must be 0 or more (got {limit})")
             report, data_root = self._source(source, rules, hardware, root, b, ranks)
-            return evidence_doc(
-                report, data_root, finding_id, where=source, limit=limit, max_bytes=max_bytes, size=size
-            )
+            cap = ByteCap(max_bytes, size)
+            return evidence_doc(report, data_root, finding_id, where=source, limit=limit, cap=cap)
 
         return self._answer(make, ctx)
 

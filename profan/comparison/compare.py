@@ -104,7 +104,7 @@ def build_compare(sa: Side, sb: Side, pack: RulePack, common: Path, mode: str, t
         for key, s in ((ka, sa), (kb, sb))
     )
     left = {s.label: left_out(key, t, s) for key, t, s in ((ka, st_a, sa), (kb, st_b, sb))}
-    findings = [total_finding(total_a, total_b, steps_t, buckets, sa, sb, pack, left)]
+    findings = [total_finding((total_a, total_b), steps_t, buckets, (sa, sb), pack, left)]
     findings += regression_findings(buckets, kernels, total_a, pack)
     findings += new_missing_findings(kernels, total_a, pack)
     tables = {

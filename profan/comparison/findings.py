@@ -67,9 +67,12 @@ def _bucket_evidence(buckets: pl.DataFrame) -> list[Evidence]:
     ]
 
 
-def total_finding(total_a, total_b, steps_t, buckets, sa: Side, sb: Side, pack: RulePack, left) -> Finding | None:
+def total_finding(
+    totals: tuple[float, float], steps_t, buckets, sides: tuple[Side, Side], pack: RulePack, left
+) -> Finding | None:
     """B against A in one finding: summed kernel time per step and rank, the step time where both sides have
     step rows (the figure `--fail-on-regression` reads), and what the comparison leaves out."""
+    (total_a, total_b), (sa, sb) = totals, sides
     delta = total_b - total_a
     metrics = {"a_kernel_us": round(total_a, 3), "b_kernel_us": round(total_b, 3), "delta_us": round(delta, 3)}
     step_txt = ""

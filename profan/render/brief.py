@@ -442,6 +442,15 @@ def _item_fields(report: Report, item: Cause | Finding) -> dict[str, Any]:
     return fields
 
 
+@dataclass(frozen=True)
+class ByteCap:
+    """A document's byte cap and how its size is measured: compact JSON for the CLI, the bytes of the whole
+    response on the wire for the MCP server."""
+
+    max_bytes: int | None
+    size: Size = json_bytes
+
+
 def evidence_doc(
     report: Report,
     data_root: Path,
@@ -449,8 +458,7 @@ def evidence_doc(
     *,
     where: str | Path | None = None,
     limit: int | None = None,
-    max_bytes: int | None = None,
-    size: Size = json_bytes,
+    cap: ByteCap | None = None,
 ) -> dict[str, Any]:
     """The rows behind one cause, finding or group member: per evidence item, the raw text at each cited locator
     (verbatim, as ``sources.common.readback.read_back`` returns it) and, for CSV files, the header so the cells can be
@@ -458,8 +466,9 @@ def evidence_doc(
 
     ``limit`` caps the rows read back per item (None: all cited rows, at most ``evidence.MAX_CITED``; 0: none, so
     a caller can read the claim's message, metrics and locators cheaply — the files are then only checked, not
-    read). ``max_bytes`` holds the document to that cap by `_evidence_forms`.
+    read). ``cap`` holds the document to its bytes by `_evidence_forms`.
     """
+    max_bytes, size = (cap.max_bytes, cap.size) if cap is not None else (None, json_bytes)
     from profan.sources.common.readback import evidence_rows
 
     item = find_item(report, finding_id, where)

@@ -92,8 +92,8 @@ def analyze(
         output.check_tables_folder(tables)
     fmt = output_format(fmt, out, "json" if brief else "md", "report")
     reader = rank_reader(executor, ray_address, jobs)
-    with progress(quiet) as say:
-        report = run(path, rules=rules or [], progress=say, hardware=hardware, jobs=reader)
+    with progress(quiet) as show:
+        report = run(path, rules=rules or [], progress=show, hardware=hardware, jobs=reader)
     detail(report)
     read = output.read_files(report, [*(rules or []), *([hardware] if hardware else [])])
     if tables is not None:

@@ -60,8 +60,8 @@ def compare(
     pack = load(rules or [])
     step_pct, bucket_pct = regression_limits(fail_on_regression or [], pack)
     reader = rank_reader(executor, ray_address, jobs)
-    with progress(quiet) as say:
-        report = run_compare(a, b, ranks=pair, pack=pack, progress=say, jobs=reader)
+    with progress(quiet) as show:
+        report = run_compare(a, b, ranks=pair, pack=pack, progress=show, jobs=reader)
     detail(report)
     _emit_compare(report, fmt, out, brief, quiet, rules or [])
     if fail_on_regression and (past := regressions(report, step_pct, bucket_pct)):
