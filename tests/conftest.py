@@ -29,6 +29,18 @@ TORCH = FIXTURES / "torch"
 QWEN3 = ASCEND / "msinsight-qwen3-4rank-2025q4"
 
 
+@pytest.fixture(autouse=True)
+def _default_limits():
+    """Each test starts from the built-in limits: `profan.analyze` with a rules file that lowers one (the hostile
+    and trust tests do) makes it the process's, and a later test reading evidence back from a shared report would
+    meet the lowered size bounds."""
+    from profan.rulepack import limits
+
+    limits.use(limits.defaults())
+    yield
+    limits.use(limits.defaults())
+
+
 @pytest.fixture(scope="session", autouse=True)
 def _private_cache(tmp_path_factory):
     """Parsed-trace caches and the report-sealing key go to temporary folders, never the user's ~/.cache/profan or
