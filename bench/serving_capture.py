@@ -20,17 +20,21 @@ from transformers import LlamaConfig, LlamaForCausalLM
 NEW_TOKENS = 4
 
 
+# the decoder's size, shared by every tiny model the serving captures use (dense Llama, MoE Mixtral)
+TINY_SHAPE = {
+    "vocab_size": 1000,
+    "hidden_size": 64,
+    "intermediate_size": 128,
+    "num_hidden_layers": 2,
+    "num_attention_heads": 4,
+    "num_key_value_heads": 2,
+    "max_position_embeddings": 256,
+}
+
+
 def tiny_llama() -> LlamaForCausalLM:
     """A 2-layer Llama small enough to keep the trace to a few MB."""
-    config = LlamaConfig(
-        vocab_size=1000,
-        hidden_size=64,
-        intermediate_size=128,
-        num_hidden_layers=2,
-        num_attention_heads=4,
-        num_key_value_heads=2,
-        max_position_embeddings=256,
-    )
+    config = LlamaConfig(**TINY_SHAPE)
     torch.manual_seed(0)
     return LlamaForCausalLM(config).eval()
 

@@ -16,7 +16,7 @@ import sys
 from pathlib import Path
 
 import torch
-from serving_capture import tiny_llama
+from serving_capture import TINY_SHAPE, tiny_llama
 from torch.profiler import ProfilerActivity, profile, record_function
 from transformers import DynamicCache, MixtralConfig, MixtralForCausalLM
 
@@ -73,17 +73,7 @@ def interference(out_dir: Path) -> None:
 
 def moe(out_dir: Path) -> None:
     """generate() on a 2-layer Mixtral with 4 experts (top-2): 1 prefill + 3 decode forwards."""
-    config = MixtralConfig(
-        vocab_size=1000,
-        hidden_size=64,
-        intermediate_size=128,
-        num_hidden_layers=2,
-        num_attention_heads=4,
-        num_key_value_heads=2,
-        num_local_experts=4,
-        num_experts_per_tok=2,
-        max_position_embeddings=256,
-    )
+    config = MixtralConfig(**TINY_SHAPE, num_local_experts=4, num_experts_per_tok=2)
     torch.manual_seed(0)
     model = MixtralForCausalLM(config).eval()
     ids = torch.randint(1, 1000, (BATCH, PROMPT))
