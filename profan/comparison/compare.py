@@ -14,8 +14,12 @@ from __future__ import annotations
 import time
 from pathlib import Path
 
+import polars as pl
+
 from profan import trust
 from profan.analyses.per_rank import steps as steps_mod
+from profan.comparison.cause_changes import CHECK as CAUSES_CHECK
+from profan.comparison.cause_changes import causes_table, match_causes, side_causes
 from profan.comparison.coverage import left_out, left_out_warnings, one_sided_pairs, step_rows_one_side
 from profan.comparison.findings import new_missing_findings, regression_findings, total_finding
 from profan.comparison.sides import (
@@ -26,12 +30,14 @@ from profan.comparison.sides import (
     load_side,
     side_kernels,
     side_prefix,
+    step_ids,
     step_totals,
 )
 from profan.comparison.tables import KEY, fold_shapes, pair, pair_steps, per_key, shown
 from profan.model.errors import ProfanInputError
 from profan.model.findings import number_findings
 from profan.model.report import Report
+from profan.model.textfmt import fmt_ranks
 from profan.ranks.executor import Executor
 from profan.rulepack import limits
 from profan.rulepack.pack import RulePack, load, require_known_checks
@@ -58,20 +64,21 @@ def compare(
     if ranks is not None:
         if b is not None:
             raise ProfanInputError(Path(b), "give either two paths or one directory with --ranks, not both")
-        root, rd = load_side(pa, pack, list(ranks), say, jobs)
+        root, rd, disc = load_side(pa, pack, list(ranks), say, jobs)
         by = {r.rank: r for r in rd}
         common = root.resolve()
-        sa = Side("A", pa, "", [by[ranks[0]]])
-        sb = Side("B", pa, "", [by[ranks[1]]])
+        sa = Side("A", pa, "", [by[ranks[0]]], disc=disc)
+        sb = Side("B", pa, "", [by[ranks[1]]], disc=disc)
         mode = f"ranks {ranks[0]} and {ranks[1]} of one job"
     else:
         if b is None:
             raise ProfanInputError(pa, "compare needs two paths, or one directory and --ranks A,B")
         pb = Path(b)
-        ra, rda = load_side(pa, pack, None, say, jobs)
-        rb, rdb = load_side(pb, pack, None, say, jobs)
+        ra, rda, disc_a = load_side(pa, pack, None, say, jobs)
+        rb, rdb, disc_b = load_side(pb, pack, None, say, jobs)
         common = common_root(ra, rb)
-        sa, sb = Side("A", pa, side_prefix(ra, common), rda), Side("B", pb, side_prefix(rb, common), rdb)
+        sa = Side("A", pa, side_prefix(ra, common), rda, disc=disc_a)
+        sb = Side("B", pb, side_prefix(rb, common), rdb, disc=disc_b)
         mode = "two runs" if len(rda) > 1 or len(rdb) > 1 else "two ranks (one file or folder each)"
     return build_compare(sa, sb, pack, common, mode, t0)
 
@@ -112,7 +119,10 @@ def build_compare(sa: Side, sb: Side, pack: RulePack, common: Path, mode: str, t
         "compare_buckets": shown(buckets, ["bucket"]),
         "compare_kernels": shown(kernels, ["op", "name", "input_shapes", "bucket"]),
     }
+    verdict, diagnosed = diagnose_sides(sa, sb, pack, (step_ids(ka, st_a), step_ids(kb, st_b)))
+    tables = {"compare_causes": verdict, **tables}
     tables = {key: value for key, value in tables.items() if not value.is_empty()}
+    notes += diagnosed
     source = source_block(sa, sb, common, mode)
     warnings = [
         f"{s.label} rank {rank.rank}: {warning}" for s in (sa, sb) for rank in s.ranks for warning in rank.warnings
@@ -134,6 +144,26 @@ def build_compare(sa: Side, sb: Side, pack: RulePack, common: Path, mode: str, t
         },
         read_root=common,
     )
+
+
+def diagnose_sides(sa: Side, sb: Side, pack: RulePack, profiled: tuple[list, list]) -> tuple[pl.DataFrame, list[str]]:
+    """The verdict of the comparison: each side diagnosed as `profan analyze` diagnoses it (from the ranks already
+    read), its causes matched across the sides (table ``compare_causes``), and a note where the sides profiled
+    different steps (each side's gains are per step of its own steps)."""
+    causes = [side_causes(s.ranks, pack, s.disc) if s.disc is not None else [] for s in (sa, sb)]
+    table = causes_table(match_causes(causes[0], causes[1], pack), pack)
+    a_steps, b_steps = ([step for step in steps if step is not None] for steps in profiled)
+    only = [
+        f"step{'s' if len(alone) > 1 else ''} {fmt_ranks(alone)} in {label} only"
+        for label, alone in (("A", sorted(set(a_steps) - set(b_steps))), ("B", sorted(set(b_steps) - set(a_steps))))
+        if alone
+    ]
+    if not only or not a_steps or not b_steps:
+        return table, []
+    text = pack.check(CAUSES_CHECK)["compare"]["steps_differ"]
+    return table, [
+        "compare: " + text.format(a_steps=fmt_ranks(a_steps), b_steps=fmt_ranks(b_steps), only="; ".join(only))
+    ]
 
 
 def source_block(sa: Side, sb: Side, common: Path, mode: str) -> dict:

@@ -18,7 +18,7 @@ from profan.ranks.executor import Executor
 from profan.ranks.rankmap import load_ranks
 from profan.rulepack.pack import RulePack
 from profan.sources.ascend_text.meta import double_hash
-from profan.sources.discovery.discover import base_dir, discover
+from profan.sources.discovery.discover import Discovery, base_dir, discover
 
 
 @dataclass
@@ -28,6 +28,7 @@ class Side:
     prefix: str  # the side's data root relative to the common root ('' when equal)
     ranks: list[RankData]
     steps: list = field(default_factory=list)  # aligned step ids of this side
+    disc: Discovery | None = None  # what discovery found of the side (its diagnosis reads it)
 
     def file(self, rel: str) -> str:
         return f"{self.prefix}/{rel}" if self.prefix else rel
@@ -40,7 +41,7 @@ class Side:
 
 def load_side(
     path: Path, pack: RulePack, only: list[int] | None, say, jobs: int | Executor | None = None
-) -> tuple[Path, list[RankData]]:
+) -> tuple[Path, list[RankData], Discovery]:
     disc = discover(path)
     ranks = disc.ranks
     if only is not None:
@@ -53,7 +54,7 @@ def load_side(
                 f"(ranks: {', '.join(str(rank.rank) for rank in disc.ranks)})",
             )
     say(f"reading {len(ranks)} rank(s) of {path}")
-    return base_dir(disc.root), load_ranks(ranks, disc.root, pack, jobs, say)
+    return base_dir(disc.root), load_ranks(ranks, disc.root, pack, jobs, say), disc
 
 
 def common_root(path: Path, b: Path) -> Path:
@@ -111,16 +112,18 @@ def _named_groups(frame: pl.DataFrame, side: Side, pack: RulePack) -> pl.DataFra
     )
 
 
-def align_steps(ka: pl.DataFrame, kb: pl.DataFrame, sa: pl.DataFrame, sb: pl.DataFrame) -> tuple[list, list, str]:
-    def ids(frame: pl.DataFrame, s: pl.DataFrame) -> list:
-        vals = set()
-        for f in (frame, s):
-            if not f.is_empty() and "step" in f.columns:
-                vals |= set(f["step"].to_list())
-        real = sorted(val for val in vals if val is not None)
-        return real or [None]
+def step_ids(frame: pl.DataFrame, steps_tab: pl.DataFrame) -> list:
+    """Every step a side profiled (its kernel rows' steps and its step rows'), sorted; [None] without any."""
+    vals = set()
+    for f in (frame, steps_tab):
+        if not f.is_empty() and "step" in f.columns:
+            vals |= set(f["step"].unique().to_list())
+    real = sorted(val for val in vals if val is not None)
+    return real or [None]
 
-    a, b = ids(ka, sa), ids(kb, sb)
+
+def align_steps(ka: pl.DataFrame, kb: pl.DataFrame, sa: pl.DataFrame, sb: pl.DataFrame) -> tuple[list, list, str]:
+    a, b = step_ids(ka, sa), step_ids(kb, sb)
     common = [x for x in a if x in b]
     if common:
         return common, common, "by step number"
