@@ -56,7 +56,7 @@ def match_causes(causes_a: list[Cause], causes_b: list[Cause], pack: RulePack) -
     (largest first), the vanished ones after by A's."""
     left_a, left_b = list(causes_a), list(causes_b)
     pairs: list[tuple[Cause | None, Cause | None]] = []
-    for same in (lambda x, y: set(x) == set(y), lambda x, y: bool(set(x) & set(y))):
+    for same in (lambda mine, theirs: set(mine) == set(theirs), lambda mine, theirs: bool(set(mine) & set(theirs))):
         for cause_a in list(left_a):
             cause_b = next((c for c in left_b if c.check == cause_a.check and same(c.ranks, cause_a.ranks)), None)
             if cause_b is not None:
@@ -65,7 +65,7 @@ def match_causes(causes_a: list[Cause], causes_b: list[Cause], pack: RulePack) -
                 left_b.remove(cause_b)
     pairs += [(cause, None) for cause in left_a] + [(None, cause) for cause in left_b]
     params = pack.check(CHECK)
-    changes = [CauseChange(_status(a, b, params), a, b) for a, b in pairs]
+    changes = [CauseChange(_status(cause_a, cause_b, params), cause_a, cause_b) for cause_a, cause_b in pairs]
     return sorted(changes, key=_order)
 
 
@@ -75,12 +75,16 @@ def _order(change: CauseChange) -> tuple:
     return (change.b is None, -(worth_b or 0.0), -(worth_a or 0.0), change.lead.check, change.lead.ranks)
 
 
-def _status(a: Cause | None, b: Cause | None, params: Any) -> str:
-    if a is None or b is None:
-        return "appeared" if a is None else "vanished"
-    if set(a.ranks) != set(b.ranks) or a.severity != b.severity or (a.impact_us is None) != (b.impact_us is None):
+def _status(cause_a: Cause | None, cause_b: Cause | None, params: Any) -> str:
+    if cause_a is None or cause_b is None:
+        return "appeared" if cause_a is None else "vanished"
+    if (
+        set(cause_a.ranks) != set(cause_b.ranks)
+        or cause_a.severity != cause_b.severity
+        or (cause_a.impact_us is None) != (cause_b.impact_us is None)
+    ):
         return "changed"
-    worth_a, worth_b = a.worth_us or 0.0, b.worth_us or 0.0
+    worth_a, worth_b = cause_a.worth_us or 0.0, cause_b.worth_us or 0.0
     moved = abs(worth_b - worth_a) >= max(params["min_change_us"], params["min_change_share"] * max(worth_a, worth_b))
     return "changed" if moved else "unchanged"
 

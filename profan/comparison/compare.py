@@ -114,16 +114,15 @@ def build_compare(sa: Side, sb: Side, pack: RulePack, common: Path, mode: str, t
     findings = [total_finding((total_a, total_b), steps_t, buckets, (sa, sb), pack, left)]
     findings += regression_findings(buckets, kernels, total_a, pack)
     findings += new_missing_findings(kernels, total_a, pack)
+    verdict, diagnosed, t_diagnose = diagnose_sides(sa, sb, pack, (step_ids(ka, st_a), step_ids(kb, st_b)))
     tables = {
+        "compare_causes": verdict,
         "compare_steps": steps_t,
         "compare_buckets": shown(buckets, ["bucket"]),
         "compare_kernels": shown(kernels, ["op", "name", "input_shapes", "bucket"]),
     }
-    verdict, diagnosed = diagnose_sides(sa, sb, pack, (step_ids(ka, st_a), step_ids(kb, st_b)))
-    tables = {"compare_causes": verdict, **tables}
     tables = {key: value for key, value in tables.items() if not value.is_empty()}
     notes += diagnosed
-    source = source_block(sa, sb, common, mode)
     warnings = [
         f"{s.label} rank {rank.rank}: {warning}" for s in (sa, sb) for rank in s.ranks for warning in rank.warnings
     ]
@@ -132,7 +131,7 @@ def build_compare(sa: Side, sb: Side, pack: RulePack, common: Path, mode: str, t
     findings = number_findings([finding for finding in findings if finding is not None])
     require_known_checks(findings)
     return Report(
-        source=source,
+        source=source_block(sa, sb, common, mode),
         findings=findings,
         tables=tables,
         warnings=warnings,
@@ -140,18 +139,22 @@ def build_compare(sa: Side, sb: Side, pack: RulePack, common: Path, mode: str, t
         meta={
             "profan": __version__,
             "rule_files": pack.files,
-            "timings_s": {"total": round(time.perf_counter() - t0, 3)},
+            "timings_s": {"total": round(time.perf_counter() - t0, 3), "diagnose": round(t_diagnose, 3)},
         },
         read_root=common,
     )
 
 
-def diagnose_sides(sa: Side, sb: Side, pack: RulePack, profiled: tuple[list, list]) -> tuple[pl.DataFrame, list[str]]:
+def diagnose_sides(
+    sa: Side, sb: Side, pack: RulePack, profiled: tuple[list, list]
+) -> tuple[pl.DataFrame, list[str], float]:
     """The verdict of the comparison: each side diagnosed as `profan analyze` diagnoses it (from the ranks already
-    read), its causes matched across the sides (table ``compare_causes``), and a note where the sides profiled
-    different steps (each side's gains are per step of its own steps)."""
-    causes = [side_causes(s.ranks, pack, s.disc) if s.disc is not None else [] for s in (sa, sb)]
+    read), its causes matched across the sides (table ``compare_causes``), a note where the sides profiled
+    different steps (each side's gains are per step of its own steps), and the seconds it took."""
+    start = time.perf_counter()
+    causes = [side_causes(side.ranks, pack, side.disc) if side.disc is not None else [] for side in (sa, sb)]
     table = causes_table(match_causes(causes[0], causes[1], pack), pack)
+    took = time.perf_counter() - start
     a_steps, b_steps = ([step for step in steps if step is not None] for steps in profiled)
     only = [
         f"step{'s' if len(alone) > 1 else ''} {fmt_ranks(alone)} in {label} only"
@@ -159,7 +162,7 @@ def diagnose_sides(sa: Side, sb: Side, pack: RulePack, profiled: tuple[list, lis
         if alone
     ]
     if not only or not a_steps or not b_steps:
-        return table, []
+        return table, [], took
     text = pack.check(CAUSES_CHECK)["compare"]["steps_differ"]
     return table, [
         "compare: " + text.format(a_steps=fmt_ranks(a_steps), b_steps=fmt_ranks(b_steps), only="; ".join(only))

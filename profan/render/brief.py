@@ -51,6 +51,7 @@ MAX_BYTES = 8000  # the CLI brief's budget in UTF-8 bytes of compact JSON (an 8 
 LOCATORS_PER_ITEM = 3  # the largest rows of each evidence item; `profan evidence` gives all cited rows
 ITEMS_PER_FINDING = 2  # evidence items shown per finding; `evidence_items` says how many there are
 TITLE_CHARS = 200
+VERDICT_LINES = 8  # a comparison's verdict lines kept, the rest counted (`verdict_total`)
 LIST_ITEMS = 4  # warnings / notes kept (each clipped), the rest counted
 IDS_LISTED = 16  # ranks / steps listed per item; `ranks_total` / `steps_total` say how many there are
 BUCKETS_BARE = 3  # time_by_bucket rows the barest briefs keep
@@ -213,6 +214,18 @@ def serving_summary(report: Report) -> dict[str, Any]:
     return {"serving": {"phases": out.to_dicts(), "ranks_total": phases["rank"].n_unique()}}
 
 
+def _compare_verdict(report: Report) -> dict[str, Any]:
+    """A comparison's verdict (each side's causes matched by check and ranks), its first lines with their
+    severity, the rest counted; nothing for any other report."""
+    if report.source.get("kind") != "compare":
+        return {}
+    from profan.render.verdict import compare_verdict
+
+    lines = compare_verdict(report)
+    kept = [{"severity": line["severity"], "sentence": _clip(line["sentence"], 240)} for line in lines[:VERDICT_LINES]]
+    return {"verdict": kept, **({"verdict_total": len(lines)} if len(lines) > VERDICT_LINES else {})}
+
+
 def _clipped_list(items: list[str], keep: int = LIST_ITEMS) -> dict[str, Any]:
     return {"count": len(items), "first": [_clip(item, 240) for item in items[:keep]]}
 
@@ -228,6 +241,7 @@ def _skeleton(report: Report, report_file: str | None, drill: str | None) -> dic
         "schema": BRIEF_SCHEMA,
         "report_schema": REPORT_SCHEMA,
         "headline": [item.id for item in report.headline],
+        **_compare_verdict(report),
         "causes": [],
         "summary": {
             "causes": len(report.causes),

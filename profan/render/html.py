@@ -55,7 +55,7 @@ from profan.model.textfmt import (
 )
 from profan.render.evidence_rows import EvidenceTable, read_evidence
 from profan.render.json_report import CLASSES, ROW_LIMIT, by_class, kept_members, named_ranks
-from profan.render.verdict import cause_view, findings_by_cause, share_of, span_text, verdict
+from profan.render.verdict import cause_view, compare_verdict, findings_by_cause, share_of, span_text, verdict
 from profan.rulepack.paths import templates_dir
 from profan.trust import report_root
 
@@ -132,6 +132,10 @@ TABLE_INFO: dict[str, tuple[str, str]] = {
     "trace_communication": ("Communication (trace)", "Collective and point-to-point kernels of the traces."),
     "straggler_ranks": ("Stragglers", "Per rank and step: how late the rank arrives at aligned collectives."),
     "collective_arrivals": ("Collective arrivals", "Each aligned collective: who arrived last, and how late."),
+    "compare_causes": (
+        "Causes: A vs B",
+        "Each side's causes (as profan analyze finds them) matched by check and ranks: gains and bounds side by side.",
+    ),
     "compare_steps": ("Steps: A vs B", "Step totals on both sides and their difference (B minus A)."),
     "compare_buckets": ("Buckets: A vs B", "Summed kernel time per bucket on both sides, with the rows behind them."),
     "compare_kernels": ("Kernels: A vs B", "Kernels matched by name and shape; delta is B minus A."),
@@ -179,6 +183,7 @@ def build_html(report: Report, *, row_budget: int = ROW_BUDGET) -> str:
             for side in ("a", "b")
             if is_compare and isinstance(report.source.get(side), dict)
         ],
+        "compare_verdict": compare_verdict(report),
         "source": report.source,
         "ranks": [rank_view(r) for r in report.source.get("ranks", [])],
         "read": read_view(report, scale),

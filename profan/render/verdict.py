@@ -146,3 +146,10 @@ def verdict(report: Report) -> dict[str, Any]:
         "explained": sum(finding.explained_by is not None for finding in report.findings),
         "findings": len(report.findings),
     }
+
+
+def compare_verdict(report: Report) -> list[dict[str, Any]]:
+    """A comparison's verdict lines (its table ``compare_causes``: severity, sentence), B's gain first; empty for
+    any other report, and for a comparison whose sides have no cause."""
+    table = report.tables.get("compare_causes")
+    return [] if table is None or table.is_empty() else table.select("severity", "sentence").to_dicts()

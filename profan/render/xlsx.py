@@ -46,7 +46,7 @@ from profan.model.textfmt import column_kind, column_label, fmt_ranks, locators,
 from profan.render.evidence_rows import NAME_COLUMNS, TYPE_COLUMNS, EvidenceTable, key_values, pick, read_evidence
 from profan.render.html import data_root
 from profan.render.json_report import MEMBER_LIMIT, cut_members, cut_tables, named_ranks
-from profan.render.verdict import also_worth_a_look, gain_text, share_of, span_text, step_text
+from profan.render.verdict import also_worth_a_look, compare_verdict, gain_text, share_of, span_text, step_text
 
 FORMULA_START = ("=", "+", "-", "@", "\t", "\r")
 MAX_CELL = 32767  # Excel's limit on characters in a cell
@@ -448,7 +448,9 @@ VERDICT_HEADER = [
 
 def verdict_block(sheet: Sheet, report: Report, first_rows: dict[str, int], r: int) -> int:
     """The verdict from row ``r``: the step, one row per cause (largest estimated gain first), the headline
-    findings no cause explains. Returns the last row written."""
+    findings no cause explains (a comparison: its verdict lines). Returns the last row written."""
+    if report.source.get("kind") == "compare":
+        return compare_verdict_block(sheet, report, r)
     put(sheet, r, 1, "Verdict").font = Font(bold=True, size=12)
     put(sheet, r + 1, 1, "The step").font = Font(bold=True)
     step = step_summary(report.tables, report.causes)
@@ -497,6 +499,26 @@ def verdict_block(sheet: Sheet, report: Report, first_rows: dict[str, int], r: i
     if not also:
         r += 1
         put(sheet, r, 1, "Nothing else at warning or critical.")
+    return r
+
+
+def compare_verdict_block(sheet: Sheet, report: Report, r: int) -> int:
+    """A comparison's verdict from row ``r``: one line per cause that appeared, vanished or changed between the
+    sides (B's gain first; both sides' gains on sheet Compare causes). Returns the last row written."""
+    put(sheet, r, 1, "Verdict").font = Font(bold=True, size=12)
+    lines = compare_verdict(report)
+    for line in lines:
+        r += 1
+        put(sheet, r, 1, line["severity"]).fill = SEVERITY_FILL[line["severity"]]
+        put(sheet, r, 2, line["sentence"])
+    if not lines:
+        r += 1
+        put(
+            sheet,
+            r,
+            1,
+            "No cause on either side: each side diagnosed as profan analyze diagnoses it, and neither names one.",
+        )
     return r
 
 

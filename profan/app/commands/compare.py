@@ -38,9 +38,10 @@ def compare(
         list[str] | None,
         typer.Option(
             "--fail-on-regression",
-            metavar="[BUCKET=]PCT",
+            metavar="[BUCKET=]PCT|causes",
             help="Exit 1 when B's step time (or, with BUCKET=PCT, that bucket's time per step) is more than PCT "
-            "percent above A's. Repeatable.",
+            "percent above A's; with 'causes', when a cause at warning or above appeared in B (each side "
+            "diagnosed as analyze does). Repeatable.",
         ),
     ] = None,
     verbose: Verbose = False,
@@ -58,13 +59,13 @@ def compare(
     fmt = output_format(fmt, out, "md", "comparison")
     pair = _rank_pair(ranks)
     pack = load(rules or [])
-    step_pct, bucket_pct = regression_limits(fail_on_regression or [], pack)
+    limits = regression_limits(fail_on_regression or [], pack)
     reader = rank_reader(executor, ray_address, jobs)
     with progress(quiet) as show:
         report = run_compare(a, b, ranks=pair, pack=pack, progress=show, jobs=reader)
     detail(report)
     _emit_compare(report, fmt, out, brief, quiet, rules or [])
-    if fail_on_regression and (past := regressions(report, step_pct, bucket_pct)):
+    if fail_on_regression and (past := regressions(report, limits)):
         say("regression: " + "; ".join(past))
         raise typer.Exit(EXIT_FINDINGS)
 
