@@ -28,20 +28,23 @@ CHECK = "compare-causes"
 
 @dataclass(frozen=True)
 class CauseChange:
-    """One cause of either side and what became of it from A to B (``a`` or ``b`` None: on one side only)."""
+    """One cause of either side and what became of it from A to B (``cause_a`` or ``cause_b`` None: on one side
+    only)."""
 
     status: str  # appeared | vanished | changed | unchanged
-    a: Cause | None
-    b: Cause | None
+    cause_a: Cause | None
+    cause_b: Cause | None
 
     @property
     def lead(self) -> Cause:
         """The side the verdict speaks of: B's cause, A's where it vanished."""
-        return self.b if self.b is not None else self.a  # type: ignore[return-value]
+        return self.cause_b if self.cause_b is not None else self.cause_a  # type: ignore[return-value]
 
     @property
     def ranks_changed(self) -> bool:
-        return self.a is not None and self.b is not None and set(self.a.ranks) != set(self.b.ranks)
+        return (
+            self.cause_a is not None and self.cause_b is not None and set(self.cause_a.ranks) != set(self.cause_b.ranks)
+        )
 
 
 def side_causes(ranks: list[RankData], pack: RulePack, disc: Discovery) -> list[Cause]:
@@ -70,9 +73,9 @@ def match_causes(causes_a: list[Cause], causes_b: list[Cause], pack: RulePack) -
 
 
 def _order(change: CauseChange) -> tuple:
-    worth_b = change.b.worth_us if change.b is not None else None
-    worth_a = change.a.worth_us if change.a is not None else None
-    return (change.b is None, -(worth_b or 0.0), -(worth_a or 0.0), change.lead.check, change.lead.ranks)
+    worth_b = change.cause_b.worth_us if change.cause_b is not None else None
+    worth_a = change.cause_a.worth_us if change.cause_a is not None else None
+    return (change.cause_b is None, -(worth_b or 0.0), -(worth_a or 0.0), change.lead.check, change.lead.ranks)
 
 
 def _status(cause_a: Cause | None, cause_b: Cause | None, params: Any) -> str:
@@ -114,10 +117,10 @@ def sentence(change: CauseChange, pack: RulePack) -> str:
     key = "moved" if change.ranks_changed else change.status
     return texts[key].format(
         what=what_text(change.lead, texts["phrases"]),
-        a_worth=worth_text(change.a, texts),
-        b_worth=worth_text(change.b, texts),
-        a_ranks=_where(change.a),
-        b_ranks=_where(change.b),
+        a_worth=worth_text(change.cause_a, texts),
+        b_worth=worth_text(change.cause_b, texts),
+        a_ranks=_where(change.cause_a),
+        b_ranks=_where(change.cause_b),
     )
 
 
@@ -137,8 +140,8 @@ def causes_table(changes: list[CauseChange], pack: RulePack) -> pl.DataFrame:
             "check": change.lead.check,
             "severity": change.lead.severity,
             "sentence": sentence(change, pack),
-            **_side("a", change.a),
-            **_side("b", change.b),
+            **_side("a", change.cause_a),
+            **_side("b", change.cause_b),
         }
         for change in changes
     ]

@@ -150,23 +150,23 @@ def diagnose_sides(
 ) -> tuple[pl.DataFrame, list[str], float]:
     """The verdict of the comparison: each side diagnosed as `profan analyze` diagnoses it (from the ranks already
     read), its causes matched across the sides (table ``compare_causes``), a note where the sides profiled
-    different steps (each side's gains are per step of its own steps), and the seconds it took."""
+    different steps (each side's gains are per step of its own steps; ``profiled``: each side's steps, the aligned
+    ones in ``Side.steps``), and the seconds it took."""
     start = time.perf_counter()
     causes = [side_causes(side.ranks, pack, side.disc) if side.disc is not None else [] for side in (sa, sb)]
     table = causes_table(match_causes(causes[0], causes[1], pack), pack)
     took = time.perf_counter() - start
     a_steps, b_steps = ([step for step in steps if step is not None] for steps in profiled)
     only = [
-        f"step{'s' if len(alone) > 1 else ''} {fmt_ranks(alone)} in {label} only"
-        for label, alone in (("A", sorted(set(a_steps) - set(b_steps))), ("B", sorted(set(b_steps) - set(a_steps))))
-        if alone
+        f"step{'s' if len(alone) > 1 else ''} {fmt_ranks(alone)} in {side.label} only"
+        for side, steps in ((sa, a_steps), (sb, b_steps))
+        if (alone := sorted(set(steps) - set(side.steps)))
     ]
     if not only or not a_steps or not b_steps:
         return table, [], took
     text = pack.check(CAUSES_CHECK)["compare"]["steps_differ"]
-    return table, [
-        "compare: " + text.format(a_steps=fmt_ranks(a_steps), b_steps=fmt_ranks(b_steps), only="; ".join(only))
-    ]
+    note = text.format(a_steps=fmt_ranks(a_steps), b_steps=fmt_ranks(b_steps), only="; ".join(only))
+    return table, [f"compare: {note}"], took
 
 
 def source_block(sa: Side, sb: Side, common: Path, mode: str) -> dict:
