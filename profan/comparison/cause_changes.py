@@ -7,7 +7,9 @@ rank set. Same check and same ranks: one cause, *changed* when its gain (or boun
 max(min_change_us, min_change_share of the larger) or its severity moved, else *unchanged*. Same check on ranks
 that overlap in part: one cause that *changed ranks*. Same check on disjoint ranks (a straggler on rank 2 in A,
 on rank 3 in B): two faults, one *vanished* and one *appeared*. A cause of one side only: appeared (B) or
-vanished (A). Several causes of one check and rank set on a side pair in gain order."""
+vanished (A). Several causes of one check and rank set on a side pair in gain order. Sides that hold different
+ranks (``--ranks 0,2``, two rank files) pair by check alone: there rank 0's straggler and rank 2's are the
+same question asked of two ranks."""
 
 from __future__ import annotations
 
@@ -34,17 +36,12 @@ class CauseChange:
     status: str  # appeared | vanished | changed | unchanged
     cause_a: Cause | None
     cause_b: Cause | None
+    ranks_changed: bool = False  # matched on ranks that overlap in part (sides of the same ranks only)
 
     @property
     def lead(self) -> Cause:
         """The side the verdict speaks of: B's cause, A's where it vanished."""
         return self.cause_b if self.cause_b is not None else self.cause_a  # type: ignore[return-value]
-
-    @property
-    def ranks_changed(self) -> bool:
-        return (
-            self.cause_a is not None and self.cause_b is not None and set(self.cause_a.ranks) != set(self.cause_b.ranks)
-        )
 
 
 def side_causes(ranks: list[RankData], pack: RulePack, disc: Discovery) -> list[Cause]:
@@ -54,12 +51,16 @@ def side_causes(ranks: list[RankData], pack: RulePack, disc: Discovery) -> list[
     return build_report(ranks, pack, disc).causes
 
 
-def match_causes(causes_a: list[Cause], causes_b: list[Cause], pack: RulePack) -> list[CauseChange]:
+def match_causes(
+    causes_a: list[Cause], causes_b: list[Cause], pack: RulePack, *, by_ranks: bool = True
+) -> list[CauseChange]:
     """Each cause of A and B once, paired by check and ranks (the module's rule), ordered by B's gain or bound
-    (largest first), the vanished ones after by A's."""
+    (largest first), the vanished ones after by A's. ``by_ranks`` False (the sides are different ranks: two ranks
+    of one job, ranks 0 and 2): a rank number names no place on both sides, so causes pair by check alone."""
     left_a, left_b = list(causes_a), list(causes_b)
     pairs: list[tuple[Cause | None, Cause | None]] = []
-    for same in (lambda mine, theirs: set(mine) == set(theirs), lambda mine, theirs: bool(set(mine) & set(theirs))):
+    rules = (lambda mine, theirs: set(mine) == set(theirs), lambda mine, theirs: bool(set(mine) & set(theirs)))
+    for same in rules if by_ranks else (lambda mine, theirs: True,):
         for cause_a in list(left_a):
             cause_b = next((c for c in left_b if c.check == cause_a.check and same(c.ranks, cause_a.ranks)), None)
             if cause_b is not None:
@@ -68,7 +69,15 @@ def match_causes(causes_a: list[Cause], causes_b: list[Cause], pack: RulePack) -
                 left_b.remove(cause_b)
     pairs += [(cause, None) for cause in left_a] + [(None, cause) for cause in left_b]
     params = pack.check(CHECK)
-    changes = [CauseChange(_status(cause_a, cause_b, params), cause_a, cause_b) for cause_a, cause_b in pairs]
+    changes = [
+        CauseChange(
+            _status(cause_a, cause_b, params, by_ranks),
+            cause_a,
+            cause_b,
+            by_ranks and cause_a is not None and cause_b is not None and set(cause_a.ranks) != set(cause_b.ranks),
+        )
+        for cause_a, cause_b in pairs
+    ]
     return sorted(changes, key=_order)
 
 
@@ -78,11 +87,11 @@ def _order(change: CauseChange) -> tuple:
     return (change.cause_b is None, -(worth_b or 0.0), -(worth_a or 0.0), change.lead.check, change.lead.ranks)
 
 
-def _status(cause_a: Cause | None, cause_b: Cause | None, params: Any) -> str:
+def _status(cause_a: Cause | None, cause_b: Cause | None, params: Any, by_ranks: bool) -> str:
     if cause_a is None or cause_b is None:
         return "appeared" if cause_a is None else "vanished"
     if (
-        set(cause_a.ranks) != set(cause_b.ranks)
+        (by_ranks and set(cause_a.ranks) != set(cause_b.ranks))
         or cause_a.severity != cause_b.severity
         or (cause_a.impact_us is None) != (cause_b.impact_us is None)
     ):

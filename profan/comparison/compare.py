@@ -154,7 +154,8 @@ def diagnose_sides(
     ones in ``Side.steps``), and the seconds it took."""
     start = time.perf_counter()
     causes = [side_causes(side.ranks, pack, side.disc) if side.disc is not None else [] for side in (sa, sb)]
-    table = causes_table(match_causes(causes[0], causes[1], pack), pack)
+    same_ranks = sorted(rank.rank for rank in sa.ranks) == sorted(rank.rank for rank in sb.ranks)
+    table = causes_table(match_causes(causes[0], causes[1], pack, by_ranks=same_ranks), pack)
     took = time.perf_counter() - start
     a_steps, b_steps = ([step for step in steps if step is not None] for steps in profiled)
     only = [

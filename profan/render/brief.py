@@ -215,15 +215,17 @@ def serving_summary(report: Report) -> dict[str, Any]:
 
 
 def _compare_verdict(report: Report) -> dict[str, Any]:
-    """A comparison's verdict (each side's causes matched by check and ranks), its first lines with their
-    severity, the rest counted; nothing for any other report."""
+    """A comparison's verdict (each side's causes matched by check and ranks), every line with its severity
+    (`_render` keeps the first ones its form allows); nothing for any other report."""
     if report.source.get("kind") != "compare":
         return {}
     from profan.render.verdict import compare_verdict
 
-    lines = compare_verdict(report)
-    kept = [{"severity": line["severity"], "sentence": _clip(line["sentence"], 240)} for line in lines[:VERDICT_LINES]]
-    return {"verdict": kept, **({"verdict_total": len(lines)} if len(lines) > VERDICT_LINES else {})}
+    return {
+        "verdict": [
+            {"severity": line["severity"], "sentence": _clip(line["sentence"], 240)} for line in compare_verdict(report)
+        ]
+    }
 
 
 def _clipped_list(items: list[str], keep: int = LIST_ITEMS) -> dict[str, Any]:
@@ -279,15 +281,17 @@ class _Plan:
     warnings: int = LIST_ITEMS  # warnings quoted (the rest counted)
     notes: int = LIST_ITEMS  # notes quoted
     buckets: int | None = None  # time_by_bucket rows (None: all)
+    verdict: int = VERDICT_LINES  # a comparison's verdict lines quoted (the rest counted)
 
 
 def _plans(causes: int, findings: int, headline: int) -> Iterator[_Plan]:
     """The forms of the brief, richest first, each showing less than the one before: the info findings go (least
     important first), the shown findings' evidence thins, the notes are counted instead of quoted (what was not
     assessed weighs less than what is wrong), the later causes lose detail a level at a time (the last first), the
-    warnings are cut to the first, the headline findings go, the later causes go (named under `omitted`), the last
-    warning quoted goes, the first cause is shortened, the bucket table is cut, and last the first cause reaches its
-    barest. The first cause is never dropped; without causes (a comparison), neither is the first finding."""
+    warnings are cut to the first (a comparison's verdict to three lines), the headline findings go, the later
+    causes go (named under `omitted`), the last warning quoted goes (the verdict keeps its first line), the first
+    cause is shortened, the bucket table is cut, and last the first cause reaches its barest. The first cause is
+    never dropped; without causes (a comparison), neither is the first finding."""
     p = _Plan(findings, 0, (0,) * causes)
     yield p
     steps: list[dict[str, Any]] = [{"findings": n} for n in range(findings - 1, headline - 1, -1)]
@@ -295,11 +299,11 @@ def _plans(causes: int, findings: int, headline: int) -> Iterator[_Plan]:
     steps += [{"notes": 1}, {"notes": 0}]
     for level in range(1, len(CAUSE_LEVELS)):
         steps += [{"level": (index, level)} for index in range(causes - 1, 0, -1)]
-    steps += [{"warnings": 1}]
+    steps += [{"warnings": 1}, {"verdict": 3}]
     keep = 0 if causes else min(1, findings)
     steps += [{"findings": n} for n in range(min(findings, headline) - 1, keep - 1, -1)]
     steps += [{"causes": n} for n in range(causes - 1, 0, -1)]
-    steps += [{"warnings": 0}]
+    steps += [{"warnings": 0}, {"verdict": 1}]
     steps += [{"level": (0, 1)}] if causes else []
     steps += [{"buckets": BUCKETS_BARE}]
     steps += [{"level": (0, level)} for level in range(2, len(CAUSE_LEVELS)) if causes]
@@ -376,6 +380,9 @@ def _render(
         doc["warnings"] = _clipped_list(report.warnings, p.warnings)
     if p.notes < LIST_ITEMS:
         doc["notes"] = _clipped_list(report.notes, p.notes)
+    if len(doc.get("verdict", ())) > p.verdict:
+        doc["verdict_total"] = len(doc["verdict"])
+        doc["verdict"] = doc["verdict"][: p.verdict]
     if p.buckets is not None:
         doc["summary"] = {**doc["summary"], "time_by_bucket": doc["summary"]["time_by_bucket"][: p.buckets]}
     return doc

@@ -183,6 +183,7 @@ SHRINK_MARKERS = {
     "left_out",
     "rules_total",
     "checks_total",
+    "verdict_total",
 }
 
 
