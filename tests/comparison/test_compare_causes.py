@@ -194,3 +194,25 @@ def test_a_step_profiled_in_one_run_only_is_said(tmp_path, analysed):
     (row,) = rows(report)
     assert (row["status"], row["b_ranks"], row["b_steps"]) == ("appeared", [2], [2, 3, 4])
     assert row["b_impact_us"] == pytest.approx(profan.analyze(side).causes[0].impact_us, abs=1e-3)
+
+
+def test_untrusted_text_in_a_verdict_line_forms_nothing(clean_sleep, tmp_path):
+    """A verdict line holds cause titles, which hold names from the traces: escaped in Markdown and HTML, text
+    (never a formula) in Excel."""
+    import openpyxl
+    import polars as pl
+
+    from profan.render.html import build_html
+    from profan.render.xlsx import render_xlsx
+
+    evil = "=HYPERLINK(1) <img src=x onerror=alert(1)> [x](http://h/p.png)"
+    table = clean_sleep.tables["compare_causes"].with_columns(pl.lit(evil).alias("sentence"))
+    report = dataclasses.replace(clean_sleep, tables={**clean_sleep.tables, "compare_causes": table})
+    text = render_compare_markdown(report)
+    assert "<img" not in text
+    assert "- **critical** · =HYPERLINK(1) &lt;img src=x onerror=alert(1)&gt; \\[x\\](http\\://h/p.png)" in text
+    page = build_html(report)
+    assert "<img src=x" not in page and "&lt;img src=x onerror=alert(1)&gt;" in page
+    render_xlsx(report, tmp_path / "c.xlsx")
+    cell = openpyxl.load_workbook(tmp_path / "c.xlsx")["Summary"]["B4"]
+    assert (cell.value, cell.data_type) == (evil, "s")
