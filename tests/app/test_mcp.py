@@ -628,6 +628,15 @@ def test_compare_then_evidence_on_both_sides(shared):
         "limit=0: message and metrics only"
     )
     assert doc["findings"] and {f["check"] for f in doc["findings"]} == {"compare-regression"}
+    # the verdict leads: both ranks diagnosed, their causes matched by check (the sides are different ranks)
+    from profan.comparison.compare import compare
+
+    verdict = compare(QWEN3, ranks=(0, 2)).tables["compare_causes"]
+    assert (
+        doc["verdict"]
+        and [line["sentence"] for line in doc["verdict"]] == verdict["sentence"].to_list()[: len(doc["verdict"])]
+    )
+    assert doc.get("verdict_total", len(doc["verdict"])) == verdict.height
     items = ev.structured_content["evidence"]
     files = {i["file"] for i in items}
     assert any(f.startswith("rank_0_ascend_pt/") for f in files) and any(

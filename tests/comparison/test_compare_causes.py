@@ -8,6 +8,7 @@ import gzip
 import json
 import shutil
 
+import jsonschema
 import pytest
 import tomllib
 from conftest import TORCH, run_cli
@@ -153,6 +154,9 @@ def test_json_html_xlsx_and_brief_carry_the_verdict(tmp_path):
     assert row["b_title"] == "Rank 2 arrives last at the collectives (host gap): the other ranks wait for it"
     brief = json.loads(res.stdout)
     assert brief["verdict"] == [{"severity": "critical", "sentence": row["sentence"]}]
+    schema = json.loads(run_cli("schema", "brief").stdout)
+    jsonschema.validate(brief, schema, cls=jsonschema.Draft202012Validator)
+    assert set(schema["properties"]["verdict"]["items"]["properties"]) == set(brief["verdict"][0])
     html = tmp_path / "c.html"
     assert run_cli("compare", str(PAIRS / "clean"), str(PAIRS / "sleep"), "-o", str(html), "-q").returncode == 0
     page = html.read_text()
