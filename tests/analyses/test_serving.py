@@ -203,3 +203,35 @@ def test_launch_bound_cause_bound_is_the_measured_idle_between_kernels():
     assert cause.bound_us == pytest.approx(decode["between_kernels_us"].mean(), rel=1e-9)
     assert cause.step_us == pytest.approx(decode["period_us"].mean(), rel=1e-9)
     assert "upper bound" in cause.assumption and "CUDA graphs" in cause.action
+
+
+def test_iteration_view_off_reads_the_capture_as_before(tmp_path):
+    """``[serving] iterations = false`` in a rules file (what ``analyze --no-iterations`` sets): the mixed CPU
+    capture has no serving tables or findings, and its other tables are those of the default read; a [serving]
+    setting other than iterations is refused naming the file."""
+    import profan
+    from profan.model.errors import ProfanInputError
+
+    off = tmp_path / "off.toml"
+    off.write_text("[serving]\niterations = false\n")
+    report, plain = profan.analyze(CPU["mixed"], rules=[off]), analysed(CPU["mixed"])
+    assert not [t for t in report.tables if t.startswith("serving_")]
+    assert not [f for f in report.findings if f.check.startswith("serving-")]
+    assert set(report.tables) == set(plain.tables) - {"serving_iterations", "serving_phases"}
+    assert report.tables["top_kernels"].equals(plain.tables["top_kernels"])
+    bad = tmp_path / "bad.toml"
+    bad.write_text("[serving]\nphases = false\n")
+    with pytest.raises(ProfanInputError, match=r"bad\.toml.*\[serving\] takes one setting"):
+        profan.analyze(CPU["mixed"], rules=[bad])
+
+
+def test_cli_no_iterations_drops_the_serving_tables(tmp_path):
+    """``profan analyze --no-iterations`` writes a JSON report without the serving tables."""
+    from typer.testing import CliRunner
+
+    from profan.app.cli import app
+
+    out = tmp_path / "r.json"
+    result = CliRunner().invoke(app, ["analyze", str(CPU["mixed"]), "--no-iterations", "-q", "-o", str(out)])
+    assert result.exit_code == 0, result.output
+    assert "serving_phases" not in json.loads(out.read_text())["tables"]

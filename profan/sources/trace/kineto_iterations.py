@@ -34,6 +34,11 @@ MARK_SCHEMA = {
 PROFILER_STEP = "profiler_step"
 
 
+def no_marks() -> pl.DataFrame:
+    """The marks of a capture read with the iteration view off: none."""
+    return pl.DataFrame(schema=MARK_SCHEMA)
+
+
 def marks(frame: pl.DataFrame, rules: ServingRules | None = None) -> tuple[pl.DataFrame, bool]:
     """The parse's events that match a marker rule (`MARK_SCHEMA`, ``order`` the rule's place: lower is better),
     and whether any op of the trace is a training op (then no event is a serving marker)."""

@@ -502,13 +502,14 @@ def _run_kinds(runs: pl.DataFrame) -> pl.DataFrame:
     )
 
 
-def load_cached(path: Path, roles: Roles | None = None) -> tuple[KinetoTrace, bool]:
-    """The rank's `KinetoTrace` (its parse through the Parquet cache) and whether the cache served the parse."""
+def load_cached(path: Path, roles: Roles | None = None, iterations: bool = True) -> tuple[KinetoTrace, bool]:
+    """The rank's `KinetoTrace` (its parse through the Parquet cache) and whether the cache served the parse;
+    ``iterations``: look for serving iterations (`kineto.load`)."""
     from profan.sources.common.cache import cached_parse
 
     roles = roles or default_roles()
     trace, hit = cached_parse(path, parse_variant(roles), lambda p: parse_trace(p, roles))
-    return load(path, trace, roles), hit
+    return load(path, trace, roles, iterations), hit
 
 
 def device_events(rd, kt: KinetoTrace, path: Path, pack, captures: list[Path] = ()) -> pl.DataFrame:
