@@ -43,13 +43,17 @@ def marks(frame: pl.DataFrame, rules: ServingRules | None = None) -> tuple[pl.Da
     """The parse's events that match a marker rule (`MARK_SCHEMA`, ``order`` the rule's place: lower is better),
     and whether any op of the trace is a training op (then no event is a serving marker)."""
     rules = rules or serving_rules()
+    if frame.is_empty():
+        return no_marks(), False
     name = pl.col("name").cast(pl.String)
-    trains = bool(frame.select(name.str.contains(rules.training_op).any()).item()) if frame.height else False
-    if trains or frame.is_empty():
-        return pl.DataFrame(schema=MARK_SCHEMA), trains
+    names = frame.select(name.unique()).to_series()  # the regexes run on the distinct names, not on every event
+    if names.str.contains(rules.training_op).any():
+        return no_marks(), True
     complete = frame.filter((pl.col("ph") == "X") & pl.col("dur_us").is_not_null())
     parts = [
-        complete.filter((pl.col("cat").cast(pl.String) == marker.cat) & name.str.contains(marker.pattern)).select(
+        complete.filter(
+            (pl.col("cat").cast(pl.String) == marker.cat) & name.is_in(names.filter(names.str.contains(marker.pattern)))
+        ).select(
             "event_idx",
             pl.lit(marker.id).alias("rule"),
             pl.lit(marker.kind).alias("kind"),
