@@ -52,7 +52,8 @@ def marks(frame: pl.DataFrame, rules: ServingRules | None = None) -> tuple[pl.Da
     complete = frame.filter((pl.col("ph") == "X") & pl.col("dur_us").is_not_null())
     parts = [
         complete.filter(
-            (pl.col("cat").cast(pl.String) == marker.cat) & name.is_in(names.filter(names.str.contains(marker.pattern)))
+            (pl.col("cat").cast(pl.String) == marker.cat)
+            & name.is_in(names.filter(names.str.contains(marker.pattern)).implode())
         ).select(
             "event_idx",
             pl.lit(marker.id).alias("rule"),
