@@ -118,7 +118,8 @@ def test_training_capture_has_no_iterations():
     assert kineto_iterations.rank_iterations(kt, kt.device, "user_annotation") is None
 
 
-SERVING_CAPTURES = [*CPU.values(), SGLANG, VLLM]
+PREFILL_JOIN = REPO / "fixtures/torch/serving_llama_cpu_prefill_join"
+SERVING_CAPTURES = [*CPU.values(), PREFILL_JOIN, SGLANG, VLLM]
 
 
 @pytest.mark.parametrize("root", SERVING_CAPTURES, ids=lambda p: p.name)
@@ -235,3 +236,33 @@ def test_cli_no_iterations_drops_the_serving_tables(tmp_path):
     result = CliRunner().invoke(app, ["analyze", str(CPU["mixed"]), "--no-iterations", "-q", "-o", str(out)])
     assert result.exit_code == 0, result.output
     assert "serving_phases" not in json.loads(out.read_text())["tables"]
+
+
+def test_prefill_joining_the_running_batch_is_named_as_the_slow_mixed_iterations():
+    """A real packed-batch serving loop in which a 1,024- and a 512-token prompt join four decoding requests: one
+    iteration per vLLM-style execute label, each with the truth's phase and token count; the interference cause
+    leads the verdict, names the mixed iterations (6 and 11), and its gain is their time beyond the median decode
+    iteration, summed and spread over the decode iterations (computed here from the iteration table)."""
+    truth = tomllib.loads((PREFILL_JOIN / "ground_truth.toml").read_text())
+    events = _events(PREFILL_JOIN / "trace.json.gz")
+    labels = [i for i, e in enumerate(events) if e.get("ph") == "X" and e.get("name", "").startswith("execute_")]
+    report = analysed(PREFILL_JOIN)
+    its = report.tables["serving_iterations"]
+    assert its.height == len(labels) == truth["iterations"]
+    assert its["event_idx"].to_list() == labels and set(its["rule"]) == {"vllm-execute"}
+    assert its["phase"].to_list() == truth["phases"]
+    assert its["tokens"].to_list() == truth["tokens"]
+    decode = its.filter(pl.col("phase") == "decode")["period_us"]
+    mixed = its.filter(pl.col("iteration").is_in(truth["mixed_iterations"]))
+    assert mixed["phase"].unique().to_list() == ["mixed"]
+    assert mixed["period_us"].min() > 3 * decode.median()  # a 512+ token prefill against a few decode tokens
+    stall = float((mixed["period_us"] - decode.median()).sum())
+    lead = report.causes[0]
+    assert lead.check == "serving-prefill-interference"
+    assert lead.title.startswith("Mixed iteration(s) 6, 11 on rank(s) 0 stall the running decodes")
+    assert lead.bound_us == pytest.approx(stall / decode.len(), rel=1e-9)
+    (found,) = [m for f in report.findings for m in (f.members or [f]) if m.check == "serving-prefill-interference"]
+    assert [row["iteration"] for row in found.metrics["slow"]] == truth["mixed_iterations"]
+    assert [row["tokens"] for row in found.metrics["slow"]] == [4 + 1024, 5 + 512]
+    assert found.metrics["stall_total_us"] == pytest.approx(stall, rel=1e-9)
+    assert sorted(found.evidence[0].events) == sorted(mixed["event_idx"].to_list())

@@ -35,6 +35,7 @@ def _finding(pack: RulePack, check: str, rows: pl.DataFrame, cost_us: float, det
         "worst_us": float(worst[detail["worst_col"]]),
         "device": detail["device"],
         "iteration_periods": dict(zip(rows["iteration"].to_list(), rows["period_us"].to_list(), strict=True)),
+        **detail.get("extra", {}),
     }
     events = rows.sort(detail["worst_col"], descending=True)["event_idx"].to_list()
     evidence = cite_events(file, events, rows.height, {"table": "serving_iterations", "rank": rank, "check": check})
@@ -67,7 +68,8 @@ def _detail(worst_col: str, what: str, device: str) -> dict:
 
 def _interference(its: pl.DataFrame, pack: RulePack, device: str) -> Finding | None:
     """Prefill and mixed iterations between decode iterations that take min_ratio times the median decode one;
-    the cost: their time beyond that median, spread over the rank's decode iterations."""
+    the cost: their time beyond that median, spread over the rank's decode iterations. The finding names each
+    slow iteration with its phase, period and tokens (``slow``), and the whole stall (``stall_total_us``)."""
     decode = its.filter(pl.col("phase") == "decode")
     if decode.height < 2:
         return None
@@ -81,6 +83,15 @@ def _interference(its: pl.DataFrame, pack: RulePack, device: str) -> Finding | N
     ).with_columns((pl.col("period_us") - median).alias("stall_us"))
     if slow.is_empty():
         return None
-    stall = float(slow["stall_us"].sum()) / decode.height
-    what = f"prefill iteration(s) {', '.join(map(str, slow['iteration'].to_list()))} stall the decodes"
-    return _finding(pack, INTERFERENCE, slow, stall, {**_detail("stall_us", what, device), "cost_name": "stall_us"})
+    total = float(slow["stall_us"].sum())
+    kinds = " and ".join(dict.fromkeys(slow["phase"].to_list()))
+    named = ", ".join(f"{row['iteration']} ({ms(row['period_us'])})" for row in slow.iter_rows(named=True))
+    what = f"{kinds} iteration(s) {named} stall the decodes (median decode iteration {ms(median)}):"
+    extra = {
+        "stall_total_us": total,
+        "decode_iterations": decode.height,
+        "median_decode_us": median,
+        "slow": slow.select("iteration", "phase", "period_us", "stall_us", "tokens").to_dicts(),
+    }
+    detail = {**_detail("stall_us", what, device), "cost_name": "stall_us", "extra": extra}
+    return _finding(pack, INTERFERENCE, slow, total / decode.height, detail)

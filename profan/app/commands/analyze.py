@@ -37,6 +37,15 @@ Tables = Annotated[
     ),
 ]
 
+NoIterations = Annotated[
+    bool,
+    typer.Option(
+        "--no-iterations",
+        help="Read a serving capture as one whole-trace span: no model iterations, phases or serving causes "
+        "(as [serving] iterations = false in a --rules file).",
+    ),
+]
+
 FAIL_ON_HELP = (
     "warning | critical: exit 1 when the diagnosis reaches this severity: a cause counts as its own severity, "
     "which follows its gain (or bound) as a share of the step and in ms (rules/severity.toml), a finding no cause "
@@ -76,14 +85,7 @@ def analyze(
             "With -o, the full report (format from the extension) is written there too.",
         ),
     ] = False,
-    no_iterations: Annotated[
-        bool,
-        typer.Option(
-            "--no-iterations",
-            help="Read a serving capture as one whole-trace span: no model iterations, phases or serving causes "
-            "(as [serving] iterations = false in a --rules file).",
-        ),
-    ] = False,
+    no_iterations: NoIterations = False,
     verbose: Verbose = False,
     debug: Debug = False,
 ) -> None:
