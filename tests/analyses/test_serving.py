@@ -218,7 +218,7 @@ def test_iteration_view_off_reads_the_capture_as_before(tmp_path):
     report, plain = profan.analyze(CPU["mixed"], rules=[off]), analysed(CPU["mixed"])
     assert not [t for t in report.tables if t.startswith("serving_")]
     assert not [f for f in report.findings if f.check.startswith("serving-")]
-    assert set(report.tables) == set(plain.tables) - {"serving_iterations", "serving_phases"}
+    assert set(report.tables) == {t for t in plain.tables if not t.startswith("serving_")}
     assert report.tables["top_kernels"].equals(plain.tables["top_kernels"])
     bad = tmp_path / "bad.toml"
     bad.write_text("[serving]\nphases = false\n")
@@ -266,3 +266,39 @@ def test_prefill_joining_the_running_batch_is_named_as_the_slow_mixed_iterations
     assert [row["tokens"] for row in found.metrics["slow"]] == [4 + 1024, 5 + 512]
     assert found.metrics["stall_total_us"] == pytest.approx(stall, rel=1e-9)
     assert sorted(found.evidence[0].events) == sorted(mixed["event_idx"].to_list())
+
+
+@pytest.mark.parametrize(
+    ("root", "all_inside"),
+    [
+        (VLLM, {"attention", "attention_proj", "gemm", "memory", "moe", "other"}),
+        (PREFILL_JOIN, {"attention", "gemm", "ffn"}),
+    ],
+    ids=["vllm-graph", "prefill-join"],
+)
+def test_phase_bucket_split_is_the_breakdown_of_the_iterations_kernels(root, all_inside):
+    """The per-phase bucket split sums the device time of each phase's iterations per bucket: on the vLLM graph
+    decode (one iteration holding every kernel) it is the report's breakdown, bucket for bucket; on the CPU
+    packed-batch loop the buckets whose ops all run inside the forwards equal the breakdown, the others (tensor
+    set-up between forwards) are less. Shares add up to 1 per phase; a decode iteration's time is its phase
+    time over the count."""
+    report = analysed(root)
+    split = report.tables["serving_phase_buckets"]
+    total = split.group_by("bucket").agg(pl.col("time_us").sum())
+    whole = dict(report.tables["breakdown"].group_by("bucket").agg(pl.col("time_us").sum()).iter_rows())
+    for bucket, time_us in total.iter_rows():
+        if bucket in all_inside:
+            assert time_us == pytest.approx(whole[bucket], rel=1e-6), bucket
+        else:
+            assert time_us < whole[bucket], bucket
+    assert set(total["bucket"]) == set(whole)
+    for share in split.group_by("phase").agg(pl.col("share").sum())["share"]:
+        assert share == pytest.approx(1.0, rel=1e-9)
+    counts = dict(report.tables["serving_phases"].select("phase", "iterations").iter_rows())
+    for row in split.iter_rows(named=True):
+        assert row["per_iteration_us"] == pytest.approx(row["time_us"] / counts[row["phase"]], rel=1e-12)
+    from profan.render.brief import brief
+
+    for row in brief(report)["summary"]["serving"]["phases"]:
+        first = split.filter(pl.col("phase") == row["phase"]).head(3)
+        assert [b["bucket"] for b in row["top_buckets"]] == first["bucket"].to_list()
