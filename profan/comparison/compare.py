@@ -18,6 +18,7 @@ from profan import trust
 from profan.analyses.per_rank import steps as steps_mod
 from profan.comparison.coverage import left_out, left_out_warnings, one_sided_pairs, step_rows_one_side
 from profan.comparison.findings import new_missing_findings, regression_findings, total_finding
+from profan.comparison.serving import phase_tables
 from profan.comparison.sides import (
     Side,
     align_steps,
@@ -111,6 +112,7 @@ def build_compare(sa: Side, sb: Side, pack: RulePack, common: Path, mode: str, t
         "compare_steps": steps_t,
         "compare_buckets": shown(buckets, ["bucket"]),
         "compare_kernels": shown(kernels, ["op", "name", "input_shapes", "bucket"]),
+        **phase_tables(sa, sb),  # serving runs: per phase (`comparison.serving`)
     }
     tables = {key: value for key, value in tables.items() if not value.is_empty()}
     source = source_block(sa, sb, common, mode)

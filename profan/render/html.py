@@ -139,6 +139,15 @@ TABLE_INFO: dict[str, tuple[str, str]] = {
     "collective_arrivals": ("Collective arrivals", "Each aligned collective: who arrived last, and how late."),
     "compare_steps": ("Steps: A vs B", "Step totals on both sides and their difference (B minus A)."),
     "compare_buckets": ("Buckets: A vs B", "Summed kernel time per bucket on both sides, with the rows behind them."),
+    "compare_phases": (
+        "Serving phases: A vs B",
+        "Per phase (prefill, mixed, decode), both sides' iterations, period p50 / p90 / mean, busy share and time per "
+        "token, pooled over each side's ranks, with their slowest iterations' events; delta is B minus A.",
+    ),
+    "compare_phase_buckets": (
+        "Phase buckets: A vs B",
+        "Per phase and bucket, device time per iteration on both sides.",
+    ),
     "compare_kernels": ("Kernels: A vs B", "Kernels matched by name and shape; delta is B minus A."),
     "memory_peaks": (
         "Memory peaks",
