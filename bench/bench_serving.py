@@ -123,6 +123,9 @@ def report(runs: dict[str, list[dict]], size_mb: float) -> None:
     cpu = min(r["cpu_s"] for r in on) / min(r["cpu_s"] for r in off)
     rss = max(r["rss_mib"] for r in on) / max(r["rss_mib"] for r in off)
     print(f"trace {size_mb:,.0f} MiB: on/off wall {ratio:.3f}× (target ≤ 1.3×), CPU {cpu:.3f}×, peak RSS {rss:.3f}×")
+    pairs = [(a["wall_s"] / b["wall_s"], a["cpu_s"] / b["cpu_s"]) for a, b in zip(on, off, strict=True)]
+    walls, cpus = (", ".join(f"{pair[k]:.2f}×" for pair in pairs) for k in (0, 1))
+    print(f"run by run (each pair back to back, the same load): wall {walls}; CPU {cpus}")
 
 
 def main() -> None:

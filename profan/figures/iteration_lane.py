@@ -17,7 +17,7 @@ from profan.figures.style import _esc_col
 from profan.figures.timeline_layout import LANE_BLOCKS, Timeline
 from profan.model.report import Report
 
-PHASE_COLORS = {"prefill": "#3b6fb6", "mixed": "#c0392b", "decode": "#5aa469", "unknown": "#9aa0a6"}
+PHASE_COLORS = {"prefill": "#e0a030", "mixed": "#c0392b", "decode": "#5aa469", "unknown": "#9aa0a6"}
 
 
 def iteration_rows(report: Report, tl: Timeline) -> tuple[pl.DataFrame, int]:
