@@ -34,13 +34,20 @@ def _cause(job: Job, claims: Claims, check: str) -> list[Cause]:
         "worst_iteration": w["worst_iteration"],
         "worst_idle": ms(w["worst_us"]),
         "worst_gap": ms(w["worst_us"]),
-        "worst_period": ms(w["iteration_periods"].get(w["worst_iteration"], w["worst_us"])),
-        "iterations": ", ".join(str(key) for key in w["iteration_periods"]),
+        "worst_period": ms(_worst_period(w)),
+        "iterations": ", ".join(str(row["iteration"]) for row in w["slow"]) if "slow" in w else "",
     }
     claims.own(found)
     periods = {int(key): float(value) for key, value in least.metrics["iteration_periods"].items()}
     grounds = Grounds(sources=found, steps_us=periods, bound_us=float(least.metrics[cost]))
     return [make_cause(job, check, values, grounds)]
+
+
+def _worst_period(metrics: dict) -> float:
+    """The worst iteration's period: from an interference finding's slow rows, else its iteration periods."""
+    slow = {row["iteration"]: row["period_us"] for row in metrics.get("slow", [])}
+    worst = metrics["worst_iteration"]
+    return float(slow.get(worst, metrics["iteration_periods"].get(worst, metrics["worst_us"])))
 
 
 def _kinds(found) -> str:

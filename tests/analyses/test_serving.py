@@ -14,6 +14,7 @@ import pytest
 import tomllib
 from conftest import analysed
 
+from profan.model.textfmt import ms
 from profan.sources.trace import kineto_iterations
 from profan.sources.trace.kineto_rank import load_cached
 
@@ -242,7 +243,8 @@ def test_prefill_joining_the_running_batch_is_named_as_the_slow_mixed_iterations
     """A real packed-batch serving loop in which a 1,024- and a 512-token prompt join four decoding requests: one
     iteration per vLLM-style execute label, each with the truth's phase and token count; the interference cause
     leads the verdict, names the mixed iterations (6 and 11), and its gain is their time beyond the median decode
-    iteration, summed and spread over the decode iterations (computed here from the iteration table)."""
+    iteration, summed and spread over the decode iterations (computed here from the iteration table), as a share
+    of a decode iteration."""
     truth = tomllib.loads((PREFILL_JOIN / "ground_truth.toml").read_text())
     events = _events(PREFILL_JOIN / "trace.json.gz")
     labels = [i for i, e in enumerate(events) if e.get("ph") == "X" and e.get("name", "").startswith("execute_")]
@@ -261,6 +263,9 @@ def test_prefill_joining_the_running_batch_is_named_as_the_slow_mixed_iterations
     assert lead.check == "serving-prefill-interference"
     assert lead.title.startswith("Mixed iteration(s) 6, 11 on rank(s) 0 stall the running decodes")
     assert lead.bound_us == pytest.approx(stall / decode.len(), rel=1e-9)
+    assert lead.step_us == pytest.approx(decode.mean(), rel=1e-9)  # the step it is a share of: a decode iteration
+    slowest = mixed.sort("period_us", descending=True).row(0, named=True)
+    assert lead.action.endswith(f"Slowest: iteration {slowest['iteration']} of rank 0, {ms(slowest['period_us'])}.")
     (found,) = [m for f in report.findings for m in (f.members or [f]) if m.check == "serving-prefill-interference"]
     assert [row["iteration"] for row in found.metrics["slow"]] == truth["mixed_iterations"]
     assert [row["tokens"] for row in found.metrics["slow"]] == [4 + 1024, 5 + 512]
