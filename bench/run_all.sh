@@ -36,6 +36,7 @@ else
   echo "== hta: skipped (no HTA at /tmp/htavenv/bin/python)"
 fi
 step help "real" bash -c "for i in 1 2 3; do { time profan --help >/dev/null; } 2>&1; done"
+step serving "^\||×|^  run" "$py" bench/bench_serving.py --iterations 10000 --runs 3 --data-dir "$data"
 step scale "^\|" "$py" bench/bench_scale.py --ranks 1 16 64 256 1000 --data "$data"
 if [ -x /usr/bin/chromium ]; then
   step html "^\||met|interactive" "$py" bench/bench_html.py "$data/r64" "$data/r1000" --repeat 3

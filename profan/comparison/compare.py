@@ -22,6 +22,7 @@ from profan.comparison.cause_changes import CHECK as CAUSES_CHECK
 from profan.comparison.cause_changes import causes_table, match_causes, side_causes
 from profan.comparison.coverage import left_out, left_out_warnings, one_sided_pairs, step_rows_one_side
 from profan.comparison.findings import new_missing_findings, regression_findings, total_finding
+from profan.comparison.serving import phase_tables
 from profan.comparison.sides import (
     Side,
     align_steps,
@@ -120,6 +121,7 @@ def build_compare(sa: Side, sb: Side, pack: RulePack, common: Path, mode: str, t
         "compare_steps": steps_t,
         "compare_buckets": shown(buckets, ["bucket"]),
         "compare_kernels": shown(kernels, ["op", "name", "input_shapes", "bucket"]),
+        **phase_tables(sa, sb),  # serving runs: per phase (`comparison.serving`)
     }
     tables = {key: value for key, value in tables.items() if not value.is_empty()}
     notes += diagnosed

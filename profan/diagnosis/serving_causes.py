@@ -26,20 +26,35 @@ def _cause(job: Job, claims: Claims, check: str) -> list[Cause]:
         "device": w["device"],
         "idle": ms(least.metrics[cost]),
         "gap": ms(least.metrics[cost]),
-        "stall": ms(least.metrics[cost] * least.metrics["iterations"]),
+        "stall": ms(least.metrics.get("stall_total_us", 0.0)),
+        "kinds": _kinds(worst),
         "share": pct(least.metrics["share"]),
         "bound_ms": float(least.metrics[cost]) / 1000,
         "worst_rank": worst.rank,
         "worst_iteration": w["worst_iteration"],
         "worst_idle": ms(w["worst_us"]),
         "worst_gap": ms(w["worst_us"]),
-        "worst_period": ms(w["worst_us"]),
-        "iterations": ", ".join(str(key) for key in w["iteration_periods"]),
+        "worst_period": ms(_worst_period(w)),
+        "iterations": ", ".join(str(row["iteration"]) for row in w["slow"]) if "slow" in w else "",
     }
     claims.own(found)
     periods = {int(key): float(value) for key, value in least.metrics["iteration_periods"].items()}
     grounds = Grounds(sources=found, steps_us=periods, bound_us=float(least.metrics[cost]))
     return [make_cause(job, check, values, grounds)]
+
+
+def _worst_period(metrics: dict) -> float:
+    """The worst iteration's period: from an interference finding's slow rows, else its iteration periods."""
+    slow = {row["iteration"]: row["period_us"] for row in metrics.get("slow", [])}
+    worst = metrics["worst_iteration"]
+    return float(slow.get(worst, metrics["iteration_periods"].get(worst, metrics["worst_us"])))
+
+
+def _kinds(found) -> str:
+    """The phases of an interference finding's slow iterations, as a title starts ("Mixed", "Prefill and
+    mixed"); "Prefill" for a finding that does not list them."""
+    phases = dict.fromkeys(row["phase"] for row in found.metrics.get("slow", [{"phase": "prefill"}]))
+    return " and ".join(phases).capitalize()
 
 
 def launch_bound(job: Job, claims: Claims, _steps_us: dict[int, float]) -> list[Cause]:

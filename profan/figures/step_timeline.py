@@ -18,6 +18,7 @@ from typing import Any
 import plotly.graph_objects as go
 import polars as pl
 
+from profan.figures.iteration_lane import iteration_rows, iteration_traces
 from profan.figures.style import HIGHLIGHT, TRANSFER, WAITING, _esc, _esc_col, _figure, _layout
 from profan.figures.timeline_layout import (
     BLOCK_PARTS,
@@ -32,16 +33,18 @@ from profan.figures.timeline_layout import (
 from profan.model.report import Report
 
 
-def _lanes(tl: Timeline) -> tuple[list[str], dict[int, tuple[str, str]]]:
-    """Lane names (y categories, top to bottom) and per rank its (split lane, collectives lane)."""
+def _lanes(tl: Timeline, serving: set[int]) -> tuple[list[str], dict[int, tuple[str, ...]]]:
+    """Lane names (y categories, top to bottom) and per rank its (split lane, collectives lane), with its
+    iterations lane third for the ranks in ``serving`` (`iteration_lane`)."""
     has_comm = not tl.every.is_empty()
     per_rank = {}
     lanes = [f"all {tl.total} ranks · arrivals"] if tl.aggregated and has_comm else []
     for rank in tl.ranks:
         tag = " · ".join(tl.tags.get(rank, [])) if tl.aggregated or rank in tl.hot else ""
         split = f"rank {rank}" + (f" · {tag}" if tag else "")
-        per_rank[rank] = (split, f"rank {rank} · comm" if has_comm else split)
-        lanes += [split, f"rank {rank} · comm"] if has_comm else [split]
+        its = (f"rank {rank} · iterations",) if rank in serving else ()
+        per_rank[rank] = (split, f"rank {rank} · comm" if has_comm else split, *its)
+        lanes += [split, *its, f"rank {rank} · comm"] if has_comm else [split, *its]
     return lanes, per_rank
 
 
@@ -80,7 +83,7 @@ def _click(owner: pl.Expr) -> pl.Expr:
     return pl.when(owner != "").then(pl.format("click: {}", owner)).otherwise(pl.lit(""))
 
 
-def _split_traces(tl: Timeline, lane_of: dict[int, tuple[str, str]]) -> list:
+def _split_traces(tl: Timeline, lane_of: dict[int, tuple[str, ...]]) -> list:
     """One bar trace per part: compute, exposed communication, idle (in time, or a rank's totals)."""
     y = pl.col("rank").replace_strict({key: value[0] for key, value in lane_of.items()}, return_dtype=pl.Utf8)
     hover = (
@@ -98,7 +101,7 @@ def _split_traces(tl: Timeline, lane_of: dict[int, tuple[str, str]]) -> list:
     return [t for t in out if t is not None]
 
 
-def _comm_traces(tl: Timeline, lane_of: dict[int, tuple[str, str]]) -> list:
+def _comm_traces(tl: Timeline, lane_of: dict[int, tuple[str, ...]]) -> list:
     """Each collective as a block on its rank's comm lane: the part before the last rank arrives drawn as waiting,
     the rest as the collective."""
     blocks = tl.blocks
@@ -195,7 +198,7 @@ def _arrival_traces(tl: Timeline, lane: str) -> list:
     return [_bars(look, keys, y, "start_ms", "spread_ms", custom)]
 
 
-def _link_traces(tl: Timeline, lane_of: dict[int, tuple[str, str]]) -> list:
+def _link_traces(tl: Timeline, lane_of: dict[int, tuple[str, ...]]) -> list:
     """A line joining one collective's arrivals across the lanes (the cause's collectives in its colour)."""
     frame = tl.blocks.filter(pl.col("aligned"))
     if frame.is_empty():
@@ -237,13 +240,13 @@ def _link_traces(tl: Timeline, lane_of: dict[int, tuple[str, str]]) -> list:
     return out
 
 
-def _lane_style(lanes: list[str], lane_of: dict[int, tuple[str, str]], hot: list[int]) -> list[str]:
+def _lane_style(lanes: list[str], lane_of: dict[int, tuple[str, ...]], hot: list[int]) -> list[str]:
     """Tick labels: the cause's lanes bold in its colour (lane names are profan's own text, no trace text)."""
     marked = {lane for r in hot for lane in lane_of[r]}
     return [f'<span style="color:{HIGHLIGHT}"><b>{lane}</b></span>' if lane in marked else lane for lane in lanes]
 
 
-def _marks(tl: Timeline, lanes: list[str], lane_of: dict[int, tuple[str, str]]) -> tuple[list, list]:
+def _marks(tl: Timeline, lanes: list[str], lane_of: dict[int, tuple[str, ...]]) -> tuple[list, list]:
     """Shapes and labels: a band behind each of the cause's ranks, and its windows across every lane."""
     shapes: list[dict[str, Any]] = []
     notes: list[dict[str, Any]] = []
@@ -367,6 +370,15 @@ def _timeline_meta(tl: Timeline, lanes: list[str]) -> dict[str, Any]:
     }
 
 
+def _iterations_meta(meta: dict[str, Any], its: pl.DataFrame, dropped: int) -> dict[str, Any]:
+    """The figure's meta with what the iteration lanes draw (as it was for a capture with no iterations)."""
+    if its.is_empty():
+        return meta
+    note = f"iteration lanes: each model iteration's period, coloured by phase ({its.height:,} drawn"
+    note += f"; {dropped:,} shorter ones not drawn, at most {LANE_BLOCKS} per rank)" if dropped else ")"
+    return {**meta, "iterations": its.height, "note": f"{meta['note']}; {note}"}
+
+
 def timeline(report: Report, step: Any = None, *, max_ranks: int = TIMELINE_RANKS) -> go.Figure | None:
     """One step on the common clock, one pair of lanes per rank: the rank's compute, exposed communication and
     idle time where they happened (table step_blocks; a rank whose data places nothing in time shows its step's
@@ -382,12 +394,14 @@ def timeline(report: Report, step: Any = None, *, max_ranks: int = TIMELINE_RANK
     tl = lay_out(report, step, max_ranks)
     if tl is None:
         return None
-    lanes, lane_of = _lanes(tl)
+    its, its_dropped = iteration_rows(report, tl)
+    lanes, lane_of = _lanes(tl, set(its["rank"].to_list()) if not its.is_empty() else set())
     traces = [
         *_split_traces(tl, lane_of),
         *_comm_traces(tl, lane_of),
         *(_arrival_traces(tl, lanes[0]) if tl.aggregated else []),
         *_link_traces(tl, lane_of),
+        *iteration_traces(its, {rank: lane[2] for rank, lane in lane_of.items() if len(lane) > 2}),
     ]
     shapes, notes = _marks(tl, lanes, lane_of)
     layout = _layout(
@@ -409,6 +423,6 @@ def timeline(report: Report, step: Any = None, *, max_ranks: int = TIMELINE_RANK
         legend={"orientation": "h", "y": 1.02, "yanchor": "bottom", "x": 0},
         shapes=shapes,
         annotations=notes,
-        meta=_timeline_meta(tl, lanes),
+        meta=_iterations_meta(_timeline_meta(tl, lanes), its, its_dropped),
     )
     return _figure(traces, layout)

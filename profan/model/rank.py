@@ -80,6 +80,8 @@ class RankData:
     # a serving capture's model iterations, one row each (profan.sources.trace.kineto_iterations); None where the
     # capture is no serving capture (no iteration marker, or a training op)
     iterations: pl.DataFrame | None = None
+    # the same iterations' device time per bucket (iteration, bucket, time_us), what the per-phase split sums
+    iteration_buckets: pl.DataFrame | None = None
     # memory: the allocated/reserved curve (bounded), the peak row and what is live at the peak
     # (profan.ranks.memory_pass; keys curve, peak, holders, and modules for Ascend npu_module_mem.csv)
     memory: dict[str, pl.DataFrame] | None = None

@@ -520,7 +520,7 @@ def _read_traces(rank_data: RankData, rs: RankSource, pack: RulePack, peers: boo
         from profan.sources.trace import kineto_rank
 
         path = rs.files["kineto_trace"]
-        kt, hit = kineto_rank.load_cached(path, pack.roles)
+        kt, hit = kineto_rank.load_cached(path, pack.roles, pack.iterations)
         captures = [
             value for key, value in rs.files.items() if key.startswith("graph_capture")
         ]  # `discover._graph_captures`

@@ -211,6 +211,12 @@ def serving_summary(report: Report) -> dict[str, Any]:
         (pl.col("us_per_token") / 1000).round(4).alias("ms_per_token"),
         "slowest",
     )
+    split = report.tables.get("serving_phase_buckets")
+    if split is not None and not split.is_empty():  # each phase's three largest buckets, as shares of its time
+        top = split.group_by("rank", "phase", maintain_order=True).agg(
+            pl.struct("bucket", pl.col("share").round(4)).head(3).alias("top_buckets")
+        )
+        out = out.join(top, on=["rank", "phase"], how="left", maintain_order="left")
     return {"serving": {"phases": out.to_dicts(), "ranks_total": phases["rank"].n_unique()}}
 
 

@@ -102,6 +102,11 @@ TABLE_INFO: dict[str, tuple[str, str]] = {
         "device busy and idle time inside them (between_kernels_us: between the iteration's own kernels), the host's "
         "gaps after them, tokens per iteration and time per token where the token input was read, the slowest.",
     ),
+    "serving_phase_buckets": (
+        "Device time per phase and bucket",
+        "Serving capture: per rank and phase, the device time of its iterations in each bucket (attention, FFN, "
+        "MoE, communication, …; summed kernel time), its share of the phase and its time per iteration.",
+    ),
     "serving_iterations": (
         "Model iterations",
         "Serving capture: one row per rank and iteration, citing the event that marked it (event_idx) and the one "
@@ -138,6 +143,15 @@ TABLE_INFO: dict[str, tuple[str, str]] = {
     ),
     "compare_steps": ("Steps: A vs B", "Step totals on both sides and their difference (B minus A)."),
     "compare_buckets": ("Buckets: A vs B", "Summed kernel time per bucket on both sides, with the rows behind them."),
+    "compare_phases": (
+        "Serving phases: A vs B",
+        "Per phase (prefill, mixed, decode), both sides' iterations, period p50 / p90 / mean, busy share and time per "
+        "token, pooled over each side's ranks, with their slowest iterations' events; delta is B minus A.",
+    ),
+    "compare_phase_buckets": (
+        "Phase buckets: A vs B",
+        "Per phase and bucket, device time per iteration on both sides.",
+    ),
     "compare_kernels": ("Kernels: A vs B", "Kernels matched by name and shape; delta is B minus A."),
     "memory_peaks": (
         "Memory peaks",
@@ -148,7 +162,16 @@ TABLE_INFO: dict[str, tuple[str, str]] = {
     "memory_curve": ("Memory over time", "The curve the memory chart draws: each rank's peaks kept exactly."),
     "memory_modules": ("Device memory per CANN module", "Most memory each module reserved (npu_module_mem.csv)."),
 }
-SECTION_ORDER = ("serving_phases", "breakdown", "steps", "trace_steps", "top_kernels", "boundness", "communication")
+SECTION_ORDER = (
+    "serving_phases",
+    "serving_phase_buckets",
+    "breakdown",
+    "steps",
+    "trace_steps",
+    "top_kernels",
+    "boundness",
+    "communication",
+)
 
 
 def render_html(report: Report, out: Path | None = None) -> str | None:

@@ -98,6 +98,9 @@ class RulePack:
     limits: Limits = field(default_factory=defaults)  # rules/limits.toml, a user file's [limits] on top
     roles: Roles = field(default_factory=default_roles)  # rules/roles.toml, a user file's [roles] on top
     severity: SeverityRules = field(default_factory=default_severity)  # rules/severity.toml, a [severity] on top
+    # the serving iteration view (rules/serving.toml): a user file's ``[serving] iterations = false`` (or ``analyze
+    # --no-iterations``) reads a capture as it was read before iterations existed, one span of whole-trace time
+    iterations: bool = True
 
     def rules_for(self, applies_to: str) -> list[BucketRule]:
         return [rule for rule in self.rules if rule.applies_to in (applies_to, "any")]
@@ -207,6 +210,8 @@ def load(extra: list[Path] | None = None) -> RulePack:
             if not isinstance(doc["severity"], dict):
                 raise ProfanInputError(path, "[severity] must be a table")
             pack.severity = pack.severity.override(doc["severity"], path)
+        if "serving" in doc:
+            pack.iterations = _serving_switch(doc["serving"], path)
         pack.files.append(str(path))
     builtin: list[BucketRule] = []
     for path in sorted((base / "buckets").glob("*.toml")):
@@ -230,6 +235,13 @@ def load(extra: list[Path] | None = None) -> RulePack:
     _check_rule_ids(pack)
     _check_patterns(pack)
     return pack
+
+
+def _serving_switch(table: Any, path: Path) -> bool:
+    """A user file's ``[serving]`` table: ``iterations`` (true / false) alone; anything else is refused."""
+    if not isinstance(table, dict) or set(table) - {"iterations"} or not isinstance(table.get("iterations"), bool):
+        raise ProfanInputError(path, "[serving] takes one setting, iterations = true | false")
+    return table["iterations"]
 
 
 def _check_overrides(user: Check, builtin: dict[str, Any]) -> None:

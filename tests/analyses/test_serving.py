@@ -14,6 +14,7 @@ import pytest
 import tomllib
 from conftest import analysed
 
+from profan.model.textfmt import ms
 from profan.sources.trace import kineto_iterations
 from profan.sources.trace.kineto_rank import load_cached
 
@@ -118,7 +119,8 @@ def test_training_capture_has_no_iterations():
     assert kineto_iterations.rank_iterations(kt, kt.device, "user_annotation") is None
 
 
-SERVING_CAPTURES = [*CPU.values(), SGLANG, VLLM]
+PREFILL_JOIN = REPO / "fixtures/torch/serving_llama_cpu_prefill_join"
+SERVING_CAPTURES = [*CPU.values(), PREFILL_JOIN, SGLANG, VLLM]
 
 
 @pytest.mark.parametrize("root", SERVING_CAPTURES, ids=lambda p: p.name)
@@ -203,3 +205,105 @@ def test_launch_bound_cause_bound_is_the_measured_idle_between_kernels():
     assert cause.bound_us == pytest.approx(decode["between_kernels_us"].mean(), rel=1e-9)
     assert cause.step_us == pytest.approx(decode["period_us"].mean(), rel=1e-9)
     assert "upper bound" in cause.assumption and "CUDA graphs" in cause.action
+
+
+def test_iteration_view_off_reads_the_capture_as_before(tmp_path):
+    """``[serving] iterations = false`` in a rules file (what ``analyze --no-iterations`` sets): the mixed CPU
+    capture has no serving tables or findings, and its other tables are those of the default read; a [serving]
+    setting other than iterations is refused naming the file."""
+    import profan
+    from profan.model.errors import ProfanInputError
+
+    off = tmp_path / "off.toml"
+    off.write_text("[serving]\niterations = false\n")
+    report, plain = profan.analyze(CPU["mixed"], rules=[off]), analysed(CPU["mixed"])
+    assert not [t for t in report.tables if t.startswith("serving_")]
+    assert not [f for f in report.findings if f.check.startswith("serving-")]
+    assert set(report.tables) == {t for t in plain.tables if not t.startswith("serving_")}
+    assert report.tables["top_kernels"].equals(plain.tables["top_kernels"])
+    bad = tmp_path / "bad.toml"
+    bad.write_text("[serving]\nphases = false\n")
+    with pytest.raises(ProfanInputError, match=r"bad\.toml.*\[serving\] takes one setting"):
+        profan.analyze(CPU["mixed"], rules=[bad])
+
+
+def test_cli_no_iterations_drops_the_serving_tables(tmp_path):
+    """``profan analyze --no-iterations`` writes a JSON report without the serving tables."""
+    from typer.testing import CliRunner
+
+    from profan.app.cli import app
+
+    out = tmp_path / "r.json"
+    result = CliRunner().invoke(app, ["analyze", str(CPU["mixed"]), "--no-iterations", "-q", "-o", str(out)])
+    assert result.exit_code == 0, result.output
+    assert "serving_phases" not in json.loads(out.read_text())["tables"]
+
+
+def test_prefill_joining_the_running_batch_is_named_as_the_slow_mixed_iterations():
+    """A real packed-batch serving loop in which a 1,024- and a 512-token prompt join four decoding requests: one
+    iteration per vLLM-style execute label, each with the truth's phase and token count; the interference cause
+    leads the verdict, names the mixed iterations (6 and 11), and its gain is their time beyond the median decode
+    iteration, summed and spread over the decode iterations (computed here from the iteration table), as a share
+    of a decode iteration."""
+    truth = tomllib.loads((PREFILL_JOIN / "ground_truth.toml").read_text())
+    events = _events(PREFILL_JOIN / "trace.json.gz")
+    labels = [i for i, e in enumerate(events) if e.get("ph") == "X" and e.get("name", "").startswith("execute_")]
+    report = analysed(PREFILL_JOIN)
+    its = report.tables["serving_iterations"]
+    assert its.height == len(labels) == truth["iterations"]
+    assert its["event_idx"].to_list() == labels and set(its["rule"]) == {"vllm-execute"}
+    assert its["phase"].to_list() == truth["phases"]
+    assert its["tokens"].to_list() == truth["tokens"]
+    decode = its.filter(pl.col("phase") == "decode")["period_us"]
+    mixed = its.filter(pl.col("iteration").is_in(truth["mixed_iterations"]))
+    assert mixed["phase"].unique().to_list() == ["mixed"]
+    assert mixed["period_us"].min() > 3 * decode.median()  # a 512+ token prefill against a few decode tokens
+    stall = float((mixed["period_us"] - decode.median()).sum())
+    lead = report.causes[0]
+    assert lead.check == "serving-prefill-interference"
+    assert lead.title.startswith("Mixed iteration(s) 6, 11 on rank(s) 0 stall the running decodes")
+    assert lead.bound_us == pytest.approx(stall / decode.len(), rel=1e-9)
+    assert lead.step_us == pytest.approx(decode.mean(), rel=1e-9)  # the step it is a share of: a decode iteration
+    slowest = mixed.sort("period_us", descending=True).row(0, named=True)
+    assert lead.action.endswith(f"Slowest: iteration {slowest['iteration']} of rank 0, {ms(slowest['period_us'])}.")
+    (found,) = [m for f in report.findings for m in (f.members or [f]) if m.check == "serving-prefill-interference"]
+    assert [row["iteration"] for row in found.metrics["slow"]] == truth["mixed_iterations"]
+    assert [row["tokens"] for row in found.metrics["slow"]] == [4 + 1024, 5 + 512]
+    assert found.metrics["stall_total_us"] == pytest.approx(stall, rel=1e-9)
+    assert sorted(found.evidence[0].events) == sorted(mixed["event_idx"].to_list())
+
+
+@pytest.mark.parametrize(
+    ("root", "all_inside"),
+    [
+        (VLLM, {"attention", "attention_proj", "gemm", "memory", "moe", "other"}),
+        (PREFILL_JOIN, {"attention", "gemm", "ffn"}),
+    ],
+    ids=["vllm-graph", "prefill-join"],
+)
+def test_phase_bucket_split_is_the_breakdown_of_the_iterations_kernels(root, all_inside):
+    """The per-phase bucket split sums the device time of each phase's iterations per bucket: on the vLLM graph
+    decode (one iteration holding every kernel) it is the report's breakdown, bucket for bucket; on the CPU
+    packed-batch loop the buckets whose ops all run inside the forwards equal the breakdown, the others (tensor
+    set-up between forwards) are less. Shares add up to 1 per phase; a decode iteration's time is its phase
+    time over the count."""
+    report = analysed(root)
+    split = report.tables["serving_phase_buckets"]
+    total = split.group_by("bucket").agg(pl.col("time_us").sum())
+    whole = dict(report.tables["breakdown"].group_by("bucket").agg(pl.col("time_us").sum()).iter_rows())
+    for bucket, time_us in total.iter_rows():
+        if bucket in all_inside:
+            assert time_us == pytest.approx(whole[bucket], rel=1e-6), bucket
+        else:
+            assert time_us < whole[bucket], bucket
+    assert set(total["bucket"]) == set(whole)
+    for share in split.group_by("phase").agg(pl.col("share").sum())["share"]:
+        assert share == pytest.approx(1.0, rel=1e-9)
+    counts = dict(report.tables["serving_phases"].select("phase", "iterations").iter_rows())
+    for row in split.iter_rows(named=True):
+        assert row["per_iteration_us"] == pytest.approx(row["time_us"] / counts[row["phase"]], rel=1e-12)
+    from profan.render.brief import brief
+
+    for row in brief(report)["summary"]["serving"]["phases"]:
+        first = split.filter(pl.col("phase") == row["phase"]).head(3)
+        assert [b["bucket"] for b in row["top_buckets"]] == first["bucket"].to_list()

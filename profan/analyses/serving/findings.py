@@ -18,8 +18,10 @@ LAUNCH, GAPS, INTERFERENCE = "serving-launch-bound-decode", "serving-host-gaps",
 
 def _finding(pack: RulePack, check: str, rows: pl.DataFrame, cost_us: float, detail: dict) -> Finding | None:
     """A finding of ``check`` over one rank's iterations ``rows``: ``cost_us`` per iteration, graded as a share
-    of the mean iteration period; None under the check's threshold."""
-    period = float(rows["period_us"].mean())  # type: ignore[arg-type]
+    of the mean period of ``detail["step_rows"]`` (the iterations the cost is spread over; ``rows`` when not
+    given); None under the check's threshold."""
+    steps = detail.get("step_rows", rows)
+    period = float(steps["period_us"].mean())  # type: ignore[arg-type]
     share = cost_us / period if period else 0.0
     sev = graded(share, pack.check(check))
     if sev is None:
@@ -34,11 +36,13 @@ def _finding(pack: RulePack, check: str, rows: pl.DataFrame, cost_us: float, det
         "worst_iteration": int(worst["iteration"]),
         "worst_us": float(worst[detail["worst_col"]]),
         "device": detail["device"],
-        "iteration_periods": dict(zip(rows["iteration"].to_list(), rows["period_us"].to_list(), strict=True)),
+        "iteration_periods": dict(zip(steps["iteration"].to_list(), steps["period_us"].to_list(), strict=True)),
+        **detail.get("extra", {}),
     }
     events = rows.sort(detail["worst_col"], descending=True)["event_idx"].to_list()
     evidence = cite_events(file, events, rows.height, {"table": "serving_iterations", "rank": rank, "check": check})
-    text = f"Rank {rank}: {detail['what']} {ms(cost_us)} per iteration, {pct(share)} of its {ms(period)}"
+    per = detail.get("per", "iteration")
+    text = f"Rank {rank}: {detail['what']} {ms(cost_us)} per {per}, {pct(share)} of its {ms(period)}"
     return Finding(check, sev, pack.check(check).name, text, (evidence,), rank=rank, metrics=metrics)
 
 
@@ -67,7 +71,9 @@ def _detail(worst_col: str, what: str, device: str) -> dict:
 
 def _interference(its: pl.DataFrame, pack: RulePack, device: str) -> Finding | None:
     """Prefill and mixed iterations between decode iterations that take min_ratio times the median decode one;
-    the cost: their time beyond that median, spread over the rank's decode iterations."""
+        the cost: their time beyond that median, spread over the rank's decode iterations (the step it is a share of:
+    a decode iteration). The finding names each
+        slow iteration with its phase, period and tokens (``slow``), and the whole stall (``stall_total_us``)."""
     decode = its.filter(pl.col("phase") == "decode")
     if decode.height < 2:
         return None
@@ -81,6 +87,16 @@ def _interference(its: pl.DataFrame, pack: RulePack, device: str) -> Finding | N
     ).with_columns((pl.col("period_us") - median).alias("stall_us"))
     if slow.is_empty():
         return None
-    stall = float(slow["stall_us"].sum()) / decode.height
-    what = f"prefill iteration(s) {', '.join(map(str, slow['iteration'].to_list()))} stall the decodes"
-    return _finding(pack, INTERFERENCE, slow, stall, {**_detail("stall_us", what, device), "cost_name": "stall_us"})
+    total = float(slow["stall_us"].sum())
+    kinds = " and ".join(dict.fromkeys(slow["phase"].to_list()))
+    named = ", ".join(f"{row['iteration']} ({ms(row['period_us'])})" for row in slow.iter_rows(named=True))
+    what = f"{kinds} iteration(s) {named} stall the decodes (median decode iteration {ms(median)}):"
+    extra = {
+        "stall_total_us": total,
+        "decode_iterations": decode.height,
+        "median_decode_us": median,
+        "slow": slow.select("iteration", "phase", "period_us", "stall_us", "tokens").to_dicts(),
+    }
+    detail = {**_detail("stall_us", what, device), "cost_name": "stall_us", "extra": extra}
+    detail.update(step_rows=decode, per="decode iteration")  # the stall is spread over the decodes it delays
+    return _finding(pack, INTERFERENCE, slow, total / decode.height, detail)

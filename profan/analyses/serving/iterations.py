@@ -29,3 +29,11 @@ def iteration_table(ranks: list[RankData]) -> pl.DataFrame:
     files = [r.files.get("kineto_trace", "") for r in have]
     frame = stack([r.iterations for r in have], {"rank": [r.rank for r in have], "file": files})
     return frame.select(*FIRST, pl.exclude(*FIRST)).sort("rank", "iteration")
+
+
+def bucket_table(ranks: list[RankData]) -> pl.DataFrame:
+    """Every serving rank's device time per iteration and bucket (``rank, iteration, bucket, time_us``)."""
+    have = [r for r in serving_ranks(ranks) if r.iteration_buckets is not None]
+    if not have:
+        return pl.DataFrame()
+    return stack([r.iteration_buckets for r in have], {"rank": [r.rank for r in have]})

@@ -53,3 +53,21 @@ def phase_table(iterations: pl.DataFrame) -> pl.DataFrame:
     ).drop("_with_tokens", "_token_time")
     order = pl.col("phase").replace_strict(PHASE_ORDER, default=len(PHASE_ORDER), return_dtype=pl.Int64)
     return out.sort("rank", order)
+
+
+def phase_buckets(iterations: pl.DataFrame, buckets: pl.DataFrame) -> pl.DataFrame:
+    """Per rank, phase and bucket (attention, ffn, moe, communication, …: the rule pack's), the device time of
+    the phase's iterations in that bucket (``time_us``, summed as the breakdown sums kernel time), its share of
+    the phase's summed device time and its time per iteration; empty for no iterations. ``buckets``: ``rank,
+    iteration, bucket, time_us`` (`profan.sources.trace.kineto_iterations.bucket_time`)."""
+    if iterations.is_empty() or buckets.is_empty():
+        return pl.DataFrame()
+    counts = iterations.group_by("rank", "phase").agg(pl.len().alias("_n"))
+    phased = buckets.join(iterations.select("rank", "iteration", "phase"), on=["rank", "iteration"])
+    out = phased.group_by("rank", "phase", "bucket").agg(pl.col("time_us").sum()).join(counts, on=["rank", "phase"])
+    out = out.with_columns(
+        (pl.col("time_us") / pl.col("time_us").sum().over("rank", "phase")).alias("share"),
+        (pl.col("time_us") / pl.col("_n")).alias("per_iteration_us"),
+    ).drop("_n")
+    order = pl.col("phase").replace_strict(PHASE_ORDER, default=len(PHASE_ORDER), return_dtype=pl.Int64)
+    return out.sort(["rank", order, "time_us", "bucket"], descending=[False, False, True, False])

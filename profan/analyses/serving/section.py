@@ -8,17 +8,23 @@ import polars as pl
 
 from profan.analyses.contract import Job, Section
 from profan.analyses.serving.findings import rank_findings
-from profan.analyses.serving.iterations import iteration_table
-from profan.analyses.serving.phases import phase_table
+from profan.analyses.serving.iterations import bucket_table, iteration_table
+from profan.analyses.serving.phases import phase_buckets, phase_table
 from profan.model.textfmt import fmt_ranks
 from profan.rulepack.serving import rules as serving_rules
 
 
 def section(job: Job) -> Section:
-    """Tables ``serving_iterations`` and ``serving_phases``, and the marker notes."""
+    """Tables ``serving_iterations``, ``serving_phases`` and ``serving_phase_buckets``, and the marker notes."""
     its = iteration_table(job.ranks)
     if its.is_empty():  # the tables exist (empty) so the diagnosis may declare it reads them; reports drop them
-        return Section(tables={"serving_iterations": its, "serving_phases": pl.DataFrame()})
+        return Section(
+            tables={
+                "serving_iterations": its,
+                "serving_phases": pl.DataFrame(),
+                "serving_phase_buckets": pl.DataFrame(),
+            }
+        )
     device = {r.rank: "CPU" if "CPU-only" in r.kernel_variant else "GPU" for r in job.ranks}
     found = [
         f
@@ -26,7 +32,11 @@ def section(job: Job) -> Section:
         for f in rank_findings(rows, job.pack, device.get(int(rank), "GPU"))  # type: ignore[arg-type]
     ]
     return Section(
-        tables={"serving_iterations": its, "serving_phases": phase_table(its)},
+        tables={
+            "serving_iterations": its,
+            "serving_phases": phase_table(its),
+            "serving_phase_buckets": phase_buckets(its, bucket_table(job.ranks)),
+        },
         findings=found,
         notes=marker_notes(its),
     )

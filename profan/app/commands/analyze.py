@@ -37,6 +37,15 @@ Tables = Annotated[
     ),
 ]
 
+NoIterations = Annotated[
+    bool,
+    typer.Option(
+        "--no-iterations",
+        help="Read a serving capture as one whole-trace span: no model iterations, phases or serving causes "
+        "(as [serving] iterations = false in a --rules file).",
+    ),
+]
+
 FAIL_ON_HELP = (
     "warning | critical: exit 1 when the diagnosis reaches this severity: a cause counts as its own severity, "
     "which follows its gain (or bound) as a share of the step and in ms (rules/severity.toml), a finding no cause "
@@ -76,6 +85,7 @@ def analyze(
             "With -o, the full report (format from the extension) is written there too.",
         ),
     ] = False,
+    no_iterations: NoIterations = False,
     verbose: Verbose = False,
     debug: Debug = False,
 ) -> None:
@@ -93,7 +103,9 @@ def analyze(
     fmt = output_format(fmt, out, "json" if brief else "md", "report")
     reader = rank_reader(executor, ray_address, jobs)
     with progress(quiet) as show:
-        report = run(path, rules=rules or [], progress=show, hardware=hardware, jobs=reader)
+        report = run(
+            path, rules=rules or [], progress=show, pack=_pack(rules, no_iterations), hardware=hardware, jobs=reader
+        )
     detail(report)
     read = output.read_files(report, [*(rules or []), *([hardware] if hardware else [])])
     if tables is not None:
@@ -102,6 +114,17 @@ def analyze(
             say(f"wrote {len(written)} table(s) to {tables}")
     _emit_report(report, fmt, out, brief, quiet, read)
     _gate(report, fail_on)
+
+
+def _pack(rules: list[Path] | None, no_iterations: bool):
+    """The rule pack with the serving iteration view off, for ``--no-iterations``; else None (the run loads it)."""
+    if not no_iterations:
+        return None
+    from profan.rulepack.pack import load
+
+    pack = load(rules or [])
+    pack.iterations = False
+    return pack
 
 
 def _emit_report(report, fmt: str, out: Path | None, brief: bool, quiet: bool, read: Inputs) -> None:

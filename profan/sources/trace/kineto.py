@@ -417,14 +417,14 @@ def _collectives(
     ).sort("ts_us")
 
 
-def load(path: Path, trace: Trace | None = None, roles: Roles | None = None) -> KinetoTrace:
+def load(path: Path, trace: Trace | None = None, roles: Roles | None = None, iterations: bool = True) -> KinetoTrace:
     """Read one Kineto trace (or interpret an already parsed one). ``roles``: the rule pack's (the built-in ones
-    when None)."""
+    when None); ``iterations`` False: no serving marker is looked for (the rank then has no iteration table)."""
     roles = roles or default_roles()
     tr = trace if trace is not None else parse_trace(path, roles)
     evidence, aliased = normalised(tr.events, roles)
     evidence, adopted = _uncategorised(tr, evidence, roles)
-    marks, trains = kineto_iterations.marks(evidence)
+    marks, trains = kineto_iterations.marks(evidence) if iterations else (kineto_iterations.no_marks(), False)
     no_category, not_complete = _unread_device(evidence, roles)
     rank, origin, rank_problem = rank_of(tr.meta, tr.path, roles)
     steps = step_table(evidence, roles)

@@ -34,17 +34,27 @@ MARK_SCHEMA = {
 PROFILER_STEP = "profiler_step"
 
 
+def no_marks() -> pl.DataFrame:
+    """The marks of a capture read with the iteration view off: none."""
+    return pl.DataFrame(schema=MARK_SCHEMA)
+
+
 def marks(frame: pl.DataFrame, rules: ServingRules | None = None) -> tuple[pl.DataFrame, bool]:
     """The parse's events that match a marker rule (`MARK_SCHEMA`, ``order`` the rule's place: lower is better),
     and whether any op of the trace is a training op (then no event is a serving marker)."""
     rules = rules or serving_rules()
+    if frame.is_empty():
+        return no_marks(), False
     name = pl.col("name").cast(pl.String)
-    trains = bool(frame.select(name.str.contains(rules.training_op).any()).item()) if frame.height else False
-    if trains or frame.is_empty():
-        return pl.DataFrame(schema=MARK_SCHEMA), trains
+    names = frame.select(name.unique()).to_series()  # the regexes run on the distinct names, not on every event
+    if names.str.contains(rules.training_op).any():
+        return no_marks(), True
     complete = frame.filter((pl.col("ph") == "X") & pl.col("dur_us").is_not_null())
     parts = [
-        complete.filter((pl.col("cat").cast(pl.String) == marker.cat) & name.str.contains(marker.pattern)).select(
+        complete.filter(
+            (pl.col("cat").cast(pl.String) == marker.cat)
+            & name.is_in(names.filter(names.str.contains(marker.pattern)).implode())
+        ).select(
             "event_idx",
             pl.lit(marker.id).alias("rule"),
             pl.lit(marker.kind).alias("kind"),
@@ -95,7 +105,10 @@ def assign(dev: pl.DataFrame, win: pl.DataFrame) -> pl.DataFrame:
     start, inside the window); events of no iteration are left out."""
     launch = pl.col("launch_us") if "launch_us" in dev.columns else pl.lit(None, pl.Float64)
     graph = pl.col("graph").fill_null(False) if "graph" in dev.columns else pl.lit(False).alias("graph")
-    d = dev.select("event_idx", "name", "ts_us", "end_us", graph, pl.coalesce(launch, pl.col("ts_us")).alias("_at"))
+    bucket = pl.col("bucket") if "bucket" in dev.columns else pl.lit("other").alias("bucket")
+    at = pl.coalesce(launch, pl.col("ts_us")).alias("_at")
+    dur = pl.col("dur_us") if "dur_us" in dev.columns else (pl.col("end_us") - pl.col("ts_us")).alias("dur_us")
+    d = dev.select("event_idx", "name", "ts_us", "end_us", dur, graph, bucket.cast(pl.String), at)
     d = d.sort("_at").join_asof(
         win.select("iteration", pl.col("start_us").alias("_w0"), pl.col("end_us").alias("_w1")).sort("_w0"),
         left_on="_at",
@@ -167,16 +180,29 @@ ITERATION_COLUMNS = [
 ]
 
 
-def rank_iterations(kt, dev: pl.DataFrame, step_cat: str, rules: ServingRules | None = None) -> pl.DataFrame | None:
-    """The rank's iterations (`ITERATION_COLUMNS`, one row each, in time order), or None for a capture that is no
-    serving capture (no marker, or a training op)."""
+def bucket_time(work: pl.DataFrame) -> pl.DataFrame:
+    """Per iteration and bucket, its device events' summed time (``iteration, bucket, time_us``, as the
+    breakdown sums kernel time: overlapping events each count)."""
+    return work.group_by("iteration", "bucket").agg(pl.col("dur_us").sum().alias("time_us")).sort("iteration", "bucket")
+
+
+def rank_view(
+    kt, dev: pl.DataFrame, step_cat: str, rules: ServingRules | None = None
+) -> tuple[pl.DataFrame | None, pl.DataFrame | None]:
+    """The rank's iterations (`ITERATION_COLUMNS`, one row each, in time order) and their device time per bucket
+    (`bucket_time`), or (None, None) for a capture that is no serving capture (no marker, or a training op)."""
     from profan.sources.trace import iteration_phase, kineto_tokens
 
     rules = rules or serving_rules()
     win = windows(kt.marks, kt.steps, step_cat)
     if win.is_empty():
-        return None
+        return None, None
     work = assign(dev, win)
     toks = iteration_phase.tokens(kineto_tokens.rank_tokens(kt.path, rules), win)
     out = periods(win, work).join(iteration_phase.phases(win, kt.marks, work, toks, rules), on="iteration")
-    return out.join(toks, on="iteration", how="left").select(ITERATION_COLUMNS).sort("iteration")
+    return out.join(toks, on="iteration", how="left").select(ITERATION_COLUMNS).sort("iteration"), bucket_time(work)
+
+
+def rank_iterations(kt, dev: pl.DataFrame, step_cat: str, rules: ServingRules | None = None) -> pl.DataFrame | None:
+    """The rank's iterations alone (`rank_view`)."""
+    return rank_view(kt, dev, step_cat, rules)[0]

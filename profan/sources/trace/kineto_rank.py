@@ -502,13 +502,14 @@ def _run_kinds(runs: pl.DataFrame) -> pl.DataFrame:
     )
 
 
-def load_cached(path: Path, roles: Roles | None = None) -> tuple[KinetoTrace, bool]:
-    """The rank's `KinetoTrace` (its parse through the Parquet cache) and whether the cache served the parse."""
+def load_cached(path: Path, roles: Roles | None = None, iterations: bool = True) -> tuple[KinetoTrace, bool]:
+    """The rank's `KinetoTrace` (its parse through the Parquet cache) and whether the cache served the parse;
+    ``iterations``: look for serving iterations (`kineto.load`)."""
     from profan.sources.common.cache import cached_parse
 
     roles = roles or default_roles()
     trace, hit = cached_parse(path, parse_variant(roles), lambda p: parse_trace(p, roles))
-    return load(path, trace, roles), hit
+    return load(path, trace, roles, iterations), hit
 
 
 def device_events(rd, kt: KinetoTrace, path: Path, pack, captures: list[Path] = ()) -> pl.DataFrame:
@@ -564,7 +565,7 @@ def load_rank_trace(rd, kt: KinetoTrace, hit: bool, dev: pl.DataFrame, pack) -> 
     ep_tab = kineto_ep.ep_time(dev, pack.rule_parts(), tuple(ep["ep_parts"]), ep["comm_bucket"], ep["total_part"])
     rd.ep_time = None if ep_tab.is_empty() else ep_tab
     rd.fusible = elementwise_runs(dev, pack.check("unfused-elementwise"))
-    rd.iterations = kineto_iterations.rank_iterations(kt, dev, roles.kineto_annotation_cat)
+    rd.iterations, rd.iteration_buckets = kineto_iterations.rank_view(kt, dev, roles.kineto_annotation_cat)
     _count_skipped(rd, kt)
     if "role" in rd.info:  # an RL job's trace: what its step ledger reads (`analyses.rl`)
         rd.rl_spans, rd.rl_forwards = kt.annotations, kt.forwards
