@@ -49,3 +49,50 @@ def ledger_brief(tables: dict[str, pl.DataFrame]) -> dict[str, Any] | None:
         "phases": phases.to_dicts(),
         "busy_share": {f"{k['role']} {k['role_rank']}": round(k["busy_share"], 3) for k in full["ranks"]},
     }
+
+
+GRID_TIME = "time"  # the grid's column saying what a row measures
+
+
+def ledger_grid(tables: dict[str, pl.DataFrame]) -> pl.DataFrame | None:
+    """The ledger as a reader of an RL step reads it, one column per phase in step order (µs) and their sum: per
+    step the phase's window in the traces (its sum the step) and the framework's timer for it, then per role and
+    rank its busy and idle time in each phase (a pool idles while the other works). The HTML page's and the
+    workbook's RL ledger; None for a job that is no RL job."""
+    phases, ranks = tables.get("rl_phases"), tables.get("rl_ledger")
+    if phases is None or phases.is_empty() or ranks is None or ranks.is_empty():
+        return None
+    order = list(dict.fromkeys(phases["phase"].to_list()))
+    keys = ["step", "role", "role_rank", "rank", GRID_TIME]
+    window = phases.select(
+        "step",
+        pl.lit("all").alias("role"),
+        pl.lit(None, pl.Int64).alias("role_rank"),
+        pl.lit(None, pl.Int64).alias("rank"),
+        pl.lit("phase in the traces").alias(GRID_TIME),
+        "phase",
+        pl.col("phase_us").alias("value"),
+    )
+    timer = window.with_columns(pl.lit("framework's timer").alias(GRID_TIME), value=phases["timer_us"])
+    per_rank = ranks.unpivot(["busy_us", "idle_us"], index=["step", "role", "role_rank", "rank", "phase"])
+    per_rank = per_rank.select(
+        "step",
+        "role",
+        pl.col("role_rank").cast(pl.Int64),
+        pl.col("rank").cast(pl.Int64),
+        pl.col("variable").replace_strict({"busy_us": "busy", "idle_us": "idle"}).alias(GRID_TIME),
+        "phase",
+        "value",
+    )
+    long = pl.concat([window, timer, per_rank])
+    wide = long.pivot(on="phase", index=keys, values="value", aggregate_function="first", sort_columns=False)
+    cols = [name for name in order if name in wide.columns]
+    row_order = {"phase in the traces": 0, "framework's timer": 1, "busy": 2, "idle": 3}
+    wide = wide.with_columns(
+        pl.sum_horizontal(cols).alias("sum"),
+        pl.col(GRID_TIME).replace_strict(row_order, return_dtype=pl.Int64).alias("_o"),
+    )
+    wide = wide.sort(["step", pl.col("rank").fill_null(-1), "_o"]).drop("_o")
+    return wide.rename({name: f"{name}_us" for name in [*cols, "sum"]}).select(
+        *keys, *[f"{name}_us" for name in [*cols, "sum"]]
+    )
