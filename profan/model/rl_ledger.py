@@ -55,7 +55,8 @@ GRID_TIME = "time"  # the grid's column saying what a row measures
 
 
 def ledger_grid(tables: dict[str, pl.DataFrame]) -> pl.DataFrame | None:
-    """The ledger as a reader of an RL step reads it, one column per phase in step order (µs) and their sum: per
+    """The ledger as a reader of an RL step reads it, one column per phase in step order (µs) and their sum (a
+    colocated job's engine switches beside generation, which holds them, and out of the sum): per
     step the phase's window in the traces (its sum the step) and the framework's timer for it, then per role and
     rank its busy and idle time in each phase (a pool idles while the other works). The HTML page's and the
     workbook's RL ledger; None for a job that is no RL job."""
@@ -87,9 +88,11 @@ def ledger_grid(tables: dict[str, pl.DataFrame]) -> pl.DataFrame | None:
     long = pl.concat([window, timer, per_rank])
     wide = long.pivot(on="phase", index=keys, values="value", aggregate_function="first", sort_columns=False)
     cols = [name for name in order if name in wide.columns]
+    inside = set(phases.filter(pl.col("measured").str.starts_with("trace ("))["phase"])  # inside another phase
+    summed = [name for name in cols if name not in inside]
     row_order = {"phase in the traces": 0, "framework's timer": 1, "busy": 2, "idle": 3}
     wide = wide.with_columns(
-        pl.sum_horizontal(cols).alias("sum"),
+        pl.sum_horizontal(summed).alias("sum"),
         pl.col(GRID_TIME).replace_strict(row_order, return_dtype=pl.Int64).alias("_o"),
     )
     wide = wide.sort(["step", pl.col("rank").fill_null(-1), "_o"]).drop("_o")

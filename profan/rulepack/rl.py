@@ -26,6 +26,16 @@ class Phase:
 
 
 @dataclass(frozen=True)
+class Switch:
+    """A colocated job's switch between the training and the inference engine (rules/rl.toml ``[[switch]]``)."""
+
+    name: str
+    annotations: tuple[str, ...]
+    timer: str
+    source: str
+
+
+@dataclass(frozen=True)
 class RlRules:
     trace_name: re.Pattern[str]
     e2e_folder: str
@@ -37,6 +47,13 @@ class RlRules:
     unknown_role: str = "unknown role"
     lead_in_us: float = 1000.0
     forward_op: str = ""
+    forward_input: int = 1  # the forward op's input that holds the batch's token ids: [sequences, tokens]
+    forward_read_max_mb: float = 64.0  # a larger trace is not read a second time for its forwards' shapes
+    switches: tuple[Switch, ...] = ()
+
+    @property
+    def annotation_switch(self) -> dict[str, str]:
+        return {annotation: switch.name for switch in self.switches for annotation in switch.annotations}
 
     def phase_of(self, annotation: str) -> str | None:
         """The phase an annotation marks, None for any other annotation."""
@@ -80,6 +97,8 @@ def rules() -> RlRules:
         unknown_role=layout["unknown_role"],
         lead_in_us=float(layout["lead_in_us"]),
         forward_op=layout["forward_op"],
+        forward_input=int(layout["forward_input"]),
+        forward_read_max_mb=float(layout["forward_read_max_mb"]),
         phases=tuple(
             Phase(
                 name=p["name"],
@@ -90,5 +109,9 @@ def rules() -> RlRules:
                 unannotated=bool(p.get("unannotated", False)),
             )
             for p in doc["phase"]
+        ),
+        switches=tuple(
+            Switch(name=w["name"], annotations=tuple(w["annotations"]), timer=w["timer"], source=w["source"])
+            for w in doc.get("switch", [])
         ),
     )
