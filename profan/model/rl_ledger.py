@@ -67,7 +67,7 @@ def ledger_grid(tables: dict[str, pl.DataFrame]) -> pl.DataFrame | None:
     keys = ["step", "role", "role_rank", "rank", GRID_TIME]
     window = phases.select(
         "step",
-        pl.lit("all").alias("role"),
+        pl.lit("all roles").alias("role"),
         pl.lit(None, pl.Int64).alias("role_rank"),
         pl.lit(None, pl.Int64).alias("rank"),
         pl.lit("phase in the traces").alias(GRID_TIME),

@@ -50,6 +50,11 @@ class RlRules:
     forward_input: int = 1  # the forward op's input that holds the batch's token ids: [sequences, tokens]
     forward_read_max_mb: float = 64.0  # a larger trace is not read a second time for its forwards' shapes
     switches: tuple[Switch, ...] = ()
+    # a trace whose name tells no role: read from its content (rules/rl.toml [content_roles])
+    sniff_max_mb: float = 8.0
+    phase_roles: tuple[tuple[tuple[str, ...], str], ...] = ()  # (phases all marked, role), first match wins
+    process_name: re.Pattern[bytes] | None = None  # Kineto's process_name metadata of a Ray worker: its class
+    process_roles: tuple[tuple[re.Pattern[str], str], ...] = ()
 
     @property
     def annotation_switch(self) -> dict[str, str]:
@@ -110,8 +115,21 @@ def rules() -> RlRules:
             )
             for p in doc["phase"]
         ),
+        **_content_roles(doc.get("content_roles", {})),
         switches=tuple(
             Switch(name=w["name"], annotations=tuple(w["annotations"]), timer=w["timer"], source=w["source"])
             for w in doc.get("switch", [])
         ),
     )
+
+
+def _content_roles(doc: dict) -> dict:
+    """The [content_roles] table as RlRules' fields."""
+    if not doc:
+        return {}
+    return {
+        "sniff_max_mb": float(doc["sniff_max_mb"]),
+        "phase_roles": tuple((tuple(entry["phases"]), entry["role"]) for entry in doc["phase_roles"]),
+        "process_name": re.compile(doc["process_name"].encode()),
+        "process_roles": tuple((re.compile(entry["pattern"]), entry["role"]) for entry in doc["process_roles"]),
+    }

@@ -62,7 +62,7 @@ def test_html_ledger_has_phases_as_columns_and_busy_idle_per_rank(report):
     rows = [r for r in rows if r]
     actor_idle = next(r for r in rows if r[:5] == ["1", "actor", "0", "2", "idle"])
     assert actor_idle[5] == fmt_ms(_rank_us(report, 1, 2, "generation", "idle_us"))  # the trainer waits for rollout
-    first = next(r for r in rows if r[:5] == ["1", "all", "—", "—", "phase in the traces"])
+    first = next(r for r in rows if r[:5] == ["1", "all roles", "—", "—", "phase in the traces"])
     steps = report.tables["rl_steps"].filter(pl.col("step") == 1)
     assert first[-1] == fmt_ms(float(steps["step_us"][0]))  # the phases' sum is the step
 
