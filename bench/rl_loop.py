@@ -15,9 +15,11 @@ driver's per-step timers in verl's file-logger form (``metrics.jsonl``: ``{"step
     python bench/rl_loop.py --out fixtures/torch/rl_grpo_cpu/normal
     python bench/rl_loop.py --long-tail-rank 1 --out fixtures/torch/rl_grpo_cpu/long_tail
     python bench/rl_loop.py --sync-delay 0.6 --out fixtures/torch/rl_grpo_cpu/slow_sync
-    python bench/rl_loop.py --record-shapes --gen-batch 12 --out fixtures/torch/rl_grpo_cpu/under_batched
-    python bench/rl_loop.py --record-shapes --logprob-micro-batch 2 --out fixtures/torch/rl_grpo_cpu/logprob_small
-    python bench/rl_loop.py --update-epochs 4 --out fixtures/torch/rl_grpo_cpu/update_heavy
+    python bench/rl_loop.py --record-shapes --rollout-ranks 1 --prompts 24 --response-len 8 --gen-batch 8 \
+        --paired 3 --out fixtures/torch/rl_grpo_cpu/under_batched
+    python bench/rl_loop.py --record-shapes --rollout-ranks 1 --prompts 24 --logprob-micro-batch 2 \
+        --paired 3 --out fixtures/torch/rl_grpo_cpu/logprob_small
+    python bench/rl_loop.py --prompts 24 --update-epochs 4 --paired 3 --out fixtures/torch/rl_grpo_cpu/update_heavy
     python bench/rl_loop.py --record-shapes --colocate --rollout-ranks 1 --out fixtures/torch/rl_grpo_cpu/colocated
 
 `--colocate` runs verl's hybrid engine instead: one worker group (``actor_rollout``) whose workers hold the rollout
@@ -105,6 +107,10 @@ class Rollout(Profiled):
             out = self._generate(prompts)
         return out, self.response_len
 
+    def configure(self, gen_batch: int) -> None:
+        """The paired steps' setting (`--paired`): the planted batching or none."""
+        self.gen_batch = gen_batch
+
     def update_weights(self, state: dict, delay_s: float) -> None:
         """No annotation (verl's `update_weights` has none): the weights land, then the engine reloads."""
         time.sleep(delay_s)
@@ -148,6 +154,10 @@ class Trainer(Profiled):
                 loss.backward()
                 self.optim.step()
             return float(loss.detach())
+
+    def configure(self, logprob_micro_batch: int, update_epochs: int) -> None:
+        """The paired steps' setting (`--paired`): the planted micro-batch and epochs, or the defaults."""
+        self.logprob_micro_batch, self.update_epochs = logprob_micro_batch or self.micro_batch, update_epochs
 
     def state_for_sync(self) -> dict:
         """No annotation: the state dict copied out for the rollout engines."""
@@ -228,6 +238,24 @@ def one_step(args, rollout: list, trainer, step: int) -> dict:
     return {"timing": timing, "extra": extra, "response_len": [n for _, n in outs]}
 
 
+def paired(args, rollout: list, trainer) -> dict:
+    """``--paired N``: after the profiled steps, N unprofiled rounds of one step as planted and one with the
+    planted batching undone (one generate pass, the trainer's micro-batch, one update epoch), adjacent in time so
+    the machine's load is alike: the step-time difference a batching cause's gain is held against."""
+    out: dict = {"planted": [], "unplanted": []}
+    if args.colocate or not args.paired:
+        return out
+    settings = {
+        "planted": (args.gen_batch, args.logprob_micro_batch, args.update_epochs),
+        "unplanted": (0, 0, 1),
+    }
+    for n in range(args.paired):
+        for name, (gen_batch, micro, epochs) in settings.items():
+            ray.get([w.configure.remote(gen_batch) for w in rollout] + [trainer.configure.remote(micro, epochs)])
+            out[name].append(one_step(args, rollout, trainer, 100 + n)["timing"])
+    return out
+
+
 def cpu_busy() -> tuple[float, float]:
     """(busy, total) jiffies of the whole machine, from /proc/stat."""
     fields = [float(x) for x in Path("/proc/stat").read_text().split("\n")[0].split()[1:]]
@@ -254,7 +282,7 @@ def run(args) -> dict:
             ray.get(trainer.start_profile.remote(save, "actor", 0, args.record_shapes))
         steps = [one_step(args, rollout, trainer, s) for s in range(1, args.steps + 1)]
         ray.get([w.stop_profile.remote() for w in workers])
-        return {"steps": steps, "response_len": lens}
+        return {"steps": steps, "response_len": lens, "paired": paired(args, rollout, trainer)}
     finally:
         ray.shutdown()
 
@@ -283,6 +311,9 @@ def truth_toml(args, result: dict, load: dict) -> str:
     ]
     for n, step in enumerate(result["steps"], 1):
         lines += ["", f"[step.{n}]"] + [f'"{k}" = {v}' for k, v in {**step["timing"], **step["extra"]}.items()]
+    for name, rounds in result["paired"].items():  # unprofiled, alternating: planted, unplanted, planted, ...
+        for n, timing in enumerate(rounds, 1):
+            lines += ["", f"[paired.{name}.{n}]"] + [f'"{k}" = {v}' for k, v in timing.items()]
     return "\n".join(lines) + "\n"
 
 
@@ -304,6 +335,7 @@ def main() -> None:
     parser.add_argument("--update-epochs", type=int, default=1, help="passes of update_actor over the batch")
     parser.add_argument("--colocate", action="store_true", help="rollout engine beside the actor, switched")
     parser.add_argument("--record-shapes", action="store_true", help="the profiler's record_shapes")
+    parser.add_argument("--paired", type=int, default=0, help="unprofiled rounds of planted and undone steps")
     args = parser.parse_args()
     args.tmp = args.out.with_name(args.out.name + ".tmp")
     shutil.rmtree(args.tmp, ignore_errors=True)
