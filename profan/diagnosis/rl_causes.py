@@ -34,6 +34,9 @@ def long_tail(job: Job, claims: Claims, _steps: dict[int, float]) -> list[Cause]
             "wait": pct(m["wait_share"]),
             "forwards": m["forwards"],
             "others_forwards": m["others_forwards"],
+            "which": job.pack.check("rl-long-tail").params[
+                "longer" if m["forwards"] > m["others_forwards"] else "slower"
+            ],
             "steps": ", ".join(map(str, m["steps"])),
         }
         grounds = Grounds(
