@@ -23,6 +23,7 @@ if TYPE_CHECKING:  # discover.py defines them and imports this module's caller: 
 
 
 RankOf = Callable[["RankSource"], tuple[int | None, str]]
+CONTENT = "role from "  # the rank origin of a trace whose role its content told, not its name
 
 
 def _told(rs: RankSource, rank_of: RankOf) -> tuple[str, int, str] | None:
@@ -38,7 +39,8 @@ def _told(rs: RankSource, rank_of: RankOf) -> tuple[str, int, str] | None:
         if content is None:
             return told
         rank, origin = rank_of(rs)
-        return content[0], rank, f"{content[1]}; rank {origin or 'by path order among its role (no distributedInfo)'}"
+        rank_from = origin or "by path order among its role (no distributedInfo)"
+        return content[0], rank, f"{CONTENT}{content[1]}; rank {rank_from}"
     folder = rs.path.parent.name
     if folder == rules.e2e_folder or rules.role(folder) is None:
         return None
@@ -113,6 +115,13 @@ def _say_gaps(disc: Discovery, traces: list[RankSource], unknown: str) -> None:
         disc.warnings.append(
             f"{len(odd)} trace(s) of this RL job whose role cannot be told from the file name or folder, read as "
             f"'{unknown}': " + short_list(f"{disc.relpath(trace.path)} (rank {trace.role_rank})" for trace in odd)
+        )
+    read = [trace for trace in traces if f"({CONTENT}" in (trace.rank_origin or "")]
+    if read:
+        disc.warnings.append(
+            f"{len(read)} trace(s) of this RL job whose file name and folder tell no role, their role read from "
+            "their content: "
+            + short_list(f"{disc.relpath(trace.path)} as {trace.role} rank {trace.role_rank}" for trace in read)
         )
     by_role: dict[str, set[int]] = {}
     for trace in traces:
