@@ -24,7 +24,34 @@ def ledger_summary(tables: dict[str, pl.DataFrame]) -> dict[str, Any] | None:
         .agg((pl.col("busy_us").sum() / pl.col("window_us").sum()).alias("busy_share"))
         .sort("rank")
     )
-    return {"steps": per_step, "ranks": busy.to_dicts()}
+    return {"steps": per_step, "ranks": busy.to_dicts(), "pools": pool_idle(ranks)}
+
+
+def pool_idle(ranks: pl.DataFrame) -> list[dict[str, Any]]:
+    """Per role (its pool of ranks), the time per step a rank of it idles while a rank of another role is busy
+    (mean over its ranks and the steps), and that as a share of the step: separate pools wait for each other by
+    design, and this is what each pays. Empty for a job of one role (colocated: its switches say the cost)."""
+    if ranks.is_empty() or ranks["role"].n_unique() < 2:
+        return []
+    busy_by = ranks.group_by("step", "phase", "role").agg((pl.col("busy_us") > 0).any().alias("_busy"))
+    others = busy_by.join(busy_by, on=["step", "phase"], suffix="_other").filter(
+        (pl.col("role") != pl.col("role_other")) & pl.col("_busy_other")
+    )
+    waiting = others.select("step", "phase", "role").unique()
+    idle = ranks.join(waiting, on=["step", "phase", "role"])
+    idle = idle.group_by("role", "rank", "step").agg(pl.col("idle_us").sum())
+    step = ranks.group_by("rank", "step").agg(pl.col("window_us").sum())
+    per = (
+        idle.join(step, on=["rank", "step"])
+        .group_by("role")
+        .agg(
+            pl.col("rank").n_unique().alias("ranks"),
+            (pl.col("idle_us").sum() / pl.len()).alias("idle_us"),
+            (pl.col("idle_us").sum() / pl.col("window_us").sum()).alias("idle_share"),
+        )
+    )
+    order = ranks.select("role").unique(maintain_order=True)
+    return order.join(per, on="role").to_dicts()
 
 
 def ledger_brief(tables: dict[str, pl.DataFrame]) -> dict[str, Any] | None:
@@ -48,6 +75,7 @@ def ledger_brief(tables: dict[str, pl.DataFrame]) -> dict[str, Any] | None:
         "step_ms": round(float(steps["step_us"].mean()) / 1000, 1),
         "phases": phases.to_dicts(),
         "busy_share": {f"{k['role']} {k['role_rank']}": round(k["busy_share"], 3) for k in full["ranks"]},
+        "pool_idle_share": {pool["role"]: round(pool["idle_share"], 3) for pool in full["pools"]},
     }
 
 

@@ -93,3 +93,17 @@ def test_json_brief_and_mcp_carry_the_ledger(report, tmp_path):
     assert ledger["step_ms"] == round(float(report.tables["rl_steps"]["step_us"].mean()) / 1000, 1)
     led = report.tables["rl_ledger"].filter(pl.col("rank") == 2)
     assert ledger["busy_share"]["actor 0"] == round(float(led["busy_us"].sum() / led["window_us"].sum()), 3)
+
+
+def test_each_pool_idles_while_the_other_works(report):
+    """Separate pools: the rollout ranks idle through the trainer's phases, the trainer through generation."""
+    led = report.tables["rl_ledger"]
+    pools = {pool["role"]: pool for pool in report.to_dict()["rl_ledger"]["pools"]}
+    trainer_phases = ["reward", "old log-prob", "reference", "actor update"]
+    rollout = led.filter((pl.col("role") == "rollout") & pl.col("phase").is_in([*trainer_phases, "weight sync"]))
+    per_rank_step = rollout["idle_us"].sum() / (2 * report.tables["rl_steps"].height)
+    assert pools["rollout"]["ranks"] == 2 and pools["rollout"]["idle_us"] == pytest.approx(per_rank_step)
+    actor = led.filter((pl.col("role") == "actor") & pl.col("phase").is_in(["generation", "weight sync"]))
+    assert pools["actor"]["idle_us"] == pytest.approx(actor["idle_us"].sum() / report.tables["rl_steps"].height)
+    md = render_markdown(report)
+    assert f"rollout (2 ranks) {fmt_ms(pools['rollout']['idle_us'])} ms" in md
