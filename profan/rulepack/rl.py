@@ -52,6 +52,7 @@ class RlRules:
     switches: tuple[Switch, ...] = ()
     # a trace whose name tells no role: read from its content (rules/rl.toml [content_roles])
     sniff_max_mb: float = 8.0
+    sniff_max_traces: int = 64  # a job of more Kineto traces is not read for roles (only their names tell them)
     phase_roles: tuple[tuple[tuple[str, ...], str], ...] = ()  # (phases all marked, role), first match wins
     process_name: re.Pattern[bytes] | None = None  # Kineto's process_name metadata of a Ray worker: its class
     process_roles: tuple[tuple[re.Pattern[str], str], ...] = ()
@@ -129,6 +130,7 @@ def _content_roles(doc: dict) -> dict:
         return {}
     return {
         "sniff_max_mb": float(doc["sniff_max_mb"]),
+        "sniff_max_traces": int(doc["sniff_max_traces"]),
         "phase_roles": tuple((tuple(entry["phases"]), entry["role"]) for entry in doc["phase_roles"]),
         "process_name": re.compile(doc["process_name"].encode()),
         "process_roles": tuple((re.compile(entry["pattern"]), entry["role"]) for entry in doc["process_roles"]),

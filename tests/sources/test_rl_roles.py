@@ -86,3 +86,11 @@ def test_a_trace_of_no_rl_job_is_not_given_a_role(plain):
     though their content is read for a role."""
     disc = discover(RUN.parents[1] / plain)
     assert disc.ranks and all(rs.role is None for rs in disc.ranks)
+
+
+def test_a_colocated_workers_trace_is_actor_rollout(tmp_path):
+    """The colocated run's one trace, renamed: it generates and updates, so it is verl's actor_rollout."""
+    shutil.copy(RUN.parent / "colocated" / "e2e" / "actor_rollout_prof_rank-0.json.gz", tmp_path / "worker.json.gz")
+    (only,) = discover(tmp_path).ranks
+    assert (only.role, only.role_rank) == ("actor_rollout", 0)
+    assert "compute_log_prob" in only.rank_origin and "generate_sequences" in only.rank_origin

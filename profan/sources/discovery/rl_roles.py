@@ -26,14 +26,14 @@ RankOf = Callable[["RankSource"], tuple[int | None, str]]
 CONTENT = "role from "  # the rank origin of a trace whose role its content told, not its name
 
 
-def _told(rs: RankSource, rank_of: RankOf) -> tuple[str, int, str] | None:
-    """A rank's (role, rank within it, where the role was read): a Kineto trace's from its name and folder, a
-    profiler folder's (torch_npu ``*_ascend_pt``, which verl's npu tool writes in the same role folders) from the
-    folder holding it; None where neither names a role."""
+def _told(rs: RankSource, rank_of: RankOf, sniff: bool = True) -> tuple[str, int, str] | None:
+    """A rank's (role, rank within it, where the role was read): a Kineto trace's from its name and folder, else
+    (``sniff``) its content, a profiler folder's (torch_npu ``*_ascend_pt``, which verl's npu tool writes in the
+    same role folders) from the folder holding it; None where none names a role."""
     rules = rl.rules()
     if rs.kind == "kineto":
         told = rules.trace_role(rs.files["kineto_trace"])
-        if told is not None and told[0] != rules.unknown_role:
+        if (told is not None and told[0] != rules.unknown_role) or not sniff:
             return told
         content = _from_content(rs.files["kineto_trace"])
         if content is None:
@@ -84,7 +84,9 @@ def assign_roles(disc: Discovery, rank_of: RankOf) -> bool:
     id, where its name does not give it (`ranks.rank_of`)."""
     rules = rl.rules()
     traces = disc.ranks
-    told = {id(trace): _told(trace, rank_of) for trace in traces}
+    # an RL job has a handful of traces per role: a cluster's many traces are not each read twice for a role
+    sniff = sum(trace.kind == "kineto" for trace in traces) <= rules.sniff_max_traces
+    told = {id(trace): _told(trace, rank_of, sniff) for trace in traces}
     if not any(t is not None and t[0] != rules.unknown_role for t in told.values()):
         return False
     _number_unranked(traces, told)
