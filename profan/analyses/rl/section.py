@@ -1,6 +1,7 @@
-"""The RL analysis of the report: the step ledger's tables (rl_phases, rl_steps, rl_ledger, rl_rollout) and its
-findings — one ledger finding per rank (busy and idle per phase; it supersedes the per-trace idle and MoE
-findings), the long tail, the exposed weight sync and an update-dominated step, graded by rules/checks.toml.
+"""The RL analysis of the report: the step ledger's tables (rl_phases, rl_steps, rl_ledger, rl_rollout; where the
+traces show them rl_switches, rl_generation, rl_logprob) and its findings — one ledger finding per rank (busy and
+idle per phase; it supersedes the per-trace idle and MoE findings), the long tail, the exposed weight sync, an
+update-dominated step, under-batched generation and small log-prob micro-batches, graded by rules/checks.toml.
 Nothing here for a job whose traces name no RL role."""
 
 from __future__ import annotations
