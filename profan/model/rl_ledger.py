@@ -45,13 +45,13 @@ def pool_idle(ranks: pl.DataFrame) -> list[dict[str, Any]]:
         idle.join(step, on=["rank", "step"])
         .group_by("role")
         .agg(
+            pl.col("rank").min().alias("_first"),
             pl.col("rank").n_unique().alias("ranks"),
             (pl.col("idle_us").sum() / pl.len()).alias("idle_us"),
             (pl.col("idle_us").sum() / pl.col("window_us").sum()).alias("idle_share"),
         )
     )
-    order = ranks.select("role").unique(maintain_order=True)
-    return order.join(per, on="role").to_dicts()
+    return per.sort("_first").drop("_first").to_dicts()  # in the ranks' order, the same on every call
 
 
 def ledger_brief(tables: dict[str, pl.DataFrame]) -> dict[str, Any] | None:
