@@ -35,6 +35,8 @@ def section(job: Job) -> Section:
         rl_causes.long_tail,  # an RL job's causes first: they name the phase every rank of the step waits for
         rl_causes.weight_sync,
         rl_causes.update_dominated,
+        rl_causes.gen_under_batched,
+        rl_causes.logprob_unfused,
         rank_causes.stage,
         rank_causes.moe,
         rank_causes.straggler,

@@ -34,6 +34,9 @@ def long_tail(job: Job, claims: Claims, _steps: dict[int, float]) -> list[Cause]
             "wait": pct(m["wait_share"]),
             "forwards": m["forwards"],
             "others_forwards": m["others_forwards"],
+            "which": job.pack.check("rl-long-tail").params[
+                "longer" if m["forwards"] > m["others_forwards"] else "slower"
+            ],
             "steps": ", ".join(map(str, m["steps"])),
         }
         grounds = Grounds(
@@ -95,3 +98,40 @@ def _longest_gap(job: Job) -> str:
         "; ".join(f"{role} ranks busy {ms(b)} of its {ms(w)}" for role, b, w in sync.sort("role").iter_rows())
         + " — the rest is waiting, not transfer or load work"
     )
+
+
+def gen_under_batched(job: Job, claims: Claims, _steps: dict[int, float]) -> list[Cause]:
+    out = []
+    for f in claims.take(["rl-gen-under-batched"], severities=("critical", "warning")):
+        m = f.metrics
+        values = {
+            "worker": m["worker"],
+            "sequences": m["sequences"],
+            "passes": m["passes"],
+            "per_forward": f"{m['sequences_per_forward']:.0f}",
+            "gain_ms": m["gain_us"] / 1000,
+            "steps": ", ".join(map(str, m["steps"])),
+        }
+        grounds = Grounds(
+            sources=[f], steps_us=_steps_us(job), impact_us=m["gain_us"], explained=_explained(claims), steps=m["steps"]
+        )
+        out.append(make_cause(job, "rl-gen-under-batched", values, grounds, Wording(message=f.message)))
+    return out
+
+
+def logprob_unfused(job: Job, claims: Claims, _steps: dict[int, float]) -> list[Cause]:
+    out = []
+    for f in claims.take(["rl-logprob-unfused"], severities=("critical", "warning")):
+        m = f.metrics
+        values = {
+            "micro_batch": f"{m['micro_batch']:.0f}",
+            "sequences": m["sequences"],
+            "gain": ms(m["gain_us"]),
+            "gain_ms": m["gain_us"] / 1000,
+            "steps": ", ".join(map(str, m["steps"])),
+        }
+        grounds = Grounds(
+            sources=[f], steps_us=_steps_us(job), impact_us=m["gain_us"], explained=_explained(claims), steps=m["steps"]
+        )
+        out.append(make_cause(job, "rl-logprob-unfused", values, grounds, Wording(message=f.message)))
+    return out

@@ -39,6 +39,7 @@ from profan.model.causes import Cause
 from profan.model.errors import ProfanInputError
 from profan.model.findings import SEVERITIES, Finding
 from profan.model.report import Report
+from profan.model.rl_ledger import ledger_grid
 from profan.model.textfmt import (
     FILTERS,
     column_kind,
@@ -78,7 +79,14 @@ SCALE_READ = 24  # ranks listed in "What was read" at scale, besides the named r
 # identifier columns a summary across ranks leaves out: they number things, they do not measure them
 ID_COLUMNS = {"rank", "step", "steps", "device_id", "src_rank", "dst_rank", "src_local", "dst_local", "size_bin"}
 
+RL_GRID = "rl_step_ledger"  # the RL ledger as phases in columns (`model.rl_ledger.ledger_grid`): no report table
 TABLE_INFO: dict[str, tuple[str, str]] = {
+    RL_GRID: (
+        "RL step ledger",
+        "Per step, each phase's time in the traces and by the framework's own timer, then per role and rank its "
+        "busy and idle time in each phase: one pool idles while the other works. Rows per phase: tables rl_phases "
+        "and rl_ledger.",
+    ),
     "breakdown": (
         "Device time by bucket",
         "Summed kernel durations per rank, step and bucket. Overlapping "
@@ -623,7 +631,9 @@ def table_sections(report: Report, scale: dict[str, Any] | None = None) -> list[
     """A section per report table, known ones first; tables added later get a generic section."""
     names = [table for table in SECTION_ORDER if table in report.tables]
     names += [table for table in report.tables if table not in names]
-    return [
+    grid = ledger_grid(report.tables)
+    ledger = [] if grid is None else [section_view(RL_GRID, grid, None)]  # an RL job's ledger leads its tables
+    return ledger + [
         section_view(table, frame, scale)
         for table in names
         if (frame := report.tables[table]) is not None and not frame.is_empty()

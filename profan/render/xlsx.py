@@ -42,6 +42,7 @@ from profan.diagnosis.step import step_summary
 from profan.model.causes import Cause
 from profan.model.findings import SEVERITIES, Finding
 from profan.model.report import Report
+from profan.model.rl_ledger import ledger_grid
 from profan.model.textfmt import column_kind, column_label, fmt_ranks, locators, visible
 from profan.render.evidence_rows import NAME_COLUMNS, TYPE_COLUMNS, EvidenceTable, key_values, pick, read_evidence
 from profan.render.html import data_root
@@ -80,6 +81,7 @@ SEVERITY_FILL = {
     "cause": PatternFill("solid", fgColor="F3E8FD"),
 }
 LINK_FONT = Font(color="2B5EA7", underline="single", bold=True)
+RL_SHEET = "RL step ledger"
 NAMED_SHEETS = {"breakdown": "Breakdown", "top_kernels": "Top kernels", "communication": "Communication"}
 
 
@@ -107,6 +109,9 @@ def build_workbook(report: Report) -> Workbook:
     sheets = [summary, causes_ws, findings_ws, Sheet(workbook, "Members")]
     members_cut = members_sheet(sheets[-1], report)
     titles: dict[str, str] = dict.fromkeys(members_cut, "Members")  # table (or group's members) -> its sheet
+    if (grid := ledger_grid(report.tables)) is not None:  # an RL job's ledger, phases in columns, before its tables
+        sheets.append(Sheet(workbook, RL_SHEET))
+        table_sheet(sheets[-1], grid)
     for name, title in NAMED_SHEETS.items():  # the sheets the issue promises exist even when empty
         sheets.append(Sheet(workbook, title))
         titles[name] = title

@@ -26,6 +26,16 @@ class Phase:
 
 
 @dataclass(frozen=True)
+class Switch:
+    """A colocated job's switch between the training and the inference engine (rules/rl.toml ``[[switch]]``)."""
+
+    name: str
+    annotations: tuple[str, ...]
+    timer: str
+    source: str
+
+
+@dataclass(frozen=True)
 class RlRules:
     trace_name: re.Pattern[str]
     e2e_folder: str
@@ -37,6 +47,19 @@ class RlRules:
     unknown_role: str = "unknown role"
     lead_in_us: float = 1000.0
     forward_op: str = ""
+    forward_input: int = 1  # the forward op's input that holds the batch's token ids: [sequences, tokens]
+    forward_read_max_mb: float = 64.0  # a larger trace is not read a second time for its forwards' shapes
+    switches: tuple[Switch, ...] = ()
+    # a trace whose name tells no role: read from its content (rules/rl.toml [content_roles])
+    sniff_max_mb: float = 8.0
+    sniff_max_traces: int = 64  # a job of more Kineto traces is not read for roles (only their names tell them)
+    phase_roles: tuple[tuple[tuple[str, ...], str], ...] = ()  # (phases all marked, role), first match wins
+    process_name: re.Pattern[bytes] | None = None  # Kineto's process_name metadata of a Ray worker: its class
+    process_roles: tuple[tuple[re.Pattern[str], str], ...] = ()
+
+    @property
+    def annotation_switch(self) -> dict[str, str]:
+        return {annotation: switch.name for switch in self.switches for annotation in switch.annotations}
 
     def phase_of(self, annotation: str) -> str | None:
         """The phase an annotation marks, None for any other annotation."""
@@ -80,6 +103,8 @@ def rules() -> RlRules:
         unknown_role=layout["unknown_role"],
         lead_in_us=float(layout["lead_in_us"]),
         forward_op=layout["forward_op"],
+        forward_input=int(layout["forward_input"]),
+        forward_read_max_mb=float(layout["forward_read_max_mb"]),
         phases=tuple(
             Phase(
                 name=p["name"],
@@ -91,4 +116,22 @@ def rules() -> RlRules:
             )
             for p in doc["phase"]
         ),
+        **_content_roles(doc.get("content_roles", {})),
+        switches=tuple(
+            Switch(name=w["name"], annotations=tuple(w["annotations"]), timer=w["timer"], source=w["source"])
+            for w in doc.get("switch", [])
+        ),
     )
+
+
+def _content_roles(doc: dict) -> dict:
+    """The [content_roles] table as RlRules' fields."""
+    if not doc:
+        return {}
+    return {
+        "sniff_max_mb": float(doc["sniff_max_mb"]),
+        "sniff_max_traces": int(doc["sniff_max_traces"]),
+        "phase_roles": tuple((tuple(entry["phases"]), entry["role"]) for entry in doc["phase_roles"]),
+        "process_name": re.compile(doc["process_name"].encode()),
+        "process_roles": tuple((re.compile(entry["pattern"]), entry["role"]) for entry in doc["process_roles"]),
+    }

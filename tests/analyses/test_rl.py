@@ -134,15 +134,28 @@ def copy_run(tmp_path: Path, run: str = "normal") -> Path:
 
 
 def test_unknown_role_is_read_and_named(tmp_path):
+    """A trace of the job that is no RL role's (here a gloo training rank's, named as verl names a role's trace,
+    with a prefix of no known role): read as the unknown role, named in a warning."""
+    job = copy_run(tmp_path)
+    plain = RUNS.parent / "gloo_healthy_seeds" / "r2_seed1" / "rank1.pt.trace.json.gz"
+    shutil.copy(plain, job / "e2e" / "sampler_prof_rank-0.json.gz")
+    rep = analyze(job)
+    said = [w for w in rep.warnings if "role cannot be told" in w]
+    assert said and "e2e/sampler_prof_rank-0.json.gz (rank 0)" in said[0]
+    roles = [r["info"]["role"] for r in rep.source["ranks"]]
+    assert roles.count("unknown role") == 1 and len(roles) == 4
+
+
+def test_a_role_of_no_known_name_is_read_from_the_trace_and_named(tmp_path):
+    """A rollout trace renamed with a prefix of no known role: its annotations tell the role, and a warning says
+    it was read so."""
     job = copy_run(tmp_path)
     (job / "e2e" / "rollout_prof_rank-1.json.gz").rename(job / "e2e" / "sampler_prof_rank-1.json.gz")
     rep = analyze(job)
-    said = [w for w in rep.warnings if "role cannot be told" in w]
-    assert said and "e2e/sampler_prof_rank-1.json.gz (rank 1)" in said[0]
-    roles = [r["info"]["role"] for r in rep.source["ranks"]]
-    assert roles.count("unknown role") == 1 and len(roles) == 3
+    said = [w for w in rep.warnings if "their role read from their content" in w]
+    assert said and "e2e/sampler_prof_rank-1.json.gz as rollout rank 1" in said[0]
     gen = rep.tables["rl_rollout"]  # its generation is read with the others'
-    assert set(gen["role"]) == {"rollout", "unknown role"}
+    assert set(gen["role"]) == {"rollout"} and gen["rank"].n_unique() == 2
 
 
 def test_missing_rank_is_named(tmp_path):

@@ -13,6 +13,7 @@ from dataclasses import dataclass
 
 import polars as pl
 
+from profan.analyses.rl import switches
 from profan.analyses.rl.phases import phase_spans, windows
 from profan.model.rank import RankData
 from profan.rulepack.rl import RlRules
@@ -28,6 +29,7 @@ class Ledger:
     ranks: pl.DataFrame  # step, phase, rank, role, role_rank, file, busy_of, window_us, busy_us, idle_us
     left_out: list[str]  # what was not read into the ledger, and why
     unannotated: pl.DataFrame  # the work in the unannotated phases' windows: step, phase, rank, file, event_idx
+    switches: pl.DataFrame  # a colocated job's engine switches per step and rank (`switches.per_step`)
 
 
 def rl_ranks(ranks: list[RankData]) -> list[RankData]:
@@ -52,7 +54,25 @@ def build(ranks: list[RankData], rules: RlRules, timers: pl.DataFrame) -> Ledger
     spans = spans.with_columns(pl.col("occurrence").replace_strict(step_of, default=None).alias("step"))
     phases = _reconciled(win, timers, rules)
     per_rank = _per_rank(win, busy, spans).join(_busy_of(ranks), on="rank", how="left")
-    return Ledger(spans, phases, _steps(phases, timers, rules), per_rank, left_out, _inside(win, busy, spans, rules))
+    kept = [rank for rank in ranks if rank.rank in set(spans["rank"])]
+    swapped = switches.per_step(switches.spans(kept, rules), win)
+    steps = _steps(phases, timers, rules)
+    phases = _with_switches(phases, switches.phase_rows(swapped, timers, rules), rules)
+    unannotated = _inside(win, busy, spans, rules)
+    return Ledger(spans, phases, steps, per_rank, left_out, unannotated, swapped)
+
+
+def _with_switches(phases: pl.DataFrame, rows: pl.DataFrame, rules: RlRules) -> pl.DataFrame:
+    """The phases with the engine switches after generation in each step (they run inside it)."""
+    if rows.is_empty():
+        return phases
+    order = [phase.name for phase in rules.phases]
+    order[1:1] = [switch.name for switch in rules.switches]
+    none = pl.lit(None, pl.Float64)
+    rows = rows.with_columns(none.alias("start_us"), none.alias("end_us"))
+    rank_of = {name: index for index, name in enumerate(order)}
+    both = pl.concat([phases, rows], how="diagonal_relaxed")
+    return both.sort("step", pl.col("phase").replace_strict(rank_of)).select(phases.columns)
 
 
 def _busy_of(ranks: list[RankData]) -> pl.DataFrame:

@@ -1,6 +1,7 @@
-"""The RL analysis of the report: the step ledger's tables (rl_phases, rl_steps, rl_ledger, rl_rollout) and its
-findings — one ledger finding per rank (busy and idle per phase; it supersedes the per-trace idle and MoE
-findings), the long tail, the exposed weight sync and an update-dominated step, graded by rules/checks.toml.
+"""The RL analysis of the report: the step ledger's tables (rl_phases, rl_steps, rl_ledger, rl_rollout; where the
+traces show them rl_switches, rl_generation, rl_logprob) and its findings — one ledger finding per rank (busy and
+idle per phase; it supersedes the per-trace idle and MoE findings), the long tail, the exposed weight sync, an
+update-dominated step, under-batched generation and small log-prob micro-batches, graded by rules/checks.toml.
 Nothing here for a job whose traces name no RL role."""
 
 from __future__ import annotations
@@ -9,14 +10,18 @@ import polars as pl
 
 from profan.analyses.common import graded
 from profan.analyses.contract import Job, Section
+from profan.analyses.rl import batching, long_tail
 from profan.analyses.rl import ledger as ledger_mod
-from profan.analyses.rl import long_tail
 from profan.model.evidence import cite_events, cite_lines
 from profan.model.findings import Finding
 from profan.model.textfmt import ms, pct
 from profan.rulepack import rl
 
 UPDATE_PHASES = ("actor update", "critic update")
+_NO_SHAPES = (
+    "RL job: the traces record no input shapes of their forwards (the profiler's record_shapes; verl's torch tool "
+    "contents: [shapes]), so how generation and the log-prob passes are batched is not measured"
+)
 SYNC_PHASE = "weight sync"
 
 
@@ -32,10 +37,37 @@ def section(job: Job) -> Section:
     if led is None:
         return Section(tables=none, notes=["RL job: no trace marks a phase of rules/rl.toml, so no step ledger"])
     tail = long_tail.workers(led.spans, ranks, rules)
+    gen, passes = batching.generation(led.spans, ranks), batching.logprob(led.spans, ranks, led.ranks, rules)
     tables = {"rl_phases": led.phases, "rl_steps": led.steps, "rl_ledger": led.ranks, "rl_rollout": tail}
+    extra = (("rl_switches", led.switches), ("rl_generation", gen), ("rl_logprob", passes))
+    tables |= {name: frame for name, frame in extra if not frame.is_empty()}
     findings = [*_rank_findings(led), *_tail(job, led, tail), *_sync(job, led), *_update(job, led)]
+    findings += [
+        *batching.generation_findings(job, gen, _steps_us(led)),
+        *batching.logprob_findings(job, passes, _steps_us(led)),
+    ]
     notes, off = _timer_notes(job, led)
+    notes += [] if not gen.is_empty() or not passes.is_empty() else [_NO_SHAPES]
+    notes += _switch_note(led)
     return Section(tables=tables, findings=findings, notes=notes, warnings=[*led.left_out, *off, *_unmarked(led)])
+
+
+def _switch_note(led: ledger_mod.Ledger) -> list[str]:
+    """A colocated job's engine switches said: their time per step, and that the weight sync lies in them."""
+    if led.switches.is_empty():
+        return []
+    per = (
+        led.switches.group_by("step", "switch")
+        .agg(pl.col("switch_us").max())
+        .group_by("switch")
+        .agg(pl.col("switch_us").mean())
+    )
+    said = ", ".join(f"{name} {ms(us)}" for name, us in per.sort("switch").iter_rows())
+    return [
+        f"RL job colocated (the engines' switches are marked): per step {said} on the slowest rank, inside "
+        "generation (rows of rl_phases, per rank rl_switches); the weights reach the rollout engine in the switch "
+        "to rollout, so the weight-sync phase after the update holds only what runs outside it"
+    ]
 
 
 def _unmarked(led: ledger_mod.Ledger) -> list[str]:

@@ -9,32 +9,73 @@ whose role cannot be told is the unknown role, read like the others and named in
 
 from __future__ import annotations
 
+import re
 from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING
 
 from profan.rulepack import rl
 from profan.sources.discovery.names import short_list
+from profan.sources.discovery.sniff import trace_body
 
 if TYPE_CHECKING:  # discover.py defines them and imports this module's caller: types only
     from profan.sources.discovery.discover import Discovery, RankSource
 
 
 RankOf = Callable[["RankSource"], tuple[int | None, str]]
+CONTENT = "role from "  # the rank origin of a trace whose role its content told, not its name
 
 
-def _told(rs: RankSource, rank_of: RankOf) -> tuple[str, int, str] | None:
-    """A rank's (role, rank within it, where the role was read): a Kineto trace's from its name and folder, a
-    profiler folder's (torch_npu ``*_ascend_pt``, which verl's npu tool writes in the same role folders) from the
-    folder holding it; None where neither names a role."""
+def _told(rs: RankSource, rank_of: RankOf, sniff: bool = True) -> tuple[str, int, str] | None:
+    """A rank's (role, rank within it, where the role was read): a Kineto trace's from its name and folder, else
+    (``sniff``) its content, a profiler folder's (torch_npu ``*_ascend_pt``, which verl's npu tool writes in the
+    same role folders) from the folder holding it; None where none names a role."""
     rules = rl.rules()
     if rs.kind == "kineto":
-        return rules.trace_role(rs.files["kineto_trace"])
+        told = rules.trace_role(rs.files["kineto_trace"])
+        if (told is not None and told[0] != rules.unknown_role) or not sniff:
+            return told
+        content = _from_content(rs.files["kineto_trace"])
+        if content is None:
+            return told
+        rank, origin = rank_of(rs)
+        rank_from = origin or "by path order among its role (no distributedInfo)"
+        return content[0], rank, f"{CONTENT}{content[1]}; rank {rank_from}"
     folder = rs.path.parent.name
     if folder == rules.e2e_folder or rules.role(folder) is None:
         return None
     rank, _ = rank_of(rs)
     return rules.roles[folder], rank or 0, f"folder {folder}/"
+
+
+def _from_content(path: Path) -> tuple[str, str] | None:
+    """(role, where it was read) of a trace whose name tells none, from the phases its annotations mark, else
+    its Ray worker's process name (rules/rl.toml [content_roles]); None where neither tells one."""
+    rules = rl.rules()
+    body = trace_body(path, int(rules.sniff_max_mb * 1e6))
+    if body is None or not rules.phase_roles:
+        return None
+    named = rules.annotation_phase
+    pattern = rb'"name"\s*:\s*"(' + b"|".join(re.escape(name.encode()) for name in named) + rb')"'
+    found = {match.decode() for match in re.findall(pattern, body)}
+    marked = {named[name] for name in found}
+    for phases, role in rules.phase_roles:
+        if set(phases) <= marked:
+            return role, f"its annotations ({', '.join(sorted(found))})"
+    match = rules.process_name.search(body) if rules.process_name is not None else None
+    worker = match.group(1).decode() if match else ""
+    role = next((role for pattern, role in rules.process_roles if worker and pattern.search(worker)), None)
+    return (role, f"its process name ray::{worker}") if role else None
+
+
+def _number_unranked(traces: list[RankSource], told: dict[int, tuple | None]) -> None:
+    """A role's traces whose content told the role but no rank: the next free ranks of the role, by path."""
+    for trace in sorted(traces, key=lambda trace: str(trace.path)):
+        found = told[id(trace)]
+        if found is None or found[1] is not None:
+            continue
+        used = {t[1] for t in told.values() if t is not None and t[0] == found[0] and t[1] is not None}
+        told[id(trace)] = (found[0], next(n for n in range(len(traces) + 1) if n not in used), found[2])
 
 
 def assign_roles(disc: Discovery, rank_of: RankOf) -> bool:
@@ -43,9 +84,12 @@ def assign_roles(disc: Discovery, rank_of: RankOf) -> bool:
     id, where its name does not give it (`ranks.rank_of`)."""
     rules = rl.rules()
     traces = disc.ranks
-    told = {id(trace): _told(trace, rank_of) for trace in traces}
+    # an RL job has a handful of traces per role: a cluster's many traces are not each read twice for a role
+    sniff = sum(trace.kind == "kineto" for trace in traces) <= rules.sniff_max_traces
+    told = {id(trace): _told(trace, rank_of, sniff) for trace in traces}
     if not any(t is not None and t[0] != rules.unknown_role for t in told.values()):
         return False
+    _number_unranked(traces, told)
     for trace in traces:
         found = told[id(trace)]
         if found is None:  # a rank of another name in the job: its rank as any rank's, its role unknown
@@ -73,6 +117,13 @@ def _say_gaps(disc: Discovery, traces: list[RankSource], unknown: str) -> None:
         disc.warnings.append(
             f"{len(odd)} trace(s) of this RL job whose role cannot be told from the file name or folder, read as "
             f"'{unknown}': " + short_list(f"{disc.relpath(trace.path)} (rank {trace.role_rank})" for trace in odd)
+        )
+    read = [trace for trace in traces if f"({CONTENT}" in (trace.rank_origin or "")]
+    if read:
+        disc.warnings.append(
+            f"{len(read)} trace(s) of this RL job whose file name and folder tell no role, their role read from "
+            "their content: "
+            + short_list(f"{disc.relpath(trace.path)} as {trace.role} rank {trace.role_rank}" for trace in read)
         )
     by_role: dict[str, set[int]] = {}
     for trace in traces:

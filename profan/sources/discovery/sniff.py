@@ -41,6 +41,21 @@ def _trace_head(path: Path) -> bytes:
         return handle.read(_SNIFF_BYTES)
 
 
+def trace_body(path: Path, max_bytes: int) -> bytes | None:
+    """A (possibly gzipped) trace's whole text where the file is at most ``max_bytes`` on disk; None for a larger
+    or unreadable one (its reader names the problem later)."""
+    try:
+        if path.stat().st_size > max_bytes:
+            return None
+        if path.name.endswith(".gz"):
+            with open_regular(path) as raw, gzip.GzipFile(fileobj=raw) as handle:
+                return handle.read(max_bytes * 64)  # a bomb stops here: text 64 times its file is no trace
+        with open_regular(path) as handle:
+            return handle.read()
+    except (OSError, EOFError, zlib.error):
+        return None
+
+
 def _kineto_array(head: bytes) -> bool:
     """A bare event array (the 2020-21 PyTorch profiler wrote no top-level object) is Kineto's when its head holds
     an event of a Kineto category (roles ``kineto_keep_cats``, other writers' names included)."""

@@ -14,11 +14,12 @@ from pathlib import Path
 import polars as pl
 
 from profan.model.evidence import MAX_CITED
-from profan.rulepack import limits
+from profan.rulepack import limits, rl
 from profan.rulepack.classify import classify_distinct, uses_neighbors, with_neighbors
 from profan.rulepack.roles import Roles
 from profan.rulepack.roles import defaults as default_roles
 from profan.sources.common import intervals
+from profan.sources.rl import forwards as rl_forwards
 from profan.sources.trace import kineto_ep, kineto_iterations, kineto_moe
 from profan.sources.trace.chrome import bad_args_warning, bad_steps_warning, no_phase_warning, not_utf8_warning
 from profan.sources.trace.kineto import KinetoTrace, load, parse_trace, parse_variant
@@ -568,7 +569,7 @@ def load_rank_trace(rd, kt: KinetoTrace, hit: bool, dev: pl.DataFrame, pack) -> 
     rd.iterations, rd.iteration_buckets = kineto_iterations.rank_view(kt, dev, roles.kineto_annotation_cat)
     _count_skipped(rd, kt)
     if "role" in rd.info:  # an RL job's trace: what its step ledger reads (`analyses.rl`)
-        rd.rl_spans, rd.rl_forwards = kt.annotations, kt.forwards
+        rd.rl_spans, rd.rl_forwards = kt.annotations, rl_forwards.with_dims(kt.path, kt.forwards, rl.rules())
         rd.rl_busy = dev.select("event_idx", pl.col("ts_us").alias("start_us"), "end_us")
     rd.info.update(
         {

@@ -37,8 +37,14 @@ def _dims(evidence: _Event, k: int) -> list[int] | None:
 def token_events(path: Path, rules: ServingRules) -> pl.DataFrame:
     """The token op's events with the dims of its token input (`TOKEN_SCHEMA`); events that do not decode as
     chrome-trace objects are passed over (the main parse counts them), and so are those without that input."""
-    op = re.compile(rules.token_op)
-    literal = rules.token_op.strip("^$")  # a cheap byte test first where the op's pattern is a plain name
+    return input_dims(path, rules.token_op, rules.token_input)
+
+
+def input_dims(path: Path, op_pattern: str, input_index: int) -> pl.DataFrame:
+    """The complete events whose name matches ``op_pattern``, with the dims of their ``input_index``-th input
+    (`TOKEN_SCHEMA`): a serving iteration's tokens, an RL generation's sequences per forward."""
+    op = re.compile(op_pattern)
+    literal = op_pattern.strip("^$")  # a cheap byte test first where the op's pattern is a plain name
     hint = literal.encode() if re.escape(literal) == literal else b""
     buf = trace_text(path)
     arr, _, _ = split_events(path, buf)
@@ -51,7 +57,7 @@ def token_events(path: Path, rules: ServingRules) -> pl.DataFrame:
                 evidence = decoder.decode(raw)
             except (msgspec.DecodeError, msgspec.ValidationError):
                 continue
-            dims = _dims(evidence, rules.token_input) if evidence.ph == "X" and op.search(evidence.name) else None
+            dims = _dims(evidence, input_index) if evidence.ph == "X" and op.search(evidence.name) else None
             if dims is not None and evidence.ts is not None:
                 rows.append({"event_idx": offset + index, "ts_us": float(evidence.ts), "dims": dims})
         offset += len(raws)
