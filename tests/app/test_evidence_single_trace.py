@@ -115,3 +115,26 @@ def test_the_command_each_report_names_works_from_where_it_was_written(fmt, data
             assert _evidence(*args, cwd=work)["evidence"] == _evidence(str(data), claim)["evidence"], command
     if fmt == "md":
         assert _evidence("report.md", "F1", cwd=work)["evidence"] == _evidence(str(data), "F1")["evidence"]
+
+
+@pytest.mark.parametrize(
+    "data", [TORCH / "nccl_a100_1rank" / "nccl_data.json.gz", TORCH / "serving_llama_cpu_mixed" / "trace.json.gz"]
+)
+def test_the_workbook_of_a_single_trace_holds_the_drill_down_itself(data, tmp_path):
+    """The xlsx names no command: its Evidence sheet is the drill-down. Each of its rows for F1 and C1 is, parsed,
+    the trace's event at the row's locator — the same rows `profan evidence` prints, in the same order."""
+    import openpyxl
+
+    res = run_cli("analyze", str(data), "-o", str(tmp_path / "report.xlsx"))
+    assert res.returncode == 0, res.stderr
+    sheet = openpyxl.load_workbook(tmp_path / "report.xlsx", read_only=True)["Evidence"]
+    rows = [(r[0], r[4], r[9]) for r in sheet.iter_rows(min_row=2, values_only=True)]
+    events = _events(data)
+    for claim in _ids(data):
+        mine = [(locator, raw) for owner, locator, raw in rows if owner == claim and raw is not None]
+        printed = [
+            (row["locator"], row["text"]) for item in _evidence(str(data), claim)["evidence"] for row in item["rows"]
+        ]
+        assert mine and [locator for locator, _ in mine] == [locator for locator, _ in printed][: len(mine)]
+        for locator, raw in mine:
+            assert json.loads(raw) == events[int(locator.partition(" ")[2])]
