@@ -1,4 +1,5 @@
-"""Faults `gloo_moe.py` does not plant, on the same model and run: a slow data loader.
+"""Faults `gloo_moe.py` does not plant, on the same model and run: a slow data loader, and communication waited on
+before work that could run beside it.
 
 Why: gain calibration holds each cause's estimated gain against what removing its fault saves, on a fault/no-fault
 pair of real runs that differ only by the fault. The slow loader is the one fault of that set the MoE generator
@@ -10,8 +11,19 @@ step's batch from a ``torch.utils.data.DataLoader``, so the trace shows the load
     python bench/gloo_faults.py --fault loader --loader-ms 40 --out /tmp/gloo_loader
 
 Options of `gloo_moe.py`'s model (``--tokens``, ``--dim``, ``--hidden``, ``--layers``) pass through to it.
-``--fault none`` is the clean side of the pair: the same loader, without the sleep. It needs PyTorch (run it with
-the torch venv's Python); the traces and ``ground_truth.toml`` are written by `gloo_run.run`.
+``--fault none`` is the clean side of the pair: the same loader, without the sleep.
+
+``--side-work N`` adds, every step, N products of a 256×256 matrix (``record_function("side_work")``) that do not
+depend on the gradients (work a step could do while they are averaged, such as preparing the next batch): the
+clean run (``--fault none``) starts the gradient all_reduce asynchronously, runs the side work beside it and then
+waits; ``--fault sync-comm`` does the same work but waits for the all_reduce first (the communication exposed,
+blocking compute that could hide it). The two sides of that pair are the same work, with and without the overlap:
+
+    python bench/gloo_faults.py --fault none --side-work 40 --out /tmp/gloo_overlap
+    python bench/gloo_faults.py --fault sync-comm --side-work 40 --out /tmp/gloo_sync_comm
+
+It needs PyTorch (run it with the torch venv's Python); the traces and ``ground_truth.toml`` are written by
+`gloo_run.run`.
 """
 
 from __future__ import annotations
@@ -26,9 +38,10 @@ import gloo_moe
 import gloo_run
 import torch
 import torch.distributed as dist
+from torch.profiler import record_function
 from torch.utils.data import DataLoader, IterableDataset
 
-FAULTS = ("none", "loader")
+FAULTS = ("none", "loader", "sync-comm")
 
 
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
@@ -36,6 +49,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--fault", choices=FAULTS, default="none", help="the fault planted (none)")
     p.add_argument("--loader-ms", type=float, default=40.0, help="sleep per batch of the slow loader, ms (40)")
     p.add_argument("--loader-ranks", default="all", help="ranks whose loader is slow: 'all' or e.g. '2' / '0,2'")
+    p.add_argument("--side-work", type=int, default=0, help="products per step beside the gradient all_reduce (0)")
     p.add_argument("--ranks", type=int, default=4, help="processes (ranks) to spawn, gloo backend (4)")
     p.add_argument("--steps", type=int, default=3, help="profiled training steps, after 1 wait and 1 warm-up (3)")
     p.add_argument("--seed", type=int, default=0, help="seed of weights and data (0)")
@@ -52,6 +66,8 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
         if not hasattr(args, key):
             setattr(args, key, value)
     args.async_grad = False
+    if args.fault == "sync-comm" and not args.side_work:
+        p.error("--fault sync-comm needs --side-work: the work the all_reduce blocks")
     return args
 
 
@@ -69,6 +85,35 @@ class Batches(IterableDataset):
             yield torch.randn(self.args.tokens, self.args.dim, generator=data)
 
 
+def _side_work(args: argparse.Namespace, rank: int, step: int) -> torch.Tensor:
+    """Work that needs nothing of the gradients: ``--side-work`` products of a 256×256 matrix (seeded per rank and
+    step, so both sides of the pair compute the same)."""
+    with record_function("side_work"):
+        data = torch.Generator().manual_seed(args.seed * 1000 + rank * 100 + step)
+        a = torch.randn(256, 256, generator=data) / 16
+        for _ in range(args.side_work):
+            a = torch.tanh(a @ a)
+    return a
+
+
+def _step_with_side_work(model, opt, x: torch.Tensor, args: argparse.Namespace, rank: int, step: int) -> None:
+    """One training step whose gradient all_reduce either runs beside the side work (async, then wait: the clean
+    side) or is waited on before it (``--fault sync-comm``)."""
+    opt.zero_grad(set_to_none=False)
+    model(x).pow(2).mean().backward()
+    grads = [p.grad for p in model.replicated()]
+    flat = torch.cat([g.flatten() for g in grads])
+    if args.fault == "sync-comm":
+        dist.all_reduce(flat)
+        _side_work(args, rank, step)
+    else:
+        handle = dist.all_reduce(flat, async_op=True)
+        _side_work(args, rank, step)
+        handle.wait()
+    gloo_moe._apply(flat / args.ranks, grads)
+    opt.step()
+
+
 def worker(rank: int, args: argparse.Namespace, port: int, tmp: str) -> None:
     gloo_run.join(rank, args.ranks, port)
     model = gloo_moe.Model(args, rank)
@@ -76,8 +121,11 @@ def worker(rank: int, args: argparse.Namespace, port: int, tmp: str) -> None:
     loader = DataLoader(Batches(args, rank), batch_size=None, num_workers=0)
     path = Path(tmp) / f"rank{rank}.pt.trace.json"
     with gloo_run.cpu_profile(path, args.steps) as prof:
-        for x in loader:
-            gloo_moe._step(model, opt, x, args, rank, None)
+        for step, x in enumerate(loader):
+            if args.side_work:
+                _step_with_side_work(model, opt, x, args, rank, step)
+            else:
+                gloo_moe._step(model, opt, x, args, rank, None)
             prof.step()
     dist.barrier()
     dist.destroy_process_group()
@@ -88,6 +136,10 @@ def _ground_truth(args: argparse.Namespace) -> str:
         "fault": args.fault,
         "loader_ms": args.loader_ms if args.fault == "loader" else None,
         "loader_ranks": args.slow_ranks or None,
+        "side_work": args.side_work or None,
+        "comm": ("waited before the side work" if args.fault == "sync-comm" else "beside the side work")
+        if args.side_work
+        else None,
         "ranks": args.ranks,
         "profiled_steps": args.steps,
         "seed": args.seed,

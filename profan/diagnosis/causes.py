@@ -16,7 +16,7 @@ from __future__ import annotations
 
 from profan.analyses.contract import Job, Section
 from profan.diagnosis import comm_causes, ep_causes, idle_causes, kernel_causes, rank_causes, rl_causes, serving_causes
-from profan.diagnosis.claims import Claims, step_times
+from profan.diagnosis.claims import SYMPTOMS, Claims, step_times
 from profan.diagnosis.cost import step_cost
 from profan.diagnosis.severity import grade_findings, run_kind
 from profan.diagnosis.step import denominator, step_summary
@@ -26,8 +26,9 @@ from profan.model.causes import Cause
 def section(job: Job) -> Section:
     """The causes of the job's findings, each with the findings it explains (by `Finding.key`), and the cost
     model of each rank's step (table step_cost) they are measured against."""
-    # graded by cost first: a finding its cost makes info is no symptom to build a cause from
-    claims = Claims(graded(job))
+    # graded by cost first, as the report shows them; a cause is built from what its check detected (a straggler
+    # its cost makes info is still the rank the others wait for) and kept only if its gain is worth it
+    claims = Claims(graded(job), {finding.key for finding in job.findings if finding.severity in SYMPTOMS})
     steps_us = step_times(job)
     cost = step_cost(job.steps, job.tables["trace_steps"], job.tables["comm_exposed"])
     causes: list[Cause] = []

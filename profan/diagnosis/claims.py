@@ -18,11 +18,17 @@ SYMPTOMS = ("critical", "warning")  # severities of findings a cause is made fro
 
 
 class Claims:
-    """Which findings a cause already explains: each finding is explained by the first cause that claims it."""
+    """Which findings a cause already explains: each finding is explained by the first cause that claims it.
 
-    def __init__(self, findings: Iterable[Finding]) -> None:
+    ``detected``: the keys of the findings their check raised as symptoms (warning or above by its own
+    thresholds), before their cost graded them. A cause is built from those: the check says what is wrong, the cost
+    says how loud, and whether it is a cause at all is its gain above what is normal for the run's kind
+    (`severity.keep`). Without it, the findings' own severities say which are symptoms."""
+
+    def __init__(self, findings: Iterable[Finding], detected: set[tuple] | None = None) -> None:
         self.findings = list(findings)
         self.taken: set[tuple] = set()
+        self.detected = detected
 
     def take(
         self,
@@ -60,10 +66,13 @@ class Claims:
         self.taken.update(source.key for source in sources)
 
     def unclaimed(self, check: str) -> list[Finding]:
+        """The symptoms of ``check`` no cause has claimed yet."""
         return [
             finding
             for finding in self.findings
-            if finding.check == check and finding.key not in self.taken and finding.severity in SYMPTOMS
+            if finding.check == check
+            and finding.key not in self.taken
+            and (finding.severity in SYMPTOMS if self.detected is None else finding.key in self.detected)
         ]
 
 

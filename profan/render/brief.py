@@ -513,15 +513,15 @@ def evidence_doc(
     # room for the note that names what the cap leaves out (`_say_left_out`), kept at every cap alike
     room = None if max_bytes is None else max(max_bytes - LEFT_OUT_BYTES, 0)
     doc, fits = fit(_evidence_forms(doc), room, size)
-    if not fits:
-        return _below_floor(doc, "evidence document", max_bytes, size)
-    return _say_left_out(doc, with_rows, full, max_bytes, size)
+    doc = _say_left_out(doc, with_rows, full, max_bytes, size)
+    # under the smallest form too: what it lacks is said, beside the note that it is over the cap
+    return doc if fits else _below_floor(doc, "evidence document", max_bytes, size)
 
 
 def _say_left_out(doc: dict, with_rows: list[int], full: int, max_bytes: int | None, size: Size) -> dict[str, Any]:
     """``doc`` with ``left_out``, where the cap took rows or items away: which items' rows (by index) and how many
     later items went, and the call that gets them (a cap the whole document fits, or one item at a time), so an
-    item never comes back empty without saying so. Dropped again if the note itself does not fit."""
+    item never comes back empty without saying so, even in a form over its cap (it then says so too)."""
     kept = doc["evidence"]
     emptied = [with_row for with_row in with_rows if with_row >= len(kept) or not kept[with_row].get("rows")]
     if not emptied:

@@ -92,7 +92,7 @@ def _straggler_finding(
     check = pack.check(CHECK)
     straggler = late_rank(slow, held_up, lateness.late, lateness.per_step, ranks_by, pack)
     worst = straggler.worst
-    metrics = _straggler_metrics(straggler)
+    metrics = _straggler_metrics(straggler, lateness.per_step["step"].n_unique())
     evidence = straggler_evidence(straggler, lateness.late, lateness.steps)
     n_coll, step_txt = int(worst["collectives"]), step_text(straggler.step)
     if inherited(straggler, check):
@@ -129,7 +129,10 @@ def _straggler_finding(
     )
 
 
-def _straggler_metrics(lr: LateRank) -> dict:
+def _straggler_metrics(lr: LateRank, profiled: int) -> dict:
+    """The finding's numbers. ``lag_us_per_profiled_step``: its hold-up summed over the steps it holds the others
+    up in, per step profiled (``profiled``), what it costs a step on average: one bad step of several is
+    not a rank that is late every step (rules/severity.toml grades it by this)."""
     worst, share, top = lr.worst, lr.share, lr.top
     also = {
         str(rank): sorted(int(last_row) + 1 for last_row in g["seq"])
@@ -143,6 +146,7 @@ def _straggler_metrics(lr: LateRank) -> dict:
         "late_vs_median_us": round(worst["late_vs_median_us"], 3),
         "times_flagged": int(worst["times_flagged"]),
         "lag_us_per_step": {str(s): round(v, 3) for s, v in lr.steps.select("step", "lag_us").iter_rows()},
+        "lag_us_per_profiled_step": round(float(lr.steps["lag_us"].sum()) / max(profiled, 1), 3),
         "times_last": int(worst["times_last"]),
         "last_at": sorted(int(last_row) + 1 for last_row in lr.last_rows["seq"]),
         "collectives": int(worst["collectives"]),
