@@ -4,6 +4,7 @@ beside them (check ``moe-ep-exposed``, `analyses.moe.ep_cost`)."""
 from __future__ import annotations
 
 from profan.analyses.contract import Job
+from profan.analyses.moe.ep_ops import wait_split
 from profan.diagnosis.claims import Claims, Grounds, explainable, make_cause, span
 from profan.model.causes import Cause
 from profan.model.textfmt import ms
@@ -28,6 +29,14 @@ def exposed_ep(job: Job, claims: Claims, steps_us: dict[int, float]) -> list[Cau
             for p, v in sorted(parts.items())
         ),
     }
+    split = wait_split(job.tables.get("moe_ep_ops"), least.rank)
+    values["wait_split"] = (
+        f"Of rank {least.rank}'s all-to-all time per step, {ms(split[0])} is waiting for the last rank to enter "
+        f"each op and {ms(split[1])} the exchange itself (table moe_ep_ops: each op's start on the last-arriving "
+        "rank less its start here): overlap hides the transfer, balancing the ranks removes the waiting."
+        if split
+        else "No cross-rank start times to split waiting from transfer (one rank captured)."
+    )
     claims.own(found)
     steps = sorted({step for f in found for step in f.steps})
     ranks = sorted({rank for f in found for rank in f.ranks})

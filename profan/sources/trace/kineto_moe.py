@@ -24,7 +24,7 @@ from profan.sources.trace.chunks import event_chunks, split_events, trace_text
 
 EVENT_SCHEMA = {
     "event_idx": pl.Int64,
-    "kind": pl.Utf8,  # a2a | range | input
+    "kind": pl.Utf8,  # a2a | range | input | run (the backend's event of an all-to-all)
     "name": pl.Utf8,
     "tid": pl.Utf8,
     "ts_us": pl.Float64,
@@ -34,6 +34,7 @@ EVENT_SCHEMA = {
     "width": pl.Int64,  # second dim of the first input (the hidden size, for bytes)
     "recv_splits": pl.Utf8,  # an a2a's output split sizes (rows from each peer), as written
     "send_splits": pl.Utf8,
+    "dtype": pl.Utf8,  # the first input's scalar type as Kineto writes it ("float", "c10::BFloat16"), for bytes
 }
 
 
@@ -51,6 +52,11 @@ def _dims(args: dict, k: int) -> list:
     dims = args.get("Input Dims") or []
     d = dims[k] if isinstance(dims, list) and len(dims) > k else []
     return d if isinstance(d, list) else []
+
+
+def _first_type(args: dict) -> str | None:
+    types = args.get("Input type") or []
+    return str(types[0]) if isinstance(types, list) and types and types[0] else None
 
 
 def _row(idx: int, evidence: _Event, kind: str) -> dict:
@@ -71,6 +77,7 @@ def _row(idx: int, evidence: _Event, kind: str) -> dict:
         "width": first[1] if two_d else None,
         "recv_splits": split[0],
         "send_splits": split[1],
+        "dtype": _first_type(args),
     }
 
 
@@ -80,6 +87,8 @@ def token_events(path: Path, patterns: dict[str, str]) -> pl.DataFrame:
     not decode as chrome-trace objects are not MoE events and are passed over (the main parse counts them)."""
     kinds = {key: re.compile(patterns[p]) for key, p in (("a2a", "all_to_all_op"), ("range", "expert_range"))}
     kinds["input"] = re.compile(patterns["expert_input_op"])
+    if patterns.get("exchange_op"):  # the backend's event of each all-to-all (check's token_events)
+        kinds["run"] = re.compile(patterns["exchange_op"])
     # a cheap byte test first: only elements naming one of the three can be one
     hint = re.compile(rb"all_?to_?all|alltoall|expert|aten::|record_param_comms", re.I)
     buf = trace_text(path)
