@@ -43,3 +43,27 @@ def exposed_ep(job: Job, claims: Claims, steps_us: dict[int, float]) -> list[Cau
     explained = claims.take(explainable(job, check) - {check}, steps=steps, ranks=ranks)
     grounds = Grounds(sources=found, steps_us=steps_us, explained=explained, impact_us=least.metrics["exposed_us"])
     return [make_cause(job, check, values, grounds)]
+
+
+def small_expert_gemms(job: Job, claims: Claims, steps_us: dict[int, float]) -> list[Cause]:
+    """Experts launched one GEMM each with few rows, on the ranks graded warning or above (an info finding says
+    the pattern, no more). Gain: the least flagged rank's gaps between its experts' GEMMs per step — what one
+    grouped GEMM removes at least; the fuller tiles are not estimated."""
+    check = "moe-small-expert-gemms"
+    found = [f for f in claims.unclaimed(check) if f.severity != job.pack.check(check)["severity"]]
+    if not found:
+        return []
+    least = min(found, key=lambda f: f.metrics["gap_us"])
+    values = {
+        "ranks": ", ".join(str(f.rank) for f in found),
+        "rank": least.rank,
+        "experts_per_layer": least.metrics["experts_per_layer"],
+        "median_rows": least.metrics["median_rows"],
+        "share": least.metrics["share"],
+        "gap_ms": least.metrics["gap_us"] / 1000,
+    }
+    claims.own(found)
+    ranks = sorted({rank for f in found for rank in f.ranks})
+    explained = claims.take(explainable(job, check) - {check}, ranks=ranks)
+    grounds = Grounds(sources=found, steps_us=steps_us, explained=explained, impact_us=least.metrics["gap_us"])
+    return [make_cause(job, check, values, grounds)]
