@@ -11,7 +11,9 @@ starts are held against each other, so this needs the ranks' clocks to agree (on
 
 Bytes are the rows the rank sends × their width × the scalar type's size (``Input Dims`` / ``Input type`` of the
 op's input tensor, roles ``dtype_bytes``): nccl-tests' all-to-all size S. Achieved bandwidth = S / transfer time,
-so waiting does not read as a slow link; the prior is the device's scale-up link (`nccl_link_prior`), none on a
+so waiting does not read as a slow link. Only where the backend's own event times the op (gloo): a c10d op's
+time may be its host-side launch (NCCL runs the exchange as a device kernel), so there the split and the
+bandwidth stay empty. The prior is the device's scale-up link (`nccl_link_prior`), none on a
 CPU capture (said in the ``link`` column).
 """
 
@@ -48,10 +50,13 @@ def _ops(ranks: list[RankData]) -> pl.DataFrame:
     if ops.is_empty():
         return pl.DataFrame()
     counts = [t.group_by("rank", "step").len().sort("rank", "step") for t in (ops, runs)]
-    if not runs.is_empty() and counts[0].equals(counts[1]):
+    timed = not runs.is_empty() and counts[0].equals(counts[1])
+    if timed:
         sizes = ops.select("rank", "step", "seq", "rows_out", "width", "dtype")
         ops = runs.drop("rows_out", "width", "dtype").join(sizes, on=["rank", "step", "seq"], how="left")
-    return ops.with_columns((pl.col("end_us") - pl.col("ts_us")).alias("dur_us"), pl.col("ts_us").alias("start_us"))
+    return ops.with_columns(pl.lit(timed).alias("timed")).with_columns(
+        (pl.col("end_us") - pl.col("ts_us")).alias("dur_us"), pl.col("ts_us").alias("start_us")
+    )
 
 
 def _priors(ranks: list[RankData], hardware: Hardware) -> pl.DataFrame:
@@ -78,11 +83,13 @@ def ep_ops(ranks: list[RankData], pack: RulePack, hardware: Hardware) -> pl.Data
         pl.len().over(key).cast(pl.Int64).alias("present"),
         pl.col("rank").sort_by("start_us").last().over(key).alias("last_rank"),
         (pl.col("rows_out") * pl.col("width") * dtype).cast(pl.Int64).alias("bytes"),
-        pl.when(pl.len().over(key) > 1)
+        pl.when((pl.len().over(key) > 1) & pl.col("timed"))
         .then((last - pl.col("start_us")).clip(0.0, pl.col("dur_us")))
         .alias("waiting_us"),
     )
-    ops = ops.with_columns((pl.col("dur_us") - pl.col("waiting_us").fill_null(0.0)).alias("transfer_us"))
+    # without the backend's events the c10d op's time may be its host-side launch only: no split, no bandwidth
+    transfer = pl.col("dur_us") - pl.col("waiting_us").fill_null(0.0)
+    ops = ops.with_columns(pl.when(pl.col("timed")).then(transfer).alias("transfer_us"))
     ops = ops.with_columns(
         pl.when(pl.col("transfer_us") > 0).then(pl.col("bytes") / (pl.col("transfer_us") * 1e3)).alias("gbps")
     )
