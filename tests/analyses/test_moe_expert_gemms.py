@@ -71,3 +71,42 @@ def test_the_pattern_is_said_at_info_and_costs_no_cause(report):
     assert zero.metrics["gap_us"] == pytest.approx(sum(gaps) / 2, abs=1e-2)  # per step, over steps 2 and 3
     assert zero.metrics["share"] < 0.01
     assert not [c for c in report.causes if c.check == "moe-small-expert-gemms"]
+
+
+MIXTRAL = TORCH / "serving_mixtral_cpu_moe"
+
+
+def test_an_experts_module_without_ranges_is_read_from_its_first_projection():
+    """transformers' MixtralExperts (4 local experts, top-2) names no expert range: each `nn.Module:
+    MixtralExperts_<n>` call is one layer, its outermost aten::mm with the first one's input width (the gate/up
+    projection) one per expert; rows and gaps from the raw events of the first call."""
+    report = profan.analyze(MIXTRAL)
+    events = json.loads(gzip.decompress((MIXTRAL / "trace.json.gz").read_bytes()))["traceEvents"]
+    calls = sorted(
+        (e for e in events if e.get("name", "").startswith("nn.Module: MixtralExperts")), key=lambda e: e["ts"]
+    )
+    first = calls[0]
+    mms = sorted(
+        (
+            e
+            for e in events
+            if e.get("name") == "aten::mm"
+            and e["tid"] == first["tid"]
+            and first["ts"] <= e["ts"]
+            and e["ts"] + e["dur"] <= first["ts"] + first["dur"]
+        ),
+        key=lambda e: e["ts"],
+    )
+    width = mms[0]["args"]["Input Dims"][0][1]
+    gate_up = [e for e in mms if e["args"]["Input Dims"][0][1] == width]
+    rows = [e["args"]["Input Dims"][0][0] for e in gate_up]
+    gaps = sum(max(b["ts"] - (a["ts"] + a["dur"]), 0.0) for a, b in itertools.pairwise(gate_up))
+    table = report.tables["moe_expert_gemms"].sort("first_range")
+    assert table.height == len(calls) == 8  # 2 layers x 4 forwards
+    row = table.row(0, named=True)
+    assert row["experts"] == len(gate_up) == 4 and row["source"] == "experts module, first projection"
+    assert row["median_rows"] == statistics.median(rows) and row["max_rows"] == max(rows)
+    assert row["gap_us"] == pytest.approx(gaps, abs=1e-3)
+    (found,) = [f for f in report.ungrouped() if f.check == "moe-small-expert-gemms"]
+    assert found.severity == "info" and found.metrics["experts_per_layer"] == 4
+    assert found.metrics["gap_us"] == pytest.approx(table["gap_us"].sum(), abs=1e-2)  # no step marker: the capture

@@ -26,7 +26,8 @@ from profan.rulepack.pack import RulePack
 
 CHECK = "moe-small-expert-gemms"
 COLUMNS = ("rank", "step", "layer", "experts", "median_rows", "max_rows", "span_us", "expert_us", "gap_us")
-COLUMNS += ("first_range",)
+COLUMNS += ("first_range", "source")
+LAYER_COLUMNS = ("step", "layer", "tokens", "ts_us", "end_us", "range_idx")
 
 
 def _layers(events: pl.DataFrame, pattern: str) -> pl.DataFrame:
@@ -38,7 +39,40 @@ def _layers(events: pl.DataFrame, pattern: str) -> pl.DataFrame:
     joined = ranges.sort("ts_us").join_asof(
         a2a, left_on="ts_us", right_on="a2a_end", by="tid", strategy="backward", check_sortedness=False
     )
-    return joined.with_columns(pl.col("layer").fill_null(-1))
+    return joined.with_columns(pl.col("layer").fill_null(-1)).select(LAYER_COLUMNS)
+
+
+def _module_layers(events: pl.DataFrame) -> pl.DataFrame:
+    """Where no expert range is named: each experts module call (``expert_module``) is one layer, and its GEMMs
+    of the first projection (the outermost matmul ops inside it with the first one's input width) are one per
+    expert — rows from their first input. The gaps are then those between that projection's GEMMs only."""
+    modules = events.filter(pl.col("kind") == "module").select(
+        "tid", pl.col("ts_us").alias("m_ts"), pl.col("end_us").alias("m_end"), pl.col("event_idx").alias("layer")
+    )
+    inputs = events.filter(pl.col("kind") == "input", pl.col("rows_in").is_not_null())
+    if modules.is_empty() or inputs.is_empty():
+        return pl.DataFrame()
+    inside = (
+        inputs.sort("ts_us")
+        .join_asof(
+            modules.sort("m_ts"),
+            left_on="ts_us",
+            right_on="m_ts",
+            by="tid",
+            strategy="backward",
+            check_sortedness=False,
+        )
+        .filter(pl.col("layer").is_not_null(), pl.col("end_us") <= pl.col("m_end"))
+        .sort("layer", "ts_us")
+    )
+    # outermost only (aten::linear holds an aten::addmm), then the first projection's
+    outer = inside.filter(
+        (pl.col("ts_us") >= pl.col("end_us").cum_max().shift(1).over("layer")) | pl.col("ts_us").is_first_distinct()
+    )
+    outer = outer.filter(pl.col("width") == pl.col("width").first().over("layer"))
+    return outer.select(
+        "step", "layer", pl.col("rows_in").alias("tokens"), "ts_us", "end_us", pl.col("event_idx").alias("range_idx")
+    )
 
 
 def expert_gemms(ranks: list[RankData], pack: RulePack) -> pl.DataFrame:
@@ -48,7 +82,10 @@ def expert_gemms(ranks: list[RankData], pack: RulePack) -> pl.DataFrame:
     for rank in ranks:
         if rank.moe_tokens is None or rank.moe_tokens.is_empty():
             continue
-        layers = _layers(rank.moe_tokens, pattern)
+        layers = _layers(rank.moe_tokens, pattern).with_columns(pl.lit("expert ranges").alias("source"))
+        if layers.is_empty():
+            layers = _module_layers(rank.moe_tokens)
+            layers = layers.with_columns(pl.lit("experts module, first projection").alias("source"))
         if not layers.is_empty():
             frames.append(layers.with_columns(pl.lit(rank.rank, pl.Int64).alias("rank")))
     if not frames:
@@ -69,6 +106,7 @@ def expert_gemms(ranks: list[RankData], pack: RulePack) -> pl.DataFrame:
         pl.col("us").sum().alias("expert_us"),
         pl.col("gap").sum().alias("gap_us"),
         pl.col("range_idx").first().alias("first_range"),
+        pl.col("source").first(),
     )
     return table.select(COLUMNS).sort("rank", "step", "layer")
 
@@ -86,7 +124,11 @@ def expert_gemm_findings(
         return []
     step_us = steps.group_by("rank", "step").agg(pl.col("step_us").max()) if "step_us" in steps.columns else None
     per_step = small.group_by("rank", "step").agg(
-        pl.col("gap_us").sum(), pl.col("experts").sum(), pl.col("median_rows").median(), pl.len().alias("layers")
+        pl.col("gap_us").sum(),
+        pl.col("experts").sum(),
+        pl.col("median_rows").median(),
+        pl.len().alias("layers"),
+        pl.col("source").first(),
     )
     if step_us is not None:
         per_step = per_step.join(step_us, on=["rank", "step"], how="left")
@@ -94,9 +136,9 @@ def expert_gemm_findings(
         per_step = per_step.with_columns(pl.lit(None, pl.Float64).alias("step_us"))
     by_rank = {rank.rank: rank for rank in ranks}
     out = []
-    for row in (
-        per_step.group_by("rank").agg(pl.all().mean(), pl.col("step").alias("steps")).sort("rank").iter_rows(named=True)
-    ):
+    means = pl.all().exclude("source", "step").mean()
+    per_rank = per_step.group_by("rank").agg(means, pl.col("step").alias("steps"), pl.col("source").first())
+    for row in per_rank.sort("rank").iter_rows(named=True):
         share = row["gap_us"] / row["step_us"] if row["step_us"] else 0.0
         sev = graded(share, chk) or chk["severity"]
         cited = small.filter(pl.col("rank") == row["rank"])["first_range"].drop_nulls().head(20).to_list()
@@ -108,19 +150,22 @@ def _finding(rank: RankData, row: dict, share: float, sev: str, context: tuple) 
     """``context``: the check and the expert ranges to cite (the first of each layer)."""
     chk, cited = context
     per_layer = row["experts"] / row["layers"]
+    steps = [step for step in row["steps"] if step is not None]
+    of_step = f"{pct(share)} of the step" if steps else "not held to a step (no step marker)"
     title = (
         f"Rank {rank.rank} runs its experts one GEMM per expert ({per_layer:.0f} per layer, median "
-        f"{row['median_rows']:.0f} rows each): the gaps between them are {pct(share)} of the step"
+        f"{row['median_rows']:.0f} rows each): the gaps between them are {of_step}"
     )
+    when = f"Per step (mean over steps {', '.join(map(str, sorted(steps)))})" if steps else "Over the capture"
     message = (
-        f"Per step (mean over steps {', '.join(map(str, sorted(row['steps'])))}): {row['layers']:.0f} MoE layer(s) "
+        f"{when}: {row['layers']:.0f} MoE layer call(s) "
         f"each launch {per_layer:.0f} experts separately, a median of {row['median_rows']:.0f} token rows per "
         f"expert (at most {chk['small_rows']} counts as small); between one expert's work and the next the rank "
-        f"spends {ms(row['gap_us'])} ({pct(share)} of the step) that one grouped GEMM over the local experts "
-        "would not. Rows are the first GEMM input of each expert_<id> range (Input Dims)."
+        f"spends {ms(row['gap_us'])} ({of_step}) that one grouped GEMM over the local experts would not. Read "
+        f"from the {row['source']}: rows are each expert GEMM's first input (Input Dims)."
     )
     file = rank.files.get("kineto_trace") or rank.files.get(rank.kernel_file)
-    evidence = (cite_events(file, cited, len(cited), {"rank": rank.rank, "source": "expert ranges"}),) if file else ()
+    evidence = (cite_events(file, cited, len(cited), {"rank": rank.rank, "source": row["source"]}),) if file else ()
     metrics = {
         "share": round(share, 6),
         "gap_us": round(row["gap_us"], 3),
@@ -136,5 +181,5 @@ def _finding(rank: RankData, row: dict, share: float, sev: str, context: tuple) 
         message=message,
         metrics=metrics,
         evidence=evidence,
-        steps=tuple(sorted(row["steps"])),
+        steps=tuple(sorted(steps)),
     )
