@@ -57,7 +57,7 @@ ANALYSES: tuple[Analysis, ...] = (
     Analysis(
         "causes",
         causes.section,
-        reads=("breakdown", "trace_steps", "comm_exposed", "communication", "rl_steps", "rl_ledger"),
+        reads=("breakdown", "trace_steps", "comm_exposed", "communication", "rl_steps", "rl_ledger", "moe_ep_ops"),
         reads_findings=True,
     ),
 )

@@ -46,6 +46,7 @@ def section(job: Job) -> Section:
         comm_causes.waited_peer,
         comm_causes.late_peers,
         ep_causes.exposed_ep,
+        ep_causes.small_expert_gemms,
         comm_causes.exposed_transfer,
         comm_causes.unsplit_exposed,
         kernel_causes.unfused_attention,

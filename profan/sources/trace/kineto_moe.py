@@ -24,7 +24,7 @@ from profan.sources.trace.chunks import event_chunks, split_events, trace_text
 
 EVENT_SCHEMA = {
     "event_idx": pl.Int64,
-    "kind": pl.Utf8,  # a2a | range | input
+    "kind": pl.Utf8,  # a2a | range | input | run (the backend's event of an all-to-all) | module (experts)
     "name": pl.Utf8,
     "tid": pl.Utf8,
     "ts_us": pl.Float64,
@@ -34,6 +34,7 @@ EVENT_SCHEMA = {
     "width": pl.Int64,  # second dim of the first input (the hidden size, for bytes)
     "recv_splits": pl.Utf8,  # an a2a's output split sizes (rows from each peer), as written
     "send_splits": pl.Utf8,
+    "dtype": pl.Utf8,  # the first input's scalar type as Kineto writes it ("float", "c10::BFloat16"), for bytes
 }
 
 
@@ -51,6 +52,11 @@ def _dims(args: dict, k: int) -> list:
     dims = args.get("Input Dims") or []
     d = dims[k] if isinstance(dims, list) and len(dims) > k else []
     return d if isinstance(d, list) else []
+
+
+def _first_type(args: dict) -> str | None:
+    types = args.get("Input type") or []
+    return str(types[0]) if isinstance(types, list) and types and types[0] else None
 
 
 def _row(idx: int, evidence: _Event, kind: str) -> dict:
@@ -71,6 +77,7 @@ def _row(idx: int, evidence: _Event, kind: str) -> dict:
         "width": first[1] if two_d else None,
         "recv_splits": split[0],
         "send_splits": split[1],
+        "dtype": _first_type(args),
     }
 
 
@@ -80,8 +87,12 @@ def token_events(path: Path, patterns: dict[str, str]) -> pl.DataFrame:
     not decode as chrome-trace objects are not MoE events and are passed over (the main parse counts them)."""
     kinds = {key: re.compile(patterns[p]) for key, p in (("a2a", "all_to_all_op"), ("range", "expert_range"))}
     kinds["input"] = re.compile(patterns["expert_input_op"])
+    if patterns.get("exchange_op"):  # the backend's event of each all-to-all (check's token_events)
+        kinds["run"] = re.compile(patterns["exchange_op"])
+    if patterns.get("expert_module"):  # a module running one layer's experts (check's token_events)
+        kinds["module"] = re.compile(patterns["expert_module"])
     # a cheap byte test first: only elements naming one of the three can be one
-    hint = re.compile(rb"all_?to_?all|alltoall|expert|aten::|record_param_comms", re.I)
+    hint = re.compile(rb"all_?to_?all|alltoall|expert|aten::|record_param_comms", re.I)  # "Experts" too
     buf = trace_text(path)
     arr, _, _ = split_events(path, buf)
     rows, offset, decoder = [], 0, msgspec.json.Decoder(_Event)
@@ -118,8 +129,16 @@ def rank_token_events(kt, patterns: dict[str, str], max_mb: float) -> pl.DataFra
     """The rank's token events with their step (`token_events`, `with_steps`), or None where the trace shows no
     sign of an MoE layer (no all-to-all, no expert range) or is larger than ``max_mb`` on disk (a second read of
     a GB trace for counts the main parse already lacks would double its cost)."""
-    names = pl.concat([kt.collectives.select("name"), kt.device.select(pl.col("annotation").alias("name"))])
-    hints = names["name"].drop_nulls().str.contains(f"{patterns['all_to_all_op']}|{patterns['expert_hint']}").any()
+    names = pl.concat(
+        [
+            kt.collectives.select("name"),
+            kt.device.select(pl.col("annotation").alias("name")),
+            kt.device.select(pl.col("module").alias("name")) if "module" in kt.device.columns else pl.DataFrame(),
+        ],
+        how="vertical_relaxed",
+    )
+    signs = [patterns[key] for key in ("all_to_all_op", "expert_hint", "expert_module_hint") if patterns.get(key)]
+    hints = names["name"].drop_nulls().str.contains("|".join(signs)).any()
     if not hints or kt.path.stat().st_size > max_mb * 1e6:
         return None
     return with_steps(token_events(kt.path, patterns), kt.steps)
