@@ -33,6 +33,7 @@ REPO = Path(__file__).resolve().parent.parent
 SOURCE = REPO / "fixtures/torch/dlrm_v100_8rank"
 ID_STRIDE = 1 << 20  # ids of one repetition: the job's are below 50,000
 SHIFTED_ARGS = ("External id", "correlation", "Ev Idx", "Sequence number")
+TARGET, MEMORY_MIB = 0.12, 477  # the scale issue's: profan's whole command at most 0.12× HTA's, at most 0.5 GB
 ONCE = ("M", "i")  # metadata and the profiler's instants: written once, not per step
 
 
@@ -93,6 +94,7 @@ def main() -> int:
     ap.add_argument("--format", default="md", choices=["md", "json"], help="profan's report format")
     ap.add_argument("--only-build", action="store_true", help="write the job and stop")
     ap.add_argument("--skip-hta", action="store_true", help="measure profan only")
+    ap.add_argument("--before", type=Path, help="a copy of profan's source tree to run beside this one")
     args = ap.parse_args()
     dest = args.data_dir / f"kineto_{args.ranks}r_{args.steps}s"
     size = build(dest, args.ranks, args.steps)
@@ -103,7 +105,7 @@ def main() -> int:
     if args.only_build:
         return 0
     with tempfile.TemporaryDirectory(prefix="bench-kineto-") as tmp:
-        cmds = commands(dest, args.hta_python, args.format, Path(tmp), None)
+        cmds = commands(dest, args.hta_python, args.format, Path(tmp), args.before)
         if args.skip_hta:
             cmds.pop("hta")
         for name, (cmd, env) in cmds.items():
@@ -120,7 +122,9 @@ def main() -> int:
                     flush=True,
                 )
         if "hta" in results:
-            report(results)
+            report(results, target=TARGET)
+        rss = max(r["rss_mib"] for name, runs in results.items() if name != "hta" for r in runs)
+        print(f"profan peak RSS {rss:.0f} MiB (target ≤ {MEMORY_MIB} MiB, 0.5 GB)")
     return 0
 
 

@@ -439,8 +439,8 @@ def _for_blocks(kernel_file: ascend_kernels.KernelFile, timed: pl.DataFrame, rol
     kernel and found per row by a lookup of the few communication kernels — not a join of every row back to its
     kernel, which cost 5× as much on a 1 GB file (bench/README.md). A step the CSV reader parsed is cast, not
     cleaned as text."""
-    c, keys = kernel_file.columns, ascend_kernels.key_exprs(kernel_file)
-    kind = [c[k] for k in ("name", "type", "core") if k in c]
+    cols, keys = kernel_file.columns, ascend_kernels.key_exprs(kernel_file)
+    kind = [cols[key] for key in ("name", "type", "core") if key in cols]
     verdicts = (
         timed.lazy()
         .select(kind)
@@ -457,8 +457,8 @@ def _for_blocks(kernel_file: ascend_kernels.KernelFile, timed: pl.DataFrame, rol
     comm = among(pl.col("_comm"))
     if verdicts["_comm"].null_count():
         comm = pl.when(among(pl.col("_comm").is_null())).then(pl.lit(None, pl.Boolean)).otherwise(comm)
-    numeric = "step" in c and timed.schema[c["step"]].is_numeric()
-    step = pl.col(c["step"]).cast(pl.Int64, strict=False).alias("step") if numeric else keys[0]
+    numeric = "step" in cols and timed.schema[cols["step"]].is_numeric()
+    step = pl.col(cols["step"]).cast(pl.Int64, strict=False).alias("step") if numeric else keys[0]
     return timed.select(step, "start_us", "dur_us", comm.alias("_comm"))
 
 
