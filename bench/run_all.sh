@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Every measurement behind the scale issue's targets, one after the other in one series (so their ratios share the
 # host's load), each script's full output kept in LOG_DIR and its summary lines printed. Not a test: it takes
-# 15-25 minutes on 2 cores and writes ~4 GB of generated inputs (bench/data/, DATA_DIR).
+# 30-45 minutes on 2 cores and writes ~7.5 GB of generated inputs (bench/data/, DATA_DIR).
 #
 #   bash bench/run_all.sh [LOG_DIR] [DATA_DIR]        # defaults: /tmp/profan-bench-logs, /tmp/profan-bench-scale
 #
@@ -32,6 +32,11 @@ step kernels "^\||×|target|RSS" "$py" bench/bench_kernels.py --size-gb 0.944 --
 step trace_view "run [0-9]|×|RSS|target" "$py" bench/bench_trace.py --ascend --size-mb 770 --repeat 3
 if [ -x /tmp/htavenv/bin/python ]; then
   step hta "^\||×|load" "$py" bench/bench_hta.py --runs 3 --hta-python /tmp/htavenv/bin/python
+  # a real 8-rank job's step repeated to 100 steps (~83 MB a rank), and the same job as 32 ranks (~2.7 GB)
+  step kineto8 "^\||×|load|RSS" "$py" bench/bench_kineto_scale.py --ranks 8 --steps 100 --runs 3 \
+    --hta-python /tmp/htavenv/bin/python
+  step kineto32 "^\||×|load|RSS" "$py" bench/bench_kineto_scale.py --ranks 32 --steps 100 --runs 1 \
+    --hta-python /tmp/htavenv/bin/python
 else
   echo "== hta: skipped (no HTA at /tmp/htavenv/bin/python)"
 fi

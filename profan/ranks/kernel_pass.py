@@ -350,16 +350,16 @@ def _reduce_one(f: KernelRequest, rules: list, roles: Roles) -> KernelPass:
 
         # one pass for the groups and the timed rows, run only for what the cache does not hold
         placed = f.timed or f.blocks
-        scan = cache(
-            lambda: _reduce_file(kernel_file, starts, placed=roles if streamed and placed else None, loc=f.timed)
-        )
+        scan = cache(lambda: _reduce_file(kernel_file, starts, placed=streamed and placed, loc=f.timed))
         # the rows a group sums depend on the duration bound: a changed bound is another table
         kind = f"{'kernel_groups+starts' if starts else 'kernel_groups'}/dur<={limits.active().max_duration_us}"
         groups, counts, _ = cached_table(f.path, kind, lambda: scan()[:2])
         if streamed and f.timed:
-            timed = _for_windows(scan()[3])
+            timed = _for_windows(_placed(kernel_file, scan()[3], roles))
         if streamed and f.blocks:
-            blocks = intervals.kernel_file_blocks(f.path, roles.comm_variant(), lambda: _for_blocks(scan()[3]))
+            blocks = intervals.kernel_file_blocks(
+                f.path, roles.comm_variant(), lambda: _for_blocks(kernel_file, scan()[3], roles)
+            )
     else:
         groups, counts, rows, _ = _reduce_file(kernel_file, starts, f.rows_in_time or uses_neighbors(rules))
         groups = group_neighbors(groups, rows, kernel_file, rules)
@@ -384,13 +384,11 @@ def streamed_blocks(path: Path, roles: Roles) -> tuple[pl.DataFrame, int]:
 
     def rows() -> pl.DataFrame:
         return _for_blocks(
-            _placed(
-                kernel_file,
-                ascend_kernels.scanned(
-                    kernel_file, lambda lazy: _timed_rows(kernel_file, lazy).collect(engine="streaming")
-                ),
-                roles,
-            )
+            kernel_file,
+            ascend_kernels.scanned(
+                kernel_file, lambda lazy: _timed_rows(kernel_file, lazy).collect(engine="streaming")
+            ),
+            roles,
         )
 
     return intervals.kernel_file_blocks(path, roles.comm_variant(), rows)
@@ -409,7 +407,7 @@ def _placed(kernel_file: ascend_kernels.KernelFile, timed: pl.DataFrame, roles: 
     """`_timed_rows` with their kernel's keys (step, and op, name, type, core as Categorical: a few bytes a row)
     and ``_comm``, whether the row is communication (`Roles.is_comm`): the key clean-up, the op derivation and
     the roles' test run once per distinct raw value, not per row, and joined back only for the columns a caller
-    selects (`_for_blocks`, `_for_windows`)."""
+    selects (`_for_windows`)."""
     c, keys = kernel_file.columns, ascend_kernels.key_exprs(kernel_file)
     kind = [c[k] for k in ("name", "type", "core") if k in c]
     kinds = (
@@ -435,9 +433,33 @@ def is_comm_row(rows: pl.DataFrame | pl.LazyFrame | list[pl.DataFrame], roles: R
     return pl.col("_comm") if "_comm" in rows.collect_schema().names() else roles.is_comm()
 
 
-def _for_blocks(placed: pl.LazyFrame) -> pl.DataFrame:
-    """The timed rows as a streamed file's blocks in time are cut from (`intervals.kernel_file_blocks`)."""
-    return placed.select("step", "start_us", "dur_us", "_comm").collect()
+def _for_blocks(kernel_file: ascend_kernels.KernelFile, timed: pl.DataFrame, roles: Roles) -> pl.DataFrame:
+    """`_timed_rows` as a streamed file's blocks in time are cut from (`intervals.kernel_file_blocks`): step,
+    start_us, dur_us and ``_comm`` (`Roles.is_comm`, null where it says nothing), decided once per distinct
+    kernel and found per row by a lookup of the few communication kernels — not a join of every row back to its
+    kernel, which cost 5× as much on a 1 GB file (bench/README.md). A step the CSV reader parsed is cast, not
+    cleaned as text."""
+    cols, keys = kernel_file.columns, ascend_kernels.key_exprs(kernel_file)
+    kind = [cols[key] for key in ("name", "type", "core") if key in cols]
+    verdicts = (
+        timed.lazy()
+        .select(kind)
+        .unique()
+        .with_columns(*keys[1:4])
+        .with_columns(ascend_kernels.op_expr())
+        .select(pl.struct(kind).alias("_kind"), roles.is_comm().alias("_comm"))
+        .collect()
+    )
+
+    def among(verdict: pl.Expr) -> pl.Expr:
+        return pl.struct(kind).is_in(verdicts.filter(verdict)["_kind"].implode())
+
+    comm = among(pl.col("_comm"))
+    if verdicts["_comm"].null_count():
+        comm = pl.when(among(pl.col("_comm").is_null())).then(pl.lit(None, pl.Boolean)).otherwise(comm)
+    numeric = "step" in cols and timed.schema[cols["step"]].is_numeric()
+    step = pl.col(cols["step"]).cast(pl.Int64, strict=False).alias("step") if numeric else keys[0]
+    return timed.select(step, "start_us", "dur_us", comm.alias("_comm"))
 
 
 def _for_windows(placed: pl.LazyFrame) -> pl.DataFrame | None:
@@ -532,12 +554,12 @@ def _reduce_file(
     kernel_file: ascend_kernels.KernelFile,
     starts: bool,
     keep_rows: bool = False,
-    placed: Roles | None = None,
+    placed: bool = False,
     loc: bool = False,
-) -> tuple[pl.DataFrame, dict[str, int], pl.DataFrame | None, pl.LazyFrame | None]:
+) -> tuple[pl.DataFrame, dict[str, int], pl.DataFrame | None, pl.DataFrame | None]:
     """(unclassified groups, {"rows", "skipped"}, the per-row table when ``keep_rows`` and the file is read in
-    memory, the timed rows of a streamed file when ``placed`` (`_placed`, by those roles; with ``loc``, their
-    lines) of one kernel file.
+    memory, the timed rows of a streamed file when ``placed`` (`_timed_rows`; with ``loc``, their lines) of one
+    kernel file.
 
     A streamed file's timed rows come from the scan that groups it (`pl.collect_all` shares one parse between the
     two queries), so placing its kernels in time costs no second parse. The physical line count that proves one
@@ -556,7 +578,7 @@ def _reduce_file(
         if keep:
             rows = lazy.collect()
             lazy = rows.lazy()
-        also = [_timed_rows(kernel_file, lazy, loc)] if placed is not None and not exact else []
+        also = [_timed_rows(kernel_file, lazy, loc)] if placed and not exact else []
         groups, counts, also = _group_rows(lazy, kernel_file, grouping, also=also)
         timed = also[0] if also else None
         return lazy, groups, int(counts["rows"][0]), int(counts["bad"][0])
@@ -573,6 +595,4 @@ def _reduce_file(
             rows = lazy.collect()
         if timed is not None:  # its lines are records, not lines: left out (`_for_windows`)
             timed = timed.drop("loc", strict=False)
-    if timed is not None and placed is not None:
-        timed = _placed(kernel_file, timed, placed)
     return groups, {"rows": n_rows, "skipped": n_bad}, rows, timed

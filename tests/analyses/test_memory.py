@@ -391,3 +391,20 @@ def test_gpu_trace_reads_the_gpu_and_its_capacity():
     assert row["capacity_mb"] == pytest.approx(props["totalGlobalMem"] / MB)
     reserved = max(a["Total Reserved"] for _, _, a in mem) / MB
     assert row["headroom_mb"] == pytest.approx(props["totalGlobalMem"] / MB - reserved)
+
+
+def test_a_mapped_trace_reads_the_memory_events_a_read_one_does(monkeypatch, tmp_path):
+    """A big uncompressed trace is mapped, not copied into a flattened buffer (`chunks.trace_text`): its memory
+    events and spans are the same, also pretty-printed with CRLF line breaks inside the events."""
+    from profan.sources.trace import kineto_memory
+
+    plain = tmp_path / "rank0.pt.trace.json"
+    doc = {"traceEvents": _events(0)}
+    plain.write_text(json.dumps(doc, indent=1).replace("\n", "\r\n"))
+    args = ("[memory]", ("cpu_op", "user_annotation"))
+    read = kineto_memory.read(plain, *args)
+    monkeypatch.setattr("profan.sources.trace.chunks.MAP_FROM", 0)
+    mapped = kineto_memory.read(plain, *args)
+    assert read.events.height == sum(1 for e in doc["traceEvents"] if e.get("name") == "[memory]") - read.skipped
+    assert mapped.events.equals(read.events) and mapped.spans.equals(read.spans)
+    assert (mapped.meta, mapped.skipped) == (read.meta, read.skipped)

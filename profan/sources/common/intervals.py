@@ -85,8 +85,14 @@ def step_blocks(windows: pl.DataFrame, compute: pl.DataFrame, comm: pl.DataFrame
     w = windows.select(*by, "start_us", "end_us").filter(pl.col("end_us") > pl.col("start_us")).with_row_index("_g")
     if w.is_empty():
         return pl.DataFrame(schema={**{b: windows.schema[b] for b in by}, **BLOCK_SCHEMA})
+    return _window_blocks(w, _clipped(compute, w, by), _clipped(comm, w, by), by)
+
+
+def _window_blocks(w: pl.DataFrame, compute: pl.DataFrame, comm: pl.DataFrame, by: list[str]) -> pl.DataFrame:
+    """`step_blocks` of windows ``w`` (``_g``, ``*by``, start_us, end_us) and intervals already keyed by their
+    window (``_g``) and inside it."""
     keep = per_step_blocks(w.height)
-    parts = _chunks(w, _clipped(compute, w, by), _clipped(comm, w, by))
+    parts = _chunks(w, compute, comm)
     blocks = pl.concat([_merge_short(_stretches(*part), keep) for part in parts])
     keys = w.select("_g", *by)
     return keys.join(blocks, on="_g").drop("_g").sort(*by, "start_us", nulls_last=True)
@@ -226,9 +232,16 @@ def kernel_blocks(rows: pl.DataFrame, is_comm: pl.Expr) -> pl.DataFrame:
     frame = frame.rename({"start_us": "ts_us"})
     if frame.is_empty():
         return pl.DataFrame(schema=BLOCK_SCHEMA)
+    # a window spans its rows, so no row needs clipping to it, and its step (no Step Id: none, as -1, which no
+    # step number is) keys it: no join of the rows to their windows (`step_blocks`' general case)
+    key = pl.col("step").fill_null(-1).alias("_g")
     windows = frame.group_by("step").agg(pl.col("ts_us").min().alias("start_us"), pl.col("end_us").max())
-    by = ["step"]
-    return step_blocks(windows, frame.filter(~pl.col("_comm")), frame.filter("_comm"), by)  # no totals: no runs needed
+    w = windows.filter(pl.col("end_us") > pl.col("start_us")).select(key, "step", "start_us", "end_us")
+    if w.is_empty():
+        return pl.DataFrame(schema=BLOCK_SCHEMA)
+    spans = frame.filter(pl.col("end_us") > pl.col("ts_us"))  # as clipping drops the rows of no length
+    compute, comm = (spans.filter(is_comm).select(key, "ts_us", "end_us") for is_comm in (~pl.col("_comm"), "_comm"))
+    return _window_blocks(w, compute, comm, ["step"])  # no totals: no runs needed
 
 
 def kernel_file_blocks(path: Path, variant: str, rows: Callable[[], pl.DataFrame]) -> tuple[pl.DataFrame, int]:

@@ -16,6 +16,7 @@ locator. A trace without the event name anywhere is left after one byte search.
 from __future__ import annotations
 
 import functools
+import mmap
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -25,7 +26,7 @@ import pyarrow.json as pa_json
 
 from profan.model.errors import TOO_DEEP, ProfanInputError
 from profan.sources.trace.chrome import _utf8_text
-from profan.sources.trace.chunks import event_chunks, read_bytes, split_events
+from profan.sources.trace.chunks import event_chunks, split_events, trace_text
 
 MEMORY_ARGS = {
     "Addr": "addr",
@@ -68,7 +69,7 @@ class TraceMemory:
 def read(path: Path, event_name: str, span_cats: tuple[str, ...]) -> TraceMemory | None:
     """The memory events and spans of one trace; None when it holds no memory event at all."""
     try:
-        buf = read_bytes(path)
+        buf = trace_text(path)  # a big file mapped, not copied: most traces hold no memory event
         marker = f'"{event_name}"'.encode()
         if buf.find(marker) < 0:
             return None
@@ -76,14 +77,14 @@ def read(path: Path, event_name: str, span_cats: tuple[str, ...]) -> TraceMemory
         keys = [marker, *(f'"{span_cat}"'.encode() for span_cat in span_cats)]
         parts = []
         offset = 0
-        for raws in event_chunks(path, arr):
+        for raws in event_chunks(path, arr, buf if isinstance(buf, mmap.mmap) else None):
             parts.append(_chunk(raws, offset, keys))
             offset += len(raws)
     except RecursionError:
         raise ProfanInputError(path, TOO_DEEP) from None
     except (ValueError, pl.exceptions.PolarsError) as exc:
         raise ProfanInputError(path, f"events are not JSON objects of the chrome-trace shape: {exc}") from None
-    del buf
+    del arr, buf
     rows = pl.concat(parts, how="vertical_relaxed")
     is_mem = (pl.col("ph") == "i") & (pl.col("name") == event_name)
     mem = rows.filter(is_mem)
