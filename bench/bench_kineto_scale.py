@@ -94,6 +94,7 @@ def main() -> int:
     ap.add_argument("--format", default="md", choices=["md", "json"], help="profan's report format")
     ap.add_argument("--only-build", action="store_true", help="write the job and stop")
     ap.add_argument("--skip-hta", action="store_true", help="measure profan only")
+    ap.add_argument("--no-cached", action="store_true", help="leave out profan's cached runs (a second analysis)")
     ap.add_argument("--before", type=Path, help="a copy of profan's source tree to run beside this one")
     args = ap.parse_args()
     dest = args.data_dir / f"kineto_{args.ranks}r_{args.steps}s"
@@ -108,6 +109,8 @@ def main() -> int:
         cmds = commands(dest, args.hta_python, args.format, Path(tmp), args.before)
         if args.skip_hta:
             cmds.pop("hta")
+        if args.no_cached:
+            cmds = {name: value for name, value in cmds.items() if not name.startswith("profan, cached")}
         for name, (cmd, env) in cmds.items():
             if name.startswith("profan, cached"):
                 timed(cmd, REPO, env)  # primes the cache
