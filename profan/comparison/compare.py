@@ -125,9 +125,7 @@ def build_compare(sa: Side, sb: Side, pack: RulePack, common: Path, mode: str, t
     }
     tables = {key: value for key, value in tables.items() if not value.is_empty()}
     notes += diagnosed
-    warnings = [
-        f"{s.label} rank {rank.rank}: {warning}" for s in (sa, sb) for rank in s.ranks for warning in rank.warnings
-    ]
+    warnings = _rank_warnings(sa, sb)
     warnings += left_out_warnings(left, sa, sb) + one_sided_pairs(ka, kb, sa, sb)
     warnings += step_rows_one_side(tot_a, tot_b, sa, sb)
     findings = number_findings([finding for finding in findings if finding is not None])
@@ -199,3 +197,8 @@ def source_block(sa: Side, sb: Side, common: Path, mode: str) -> dict:
     )
     source["root_seal"] = trust.seal(source["root_abs"], source["file_bytes"])
     return source
+
+
+def _rank_warnings(sa: Side, sb: Side) -> list[str]:
+    """Each side's per-rank warnings, named by side and rank."""
+    return [f"{s.label} rank {rank.rank}: {warning}" for s in (sa, sb) for rank in s.ranks for warning in rank.warnings]
