@@ -37,16 +37,26 @@ def reports():
     return {run: analyze(RUNS / run) for run in ("normal", "long_tail", "slow_sync")}
 
 
-@pytest.mark.parametrize("run", ["normal", "long_tail", "slow_sync"])
+ALL_RUNS = ("normal", "long_tail", "slow_sync", "under_batched", "logprob_small", "update_heavy", "colocated")
+
+
+@pytest.mark.parametrize("run", ALL_RUNS)
 def test_every_phase_within_5_percent_of_the_loops_timer(reports, run):
-    phases = reports[run].tables["rl_phases"].filter(pl_col_measured_trace())
+    rep = reports[run] if run in reports else analyze(RUNS / run)
+    assert not [w for w in rep.warnings if "timing_s/" in w], rep.warnings
+    phases = rep.tables["rl_phases"].filter(pl_col_measured_trace())
     truth = timers(run)
     assert sorted(set(phases["phase"])) == sorted(TIMER)
     assert sorted(set(phases["step"])) == sorted(truth)
     for row in phases.iter_rows(named=True):
+        if TIMER[row["phase"]] not in truth[row["step"]]:
+            # colocated: the weights reach the rollout engine in its wake-up (timed as reshard, inside
+            # generation); the loop times no separate sync
+            assert (run, row["phase"]) == ("colocated", "weight sync")
+            continue
         want = truth[row["step"]][TIMER[row["phase"]]]
         assert abs(row["phase_us"] - want) / want < 0.05, (row["phase"], row["step"], row["phase_us"], want)
-    steps = reports[run].tables["rl_steps"]
+    steps = rep.tables["rl_steps"]
     for row in steps.iter_rows(named=True):
         assert abs(row["step_us"] - truth[row["step"]]["step"]) / truth[row["step"]]["step"] < 0.05
 
