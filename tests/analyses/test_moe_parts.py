@@ -21,6 +21,7 @@ CAPTURES = {
     "gloo_balanced": TORCH / "gloo_moe_seeds" / "balanced_seed1",
     "gloo_hot": TORCH / "gloo_moe_seeds" / "hot_r1e2_seed12",
     "gloo_sleep": TORCH / "gloo_moe_cpu_4rank" / "sleep",
+    "mixtral_cpu": TORCH / "serving_mixtral_cpu_moe",
 }
 
 
@@ -76,3 +77,39 @@ def test_gloo_all_to_all_without_ranges_is_the_ep_exchange_direction_unsaid(repo
     parts = reports["gloo_balanced"].tables["moe_parts"]
     row = parts.filter(pl.col("rank") == 0, pl.col("step") == 2, pl.col("part") == "all_to_all").row(0, named=True)
     assert row["rules"] == "CPU-EP-003" and row["time_us"] == pytest.approx(raw, rel=1e-6)
+
+
+def _top_level_ops_in_modules(path, module_prefix: str) -> list[dict]:
+    """The main thread's top-level cpu_ops that start inside an nn.Module frame whose name starts with
+    ``module_prefix``: the frames and the ops read straight from the trace's events."""
+    events = [e for e in json.loads(gzip.decompress(path.read_bytes()))["traceEvents"] if e.get("ph") == "X"]
+    frames = [e for e in events if e.get("cat") == "python_function" and e["name"].startswith(module_prefix)]
+    ops = sorted((e for e in events if e.get("cat") == "cpu_op"), key=lambda e: (e["ts"], -e["dur"]))
+    top, end = [], -1.0
+    for op in ops:  # an op nested in an earlier op of the same thread is that op's work
+        if op["ts"] >= end:
+            top.append(op)
+            end = op["ts"] + op["dur"]
+    return [op for op in top if any(f["ts"] <= op["ts"] < f["ts"] + f["dur"] for f in frames)]
+
+
+def test_mixtral_experts_and_router_are_decided_by_their_modules(reports):
+    """transformers 5's Mixtral runs its experts as aten::_grouped_mm, aten::silu and aten::cumsum inside an
+    nn.Module MixtralExperts, and its gating inside MixtralTopKRouter: named like any dense layer's ops, they are
+    the experts and routing parts by their module (CPU-MOE-009, CPU-MOE-008), each part the raw ops' time. The
+    per-expert token count inside the experts (aten::histc) is routing by its name (CPU-MOE-001), which comes
+    first."""
+    path = TORCH / "serving_mixtral_cpu_moe" / "trace.json.gz"
+    in_experts = _top_level_ops_in_modules(path, "nn.Module: MixtralExperts")
+    counting = [op for op in in_experts if op["name"] == "aten::histc"]
+    computing = [op for op in in_experts if op["name"] != "aten::histc"]
+    gating = _top_level_ops_in_modules(path, "nn.Module: MixtralTopKRouter") + counting
+    assert any(op["name"] == "aten::_grouped_mm" for op in computing) and counting
+    parts = reports["mixtral_cpu"].tables["moe_parts"]
+    experts = parts.filter(pl.col("part") == "experts").row(0, named=True)
+    assert "CPU-MOE-009" in experts["rules"] and experts["decided_by"].endswith("/MixtralSparseMoeBlock/MixtralExperts")
+    assert experts["time_us"] == pytest.approx(sum(op["dur"] for op in computing), rel=1e-6)
+    assert experts["kernels"] == len(computing)
+    routing = parts.filter(pl.col("part") == "routing").row(0, named=True)
+    assert routing["time_us"] == pytest.approx(sum(op["dur"] for op in gating), rel=1e-6)
+    assert routing["kernels"] == len(gating) and "CPU-MOE-008" in routing["rules"]
