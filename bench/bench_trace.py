@@ -41,6 +41,7 @@ ASCEND_SOURCE = (
     HERE.parent
     / "fixtures/ascend/msinsight-alexnet-2rank-2025/level1/rank0_ascend_pt/ASCEND_PROFILER_OUTPUT/trace_view.json"
 )
+RSS_TARGET = 1.5  # issue 40: peak RSS against the trace_view.json file
 _TS = re.compile(rb'"ts": "(\d+)\.')
 
 
@@ -159,10 +160,17 @@ def report(runs: dict[str, list[dict]], size_mb: float, target: float) -> None:
         )
     if runs.get("baseline"):
         base = min(r["wall_s"] for r in runs["baseline"])
+        base_cpu = min(r["cpu_s"] for r in runs["baseline"])
         for kind in runs:
             if kind != "baseline":
                 mine = min(r["wall_s"] for r in runs[kind])
-                print(f"{kind}: {base / mine:.1f}× faster than json + pandas (target ≥ {target:g}×)")
+                mine_cpu = min(r["cpu_s"] for r in runs[kind])
+                rss = max(r["peak_rss_mb"] for r in runs[kind]) / size_mb
+                met = "met" if base / mine >= target and rss <= RSS_TARGET else "MISSED"
+                print(
+                    f"{kind}: {base / mine:.1f}× faster than json + pandas in wall time, {base_cpu / mine_cpu:.1f}× in "
+                    f"CPU time; RSS {rss:.2f}× the file (target ≥ {target:g}× wall, RSS ≤ {RSS_TARGET}×): {met}"
+                )
 
 
 def main() -> None:
