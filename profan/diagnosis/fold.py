@@ -11,6 +11,7 @@ from __future__ import annotations
 
 from dataclasses import replace
 
+from profan.diagnosis.step import own_step
 from profan.model.causes import Cause
 from profan.model.findings import Finding, number_findings
 from profan.model.textfmt import fmt_ranks
@@ -22,9 +23,12 @@ def fold(
 ) -> tuple[list[Finding], list[Cause]]:
     """Number the causes by estimated gain (C1 first) with their gains capped so that those of a step add up to
     no more than the step; group and number the findings; link each symptom to its cause and back. ``step_us``:
-    the verdict's step (`profan.diagnosis.step.denominator`), which every cause is then measured against."""
+    the verdict's step (`profan.diagnosis.step.denominator`), which every cause is then measured against but
+    those with a step of their own (`own_step`: a serving cause's iteration)."""
     if step_us:
-        causes = [replace(cause, step_us=step_us) if cause.step_us else cause for cause in causes]
+        causes = [
+            replace(cause, step_us=step_us) if cause.step_us and not own_step(cause) else cause for cause in causes
+        ]
     ordered = _capped(sorted(causes, key=Cause.sort_key))
     cause_of: dict[tuple, str] = {}
     for index, cause in enumerate(ordered, start=1):

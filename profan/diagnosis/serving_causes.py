@@ -11,6 +11,10 @@ from profan.model.causes import Cause
 from profan.model.textfmt import fmt_ranks, ms, pct
 
 COST = {LAUNCH: "between_kernels_us", GAPS: "gap_after_us", INTERFERENCE: "stall_us"}
+# the iteration each cause's gain is a share of (its finding's ``iteration_periods``): the cause's own step, which
+# the verdict's step does not replace (`profan.diagnosis.step.own_step`)
+PER = {LAUNCH: "decode iteration", GAPS: "iteration", INTERFERENCE: "decode iteration"}
+SHARE_OF = {LAUNCH: "a decode iteration", GAPS: "an iteration", INTERFERENCE: "a decode iteration"}
 
 
 def _cause(job: Job, claims: Claims, check: str) -> list[Cause]:
@@ -36,6 +40,8 @@ def _cause(job: Job, claims: Claims, check: str) -> list[Cause]:
         "worst_gap": ms(w["worst_us"]),
         "worst_period": ms(_worst_period(w)),
         "iterations": ", ".join(str(row["iteration"]) for row in w["slow"]) if "slow" in w else "",
+        "per": PER[check],
+        "share_of": SHARE_OF[check],
     }
     claims.own(found)
     periods = {int(key): float(value) for key, value in least.metrics["iteration_periods"].items()}

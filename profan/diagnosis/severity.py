@@ -14,6 +14,7 @@ from dataclasses import replace
 
 import polars as pl
 
+from profan.diagnosis.step import own_step
 from profan.model.causes import Cause
 from profan.model.findings import SEVERITY_ORDER, Finding, Severity
 from profan.model.rank import RankData
@@ -96,12 +97,13 @@ def events_cited(cause: Cause) -> int:
 
 def keep(causes: list[Cause], rules: SeverityRules, kind: str, step_us: float | None) -> list[Cause]:
     """The causes that are causes: worth at least the floor above normal (a cause with neither gain nor bound
-    stays), and resting on more than one event."""
+    stays), and resting on more than one event. Worth is of the verdict's step, or of the cause's own
+    (`own_step`)."""
     out = []
     for cause in causes:
         if events_cited(cause) < rules.min_events:
             continue
-        worth, step = cause.worth_us, step_us or cause.step_us
+        worth, step = cause.worth_us, cause.step_us if own_step(cause) else step_us or cause.step_us
         if worth is not None and level(above_normal(worth, step, cause.check, kind, rules), step, rules) is None:
             continue
         out.append(cause)

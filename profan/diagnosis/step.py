@@ -37,11 +37,19 @@ def step_summary(tables: dict[str, pl.DataFrame], causes: list[Cause]) -> dict[s
         if name == "steps" and "file" in frame.columns and frame["file"].str.ends_with("#STEP_TIME").all():
             source = "the DB export's STEP_TIME table"
         return {"step_us": per["step_us"].mean(), "steps": per["step"].to_list(), "source": source, **_period(frame)}
-    measured = [cause.step_us for cause in causes if cause.step_us]
-    if measured:
-        steps = sorted({step for cause in causes for step in cause.steps})
+    of_step = [cause for cause in causes if cause.step_us and not own_step(cause)]
+    if of_step:
+        measured = [cause.step_us for cause in of_step if cause.step_us]
+        steps = sorted({step for cause in of_step for step in cause.steps})
         return {"step_us": max(measured), "steps": steps, "source": "the causes' steps"}
     return None
+
+
+def own_step(cause: Cause) -> bool:
+    """Whether a cause's step is its own reference, not the verdict's: a serving cause's gain is a share of the
+    iterations it is spread over (a decode iteration, any iteration: its metric ``share_of`` says which), not of
+    the capture's step. Such a cause neither sets the verdict's step nor is measured against it."""
+    return bool(cause.metrics.get("share_of"))
 
 
 def _period(windows: pl.DataFrame) -> dict[str, Any]:

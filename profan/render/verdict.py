@@ -59,17 +59,19 @@ def share_of(step: dict[str, Any] | None) -> str:
 def gain_text(cause: Cause, per: str = "the step") -> str:
     """'84.85 ms per step (10.5% of the step)', or 'no estimate: <why>'. ``per``: what the share is of — "the step
     period" where the verdict's step has one (`profan.diagnosis.step`)."""
+    per = cause.metrics.get("share_of") or per  # a cause of its own step (`profan.diagnosis.step.own_step`)
+    each = cause.metrics.get("per") or "step"
     if cause.impact_us is None and cause.bound_us is not None:
         share = f", {fmt_pct(cause.bound_us / cause.step_us)} of {per}" if cause.step_us else ""
         return (
-            f"no estimate (a bound: at most {fmt_ms(cause.bound_us)} ms per step{share}): "
+            f"no estimate (a bound: at most {fmt_ms(cause.bound_us)} ms per {each}{share}): "
             f"{no_estimate_reason(cause.assumption)}"
         )
     if cause.impact_us is None:
         return f"no estimate: {no_estimate_reason(cause.assumption)}"
     share = cause.impact_share
     of_step = f" ({fmt_pct(share)} of {per})" if share is not None else ""
-    return f"{fmt_ms(cause.impact_us)} ms per step{of_step}"
+    return f"{fmt_ms(cause.impact_us)} ms per {each}{of_step}"
 
 
 def span_text(ranks: tuple[int, ...] | list[int], steps: tuple[int, ...] | list[int]) -> str:

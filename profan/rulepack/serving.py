@@ -42,6 +42,10 @@ class ServingRules:
     markers: tuple[Marker, ...]
     phase_annotations: tuple[PhaseRule, ...]
     phase_kernels: tuple[PhaseRule, ...]
+    layer_min_layers: int  # the layer-pattern fallback (`profan.sources.trace.layer_pattern`): layers per iteration
+    layer_min_iterations: int  # and iterations, at least
+    layer_id: str
+    layer_source: str
 
     def marker(self, rule_id: str) -> Marker:
         return next(marker for marker in self.markers if marker.id == rule_id)
@@ -67,4 +71,8 @@ def rules() -> ServingRules:
         markers=tuple(Marker(m["id"], m["kind"], m["cat"], m["pattern"], m["source"]) for m in doc["marker"]),
         phase_annotations=_phase_rules(doc, "phase_annotation"),
         phase_kernels=_phase_rules(doc, "phase_kernel"),
+        layer_min_layers=int(doc["layer_pattern"]["min_layers"]),
+        layer_min_iterations=int(doc["layer_pattern"]["min_iterations"]),
+        layer_id=doc["layer_pattern"]["id"],
+        layer_source=doc["layer_pattern"]["source"],
     )

@@ -13,6 +13,7 @@ import polars as pl
 import pytest
 import tomllib
 from conftest import analysed
+from polars.testing import assert_frame_equal
 
 from profan.model.textfmt import ms
 from profan.sources.trace import kineto_iterations
@@ -220,7 +221,8 @@ def test_iteration_view_off_reads_the_capture_as_before(tmp_path):
     assert not [t for t in report.tables if t.startswith("serving_")]
     assert not [f for f in report.findings if f.check.startswith("serving-")]
     assert set(report.tables) == {t for t in plain.tables if not t.startswith("serving_")}
-    assert report.tables["top_kernels"].equals(plain.tables["top_kernels"])
+    # the same rows; shares to float rounding (a bucket's time is a parallel sum, its last bits vary between reads)
+    assert_frame_equal(report.tables["top_kernels"], plain.tables["top_kernels"], rel_tol=1e-12)
     bad = tmp_path / "bad.toml"
     bad.write_text("[serving]\nphases = false\n")
     with pytest.raises(ProfanInputError, match=r"bad\.toml.*\[serving\] takes one setting"):
@@ -239,10 +241,6 @@ def test_cli_no_iterations_drops_the_serving_tables(tmp_path):
     assert "serving_phases" not in json.loads(out.read_text())["tables"]
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="after the merge of the cost-graded causes the cause's step is 87.5 ms, not the decode mean 53.3 ms",
-)
 def test_prefill_joining_the_running_batch_is_named_as_the_slow_mixed_iterations():
     """A real packed-batch serving loop in which a 1,024- and a 512-token prompt join four decoding requests: one
     iteration per vLLM-style execute label, each with the truth's phase and token count; the interference cause

@@ -47,7 +47,8 @@ def marker_notes(its: pl.DataFrame) -> list[str]:
     from; one for the iterations whose phase nothing told."""
     notes = []
     used = its.group_by("rule", maintain_order=True).agg(pl.col("rank").unique().sort(), pl.len().alias("n"))
-    sources = {marker.id: marker.source for marker in serving_rules().markers}
+    served = serving_rules()
+    sources = {marker.id: marker.source for marker in served.markers} | {served.layer_id: served.layer_source}
     for rule, ranks, n in used.iter_rows():
         source = sources.get(rule, "the trace's ProfilerStep#N annotations")
         notes.append(

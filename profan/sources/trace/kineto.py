@@ -471,7 +471,7 @@ def load(path: Path, trace: Trace | None = None, roles: Roles | None = None, ite
         host=host_spans(evidence, roles, placed),
         annotations=annotation_spans(evidence, roles, placed),
         forwards=_forward_starts(evidence, roles, placed),
-        marks=marks,
+        marks=kineto_iterations.or_layer_marks(marks, trains or not iterations or not steps.is_empty(), dev, evidence),
         trains=trains,
     )
 

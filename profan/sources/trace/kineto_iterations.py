@@ -21,6 +21,7 @@ import polars as pl
 from profan.rulepack.serving import ServingRules
 from profan.rulepack.serving import rules as serving_rules
 from profan.sources.common import intervals
+from profan.sources.trace import layer_pattern
 
 MARK_SCHEMA = {
     "event_idx": pl.Int64,
@@ -66,6 +67,22 @@ def marks(frame: pl.DataFrame, rules: ServingRules | None = None) -> tuple[pl.Da
         for index, marker in enumerate(rules.markers)
     ]
     return pl.concat(parts).cast(MARK_SCHEMA).sort("ts_us", "event_idx"), False  # type: ignore[arg-type]
+
+
+def or_layer_marks(marked: pl.DataFrame, unless: bool, dev: pl.DataFrame, evidence: pl.DataFrame) -> pl.DataFrame:
+    """The marks, or where there are none (and not ``unless``: the trace trains, has ProfilerSteps, or is read
+    with the iteration view off) those of its layer pattern (`layer_pattern.layer_marks`): the last marker."""
+    if unless or not marked.is_empty():
+        return marked
+    return layer_pattern.layer_marks(dev, evidence, serving_rules(), MARK_SCHEMA)
+
+
+def without_layer_marks(kt):
+    """The trace without its layer-pattern marks: an RL job's rollout generates without a serving marker, and
+    its step ledger (`profan.analyses.rl`), not the serving view, is what reads its forwards."""
+    from dataclasses import replace
+
+    return replace(kt, marks=kt.marks.filter(pl.col("rule") != serving_rules().layer_id))
 
 
 def windows(marked: pl.DataFrame, steps: pl.DataFrame, step_cat: str) -> pl.DataFrame:

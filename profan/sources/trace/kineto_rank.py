@@ -566,7 +566,8 @@ def load_rank_trace(rd, kt: KinetoTrace, hit: bool, dev: pl.DataFrame, pack) -> 
     ep_tab = kineto_ep.ep_time(dev, pack.rule_parts(), tuple(ep["ep_parts"]), ep["comm_bucket"], ep["total_part"])
     rd.ep_time = None if ep_tab.is_empty() else ep_tab
     rd.fusible = elementwise_runs(dev, pack.check("unfused-elementwise"))
-    rd.iterations, rd.iteration_buckets = kineto_iterations.rank_view(kt, dev, roles.kineto_annotation_cat)
+    view = kineto_iterations.without_layer_marks(kt) if "role" in rd.info else kt  # an RL role's generation: its ledger
+    rd.iterations, rd.iteration_buckets = kineto_iterations.rank_view(view, dev, roles.kineto_annotation_cat)
     _count_skipped(rd, kt)
     if "role" in rd.info:  # an RL job's trace: what its step ledger reads (`analyses.rl`)
         rd.rl_spans, rd.rl_forwards = kt.annotations, rl_forwards.with_dims(kt.path, kt.forwards, rl.rules())
