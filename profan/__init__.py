@@ -45,7 +45,7 @@ def evidence(
     ``root``: the data folder, where it is not the one the report was analysed from (a report loaded from JSON
     and moved). ``limit``: at most this many rows per evidence item. An unknown id, or data that is gone or has
     changed size since the analysis, raises `ProfanInputError` with one line saying what to do."""
-    from profan.render.brief import evidence_doc
+    from profan.render.evidence_doc import evidence_doc
     from profan.trust import report_root
 
     data_root = report_root(report, None, Path(root) if root is not None else None)

@@ -82,14 +82,14 @@ def analyze(
     t0 = time.perf_counter()
     say = progress or (lambda _msg: None)
     pack = pack or load([Path(p) for p in rules or []])
-    limits.use(pack.limits)
-    hw = hardware if isinstance(hardware, Hardware) else load_hardware(hardware)
-    disc = discover(path)
-    root = disc.root
-    say(f"found {len(disc.ranks)} rank(s) in {root}")
-    ranks: list[RankData] = load_ranks(disc.ranks, root, pack, jobs, say)
-    t_read = time.perf_counter()
-    report = build_report(ranks, pack, disc, hardware=hw)
+    with limits.scoped(pack.limits):  # this call's bounds, not the process's: a later read meets its own
+        hw = hardware if isinstance(hardware, Hardware) else load_hardware(hardware)
+        disc = discover(path)
+        root = disc.root
+        say(f"found {len(disc.ranks)} rank(s) in {root}")
+        ranks: list[RankData] = load_ranks(disc.ranks, root, pack, jobs, say)
+        t_read = time.perf_counter()
+        report = build_report(ranks, pack, disc, hardware=hw)
     report.meta["timings_s"] = {"read": round(t_read - t0, 3), "analyse": round(time.perf_counter() - t_read, 3)}
     return report
 

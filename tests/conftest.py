@@ -36,9 +36,8 @@ def _default_limits():
     meet the lowered size bounds."""
     from profan.rulepack import limits
 
-    limits.use(limits.defaults())
-    yield
-    limits.use(limits.defaults())
+    with limits.scoped(limits.defaults()):
+        yield
 
 
 @pytest.fixture(scope="session", autouse=True)

@@ -42,6 +42,8 @@ PRELOAD = (
     "profan.app.cli",
     "profan.app.output",
     "profan.render.brief",
+    "profan.render.evidence_doc",
+    "profan.render.rules_index",
     "profan.app.drill",
     "profan.pipeline",
     "profan.comparison",

@@ -136,6 +136,7 @@ def print_text(text: str) -> None:
 
 def print_brief(report, report_file: str | None, drill: str | None = None) -> None:
     """The compact JSON (profan.brief/2) on stdout; `report_file` is the full JSON report when one was written."""
-    from profan.render.brief import brief, dumps
+    from profan.render.brief import brief
+    from profan.render.byte_cap import dumps
 
     sys.stdout.write(dumps(brief(report, report_file=report_file, drill=drill)) + "\n")

@@ -2,10 +2,11 @@
 
 Built on the official ``mcp`` SDK (2.x, ``mcp.server.mcpserver``), an optional dependency
 (``pip install 'profan[mcp]'``) because it brings an HTTP stack the CLI does not need. The tools return the very
-documents the CLI prints (``profan.brief``, ``profan.evidence``, ``profan.rules`` — built by ``profan.render.brief``)
-as structured content, once, beside a one-line text summary: an agent's context pays for every byte, so a result is
-never sent twice. A bad input comes back as a tool error whose text is the CLI's one-line message
-(``profan: error: PATH: problem``), so an agent reads the same words whichever door it used.
+documents the CLI prints (``profan.brief``, ``profan.evidence``, ``profan.rules`` — built by ``profan.render.brief``,
+``profan.render.evidence_doc`` and ``profan.render.rules_index``) as structured content, once, beside a one-line
+text summary: an agent's context pays for every byte, so a result is never sent twice. A bad input comes back as a
+tool error whose text is the CLI's one-line message (``profan: error: PATH: problem``), so an agent reads the same
+words whichever door it used.
 
 Every result is held to its ``max_bytes`` as it goes over the wire — the whole JSON-RPC response line, serialised
 the way the SDK serialises it — by the same ladders of smaller forms the CLI's brief uses: a smaller cap drops the
@@ -235,7 +236,8 @@ class Tools:
     ) -> CallToolResult:
         """A cause's, finding's or member's message, metrics and the source rows behind it, verbatim (CSV lines
         with header, trace events, JSON values). Returns profan.evidence/1."""
-        from profan.render.brief import ByteCap, evidence_doc
+        from profan.render.byte_cap import ByteCap
+        from profan.render.evidence_doc import evidence_doc
 
         def make(size: Callable[[dict[str, Any]], int]) -> dict[str, Any]:
             if limit is not None and limit < 0:
@@ -277,7 +279,7 @@ class Tools:
     ) -> CallToolResult:
         """Explain a check or bucket rule (thresholds; a cause's action, verify, alternatives), or list them.
         Returns profan.rules/1."""
-        from profan.render.brief import rules_doc
+        from profan.render.rules_index import rules_doc
 
         def make(size: Callable[[dict[str, Any]], int]) -> dict[str, Any]:
             extra = [Path(r) for r in self.allowed.all(rules, "rules file")]
@@ -357,7 +359,9 @@ def build_server(roots: list[Path] | None = None) -> MCPServer:
     """The MCP server with profan's tools registered (no transport started); it reads only inside ``roots``
     (default: the current folder)."""
     from profan.model.version import __version__
-    from profan.render.brief import BRIEF_SCHEMA, EVIDENCE_SCHEMA, RULES_SCHEMA
+    from profan.render.brief import BRIEF_SCHEMA
+    from profan.render.evidence_doc import EVIDENCE_SCHEMA
+    from profan.render.rules_index import RULES_SCHEMA
 
     info = Implementation(name="profan", version=__version__)
     tools = Tools(roots or [Path.cwd()], info.model_dump(by_alias=True, mode="json", exclude_none=True))

@@ -60,28 +60,28 @@ def compare(
     t0 = time.perf_counter()
     say = progress or (lambda _m: None)
     pack = pack or load([Path(p) for p in rules or []])
-    limits.use(pack.limits)
-    pa = Path(path)
-    if ranks is not None:
-        if b is not None:
-            raise ProfanInputError(Path(b), "give either two paths or one directory with --ranks, not both")
-        root, rd, disc = load_side(pa, pack, list(ranks), say, jobs)
-        by = {r.rank: r for r in rd}
-        common = root.resolve()
-        sa = Side("A", pa, "", [by[ranks[0]]], disc=disc)
-        sb = Side("B", pa, "", [by[ranks[1]]], disc=disc)
-        mode = f"ranks {ranks[0]} and {ranks[1]} of one job"
-    else:
-        if b is None:
-            raise ProfanInputError(pa, "compare needs two paths, or one directory and --ranks A,B")
-        pb = Path(b)
-        ra, rda, disc_a = load_side(pa, pack, None, say, jobs)
-        rb, rdb, disc_b = load_side(pb, pack, None, say, jobs)
-        common = common_root(ra, rb)
-        sa = Side("A", pa, side_prefix(ra, common), rda, disc=disc_a)
-        sb = Side("B", pb, side_prefix(rb, common), rdb, disc=disc_b)
-        mode = "two runs" if len(rda) > 1 or len(rdb) > 1 else "two ranks (one file or folder each)"
-    return build_compare(sa, sb, pack, common, mode, t0)
+    with limits.scoped(pack.limits):  # both sides read and diagnosed under this call's bounds, then restored
+        pa = Path(path)
+        if ranks is not None:
+            if b is not None:
+                raise ProfanInputError(Path(b), "give either two paths or one directory with --ranks, not both")
+            root, rd, disc = load_side(pa, pack, list(ranks), say, jobs)
+            by = {r.rank: r for r in rd}
+            common = root.resolve()
+            sa = Side("A", pa, "", [by[ranks[0]]], disc=disc)
+            sb = Side("B", pa, "", [by[ranks[1]]], disc=disc)
+            mode = f"ranks {ranks[0]} and {ranks[1]} of one job"
+        else:
+            if b is None:
+                raise ProfanInputError(pa, "compare needs two paths, or one directory and --ranks A,B")
+            pb = Path(b)
+            ra, rda, disc_a = load_side(pa, pack, None, say, jobs)
+            rb, rdb, disc_b = load_side(pb, pack, None, say, jobs)
+            common = common_root(ra, rb)
+            sa = Side("A", pa, side_prefix(ra, common), rda, disc=disc_a)
+            sb = Side("B", pb, side_prefix(rb, common), rdb, disc=disc_b)
+            mode = "two runs" if len(rda) > 1 or len(rdb) > 1 else "two ranks (one file or folder each)"
+        return build_compare(sa, sb, pack, common, mode, t0)
 
 
 def build_compare(sa: Side, sb: Side, pack: RulePack, common: Path, mode: str, t0: float) -> Report:

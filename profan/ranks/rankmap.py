@@ -201,7 +201,13 @@ def read_batch(
     Should the batch fail as a whole — a fault a step computed for the batch did not expect, in some rank — its
     ranks are read again one at a time, in order, up to the first failing one: that rank's own error is the one
     reported, as reading one rank after the other reports it."""
-    limits.use(pack.limits)  # a spawned worker starts with the defaults
+    with limits.scoped(pack.limits):  # a spawned worker starts with the defaults; a thread restores its caller's
+        return _read_batch(sources, root, pack, peers, threads)
+
+
+def _read_batch(
+    sources: list[RankSource], root: Path, pack: RulePack, peers: bool, threads: int
+) -> list[RankData | Failure]:
     try:
         got = read_ranks(sources, root, pack, peers=peers, threads=threads)
     except Exception:

@@ -1,13 +1,17 @@
 """Bounds on what one input may cost (memory, time, walking), as data in ``rules/limits.toml``.
 
 Why a process-wide setting: the bounds are checked deep inside the readers (a gzip stream, a CSV line count, a
-folder walk), in this process and in the worker processes of the per-rank map. The pipeline sets them once per
-analysis from the rule pack (`use`), and a worker sets the ones it was handed; readers ask `active()`.
+folder walk), in this process, in its reading threads and in the worker processes of the per-rank map. An analysis
+holds its rule pack's bounds for as long as it runs (`scoped`), and a worker the ones it was handed; readers ask
+`active()`. Scoped, not set: once the call ends the bounds in force before it are back, so one analysis's rules
+file never reaches a later render or read-back in the same library process.
 """
 
 from __future__ import annotations
 
+import contextlib
 import functools
+from collections.abc import Iterator
 from dataclasses import dataclass, fields, replace
 from pathlib import Path
 from typing import Any
@@ -80,6 +84,13 @@ def check_size(path: str | Path, size: int, name: str, what: str, bounds: Limits
         )
 
 
-def use(limits: Limits) -> None:
+@contextlib.contextmanager
+def scoped(bounds: Limits) -> Iterator[Limits]:
+    """``bounds`` in force for the ``with`` block (its threads too), and what was in force before restored after it,
+    however it ends."""
     global _active
-    _active = limits
+    before, _active = _active, bounds
+    try:
+        yield bounds
+    finally:
+        _active = before

@@ -314,7 +314,8 @@ def test_evidence_text_and_limit():
 def test_schema_command_and_real_reports_validate():
     """`profan schema` prints a valid JSON Schema and the real reports of the bundled samples satisfy it; so do the
     brief and evidence documents against theirs (built in-process: the CLI prints exactly these documents)."""
-    from profan.render.brief import brief, evidence_doc
+    from profan.render.brief import brief
+    from profan.render.evidence_doc import evidence_doc
 
     schemas = {}
     for which in ("report", "brief", "evidence"):

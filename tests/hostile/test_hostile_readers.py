@@ -36,9 +36,8 @@ ALEX2 = FIXTURES / "ascend" / "msinsight-alexnet-2rank-2025" / "level2" / "rank0
 def _default_limits():
     """Readers called directly use the bounds in force: start and end every test with the rule pack's own (an
     in-process analysis with a rules file leaves its bounds set for the process)."""
-    limits.use(limits.defaults())
-    yield
-    limits.use(limits.defaults())
+    with limits.scoped(limits.defaults()):
+        yield
 
 
 def _rules(tmp_path, **bounds) -> str:

@@ -14,7 +14,10 @@ import tomllib
 from conftest import FIXTURES, QWEN3, ROOT, analysed, run_cli
 
 from profan.model.errors import ProfanInputError
-from profan.render.brief import MAX_BYTES, brief, dumps, evidence_doc, json_bytes, rules_doc
+from profan.render.brief import MAX_BYTES, brief
+from profan.render.byte_cap import dumps, json_bytes
+from profan.render.evidence_doc import evidence_doc
+from profan.render.rules_index import rules_doc
 
 SEV = ("critical", "warning", "info")
 LOCS = ("lines", "events", "pointers")
@@ -346,7 +349,7 @@ def test_findings_only_evidence_reads_no_rows(qwen3_report, monkeypatch):
         raise AssertionError("limit=0 read rows")
 
     monkeypatch.setattr("profan.sources.common.readback.read_back", no_reads)
-    monkeypatch.setattr("profan.render.brief.read_lines", no_reads)
+    monkeypatch.setattr("profan.render.evidence_doc.read_lines", no_reads)
     lean = evidence_doc(qwen3_report, QWEN3, "C1", limit=0)
     assert all(i["rows"] == [] and "header" not in i for i in lean["evidence"])
     strip = [{k: v for k, v in i.items() if k not in ("rows", "header")} for i in full["evidence"]]

@@ -7,7 +7,8 @@ import pytest
 from conftest import QWEN3, TORCH, analysed
 
 from profan.app.mcp_server import EVIDENCE_BYTES
-from profan.render.brief import ByteCap, evidence_doc, json_bytes
+from profan.render.byte_cap import ByteCap, json_bytes
+from profan.render.evidence_doc import evidence_doc
 
 SLEEP = TORCH / "gloo_moe_cpu_4rank" / "sleep"
 

@@ -27,7 +27,8 @@ def evidence(
 ) -> None:
     """Print the raw source lines behind one cause or finding, read back from the original files."""
     from profan.app.drill import load_report_or_analyze
-    from profan.render.brief import dumps, evidence_doc
+    from profan.render.byte_cap import dumps
+    from profan.render.evidence_doc import evidence_doc
 
     mode(False, False, debug)
     if fmt not in ("text", "json"):

@@ -18,7 +18,8 @@ def rules(
     fmt: Annotated[str, typer.Option("--format", "-f", help="text | json")] = "text",
 ) -> None:
     """List the rule pack (bucket rules and checks), or explain one rule."""
-    from profan.render.brief import dumps, rules_doc
+    from profan.render.byte_cap import dumps
+    from profan.render.rules_index import rules_doc
 
     if fmt not in ("text", "json"):
         err(f"unknown format {fmt!r}; use text or json")

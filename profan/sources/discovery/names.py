@@ -56,7 +56,7 @@ READ_KINDS = (*(k for k in ASCEND_FILES if k != "op_statistic"), "ascend_db", "k
 
 def profiler_file_name(name: str) -> bool:
     """Whether a file name is one a profiler writes and profan reads: the only files a report that does not vouch
-    for its list of files read (`profan.render.brief.evidence_doc`) may make `profan evidence` print."""
+    for its list of files read (`profan.render.evidence_doc.evidence_doc`) may make `profan evidence` print."""
     return (
         name in ASCEND_FILES.values()
         or name in ("profiler_metadata.json", ANALYSIS_DB)
