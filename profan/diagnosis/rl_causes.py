@@ -4,6 +4,8 @@ step the update dominates, each from its finding of `analyses.rl.section`, measu
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
 import polars as pl
 
 from profan.analyses.contract import Job
@@ -22,11 +24,30 @@ def _explained(claims: Claims) -> list:
     return claims.take(["rl-step-ledger"])
 
 
-def long_tail(job: Job, claims: Claims, _steps: dict[int, float]) -> list[Cause]:
+def _causes(job: Job, claims: Claims, check: str, said: Callable[[dict], dict], gain_key: str | None) -> list[Cause]:
+    """One cause per finding of ``check`` at warning or above: the check's texts filled with ``said(metrics)``,
+    its gain the finding's ``gain_key`` metric (else its bound, ``said``'s ``excess_ms``), measured against the RL
+    ledger's steps, explaining every RL rank's ledger finding."""
     out = []
-    for f in claims.take(["rl-long-tail"], severities=("critical", "warning")):
-        m, steps_us = f.metrics, _steps_us(job)
-        values = {
+    for f in claims.take([check], severities=("critical", "warning")):
+        m, values = f.metrics, said(f.metrics)
+        measure = {"impact_us": m[gain_key]} if gain_key else {"bound_us": values["excess_ms"] * 1000}
+        grounds = Grounds(
+            sources=[f], steps_us=_steps_us(job), explained=_explained(claims), steps=m.get("steps", []), **measure
+        )
+        out.append(make_cause(job, check, values, grounds, Wording(message=f.message)))
+    return out
+
+
+def _steps_said(m: dict) -> str:
+    return ", ".join(map(str, m["steps"]))
+
+
+def long_tail(job: Job, claims: Claims, _steps: dict[int, float]) -> list[Cause]:
+    which = job.pack.check("rl-long-tail").params
+
+    def said(m: dict) -> dict:
+        return {
             "worker": m["worker"],
             "tail": ms(m["tail_us"]),
             "tail_ms": m["tail_us"] / 1000,
@@ -34,54 +55,65 @@ def long_tail(job: Job, claims: Claims, _steps: dict[int, float]) -> list[Cause]
             "wait": pct(m["wait_share"]),
             "forwards": m["forwards"],
             "others_forwards": m["others_forwards"],
-            "which": job.pack.check("rl-long-tail").params[
-                "longer" if m["forwards"] > m["others_forwards"] else "slower"
-            ],
-            "steps": ", ".join(map(str, m["steps"])),
+            "which": which["longer" if m["forwards"] > m["others_forwards"] else "slower"],
+            "steps": _steps_said(m),
         }
-        grounds = Grounds(
-            sources=[f], steps_us=steps_us, impact_us=m["tail_us"], explained=_explained(claims), steps=m["steps"]
-        )
-        out.append(make_cause(job, "rl-long-tail", values, grounds, Wording(message=f.message)))
-    return out
+
+    return _causes(job, claims, "rl-long-tail", said, "tail_us")
 
 
 def weight_sync(job: Job, claims: Claims, _steps: dict[int, float]) -> list[Cause]:
-    out = []
-    for f in claims.take(["rl-weight-sync"], severities=("critical", "warning")):
-        m = f.metrics
-        values = {
+    def said(m: dict) -> dict:
+        return {
             "sync": ms(m["sync_us"]),
             "sync_ms": m["sync_us"] / 1000,
             "share": pct(m["sync_us"] / m["step_us"]),
-            "steps": ", ".join(map(str, m["steps"])),
+            "steps": _steps_said(m),
             "longest": _longest_gap(job),
         }
-        grounds = Grounds(
-            sources=[f],
-            steps_us=_steps_us(job),
-            impact_us=m["sync_us"],
-            explained=_explained(claims),
-            steps=m["steps"],
-        )
-        out.append(make_cause(job, "rl-weight-sync", values, grounds, Wording(message=f.message)))
-    return out
+
+    return _causes(job, claims, "rl-weight-sync", said, "sync_us")
 
 
 def update_dominated(job: Job, claims: Claims, _steps: dict[int, float]) -> list[Cause]:
-    out = []
-    for f in claims.take(["rl-update-dominated"], severities=("critical", "warning")):
-        m = f.metrics
-        excess = m["update_us"] - m["threshold"] * m["step_us"]
-        values = {
+    """No gain: what the update could save is not in the trace; its share above the threshold bounds it."""
+
+    def said(m: dict) -> dict:
+        return {
             "share": pct(m["update_us"] / m["step_us"]),
             "update": ms(m["update_us"]),
             "threshold": pct(m["threshold"]),
-            "excess_ms": excess / 1000,
+            "excess_ms": (m["update_us"] - m["threshold"] * m["step_us"]) / 1000,
         }
-        grounds = Grounds(sources=[f], steps_us=_steps_us(job), bound_us=excess, explained=_explained(claims))
-        out.append(make_cause(job, "rl-update-dominated", values, grounds, Wording(message=f.message)))
-    return out
+
+    return _causes(job, claims, "rl-update-dominated", said, None)
+
+
+def gen_under_batched(job: Job, claims: Claims, _steps: dict[int, float]) -> list[Cause]:
+    def said(m: dict) -> dict:
+        return {
+            "worker": m["worker"],
+            "sequences": m["sequences"],
+            "passes": m["passes"],
+            "per_forward": f"{m['sequences_per_forward']:.0f}",
+            "gain_ms": m["gain_us"] / 1000,
+            "steps": _steps_said(m),
+        }
+
+    return _causes(job, claims, "rl-gen-under-batched", said, "gain_us")
+
+
+def logprob_unfused(job: Job, claims: Claims, _steps: dict[int, float]) -> list[Cause]:
+    def said(m: dict) -> dict:
+        return {
+            "micro_batch": f"{m['micro_batch']:.0f}",
+            "sequences": m["sequences"],
+            "gain": ms(m["gain_us"]),
+            "gain_ms": m["gain_us"] / 1000,
+            "steps": _steps_said(m),
+        }
+
+    return _causes(job, claims, "rl-logprob-unfused", said, "gain_us")
 
 
 def _longest_gap(job: Job) -> str:
@@ -98,40 +130,3 @@ def _longest_gap(job: Job) -> str:
         "; ".join(f"{role} ranks busy {ms(b)} of its {ms(w)}" for role, b, w in sync.sort("role").iter_rows())
         + " — the rest is waiting, not transfer or load work"
     )
-
-
-def gen_under_batched(job: Job, claims: Claims, _steps: dict[int, float]) -> list[Cause]:
-    out = []
-    for f in claims.take(["rl-gen-under-batched"], severities=("critical", "warning")):
-        m = f.metrics
-        values = {
-            "worker": m["worker"],
-            "sequences": m["sequences"],
-            "passes": m["passes"],
-            "per_forward": f"{m['sequences_per_forward']:.0f}",
-            "gain_ms": m["gain_us"] / 1000,
-            "steps": ", ".join(map(str, m["steps"])),
-        }
-        grounds = Grounds(
-            sources=[f], steps_us=_steps_us(job), impact_us=m["gain_us"], explained=_explained(claims), steps=m["steps"]
-        )
-        out.append(make_cause(job, "rl-gen-under-batched", values, grounds, Wording(message=f.message)))
-    return out
-
-
-def logprob_unfused(job: Job, claims: Claims, _steps: dict[int, float]) -> list[Cause]:
-    out = []
-    for f in claims.take(["rl-logprob-unfused"], severities=("critical", "warning")):
-        m = f.metrics
-        values = {
-            "micro_batch": f"{m['micro_batch']:.0f}",
-            "sequences": m["sequences"],
-            "gain": ms(m["gain_us"]),
-            "gain_ms": m["gain_us"] / 1000,
-            "steps": ", ".join(map(str, m["steps"])),
-        }
-        grounds = Grounds(
-            sources=[f], steps_us=_steps_us(job), impact_us=m["gain_us"], explained=_explained(claims), steps=m["steps"]
-        )
-        out.append(make_cause(job, "rl-logprob-unfused", values, grounds, Wording(message=f.message)))
-    return out
