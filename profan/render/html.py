@@ -56,7 +56,15 @@ from profan.model.textfmt import (
 )
 from profan.render.evidence_rows import EvidenceTable, read_evidence
 from profan.render.json_report import CLASSES, ROW_LIMIT, by_class, kept_members, named_ranks
-from profan.render.verdict import cause_view, compare_verdict, findings_by_cause, share_of, span_text, verdict
+from profan.render.verdict import (
+    cause_view,
+    compare_verdict,
+    drill_ids,
+    findings_by_cause,
+    share_of,
+    span_text,
+    verdict,
+)
 from profan.rulepack.paths import templates_dir
 from profan.trust import report_root
 
@@ -235,6 +243,7 @@ def build_html(report: Report, *, row_budget: int = ROW_BUDGET) -> str:
         "js": Markup(_asset("report.js")),
         "plotly_packed": plotly_packed(),
         "drill": drill_target(report.source),
+        "drill_ids": drill_ids(report),
         "mark": Markup(source_mark(report.source)),
     }
     return environment().get_template("report.html.j2").render(**ctx)

@@ -32,7 +32,7 @@ from profan.model.textfmt import (
     visible,
 )
 from profan.render.json_report import CLASSES, cut_tables, named_ranks
-from profan.render.verdict import cause_view, findings_by_cause, share_of, verdict
+from profan.render.verdict import cause_view, drill_ids, findings_by_cause, share_of, verdict
 from profan.rulepack.paths import templates_dir
 
 TABLE_ROWS = 25  # rows per detail table in Markdown; the JSON report has them all
@@ -162,6 +162,7 @@ def render_markdown(report: Report, out: Path | None = None) -> str | None:
             sizes={name: value.height for name, value in report.tables.items()},
             full=FULL_TABLES,
             drill=markupsafe.Markup(drill_target(report.source)),  # shell-quoted, no backtick: a code span holds it
+            drill_ids=drill_ids(report),
             mark=markupsafe.Markup(source_mark(report.source)),
             **context,
         )

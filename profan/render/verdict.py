@@ -84,6 +84,15 @@ def span_text(ranks: tuple[int, ...] | list[int], steps: tuple[int, ...] | list[
     return " · ".join(parts)
 
 
+def drill_ids(report: Report) -> str:
+    """'C1, F1, F2.1': one cause, one finding and one group member this report has, the ids the footer's
+    `profan evidence` line offers as examples. Fixed examples (C1, F3) name claims a report may not hold: a capture
+    with no cause or one finding sent the reader to an id the command then refuses."""
+    members = [member.id for finding in report.findings for member in finding.members]
+    firsts = [ids[0] for ids in ([c.id for c in report.causes], [f.id for f in report.findings], members) if ids]
+    return ", ".join(firsts)
+
+
 def also_worth_a_look(report: Report) -> list[Finding]:
     """The headline findings no cause explains (warning and critical)."""
     return [item for item in report.headline if isinstance(item, Finding)]

@@ -286,3 +286,22 @@ def test_a_kernel_name_in_a_cause_is_never_a_formula_in_excel(hostile_report, tm
     assert action.data_type == "s"
     causes = wb["Causes"]
     assert causes["C2"].value == HOSTILE and causes["C2"].quotePrefix
+
+
+@pytest.mark.parametrize("sample", ["torch/vllm_gptoss_decode_mi300x_graph", "torch/dlrm_v100_8rank"])
+def test_footer_offers_only_ids_the_report_holds(sample, tmp_path):
+    """The Markdown and HTML footers offer `profan evidence` ids to try: those of this report (the serving capture has
+    no cause, so no C1), and each one the command then answers."""
+    report = analysed(FIXTURES / sample)
+    members = [m.id for f in report.findings for m in f.members]
+    expected = [ids[0] for ids in ([c.id for c in report.causes], [f.id for f in report.findings], members) if ids]
+    assert ("C1" in expected) == bool(report.causes)
+    here = f"(here {', '.join(expected)})"
+    assert here in render_markdown(report).rsplit("---", 1)[1]
+    assert here in build_html(report).rsplit('<footer class="muted">', 1)[1]
+    saved = tmp_path / "report.json"
+    render(report, "json", saved)
+    for claim in expected:
+        done = run_cli("evidence", str(saved), claim, "--limit", "1")
+        assert done.returncode == 0, done.stderr
+        assert done.stdout.startswith(claim)
