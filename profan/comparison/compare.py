@@ -34,7 +34,7 @@ from profan.comparison.sides import (
     step_ids,
     step_totals,
 )
-from profan.comparison.tables import KEY, fold_shapes, pair, pair_steps, per_key, shown
+from profan.comparison.tables import KEY, fold_shapes, pair, pair_steps, per_key, shown, step_spread
 from profan.model.errors import ProfanInputError
 from profan.model.findings import number_findings
 from profan.model.report import Report
@@ -113,7 +113,7 @@ def build_compare(sa: Side, sb: Side, pack: RulePack, common: Path, mode: str, t
     )
     left = {s.label: left_out(key, t, s) for key, t, s in ((ka, st_a, sa), (kb, st_b, sb))}
     findings = [total_finding((total_a, total_b), steps_t, buckets, (sa, sb), pack, left)]
-    findings += regression_findings(buckets, kernels, total_a, pack)
+    findings += regression_findings(buckets, kernels, total_a, pack, step_spread((ka, kb), (sa, sb), "bucket"))
     findings += new_missing_findings(kernels, total_a, pack)
     verdict, diagnosed, t_diagnose = diagnose_sides(sa, sb, pack, (step_ids(ka, st_a), step_ids(kb, st_b)))
     tables = {

@@ -108,9 +108,13 @@ def total_finding(
     )
 
 
-def regression_findings(buckets: pl.DataFrame, kernels: pl.DataFrame, total_a: float, pack: RulePack) -> list[Finding]:
+def regression_findings(
+    buckets: pl.DataFrame, kernels: pl.DataFrame, total_a: float, pack: RulePack, spread: dict[str, float]
+) -> list[Finding]:
     """Buckets whose per-step time changed by at least the floor: growth is a regression of B (severity by share),
-    shrinkage an improvement (info). With two ranks of one job the direction only says which rank spends more."""
+    shrinkage an improvement (info). With two ranks of one job the direction only says which rank spends more.
+    A growth within ``noise_spreads`` times the bucket's step-to-step spread (``spread``: its standard deviation
+    over the steps of either side, the larger) is what the same run does from one step to the next: info."""
     chk = pack.check(CHECK)
     out: list[Finding] = []
     if "delta_us" not in buckets.columns:
@@ -122,10 +126,11 @@ def regression_findings(buckets: pl.DataFrame, kernels: pl.DataFrame, total_a: f
     for row in moved.head(chk["max_findings"]).iter_rows(named=True):
         up = row["delta_us"] > 0
         share = abs(row["delta_us"]) / total_a if total_a else None
-        graded_up = graded(share, chk) if up and share is not None else None
-        sev = graded_up or chk.severity_for("regression" if up else "improvement")
+        noise_us = chk["noise_spreads"] * spread.get(row["bucket"], 0.0)
+        loud = up and share is not None and row["delta_us"] > noise_us
+        sev = (graded(share, chk) if loud else None) or chk.severity_for("regression" if up else "improvement")
         ks = _moved_kernels(kernels, row["bucket"], up)
-        out.append(_bucket_change_finding(row, ks, up, share, sev))
+        out.append(_bucket_change_finding(row, ks, up, share, sev, noise_us))
     return out
 
 
@@ -138,9 +143,11 @@ def _moved_kernels(kernels: pl.DataFrame, bucket: str, up: bool) -> pl.DataFrame
     return frame.sort("delta_us", descending=up, maintain_order=True).head(3)
 
 
-def _bucket_change_finding(row: dict, frame: pl.DataFrame, up: bool, share: float | None, sev: str) -> Finding:
+def _bucket_change_finding(
+    row: dict, frame: pl.DataFrame, up: bool, share: float | None, sev: str, noise_us: float
+) -> Finding:
     """A bucket's per-step change from A to B (``row`` of the bucket comparison), explained by the kernels that
-    moved most (``ks``)."""
+    moved most (``ks``); a change within the steps' own spread (``noise_us``) says so."""
     k_txt = "; ".join(
         f"{k['op']}{' [' + k['input_shapes'] + ']' if k['input_shapes'] else ''} "
         f"{'+' if up else ''}{ms(k['delta_us'])} ({k['a_count']:g}→{k['b_count']:g} launches, "
@@ -155,30 +162,14 @@ def _bucket_change_finding(row: dict, frame: pl.DataFrame, up: bool, share: floa
         severity=sev,
         title=f"{word}: {row['bucket']} {sign}{ms(row['delta_us'])} per step in B"
         + (f", mostly {top['op']}" if top else ""),
-        message=(
-            f"The {row['bucket']} bucket takes {ms(row['a_time_us'])} per step in A and "
-            f"{ms(row['b_time_us'])} in B ({sign}{ms(row['delta_us'])}"
-            + (f", {pct(share)} of A's summed kernel time" if share is not None else "")
-            + "). "
-            + (
-                f"Largest changes: {k_txt}."
-                if k_txt
-                else "No kernel present on both sides moved that way; "
-                "the change is in kernels present on one side only (see new/missing)."
-            )
-            + (
-                ""
-                if up or row["bucket"] != "communication"
-                else " Less communication time on B with the same launches usually means B arrived later and "
-                "waited less: A waits inside these kernels for B."
-            )
-        ),
+        message=_change_message(row, k_txt, up, share, noise_us),
         metrics={
             "bucket": row["bucket"],
             "a_us": round(row["a_time_us"], 3),
             "b_us": round(row["b_time_us"], 3),
             "delta_us": round(row["delta_us"], 3),
             "share_of_a": round(share, 4) if share else None,
+            "noise_us": round(noise_us, 3),
             "direction": "regression" if up else "improvement",
             "kernels": [
                 {
@@ -193,6 +184,36 @@ def _bucket_change_finding(row: dict, frame: pl.DataFrame, up: bool, share: floa
             ],
         },
         evidence=_bucket_change_evidence(row, frame),
+    )
+
+
+def _change_message(row: dict, k_txt: str, up: bool, share: float | None, noise_us: float) -> str:
+    """What a bucket's change says: its time on both sides, the kernels that moved, and where it lies within the
+    steps' own spread."""
+    sign = "+" if up else ""
+    return (
+        f"The {row['bucket']} bucket takes {ms(row['a_time_us'])} per step in A and "
+        f"{ms(row['b_time_us'])} in B ({sign}{ms(row['delta_us'])}"
+        + (f", {pct(share)} of A's summed kernel time" if share is not None else "")
+        + "). "
+        + (
+            f"Largest changes: {k_txt}."
+            if k_txt
+            else "No kernel present on both sides moved that way; "
+            "the change is in kernels present on one side only (see new/missing)."
+        )
+        + (
+            f" That is within what the bucket moves from one step to the next of one run ({ms(noise_us)}): "
+            "noise, not a regression, unless more steps show it."
+            if abs(row["delta_us"]) <= noise_us
+            else ""
+        )
+        + (
+            ""
+            if up or row["bucket"] != "communication"
+            else " Less communication time on B with the same launches usually means B arrived later and "
+            "waited less: A waits inside these kernels for B."
+        )
     )
 
 

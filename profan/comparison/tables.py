@@ -45,6 +45,21 @@ def per_key(frame: pl.DataFrame, side: Side, keys: list[str]) -> pl.DataFrame:
     )
 
 
+def step_spread(frames: tuple[pl.DataFrame, pl.DataFrame], sides: tuple[Side, Side], key: str) -> dict[str, float]:
+    """Per value of ``key``: the standard deviation over a side's aligned steps of its time per step (mean over
+    ranks), the larger of the two sides': how much it moves from one step to the next of one run. A side of one
+    step has no spread."""
+    out: dict[str, float] = {}
+    for frame, side in zip(frames, sides, strict=True):
+        rows = frame.filter(kept(side) & pl.col("step").is_not_null())
+        if rows.is_empty():
+            continue
+        per_step = rows.group_by(key, "step").agg((pl.col("time_us").sum() / max(1, len(side.ranks))).alias("_t"))
+        for value, sd in per_step.group_by(key).agg(pl.col("_t").std().fill_null(0.0)).iter_rows():
+            out[value] = max(out.get(value, 0.0), sd)
+    return out
+
+
 def pair(frame: pl.DataFrame, b: pl.DataFrame, keys: list[str]) -> pl.DataFrame:
     if frame.is_empty() and b.is_empty():
         return pl.DataFrame()

@@ -221,3 +221,34 @@ def test_untrusted_text_in_a_verdict_line_forms_nothing(clean_sleep, tmp_path):
     render_xlsx(report, tmp_path / "c.xlsx")
     cell = openpyxl.load_workbook(tmp_path / "c.xlsx")["Summary"]["B4"]
     assert (cell.value, cell.data_type) == (evil, "s")
+
+
+def _spread_from_breakdown(rep, bucket: str) -> float:
+    """The bucket's standard deviation over the run's steps of its time per step (mean over ranks), read from
+    `profan analyze`'s breakdown table: an independent path to the compare's noise floor."""
+    import polars as pl
+
+    rows = rep.tables["breakdown"].filter((pl.col("bucket") == bucket) & pl.col("step").is_not_null())
+    per_step = rows.group_by("step").agg(pl.col("time_us").sum() / rows["rank"].n_unique())
+    return float(per_step["time_us"].std())
+
+
+def test_the_same_run_profiled_twice_is_no_regression():
+    """clean and clean_again are one run's program run twice (PROVENANCE.md: 5.5 ms apart in step time): the
+    buckets that grew stay within their own step-to-step spread, so no regression is louder than info, and the
+    floor each states is that spread, recomputed here from both sides' analyze breakdowns."""
+    rep = compare(PAIRS / "clean", PAIRS / "clean_again")
+    moved = [f for f in rep.findings if f.check == "compare-regression" and "bucket" in f.metrics]
+    assert moved and all(f.severity == "info" for f in rep.findings if f.check == "compare-regression")
+    sides = [profan.analyze(PAIRS / name) for name in ("clean", "clean_again")]
+    for f in moved:
+        want = max(_spread_from_breakdown(side, f.metrics["bucket"]) for side in sides)
+        assert f.metrics["noise_us"] == pytest.approx(want, rel=1e-3)
+        if f.metrics["direction"] == "regression":
+            assert 0 < f.metrics["delta_us"] <= f.metrics["noise_us"]
+            assert "noise, not a regression" in f.message
+
+
+def test_a_planted_fault_is_a_regression_past_the_spread(clean_sleep):
+    (comm,) = [f for f in clean_sleep.findings if f.metrics.get("bucket") == "communication"]
+    assert comm.severity == "critical" and comm.metrics["delta_us"] > 3 * comm.metrics["noise_us"]
