@@ -6,6 +6,7 @@ The engine knows nothing about kernels; everything it needs to decide a bucket o
 from __future__ import annotations
 
 import functools
+import string
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -26,6 +27,8 @@ from profan.rulepack.toml_file import load_toml
 
 # the texts of a [check.cause] a case may have its own of, ``<case>_<text>`` (`profan.diagnosis.claims.make_cause`)
 CASE_TEXTS = ("_title", "_assumption", "_action", "_verify")
+# a check's tables of texts that a report fills with the cause's (or the comparison's) numbers
+TEMPLATE_TABLES = ("cause", "compare")
 # check settings that hold regular expressions: a name ending so, or a table of them by that name
 PATTERN_SETTINGS = ("_kernel", "phases")
 
@@ -270,6 +273,55 @@ def _check_overrides(user: Check, builtin: dict[str, Any]) -> None:
                 raise ProfanInputError(
                     user.source, f"check {user.id}: [check.cause] has no {unknown[0]!r}; it has {', '.join(want)}"
                 )
+        if key in TEMPLATE_TABLES:
+            _check_placeholders(user, key, value, want)
+
+
+def _fields(text: Any, where: str = "") -> set[str]:
+    """The names a template (or every template of a list or table of them) fills: ``{name}``, ``{name:,.1f}``,
+    ``{name[0]}`` all fill ``name``. ValueError for text that is no template (a lone brace)."""
+    if isinstance(text, dict):
+        return {name for key, item in text.items() for name in _fields(item, key)}
+    if isinstance(text, list):
+        return {name for item in text for name in _fields(item, where)}
+    if not isinstance(text, str):
+        return set()
+    try:
+        parsed = list(string.Formatter().parse(text))
+    except ValueError as exc:
+        raise ValueError(f"{where or 'a text'} is no template ({exc}): {text[:60]!r}") from None
+    return {field.split(".")[0].split("[")[0] for _, field, _, _ in parsed if field is not None}
+
+
+def _allowed(table: str, key: str, builtin: dict[str, Any]) -> set[str]:
+    """The names a user's text ``key`` of a check's ``table`` may fill (`_check_placeholders`)."""
+    if table == "cause" or key not in builtin:
+        return _fields(builtin)
+    own = _fields(builtin[key], key)
+    if not isinstance(builtin[key], str):
+        return own
+    kin = [_fields(text, name) for name, text in builtin.items() if isinstance(text, str)]
+    return own.union(*(names for names in kin if names & own))
+
+
+def _check_placeholders(user: Check, table: str, texts: dict[str, Any], builtin: dict[str, Any]) -> None:
+    """A user's texts of a check's [check.cause] or [check.compare] fill only names the check's built-in texts of
+    the same kind fill: a misspelt name would otherwise end the report in a KeyError, long after the file was
+    read. A cause's texts share one set of numbers; a compare text shares its set with the built-in texts that
+    fill a name its own built-in text fills (the verdict's sentences all fill {what}; gain and bound {value}), a
+    table of phrases with its phrases."""
+    for key, text in texts.items():
+        try:
+            allowed, used = _allowed(table, key, builtin), _fields(text, key)
+        except ValueError as exc:
+            raise ProfanInputError(user.source, f"check {user.id}: [check.{table}] {exc}") from None
+        unknown = sorted(used - allowed)
+        if unknown:
+            raise ProfanInputError(
+                user.source,
+                f"check {user.id}: [check.{table}] {key} uses {{{unknown[0]}}}, which this check does not fill; "
+                f"it fills {', '.join('{' + name + '}' for name in sorted(allowed)) or 'nothing'}",
+            )
 
 
 @functools.cache
