@@ -26,8 +26,7 @@ import sys
 import tempfile
 from pathlib import Path
 
-from bench_hta import commands, report
-from bench_kernels import timed
+from bench_hta import commands, report, series
 
 REPO = Path(__file__).resolve().parent.parent
 SOURCE = REPO / "fixtures/torch/dlrm_v100_8rank"
@@ -111,19 +110,7 @@ def main() -> int:
             cmds.pop("hta")
         if args.no_cached:
             cmds = {name: value for name, value in cmds.items() if not name.startswith("profan, cached")}
-        for name, (cmd, env) in cmds.items():
-            if name.startswith("profan, cached"):
-                timed(cmd, REPO, env)  # primes the cache
-        results: dict[str, list[dict]] = {name: [] for name in cmds}
-        for run in range(args.runs):
-            for name, (cmd, env) in cmds.items():
-                r = timed(cmd, REPO, env)
-                results[name].append(r)
-                print(
-                    f"  run {run + 1} {name:18s} wall {r['wall_s']:6.2f} s  CPU {r['cpu_s']:6.2f} s  "
-                    f"peak RSS {r['rss_mib']:6.0f} MiB",
-                    flush=True,
-                )
+        results = series(cmds, args.runs)
         if "hta" in results:
             report(results, target=TARGET)
         rss = max(r["rss_mib"] for name, runs in results.items() if name != "hta" for r in runs)

@@ -93,3 +93,25 @@ def test_a_zero_unclassified_threshold_reports_only_ranks_with_such_rows(tmp_pat
             g = next(r for r in ranks if r.rank == f.rank).groups.filter(pl.col("bucket") == "unclassified")
             assert f.evidence[0].row_count == g["count"].sum() > 0
             assert f.metrics["unclassified_us"] == round(g["time_us"].sum(), 3)
+
+
+@pytest.mark.parametrize("path", [QWEN3, DLRM], ids=["qwen3", "dlrm"])
+def test_top_kernels_in_batches_equal_all_ranks_at_once(path, monkeypatch):
+    """`top_kernels` ranks a batch of ranks at a time to bound its working memory; the batches must not change
+    the table: a bound of one group (every rank a batch of its own) and of two ranks' groups give the table of all
+    ranks at once, in rank order, ranks given out of order."""
+    from profan.analyses.per_rank import breakdown
+
+    ranks, pack, _ = _ranks(path)
+    steps_max = pack.check("step-breakdown")["table_steps_max"]
+    whole = breakdown.top_kernels(ranks, steps_max)
+    with_groups = [rank for rank in ranks if rank.groups is not None]
+    assert whole["rank"].n_unique() == len(with_groups) >= 2
+    assert whole["rank"].to_list() == sorted(whole["rank"].to_list())
+    two_ranks = with_groups[0].groups.height + with_groups[1].groups.height
+    for most in (1, two_ranks):
+        batches = breakdown._rank_batches(list(reversed(ranks)), most)
+        assert len(batches) >= (len(with_groups) if most == 1 else len(with_groups) // 2)
+        assert [rank.rank for batch in batches for rank in batch] == sorted(rank.rank for rank in ranks)
+        monkeypatch.setattr(breakdown, "TOP_BATCH_ROWS", most)
+        assert_frame_equal(breakdown.top_kernels(list(reversed(ranks)), steps_max), whole)

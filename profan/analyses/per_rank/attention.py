@@ -32,14 +32,15 @@ def unfused_findings(ranks: list[RankData], pack: RulePack) -> list[Finding]:
     frame = kernel_table(ranks, ["step", "bucket", "rule_id", "op", "name", "count", "time_us", "lines", "line_durs"])
     if frame is None:
         return []
+    totals = frame.group_by("rank", "step").agg(pl.col("time_us").sum().alias("total_us"))
+    # the kernels' texts only for the attention bucket's rows: made for every row of 32 ranks of 100 steps, they
+    # took 170 MB (bench/README.md)
     kernel = pl.col("name").fill_null("") + " " + pl.col("op").fill_null("")
-    frame = frame.with_columns(
+    att = frame.filter(pl.col("bucket") == chk["bucket"]).with_columns(
         pl.col("rule_id").is_in(chk["fused_rules"]).fill_null(False).alias("_fused"),
         kernel.str.contains(chk["score_kernel"]).alias("_score_kernel"),
         kernel.str.contains(chk["matmul_kernel"]).alias("_matmul"),
     )
-    totals = frame.group_by("rank", "step").agg(pl.col("time_us").sum().alias("total_us"))
-    att = frame.filter(pl.col("bucket") == chk["bucket"])
     steps = (
         att.group_by("rank", "step")
         .agg(
