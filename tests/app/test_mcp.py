@@ -350,7 +350,7 @@ def test_every_result_fits_its_cap_as_sent(shared):
     part = part_of(shared, "_every_result")
     (listed, results), wire = part.value, shared[1]
     defaults = {t.name: t.input_schema["properties"]["max_bytes"]["default"] for t in listed.tools}
-    assert defaults == {"analyze": 4000, "compare": 4000, "evidence": 3000, "rules": 12000}
+    assert defaults == {"analyze": 4000, "compare": 4000, "evidence": 3000, "rules": 13000}
     assert wire.tools_list_bytes() < 4000
 
     sent = part.wire
