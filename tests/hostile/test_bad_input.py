@@ -216,6 +216,7 @@ def test_an_empty_type_cell_is_named_not_a_crash(tmp_path):
     """A kernel row whose Type cell is empty (a hand-edited or cut file) makes kernel_details.csv disagree with
     op_statistic.csv for that type: the finding names it "(empty Type)", where joining the names crashed."""
     import csv
+    import io
     import shutil
 
     shutil.copytree(ALEXNET / "level1" / "rank0_ascend_pt", tmp_path / "rank0_ascend_pt")
@@ -225,7 +226,9 @@ def test_an_empty_type_cell_is_named_not_a_crash(tmp_path):
     cells = next(csv.reader([lines[4]]))
     kind = cells[header.index("Type")]
     cells[header.index("Type")] = ""
-    lines[4] = ",".join(f'"{c}"' if "," in c else c for c in cells)
+    out = io.StringIO()
+    csv.writer(out, lineterminator="").writerow(cells)  # quoted as the profiler quotes: inner quotes doubled
+    lines[4] = out.getvalue()
     path.write_text("\n".join(lines), encoding="utf-8")
     report = profan.analyze(tmp_path)
     (f,) = [f for f in report.findings if f.check == "kernels-vs-op-statistic"]
