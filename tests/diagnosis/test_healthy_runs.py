@@ -28,6 +28,11 @@ FAULTY = [
     *(TORCH / "gloo_moe_cpu_4rank" / name for name in ("sleep", "compute", "hot_expert")),
     *sorted(p for p in (TORCH / "gloo_moe_seeds").iterdir() if p.is_dir() and not p.name.startswith("balanced")),
     TORCH / "memory_gloo_2rank",
+    # the gain pairs' faulty sides, the RL runs with a planted fault and the serving capture whose prefills join
+    # the running decodes (their PROVENANCE.md says what each plants)
+    *(TORCH / "gloo_gain_pairs" / name for name in ("sleep", "compute", "hot_expert", "loader")),
+    *(TORCH / "rl_grpo_cpu" / name for name in ("long_tail", "slow_sync", "under_batched", "logprob_small")),
+    TORCH / "serving_llama_cpu_prefill_join",
 ]
 LOUD = {"warning", "critical"}
 
