@@ -18,6 +18,7 @@ from profan.analyses.common import graded
 from profan.model.evidence import cite_events
 from profan.model.findings import Finding
 from profan.model.textfmt import ms, pct
+from profan.rulepack.pack import Check
 
 CHECK = "comm-overlappable"
 TABLE = "comm_overlappable"
@@ -43,7 +44,7 @@ def per_step(aligned: pl.DataFrame, steps: pl.DataFrame, pattern: str) -> pl.Dat
         pl.col("exposed_us").min(), pl.col("rank").sort_by("exposed_us").first().alias("least_rank")
     )
     sums = each.group_by("step").agg(
-        pl.len().alias("reductions"), pl.col("exposed_us").sum(), pl.col("least_rank").mode().first()
+        pl.len().alias("reductions"), pl.col("exposed_us").sum(), pl.col("least_rank").mode().min()
     )
     ranks = whole.group_by("step").agg(pl.col("rank").unique().sort().alias("ranks"))
     own = steps.join(whole.select("step", "rank").unique(), on=["step", "rank"])
@@ -59,7 +60,7 @@ def per_step(aligned: pl.DataFrame, steps: pl.DataFrame, pattern: str) -> pl.Dat
     )
 
 
-def findings(aligned: pl.DataFrame, table: pl.DataFrame, check) -> list[Finding]:
+def findings(aligned: pl.DataFrame, table: pl.DataFrame, check: Check) -> list[Finding]:
     """One finding for the run where the median step's overlappable time reaches the check's warning share of
     the mean step: citing each rank's longest exposed reductions. A noisy step alone makes none."""
     if table.is_empty():
