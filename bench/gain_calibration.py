@@ -26,6 +26,7 @@ PAIR_OF = {
     "compute": ("clean", "straggler"),
     "hot_expert": ("clean", "moe-expert-imbalance"),
     "loader": ("loader_clean", "idle-between-steps"),
+    "sync_comm": ("overlap", "comm-overlappable"),
 }
 
 

@@ -57,7 +57,16 @@ ANALYSES: tuple[Analysis, ...] = (
     Analysis(
         "causes",
         causes.section,
-        reads=("breakdown", "trace_steps", "comm_exposed", "communication", "rl_steps", "rl_ledger", "moe_ep_ops"),
+        reads=(
+            "breakdown",
+            "trace_steps",
+            "comm_exposed",
+            "communication",
+            "rl_steps",
+            "rl_ledger",
+            "moe_ep_ops",
+            "comm_overlappable",
+        ),
         reads_findings=True,
     ),
 )

@@ -45,6 +45,7 @@ def section(job: Job) -> Section:
         comm_causes.slow_link,
         comm_causes.waited_peer,
         comm_causes.late_peers,
+        comm_causes.overlappable,
         ep_causes.exposed_ep,
         ep_causes.small_expert_gemms,
         comm_causes.exposed_transfer,

@@ -285,3 +285,37 @@ def unsplit_exposed(job: Job, claims: Claims, steps_us: dict[int, float]) -> lis
     claims.own(found)
     bound = values["min_exposed_ms"] * 1000
     return [make_cause(job, check, values, Grounds(sources=found, steps_us=steps_us, bound_us=bound))]
+
+
+def overlappable(job: Job, claims: Claims, steps_us: dict[int, float]) -> list[Cause]:
+    """Gradient reductions every rank waits on alone (`analyses.across_ranks.overlappable`). Gain: per step, the
+    time every rank is exposed in them (each aligned reduction's least exposed rank's time, summed), bounded by
+    the least computing rank's compute of the step; the median over the steps."""
+    check = "comm-overlappable"
+    found = claims.unclaimed(check)
+    table = job.tables.get("comm_overlappable")
+    if not found or table is None or table.is_empty():
+        return []
+    gain_us = float(table["overlappable_us"].median())
+    bound_steps = table.filter(pl.col("compute_bound"))["step"].to_list()
+    note = job.pack.check(check).cause["bound_note"].format(bound_steps=len(bound_steps)) if bound_steps else ""
+    names = sorted({name for f in found for name in f.metrics["names"]})
+    ranks = sorted({rank for ranks in table["ranks"] for rank in ranks})
+    values = {
+        "overlappable_ms": gain_us / 1000,
+        "overlappable": f"{gain_us / 1000:,.1f} ms",
+        "per_step": span([value / 1000 for value in table["overlappable_us"]], "{:,.1f}") + " ms",
+        "steps": ", ".join(str(step) for step in table["step"]),
+        "compute_ms": float(table["compute_us"].median()) / 1000,
+        "n_ranks": len(ranks),
+        "ranks": fmt_ranks(ranks),
+        "reductions": ", ".join(names),
+        "bound_note": note,
+    }
+    claims.own(found)
+    steps = table["step"].to_list()
+    explained = claims.take(explainable(job, check) - {check}, steps=steps, ranks=ranks)
+    grounds = Grounds(
+        sources=found, steps_us=steps_us, explained=explained, impact_us=gain_us, ranks=ranks, steps=steps
+    )
+    return [make_cause(job, check, values, grounds)]

@@ -30,6 +30,7 @@ from profan.rulepack.pack import RulePack
 from profan.rulepack.roles import Roles
 from profan.rulepack.roles import defaults as default_roles
 from profan.sources.ascend_text import kernels as ascend_kernels
+from profan.sources.common.intervals import covered_time, union_runs
 from profan.sources.common.rowframe import stack
 from profan.sources.trace import kineto
 from profan.sources.trace.kineto import KinetoTrace
@@ -57,8 +58,11 @@ COLL_SCHEMA = {
     "gap_us": pl.Float64,
     "gap_prev_loc": pl.Int64,
     "gap_loc": pl.Int64,
+    # of dur_us, the time no compute ran on the rank meanwhile (Kineto traces; null where not placed in time)
+    "exposed_us": pl.Float64,
 }
 GAP_COLS = ("gap_us", "gap_prev_loc", "gap_loc")
+LATER_COLS = (*GAP_COLS, "exposed_us")  # filled after `_finish`, where the source has them
 
 
 def _finish(colls: pl.DataFrame, by: tuple[str, ...] = ()) -> pl.DataFrame:
@@ -71,7 +75,7 @@ def _finish(colls: pl.DataFrame, by: tuple[str, ...] = ()) -> pl.DataFrame:
         pl.col("start_us").rank("ordinal").over(*by, "step", "group").sub(1).cast(pl.Int64).alias("seq"),
         (end.over(by) if by else end).alias("win_start_us"),
     )
-    colls = colls.with_columns(*[pl.lit(None, COLL_SCHEMA[c]).alias(c) for c in GAP_COLS if c not in colls.columns])
+    colls = colls.with_columns(*[pl.lit(None, COLL_SCHEMA[c]).alias(c) for c in LATER_COLS if c not in colls.columns])
     return colls.select(*by, *COLL_SCHEMA)
 
 
@@ -543,10 +547,25 @@ def _from_hccl_rows(rank: AscendRank, pack: RulePack) -> tuple[pl.DataFrame | No
         pl.lit(rank.kernel_file).alias("kfile"),
         pl.col("loc").alias("kline"),
     )
-    colls = _finish(colls.select([c for c in COLL_SCHEMA if c not in ("cid", "seq", "win_start_us", *GAP_COLS)]))
+    colls = _finish(colls.select([c for c in COLL_SCHEMA if c not in ("cid", "seq", "win_start_us", *LATER_COLS)]))
     source = WindowSource(pack, "ascend", rank.kernel_file or "", "lines", rank.groups)
     windows, colls = build_windows(lazy.filter(~is_comm), colls, source)
     return colls, (windows if not windows.is_empty() else None)
+
+
+def _exposed(colls: pl.DataFrame, dev: pl.DataFrame) -> pl.DataFrame:
+    """``colls`` with ``exposed_us``: of each collective's span, the time no compute event of the rank covered —
+    what the step waited on it alone. Compute is every event outside the communication bucket, as the EP split
+    and the step's compute/exposed split count it (`kineto_ep`, `intervals.step_blocks`)."""
+    compute = dev.filter(pl.col("bucket") != "communication").with_columns(pl.lit(0).alias("_lane"))
+    runs = union_runs(compute, ["_lane"])
+    spans = colls.with_columns(
+        pl.col("start_us").alias("ts_us"), (pl.col("start_us") + pl.col("dur_us")).alias("end_us")
+    )
+    spans = covered_time(spans, runs, "_hidden")
+    return spans.with_columns((pl.col("dur_us") - pl.col("_hidden")).clip(0.0).alias("exposed_us")).select(
+        list(COLL_SCHEMA)
+    )
 
 
 def kineto_collectives(
@@ -580,7 +599,7 @@ def kineto_collectives(
         pl.lit(trace_file).alias("kfile"),
         pl.col("event_idx").alias("kline"),
     )
-    colls = _finish(colls)
+    colls = _exposed(_finish(colls), dev)
     kind = "cpu" if kt.cpu_only else "gpu"
     work = ~pl.col("event_idx").is_in(frame["event_idx"].implode())
     if kt.cpu_only:  # the main thread's own collective ops only enqueue the collectives: no work before them

@@ -27,6 +27,7 @@ ALIGNED_SCHEMA = {
     "dur_us": pl.Float64,
     "end_us": pl.Float64,
     "wait_us": pl.Float64,  # the source's own wait figure (communication.json), when it has one
+    "exposed_us": pl.Float64,  # of dur_us, the time no compute ran on the rank (traces placed in time)
     "lateness_us": pl.Float64,
     "members": pl.Int64,
     "present": pl.Int64,

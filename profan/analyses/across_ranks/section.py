@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import polars as pl
 
-from profan.analyses.across_ranks import align, straggler_arrivals, stragglers
+from profan.analyses.across_ranks import align, overlappable, straggler_arrivals, stragglers
 from profan.analyses.contract import Job, Section
 from profan.analyses.moe import balance as moe_balance
 from profan.model.findings import Finding
@@ -18,15 +18,23 @@ from profan.model.rank import RankData
 def section(job: Job) -> Section:
     """Stragglers at aligned collectives and MoE expert balance: tables, findings and notes."""
     ranks, steps, pack = job.ranks, job.steps, job.pack
-    tables: dict[str, pl.DataFrame] = {}
+    # the exposed reductions' table, kept only with its finding: it is that finding's working
+    tables: dict[str, pl.DataFrame] = {overlappable.TABLE: pl.DataFrame()}
     findings: list[Finding] = []
     notes: list[str] = []
     aligned = align.align(ranks)
     if not aligned.is_empty():
         notes += align.consistency_notes(ranks, aligned)
-        s_tables, s_findings = stragglers.straggler_findings(ranks, aligned, _step_times(ranks, steps), pack)
+        timed = _step_times(ranks, steps)
+        s_tables, s_findings = stragglers.straggler_findings(ranks, aligned, timed, pack)
         tables.update(s_tables)
         findings += s_findings
+        check = pack.check(overlappable.CHECK)
+        exposed = overlappable.per_step(aligned, timed, check["reduction_kernel"])
+        found = overlappable.findings(aligned, exposed, check)
+        if found:
+            tables[overlappable.TABLE] = exposed
+        findings += found
         if not s_tables:
             need = pack.check(straggler_arrivals.CHECK)["min_ranks"]
             notes.append(

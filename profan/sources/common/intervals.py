@@ -70,6 +70,32 @@ def union_length(runs: pl.DataFrame, by: list[str], name: str) -> pl.DataFrame:
     return runs.group_by(by).agg((pl.col("end_us") - pl.col("ts_us")).sum().alias(name))
 
 
+def covered_time(spans: pl.DataFrame, runs: pl.DataFrame, name: str) -> pl.DataFrame:
+    """``spans`` (``ts_us, end_us``, any other columns) with ``name``: how much of each span the disjoint, sorted
+    ``runs`` of one lane cover (`union_runs`), |span ∩ runs|. A binary search of each end in the runs' starts and
+    the runs' cumulative length, so no span is compared with every run: covered(t), the runs' time before t, at the
+    span's end less at its start."""
+    if runs.is_empty():
+        return spans.with_columns(pl.lit(0.0, pl.Float64).alias(name))
+    lane = runs.select("ts_us", "end_us").sort("ts_us").with_row_index("_i", offset=0)
+    length = pl.col("end_us") - pl.col("ts_us")
+    lane = lane.select(
+        pl.col("_i").cast(pl.Int64),
+        pl.col("ts_us").alias("_ts"),
+        length.alias("_len"),
+        (length.cum_sum() - length).alias("_before"),
+    )
+    starts = lane["_ts"]
+
+    def covered(at: str) -> pl.DataFrame:
+        index = (pl.lit(starts).search_sorted(pl.col(at), side="right").cast(pl.Int64) - 1).alias("_i")
+        found = spans.select(at).with_row_index("_row").with_columns(index).join(lane, on="_i", how="left")
+        inside = (pl.col(at) - pl.col("_ts")).clip(0.0, pl.col("_len"))
+        return found.sort("_row").select((pl.col("_before") + inside).fill_null(0.0).alias("_v"))
+
+    return spans.with_columns((covered("end_us")["_v"] - covered("ts_us")["_v"]).clip(0.0).alias(name))
+
+
 def per_step_blocks(steps: int) -> int:
     """Blocks one step may keep when its rank has ``steps`` steps (odd: the long stretches and the runs between)."""
     n = max(MIN_STEP_BLOCKS, min(STEP_BLOCKS, RANK_BLOCKS // max(steps, 1)))
