@@ -10,7 +10,7 @@ from profan.diagnosis.claims import Claims, Grounds, make_cause
 from profan.model.causes import Cause
 from profan.model.textfmt import fmt_ranks, ms, named_ranks, pct
 
-COST = {LAUNCH: "between_kernels_us", GAPS: "gap_after_us", INTERFERENCE: "stall_us"}
+COST = {LAUNCH: "between_kernels_us", GAPS: "device_gap_us", INTERFERENCE: "stall_us"}
 # the iteration each cause's gain is a share of (its finding's ``iteration_periods``): the cause's own step, which
 # the verdict's step does not replace (`profan.diagnosis.step.own_step`)
 PER = {LAUNCH: "decode iteration", GAPS: "iteration", INTERFERENCE: "decode iteration"}
@@ -32,6 +32,8 @@ def _cause(job: Job, claims: Claims, check: str) -> list[Cause]:
         "idle": ms(least.metrics[cost]),
         "gap": ms(least.metrics[cost]),
         "stall": ms(least.metrics.get("stall_total_us", 0.0)),
+        "total": ms(least.metrics.get("gap_total_us", 0.0)),
+        "span": ms(least.metrics.get("span_us", 0.0)),
         "share": pct(least.metrics["share"]),
         "bound_ms": float(least.metrics[cost]) / 1000,
         "worst_rank": worst.rank,

@@ -6,6 +6,7 @@ verdict; the captures whose truth plants no interference hold no such finding.""
 from __future__ import annotations
 
 import gzip
+import itertools
 import json
 import re
 
@@ -72,3 +73,54 @@ def test_no_interference_where_the_truth_plants_none(name):
     assert truth["phases"].count("prefill") == 1 and truth["phases"][0] == "prefill"
     report = analysed(TORCH / name)
     assert not [m for f in report.findings for m in (f.members or [f]) if m.check == CHECK]
+
+
+def _device_gaps(folder) -> tuple[list[float], float]:
+    """From the raw trace: per forward window, its first and last CPU op (the "device" of a CPU-only capture) on
+    the forward's thread; the idle from one window's last op end to the next one's first op start."""
+    with gzip.open(folder / "trace.json.gz", "rt", encoding="utf-8") as fh:
+        events = json.load(fh)["traceEvents"]
+    forwards = sorted(
+        (float(e["ts"]), float(e["ts"]) + float(e["dur"]), e["tid"])
+        for e in events
+        if re.fullmatch(r"nn\.Module: \w+ForCausalLM_\d+", e.get("name", ""))
+    )
+    ops = [e for e in events if e.get("cat") == "cpu_op" and e.get("ph") == "X"]
+    spans = []
+    for start, end, tid in forwards:
+        inside = [e for e in ops if e["tid"] == tid and start <= float(e["ts"]) <= end]
+        spans.append((min(float(e["ts"]) for e in inside), max(float(e["ts"]) + float(e["dur"]) for e in inside)))
+    gaps = [max(0.0, nxt[0] - cur[1]) for cur, nxt in itertools.pairwise(spans)]
+    return gaps, max(forwards[-1][1], spans[-1][1]) - forwards[0][0]
+
+
+@pytest.mark.parametrize("name", ["serving_llama_cpu_uniform", "serving_mixtral_cpu_moe"])
+def test_host_gaps_are_the_device_idle_between_iterations(name):
+    """The host-gaps finding sums the idle from each forward's last CPU op to the next forward's first (read here
+    from the raw trace) against the span the forwards tile; its cause's bound is that sum spread over the
+    iterations, said as an upper bound. On these CPU-only captures the "device" is the host's own ops, so the
+    gap is the loop's work on the same processor: graded info (severity.toml's cpu baseline), no cause listed."""
+    from profan.analyses.contract import Job
+    from profan.analyses.serving import section
+    from profan.diagnosis.claims import Claims
+    from profan.diagnosis.serving_causes import host_gaps
+    from profan.ranks.rankmap import load_ranks
+    from profan.rulepack.pack import load
+    from profan.sources.discovery.discover import discover
+
+    gaps, span = _device_gaps(TORCH / name)
+    pack = load([])
+    disc = discover(TORCH / name)
+    job = Job(ranks=load_ranks(disc.ranks, disc.root, pack, 1, lambda _m: None), pack=pack)
+    found = [f for f in section.section(job).findings if f.check == "serving-host-gaps"]
+    (finding,) = found
+    assert finding.metrics["gap_total_us"] == pytest.approx(sum(gaps), rel=1e-6)
+    assert finding.metrics["span_us"] == pytest.approx(span, rel=1e-6)
+    assert finding.metrics["share"] == pytest.approx(sum(gaps) / span, rel=1e-6)
+    assert finding.metrics["worst_iteration"] == 1 + gaps.index(max(gaps))
+    (cause,) = host_gaps(job, Claims(found), {})
+    assert cause.bound_us == pytest.approx(sum(gaps) / (len(gaps) + 1), rel=1e-6) and cause.impact_us is None
+    assert "upper bound" in cause.assumption and "--async-scheduling" in cause.action
+    report = analysed(TORCH / name)
+    (graded,) = [m for f in report.findings for m in (f.members or [f]) if m.check == "serving-host-gaps"]
+    assert graded.severity == "info" and not [c for c in report.causes if c.check == "serving-host-gaps"]

@@ -54,15 +54,29 @@ def rank_findings(its: pl.DataFrame, pack: RulePack, device: str) -> list[Findin
         idle = float(eager["between_kernels_us"].mean())  # type: ignore[arg-type]
         what = f"decode iterations ({eager.height}) idle the {device} between their kernels"
         out.append(_finding(pack, LAUNCH, eager, idle, _detail("between_kernels_us", what, device)))
-    if its.height > 1:
-        body = its.head(its.height - 1)
-        gap = float(body["gap_after_us"].mean())  # type: ignore[arg-type]
-        what = "the host takes between iterations"
-        out.append(
-            _finding(pack, GAPS, body, gap, {**_detail("gap_after_us", what, device), "cost_name": "gap_after_us"})
-        )
+    out.append(_host_gaps(its, pack, device))
     out.append(_interference(its, pack, device))
     return [f for f in out if f is not None]
+
+
+def _host_gaps(its: pl.DataFrame, pack: RulePack, device: str) -> Finding | None:
+    """The device's idle between iterations: from each iteration's last device event to the next one's first
+    (``device_gap_us``), summed over the rank's gaps, against the span the iterations tile; the cost spread over
+    every iteration (so its share of one is the sum's share of the span). Beside it the host's own gaps between
+    the iterations' windows (``gap_after_us``): on a GPU the host may run ahead, so only the device's idle is
+    lost; on a CPU-only capture the "device" is the host's top-level ops, and the gap is the serving loop's own
+    work between forwards (sampling, stopping checks, input preparation) on the same processor."""
+    if its.height < 2:
+        return None
+    total, span = float(its["device_gap_us"].sum()), float(its["period_us"].sum())
+    what = (
+        f"the {device} idles {ms(total)} of the {ms(span)} span between iterations (from one iteration's last "
+        f"{device} event to the next one's first, {its.height - 1} gaps; the host's own gaps "
+        f"{ms(float(its['gap_after_us'].sum()))}):"
+    )
+    extra = {"gap_total_us": total, "span_us": span, "host_gap_total_us": float(its["gap_after_us"].sum())}
+    detail = {**_detail("device_gap_us", what, device), "extra": extra, "step_rows": its}
+    return _finding(pack, GAPS, its.head(its.height - 1), total / its.height, detail)
 
 
 def _detail(worst_col: str, what: str, device: str) -> dict:
