@@ -5,12 +5,12 @@ stall per iteration on the least affected rank, against that rank's iterations a
 from __future__ import annotations
 
 from profan.analyses.contract import Job
-from profan.analyses.serving.findings import GAPS, INTERFERENCE, LAUNCH
+from profan.analyses.serving.findings import GAPS, INTERFERENCE, LAUNCH, delays_text, slow_iterations
 from profan.diagnosis.claims import Claims, Grounds, make_cause
 from profan.model.causes import Cause
-from profan.model.textfmt import fmt_ranks, ms, pct
+from profan.model.textfmt import fmt_ranks, ms, named_ranks, pct
 
-COST = {LAUNCH: "between_kernels_us", GAPS: "gap_after_us", INTERFERENCE: "stall_us"}
+COST = {LAUNCH: "between_kernels_us", GAPS: "device_gap_us", INTERFERENCE: "stall_us"}
 # the iteration each cause's gain is a share of (its finding's ``iteration_periods``): the cause's own step, which
 # the verdict's step does not replace (`profan.diagnosis.step.own_step`)
 PER = {LAUNCH: "decode iteration", GAPS: "iteration", INTERFERENCE: "decode iteration"}
@@ -27,11 +27,13 @@ def _cause(job: Job, claims: Claims, check: str) -> list[Cause]:
     w = worst.metrics
     values = {
         "ranks": fmt_ranks(sorted({rank for f in found for rank in f.ranks})),
+        "on_ranks": named_ranks({rank for f in found for rank in f.ranks}),
         "device": w["device"],
         "idle": ms(least.metrics[cost]),
         "gap": ms(least.metrics[cost]),
         "stall": ms(least.metrics.get("stall_total_us", 0.0)),
-        "kinds": _kinds(worst),
+        "total": ms(least.metrics.get("gap_total_us", 0.0)),
+        "span": ms(least.metrics.get("span_us", 0.0)),
         "share": pct(least.metrics["share"]),
         "bound_ms": float(least.metrics[cost]) / 1000,
         "worst_rank": worst.rank,
@@ -39,7 +41,8 @@ def _cause(job: Job, claims: Claims, check: str) -> list[Cause]:
         "worst_idle": ms(w["worst_us"]),
         "worst_gap": ms(w["worst_us"]),
         "worst_period": ms(_worst_period(w)),
-        "iterations": ", ".join(str(row["iteration"]) for row in w["slow"]) if "slow" in w else "",
+        "iterations": slow_iterations(w.get("slow", [])),
+        "delays": delays_text(w.get("slow", [])),
         "per": PER[check],
         "share_of": SHARE_OF[check],
     }
@@ -54,13 +57,6 @@ def _worst_period(metrics: dict) -> float:
     slow = {row["iteration"]: row["period_us"] for row in metrics.get("slow", [])}
     worst = metrics["worst_iteration"]
     return float(slow.get(worst, metrics["iteration_periods"].get(worst, metrics["worst_us"])))
-
-
-def _kinds(found) -> str:
-    """The phases of an interference finding's slow iterations, as a title starts ("Mixed", "Prefill and
-    mixed"); "Prefill" for a finding that does not list them."""
-    phases = dict.fromkeys(row["phase"] for row in found.metrics.get("slow", [{"phase": "prefill"}]))
-    return " and ".join(phases).capitalize()
 
 
 def launch_bound(job: Job, claims: Claims, _steps_us: dict[int, float]) -> list[Cause]:

@@ -213,6 +213,17 @@ def fmt_ranks(ranks: Iterable[int]) -> str:
     return ", ".join(out)
 
 
+def counted(count: int, noun: str, plural: str | None = None) -> str:
+    """'1 rank', '4 ranks', '1,024 iterations': a count with its noun in the number it takes."""
+    return f"{count:,} {noun if count == 1 else plural or noun + 's'}"
+
+
+def named_ranks(ranks: Iterable[int]) -> str:
+    """'rank 0', 'ranks 0–3': ranks as runs (`fmt_ranks`) after the word in the number they take."""
+    values = sorted(set(ranks))
+    return f"rank{'s' if len(values) != 1 else ''} {fmt_ranks(values)}"
+
+
 # ------------------------------------------------------------------ drill-down commands
 
 

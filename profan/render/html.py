@@ -116,7 +116,8 @@ TABLE_INFO: dict[str, tuple[str, str]] = {
         "Model iterations per phase",
         "Serving capture: per rank and phase (prefill, decode, mixed), the iterations, their period (p50 / p90 / max), "
         "device busy and idle time inside them (between_kernels_us: between the iteration's own kernels), the host's "
-        "gaps after them, tokens per iteration and time per token where the token input was read, the slowest.",
+        "gaps after them and the device's idle before the next (device_gap_us), tokens per iteration and time per "
+        "token where the token input was read, the slowest.",
     ),
     "serving_phase_buckets": (
         "Device time per phase and bucket",

@@ -11,11 +11,14 @@ from __future__ import annotations
 import re
 from typing import Any
 
+import polars as pl
+
+from profan.analyses.serving.phases import PHASE_ORDER
 from profan.diagnosis.step import step_summary
 from profan.model.causes import Cause
 from profan.model.findings import Finding
 from profan.model.report import Report
-from profan.model.textfmt import fmt_ms, fmt_pct, fmt_ranks, id_list
+from profan.model.textfmt import counted, fmt_ms, fmt_pct, fmt_ranks, id_list, ms, named_ranks
 
 _NO_ESTIMATE = re.compile(r"^\s*no estimate\s*[:.,;—-]*\s*", re.I)
 _SENTENCE_END = re.compile(r"(?<!e\.g)(?<!i\.e)\.(?=\s+[A-Z]|\s*$)")  # a full stop before a capital or the end
@@ -40,6 +43,27 @@ def step_text(step: dict[str, Any] | None) -> str:
             f"{id_list(step['period_steps'])}), with the idle time between"
         )
     return text
+
+
+def opening(tables: dict[str, pl.DataFrame], step: dict[str, Any] | None) -> tuple[str, str]:
+    """What the verdict opens with, as (label, text): the step (`step_text`), or on a serving capture its model
+    iterations — how many, by phase with the p50 period of one, and the marker that cut them — since a serving
+    capture's unit is the iteration, not a step; its step follows where it has one."""
+    its = tables.get("serving_iterations")
+    if its is None or its.is_empty():
+        return "The step", step_text(step)
+    order = pl.col("phase").replace_strict(PHASE_ORDER, default=len(PHASE_ORDER), return_dtype=pl.Int64)
+    phases = its.group_by("phase").agg(pl.len().alias("n"), pl.col("period_us").median().alias("p50")).sort(order)
+    each = ", ".join(
+        f"{phase} {n:,} ({'' if n == 1 else 'p50 '}{ms(p50)}{'' if n == 1 else ' each'})"
+        for phase, n, p50 in phases.iter_rows()
+    )
+    markers = list(dict.fromkeys(its["rule"].to_list()))
+    text = (
+        f"{counted(its.height, 'model iteration')} on {named_ranks(its['rank'].to_list())}, cut by marker"
+        f"{'s' if len(markers) > 1 else ''} {', '.join(markers)}: {each}"
+    )
+    return "The iterations", text + (f"; the step: {step_text(step)}" if step else "; no step time (no step windows)")
 
 
 def no_estimate_reason(assumption: str) -> str:
@@ -143,7 +167,7 @@ def verdict(report: Report) -> dict[str, Any]:
     per = share_of(step)
     return {
         "step": step,
-        "step_text": step_text(step),
+        **dict(zip(("step_label", "step_text"), opening(report.tables, step), strict=True)),
         "causes": [cause_view(cause, per) for cause in report.causes],
         "also": [
             {

@@ -47,7 +47,7 @@ from profan.model.textfmt import column_kind, column_label, fmt_ranks, locators,
 from profan.render.evidence_rows import NAME_COLUMNS, TYPE_COLUMNS, EvidenceTable, key_values, pick, read_evidence
 from profan.render.html import data_root
 from profan.render.json_report import MEMBER_LIMIT, cut_members, cut_tables, named_ranks
-from profan.render.verdict import also_worth_a_look, compare_verdict, gain_text, share_of, span_text, step_text
+from profan.render.verdict import also_worth_a_look, compare_verdict, gain_text, opening, share_of, span_text
 
 FORMULA_START = ("=", "+", "-", "@", "\t", "\r")
 MAX_CELL = 32767  # Excel's limit on characters in a cell
@@ -457,9 +457,10 @@ def verdict_block(sheet: Sheet, report: Report, first_rows: dict[str, int], r: i
     if report.source.get("kind") == "compare":
         return compare_verdict_block(sheet, report, r)
     put(sheet, r, 1, "Verdict").font = Font(bold=True, size=12)
-    put(sheet, r + 1, 1, "The step").font = Font(bold=True)
     step = step_summary(report.tables, report.causes)
-    put(sheet, r + 1, 2, step_text(step))
+    label, text = opening(report.tables, step)
+    put(sheet, r + 1, 1, label).font = Font(bold=True)
+    put(sheet, r + 1, 2, text)
     r += 3
     header(sheet, VERDICT_HEADER, row=r)
     for cause in report.causes:

@@ -82,7 +82,9 @@ def test_markdown_of_every_sample_starts_with_the_verdict(sample):
     report = analysed(FIXTURES / sample)
     doc = json.loads(json.dumps(report.to_dict(), default=str))
     md = render_markdown(report)
-    assert md.startswith("# profan report\n\n## Verdict\n\n**The step:** ")
+    # a serving capture opens with its model iterations (tests/render/test_serving_opening.py), others with the step
+    serving = "serving_iterations" in report.tables and not report.tables["serving_iterations"].is_empty()
+    assert md.startswith(f"# profan report\n\n## Verdict\n\n**{'The iterations' if serving else 'The step'}:** ")
     verdict = _verdict(md)
     heads = re.findall(r'^### <a id="(C\d+)"></a>', verdict, flags=re.M)
     assert heads == [c["id"] for c in doc["causes"]]

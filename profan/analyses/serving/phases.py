@@ -33,6 +33,7 @@ def phase_table(iterations: pl.DataFrame) -> pl.DataFrame:
         pl.col("between_kernels_us").sum(),
         pl.col("idle_us").sum(),
         pl.col("gap_after_us").sum(),
+        pl.col("device_gap_us").sum(),
         pl.col("kernels").sum(),
         pl.col("tokens").filter(known).sum().alias("tokens"),
         known.sum().alias("_with_tokens"),

@@ -152,7 +152,9 @@ def periods(win: pl.DataFrame, work: pl.DataFrame) -> pl.DataFrame:
     """The windows with their device work and their periods: ``period_us`` from the iteration's start to the
     next one's (the last: to its host or device end, the later), ``idle_us`` the device's idle time in the
     period, ``between_kernels_us`` its idle time between the iteration's own first and last device event (what a
-    launch-bound iteration loses), ``gap_after_us`` the host's time from the window's end to the next start."""
+    launch-bound iteration loses), ``gap_after_us`` the host's time from the window's end to the next start,
+    ``device_gap_us`` the device's idle from the iteration's last device event to the next iteration's first (0
+    where they overlap, where either has no device event, and after the last)."""
     out = win.join(device_work(work), on="iteration", how="left").sort("iteration")
     out = out.with_columns(pl.col("kernels", "graph_kernels").fill_null(0), pl.col("busy_us").fill_null(0.0))
     last_end = pl.max_horizontal("end_us", pl.col("device_end_us").fill_null(pl.col("end_us")))
@@ -167,6 +169,7 @@ def periods(win: pl.DataFrame, work: pl.DataFrame) -> pl.DataFrame:
         .fill_null(0.0)
         .alias("between_kernels_us"),
         (nxt - pl.col("end_us")).clip(0.0).fill_null(0.0).alias("gap_after_us"),
+        (pl.col("device_start_us").shift(-1) - pl.col("device_end_us")).clip(0.0).fill_null(0.0).alias("device_gap_us"),
     )
 
 
@@ -190,6 +193,7 @@ ITERATION_COLUMNS = [
     "idle_us",
     "between_kernels_us",
     "gap_after_us",
+    "device_gap_us",
     "batch",
     "query_len",
     "tokens",
