@@ -108,6 +108,7 @@ FILTERS = {
 
 PIPE_COLUMNS = ("mac", "vec", "scalar", "mte1", "mte2", "mte3", "fixpipe", "cube", "vector")
 _TIMESTAMP_PREFIXES = ("start", "end", "ts", "begin", "timestamp")
+_SPANS = ("_spread_us", "_spread_ns")  # start_spread_us: how far the starts lie apart, a duration
 
 
 def column_kind(name: str, dtype: str = "") -> str:
@@ -124,7 +125,7 @@ def column_kind(name: str, dtype: str = "") -> str:
     numeric = any(dtype.startswith(t) for t in ("Int", "UInt", "Float", "Decimal")) or not dtype
     if not numeric:
         return "text"
-    if n.startswith(_TIMESTAMP_PREFIXES) and n.endswith(("_us", "_ns")):
+    if n.startswith(_TIMESTAMP_PREFIXES) and n.endswith(("_us", "_ns")) and not n.endswith(_SPANS):
         return "timestamp"
     if n.endswith("_us"):
         return "us"
@@ -132,7 +133,7 @@ def column_kind(name: str, dtype: str = "") -> str:
         return "ms"
     if n.endswith("_mb"):
         return "mb"
-    if n in PIPE_COLUMNS or n.startswith("share") or n.endswith(("share", "_pct", "_frac", "_ratio")):
+    if n in PIPE_COLUMNS or n.startswith("share") or "_share_" in n or n.endswith(("share", "_pct", "_frac", "_ratio")):
         return "pct"
     if n == "ratio" or n.endswith("_x"):
         return "ratio"
@@ -146,26 +147,32 @@ def column_kind(name: str, dtype: str = "") -> str:
 
 
 def column_label(name: str, kind: str, *, ms_for_us: bool = False) -> str:
-    """'comm_not_overlapped_us' -> 'comm not overlapped (µs)' (or '(ms)' where durations are shown in ms)."""
+    """'comm_not_overlapped_us' -> 'comm not overlapped (µs)' (or '(ms)' where durations are shown in ms, and
+    timestamps as ms after the table's first one: 'start (ms from t0)', see `fmt_cell`)."""
     base = name
     for suffix in ("_us", "_ms", "_mb", "_pct"):
         if kind != "text" and base.lower().endswith(suffix):
             base = base[: -len(suffix)]
             break
     base = base.replace("_", " ")
-    unit = {"us": "ms" if ms_for_us else "µs", "ms": "ms", "mb": "MB", "timestamp": "µs"}.get(kind)
+    text_units = {"us": "ms", "timestamp": "ms from t0"} if ms_for_us else {"us": "µs", "timestamp": "µs"}
+    unit = {**text_units, "ms": "ms", "mb": "MB"}.get(kind)
     return f"{base} ({unit})" if unit else base
 
 
-def fmt_cell(value, kind: str, *, list_limit: int = 6) -> str:
-    """Text for one cell of a generic table (durations in µs columns are shown in ms, as everywhere in text)."""
+def fmt_cell(value, kind: str, *, list_limit: int = 6, origin: float | None = None) -> str:
+    """Text for one cell of a generic table (durations in µs columns are shown in ms, as everywhere in text).
+    ``origin``: the table's first timestamp (µs, `time_origin`); a timestamp is then shown as ms after it —
+    '5,784,291,359,000.7' tells a reader nothing, '1.25' (ms from t0) places the row."""
     if value is None or (isinstance(value, float) and value != value):
         return "—"
     if kind == "list":
         items = [str(v) for v in value]
         more = len(items) - list_limit
         return ", ".join(items[:list_limit]) + (f" (+{more} more)" if more > 0 else "")
-    if not isinstance(value, int | float) or isinstance(value, bool):
+    if isinstance(value, bool):
+        return "yes" if value else "no"
+    if not isinstance(value, int | float):
         return str(value)
     if kind == "us":
         return fmt_ms(value)
@@ -174,7 +181,7 @@ def fmt_cell(value, kind: str, *, list_limit: int = 6) -> str:
     if kind == "id":
         return str(value)
     if kind == "timestamp":
-        return f"{value:.1f}"
+        return f"{value:.1f}" if origin is None else fmt_ms(value - origin)
     if kind == "pct":
         return fmt_pct(value)
     if kind == "ratio":
@@ -184,6 +191,20 @@ def fmt_cell(value, kind: str, *, list_limit: int = 6) -> str:
     if kind == "int" or isinstance(value, int):
         return f"{value:,.0f}" if isinstance(value, float) else f"{value:,}"
     return f"{value:,.3f}"
+
+
+def time_origin(firsts: Iterable[float | None]) -> float | None:
+    """t0 of a table: the earliest of its timestamp columns' first values (None when it has none)."""
+    return min((value for value in firsts if value is not None), default=None)
+
+
+def origin_note(origin: float | None, labels: Iterable[str]) -> str:
+    """What the 'ms from t0' columns of a table count from, with t0 as the source clock wrote it (µs)."""
+    names = [label.removesuffix(" (ms from t0)") for label in labels if label.endswith("(ms from t0)")]
+    if origin is None or not names:
+        return ""
+    where = "on the trace's clock (the JSON and xlsx reports hold the absolute times)"
+    return f"{', '.join(names)}: ms from t0 = {origin:,.1f} µs {where}"
 
 
 def ms(us: float | None) -> str:
