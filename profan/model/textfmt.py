@@ -8,7 +8,8 @@ from __future__ import annotations
 
 import math
 import re
-from collections.abc import Iterable
+import string
+from collections.abc import Iterable, Mapping
 
 # C0 controls but tab and line feed, DEL, and C1 controls: text from traces may hold them (a kernel name with a CR
 # or an ESC sequence), and no report should carry them raw — a terminal runs an ESC sequence, XML (xlsx) cannot
@@ -257,3 +258,39 @@ def source_mark(source: dict) -> str:
     named = {k: source.get(k) for k in ("root", "root_abs")} if isinstance(source, dict) else {}
     text = json.dumps(named, ensure_ascii=True).replace("-", "\\u002d").replace(">", "\\u003e")
     return f"<!-- profan-source: {text} -->"
+
+
+# ------------------------------------------------------------------ rule texts
+
+
+def counted(value, noun: str) -> str:
+    """``noun`` with ``value``, in the number it takes: a count gives '1 rank', '4 ranks'; ids (a list, or text
+    such as `fmt_ranks` writes) give 'rank 2', 'ranks 2, 3', 'ranks 0–3'. The noun's case is kept ('Rank 2')."""
+    if isinstance(value, int) and not isinstance(value, bool):
+        return f"{value:,} {noun}{'' if value == 1 else 's'}"
+    if isinstance(value, list | tuple):
+        value = fmt_ranks(value) if all(isinstance(item, int) for item in value) else ", ".join(map(str, value))
+    text = str(value)
+    several = any(mark in text for mark in (",", "–", " and "))
+    return f"{noun}{'s' if several else ''} {text}"
+
+
+class RuleTextFormatter(string.Formatter):
+    """`str.format` for the texts of rules/checks.toml, with one addition: a spec that is a word,
+    ``{n_ranks:rank}`` or ``{ranks:Rank}``, writes the value with that noun in its number (`counted`) — so a
+    template says 'on {ranks:rank}' and reads 'on rank 2' or 'on ranks 2, 3', never 'rank(s)'. Any other spec is
+    Python's (``{total_ms:,.1f}``); a word of two letters or more is never one."""
+
+    def format_field(self, value, format_spec: str) -> str:
+        if len(format_spec) >= 2 and format_spec.isalpha():
+            return counted(value, format_spec)
+        return super().format_field(value, format_spec)
+
+
+_RULE_TEXT = RuleTextFormatter()
+
+
+def fill_rule_text(template: str, values: Mapping) -> str:
+    """A rule text filled with ``values`` (`RuleTextFormatter`); KeyError for a name ``values`` lacks, ValueError
+    for a bad spec or a lone brace, as `str.format_map` raises them."""
+    return _RULE_TEXT.vformat(template, (), values)

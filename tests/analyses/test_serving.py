@@ -263,7 +263,7 @@ def test_prefill_joining_the_running_batch_is_named_as_the_slow_mixed_iterations
     stall = float((mixed["period_us"] - decode.median()).sum())
     lead = report.causes[0]
     assert lead.check == "serving-prefill-interference"
-    assert lead.title.startswith("Mixed iteration(s) 6, 11 on rank(s) 0 stall the running decodes")
+    assert lead.title.startswith("Mixed iterations 6, 11 on rank 0: the running decodes stall")
     assert lead.bound_us == pytest.approx(stall / decode.len(), rel=1e-9)
     assert lead.step_us == pytest.approx(decode.mean(), rel=1e-9)  # the step it is a share of: a decode iteration
     slowest = mixed.sort("period_us", descending=True).row(0, named=True)
