@@ -46,11 +46,11 @@ from profan.model.textfmt import (
     column_label,
     drill_target,
     fmt_cell,
-    fmt_ms,
     fmt_pct,
     fmt_ranks,
     id_list,
     locators,
+    ms,
     source_mark,
     visible,
 )
@@ -282,7 +282,7 @@ def html_cause_view(cause: Cause, tables: list[EvidenceTable], per: str) -> dict
     short = (
         "no estimate"
         if cause.impact_us is None
-        else f"{fmt_ms(cause.impact_us)} ms per step" + (f" · {fmt_pct(share)}" if share is not None else "")
+        else f"{ms(cause.impact_us)} per step" + (f" · {fmt_pct(share)}" if share is not None else "")
     )
     return {
         **cause_view(cause, per),
