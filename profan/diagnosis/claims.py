@@ -13,6 +13,7 @@ import polars as pl
 from profan.analyses.contract import Job
 from profan.model.causes import Cause
 from profan.model.findings import Finding
+from profan.model.textfmt import fill_rule_text
 
 SYMPTOMS = ("critical", "warning")  # severities of findings a cause is made from
 
@@ -161,7 +162,7 @@ def make_cause(job: Job, check: str, values: dict[str, Any], grounds: Grounds, w
 def _filler(values: dict[str, Any]) -> Callable[[str], str]:
     def fill(template: str) -> str:
         try:
-            return template.format_map(values)
+            return fill_rule_text(template, values)
         except (KeyError, IndexError, ValueError) as exc:
             raise ValueError(f"rules/checks.toml: template {template[:60]!r} needs {exc}") from None
 

@@ -10,7 +10,7 @@ from profan.analyses.contract import Job
 from profan.diagnosis.claims import Claims, Grounds, Wording, make_cause, span
 from profan.model.causes import Cause
 from profan.model.findings import Finding
-from profan.model.textfmt import fmt_ranks, ms
+from profan.model.textfmt import fill_rule_text, fmt_ranks, ms
 
 
 def idle(job: Job, claims: Claims, steps_us: dict[int, float], cost: pl.DataFrame) -> list[Cause]:
@@ -215,10 +215,11 @@ def _others_loading(text: str, others: pl.DataFrame) -> str:
     """The loading case's note on the ranks below the check's share that load about as long ("" for none)."""
     if others.is_empty():
         return ""
-    return text.format(
-        others=fmt_ranks(others["rank"].to_list()),
-        others_ms=span([other / 1000 for other in others["loading"]], "{:,.1f}") + " ms",
-    )
+    filled = {
+        "others": fmt_ranks(others["rank"].to_list()),
+        "others_ms": span([other / 1000 for other in others["loading"]], "{:,.1f}") + " ms",
+    }
+    return fill_rule_text(text, filled)
 
 
 def idle_between(job: Job, claims: Claims, steps_us: dict[int, float]) -> list[Cause]:

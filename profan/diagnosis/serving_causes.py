@@ -8,7 +8,7 @@ from profan.analyses.contract import Job
 from profan.analyses.serving.findings import GAPS, INTERFERENCE, LAUNCH, delays_text, slow_iterations
 from profan.diagnosis.claims import Claims, Grounds, make_cause
 from profan.model.causes import Cause
-from profan.model.textfmt import fmt_ranks, ms, named_ranks, pct
+from profan.model.textfmt import counted, fmt_ranks, ms, pct
 
 COST = {LAUNCH: "between_kernels_us", GAPS: "device_gap_us", INTERFERENCE: "stall_us"}
 # the iteration each cause's gain is a share of (its finding's ``iteration_periods``): the cause's own step, which
@@ -27,7 +27,7 @@ def _cause(job: Job, claims: Claims, check: str) -> list[Cause]:
     w = worst.metrics
     values = {
         "ranks": fmt_ranks(sorted({rank for f in found for rank in f.ranks})),
-        "on_ranks": named_ranks({rank for f in found for rank in f.ranks}),
+        "on_ranks": counted(sorted({rank for f in found for rank in f.ranks}), "rank"),
         "device": w["device"],
         "idle": ms(least.metrics[cost]),
         "gap": ms(least.metrics[cost]),

@@ -8,7 +8,8 @@ from __future__ import annotations
 
 import math
 import re
-from collections.abc import Iterable
+import string
+from collections.abc import Iterable, Mapping
 
 # C0 controls but tab and line feed, DEL, and C1 controls: text from traces may hold them (a kernel name with a CR
 # or an ESC sequence), and no report should carry them raw — a terminal runs an ESC sequence, XML (xlsx) cannot
@@ -108,6 +109,7 @@ FILTERS = {
 
 PIPE_COLUMNS = ("mac", "vec", "scalar", "mte1", "mte2", "mte3", "fixpipe", "cube", "vector")
 _TIMESTAMP_PREFIXES = ("start", "end", "ts", "begin", "timestamp")
+_SPANS = ("_spread_us", "_spread_ns")  # start_spread_us: how far the starts lie apart, a duration
 
 
 def column_kind(name: str, dtype: str = "") -> str:
@@ -124,7 +126,7 @@ def column_kind(name: str, dtype: str = "") -> str:
     numeric = any(dtype.startswith(t) for t in ("Int", "UInt", "Float", "Decimal")) or not dtype
     if not numeric:
         return "text"
-    if n.startswith(_TIMESTAMP_PREFIXES) and n.endswith(("_us", "_ns")):
+    if n.startswith(_TIMESTAMP_PREFIXES) and n.endswith(("_us", "_ns")) and not n.endswith(_SPANS):
         return "timestamp"
     if n.endswith("_us"):
         return "us"
@@ -132,7 +134,7 @@ def column_kind(name: str, dtype: str = "") -> str:
         return "ms"
     if n.endswith("_mb"):
         return "mb"
-    if n in PIPE_COLUMNS or n.startswith("share") or n.endswith(("share", "_pct", "_frac", "_ratio")):
+    if n in PIPE_COLUMNS or n.startswith("share") or "_share_" in n or n.endswith(("share", "_pct", "_frac", "_ratio")):
         return "pct"
     if n == "ratio" or n.endswith("_x"):
         return "ratio"
@@ -146,26 +148,32 @@ def column_kind(name: str, dtype: str = "") -> str:
 
 
 def column_label(name: str, kind: str, *, ms_for_us: bool = False) -> str:
-    """'comm_not_overlapped_us' -> 'comm not overlapped (µs)' (or '(ms)' where durations are shown in ms)."""
+    """'comm_not_overlapped_us' -> 'comm not overlapped (µs)' (or '(ms)' where durations are shown in ms, and
+    timestamps as ms after the table's first one: 'start (ms from t0)', see `fmt_cell`)."""
     base = name
     for suffix in ("_us", "_ms", "_mb", "_pct"):
         if kind != "text" and base.lower().endswith(suffix):
             base = base[: -len(suffix)]
             break
     base = base.replace("_", " ")
-    unit = {"us": "ms" if ms_for_us else "µs", "ms": "ms", "mb": "MB", "timestamp": "µs"}.get(kind)
+    text_units = {"us": "ms", "timestamp": "ms from t0"} if ms_for_us else {"us": "µs", "timestamp": "µs"}
+    unit = {**text_units, "ms": "ms", "mb": "MB"}.get(kind)
     return f"{base} ({unit})" if unit else base
 
 
-def fmt_cell(value, kind: str, *, list_limit: int = 6) -> str:
-    """Text for one cell of a generic table (durations in µs columns are shown in ms, as everywhere in text)."""
+def fmt_cell(value, kind: str, *, list_limit: int = 6, origin: float | None = None) -> str:
+    """Text for one cell of a generic table (durations in µs columns are shown in ms, as everywhere in text).
+    ``origin``: the table's first timestamp (µs, `time_origin`); a timestamp is then shown as ms after it —
+    '5,784,291,359,000.7' tells a reader nothing, '1.25' (ms from t0) places the row."""
     if value is None or (isinstance(value, float) and value != value):
         return "—"
     if kind == "list":
         items = [str(v) for v in value]
         more = len(items) - list_limit
         return ", ".join(items[:list_limit]) + (f" (+{more} more)" if more > 0 else "")
-    if not isinstance(value, int | float) or isinstance(value, bool):
+    if isinstance(value, bool):
+        return "yes" if value else "no"
+    if not isinstance(value, int | float):
         return str(value)
     if kind == "us":
         return fmt_ms(value)
@@ -174,7 +182,7 @@ def fmt_cell(value, kind: str, *, list_limit: int = 6) -> str:
     if kind == "id":
         return str(value)
     if kind == "timestamp":
-        return f"{value:.1f}"
+        return f"{value:.1f}" if origin is None else fmt_ms(value - origin)
     if kind == "pct":
         return fmt_pct(value)
     if kind == "ratio":
@@ -184,6 +192,20 @@ def fmt_cell(value, kind: str, *, list_limit: int = 6) -> str:
     if kind == "int" or isinstance(value, int):
         return f"{value:,.0f}" if isinstance(value, float) else f"{value:,}"
     return f"{value:,.3f}"
+
+
+def time_origin(firsts: Iterable[float | None]) -> float | None:
+    """t0 of a table: the earliest of its timestamp columns' first values (None when it has none)."""
+    return min((value for value in firsts if value is not None), default=None)
+
+
+def origin_note(origin: float | None, labels: Iterable[str]) -> str:
+    """What the 'ms from t0' columns of a table count from, with t0 as the source clock wrote it (µs)."""
+    names = [label.removesuffix(" (ms from t0)") for label in labels if label.endswith("(ms from t0)")]
+    if origin is None or not names:
+        return ""
+    where = "on the trace's clock (the JSON and xlsx reports hold the absolute times)"
+    return f"{', '.join(names)}: ms from t0 = {origin:,.1f} µs {where}"
 
 
 def ms(us: float | None) -> str:
@@ -213,17 +235,6 @@ def fmt_ranks(ranks: Iterable[int]) -> str:
     return ", ".join(out)
 
 
-def counted(count: int, noun: str, plural: str | None = None) -> str:
-    """'1 rank', '4 ranks', '1,024 iterations': a count with its noun in the number it takes."""
-    return f"{count:,} {noun if count == 1 else plural or noun + 's'}"
-
-
-def named_ranks(ranks: Iterable[int]) -> str:
-    """'rank 0', 'ranks 0–3': ranks as runs (`fmt_ranks`) after the word in the number they take."""
-    values = sorted(set(ranks))
-    return f"rank{'s' if len(values) != 1 else ''} {fmt_ranks(values)}"
-
-
 # ------------------------------------------------------------------ drill-down commands
 
 
@@ -247,3 +258,39 @@ def source_mark(source: dict) -> str:
     named = {k: source.get(k) for k in ("root", "root_abs")} if isinstance(source, dict) else {}
     text = json.dumps(named, ensure_ascii=True).replace("-", "\\u002d").replace(">", "\\u003e")
     return f"<!-- profan-source: {text} -->"
+
+
+# ------------------------------------------------------------------ rule texts
+
+
+def counted(value, noun: str) -> str:
+    """``noun`` with ``value``, in the number it takes: a count gives '1 rank', '4 ranks'; ids (a list, or text
+    such as `fmt_ranks` writes) give 'rank 2', 'ranks 2, 3', 'ranks 0–3'. The noun's case is kept ('Rank 2')."""
+    if isinstance(value, int) and not isinstance(value, bool):
+        return f"{value:,} {noun}{'' if value == 1 else 's'}"
+    if isinstance(value, list | tuple):
+        value = fmt_ranks(value) if all(isinstance(item, int) for item in value) else ", ".join(map(str, value))
+    text = str(value)
+    several = any(mark in text for mark in (",", "–", " and "))
+    return f"{noun}{'s' if several else ''} {text}"
+
+
+class RuleTextFormatter(string.Formatter):
+    """`str.format` for the texts of rules/checks.toml, with one addition: a spec that is a word,
+    ``{n_ranks:rank}`` or ``{ranks:Rank}``, writes the value with that noun in its number (`counted`) — so a
+    template says 'on {ranks:rank}' and reads 'on rank 2' or 'on ranks 2, 3', never 'rank(s)'. Any other spec is
+    Python's (``{total_ms:,.1f}``); a word of two letters or more is never one."""
+
+    def format_field(self, value, format_spec: str) -> str:
+        if len(format_spec) >= 2 and format_spec.isalpha():
+            return counted(value, format_spec)
+        return super().format_field(value, format_spec)
+
+
+_RULE_TEXT = RuleTextFormatter()
+
+
+def fill_rule_text(template: str, values: Mapping) -> str:
+    """A rule text filled with ``values`` (`RuleTextFormatter`); KeyError for a name ``values`` lacks, ValueError
+    for a bad spec or a lone brace, as `str.format_map` raises them."""
+    return _RULE_TEXT.vformat(template, (), values)

@@ -46,16 +46,17 @@ from profan.model.textfmt import (
     column_label,
     drill_target,
     fmt_cell,
-    fmt_ms,
     fmt_pct,
     fmt_ranks,
     id_list,
     locators,
+    ms,
     source_mark,
     visible,
 )
 from profan.render.evidence_rows import EvidenceTable, read_evidence
 from profan.render.json_report import CLASSES, ROW_LIMIT, by_class, kept_members, named_ranks
+from profan.render.table_text import text_table
 from profan.render.verdict import (
     cause_view,
     compare_verdict,
@@ -282,7 +283,7 @@ def html_cause_view(cause: Cause, tables: list[EvidenceTable], per: str) -> dict
     short = (
         "no estimate"
         if cause.impact_us is None
-        else f"{fmt_ms(cause.impact_us)} ms per step" + (f" · {fmt_pct(share)}" if share is not None else "")
+        else f"{ms(cause.impact_us)} per step" + (f" · {fmt_pct(share)}" if share is not None else "")
     )
     return {
         **cause_view(cause, per),
@@ -594,30 +595,34 @@ def steps_seen(report: Report) -> list[Any]:
 # ------------------------------------------------------------------------------------------ tables
 
 
-def table_view(name: str, frame: pl.DataFrame, max_rows: int = TABLE_ROWS, rows_in_report: int = 0) -> dict[str, Any]:
-    """A table as the page lists it: its first ``max_rows`` rows, formatted, with a note on where the rest is
-    (``rows_in_report``: the rows of the whole report table, when ``df`` is a part of it)."""
+def table_view(
+    name: str, frame: pl.DataFrame, max_rows: int = TABLE_ROWS, whole: pl.DataFrame | None = None
+) -> dict[str, Any]:
+    """A table as the page lists it: its first ``max_rows`` rows, formatted as the Markdown report formats them
+    (`table_text`, timestamps from the ``whole`` table's t0), with a note on where the rest is (``whole``: the
+    report table ``frame`` is a part of)."""
+    rows_in_report = 0 if whole is None else whole.height
+    text = text_table(frame, max_rows, origin_of=whole)
     cols = []
-    for key, value in frame.schema.items():
-        kind = column_kind(key, str(value))
-        num = kind not in ("text", "file", "list")
-        code = kind in ("file", "list") or key in ("op", "name", "op_name", "kernel")
+    for column in text.columns:
+        num = column.kind not in ("text", "file", "list")
+        code = column.kind in ("file", "list") or column.name in ("op", "name", "op_name", "kernel")
         cols.append(
             {
-                "name": key,
-                "label": column_label(key, kind, ms_for_us=True),
-                "kind": kind,
+                "name": column.name,
+                "label": column.label,
+                "kind": column.kind,
                 "num": num,
                 "cls": "num" if num else "code" if code else "",
             }
         )
     rows = []
-    for rec in frame.head(max_rows).iter_rows():
+    for rec in text.rows:
         cells = []
-        for col, v in zip(cols, rec, strict=True):
-            cell = _cut(fmt_cell(v, col["kind"]), 120)
-            text = cell["t"]  # long prose or shape lists wrap; identifiers and pointers stay on one line
-            cell["wrap"] = col["kind"] != "file" and len(text) > 60 and any(ch in text for ch in " ;,")
+        for col, value in zip(cols, rec, strict=True):
+            cell = _cut(value, 120)
+            shown = cell["t"]  # long prose or shape lists wrap; identifiers and pointers stay on one line
+            cell["wrap"] = col["kind"] != "file" and len(shown) > 60 and any(ch in shown for ch in " ;,")
             cells.append(cell)
         rows.append(cells)
     title, intro = TABLE_INFO.get(name, (name.replace("_", " ").capitalize(), ""))
@@ -629,6 +634,7 @@ def table_view(name: str, frame: pl.DataFrame, max_rows: int = TABLE_ROWS, rows_
         "rows": rows,
         "total": frame.height,
         "shown": min(frame.height, max_rows),
+        "origin_note": text.note,
         "full_rows": (
             "all rows are in the JSON and Excel reports"
             if max(frame.height, rows_in_report) <= ROW_LIMIT
@@ -659,12 +665,12 @@ def section_view(name: str, frame: pl.DataFrame, scale: dict[str, Any] | None) -
     cut = scale is not None and "rank" in frame.columns and frame.get_column("rank").n_unique() > SCALE_RANKS
     if cut:
         frame = frame.filter(pl.col("rank").is_in(scale["keep"]))  # type: ignore[index]
-    sec = {"name": name, **table_view(name, frame, rows, full.height), "groups": [], "cut": None}
+    sec = {"name": name, **table_view(name, frame, rows, full), "groups": [], "cut": None}
     if cut:
         sec["cut"] = cut_view(name, full, frame, scale)  # type: ignore[arg-type]
     if name == "top_kernels" and "bucket" in frame.columns:
         sec["groups"] = [
-            (str(b), table_view(name, part.drop("bucket"), rows, full.height))
+            (str(b), table_view(name, part.drop("bucket"), rows, full))
             for (b,), part in frame.group_by("bucket", maintain_order=True)
         ]
     return sec

@@ -24,6 +24,7 @@ from profan.model.rl_ledger import ledger_summary
 from profan.model.textfmt import (
     FILTERS,
     column_kind,
+    column_label,
     drill_target,
     fmt_cell,
     fmt_ranks,
@@ -32,6 +33,7 @@ from profan.model.textfmt import (
     visible,
 )
 from profan.render.json_report import CLASSES, cut_tables, named_ranks
+from profan.render.table_text import text_table
 from profan.render.verdict import cause_view, drill_ids, findings_by_cause, share_of, verdict
 from profan.rulepack.paths import templates_dir
 
@@ -160,6 +162,11 @@ def render_markdown(report: Report, out: Path | None = None) -> str | None:
             groups=[(cause_view(c, per), [as_dict[f.id] for f in fs]) for c, fs in grouped],
             unexplained=[as_dict[f.id] for f in unexplained],
             sizes={name: value.height for name, value in report.tables.items()},
+            texts={
+                name: text_table(value, context["limit"], origin_of=report.tables[name])
+                for name, value in shown.tables.items()
+                if name not in FULL_TABLES and not value.is_empty()
+            },
             full=FULL_TABLES,
             drill=markupsafe.Markup(drill_target(report.source)),  # shell-quoted, no backtick: a code span holds it
             drill_ids=drill_ids(report),
@@ -284,7 +291,9 @@ def class_rows(summary: pl.DataFrame, classes: tuple[list[str], list[str]], name
         for value in values:
             kind = column_kind(value, str(summary.schema[f"{value}_min"]))
             low, mid, high = (fmt_cell(rec[f"{value}_{s}"], kind) for s in ("min", "median", "max"))
-            row[value] = f"{low} (rank {rec[f'{value}_min_rank']}) · {mid} · {high} (rank {rec[f'{value}_max_rank']})"
+            row[column_label(value, kind, ms_for_us=True)] = (
+                f"{low} (rank {rec[f'{value}_min_rank']}) · {mid} · {high} (rank {rec[f'{value}_max_rank']})"
+            )
         rows.append(row)
     return {"rows": rows, "total": summary.height}
 

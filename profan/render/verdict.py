@@ -18,7 +18,7 @@ from profan.diagnosis.step import step_summary
 from profan.model.causes import Cause
 from profan.model.findings import Finding
 from profan.model.report import Report
-from profan.model.textfmt import counted, fmt_ms, fmt_pct, fmt_ranks, id_list, ms, named_ranks
+from profan.model.textfmt import counted, fmt_ms, fmt_pct, fmt_ranks, id_list, ms
 
 _NO_ESTIMATE = re.compile(r"^\s*no estimate\s*[:.,;—-]*\s*", re.I)
 _SENTENCE_END = re.compile(r"(?<!e\.g)(?<!i\.e)\.(?=\s+[A-Z]|\s*$)")  # a full stop before a capital or the end
@@ -60,7 +60,7 @@ def opening(tables: dict[str, pl.DataFrame], step: dict[str, Any] | None) -> tup
     )
     markers = list(dict.fromkeys(its["rule"].to_list()))
     text = (
-        f"{counted(its.height, 'model iteration')} on {named_ranks(its['rank'].to_list())}, cut by marker"
+        f"{counted(its.height, 'model iteration')} on {counted(its['rank'].to_list(), 'rank')}, cut by marker"
         f"{'s' if len(markers) > 1 else ''} {', '.join(markers)}: {each}"
     )
     return "The iterations", text + (f"; the step: {step_text(step)}" if step else "; no step time (no step windows)")
@@ -81,21 +81,22 @@ def share_of(step: dict[str, Any] | None) -> str:
 
 
 def gain_text(cause: Cause, per: str = "the step") -> str:
-    """'84.85 ms per step (10.5% of the step)', or 'no estimate: <why>'. ``per``: what the share is of — "the step
-    period" where the verdict's step has one (`profan.diagnosis.step`)."""
+    """'84.8 ms per step (10.5% of the step)', or 'no estimate: <why>'. ``per``: what the share is of — "the step
+    period" where the verdict's step has one (`profan.diagnosis.step`). The ms as the causes' own texts write
+    them (`textfmt.ms`): the gain line and the assumption under it must not read 61.30 ms and 61.3 ms."""
     per = cause.metrics.get("share_of") or per  # a cause of its own step (`profan.diagnosis.step.own_step`)
     each = cause.metrics.get("per") or "step"
     if cause.impact_us is None and cause.bound_us is not None:
         share = f", {fmt_pct(cause.bound_us / cause.step_us)} of {per}" if cause.step_us else ""
         return (
-            f"no estimate (a bound: at most {fmt_ms(cause.bound_us)} ms per {each}{share}): "
+            f"no estimate (a bound: at most {ms(cause.bound_us)} per {each}{share}): "
             f"{no_estimate_reason(cause.assumption)}"
         )
     if cause.impact_us is None:
         return f"no estimate: {no_estimate_reason(cause.assumption)}"
     share = cause.impact_share
     of_step = f" ({fmt_pct(share)} of {per})" if share is not None else ""
-    return f"{fmt_ms(cause.impact_us)} ms per {each}{of_step}"
+    return f"{ms(cause.impact_us)} per {each}{of_step}"
 
 
 def span_text(ranks: tuple[int, ...] | list[int], steps: tuple[int, ...] | list[int]) -> str:

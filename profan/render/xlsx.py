@@ -70,7 +70,7 @@ NUMBER_FORMATS = {
     "id": "0",
     "float": "#,##0.000",
     "timestamp": "0.0",
-    "ms2": '#,##0.00" ms"',
+    "gain_ms": '#,##0.0" ms"',  # a cause's gain, one decimal as the texts write it (`textfmt.ms`)
 }
 HEADER_FONT = Font(bold=True, color="FFFFFF")
 HEADER_FILL = PatternFill("solid", fgColor="1F2A3A")
@@ -470,7 +470,7 @@ def verdict_block(sheet: Sheet, report: Report, first_rows: dict[str, int], r: i
         if cause.impact_us is None:
             put(sheet, r, 3, gain_text(cause, share_of(step)))
         else:
-            put(sheet, r, 3, cause.impact_us / 1000, NUMBER_FORMATS["ms2"])
+            put(sheet, r, 3, cause.impact_us / 1000, NUMBER_FORMATS["gain_ms"])
         put(sheet, r, 4, cause.impact_share, NUMBER_FORMATS["pct"])
         for col, value in enumerate(
             (

@@ -142,7 +142,7 @@ def test_a_rank_without_eager_attention_leaves_the_saving_unestimated(tmp_path):
     assert [f.rank for f in report.findings if f.check == "unfused-attention"] == [0]
     (cause,) = [c for c in report.causes if c.check == "unfused-attention"]
     assert cause.impact_us is None and cause.ranks == (0,)
-    assert cause.assumption.startswith("No estimate: rank(s) 1 do not run attention this way")
+    assert cause.assumption.startswith("No estimate: on rank 1 attention does not run this way")
 
 
 def test_a_fused_rule_id_the_pack_lacks_is_refused(tmp_path):

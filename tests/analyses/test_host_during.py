@@ -61,7 +61,7 @@ def test_the_first_step_waits_for_the_hosts_preprocessing():
     cause = report.causes[0]
     assert cause.check == "idle-between-steps" and found.explained_by == cause.id
     assert cause.title == (
-        "The GPU waits for the host before each step's first kernel on rank(s) 0: 218.1 ms per step (57.7% of the "
+        "The GPU waits for the host before each step's first kernel on rank 0: 218.1 ms per step (57.7% of the "
         "step period), the host in transformers/models/videomae/image_processing_videomae.py(235): preprocess"
     )
     window = found.metrics["step_us"]
@@ -90,7 +90,7 @@ def test_a_blocking_runtime_call_holds_most_of_the_idle_time():
     (op,) = (events[i] for i in op_item.events)
     assert op["name"] == "aten::copy_" and op["ts"] <= call["ts"] and call["ts"] + call["dur"] <= op["ts"] + op["dur"]
     assert cause.title == (
-        "The GPU is idle 97.9% of the traced span (no steps) on 1 rank(s), most of it one 463.3 ms stretch while "
+        "The GPU is idle 97.9% of the traced span (no steps) on 1 rank, most of it one 463.3 ms stretch while "
         "the host is blocked in hipMemcpyWithStream"
     )
     assert "hipMemcpyWithStream (463.0 ms, inside aten::copy_)" in cause.assumption

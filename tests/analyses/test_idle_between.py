@@ -60,7 +60,7 @@ def test_the_gpu_waits_for_the_data_loader_between_steps():
     cause = report.causes[0]
     assert cause.check == "idle-between-steps" and group.explained_by == cause.id
     assert cause.title.startswith(
-        "The GPU waits for the data loader before each step's first kernel on rank(s) 0: 31.0 ms per step"
+        "The GPU waits for the data loader before each step's first kernel on rank 0: 31.0 ms per step"
     )
     assert cause.impact_us == pytest.approx(sum(loading.values()) / 6, abs=1e-3)
     assert "num_workers" in cause.action and "rank 0, step 8: 49.7 ms idle" in cause.action
@@ -186,4 +186,4 @@ def test_a_loader_every_rank_waits_for_is_said_to_be_every_rank_s():
     assert cause.ranks == (2, 6, 7) and loading[1] < 10
     others = [0, 3, 4, 5]
     low, high = min(loading[r] for r in others) / 1000, max(loading[r] for r in others) / 1000
-    assert f"Rank(s) 0, 3–5 spend {low:,.1f}–{high:,.1f} ms per step in the loader" in cause.action
+    assert f"The loader takes {low:,.1f}–{high:,.1f} ms per step before the steps of ranks 0, 3–5 too" in cause.action

@@ -115,8 +115,7 @@ def test_qwen3_exposed_transfer_is_a_cause_beside_the_waiting(qwen3_report):
         assert float(line["Overlapped"]) == 0.0
     assert {e.file for e in c.evidence} >= {e.file for m in group.members for e in m.evidence}
     assert c.title == (
-        "Communication transfers are not hidden behind compute: 92.9–93.0 ms per step of transfer is exposed on 4 "
-        "rank(s)"
+        "Communication transfers are not hidden behind compute: 92.9–93.0 ms per step of transfer is exposed on 4 ranks"
     )
     # the action names the largest transfers of the least exposed rank (1) that overlap can hide: the data-parallel
     # reduce-scatters, not the embedding all-reduce (its Transit Time recorded as 0, its transfer read from the
@@ -427,7 +426,7 @@ def test_gpt3_ranks_wait_for_peers_the_capture_cannot_name():
     report = analysed(ASCEND / "msinsight-gpt3-2rank-2023")
     c = _late_peer_cause(report)
     assert c.impact_us is None and c.ranks == (0, 1) and c.steps == (2,)
-    assert "peers the capture cannot name on rank(s) 0, 1" in c.title and "116.1–118.5 ms per step" in c.title
+    assert "peers the capture cannot name on ranks 0, 1" in c.title and "116.1–118.5 ms per step" in c.title
     assert "no parallel_group_info" in c.action and "hcom_allReduce__303_0 97.6 ms" in c.action
     waits = {}
     for e in c.evidence:  # the ops each rank's finding cites, read back from the file
@@ -466,7 +465,7 @@ def test_stage_zero_alone_waits_for_the_stage_outside_the_capture(tmp_path):
     report = profan.analyze(tmp_path)
     assert not any(c.check == "pipeline-stage-imbalance" for c in report.causes)
     c = _late_peer_cause(report)
-    assert "ranks outside the capture on rank(s) 0, 1" in c.title and "(peers 2, 3 not captured)" in c.title
+    assert "ranks outside the capture on ranks 0, 1" in c.title and "(peers 2, 3 not captured)" in c.title
     assert c.impact_us is None and "hcom_batchSendRecv" in c.action
 
 
@@ -477,7 +476,7 @@ def test_with_stages_unjudged_the_ranks_that_do_not_wait_are_named_late(tmp_path
     rules.write_text('[[check]]\nid = "pipeline-stage-imbalance"\nwarning_ratio = 100.0\ncritical_ratio = 200.0\n')
     report = profan.analyze(QWEN3, rules=[rules])
     c = _late_peer_cause(report)
-    assert c.ranks == (3,) and "Rank(s) 0–2 wait in their collectives for rank(s) 3" in c.title
+    assert c.ranks == (3,) and "Collectives on ranks 0–2 wait for rank 3" in c.title
     assert "--ranks 0,3" in c.action
 
 
@@ -494,7 +493,7 @@ def test_when_every_peer_waits_too_the_cause_says_the_late_one_changes(tmp_path)
     c = _late_peer_cause(report)
     waiting = sorted({r for f in report.findings if f.explained_by == c.id for r in f.ranks})
     assert waiting == [0, 1, 2, 3] and c.ranks == (0, 1, 2, 3)
-    assert c.title.startswith("Rank(s) 0–3 wait in their collectives for one another: ")
+    assert c.title.startswith("Collectives on ranks 0–3 wait for one another: ")
     assert "(every peer is captured and waits too)" in c.title
     assert "the late one changes from collective to collective" in c.action and "--ranks 0,1" in c.action
     assert "Profile every rank" not in c.action and "{" not in c.action + c.title + c.verify

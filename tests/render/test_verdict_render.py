@@ -64,10 +64,10 @@ def test_the_samples_are_every_fixture():
 
 def _gain(cause: dict, per: str = "the step") -> str:
     """The gain as the verdict words it, from the JSON report's numbers; ``per``: what the share is of."""
-    ms = cause["impact_us"] / 1000
-    text = f"{ms:,.2f}" if ms >= 0.1 else f"{ms:.3f}" if ms >= 0.01 else f"{ms:.4f}"
+    us = cause["impact_us"]  # as the causes' texts write ms: one decimal from 1 ms, three below, µs under 0.1 ms
+    text = f"{us / 1000:,.1f} ms" if us >= 1000 else f"{us / 1000:.3f} ms" if us >= 100 else f"{us:.2f} µs"
     share = f" ({100 * cause['impact_share']:.1f}% of {per})" if cause["impact_share"] is not None else ""
-    return f"{text} ms per step{share}"
+    return f"{text} per step{share}"
 
 
 def _verdict(md: str) -> str:
@@ -307,3 +307,21 @@ def test_footer_offers_only_ids_the_report_holds(sample, tmp_path):
         done = run_cli("evidence", str(saved), claim, "--limit", "1")
         assert done.returncode == 0, done.stderr
         assert done.stdout.startswith(claim)
+
+
+def test_the_gain_reads_as_the_causes_texts_write_it(qwen3_report, tmp_path):
+    """Qwen3's stage cause: the gain line, the HTML callout and the workbook's Verdict cell print 84.8 ms, as its
+    action does ("Move about 84.8 ms of compute"), not 84.85 ms beside it; no gain line in the Markdown has two
+    decimals of ms."""
+    c1 = qwen3_report.causes[0]
+    gain = f"{c1.impact_us / 1000:,.1f} ms per step ({100 * c1.impact_share:.1f}% of the step)"
+    assert gain == "84.8 ms per step (10.5% of the step)" and "Move about 84.8 ms of compute" in c1.action
+    md = render_markdown(qwen3_report)
+    assert f"**Estimated gain:** {gain}. *Assumption:*" in md and f"*Estimated gain:* {gain}. " in md
+    assert not re.findall(r"Estimated gain:\**\s[\d,]+\.\d\d ms", md)
+    page = build_html(qwen3_report)
+    assert f"<dd>{gain}." in page and f">{c1.impact_us / 1000:,.1f} ms per step · 10.5%<" in page
+    render(qwen3_report, "xlsx", tmp_path / "r.xlsx")
+    verdict = openpyxl.load_workbook(tmp_path / "r.xlsx")["Summary"]
+    cells = [cell for row in verdict.iter_rows() for cell in row if cell.value == c1.impact_us / 1000]
+    assert cells and cells[0].number_format == '#,##0.0" ms"'

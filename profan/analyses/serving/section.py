@@ -10,7 +10,7 @@ from profan.analyses.contract import Job, Section
 from profan.analyses.serving.findings import rank_findings
 from profan.analyses.serving.iterations import bucket_table, iteration_table
 from profan.analyses.serving.phases import phase_buckets, phase_table
-from profan.model.textfmt import counted, named_ranks
+from profan.model.textfmt import counted
 from profan.rulepack.serving import rules as serving_rules
 
 
@@ -52,13 +52,13 @@ def marker_notes(its: pl.DataFrame) -> list[str]:
     for rule, ranks, n in used.iter_rows():
         source = sources.get(rule, "the trace's ProfilerStep#N annotations")
         notes.append(
-            f"serving: {named_ranks(ranks)} cut into {counted(n, 'model iteration')} by marker {rule} ({source}); an "
-            "iteration's period runs to the next one's start, so the periods add up to the captured span"
+            f"serving: {counted(ranks, 'rank')} cut into {counted(n, 'model iteration')} by marker {rule} ({source}); "
+            "an iteration's period runs to the next one's start, so the periods add up to the captured span"
         )
     unknown = its.filter(pl.col("phase") == "unknown")
     if not unknown.is_empty():
         notes.append(
-            f"serving: {counted(unknown.height, 'iteration')} of {named_ranks(unknown['rank'].to_list())} "
+            f"serving: {counted(unknown.height, 'iteration')} of {counted(unknown['rank'].to_list(), 'rank')} "
             "have no phase: no annotation, attention kernel variant or token input shape tells prefill from decode "
             "(rules/serving.toml)"
         )
