@@ -7,6 +7,7 @@ run's step less the clean run's: each run's step is the median over its profiled
 over ranks) and their ratio. `tests/diagnosis/test_gain_calibration.py` keeps each ratio inside bounds.
 
     python bench/gain_calibration.py [PAIRS_DIR]
+    python bench/gain_calibration.py --pair FAULTY_DIR CLEAN_DIR [FAULTY_DIR CLEAN_DIR ...]   # runs not committed
 """
 
 from __future__ import annotations
@@ -40,29 +41,33 @@ def step_ms(run: Path) -> float:
 
 
 def calibrate(pairs: Path = PAIRS) -> list[dict]:
-    """Per pair: the faulty run's first cause (check, ranks, gain or bound) and the measured saving."""
-    rows = []
-    for faulty, (clean, expected) in PAIR_OF.items():
-        cause = profan.analyze(pairs / faulty).causes[0]
-        worth = cause.impact_us if cause.impact_us is not None else cause.bound_us
-        gain_ms = float("nan") if worth is None else worth / 1000
-        saving_ms = step_ms(pairs / faulty) - step_ms(pairs / clean)
-        rows.append(
-            {
-                "pair": f"{faulty} / {clean}",
-                "expected": expected,
-                "check": cause.check,
-                "ranks": list(cause.ranks),
-                "gain_ms": round(gain_ms, 1),
-                "saving_ms": round(saving_ms, 1),
-                "ratio": round(gain_ms / saving_ms, 2),
-            }
-        )
-    return rows
+    """Per committed pair: the faulty run's first cause (check, ranks, gain or bound) and the measured saving."""
+    return [pair_row(pairs / faulty, pairs / clean, expected) for faulty, (clean, expected) in PAIR_OF.items()]
+
+
+def pair_row(faulty: Path, clean: Path, expected: str = "") -> dict:
+    """One pair's row: the faulty run's first cause, its gain (or bound), the measured saving and their ratio."""
+    cause = profan.analyze(faulty).causes[0]
+    worth = cause.impact_us if cause.impact_us is not None else cause.bound_us
+    gain_ms = float("nan") if worth is None else worth / 1000
+    saving_ms = step_ms(faulty) - step_ms(clean)
+    return {
+        "pair": f"{faulty.name} / {clean.name}",
+        "expected": expected,
+        "check": cause.check,
+        "ranks": list(cause.ranks),
+        "gain_ms": round(gain_ms, 1),
+        "saving_ms": round(saving_ms, 1),
+        "ratio": round(gain_ms / saving_ms, 2),
+    }
 
 
 def main(argv: list[str]) -> int:
-    rows = calibrate(Path(argv[0]) if argv else PAIRS)
+    if argv[:1] == ["--pair"]:
+        dirs = [Path(arg) for arg in argv[1:]]
+        rows = [pair_row(faulty, clean) for faulty, clean in zip(dirs[::2], dirs[1::2], strict=True)]
+    else:
+        rows = calibrate(Path(argv[0]) if argv else PAIRS)
     print("| pair | first cause | ranks | estimated gain ms | measured saving ms | ratio |")
     print("|---|---|---|---:|---:|---:|")
     for r in rows:
