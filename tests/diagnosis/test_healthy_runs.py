@@ -20,7 +20,7 @@ BUNDLED_HEALTHY = [
     TORCH / "rl_grpo_cpu" / "normal",
     TORCH / "serving_llama_cpu_uniform",
     # the gain pairs' clean sides (PROVENANCE: --fault none) and the serving captures with no interference planted
-    *(TORCH / "gloo_gain_pairs" / name for name in ("clean", "clean_again", "loader_clean")),
+    *(TORCH / "gloo_gain_pairs" / name for name in ("clean", "clean_again", "loader_clean", "overlap")),
     TORCH / "serving_llama_cpu_mixed",
     TORCH / "serving_mixtral_cpu_moe",
 ]
@@ -28,11 +28,12 @@ FAULTY = [
     *(TORCH / "gloo_moe_cpu_4rank" / name for name in ("sleep", "compute", "hot_expert")),
     *sorted(p for p in (TORCH / "gloo_moe_seeds").iterdir() if p.is_dir() and not p.name.startswith("balanced")),
     TORCH / "memory_gloo_2rank",
-    # the gain pairs' faulty sides, the RL runs with a planted fault and the serving capture whose prefills join
+    # the gain pairs' faulty sides, the RL runs with a planted fault and the serving captures whose prefills stall
     # the running decodes (their PROVENANCE.md says what each plants)
-    *(TORCH / "gloo_gain_pairs" / name for name in ("sleep", "compute", "hot_expert", "loader")),
+    *(TORCH / "gloo_gain_pairs" / name for name in ("sleep", "compute", "hot_expert", "loader", "sync_comm")),
     *(TORCH / "rl_grpo_cpu" / name for name in ("long_tail", "slow_sync", "under_batched", "logprob_small")),
     TORCH / "serving_llama_cpu_prefill_join",
+    TORCH / "serving_llama_cpu_interference",
 ]
 LOUD = {"warning", "critical"}
 

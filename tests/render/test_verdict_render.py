@@ -66,7 +66,9 @@ def _gain(cause: dict, per: str = "the step") -> str:
     """The gain as the verdict words it, from the JSON report's numbers; ``per``: what the share is of."""
     us = cause["impact_us"]  # as the causes' texts write ms: one decimal from 1 ms, three below, µs under 0.1 ms
     text = f"{us / 1000:,.1f} ms" if us >= 1000 else f"{us / 1000:.3f} ms" if us >= 100 else f"{us:.2f} µs"
-    share = f" ({100 * cause['impact_share']:.1f}% of {per})" if cause["impact_share"] is not None else ""
+    # the share from the unrounded numbers, as the verdict computes it (the JSON's impact_share is rounded)
+    exact = us / cause["step_us"] if cause.get("step_us") else cause["impact_share"]
+    share = f" ({100 * exact:.1f}% of {per})" if cause["impact_share"] is not None else ""
     return f"{text} per step{share}"
 
 
