@@ -173,15 +173,18 @@ def measured(doc: dict) -> list[dict]:
     return [m for f in doc["findings"] for m in (f.get("members") or [f])]
 
 
-def union_us(intervals: list[tuple[float, float]]) -> float:
-    """Total length of the union of (start, end) intervals: a test's own interval union, ground truth for the
-    readers' idle and busy time."""
-    total, cur_s, cur_e = 0.0, None, None
-    for s, e in sorted(intervals):
-        if cur_e is None or s > cur_e:
-            if cur_e is not None:
-                total += cur_e - cur_s
-            cur_s, cur_e = s, e
+def merged_runs(spans: list[tuple[float, float]]) -> list[tuple[float, float]]:
+    """(start, end) spans merged into disjoint sorted runs (touching ones joined): a test's own interval union,
+    ground truth for the readers' busy, idle and hidden time."""
+    out: list[list[float]] = []
+    for start, end in sorted(spans):
+        if out and start <= out[-1][1]:
+            out[-1][1] = max(out[-1][1], end)
         else:
-            cur_e = max(cur_e, e)
-    return total + (cur_e - cur_s if cur_e is not None else 0.0)
+            out.append([start, end])
+    return [(start, end) for start, end in out]
+
+
+def union_us(intervals: list[tuple[float, float]]) -> float:
+    """Total length of the union of (start, end) intervals (`merged_runs`)."""
+    return sum(end - start for start, end in merged_runs(intervals))

@@ -9,7 +9,7 @@ import statistics
 
 import polars as pl
 import pytest
-from conftest import TORCH
+from conftest import TORCH, merged_runs
 
 from profan.analyses.across_ranks import align, overlappable
 from profan.analyses.across_ranks.section import _step_times
@@ -19,16 +19,6 @@ from profan.rulepack.pack import load
 from profan.sources.trace import kineto_rank
 
 PAIRS = TORCH / "gloo_gain_pairs"
-
-
-def _merged(spans: list[tuple[float, float]]) -> list[tuple[float, float]]:
-    out: list[list[float]] = []
-    for start, end in sorted(spans):
-        if out and start <= out[-1][1]:
-            out[-1][1] = max(out[-1][1], end)
-        else:
-            out.append([start, end])
-    return [(a, b) for a, b in out]
 
 
 def _covered(span: tuple[float, float], runs: list[tuple[float, float]]) -> float:
@@ -45,7 +35,7 @@ def _exposed_by_sweep(run) -> dict[tuple[int, int], float]:
         kt, _ = kineto_rank.load_cached(run / f"rank{rank}.pt.trace.json.gz", pack.roles)
         dev = kineto_rank.classify_events(kt.device, pack.rules_for("cpu"), pack.roles)
         rows = dev.select("step", "name", "ts_us", "end_us", "bucket").rows()
-        compute = _merged([(a, b) for _, _, a, b, bucket in rows if bucket != "communication"])
+        compute = merged_runs([(a, b) for _, _, a, b, bucket in rows if bucket != "communication"])
         for step, name, a, b, _ in rows:
             if name == "gloo:all_reduce" and step is not None:
                 out[(step, rank)] = (b - a) - _covered((a, b), compute)

@@ -9,7 +9,7 @@ import json
 
 import polars as pl
 import pytest
-from conftest import TORCH
+from conftest import TORCH, merged_runs
 
 import profan
 from profan.rulepack.pack import load
@@ -24,16 +24,6 @@ EP_PARTS = {
     "all_to_all": {"all_to_all"},
     "ep_total": {"dispatch", "combine", "all_to_all"},
 }
-
-
-def _merged(spans: list[tuple[float, float]]) -> list[tuple[float, float]]:
-    out: list[list[float]] = []
-    for start, end in sorted(spans):
-        if out and start <= out[-1][1]:
-            out[-1][1] = max(out[-1][1], end)
-        else:
-            out.append([start, end])
-    return [(a, b) for a, b in out]
 
 
 def _overlap(a: list[tuple[float, float]], b: list[tuple[float, float]]) -> float:
@@ -61,9 +51,9 @@ def _sweep(run, rank: int) -> dict[tuple[int, str], tuple[float, float]]:
     rows = dev.filter(pl.col("step").is_not_null()).select("step", "ts_us", "end_us", "bucket", "rule_id").rows()
     out = {}
     for step in {r[0] for r in rows}:
-        compute = _merged([(a, b) for s, a, b, bucket, _ in rows if s == step and bucket != "communication"])
+        compute = merged_runs([(a, b) for s, a, b, bucket, _ in rows if s == step and bucket != "communication"])
         for part, of in EP_PARTS.items():
-            mine = _merged(
+            mine = merged_runs(
                 [
                     (a, b)
                     for s, a, b, bucket, rule in rows

@@ -16,7 +16,7 @@ import shutil
 
 import polars as pl
 import pytest
-from conftest import QWEN3, TORCH, analysed
+from conftest import QWEN3, TORCH, analysed, merged_runs
 from test_browser import ARTIFACTS, Page, _html, browser  # noqa: F401  (browser: the Chromium fixture)
 
 import profan
@@ -67,13 +67,7 @@ def _shapes(fig, name: str) -> list:
 
 
 def _union(spans: list[tuple[float, float]]) -> list[tuple[float, float]]:
-    out: list[list[float]] = []
-    for a, b in sorted(spans):
-        if out and a <= out[-1][1]:
-            out[-1][1] = max(out[-1][1], b)
-        else:
-            out.append([a, b])
-    return [(round(a, 6), round(b, 6)) for a, b in out]
+    return [(round(a, 6), round(b, 6)) for a, b in merged_runs(spans)]
 
 
 # ------------------------------------------------------------------------------------------ Qwen3
